@@ -1,0 +1,59 @@
+# The README's two commands are `make app` and `make test`; everything they need is installed here.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ORACLE_VENV ?= .oracle-venv
+ORACLE_STAMP := $(ORACLE_VENV)/.installed
+PORT ?= 8501
+
+.PHONY: install app test test-fast lint format bench oracle golden browser demo clean
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The hello-agents 0.2.8 package in a venv of its own (its pins differ from ours): the oracle.
+$(ORACLE_STAMP): scripts/setup_oracle.sh
+	bash scripts/setup_oracle.sh $(ORACLE_VENV)
+	touch $(ORACLE_STAMP)
+
+oracle: $(ORACLE_STAMP)
+
+# Debian's Chromium for the Playwright tests (root on a fresh machine; skipped quietly otherwise).
+browser:
+	bash scripts/setup_browser.sh
+
+app: $(STAMP)
+	$(PY) -m ctxcore app --port $(PORT)
+
+test: $(STAMP) $(ORACLE_STAMP) browser
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not browser and not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check ctxcore app.py pages tests bench scripts
+	$(VENV)/bin/ruff format --check ctxcore app.py pages tests bench scripts
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format ctxcore app.py pages tests bench scripts
+	$(VENV)/bin/ruff check --fix ctxcore app.py pages tests bench scripts
+
+golden: $(STAMP) $(ORACLE_STAMP)
+	$(PY) scripts/make_golden.py --oracle $(ORACLE_VENV)/bin/python
+
+bench: $(STAMP) $(ORACLE_STAMP)
+	$(PY) bench/bench_engine.py --oracle $(ORACLE_VENV)/bin/python
+
+demo: $(STAMP)
+	$(PY) -m ctxcore demo
+
+clean:
+	rm -rf $(VENV) $(ORACLE_VENV) .pytest_cache .mypy_cache .ruff_cache

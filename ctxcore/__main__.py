@@ -1,0 +1,7 @@
+"""``python -m ctxcore`` is the ``ctxscope`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

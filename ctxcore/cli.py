@@ -1,0 +1,183 @@
+"""The ``ctxscope`` command line (also ``python -m ctxcore``).
+
+This module only parses arguments and translates: each command calls into the module
+that owns the work. Errors we raise on purpose (``CtxscopeError``) are printed as one
+line on stderr with a non-zero exit; anything else is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import CtxscopeError, InputError
+
+DEFAULT_DB = os.path.join("traces", "ctxscope.duckdb")
+DEFAULT_TRACES = "traces"
+
+
+def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are read as JSON when they parse, else as strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise InputError(f"--set {pair!r}: expected key=value (e.g. --set max_tokens=4000)")
+        key, raw = pair.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise InputError(f"--set {pair!r}: the key is empty")
+        try:
+            value: Any = json.loads(raw, parse_constant=lambda c: raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .loading import config_from_obj, load_config, load_input_or_trace
+    from .models import Config
+    from .pipeline import build_trace
+
+    inp, trace_cfg, trace = load_input_or_trace(args.file)
+    base: dict[str, Any] = {}
+    if trace_cfg is not None:
+        base = trace_cfg.model_dump(exclude_none=True)
+    if args.config:
+        base.update(load_config(args.config).model_dump(exclude_none=True))
+    if args.preset:
+        if trace_cfg is not None and trace_cfg.preset != args.preset and not args.config:
+            # Another preset's resolved knobs do not carry over; start from its defaults.
+            base = {}
+        base["preset"] = args.preset
+    base.update(parse_set(args.set or []))
+    cfg: Config = config_from_obj(base, "config (after --config/--preset/--set)")
+    out = build_trace(
+        inp,
+        cfg,
+        session_id=trace.session_id if trace else "cli",
+        turn=trace.turn if trace else 0,
+        tags=list(trace.tags) if trace else [],
+        source_trace_id=trace.trace_id if trace else None,
+    )
+    sys.stdout.write(out.to_json() + "\n")
+    return 0
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    import subprocess
+
+    app = Path(__file__).resolve().parent.parent / "app.py"
+    if not app.exists():
+        raise InputError(f"{app} not found; run `ctxscope app` from a ctxscope checkout")
+    env = dict(os.environ)
+    env["CTXSCOPE_DB"] = str(Path(args.db).resolve())
+    env["CTXSCOPE_TRACES"] = str(Path(args.traces).resolve())
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.address",
+        args.host,
+        "--server.port",
+        str(args.port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    return subprocess.call(cmd, env=env)
+
+
+def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from importlib import import_module
+
+        fn: Callable[[argparse.Namespace], int] = getattr(
+            import_module(f"ctxcore.{module}"), func
+        )
+        return fn(args)
+
+    return run
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ctxscope", description="See and fix what an LLM agent puts into its context."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("app", help="start the debugger (binds 127.0.0.1)")
+    a.add_argument("--db", default=DEFAULT_DB)
+    a.add_argument("--traces", default=DEFAULT_TRACES)
+    a.add_argument("--port", type=int, default=8501)
+    a.add_argument("--host", default="127.0.0.1")
+    a.set_defaults(func=cmd_app)
+
+    b = sub.add_parser("build", help="run the pipeline on a captured input or trace")
+    b.add_argument("file")
+    b.add_argument("--preset", choices=["ctxscope", "hello-agents", "hello-agents-book"])
+    b.add_argument("--config")
+    b.add_argument("--set", action="append", metavar="KEY=VALUE")
+    b.set_defaults(func=cmd_build)
+
+    i = sub.add_parser("ingest", help="ingest trace files into the store")
+    i.add_argument("paths", nargs="+")
+    i.add_argument("--db", default=DEFAULT_DB)
+    i.set_defaults(func=_lazy("ingest", "cli_ingest"))
+
+    w = sub.add_parser("watch", help="watch a folder and ingest new/appended files")
+    w.add_argument("dir", nargs="?", default=DEFAULT_TRACES)
+    w.add_argument("--db", default=DEFAULT_DB)
+    w.set_defaults(func=_lazy("watch", "cli_watch"))
+
+    e = sub.add_parser("export", help="export a trace or session")
+    e.add_argument("trace_id", nargs="?")
+    e.add_argument("--session")
+    e.add_argument("--format", choices=["json", "html", "otlp"], default="json")
+    e.add_argument("-o", "--output")
+    e.add_argument("--no-redact", action="store_true", help="keep secrets (not recommended)")
+    e.add_argument("--db", default=DEFAULT_DB)
+    e.set_defaults(func=_lazy("share", "cli_export"))
+
+    im = sub.add_parser("import", help="import an OpenAI request, OTLP JSON or snapshot")
+    im.add_argument("file")
+    im.add_argument("--format", choices=["auto", "trace", "openai", "otlp"], default="auto")
+    im.add_argument("--db", default=DEFAULT_DB)
+    im.add_argument("-o", "--output", help="write the trace JSON here instead of the store")
+    im.set_defaults(func=_lazy("importers", "cli_import"))
+
+    d = sub.add_parser("demo", help="(re)generate the demo traces from the corpus")
+    d.add_argument("--out", default=os.path.join(DEFAULT_TRACES, "demo"))
+    d.add_argument("--corpus", default=None)
+    d.add_argument("--db", default=DEFAULT_DB)
+    d.set_defaults(func=_lazy("demo", "cli_demo"))
+
+    c = sub.add_parser("check", help="run the diagnostics; non-zero exit on findings")
+    c.add_argument("files", nargs="+")
+    c.add_argument("--fail-on", choices=["info", "warning", "error"], default="error")
+    c.set_defaults(func=_lazy("diagnostics", "cli_check"))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        rc: int = args.func(args)
+        return rc
+    except CtxscopeError as exc:
+        print(f"ctxscope {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Parse traces, captured inputs and configs from bytes, with errors a person can act on.
+
+pydantic's errors are precise but long; an engineer wants one line: which file and line,
+which packet (by id, not just by index) and which field, and what was wrong. Everything
+that reads user-supplied JSON goes through here: the CLI, ingest, importers, the app.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .errors import InputError
+from .models import CapturedInput, Config, Trace
+
+
+def _where(prefix: str) -> str:
+    return f"{prefix}: " if prefix else ""
+
+
+def decode_utf8(data: bytes, where: str = "") -> str:
+    """Decode strictly; name the byte offset (and line) of the first invalid sequence."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(
+            f"{_where(where)}invalid UTF-8 at byte {exc.start} (line {line}): "
+            f"{data[exc.start:exc.start + 4]!r}; re-save the file as UTF-8"
+        ) from exc
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON (NaN and Infinity are not numbers in JSON)")
+
+
+def parse_json(text: str, where: str = "") -> Any:
+    """``json.loads`` that rejects NaN/Infinity and reports line:column."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{_where(where)}malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from exc
+    except ValueError as exc:
+        raise InputError(f"{_where(where)}{exc}") from exc
+
+
+def _loc_to_text(loc: tuple[Any, ...], data: Any) -> str:
+    """('input', 'packets', 3, 'timestamp') -> "packet 'tool:call_12' (input.packets[3]) field 'timestamp'"."""
+    parts: list[str] = []
+    node = data
+    packet_label = ""
+    field_parts: list[str] = []
+    for i, key in enumerate(loc):
+        if isinstance(key, int):
+            parts[-1:] = [f"{parts[-1]}[{key}]"] if parts else [f"[{key}]"]
+        else:
+            parts.append(str(key))
+        try:
+            node = node[key]
+        except (KeyError, IndexError, TypeError):
+            node = None
+        if (
+            isinstance(key, int)
+            and i > 0
+            and loc[i - 1] in ("packets", "history")
+            and isinstance(node, dict)
+        ):
+            ident = node.get("id")
+            kind = "packet" if loc[i - 1] == "packets" else "message"
+            packet_label = f"{kind} {ident!r} " if ident else f"{kind} "
+            field_parts = []
+            continue
+        if packet_label and not isinstance(key, int):
+            field_parts.append(str(key))
+    path = ".".join(parts)
+    if packet_label:
+        fieldname = ".".join(field_parts) if field_parts else "(whole item)"
+        return f"{packet_label}({path}) field {fieldname!r}"
+    return f"field {path!r}" if path else "top level"
+
+
+def explain(exc: ValidationError, data: Any, where: str = "") -> InputError:
+    """One InputError naming every problem (first three) with packet id and field."""
+    msgs = []
+    errors = exc.errors(include_url=False)
+    for err in errors[:3]:
+        msg = str(err["msg"])
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        if err["type"] == "timezone_aware":
+            msg += " (add an offset such as +00:00 or Z)"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling against the ctxscope.trace/1 schema)"
+        msgs.append(f"{_loc_to_text(tuple(err['loc']), data)}: {msg}")
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return InputError(f"{_where(where)}" + "; ".join(msgs) + more)
+
+
+def _check_floats(node: Any, where: str) -> None:
+    # json.loads already rejects NaN; this guards dicts built in Python.
+    if isinstance(node, float) and not math.isfinite(node):
+        raise InputError(f"{_where(where)}non-finite number {node!r}")
+
+
+def trace_from_obj(data: Any, where: str = "") -> Trace:
+    if not isinstance(data, dict):
+        raise InputError(f"{_where(where)}a trace must be a JSON object, got {type(data).__name__}")
+    try:
+        return Trace.model_validate(data)
+    except ValidationError as exc:
+        raise explain(exc, data, where) from exc
+
+
+def input_from_obj(data: Any, where: str = "") -> CapturedInput:
+    if not isinstance(data, dict):
+        raise InputError(
+            f"{_where(where)}a captured input must be a JSON object, got {type(data).__name__}"
+        )
+    try:
+        return CapturedInput.model_validate(data)
+    except ValidationError as exc:
+        raise explain(exc, data, where) from exc
+
+
+def config_from_obj(data: Any, where: str = "") -> Config:
+    if not isinstance(data, dict):
+        raise InputError(f"{_where(where)}a config must be a JSON object, got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise explain(exc, data, where) from exc
+
+
+def load_input_or_trace(path: str | Path) -> tuple[CapturedInput, Config | None, Trace | None]:
+    """Read a file holding either a whole trace or a bare captured input."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+    data = parse_json(decode_utf8(raw, str(p)), str(p))
+    if isinstance(data, dict) and "schema" in data:
+        trace = trace_from_obj(data, str(p))
+        return trace.input, trace.config, trace
+    return input_from_obj(data, str(p)), None, None
+
+
+def load_config(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
+    return config_from_obj(parse_json(decode_utf8(raw, str(p)), str(p)), str(p))

@@ -1,0 +1,348 @@
+"""The trace contract ``ctxscope.trace/1`` as pydantic v2 models.
+
+One trace is one context build: the captured input, the config that reproduces it, and
+what the builder decided about every candidate. Everything that is persisted, loaded from
+a file or shown in the UI goes through these models (``extra="forbid"``, frozen), so a
+typo in a field name is an error rather than silently ignored data. Loading helpers that
+turn pydantic's errors into one sentence naming the packet and field live in
+``ctxcore.loading``.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+SCHEMA = "ctxscope.trace/1"
+SCHEMA_MAJOR = "ctxscope.trace/1"
+
+#: A packet larger than this is almost certainly a capture bug (a whole log file, a binary).
+MAX_CONTENT_BYTES = 10 * 1024 * 1024
+
+PARTITIONS: tuple[str, ...] = (
+    "[Role & Policies]",
+    "[Task]",
+    "[State]",
+    "[Evidence]",
+    "[Context]",
+    "[Output]",
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _finite(value: float | None, name: str) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+def _check_content_size(value: str, what: str) -> str:
+    # len() in characters is a lower bound of the UTF-8 size; only encode near the limit.
+    if len(value) * 4 > MAX_CONTENT_BYTES:
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_CONTENT_BYTES:
+            raise ValueError(
+                f"{what} is {size:,} bytes; the limit is {MAX_CONTENT_BYTES:,} bytes. "
+                "Capture a slice or a summary of it instead of the whole thing"
+            )
+    return value
+
+
+# --------------------------------------------------------------------------- input
+
+
+class Message(_Model):
+    """One message of the conversation history."""
+
+    role: str
+    content: str
+    timestamp: AwareDatetime | None = None
+    id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("content")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        return _check_content_size(v, "message content")
+
+
+class Packet(_Model):
+    """A candidate item for the context window, with a stable source id."""
+
+    id: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
+    content: str
+    timestamp: AwareDatetime | None = None
+    relevance: float | None = None
+    priority: int = 0
+    must_keep: bool = False
+    tokens: int | None = Field(default=None, ge=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("relevance")
+    @classmethod
+    def _relevance_finite(cls, v: float | None) -> float | None:
+        return _finite(v, "relevance")
+
+    @field_validator("content")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        return _check_content_size(v, "content")
+
+
+class ToolDef(_Model):
+    """A tool definition offered to the model; its JSON costs tokens too."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class CapturedInput(_Model):
+    """Everything a builder saw: enough to re-run the build exactly."""
+
+    query: str
+    now: AwareDatetime
+    system_instructions: str = ""
+    history: list[Message] = Field(default_factory=list)
+    packets: list[Packet] = Field(default_factory=list)
+    tools: list[ToolDef] = Field(default_factory=list)
+    window: int | None = Field(default=None, gt=0)
+    output_reserve: int | None = Field(default=None, ge=0)
+
+    @field_validator("system_instructions")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        return _check_content_size(v, "system_instructions")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> CapturedInput:
+        seen: dict[str, int] = {}
+        for i, p in enumerate(self.packets):
+            if p.id in seen:
+                raise ValueError(
+                    f"duplicate packet id {p.id!r} at packets[{seen[p.id]}] and packets[{i}]; "
+                    "packet ids must be unique within one input"
+                )
+            seen[p.id] = i
+        return self
+
+
+# --------------------------------------------------------------------------- config
+
+PresetName = Literal["ctxscope", "hello-agents", "hello-agents-book"]
+FillMode = Literal["skip", "break", "optimal"]
+
+
+class Config(_Model):
+    """A builder configuration: the preset and every knob that changes what it keeps.
+
+    ``None`` means "the preset's default"; ``ctxcore.pipeline.resolve_config`` fills them in
+    and a trace always stores the resolved values, so a build is reproducible from it alone.
+    Knobs a preset does not have are left ``None`` by it.
+    """
+
+    preset: PresetName = "ctxscope"
+    tokenizer: str | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+    reserve_ratio: float | None = Field(default=None, ge=0, lt=1)
+    output_reserve: int | None = Field(default=None, ge=0)
+    safety_margin: int | None = Field(default=None, ge=0)
+    min_relevance: float | None = Field(default=None, ge=0, le=1)
+    relevance_weight: float | None = Field(default=None, ge=0, le=1)
+    recency_weight: float | None = Field(default=None, ge=0, le=1)
+    priority_weight: float | None = Field(default=None, ge=0, le=1)
+    recency_tau_hours: float | None = Field(default=None, gt=0)
+    enable_compression: bool | None = None
+    fill: FillMode | None = None
+    history_limit: int | None = Field(default=None, ge=0)
+    partition_budgets: dict[str, float] | None = None
+    degrade: list[str] | None = None
+
+    @field_validator(
+        "reserve_ratio",
+        "min_relevance",
+        "relevance_weight",
+        "recency_weight",
+        "priority_weight",
+        "recency_tau_hours",
+    )
+    @classmethod
+    def _finite_knobs(cls, v: float | None) -> float | None:
+        return _finite(v, "value")
+
+    @field_validator("partition_budgets")
+    @classmethod
+    def _partition_ratios(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is None:
+            return v
+        for name, ratio in v.items():
+            if name not in PARTITIONS:
+                raise ValueError(
+                    f"unknown partition {name!r}; expected one of {', '.join(PARTITIONS)}"
+                )
+            if not math.isfinite(ratio) or ratio < 0 or ratio > 1:
+                raise ValueError(f"ratio of {name} must be between 0 and 1, got {ratio!r}")
+        return v
+
+
+# --------------------------------------------------------------------------- result
+
+
+class Status(StrEnum):
+    KEPT = "kept"
+    TRUNCATED = "truncated"
+    SUMMARIZED = "summarized"
+    DROPPED = "dropped"
+    FILTERED = "filtered"
+    NOT_RENDERED = "not_rendered"
+
+
+class Reason(StrEnum):
+    MUST_KEEP = "MUST_KEEP"
+    FITS = "FITS"
+    BELOW_MIN_RELEVANCE = "BELOW_MIN_RELEVANCE"
+    NO_ROOM = "NO_ROOM"
+    AFTER_BREAK = "AFTER_BREAK"
+    PARTITION_FULL = "PARTITION_FULL"
+    NOT_IN_OPTIMAL_SET = "NOT_IN_OPTIMAL_SET"
+    HISTORY_LIMIT = "HISTORY_LIMIT"
+    DEGRADED = "DEGRADED"
+    NOISE = "NOISE"
+    TRUNCATED_BY_COMPRESS = "TRUNCATED_BY_COMPRESS"
+    REMOVED_BY_COMPRESS = "REMOVED_BY_COMPRESS"
+    TYPE_NOT_RENDERED = "TYPE_NOT_RENDERED"
+    DUPLICATE = "DUPLICATE"
+    EMPTY = "EMPTY"
+    BUDGET_EXHAUSTED_BY_SYSTEM = "BUDGET_EXHAUSTED_BY_SYSTEM"
+
+
+class Decision(_Model):
+    """What the builder did with one candidate, and why, in codes and in words."""
+
+    packet_id: str
+    kind: str
+    status: Status
+    reason: Reason
+    reason_text: str
+    partition: str | None = None
+    relevance: float | None = None
+    recency: float | None = None
+    score: float | None = None
+    rank: int | None = None
+    tokens_before: int
+    tokens_after: int
+    budget_left: int | None = None
+    #: quirks and side facts worth showing (e.g. "caller relevance 0.9 overwritten").
+    notes: list[str] = Field(default_factory=list)
+
+
+class PartitionUsage(_Model):
+    name: str
+    budget: int | None
+    used: int
+    items: int
+
+
+class Totals(_Model):
+    window: int
+    output_reserve: int
+    safety_margin: int
+    available: int
+    used: int
+    tokenizer: str
+
+
+class Report(_Model):
+    """The seed's debug report shape (budget/used/mustKeep/included/summarized/dropped)."""
+
+    budget: int
+    used: int
+    mustKeep: list[str] = Field(default_factory=list)  # noqa: N815 - the seed's key
+    included: list[str] = Field(default_factory=list)
+    summarized: list[str] = Field(default_factory=list)
+    dropped: list[str] = Field(default_factory=list)
+    reasons: dict[str, str] = Field(default_factory=dict)
+
+
+class BuildResult(_Model):
+    prompt: str
+    messages: list[Message] | None = None
+    decisions: list[Decision]
+    partitions: list[PartitionUsage]
+    totals: Totals
+    report: Report
+    warnings: list[str] = Field(default_factory=list)
+    #: milliseconds per stage; measurements, so the one field exempt from determinism.
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- trace
+
+
+class Builder(_Model):
+    name: str
+    version: str
+
+
+class Outcome(_Model):
+    verdict: Literal["good", "bad", "unknown"] = "unknown"
+    note: str = ""
+    output: str | None = None
+    usage: dict[str, int] = Field(default_factory=dict)
+
+
+class Trace(_Model):
+    """One context build: ``schema`` ``ctxscope.trace/1``."""
+
+    schema_: str = Field(default=SCHEMA, alias="schema")
+    trace_id: str = Field(min_length=1)
+    session_id: str = "default"
+    turn: int = 0
+    created_at: AwareDatetime
+    builder: Builder
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    source_trace_id: str | None = None
+    redactions: dict[str, int] = Field(default_factory=dict)
+    input: CapturedInput
+    config: Config
+    result: BuildResult | None = None
+    outcome: Outcome | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, v: str) -> str:
+        if v != SCHEMA_MAJOR and not v.startswith(SCHEMA_MAJOR + "."):
+            raise ValueError(
+                f"unsupported schema {v!r}: this ctxscope reads {SCHEMA!r}; "
+                "upgrade ctxscope or re-export the trace in that schema"
+            )
+        return v
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def utc_iso(dt: datetime) -> str:
+    """The canonical string form of a timestamp in traces."""
+    return dt.isoformat().replace("+00:00", "Z")

@@ -1,0 +1,111 @@
+"""The GSSC pipeline and its presets.
+
+``build(input, config)`` runs one preset over a captured input and returns a
+``BuildResult`` with a decision for every candidate. Each preset module exposes the same
+two functions:
+
+- ``resolve(config, input) -> Config``: fill every ``None`` knob with the preset default
+  and validate preset-specific rules (e.g. weights that must sum to 1);
+- ``run(input, config, counter, summarizer) -> BuildResult``: the stages
+  (gather → score → select → degrade → structure → compress → report), each a pure function.
+
+Same input + same config + same tokenizer ⇒ byte-identical result (``timings`` aside).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from importlib import import_module
+from typing import Any, Protocol, cast
+
+from ..models import SCHEMA, BuildResult, Builder, CapturedInput, Config, Trace
+from ..tokens import TokenCounter, get_counter
+from .common import Summarizer
+
+PRESET_NAMES: tuple[str, ...] = ("ctxscope", "hello-agents", "hello-agents-book")
+_MODULES = {
+    "ctxscope": "ctxcore.pipeline.ctxscope",
+    "hello-agents": "ctxcore.pipeline.hello_agents",
+    "hello-agents-book": "ctxcore.pipeline.hello_agents_book",
+}
+
+
+class PresetModule(Protocol):
+    NAME: str
+    VERSION: str
+
+    def resolve(self, config: Config, input: CapturedInput) -> Config: ...
+
+    def run(
+        self,
+        input: CapturedInput,
+        config: Config,
+        counter: TokenCounter,
+        summarizer: Summarizer | None = None,
+    ) -> BuildResult: ...
+
+
+def preset(name: str) -> PresetModule:
+    from ..errors import InputError
+
+    if name not in _MODULES:
+        raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESET_NAMES)}")
+    return cast(PresetModule, import_module(_MODULES[name]))
+
+
+def resolve_config(config: Config | None, input: CapturedInput) -> Config:
+    config = config or Config()
+    return preset(config.preset).resolve(config, input)
+
+
+def build(
+    input: CapturedInput,
+    config: Config | None = None,
+    *,
+    summarizer: Summarizer | None = None,
+    counter: TokenCounter | None = None,
+) -> BuildResult:
+    """Run the configured preset on ``input``."""
+    cfg = resolve_config(config, input)
+    mod = preset(cfg.preset)
+    assert cfg.tokenizer is not None
+    return mod.run(input, cfg, counter or get_counter(cfg.tokenizer), summarizer)
+
+
+def build_trace(
+    input: CapturedInput,
+    config: Config | None = None,
+    *,
+    trace_id: str | None = None,
+    session_id: str = "default",
+    turn: int = 0,
+    created_at: datetime | None = None,
+    tags: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    source_trace_id: str | None = None,
+    summarizer: Summarizer | None = None,
+    id_factory: Callable[[], str] = lambda: uuid.uuid4().hex,
+) -> Trace:
+    """Build and wrap the result in a ``ctxscope.trace/1`` trace."""
+    cfg = resolve_config(config, input)
+    result = build(input, cfg, summarizer=summarizer)
+    mod = preset(cfg.preset)
+    return Trace(
+        schema=SCHEMA,
+        trace_id=trace_id or id_factory(),
+        session_id=session_id,
+        turn=turn,
+        created_at=created_at or input.now,
+        builder=Builder(name=f"ctxcore/{mod.NAME}", version=mod.VERSION),
+        tags=tags or [],
+        metadata=metadata or {},
+        source_trace_id=source_trace_id,
+        input=input,
+        config=cfg,
+        result=result,
+    )
+
+
+__all__ = ["PRESET_NAMES", "build", "build_trace", "preset", "resolve_config"]

@@ -1,0 +1,138 @@
+"""Values and helpers shared by every preset's stages.
+
+A ``Candidate`` is the internal, mutable-free working form of a packet (plain dataclass,
+not persisted). Stages are pure functions over lists of candidates; the report stage turns
+the final decisions into the persisted ``BuildResult``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..models import (
+    PARTITIONS,
+    BuildResult,
+    Decision,
+    Message,
+    PartitionUsage,
+    Report,
+    Status,
+    Totals,
+)
+
+INSTRUCTIONS_ID = "builder:instructions"
+HISTORY_ID = "builder:history"
+
+
+def history_id(k: int) -> str:
+    """Id of the K-th history message a builder kept, counted from the oldest kept."""
+    return f"builder:history:{k}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One item a builder considers: a caller packet or one it made itself."""
+
+    id: str
+    kind: str
+    content: str
+    tokens: int
+    timestamp: datetime | None = None
+    relevance: float | None = None  # as given by the caller (None = not given)
+    priority: int = 0
+    must_keep: bool = False
+    order: int = 0  # position in gather order (stable tie-breaks)
+    builder_made: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Timer:
+    """Collects per-stage wall-clock milliseconds (the one non-deterministic output)."""
+
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = round((time.perf_counter() - t0) * 1000, 3)
+
+
+def make_report(
+    decisions: list[Decision], budget: int, used: int, must_keep_ids: list[str]
+) -> Report:
+    included = [
+        d.packet_id for d in decisions if d.status in (Status.KEPT, Status.TRUNCATED)
+    ]
+    summarized = [d.packet_id for d in decisions if d.status == Status.SUMMARIZED]
+    dropped = [
+        d.packet_id
+        for d in decisions
+        if d.status in (Status.DROPPED, Status.FILTERED, Status.NOT_RENDERED)
+    ]
+    reasons = {
+        d.packet_id: d.reason_text
+        for d in decisions
+        if d.status != Status.KEPT or d.notes
+    }
+    return Report(
+        budget=budget,
+        used=used,
+        mustKeep=must_keep_ids,
+        included=included,
+        summarized=summarized,
+        dropped=dropped,
+        reasons=reasons,
+    )
+
+
+def make_partitions(
+    used: dict[str, int], items: dict[str, int], budgets: dict[str, int | None] | None = None
+) -> list[PartitionUsage]:
+    budgets = budgets or {}
+    return [
+        PartitionUsage(
+            name=name,
+            budget=budgets.get(name),
+            used=used.get(name, 0),
+            items=items.get(name, 0),
+        )
+        for name in PARTITIONS
+    ]
+
+
+def finish(
+    *,
+    prompt: str,
+    decisions: list[Decision],
+    partitions: list[PartitionUsage],
+    totals: Totals,
+    must_keep_ids: list[str],
+    warnings: list[str],
+    timer: Timer,
+    messages: list[Message] | None = None,
+) -> BuildResult:
+    with timer.stage("report"):
+        report = make_report(decisions, totals.available, totals.used, must_keep_ids)
+    return BuildResult(
+        prompt=prompt,
+        messages=messages,
+        decisions=decisions,
+        partitions=partitions,
+        totals=totals,
+        report=report,
+        warnings=warnings,
+        timings=dict(timer.timings),
+    )
+
+
+Summarizer = Callable[[str, str, int], str]
+"""``summarizer(kind, content, target_tokens) -> summary``: pluggable (e.g. an LLM)."""

@@ -1,0 +1,256 @@
+"""Exact token counting (tiktoken), offline, plus the seeds' heuristics as named estimators.
+
+tiktoken is the counter of record. Its encodings are normally downloaded on first use;
+this machine (and many CI runners) has no internet, so ctxcore ships ``cl100k_base`` and
+``o200k_base`` rank files and seeds tiktoken's own cache with them. tiktoken still
+verifies them against its pinned SHA-256, so the counts are tiktoken's, not ours.
+
+Counting goes through a ``TokenCounter`` that caches by (tokenizer, content): a re-run
+of the same input after a slider move counts nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import TokenizerError
+
+_DATA = Path(__file__).parent / "data" / "encodings"
+_BLOB = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+#: tiktoken's pinned hashes (tiktoken_ext/openai_public.py); checked again by tiktoken itself.
+_EXPECTED_SHA256 = {
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
+ENCODINGS: tuple[str, ...] = tuple(_EXPECTED_SHA256)
+
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def tiktoken_cache_dir() -> str:
+    """The folder tiktoken reads its cache from (same rules as ``tiktoken.load``)."""
+    if "TIKTOKEN_CACHE_DIR" in os.environ:
+        return os.environ["TIKTOKEN_CACHE_DIR"]
+    if "DATA_GYM_CACHE_DIR" in os.environ:
+        return os.environ["DATA_GYM_CACHE_DIR"]
+    return os.path.join(tempfile.gettempdir(), "data-gym-cache")
+
+
+def seed_tiktoken_cache(directory: str | None = None) -> str:
+    """Copy the bundled rank files into tiktoken's cache under the names it looks for.
+
+    Returns the folder. Safe to call from several processes: each copy is written to a
+    temporary name and renamed into place.
+    """
+    cache = directory if directory is not None else tiktoken_cache_dir()
+    if cache == "":
+        raise TokenizerError(
+            "TIKTOKEN_CACHE_DIR is set to an empty string, which disables tiktoken's cache "
+            "and makes it download encodings; unset it or point it at a writable folder"
+        )
+    os.makedirs(cache, exist_ok=True)
+    for name in ENCODINGS:
+        src = _DATA / f"{name}.tiktoken"
+        key = hashlib.sha1(_BLOB.format(name=name).encode()).hexdigest()
+        dest = os.path.join(cache, key)
+        if os.path.exists(dest) and os.path.getsize(dest) == src.stat().st_size:
+            continue
+        if not src.exists():
+            raise TokenizerError(
+                f"the bundled encoding file {src} is missing; reinstall ctxscope "
+                "(pip install -e .) so that ctxcore/data/encodings is present"
+            )
+        tmp = f"{dest}.{os.getpid()}.{threading.get_ident()}.tmp"
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    return cache
+
+
+_encodings: dict[str, Any] = {}
+_enc_lock = threading.Lock()
+
+
+def get_encoding(name: str) -> Any:
+    """A ``tiktoken.Encoding`` loaded offline; a clear error if it cannot be."""
+    if name in _encodings:
+        return _encodings[name]
+    if name not in ENCODINGS:
+        raise TokenizerError(
+            f"unknown tiktoken encoding {name!r}; ctxscope ships {', '.join(ENCODINGS)}"
+        )
+    with _enc_lock:
+        if name in _encodings:
+            return _encodings[name]
+        import tiktoken
+
+        try:
+            seed_tiktoken_cache()
+        except OSError as exc:
+            raise TokenizerError(
+                f"cannot write tiktoken's cache folder {tiktoken_cache_dir()!r} ({exc}); "
+                "set TIKTOKEN_CACHE_DIR to a writable folder"
+            ) from exc
+        try:
+            enc = tiktoken.get_encoding(name)
+        except Exception as exc:  # tiktoken raises requests/ValueError/OSError here
+            raise TokenizerError(
+                f"tiktoken could not load {name!r} offline ({type(exc).__name__}: {exc}); "
+                f"check that {tiktoken_cache_dir()} holds the seeded file or set "
+                "TIKTOKEN_CACHE_DIR to a writable folder and run `ctxscope doctor`"
+            ) from exc
+        _encodings[name] = enc
+        return enc
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+def book_estimate(text: str) -> int:
+    """hello-agents tutorial ch. 9: CJK chars (U+4E00–U+9FFF) + 1.3 × whitespace words."""
+    return int(len(_CJK.findall(text)) + len(text.split()) * 1.3)
+
+
+def len_div_3(text: str) -> int:
+    return len(text) // 3
+
+
+def len_div_4(text: str) -> int:
+    return len(text) // 4
+
+
+ESTIMATORS: dict[str, Callable[[str], int]] = {
+    "book-heuristic": book_estimate,
+    "len/3": len_div_3,
+    "len/4": len_div_4,
+}
+
+TOKENIZERS: tuple[str, ...] = ENCODINGS + tuple(ESTIMATORS)
+
+
+def is_exact(name: str) -> bool:
+    return name in ENCODINGS
+
+
+# --------------------------------------------------------------------------- counter
+
+
+@dataclass
+class TokenCounter:
+    """Counts tokens with one tokenizer, caching by content.
+
+    The cache is a dict keyed by the text itself: Python hashes a string's content once
+    and keeps the hash on the object, so a warm re-run over the same strings costs one
+    dict lookup per text. ``misses`` counts texts actually sent to the tokenizer.
+    """
+
+    name: str
+    _fn: Callable[[str], int] | None = None
+    _cache: dict[str, int] = field(default_factory=dict)
+    misses: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.name in ESTIMATORS:
+            self._fn = ESTIMATORS[self.name]
+        elif self.name in ENCODINGS:
+            get_encoding(self.name)  # fail now, with the actionable message
+        else:
+            raise TokenizerError(
+                f"unknown tokenizer {self.name!r}; choose one of {', '.join(TOKENIZERS)}"
+            )
+
+    @property
+    def exact(self) -> bool:
+        return self._fn is None
+
+    def _raw_many(self, texts: list[str]) -> list[int]:
+        if self._fn is not None:
+            return [self._fn(t) for t in texts]
+        enc = get_encoding(self.name)
+        if len(texts) == 1:
+            return [len(enc.encode_ordinary(texts[0]))]
+        return [len(ids) for ids in enc.encode_ordinary_batch(texts, num_threads=4)]
+
+    def count(self, text: str) -> int:
+        hit = self._cache.get(text)
+        if hit is not None:
+            return hit
+        (n,) = self._raw_many([text])
+        with self._lock:
+            self._cache[text] = n
+            self.misses += 1
+        return n
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        cache = self._cache
+        missing = [t for t in dict.fromkeys(texts) if t not in cache]
+        if missing:
+            counts = self._raw_many(missing)
+            with self._lock:
+                cache.update(zip(missing, counts, strict=True))
+                self.misses += len(missing)
+        return [cache[t] for t in texts]
+
+    def encode(self, text: str) -> list[int]:
+        if self._fn is not None:
+            raise TokenizerError(f"{self.name} is an estimator and cannot encode text")
+        return list(get_encoding(self.name).encode_ordinary(text))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        if self._fn is not None:
+            raise TokenizerError(f"{self.name} is an estimator and cannot decode tokens")
+        return str(get_encoding(self.name).decode(list(ids)))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` with at most ``max_tokens`` tokens."""
+        if max_tokens <= 0:
+            return ""
+        if self.count(text) <= max_tokens:
+            return text
+        if self._fn is None:
+            ids = self.encode(text)
+            cut = self.decode(ids[:max_tokens])
+            # A multi-byte character split at the cut decodes to U+FFFD; drop it.
+            return cut.rstrip("\ufffd")
+        # Estimators: binary search on the character length.
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._fn(text[:mid]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text[:lo]
+
+
+_counters: dict[str, TokenCounter] = {}
+_counters_lock = threading.Lock()
+
+
+def get_counter(name: str = "cl100k_base") -> TokenCounter:
+    """The process-wide cached counter for a tokenizer name."""
+    counter = _counters.get(name)
+    if counter is None:
+        with _counters_lock:
+            counter = _counters.get(name)
+            if counter is None:
+                counter = TokenCounter(name)
+                _counters[name] = counter
+    return counter
+
+
+def drift(estimate: int, exact: int) -> float:
+    """Relative error of an estimate against the exact count (0.0 when both are 0)."""
+    if exact == 0:
+        return 0.0 if estimate == 0 else math.inf
+    return (estimate - exact) / exact
