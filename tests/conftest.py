@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("CTXSCOPE_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("CTXSCOPE_CORPUS", ROOT / "corpus"))
 
 
 @pytest.fixture(autouse=True)
