@@ -291,6 +291,23 @@ class BuildResult(_Model):
     timings: dict[str, float] = Field(default_factory=dict)
 
 
+# --------------------------------------------------------------------------- diagnostics
+
+Severity = Literal["info", "warning", "error"]
+
+
+class Finding(_Model):
+    """One diagnostics hit: a likely cause of a bad turn, with the packets it is about."""
+
+    detector: str  # stable id, e.g. "must_have_lost", "budget_flooded"
+    severity: Severity
+    packet_ids: list[str] = Field(default_factory=list)
+    message: str  # one sentence a person understands
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    #: a verified smallest config change that would have fixed it, e.g. {"max_tokens": 8312}
+    fix: dict[str, Any] | None = None
+
+
 # --------------------------------------------------------------------------- trace
 
 

@@ -97,6 +97,10 @@ class IngestCounts:
     error_rows: list[IngestErrorRow] = field(default_factory=list)
 
 
+# Ingest contract (ctxcore/ingest.py): ``ingest_paths(store, paths) -> IngestCounts`` reads
+# .jsonl/.json/.jsonl.gz files (or folders of them), idempotent, per-file offsets.
+
+
 class TraceStore:
     """Owns one DuckDB file; applies migrations on open; one cursor per thread."""
 
@@ -114,7 +118,16 @@ class TraceStore:
 
     # ---- writing
     def add_traces(self, traces: Iterable[Trace], *, source: str | None = None) -> int:
-        """Insert traces in one transaction; returns how many were new."""
+        """Insert traces in one transaction; returns how many were new.
+
+        Findings (``ctxcore.models.Finding``) are computed at insert time by
+        ``ctxcore.diagnostics.diagnose(trace)`` when that module is importable and stored in
+        a ``findings`` table (trace_id, detector, severity, packet_ids, message), so the
+        Traces page can filter on them (``TraceFilter.finding``)."""
+        raise NotImplementedError
+
+    def findings(self, trace_id: str) -> list[dict[str, Any]]:
+        """Rows: detector, severity, packet_ids, message."""
         raise NotImplementedError
 
     def add_ingest_error(self, file: str, line: int, message: str) -> None:
