@@ -274,7 +274,9 @@ def corpus_input(n_packets: int = 1000, seed: int = 0) -> CapturedInput:
         Packet(
             id="note:constraint-compat",
             kind="constraint",
-            content="User constraint: 保持向后兼容，不要修改公共 API (keep the public API unchanged).",
+            content=(
+                "User constraint: 保持向后兼容，不要修改公共 API (keep the public API unchanged)."
+            ),
             timestamp=NOW - timedelta(hours=7, minutes=50),
             must_keep=True,
         )
