@@ -31,9 +31,12 @@ def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
         key = key.strip()
         if not key:
             raise InputError(f"--set {pair!r}: the key is empty")
+        value: Any
         try:
-            value: Any = json.loads(raw, parse_constant=lambda c: raw)
+            value = json.loads(raw)
         except json.JSONDecodeError:
+            value = raw
+        if isinstance(value, float) and value != value:  # NaN: keep the literal text
             value = raw
         out[key] = value
     return out
@@ -100,9 +103,7 @@ def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from importlib import import_module
 
-        fn: Callable[[argparse.Namespace], int] = getattr(
-            import_module(f"ctxcore.{module}"), func
-        )
+        fn: Callable[[argparse.Namespace], int] = getattr(import_module(f"ctxcore.{module}"), func)
         return fn(args)
 
     return run

@@ -30,7 +30,7 @@ def decode_utf8(data: bytes, where: str = "") -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputError(
             f"{_where(where)}invalid UTF-8 at byte {exc.start} (line {line}): "
-            f"{data[exc.start:exc.start + 4]!r}; re-save the file as UTF-8"
+            f"{data[exc.start : exc.start + 4]!r}; re-save the file as UTF-8"
         ) from exc
 
 
@@ -51,7 +51,11 @@ def parse_json(text: str, where: str = "") -> Any:
 
 
 def _loc_to_text(loc: tuple[Any, ...], data: Any) -> str:
-    """('input', 'packets', 3, 'timestamp') -> "packet 'tool:call_12' (input.packets[3]) field 'timestamp'"."""
+    """Render a pydantic error location, naming the packet or message by its id.
+
+    ('input', 'packets', 3, 'timestamp') -> "packet 'tool:call_12' (input.packets[3]) field
+    'timestamp'".
+    """
     parts: list[str] = []
     node = data
     packet_label = ""
@@ -130,7 +134,9 @@ def input_from_obj(data: Any, where: str = "") -> CapturedInput:
 
 def config_from_obj(data: Any, where: str = "") -> Config:
     if not isinstance(data, dict):
-        raise InputError(f"{_where(where)}a config must be a JSON object, got {type(data).__name__}")
+        raise InputError(
+            f"{_where(where)}a config must be a JSON object, got {type(data).__name__}"
+        )
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

@@ -106,7 +106,8 @@ def get_encoding(name: str) -> Any:
             raise TokenizerError(
                 f"tiktoken could not load {name!r} offline ({type(exc).__name__}: {exc}); "
                 f"check that {tiktoken_cache_dir()} holds the seeded file or set "
-                "TIKTOKEN_CACHE_DIR to a writable folder and run `ctxscope doctor`"
+                "TIKTOKEN_CACHE_DIR to a writable folder (ctxscope seeds it from "
+                "ctxcore/data/encodings)"
             ) from exc
         _encodings[name] = enc
         return enc

@@ -20,7 +20,7 @@ from datetime import datetime
 from importlib import import_module
 from typing import Any, Protocol, cast
 
-from ..models import SCHEMA, BuildResult, Builder, CapturedInput, Config, Trace
+from ..models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Trace
 from ..tokens import TokenCounter, get_counter
 from .common import Summarizer
 
@@ -93,7 +93,7 @@ def build_trace(
     result = build(input, cfg, summarizer=summarizer)
     mod = preset(cfg.preset)
     return Trace(
-        schema=SCHEMA,
+        schema_=SCHEMA,
         trace_id=trace_id or id_factory(),
         session_id=session_id,
         turn=turn,

@@ -1,0 +1,118 @@
+"""Exact, offline token counting and the named estimators."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import tiktoken
+import tiktoken_ext.openai_public as openai_public
+from tiktoken.load import load_tiktoken_bpe
+
+from ctxcore import tokens
+from ctxcore.errors import TokenizerError
+from ctxcore.tokens import TokenCounter, book_estimate, get_counter, len_div_3, len_div_4
+
+DATA = Path(tokens.__file__).parent / "data" / "encodings"
+
+
+def _independent_encoding(name: str, monkeypatch: pytest.MonkeyPatch) -> tiktoken.Encoding:
+    """Build the encoding through tiktoken_ext's own constructor, fed the bundled file
+    directly (not through our cache seeding), with tiktoken's pinned hash check."""
+
+    def local_load(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        return load_tiktoken_bpe(str(DATA / url.rsplit("/", 1)[1]), expected_hash=expected_hash)
+
+    monkeypatch.setattr(openai_public, "load_tiktoken_bpe", local_load)
+    return tiktoken.Encoding(**getattr(openai_public, name)())
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_encodings_load_offline_into_an_empty_cache(name: str) -> None:
+    cache = Path(os.environ["TIKTOKEN_CACHE_DIR"])
+    assert not cache.exists()
+    tokens._encodings.pop(name, None)
+    enc = tokens.get_encoding(name)
+    assert enc.name == name
+    # tiktoken looked the file up under its own cache key and found ours
+    assert any(p.stat().st_size > 1_000_000 for p in cache.iterdir())
+
+
+def test_known_token_ids() -> None:
+    assert tokens.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]
+    assert tokens.get_encoding("o200k_base").encode("hello world") == [24912, 2375]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_counts_equal_tiktoken_on_corpus(
+    name: str, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = _independent_encoding(name, monkeypatch)
+    texts = [
+        (corpus / f).read_text(encoding="utf-8")
+        for f in (
+            "d05_pip_install_editable_marshmallow.log",
+            "d06_jest_failure_zh_xresolver.log",
+            "c01_zh_opencode_session_ses_4398.md",
+            "d07_npm_run_verify_tsc_jest_pack.log",
+        )
+    ]
+    counter = TokenCounter(name)
+    assert counter.count_many(texts) == [len(reference.encode_ordinary(t)) for t in texts]
+    assert counter.count(texts[2]) == len(reference.encode_ordinary(texts[2]))
+
+
+def test_cache_counts_nothing_new_on_rerun(corpus: Path) -> None:
+    counter = TokenCounter("cl100k_base")
+    texts = [line for line in (corpus / "d04_grep_r_qualname_sphinx.txt").read_text().splitlines()]
+    first = counter.count_many(texts)
+    misses = counter.misses
+    assert misses == len(set(texts))
+    assert counter.count_many(list(texts)) == first
+    assert counter.misses == misses
+
+
+def test_unknown_tokenizer_names_the_choices() -> None:
+    with pytest.raises(TokenizerError, match="choose one of cl100k_base, o200k_base"):
+        TokenCounter("gpt2")
+
+
+def test_unwritable_cache_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(tokens, "_encodings", {})
+    with pytest.raises(TokenizerError, match="TIKTOKEN_CACHE_DIR"):
+        tokens.get_encoding("cl100k_base")
+
+
+def test_missing_bundled_file_is_an_error_not_a_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tokens, "_DATA", tmp_path / "nowhere")
+    monkeypatch.setattr(tokens, "_encodings", {})
+    with pytest.raises(TokenizerError, match="reinstall ctxscope"):
+        tokens.get_encoding("o200k_base")
+
+
+def test_book_estimator_counts_cjk_twice_inside_words() -> None:
+    # 2 CJK chars + 1.3 × 2 words = 4.6 -> 4
+    assert book_estimate("你好 world") == 4
+    # "你好world" is one word with 2 CJK chars: 2 + 1.3 = 3.3 -> 3
+    assert book_estimate("你好world") == 3
+    # kana and hangul are not counted as characters
+    assert book_estimate("こんにちは") == 1
+    assert len_div_3("abcdefg") == 2
+    assert len_div_4("abcdefg") == 1
+
+
+def test_truncate_respects_the_limit() -> None:
+    counter = get_counter("cl100k_base")
+    text = "结论：测试失败。" * 50 + " the end"
+    cut = counter.truncate(text, 17)
+    assert text.startswith(cut)
+    assert counter.count(cut) <= 17
+    assert "\ufffd" not in cut
+    est = get_counter("len/4")
+    assert est.count(est.truncate("x" * 100, 10)) <= 10
