@@ -69,20 +69,14 @@ class Timer:
 def make_report(
     decisions: list[Decision], budget: int, used: int, must_keep_ids: list[str]
 ) -> Report:
-    included = [
-        d.packet_id for d in decisions if d.status in (Status.KEPT, Status.TRUNCATED)
-    ]
+    included = [d.packet_id for d in decisions if d.status in (Status.KEPT, Status.TRUNCATED)]
     summarized = [d.packet_id for d in decisions if d.status == Status.SUMMARIZED]
     dropped = [
         d.packet_id
         for d in decisions
         if d.status in (Status.DROPPED, Status.FILTERED, Status.NOT_RENDERED)
     ]
-    reasons = {
-        d.packet_id: d.reason_text
-        for d in decisions
-        if d.status != Status.KEPT or d.notes
-    }
+    reasons = {d.packet_id: d.reason_text for d in decisions if d.status != Status.KEPT or d.notes}
     return Report(
         budget=budget,
         used=used,
