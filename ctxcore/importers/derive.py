@@ -1,0 +1,259 @@
+"""Turn a captured input that some other system sent to a model into a ctxscope trace.
+
+An imported prompt was not built by us: everything it holds was, by definition, kept.
+This module derives the decisions that say so (status ``kept``, reason ``FITS``, tokens
+counted with the real tokenizer), the partition usage and the totals, so an imported
+request can be inspected, compared and re-run with another preset like any recorded
+build. Shared by every importer (OpenAI-style requests, OTLP GenAI spans).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import __version__ as _ctxcore_version
+from ..models import (
+    Builder,
+    BuildResult,
+    CapturedInput,
+    Config,
+    Decision,
+    Message,
+    Outcome,
+    Reason,
+    Status,
+    Totals,
+    Trace,
+)
+from ..pipeline.common import INSTRUCTIONS_ID, Timer, finish, history_id, make_partitions
+from ..tokens import TokenCounter, get_counter
+
+TOOLS_ID = "builder:tools"
+TASK_ID = "builder:task"
+
+#: Which tiktoken encoding a model family uses; anything unknown counts with cl100k_base.
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
+
+#: A provider-reported prompt size this far from our count gets a warning.
+USAGE_TOLERANCE = 0.10
+
+
+def tokenizer_for_model(model: str | None) -> str:
+    """The encoding that counts a model's tokens best among the ones ctxscope ships."""
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    return "o200k_base" if name.startswith(_O200K_PREFIXES) else "cl100k_base"
+
+
+def tools_text(tools: list[Any]) -> str:
+    """The tool definitions as the compact JSON a provider puts into the prompt."""
+    return json.dumps(
+        [t.model_dump(mode="json") for t in tools], ensure_ascii=False, separators=(",", ":")
+    )
+
+
+def stable_id(*parts: Any) -> str:
+    """A deterministic trace id: re-importing the same request is a no-op in the store."""
+    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def import_config(input: CapturedInput, tokenizer: str) -> Config:
+    """The ``ctxscope`` preset's config, resolved when the preset is available."""
+    cfg = Config(preset="ctxscope", tokenizer=tokenizer)
+    try:
+        from ..pipeline import resolve_config
+
+        return resolve_config(cfg, input)
+    except ModuleNotFoundError:
+        # TODO(issue 3): the ctxscope preset is being written in parallel; until it lands
+        # the trace stores the unresolved config (preset + tokenizer).
+        return cfg
+
+
+@dataclass
+class _Item:
+    id: str
+    kind: str
+    content: str
+    partition: str
+    must_keep: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def _items(input: CapturedInput) -> list[_Item]:
+    items: list[_Item] = []
+    if input.system_instructions:
+        items.append(
+            _Item(
+                INSTRUCTIONS_ID,
+                "instructions",
+                input.system_instructions,
+                "[Role & Policies]",
+                True,
+            )
+        )
+    if input.tools:
+        items.append(
+            _Item(
+                TOOLS_ID,
+                "tools",
+                tools_text(input.tools),
+                "[Role & Policies]",
+                notes=[f"{len(input.tools)} tool definitions, counted as compact JSON"],
+            )
+        )
+    for p in input.packets:
+        if p.kind in ("instructions", "policy"):
+            part = "[Role & Policies]"
+        elif p.kind in ("tool_result", "evidence", "retrieval", "knowledge", "file"):
+            part = "[Evidence]"
+        elif p.kind in ("state", "note"):
+            part = "[State]"
+        else:
+            part = "[Context]"
+        items.append(_Item(p.id, p.kind, p.content, part, p.must_keep))
+    for k, m in enumerate(input.history):
+        items.append(_Item(history_id(k), "history", m.content, "[Context]"))
+    items.append(_Item(TASK_ID, "task", input.query, "[Task]", True))
+    return items
+
+
+def render_prompt(messages: list[Message], tools_json: str) -> str:
+    """A readable flat form of a chat request: one ``[role]`` block per message."""
+    blocks = [f"[tools]\n{tools_json}"] if tools_json else []
+    blocks.extend(f"[{m.role}]\n{m.content}" for m in messages)
+    return "\n\n".join(blocks)
+
+
+def derive_result(
+    input: CapturedInput,
+    messages: list[Message],
+    counter: TokenCounter,
+    *,
+    window_fallback: int | None = None,
+    warnings: list[str] | None = None,
+) -> BuildResult:
+    """Decisions, partitions and totals for a prompt that was sent as it is."""
+    timer = Timer()
+    with timer.stage("gather"):
+        items = _items(input)
+        counts = counter.count_many([it.content for it in items])
+    used = sum(counts)
+    reserve = input.output_reserve or 0
+    warns = list(warnings or [])
+    window = input.window or window_fallback
+    if window is None:
+        window = used + reserve
+        warns.append(
+            "the model's context window is unknown; the totals use the prompt's own size "
+            "(pass --window or set input.window to see the free space)"
+        )
+    available = max(window - reserve, 0)
+    if used > available:
+        warns.append(
+            f"the imported prompt uses {used:,} tokens, more than the {available:,} available"
+        )
+    decisions: list[Decision] = []
+    p_used: dict[str, int] = {}
+    p_items: dict[str, int] = {}
+    left = available
+    with timer.stage("select"):
+        for rank, (it, n) in enumerate(zip(items, counts, strict=True)):
+            left -= n
+            p_used[it.partition] = p_used.get(it.partition, 0) + n
+            p_items[it.partition] = p_items.get(it.partition, 0) + 1
+            decisions.append(
+                Decision(
+                    packet_id=it.id,
+                    kind=it.kind,
+                    status=Status.KEPT,
+                    reason=Reason.MUST_KEEP if it.must_keep else Reason.FITS,
+                    reason_text="present in the imported prompt (imports keep everything they saw)",
+                    partition=it.partition,
+                    rank=rank,
+                    tokens_before=n,
+                    tokens_after=n,
+                    budget_left=left,
+                    notes=it.notes,
+                )
+            )
+    totals = Totals(
+        window=window,
+        output_reserve=reserve,
+        safety_margin=0,
+        available=available,
+        used=used,
+        tokenizer=counter.name,
+    )
+    return finish(
+        prompt=render_prompt(messages, tools_text(input.tools) if input.tools else ""),
+        messages=messages,
+        decisions=decisions,
+        partitions=make_partitions(p_used, p_items),
+        totals=totals,
+        must_keep_ids=[it.id for it in items if it.must_keep],
+        warnings=warns,
+        timer=timer,
+    )
+
+
+def usage_warning(usage: dict[str, int], used: int, tokenizer: str) -> str | None:
+    """A warning when the provider's prompt count and ours differ by more than 10%."""
+    reported = usage.get("prompt_tokens", usage.get("input_tokens"))
+    if reported is None or reported <= 0:
+        return None
+    diff = (used - reported) / reported
+    if abs(diff) <= USAGE_TOLERANCE:
+        return None
+    return (
+        f"the provider reported {reported:,} prompt tokens; ctxscope counted {used:,} with "
+        f"{tokenizer} ({diff:+.0%}); chat-format overhead, images or another tokenizer explain "
+        "a gap"
+    )
+
+
+def make_trace(
+    input: CapturedInput,
+    messages: list[Message],
+    *,
+    builder: str,
+    model: str | None,
+    trace_id: str,
+    session_id: str,
+    turn: int,
+    created_at: datetime,
+    usage: dict[str, int] | None = None,
+    output: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    tags: list[str] | None = None,
+) -> Trace:
+    """Wrap an imported input and its derived result in a ``ctxscope.trace/1`` trace."""
+    tok = tokenizer_for_model(model)
+    cfg = import_config(input, tok)
+    counter = get_counter(cfg.tokenizer or tok)
+    result = derive_result(input, messages, counter, window_fallback=None)
+    usage = dict(usage or {})
+    warn = usage_warning(usage, result.totals.used, counter.name)
+    if warn is not None:
+        result = result.model_copy(update={"warnings": [*result.warnings, warn]})
+    outcome = Outcome(output=output, usage=usage) if (usage or output is not None) else None
+    meta = dict(metadata or {})
+    if model:
+        meta.setdefault("model", model)
+    return Trace(
+        trace_id=trace_id,
+        session_id=session_id,
+        turn=turn,
+        created_at=created_at,
+        builder=Builder(name=builder, version=_ctxcore_version),
+        tags=tags or ["imported"],
+        metadata=meta,
+        input=input,
+        config=cfg,
+        result=result,
+        outcome=outcome,
+    )

@@ -1,0 +1,479 @@
+"""Import OpenAI-style chat requests (``messages`` + ``tools``) as ctxscope traces.
+
+Most agents end up sending a chat-completions request, so this is the widest door into
+ctxscope: paste a request (or a trajectory that holds one) and see where its tokens went.
+Roles map to the trace contract as follows:
+
+- ``system``/``developer`` → ``input.system_instructions`` (several are joined by a blank
+  line; ``developer`` messages after the first non-system message become ``policy``
+  packets instead, since they were injected mid-conversation);
+- the last ``user`` message → ``input.query`` (unless a query is given);
+- other ``user``/``assistant`` messages → ``input.history`` (``id`` ``msg-<index>``);
+  an assistant's tool calls are written into its content as compact ``name(args)`` lines
+  and kept in full in ``metadata.tool_calls``;
+- ``tool`` (and legacy ``function``) messages → packets ``tool:<tool_call_id>`` of kind
+  ``tool_result``;
+- ``tools`` (OpenAI ``{"type":"function","function":{...}}`` or flat) → ``input.tools``.
+
+Content may be a string or a list of parts: OpenAI ``{"type":"text","text":..}``, the
+``{"type":..,"value":..}`` parts of LLaMA-Factory data (``text``/``reasoning``/
+``tool_call``), and the OpenTelemetry GenAI parts (``text``/``reasoning``/``tool_call``/
+``tool_call_response``). Reasoning is kept in message metadata, not in the counted content,
+because providers do not send it back as context.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import ImportFormatError
+from ..models import CapturedInput, Message, Packet, ToolDef, Trace
+from .derive import make_trace, stable_id
+
+BUILDER_NAME = "import/openai"
+
+
+@dataclass
+class ToolCall:
+    id: str | None
+    name: str
+    arguments: str
+
+
+@dataclass
+class NormMessage:
+    """One chat message reduced to what every source format has in common."""
+
+    index: int
+    role: str
+    text: str
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None  # for tool results
+    name: str | None = None
+
+
+def _args_text(args: Any) -> str:
+    if isinstance(args, str):
+        return args
+    return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_of(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _inner(obj: dict[str, Any]) -> dict[str, Any]:
+    """The ``function`` object of OpenAI's nested form, or the object itself."""
+    fn = obj.get("function")
+    return fn if isinstance(fn, dict) else obj
+
+
+def _call_from_obj(obj: Any, where: str) -> ToolCall:
+    """A tool call in OpenAI form (``function: {name, arguments}``) or flat form."""
+    if isinstance(obj, str):
+        try:
+            obj = json.loads(obj)
+        except json.JSONDecodeError as exc:
+            raise ImportFormatError(f"{where}: tool call is not JSON ({exc.msg})") from exc
+    if not isinstance(obj, dict):
+        raise ImportFormatError(f"{where}: a tool call must be an object")
+    fn = _inner(obj)
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise ImportFormatError(f"{where}: tool call without a function name")
+    cid = obj.get("id")
+    return ToolCall(
+        id=str(cid) if cid else None, name=name, arguments=_args_text(fn.get("arguments", {}))
+    )
+
+
+def normalize_message(msg: Any, index: int) -> NormMessage:
+    """Reduce one message of any supported shape to a ``NormMessage``."""
+    where = f"messages[{index}]"
+    if not isinstance(msg, dict):
+        raise ImportFormatError(f"{where}: a message must be an object, got {type(msg).__name__}")
+    role = msg.get("role")
+    if not isinstance(role, str) or not role:
+        raise ImportFormatError(f"{where}: missing 'role' (expected system/user/assistant/tool)")
+    out = NormMessage(index=index, role=role, text="")
+    content = msg.get("content")
+    if "parts" in msg and content is None:
+        content = msg["parts"]
+    texts: list[str] = []
+    reasoning: list[str] = []
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            pw = f"{where}.content[{j}]"
+            if isinstance(part, str):
+                texts.append(part)
+                continue
+            if not isinstance(part, dict):
+                raise ImportFormatError(f"{pw}: a content part must be an object or a string")
+            ptype = part.get("type", "text")
+            value = part.get("text", part.get("content", part.get("value")))
+            if ptype in ("text", "input_text", "output_text", "refusal"):
+                texts.append(_text_of(value if ptype != "refusal" else part.get("refusal", value)))
+            elif ptype in ("reasoning", "thinking"):
+                reasoning.append(_text_of(value if value is not None else part.get("thinking")))
+            elif ptype == "tool_call":
+                out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
+            elif ptype == "tool_call_response":
+                out.tool_call_id = str(part["id"]) if part.get("id") else out.tool_call_id
+                texts.append(_text_of(part.get("response", value)))
+            else:  # images, audio, files: a placeholder keeps the shape visible
+                texts.append(f"[{ptype}]")
+    elif content is not None:
+        texts.append(_text_of(content))
+    out.text = "\n".join(texts)
+    out.reasoning = "\n".join(r for r in reasoning if r)
+    for j, call in enumerate(msg.get("tool_calls") or []):
+        out.tool_calls.append(_call_from_obj(call, f"{where}.tool_calls[{j}]"))
+    if isinstance(msg.get("function_call"), dict):  # legacy single function call
+        out.tool_calls.append(_call_from_obj(msg["function_call"], f"{where}.function_call"))
+    tcid = msg.get("tool_call_id")
+    if tcid is None and isinstance(msg.get("tool_call_ids"), list) and msg["tool_call_ids"]:
+        tcid = msg["tool_call_ids"][0]  # SWE-agent trajectories
+    if tcid is not None:
+        out.tool_call_id = str(tcid)
+    if isinstance(msg.get("name"), str):
+        out.name = msg["name"]
+    return out
+
+
+def tool_from_obj(obj: Any, index: int) -> ToolDef:
+    """OpenAI ``{"type":"function","function":{...}}`` or flat ``{name, ...}`` → ToolDef."""
+    where = f"tools[{index}]"
+    if not isinstance(obj, dict):
+        raise ImportFormatError(f"{where}: a tool definition must be an object")
+    fn = _inner(obj)
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise ImportFormatError(f"{where}: tool definition without a name")
+    params = fn.get("parameters", fn.get("input_schema", {}))
+    return ToolDef(
+        name=name,
+        description=str(fn.get("description") or ""),
+        parameters=params if isinstance(params, dict) else {},
+    )
+
+
+def parse_tools(tools: Any) -> list[ToolDef]:
+    """Tool definitions given as a list or as a JSON string holding one."""
+    if tools is None:
+        return []
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools) if tools.strip() else []
+        except json.JSONDecodeError as exc:
+            raise ImportFormatError(f"tools: not valid JSON ({exc.msg})") from exc
+    if not isinstance(tools, list):
+        raise ImportFormatError("tools: expected a list of tool definitions")
+    return [tool_from_obj(t, i) for i, t in enumerate(tools)]
+
+
+def _call_line(call: ToolCall) -> str:
+    return f"{call.name}({call.arguments})"
+
+
+def captured_input_from_norm(
+    msgs: list[NormMessage],
+    *,
+    tools: list[ToolDef],
+    now: datetime,
+    query: str | None = None,
+    window: int | None = None,
+    output_reserve: int | None = None,
+) -> tuple[CapturedInput, list[Message]]:
+    """The captured input and the flat chat messages (for ``result.messages``)."""
+    last_user = None
+    if query is None:
+        for m in reversed(msgs):
+            if m.role == "user":
+                last_user = m.index
+                break
+    system: list[str] = []
+    history: list[Message] = []
+    packets: list[Packet] = []
+    flat: list[Message] = []
+    pending: list[ToolCall] = []  # calls without a result yet, oldest first
+    seen_ids: set[str] = set()
+    synth = 0
+    seen_conversation = False
+    for m in msgs:
+        mid = f"msg-{m.index}"
+        if m.role in ("system", "developer") and not (seen_conversation and m.role == "developer"):
+            system.append(m.text)
+            flat.append(Message(role=m.role, content=m.text, id=mid))
+            continue
+        if m.role == "developer":
+            packets.append(
+                Packet(id=f"policy:{mid}", kind="policy", content=m.text, must_keep=True)
+            )
+            flat.append(Message(role=m.role, content=m.text, id=mid))
+            continue
+        seen_conversation = True
+        if m.role in ("tool", "function", "ipython"):
+            call = None
+            if m.tool_call_id is not None:
+                call = next((c for c in pending if c.id == m.tool_call_id), None)
+            elif pending:
+                call = pending[0]
+            if call is not None:
+                pending.remove(call)
+            cid = m.tool_call_id or (call.id if call else None) or mid
+            pid = f"tool:{cid}"
+            n = 2
+            while pid in seen_ids:
+                pid = f"tool:{cid}#{n}"
+                n += 1
+            seen_ids.add(pid)
+            meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid}
+            name = m.name or (call.name if call else None)
+            if name:
+                meta["name"] = name
+            packets.append(Packet(id=pid, kind="tool_result", content=m.text, metadata=meta))
+            flat.append(
+                Message(role="tool", content=m.text, id=mid, metadata={"tool_call_id": cid})
+            )
+            continue
+        if m.index == last_user:
+            flat.append(Message(role="user", content=m.text, id=mid))
+            continue
+        meta = {}
+        content = m.text
+        if m.tool_calls:
+            calls = []
+            for c in m.tool_calls:
+                if c.id is None:
+                    synth += 1
+                    c.id = f"call_{m.index}_{synth}"
+                pending.append(c)
+                calls.append({"id": c.id, "name": c.name, "arguments": c.arguments})
+            meta["tool_calls"] = calls
+            lines = "\n".join(_call_line(c) for c in m.tool_calls)
+            content = f"{content}\n{lines}" if content else lines
+        if m.reasoning:
+            meta["reasoning"] = m.reasoning
+        if m.name:
+            meta["name"] = m.name
+        msg = Message(role=m.role, content=content, id=mid, metadata=meta)
+        history.append(msg)
+        flat.append(msg)
+    if query is None:
+        query = next((m.text for m in msgs if m.index == last_user), "")
+    inp = CapturedInput(
+        query=query,
+        now=now,
+        system_instructions="\n\n".join(system),
+        history=history,
+        packets=packets,
+        tools=tools,
+        window=window,
+        output_reserve=output_reserve,
+    )
+    return inp, flat
+
+
+def captured_input_from_messages(
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    now: datetime,
+    query: str | None = None,
+    window: int | None = None,
+) -> CapturedInput:
+    """An OpenAI-style ``messages`` list (and ``tools``) as a ctxscope captured input."""
+    norm = [normalize_message(m, i) for i, m in enumerate(messages)]
+    inp, _ = captured_input_from_norm(
+        norm, tools=parse_tools(tools), now=now, query=query, window=window
+    )
+    return inp
+
+
+def usage_from_obj(obj: Any) -> dict[str, int]:
+    """Integer counters of a provider ``usage`` object (nested details flattened)."""
+    out: dict[str, int] = {}
+    if not isinstance(obj, dict):
+        return out
+    for key, value in obj.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            out[key] = value
+        elif isinstance(value, dict):
+            for sub, v in value.items():
+                if isinstance(v, int) and not isinstance(v, bool):
+                    out[f"{key}.{sub}"] = v
+    return out
+
+
+def _created(request: dict[str, Any]) -> datetime | None:
+    for holder in (request, request.get("response")):
+        if isinstance(holder, dict) and isinstance(holder.get("created"), int | float):
+            return datetime.fromtimestamp(float(holder["created"]), tz=UTC)
+    return None
+
+
+def trace_from_request(
+    request: dict[str, Any],
+    *,
+    now: datetime | None = None,
+    session_id: str = "import",
+    turn: int = 0,
+    trace_id: str | None = None,
+    query: str | None = None,
+) -> Trace:
+    """An OpenAI chat request (optionally with its ``response``/``usage``) → a trace.
+
+    Without ``trace_id`` the id is a hash of the request, so importing the same request
+    twice is a no-op in the store. Without ``now`` the request's ``created`` time is used,
+    else the current time.
+    """
+    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+        raise ImportFormatError(
+            "an OpenAI chat request is an object with a 'messages' list; got "
+            + (
+                f"keys {sorted(request)[:6]}"
+                if isinstance(request, dict)
+                else type(request).__name__
+            )
+        )
+    norm = [normalize_message(m, i) for i, m in enumerate(request["messages"])]
+    tools = parse_tools(request.get("tools"))
+    when = now or _created(request) or datetime.now(UTC)
+    window = request.get("window") if isinstance(request.get("window"), int) else None
+    reserve = request.get("max_completion_tokens", request.get("max_tokens"))
+    inp, flat = captured_input_from_norm(
+        norm,
+        tools=tools,
+        now=when,
+        query=query,
+        window=window,
+        output_reserve=reserve if isinstance(reserve, int) and reserve >= 0 else None,
+    )
+    raw_response = request.get("response")
+    response: dict[str, Any] = raw_response if isinstance(raw_response, dict) else {}
+    usage = usage_from_obj(request.get("usage") or response.get("usage"))
+    output = None
+    choices = response.get("choices") or request.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+        if isinstance(message, dict):
+            output = _text_of(message.get("content")) or None
+    model = request.get("model") or response.get("model")
+    return make_trace(
+        inp,
+        flat,
+        builder=BUILDER_NAME,
+        model=model if isinstance(model, str) else None,
+        trace_id=trace_id or stable_id(BUILDER_NAME, request["messages"], request.get("tools")),
+        session_id=session_id,
+        turn=turn,
+        created_at=when,
+        usage=usage,
+        output=output,
+    )
+
+
+# --------------------------------------------------------------------------- other shapes
+
+
+def messages_from_sharegpt(
+    conversations: list[Any], system: str | None = None
+) -> list[dict[str, Any]]:
+    """ShareGPT turns (``human``/``gpt``/``function_call``/``observation``) → OpenAI messages.
+
+    A ``function_call`` turn holds ``{"name":..., "arguments":...}`` as JSON text; it gets a
+    synthetic call id that the following ``observation`` turn answers.
+    """
+    roles = {
+        "human": "user",
+        "user": "user",
+        "gpt": "assistant",
+        "assistant": "assistant",
+        "system": "system",
+        "observation": "tool",
+        "tool": "tool",
+    }
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    pending: list[str] = []
+    for i, turn in enumerate(conversations):
+        if not isinstance(turn, dict) or "from" not in turn:
+            raise ImportFormatError(f"conversations[{i}]: expected {{'from': ..., 'value': ...}}")
+        who, value = turn["from"], turn.get("value", "")
+        if who == "function_call":
+            cid = f"call_{i}"
+            call = _call_from_obj(value, f"conversations[{i}]")
+            pending.append(cid)
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                    ],
+                }
+            )
+        elif who in roles:
+            msg: dict[str, Any] = {"role": roles[who], "content": value}
+            if roles[who] == "tool" and pending:
+                msg["tool_call_id"] = pending.pop(0)
+            out.append(msg)
+        else:
+            raise ImportFormatError(f"conversations[{i}]: unknown speaker {who!r}")
+    return out
+
+
+def requests_from_obj(data: Any) -> list[dict[str, Any]]:
+    """Every chat request a JSON value holds.
+
+    Accepted: a request ``{"messages": [...]}``; a bare list of messages; a SWE-agent
+    trajectory ``{"history": [...]}``; a list of ShareGPT records ``{"conversations",
+    "tools"}`` (one request each); a list of requests.
+    """
+    if isinstance(data, dict):
+        if isinstance(data.get("messages"), list):
+            return [data]
+        if isinstance(data.get("history"), list):
+            return [{"messages": data["history"], "tools": data.get("tools")}]
+        if isinstance(data.get("conversations"), list):
+            return [
+                {
+                    "messages": messages_from_sharegpt(data["conversations"], data.get("system")),
+                    "tools": data.get("tools"),
+                }
+            ]
+    if isinstance(data, list) and data:
+        if all(isinstance(m, dict) and "role" in m for m in data):
+            return [{"messages": data}]
+        if all(
+            isinstance(m, dict) and ("messages" in m or "conversations" in m or "history" in m)
+            for m in data
+        ):
+            return [r for item in data for r in requests_from_obj(item)]
+    raise ImportFormatError(
+        "not an OpenAI-style chat request: expected {'messages': [...]}, a list of messages, "
+        "a trajectory with 'history', or ShareGPT records with 'conversations'"
+    )
+
+
+def traces_from_obj(
+    data: Any, *, session_id: str = "import", now: datetime | None = None
+) -> list[Trace]:
+    """One trace per request found in ``data`` (turn = its position)."""
+    return [
+        trace_from_request(req, now=now, session_id=session_id, turn=i)
+        for i, req in enumerate(requests_from_obj(data))
+    ]
