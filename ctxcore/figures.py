@@ -1,0 +1,653 @@
+"""Plotly figure builders for the debugger and the HTML report.
+
+They take a ``Trace`` (or plain rows) and return a ``go.Figure``; nothing here imports
+Streamlit, so the app, the offline HTML report and the tests draw the same pictures.
+
+Every string that comes from a trace (packet ids, kinds, reason sentences, session ids)
+is untrusted: plotly renders hover text, tick labels and annotations as a small subset
+of HTML (``<b>``, ``<br>``, ``<a href>``...), so such strings go through ``esc`` before
+they reach a figure. Our own fixed labels may use ``<br>``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from .models import PARTITIONS, Decision, Status, Trace
+
+#: One colour per decision status, used by every figure so the legend means one thing.
+STATUS_COLORS: dict[str, str] = {
+    Status.KEPT.value: "#2e9e44",
+    Status.TRUNCATED.value: "#d4a017",
+    Status.SUMMARIZED.value: "#3b7dd8",
+    Status.DROPPED.value: "#d64541",
+    Status.FILTERED.value: "#8c8c8c",
+    Status.NOT_RENDERED.value: "#9b59b6",
+}
+STATUS_ORDER: tuple[str, ...] = tuple(s.value for s in Status)
+
+PARTITION_COLORS: dict[str, str] = {
+    "[Role & Policies]": "#4c72b0",
+    "[Task]": "#dd8452",
+    "[State]": "#55a868",
+    "[Evidence]": "#c44e52",
+    "[Context]": "#8172b3",
+    "[Output]": "#937860",
+}
+_OTHER_COLORS = ("#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+RESERVE_COLOR = "#b0b0b0"
+SAFETY_COLOR = "#d9d9d9"
+FREE_COLOR = "#f4f4f4"
+OVER_COLOR = "#b22222"
+
+#: hello-agents 0.2.8 has no weights in its config: 0.7 × relevance + 0.3 × recency is fixed.
+_FIXED_WEIGHTS = {"hello-agents": (0.7, 0.3)}
+
+_LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "font": {"family": "sans-serif", "size": 13},
+    "hoverlabel": {"align": "left"},
+}
+
+
+def esc(text: object, limit: int = 300) -> str:
+    """Untrusted text made safe for plotly's pseudo-HTML: shortened, then escaped."""
+    s = str(text)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return html.escape(s, quote=True)
+
+
+def _partition_color(name: str, i: int) -> str:
+    return PARTITION_COLORS.get(name, _OTHER_COLORS[i % len(_OTHER_COLORS)])
+
+
+def _empty(title: str, message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        title=title,
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[
+            {
+                "text": message,
+                "showarrow": False,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "font": {"size": 14, "color": "#666"},
+            }
+        ],
+        height=220,
+        **_LAYOUT,
+    )
+    return fig
+
+
+def _pct(n: int, of: int) -> str:
+    return f"{100.0 * n / of:.1f}%" if of else "–"
+
+
+# --------------------------------------------------------------------------- window
+
+
+def window_segments(trace: Trace) -> list[tuple[str, int, str]]:
+    """The whole window as (label, tokens, colour), in drawing order.
+
+    Partitions' own tokens, then whatever the builder used outside any partition
+    (headers, separators), the free space of the budget, the safety margin and the
+    output reserve. When the build used more than it had, an ``over budget`` segment
+    shows by how much (and free space is 0).
+    """
+    if trace.result is None:
+        return []
+    res = trace.result
+    t = res.totals
+    segs: list[tuple[str, int, str]] = []
+    part_sum = 0
+    for i, p in enumerate(res.partitions):
+        if p.used > 0:
+            segs.append((p.name, p.used, _partition_color(p.name, i)))
+            part_sum += p.used
+    unattributed = t.used - part_sum
+    if unattributed > 0:
+        segs.append(("headers & separators", unattributed, "#c7c7c7"))
+    free = t.available - t.used
+    if free > 0:
+        segs.append(("free", free, FREE_COLOR))
+    elif free < 0:
+        segs.append(("over budget", -free, OVER_COLOR))
+    if t.safety_margin > 0:
+        segs.append(("safety margin", t.safety_margin, SAFETY_COLOR))
+    if t.output_reserve > 0:
+        segs.append(("output reserve", t.output_reserve, RESERVE_COLOR))
+    return segs
+
+
+def window_bar(trace: Trace) -> go.Figure:
+    """One horizontal bar for the whole context window: where every token went."""
+    title = "Context window"
+    if trace.result is None:
+        return _empty(title, "This trace has no build result (captured input only).")
+    t = trace.result.totals
+    segs = window_segments(trace)
+    fig = go.Figure()
+    for label, n, color in segs:
+        fig.add_trace(
+            go.Bar(
+                x=[n],
+                y=["window"],
+                orientation="h",
+                name=esc(label),
+                marker={"color": color, "line": {"color": "#ffffff", "width": 1}},
+                hovertext=[f"{esc(label)}: {n:,} tokens ({_pct(n, t.window)} of the window)"],
+                hoverinfo="text",
+                text=[esc(label) if t.window and n / t.window > 0.08 else ""],
+                textposition="inside",
+                insidetextanchor="middle",
+            )
+        )
+    subtitle = (
+        f"window {t.window:,} · available {t.available:,} · used {t.used:,} "
+        f"({_pct(t.used, t.available)}) · tokenizer {esc(t.tokenizer)}"
+    )
+    fig.update_layout(
+        barmode="stack",
+        title={"text": f"{title}<br><sup>{subtitle}</sup>"},
+        height=230,
+        margin={"l": 10, "r": 10, "t": 70, "b": 40},
+        yaxis={"visible": False},
+        xaxis={"title": "tokens", "range": [0, max(t.window, t.used + t.output_reserve)]},
+        legend={"orientation": "h", "y": -0.35, "traceorder": "normal"},
+        **_LAYOUT,
+    )
+    return fig
+
+
+def partition_budgets(trace: Trace) -> go.Figure:
+    """Budget vs used per partition (partitions without a budget show used only)."""
+    title = "Partitions: budget vs used"
+    if trace.result is None:
+        return _empty(title, "This trace has no build result (captured input only).")
+    parts = trace.result.partitions
+    names = [esc(p.name) for p in parts]
+    budgets = [p.budget if p.budget is not None else None for p in parts]
+    used = [p.used for p in parts]
+    colors = [
+        OVER_COLOR if p.budget is not None and p.used > p.budget else _partition_color(p.name, i)
+        for i, p in enumerate(parts)
+    ]
+    fig = go.Figure()
+    if any(b is not None for b in budgets):
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=[b if b is not None else 0 for b in budgets],
+                name="budget",
+                marker={"color": "rgba(0,0,0,0)", "line": {"color": "#555", "width": 1.5}},
+                hovertext=[
+                    f"{n}: budget {b:,} tokens" if b is not None else f"{n}: no budget of its own"
+                    for n, b in zip(names, budgets, strict=True)
+                ],
+                hoverinfo="text",
+            )
+        )
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=used,
+            name="used",
+            marker={"color": colors},
+            hovertext=[
+                f"{n}: used {u:,} tokens in {p.items} item(s)"
+                + (f" of a {p.budget:,} budget ({_pct(u, p.budget)})" if p.budget else "")
+                for n, u, p in zip(names, used, parts, strict=True)
+            ],
+            hoverinfo="text",
+            text=[f"{u:,}" for u in used],
+            textposition="outside",
+        )
+    )
+    fig.update_layout(
+        barmode="overlay",
+        title=title,
+        height=320,
+        margin={"l": 10, "r": 10, "t": 50, "b": 40},
+        yaxis={"title": "tokens"},
+        legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        **_LAYOUT,
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- scores
+
+
+def score_weights(trace: Trace) -> tuple[float, float] | None:
+    """(relevance weight, recency weight) of the build, if the preset has them."""
+    cfg = trace.config
+    if cfg.relevance_weight is not None and cfg.recency_weight is not None:
+        return cfg.relevance_weight, cfg.recency_weight
+    return _FIXED_WEIGHTS.get(cfg.preset)
+
+
+def score_cutoff(decisions: Sequence[Decision]) -> float | None:
+    """The lowest score that was still let in by the fill (must-keep items aside).
+
+    Packets scoring below it were left out for lack of room or after the fill stopped;
+    ``None`` when no scored packet was kept by the fill.
+    """
+    kept = [
+        d.score
+        for d in decisions
+        if d.score is not None
+        and d.status in (Status.KEPT, Status.TRUNCATED, Status.SUMMARIZED, Status.NOT_RENDERED)
+        and d.reason.value != "MUST_KEEP"
+    ]
+    return min(kept) if kept else None
+
+
+def _is_linear(decisions: Sequence[Decision], w_rel: float, w_rec: float) -> bool:
+    """Whether score == w_rel·relevance + w_rec·recency for every scored packet.
+
+    Only then is the cut-off a straight line in the relevance × recency plane.
+    """
+    seen = False
+    for d in decisions:
+        if d.score is None or d.relevance is None or d.recency is None:
+            continue
+        seen = True
+        if abs(d.score - (w_rel * d.relevance + w_rec * d.recency)) > 1e-6:
+            return False
+    return seen
+
+
+def _marker_size(tokens: int, biggest: int) -> float:
+    return 7.0 + 33.0 * math.sqrt(tokens / biggest) if biggest > 0 else 7.0
+
+
+def decision_hover(d: Decision) -> str:
+    """Hover text for one decision: id, kind, tokens, status and the reason sentence."""
+    lines = [
+        f"<b>{esc(d.packet_id, 120)}</b>",
+        f"kind: {esc(d.kind, 60)} · status: {esc(d.status.value)}",
+        f"tokens: {d.tokens_before:,} → {d.tokens_after:,}",
+    ]
+    if d.score is not None:
+        lines.append(
+            f"score {d.score:.3f} · relevance {d.relevance if d.relevance is not None else '–'}"
+            f" · recency {d.recency if d.recency is not None else '–'}"
+            + (f" · rank {d.rank}" if d.rank is not None else "")
+        )
+    lines.append(f"{esc(d.reason.value)}: {esc(d.reason_text, 240)}")
+    return "<br>".join(lines)
+
+
+def score_scatter(trace: Trace) -> go.Figure:
+    """Relevance × recency per packet; size = tokens, colour = status.
+
+    Shows the ``min_relevance`` threshold as a vertical line and the score cut-off (the
+    lowest score the fill still let in) as the iso-score line when the score is a plain
+    weighted sum of the two axes.
+    """
+    title = "Packet scores"
+    if trace.result is None:
+        return _empty(title, "This trace has no build result (captured input only).")
+    decisions = trace.result.decisions
+    scored = [d for d in decisions if d.relevance is not None and d.recency is not None]
+    if not scored:
+        return _empty(title, "No packet in this build has both a relevance and a recency.")
+    biggest = max(d.tokens_before for d in scored)
+    fig = go.Figure()
+    index = {id(d): i for i, d in enumerate(decisions)}
+    for status in STATUS_ORDER:
+        group = [d for d in scored if d.status.value == status]
+        if not group:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[d.relevance for d in group],
+                y=[d.recency for d in group],
+                mode="markers",
+                name=f"{status} ({len(group)})",
+                marker={
+                    "size": [_marker_size(d.tokens_before, biggest) for d in group],
+                    "color": STATUS_COLORS[status],
+                    "opacity": 0.75,
+                    "line": {"color": "#ffffff", "width": 0.5},
+                },
+                hovertext=[decision_hover(d) for d in group],
+                hoverinfo="text",
+                # The decision's index, not its id: raw packet text never enters a figure.
+                customdata=[index[id(d)] for d in group],
+            )
+        )
+    min_rel = trace.config.min_relevance
+    if min_rel is not None:
+        fig.add_vline(
+            x=min_rel,
+            line={"color": "#555", "dash": "dash", "width": 1.5},
+            annotation_text=f"min_relevance {min_rel:g}",
+            annotation_position="top left",
+        )
+    cutoff = score_cutoff(decisions)
+    weights = score_weights(trace)
+    cut_note = ""
+    if cutoff is not None:
+        cut_note = f"score cut-off {cutoff:.3f}"
+        if weights is not None and weights[1] > 0 and _is_linear(decisions, *weights):
+            w_rel, w_rec = weights
+            xs = [i / 50 for i in range(51)]
+            ys = [(cutoff - w_rel * x) / w_rec for x in xs]
+            pts = [(x, y) for x, y in zip(xs, ys, strict=True) if -0.05 <= y <= 1.05]
+            if pts:
+                fig.add_trace(
+                    go.Scatter(
+                        x=[p[0] for p in pts],
+                        y=[p[1] for p in pts],
+                        mode="lines",
+                        name=cut_note,
+                        line={"color": "#d64541", "dash": "dot", "width": 1.5},
+                        hovertext=[
+                            f"{cut_note}: {w_rel:g}·relevance + {w_rec:g}·recency = {cutoff:.3f}"
+                        ]
+                        * len(pts),
+                        hoverinfo="text",
+                    )
+                )
+        else:
+            cut_note += " (score is not a plain weighted sum here; line not drawn)"
+    hidden = len(decisions) - len(scored)
+    sub = [f"{len(scored)} scored packets; size = tokens"]
+    if hidden:
+        sub.append(f"{hidden} without relevance/recency not shown")
+    if cut_note:
+        sub.append(cut_note)
+    fig.update_layout(
+        title={"text": f"{title}<br><sup>{' · '.join(sub)}</sup>"},
+        height=460,
+        margin={"l": 10, "r": 10, "t": 70, "b": 40},
+        xaxis={"title": "relevance", "range": [-0.05, 1.05]},
+        yaxis={"title": "recency", "range": [-0.05, 1.1]},
+        legend={"title": "status"},
+        **_LAYOUT,
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+
+def tokenizer_drift(rows: Sequence[Mapping[str, Any]], exact_name: str) -> go.Figure:
+    """Per partition: the exact count and each estimator's count, side by side.
+
+    ``rows``: ``{"partition": str, "exact": int, "estimates": {name: int}}``.
+    """
+    title = f"Estimated vs real tokenizer ({esc(exact_name)})"
+    if not rows:
+        return _empty(title, "No partition text to count.")
+    names = [esc(r["partition"]) for r in rows]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[r["exact"] for r in rows],
+            name=esc(exact_name),
+            marker={"color": "#333"},
+            hovertext=[
+                f"{n}: {r['exact']:,} tokens ({esc(exact_name)})"
+                for n, r in zip(names, rows, strict=True)
+            ],
+            hoverinfo="text",
+        )
+    )
+    estimators = sorted({k for r in rows for k in r["estimates"]})
+    palette = ("#e69f00", "#56b4e9", "#009e73", "#cc79a7")
+    for i, est in enumerate(estimators):
+        vals = [int(r["estimates"].get(est, 0)) for r in rows]
+        hover = []
+        for n, r, v in zip(names, rows, vals, strict=True):
+            ex = int(r["exact"])
+            err = f"{100.0 * (v - ex) / ex:+.0f}%" if ex else "–"
+            hover.append(f"{n}: {v:,} by {esc(est)} ({err} vs {esc(exact_name)})")
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=vals,
+                name=esc(est),
+                marker={"color": palette[i % len(palette)]},
+                hovertext=hover,
+                hoverinfo="text",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        title=title,
+        height=320,
+        margin={"l": 10, "r": 10, "t": 50, "b": 40},
+        yaxis={"title": "tokens"},
+        legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        **_LAYOUT,
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- sessions
+
+STATUS_CODE = {s: i for i, s in enumerate(STATUS_ORDER)}
+
+
+def timeline_heatmap(
+    rows: Sequence[Mapping[str, Any]], title: str = "Packets across turns"
+) -> go.Figure:
+    """Packet id × turn, one cell per decision, coloured by status.
+
+    ``rows``: ``{"turn", "packet_id", "kind", "status", "reason", "tokens_after"}`` as
+    ``TraceStore.session_statuses`` returns them. Cells where a packet was not a candidate
+    stay blank.
+    """
+    if not rows:
+        return _empty(title, "No decisions recorded for this session.")
+    turns = sorted({int(r["turn"]) for r in rows})
+    first_seen: dict[str, tuple[int, int]] = {}
+    for i, r in enumerate(rows):
+        pid = str(r["packet_id"])
+        key = (int(r["turn"]), i)
+        if pid not in first_seen or key < first_seen[pid]:
+            first_seen[pid] = key
+    packets = sorted(first_seen, key=lambda p: first_seen[p])
+    pidx = {p: i for i, p in enumerate(packets)}
+    tidx = {t: i for i, t in enumerate(turns)}
+    z: list[list[float | None]] = [[None] * len(turns) for _ in packets]
+    hover: list[list[str]] = [[""] * len(turns) for _ in packets]
+    for r in rows:
+        i, j = pidx[str(r["packet_id"])], tidx[int(r["turn"])]
+        status = str(r["status"])
+        # The centre of colour band k, so that the band edges never decide the colour.
+        z[i][j] = STATUS_CODE.get(status, len(STATUS_ORDER) - 1) + 0.5
+        hover[i][j] = (
+            f"<b>{esc(r['packet_id'], 120)}</b><br>turn {r['turn']} · {esc(r.get('kind', ''))}"
+            f"<br>{esc(status)} · {esc(r.get('reason', ''))} · {int(r.get('tokens_after') or 0):,}"
+            " tokens"
+        )
+    n = len(STATUS_ORDER)
+    scale: list[list[Any]] = []
+    for k, s in enumerate(STATUS_ORDER):
+        scale.append([k / n, STATUS_COLORS[s]])
+        scale.append([(k + 1) / n, STATUS_COLORS[s]])
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[str(t) for t in turns],
+            y=[esc(p, 60) for p in packets],
+            zmin=0,
+            zmax=n,
+            colorscale=scale,
+            hovertext=hover,
+            hoverinfo="text",
+            xgap=1,
+            ygap=1,
+            showscale=False,
+        )
+    )
+    for s in STATUS_ORDER:  # a legend made of invisible markers
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=s,
+                marker={"color": STATUS_COLORS[s], "size": 10, "symbol": "square"},
+            )
+        )
+    fig.update_layout(
+        title=title,
+        height=max(300, min(1600, 22 * len(packets) + 140)),
+        margin={"l": 10, "r": 10, "t": 50, "b": 40},
+        xaxis={"title": "turn", "type": "category", "side": "top"},
+        yaxis={"autorange": "reversed", "type": "category"},
+        legend={"orientation": "h", "y": -0.05},
+        **_LAYOUT,
+    )
+    return fig
+
+
+def session_usage(
+    rows: Sequence[Mapping[str, Any]], title: str = "Partition usage per turn"
+) -> go.Figure:
+    """Per-partition tokens used per turn, stacked, with each turn's total budget as a line.
+
+    ``rows``: ``{"turn", "partition", "budget", "used"}`` (``TraceStore.session_partitions``).
+    The budget line is the sum of the partition budgets of that turn (when they have any).
+    """
+    if not rows:
+        return _empty(title, "No partition usage recorded for this session.")
+    turns = sorted({int(r["turn"]) for r in rows})
+    names = [p for p in PARTITIONS if any(r["partition"] == p for r in rows)]
+    names += sorted({str(r["partition"]) for r in rows} - set(names))
+    used: dict[tuple[str, int], int] = {}
+    budget: dict[int, int] = {}
+    for r in rows:
+        key = (str(r["partition"]), int(r["turn"]))
+        used[key] = used.get(key, 0) + int(r["used"] or 0)
+        if r.get("budget") is not None:
+            budget[int(r["turn"])] = budget.get(int(r["turn"]), 0) + int(r["budget"])
+    fig = go.Figure()
+    xs = [str(t) for t in turns]
+    for i, name in enumerate(names):
+        ys = [used.get((name, t), 0) for t in turns]
+        fig.add_trace(
+            go.Bar(
+                x=xs,
+                y=ys,
+                name=esc(name),
+                marker={"color": _partition_color(name, i)},
+                hovertext=[
+                    f"turn {t}: {esc(name)} {y:,} tokens" for t, y in zip(turns, ys, strict=True)
+                ],
+                hoverinfo="text",
+            )
+        )
+    if budget:
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[budget.get(t) for t in turns],
+                mode="lines+markers",
+                name="budget",
+                line={"color": "#222", "dash": "dash"},
+                hovertext=[f"turn {t}: budget {budget[t]:,}" if t in budget else "" for t in turns],
+                hoverinfo="text",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        title=title,
+        height=360,
+        margin={"l": 10, "r": 10, "t": 50, "b": 40},
+        xaxis={"title": "turn", "type": "category"},
+        yaxis={"title": "tokens"},
+        **_LAYOUT,
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def sweep_heatmap(
+    z: Sequence[Sequence[float | None]],
+    x_values: Sequence[Any],
+    y_values: Sequence[Any],
+    *,
+    x_label: str,
+    y_label: str,
+    title: str,
+    colorscale: str = "Viridis",
+    value_label: str = "",
+    binary: bool = False,
+) -> go.Figure:
+    """A sweep grid: ``z[j][i]`` is the value at ``x_values[i]``, ``y_values[j]``.
+
+    With ``binary`` the cells read in/out (1/0) with two colours.
+    """
+    xs = [f"{v:g}" if isinstance(v, float) else esc(v) for v in x_values]
+    ys = [f"{v:g}" if isinstance(v, float) else esc(v) for v in y_values]
+    hover = []
+    for j, row in enumerate(z):
+        line = []
+        for i, v in enumerate(row):
+            shown = "–" if v is None else ("in" if v else "out") if binary else f"{v:,.0f}"
+            line.append(
+                f"{esc(x_label)} = {xs[i]}<br>{esc(y_label)} = {ys[j]}<br>"
+                f"{esc(value_label or title)}: {shown}"
+            )
+        hover.append(line)
+    heat = go.Heatmap(
+        z=[list(r) for r in z],
+        x=xs,
+        y=ys,
+        hovertext=hover,
+        hoverinfo="text",
+        xgap=1,
+        ygap=1,
+        colorscale=[[0, "#d64541"], [1, "#2e9e44"]] if binary else colorscale,
+        zmin=0 if binary else None,
+        zmax=1 if binary else None,
+        showscale=not binary,
+        colorbar={"title": esc(value_label)} if not binary else None,
+    )
+    fig = go.Figure(heat)
+    fig.update_layout(
+        title=esc(title),
+        height=380,
+        margin={"l": 10, "r": 10, "t": 50, "b": 40},
+        xaxis={"title": esc(x_label), "type": "category"},
+        yaxis={"title": esc(y_label), "type": "category"},
+        **_LAYOUT,
+    )
+    return fig
+
+
+__all__ = [
+    "PARTITION_COLORS",
+    "STATUS_COLORS",
+    "decision_hover",
+    "esc",
+    "partition_budgets",
+    "score_cutoff",
+    "score_scatter",
+    "score_weights",
+    "session_usage",
+    "sweep_heatmap",
+    "timeline_heatmap",
+    "tokenizer_drift",
+    "window_bar",
+    "window_segments",
+]

@@ -1,0 +1,305 @@
+"""The figure builders: what they draw is what the trace says, and packet text stays text."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import plotly.io as pio
+import pytest
+
+from ctxcore import figures
+from ctxcore.models import (
+    PARTITIONS,
+    Builder,
+    BuildResult,
+    CapturedInput,
+    Config,
+    Decision,
+    Packet,
+    PartitionUsage,
+    Reason,
+    Report,
+    Status,
+    Totals,
+    Trace,
+)
+
+EVIL_ID = "tool:<script>alert(1)</script>"
+EVIL_KIND = "<img src=x onerror=alert(1)>"
+EVIL_REASON = "see [here](javascript:alert(1)) <b>bold</b>"
+
+
+def _trace(corpus: Path) -> Trace:
+    """A hand-made build over real tool output, with a hostile packet among them."""
+    now = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    texts = {
+        "tool:pytest": (corpus / "d01_pytest_reportingdemo_44_failures.rst").read_text()[:3000],
+        "tool:grep": (corpus / "d04_grep_r_qualname_sphinx.txt").read_text()[:2000],
+        "tool:pip": (corpus / "d05_pip_install_editable_marshmallow.log").read_text()[:1500],
+        EVIL_ID: "<script>alert(1)</script>",
+    }
+    packets = [Packet(id=k, kind="tool_result", content=v) for k, v in texts.items()]
+    # score = 0.7 relevance + 0.3 recency, exactly.
+    rows = [
+        ("tool:pytest", "tool_result", Status.KEPT, Reason.FITS, 0.9, 0.8, 700, 700, "[Evidence]"),
+        (
+            "tool:grep",
+            "tool_result",
+            Status.TRUNCATED,
+            Reason.DEGRADED,
+            0.5,
+            0.5,
+            500,
+            200,
+            "[Evidence]",
+        ),
+        ("tool:pip", "tool_result", Status.DROPPED, Reason.NO_ROOM, 0.3, 0.2, 400, 0, None),
+        (EVIL_ID, EVIL_KIND, Status.FILTERED, Reason.BELOW_MIN_RELEVANCE, 0.05, 1.0, 10, 0, None),
+        (
+            "builder:instructions",
+            "instructions",
+            Status.KEPT,
+            Reason.MUST_KEEP,
+            None,
+            None,
+            50,
+            50,
+            "[Role & Policies]",
+        ),
+    ]
+    decisions = []
+    for rank, (pid, kind, st, reason, rel, rec, tb, ta, part) in enumerate(rows):
+        score = None if rel is None else 0.7 * rel + 0.3 * rec
+        decisions.append(
+            Decision(
+                packet_id=pid,
+                kind=kind,
+                status=st,
+                reason=reason,
+                reason_text=EVIL_REASON if pid == EVIL_ID else f"{reason.value} sentence",
+                partition=part,
+                relevance=rel,
+                recency=rec,
+                score=score,
+                rank=rank,
+                tokens_before=tb,
+                tokens_after=ta,
+            )
+        )
+    used = {"[Role & Policies]": 50, "[Task]": 30, "[Evidence]": 900, "[Output]": 20}
+    parts = [
+        PartitionUsage(
+            name=n,
+            budget=1000 if n == "[Evidence]" else None,
+            used=used.get(n, 0),
+            items=1 if n in used else 0,
+        )
+        for n in PARTITIONS
+    ]
+    totals = Totals(
+        window=4000,
+        output_reserve=800,
+        safety_margin=200,
+        available=3000,
+        used=1040,
+        tokenizer="cl100k_base",
+    )
+    return Trace(
+        trace_id="t-fig",
+        session_id="s<1>",
+        turn=3,
+        created_at=now,
+        builder=Builder(name="test", version="0"),
+        input=CapturedInput(query="why does pytest fail?", now=now, packets=packets),
+        config=Config(
+            preset="ctxscope", min_relevance=0.1, relevance_weight=0.7, recency_weight=0.3
+        ),
+        result=BuildResult(
+            prompt="[Task]\nwhy",
+            decisions=decisions,
+            partitions=parts,
+            totals=totals,
+            report=Report(budget=3000, used=1040),
+        ),
+    )
+
+
+@pytest.fixture
+def trace(corpus: Path) -> Trace:
+    return _trace(corpus)
+
+
+def _all_strings(fig) -> str:
+    return json.dumps(fig.to_plotly_json(), default=str)
+
+
+def test_window_bar_accounts_for_the_whole_window(trace: Trace) -> None:
+    fig = figures.window_bar(trace)
+    widths = {bar.name: bar.x[0] for bar in fig.data}
+    # partitions + headers (1040 - 1000) + free (3000 - 1040) + safety + reserve = window
+    assert widths["[Evidence]"] == 900
+    assert widths["headers &amp; separators"] == 40
+    assert widths["free"] == 1960
+    assert widths["safety margin"] == 200
+    assert widths["output reserve"] == 800
+    assert sum(widths.values()) == trace.result.totals.window
+    assert "[State]" not in widths  # an empty partition draws nothing
+
+
+def test_window_bar_shows_overflow(trace: Trace) -> None:
+    over = trace.model_copy(
+        update={
+            "result": trace.result.model_copy(
+                update={"totals": trace.result.totals.model_copy(update={"used": 3500})}
+            )
+        }
+    )
+    names = {bar.name: bar.x[0] for bar in figures.window_bar(over).data}
+    assert names["over budget"] == 500
+    assert "free" not in names
+
+
+def test_partition_budgets_marks_overspent_partition(trace: Trace) -> None:
+    fig = figures.partition_budgets(trace)
+    used = next(b for b in fig.data if b.name == "used")
+    budget = next(b for b in fig.data if b.name == "budget")
+    i = list(used.x).index("[Evidence]")
+    assert used.y[i] == 900 and budget.y[i] == 1000
+    assert used.marker.color[i] != figures.OVER_COLOR
+    j = list(used.x).index("[Task]")
+    assert "no budget of its own" in budget.hovertext[j]
+
+
+def test_score_scatter_groups_by_status_and_draws_thresholds(trace: Trace) -> None:
+    fig = figures.score_scatter(trace)
+    points = {b.name: b for b in fig.data if b.mode == "markers"}
+    assert set(points) == {"kept (1)", "truncated (1)", "dropped (1)", "filtered (1)"}
+    # size grows with tokens: the 700-token packet is drawn bigger than the 10-token one.
+    assert points["kept (1)"].marker.size[0] > points["filtered (1)"].marker.size[0]
+    # min_relevance line at 0.1
+    assert any(s.x0 == 0.1 and s.x1 == 0.1 for s in fig.layout.shapes)
+    # cut-off = lowest score admitted by the fill (the truncated grep: 0.7*.5+.3*.5 = 0.5)
+    line = next(b for b in fig.data if b.mode == "lines")
+    assert line.name.startswith("score cut-off 0.500")
+    for x, y in zip(line.x, line.y, strict=True):
+        assert 0.7 * x + 0.3 * y == pytest.approx(0.5)
+    # the must-keep instructions have no scores and are reported as not shown
+    assert "1 without relevance/recency not shown" in fig.layout.title.text
+
+
+def test_score_cutoff_ignores_must_keep(trace: Trace) -> None:
+    assert figures.score_cutoff(trace.result.decisions) == pytest.approx(0.5)
+
+
+def test_untrusted_text_is_escaped_in_every_figure(trace: Trace) -> None:
+    figs = [
+        figures.window_bar(trace),
+        figures.partition_budgets(trace),
+        figures.score_scatter(trace),
+        figures.timeline_heatmap(
+            [
+                {
+                    "turn": 1,
+                    "packet_id": EVIL_ID,
+                    "kind": EVIL_KIND,
+                    "status": "kept",
+                    "reason": "FITS",
+                    "tokens_after": 3,
+                }
+            ]
+        ),
+        figures.sweep_heatmap(
+            [[1.0]], [EVIL_ID], [0.5], x_label=EVIL_KIND, y_label="y", title=EVIL_REASON
+        ),
+    ]
+    for fig in figs:
+        blob = _all_strings(fig)
+        assert "<script" not in blob and "<img" not in blob and "<b>bold" not in blob
+        html_out = pio.to_html(fig, include_plotlyjs=False, full_html=False)
+        assert "<script>alert" not in html_out
+    blob = _all_strings(figures.score_scatter(trace))
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in blob
+    assert "&lt;img src=x onerror=alert(1)&gt;" in blob
+
+
+def test_timeline_heatmap_colours_each_status(trace: Trace) -> None:
+    rows = [
+        {
+            "turn": 1,
+            "packet_id": "a",
+            "kind": "note",
+            "status": "kept",
+            "reason": "FITS",
+            "tokens_after": 5,
+        },
+        {
+            "turn": 2,
+            "packet_id": "a",
+            "kind": "note",
+            "status": "dropped",
+            "reason": "NO_ROOM",
+            "tokens_after": 0,
+        },
+        {
+            "turn": 2,
+            "packet_id": "b",
+            "kind": "note",
+            "status": "summarized",
+            "reason": "DEGRADED",
+            "tokens_after": 2,
+        },
+    ]
+    fig = figures.timeline_heatmap(rows)
+    heat = fig.data[0]
+    assert list(heat.y) == ["a", "b"] and list(heat.x) == ["1", "2"]
+    assert heat.z[1][0] is None  # b was not a candidate at turn 1
+    n = len(figures.STATUS_ORDER)
+
+    def colour(v: float) -> str:
+        pos = (v - heat.zmin) / (heat.zmax - heat.zmin)
+        band = min(int(pos * n), n - 1)
+        return heat.colorscale[2 * band][1]
+
+    assert colour(heat.z[0][0]) == figures.STATUS_COLORS["kept"]
+    assert colour(heat.z[0][1]) == figures.STATUS_COLORS["dropped"]
+    assert colour(heat.z[1][1]) == figures.STATUS_COLORS["summarized"]
+
+
+def test_session_usage_stacks_partitions_against_budget() -> None:
+    rows = [
+        {"turn": 1, "partition": "[Task]", "budget": 100, "used": 40},
+        {"turn": 1, "partition": "[Evidence]", "budget": 900, "used": 700},
+        {"turn": 2, "partition": "[Task]", "budget": 100, "used": 50},
+        {"turn": 2, "partition": "[Evidence]", "budget": 900, "used": 950},
+    ]
+    fig = figures.session_usage(rows)
+    bars = {b.name: list(b.y) for b in fig.data if b.type == "bar"}
+    assert bars == {"[Task]": [40, 50], "[Evidence]": [700, 950]}
+    line = next(b for b in fig.data if b.type == "scatter")
+    assert list(line.y) == [1000, 1000]
+
+
+def test_tokenizer_drift_reports_relative_error() -> None:
+    fig = figures.tokenizer_drift(
+        [{"partition": "[Task]", "exact": 100, "estimates": {"len/4": 123}}], "cl100k_base"
+    )
+    est = next(b for b in fig.data if b.name == "len/4")
+    assert est.y[0] == 123 and "+23%" in est.hovertext[0]
+
+
+def test_result_less_trace_gives_a_message(trace: Trace) -> None:
+    bare = trace.model_copy(update={"result": None})
+    for fn in (figures.window_bar, figures.partition_budgets, figures.score_scatter):
+        fig = fn(bare)
+        assert "no build result" in fig.layout.annotations[0].text
+
+
+def test_scatter_points_map_back_to_decisions(trace: Trace) -> None:
+    fig = figures.score_scatter(trace)
+    for bar in fig.data:
+        if bar.mode != "markers":
+            continue
+        for i, x in zip(bar.customdata, bar.x, strict=True):
+            assert trace.result.decisions[i].relevance == x
