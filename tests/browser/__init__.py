@@ -1,0 +1,464 @@
+"""Drive the real app in Debian's Chromium: the harness shared by the browser tests and bench.
+
+AppTest runs the script in-process and never renders anything, so it cannot see what a user
+sees: HTML that a packet smuggled into the page, a download button that hands out a broken
+file, a permalink that loses its settings, a page that takes seconds to paint. These helpers
+start ``streamlit run app.py`` on a free port against a store pre-filled with real traces,
+launch /usr/bin/chromium through Playwright (``playwright install`` cannot download browsers
+here) and wait for the app to *settle*: connected, the script no longer running, and no stale
+elements left from the previous run.
+
+``bench/bench_app.py`` imports this module too (``tests.browser``), so the benchmark measures
+exactly what the tests exercise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = Path(os.environ.get("CTXSCOPE_CORPUS", ROOT / "corpus"))
+CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = ARTIFACTS / "screenshots"
+
+#: Generous: the CI box and the shared dev box are both slow and noisy.
+SERVER_START_TIMEOUT_S = 90.0
+SETTLE_TIMEOUT_MS = 45_000
+
+XSS_SCRIPT = "<script>alert(1)</script>"
+XSS_IMG = "<img src=x onerror=alert(1)>"
+XSS_LINK = "[click](javascript:alert(1))"
+XSS_TRACE_ID = "xss-probe"
+BROWSER_SESSION = "browser-session"
+
+# Counts every transition of the app root into the "running" script state, so that a test can
+# wait for "the rerun caused by *this* click has finished" instead of racing the websocket.
+SETTLE_INIT_SCRIPT = """
+(() => {
+  window.__ctxRuns = 0;
+  const attr = 'data-test-script-state';
+  const seen = (el) => el && el.getAttribute && el.getAttribute(attr) === 'running';
+  const obs = new MutationObserver((muts) => {
+    for (const m of muts) {
+      if (m.type === 'attributes' && seen(m.target)) window.__ctxRuns += 1;
+    }
+  });
+  const start = () => obs.observe(document.documentElement, {
+    attributes: true, subtree: true, attributeFilter: ['data-test-script-state'],
+  });
+  if (document.documentElement) start(); else document.addEventListener('DOMContentLoaded', start);
+})();
+"""
+
+_SETTLED_JS = """
+() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  if (!app) return false;
+  if (app.getAttribute('data-test-connection-state') !== 'CONNECTED') return false;
+  if (app.getAttribute('data-test-script-state') !== 'notRunning') return false;
+  if (document.querySelector('[data-stale="true"]')) return false;
+  if (document.querySelector('[data-testid="stAppSkeleton"]')) return false;
+  const w = document.querySelector('[data-testid="stStatusWidget"]');
+  if (w && /Running/i.test(w.innerText || '')) return false;
+  return true;
+}
+"""
+
+
+# --------------------------------------------------------------------------- availability
+
+
+def browser_missing_reason() -> str | None:
+    """Why the browser tests cannot run here, or None when they can."""
+    if not Path(CHROMIUM).exists():
+        return (
+            f"Chromium not found at {CHROMIUM}: run `bash scripts/setup_browser.sh` as root "
+            "(or `sudo apt-get install -y chromium`), or point CTXSCOPE_CHROMIUM at a Chromium"
+        )
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed: run `make install`"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _corpus_chunks(limit_chars: int = 1400) -> list[tuple[str, str, str]]:
+    """(id, kind, text) pieces of real tool output and retrieved context from the corpus."""
+    picks = [
+        ("d01_pytest_reportingdemo_44_failures.rst", "tool_output"),
+        ("d02_pytest_requests_157_errors_truncated.txt", "tool_output"),
+        ("d03_django_runtests_admin_inlines.txt", "tool_output"),
+        ("d04_grep_r_qualname_sphinx.txt", "tool_output"),
+        ("d05_pip_install_editable_marshmallow.log", "tool_output"),
+        ("d06_jest_failure_zh_xresolver.log", "tool_output"),
+        ("d07_npm_run_verify_tsc_jest_pack.log", "tool_output"),
+        ("d08_find_grep_sigpipe_spam.log", "tool_output"),
+        ("d09_tsc_output_first1500_of_18741_errors.txt", "tool_output"),
+        ("d10_aider_repo_map_show-repo_2024-08-05.md", "retrieved"),
+        ("d11_nextjs_dev-server.log", "tool_output"),
+        ("d12_npm-debug.log", "tool_output"),
+        ("c01_zh_opencode_session_ses_4398.md", "note"),
+        ("b04_aider_chat_session_2024-08-13_1342.md", "note"),
+    ]
+    out: list[tuple[str, str, str]] = []
+    for name, kind in picks:
+        text = (CORPUS / name).read_text(encoding="utf-8", errors="replace")
+        for j, start in enumerate((0, len(text) // 2)):
+            piece = text[start : start + limit_chars]
+            out.append((f"{name.split('_', 1)[0]}:{j}", kind, piece))
+    return out
+
+
+def corpus_input(now: datetime, *, turn: int = 0, extra_packets: Iterable[Any] = ()) -> Any:
+    """A captured input of ~28 real corpus packets; later turns see more, newer evidence."""
+    from ctxcore.models import CapturedInput, Message, Packet
+
+    chunks = _corpus_chunks()
+    packets = []
+    for i, (pid, kind, text) in enumerate(chunks[: 20 + 4 * turn]):
+        packets.append(
+            Packet(
+                id=pid,
+                kind=kind,
+                content=text,
+                timestamp=now - timedelta(minutes=7 * (len(chunks) - i)),
+                relevance=round(0.15 + (i * 37 % 80) / 100, 2),
+                priority=1 if i % 5 == 0 else 0,
+                must_keep=(i == 3),
+            )
+        )
+    packets.extend(extra_packets)
+    return CapturedInput(
+        query=(
+            "Fix the TimeDelta serialization precision bug in marshmallow fields.py so that "
+            "test_timedelta_field passes"
+        ),
+        now=now,
+        system_instructions="You are a careful software engineer. Explain, then patch.",
+        history=[
+            Message(role="user", content="The CI is red on the serialization tests."),
+            Message(role="assistant", content="I will run pytest and read the failures."),
+        ],
+        packets=packets,
+    )
+
+
+def xss_packets(now: datetime) -> list[Any]:
+    """Packets carrying HTML/JS payloads; must_keep so they reach the prompt the app shows."""
+    from ctxcore.models import Packet
+
+    payloads = [
+        ("xss:script", f"tool said {XSS_SCRIPT} then exited 0"),
+        ("xss:img", f"rendered preview {XSS_IMG} end"),
+        ("xss:link", f"see {XSS_LINK} for details"),
+        # The id is shown in tables, hover text and figure labels, not only the content.
+        (f"xss:id{XSS_IMG}", "a packet whose id carries the payload"),
+    ]
+    return [
+        Packet(
+            id=pid,
+            kind="tool_output",
+            content=text,
+            timestamp=now - timedelta(minutes=1),
+            relevance=0.99,
+            priority=5,
+            must_keep=True,
+        )
+        for pid, text in payloads
+    ]
+
+
+def make_traces(now: datetime | None = None) -> list[Any]:
+    """Real builds (the default preset) over corpus inputs: a 3-turn session and the XSS probe."""
+    from ctxcore.models import Config
+    from ctxcore.pipeline import build_trace
+
+    now = now or datetime(2026, 1, 24, 14, 0, tzinfo=UTC)
+    cfg = Config(preset="ctxscope", max_tokens=6000)
+    traces = [
+        build_trace(
+            corpus_input(now + timedelta(minutes=10 * t), turn=t),
+            cfg,
+            trace_id=f"browser-t{t}",
+            session_id=BROWSER_SESSION,
+            turn=t,
+            tags=["browser", "corpus"],
+        )
+        for t in range(3)
+    ]
+    traces.append(
+        build_trace(
+            corpus_input(now + timedelta(minutes=40), extra_packets=xss_packets(now)),
+            cfg,
+            trace_id=XSS_TRACE_ID,
+            session_id="xss-session",
+            turn=0,
+            tags=["xss"],
+        )
+    )
+    return traces
+
+
+def write_jsonl(traces: Iterable[Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for t in traces:
+            fh.write(t.to_json() + "\n")
+    return path
+
+
+def demo_trace_files() -> list[Path]:
+    demo = ROOT / "traces" / "demo"
+    if not demo.is_dir():
+        return []
+    return sorted(p for p in demo.iterdir() if p.suffix in (".jsonl", ".json", ".gz"))
+
+
+def fill_store(db: Path, files: list[Path]) -> None:
+    """Ingest trace files into a fresh store (before the server opens it: DuckDB locks)."""
+    from ctxcore.ingest import ingest_paths
+
+    from ctxcore.store import TraceStore
+
+    with TraceStore(db) as store:
+        counts = ingest_paths(store, [str(f) for f in files])
+        if counts.errors:
+            msgs = "; ".join(f"{e.file}:{e.line}: {e.message}" for e in counts.error_rows[:3])
+            raise RuntimeError(f"ingesting browser fixtures failed: {msgs}")
+
+
+# --------------------------------------------------------------------------- server
+
+
+@dataclass
+class AppServer:
+    """A running ``streamlit run app.py``; ``url`` is its base URL (no trailing slash)."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        # The server runs in its own process group; end exactly that group.
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=15)
+
+
+def start_server(db: Path, traces_dir: Path, workdir: Path) -> AppServer:
+    """Start the app on a free port and wait for /_stcore/health; raise with the log if not."""
+    port = free_port()
+    env = dict(os.environ)
+    env.update(
+        CTXSCOPE_DB=str(db),
+        CTXSCOPE_TRACES=str(traces_dir),
+        TIKTOKEN_CACHE_DIR=str(workdir / "tiktoken-cache"),
+        STREAMLIT_BROWSER_GATHER_USAGE_STATS="false",
+        PYTHONUNBUFFERED="1",
+    )
+    log = workdir / f"streamlit-{port}.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app.py"),
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = AppServer(url=f"http://127.0.0.1:{port}", proc=proc, log=log, env=env)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            pass
+        time.sleep(0.25)
+    server.stop()
+    raise RuntimeError(
+        f"streamlit did not become healthy in {SERVER_START_TIMEOUT_S:.0f}s:\n{server.log_tail()}"
+    )
+
+
+# --------------------------------------------------------------------------- browser
+
+
+@contextmanager
+def launch_browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def new_page(browser: Any, *, width: int = 1400, height: int = 900) -> Any:
+    ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
+    ctx.add_init_script(SETTLE_INIT_SCRIPT)
+    ctx.set_default_timeout(SETTLE_TIMEOUT_MS)
+    return ctx.new_page()
+
+
+def settle(page: Any, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:
+    """Wait until the app is connected, not running, and shows no stale elements."""
+    page.wait_for_function(_SETTLED_JS, timeout=timeout_ms, polling=50)
+
+
+def runs(page: Any) -> int:
+    n: int = page.evaluate("() => window.__ctxRuns || 0")
+    return n
+
+
+def rerun_and_settle(
+    page: Any, action: Callable[[], object], timeout_ms: int = SETTLE_TIMEOUT_MS
+) -> None:
+    """Do ``action`` (a click, a key press) and wait for the rerun it starts to finish."""
+    before = runs(page)
+    action()
+    page.wait_for_function(
+        f"() => (window.__ctxRuns || 0) > {before}", timeout=timeout_ms, polling=20
+    )
+    settle(page, timeout_ms)
+
+
+def goto(page: Any, url: str) -> None:
+    page.goto(url, wait_until="domcontentloaded")
+    settle(page)
+
+
+def exceptions_text(page: Any) -> list[str]:
+    loc = page.locator('[data-testid="stException"]')
+    texts: list[str] = loc.all_inner_texts()
+    return texts
+
+
+def nav_links(page: Any) -> list[tuple[str, str]]:
+    """(label, href) of every page in the sidebar or top navigation."""
+    links = page.locator('[data-testid="stSidebarNavLink"], [data-testid="stTopNavLink"]')
+    out: list[tuple[str, str]] = []
+    for i in range(links.count()):
+        a = links.nth(i)
+        href = a.get_attribute("href") or ""
+        label = " ".join(a.inner_text().split())
+        if href and (label, href) not in out:
+            out.append((label, href))
+    return out
+
+
+def slug(label: str) -> str:
+    s = "".join(c.lower() if c.isalnum() else "-" for c in label)
+    return "-".join(p for p in s.split("-") if p) or "home"
+
+
+_CONTENT_HEIGHT_JS = """
+() => {
+  const el = document.querySelector('[data-testid="stMain"]')
+    || document.querySelector('[data-testid="stAppViewContainer"]');
+  const inner = document.querySelector('[data-testid="stMainBlockContainer"]');
+  const h = Math.max(el ? el.scrollHeight : 0, inner ? inner.scrollHeight + 120 : 0,
+                     document.documentElement.scrollHeight);
+  return Math.ceil(h);
+}
+"""
+
+
+def screenshot(page: Any, name: str, *, max_height: int = 12_000) -> Path:
+    """A full-page PNG in test-artifacts/screenshots/<name>.png.
+
+    Streamlit scrolls inside its main container, not the document, so Playwright's
+    ``full_page`` alone captures one viewport; grow the viewport to the content first.
+    """
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{slug(name)}.png"
+    size = page.viewport_size or {"width": 1400, "height": 900}
+    height = min(max(int(page.evaluate(_CONTENT_HEIGHT_JS)), size["height"]), max_height)
+    try:
+        if height > size["height"]:
+            page.set_viewport_size({"width": size["width"], "height": height})
+            settle(page)
+        page.screenshot(path=str(path), full_page=True)
+    finally:
+        page.set_viewport_size(size)
+    return path
+
+
+def copy_into(files: Iterable[Path], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for f in files:
+        dst = folder / f.name
+        shutil.copyfile(f, dst)
+        out.append(dst)
+    return out
