@@ -127,7 +127,7 @@ def normalize_message(msg: Any, index: int) -> NormMessage:
                 out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
             elif ptype == "tool_call_response":
                 out.tool_call_id = str(part["id"]) if part.get("id") else out.tool_call_id
-                texts.append(_text_of(part.get("response", value)))
+                texts.append(_text_of(part.get("response", part.get("result", value))))
             else:  # images, audio, files: a placeholder keeps the shape visible
                 texts.append(f"[{ptype}]")
     elif content is not None:
