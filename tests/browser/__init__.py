@@ -54,25 +54,6 @@ XSS_LINK = "[click](javascript:alert(1))"
 XSS_TRACE_ID = "xss-probe"
 BROWSER_SESSION = "browser-session"
 
-# Counts every transition of the app root into the "running" script state, so that a test can
-# wait for "the rerun caused by *this* click has finished" instead of racing the websocket.
-SETTLE_INIT_SCRIPT = """
-(() => {
-  window.__ctxRuns = 0;
-  const attr = 'data-test-script-state';
-  const seen = (el) => el && el.getAttribute && el.getAttribute(attr) === 'running';
-  const obs = new MutationObserver((muts) => {
-    for (const m of muts) {
-      if (m.type === 'attributes' && seen(m.target)) window.__ctxRuns += 1;
-    }
-  });
-  const start = () => obs.observe(document.documentElement, {
-    attributes: true, subtree: true, attributeFilter: ['data-test-script-state'],
-  });
-  if (document.documentElement) start(); else document.addEventListener('DOMContentLoaded', start);
-})();
-"""
-
 _SETTLED_JS = """
 () => {
   const app = document.querySelector('[data-testid="stApp"]');
@@ -250,7 +231,6 @@ def demo_trace_files() -> list[Path]:
 def fill_store(db: Path, files: list[Path]) -> None:
     """Ingest trace files into a fresh store (before the server opens it: DuckDB locks)."""
     from ctxcore.ingest import ingest_paths
-
     from ctxcore.store import TraceStore
 
     with TraceStore(db) as store:
@@ -364,11 +344,47 @@ def launch_browser() -> Iterator[Any]:
             browser.close()
 
 
+class RunCounter:
+    """Counts the script runs the server reports finished, read off the app's websocket.
+
+    The DOM's "running" state can flip running -> notRunning inside one React batch when a
+    run is fast, so watching it misses runs; the server's ``script_finished`` message cannot
+    be missed. A test waits for "the rerun caused by *this* click has finished" with it.
+    """
+
+    def __init__(self) -> None:
+        self.finished = 0
+
+    def on_websocket(self, ws: Any) -> None:
+        ws.on("framereceived", self._on_frame)
+
+    def _on_frame(self, payload: Any) -> None:
+        if not isinstance(payload, bytes | bytearray):
+            return
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        msg = ForwardMsg()
+        try:
+            msg.ParseFromString(bytes(payload))
+        except Exception:  # not a ForwardMsg (should not happen); never break the page
+            return
+        if msg.WhichOneof("type") == "script_finished":
+            if msg.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                self.finished += 1
+
+
+_COUNTERS: dict[int, RunCounter] = {}
+
+
 def new_page(browser: Any, *, width: int = 1400, height: int = 900) -> Any:
     ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
-    ctx.add_init_script(SETTLE_INIT_SCRIPT)
     ctx.set_default_timeout(SETTLE_TIMEOUT_MS)
-    return ctx.new_page()
+    page = ctx.new_page()
+    counter = RunCounter()
+    _COUNTERS[id(page)] = counter
+    page.on("websocket", counter.on_websocket)
+    page.on("close", lambda _p: _COUNTERS.pop(id(page), None))
+    return page
 
 
 def settle(page: Any, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:
@@ -377,8 +393,17 @@ def settle(page: Any, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:
 
 
 def runs(page: Any) -> int:
-    n: int = page.evaluate("() => window.__ctxRuns || 0")
-    return n
+    """How many script runs of this page's session have finished so far."""
+    return _COUNTERS[id(page)].finished
+
+
+def wait_runs(page: Any, above: int, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:
+    """Wait until more than ``above`` runs have finished (events are pumped while waiting)."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while runs(page) <= above:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no script run finished within {timeout_ms} ms")
+        page.wait_for_timeout(10)
 
 
 def rerun_and_settle(
@@ -387,9 +412,7 @@ def rerun_and_settle(
     """Do ``action`` (a click, a key press) and wait for the rerun it starts to finish."""
     before = runs(page)
     action()
-    page.wait_for_function(
-        f"() => (window.__ctxRuns || 0) > {before}", timeout=timeout_ms, polling=20
-    )
+    wait_runs(page, before, timeout_ms)
     settle(page, timeout_ms)
 
 
