@@ -1,0 +1,235 @@
+"""Bring prompts from other systems into ctxscope: detect the format, convert, store.
+
+Formats (``--format``, or ``auto`` to detect from the content):
+
+- ``trace`` — ctxscope traces: one trace JSON, a JSONL file of traces, or a snapshot
+  ``{"format": "ctxscope.snapshot/1", "traces": [...]}`` written by ``ctxscope export``;
+- ``openai`` — an OpenAI-style chat request ``{"messages", "tools"}`` (and the shapes
+  ``ctxcore.importers.openai.requests_from_obj`` accepts: a bare message list, a
+  SWE-agent trajectory, ShareGPT records), as JSON or JSONL (one conversation per line);
+- ``otlp`` — an OTLP JSON export of OpenTelemetry GenAI spans (or JSONL of exports).
+
+``ctxscope import FILE`` writes the traces into the store; if another process (the app)
+holds the store, it drops them into the watched folder instead, where that process picks
+them up. ``-o FILE`` writes JSONL and leaves the store alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import CtxscopeError, ImportFormatError, InputError, StoreLockedError
+from ..loading import decode_utf8, parse_json, trace_from_obj
+from ..models import Trace
+
+Format = Literal["auto", "trace", "openai", "otlp"]
+SNAPSHOT_FORMAT = "ctxscope.snapshot/1"
+
+
+def detect_format(data: Any) -> Literal["trace", "openai", "otlp"]:
+    """Which importer a parsed JSON value belongs to."""
+    if isinstance(data, dict):
+        fmt = data.get("format")
+        if isinstance(fmt, str) and fmt.startswith("ctxscope.snapshot/"):
+            return "trace"
+        if isinstance(data.get("schema"), str) and data["schema"].startswith("ctxscope.trace"):
+            return "trace"
+        if "resourceSpans" in data:
+            return "otlp"
+    if (
+        isinstance(data, list)
+        and data
+        and all(
+            isinstance(t, dict) and str(t.get("schema", "")).startswith("ctxscope.trace")
+            for t in data
+        )
+    ):
+        return "trace"
+    return "openai"
+
+
+def traces_from_snapshot_or_trace(data: Any, where: str) -> list[Trace]:
+    """Traces from a trace object, a list of them, or a snapshot."""
+    if isinstance(data, dict) and "format" in data and "schema" not in data:
+        fmt = data.get("format")
+        if not (isinstance(fmt, str) and fmt.startswith("ctxscope.snapshot/")):
+            raise ImportFormatError(f"{where}: unknown format {fmt!r}")
+        if fmt != SNAPSHOT_FORMAT:
+            raise ImportFormatError(
+                f"{where}: snapshot format {fmt!r} is newer than this ctxscope reads "
+                f"({SNAPSHOT_FORMAT}); upgrade ctxscope"
+            )
+        items = data.get("traces")
+        if not isinstance(items, list):
+            raise ImportFormatError(f"{where}: a snapshot needs a 'traces' list")
+        return [trace_from_obj(t, f"{where}: traces[{i}]") for i, t in enumerate(items)]
+    if isinstance(data, list):
+        return [trace_from_obj(t, f"{where}: [{i}]") for i, t in enumerate(data)]
+    return [trace_from_obj(data, where)]
+
+
+def traces_from_value(
+    data: Any,
+    fmt: Format = "auto",
+    *,
+    where: str = "",
+    session_id: str = "import",
+    default_now: datetime | None = None,
+) -> list[Trace]:
+    """Convert one parsed JSON value with the given (or detected) importer."""
+    kind = detect_format(data) if fmt == "auto" else fmt
+    if kind == "trace":
+        return traces_from_snapshot_or_trace(data, where)
+    if kind == "otlp":
+        from .otlp import traces_from_otlp
+
+        return traces_from_otlp(data)
+    from .openai import traces_from_obj
+
+    return traces_from_obj(data, session_id=session_id, default_now=default_now)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{path}: not a valid gzip file ({exc})") from exc
+    return decode_utf8(raw, str(path))
+
+
+def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
+    """Every trace a file holds (JSON, or JSONL with one value per line)."""
+    p = Path(path)
+    text = _read_text(p)
+    # The clock an imported prompt saw is unknown; the file's time is the best stand-in
+    # and keeps re-imports of the same file identical.
+    mtime = datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
+    session = p.name.split(".")[0] or "import"
+    stripped = text.strip()
+    if not stripped:
+        raise ImportFormatError(f"{p}: the file is empty")
+    lines = [ln for ln in stripped.splitlines() if ln.strip()]
+    jsonl = len(lines) > 1 and lines[0].lstrip().startswith("{") and lines[0].rstrip().endswith("}")
+    if jsonl:
+        try:
+            parse_json(lines[0])
+        except InputError:
+            jsonl = False
+    values: list[tuple[str, Any]]
+    if jsonl:
+        values = [(f"{p}:{i + 1}", parse_json(ln, f"{p}:{i + 1}")) for i, ln in enumerate(lines)]
+    else:
+        values = [(str(p), parse_json(text, str(p)))]
+    out: list[Trace] = []
+    for n, (where, value) in enumerate(values):
+        try:
+            traces = traces_from_value(
+                value, fmt, where=where, session_id=session, default_now=mtime
+            )
+        except ImportFormatError as exc:
+            msg = str(exc)
+            raise ImportFormatError(msg if msg.startswith(str(p)) else f"{where}: {msg}") from exc
+        kind = detect_format(value) if fmt == "auto" else fmt
+        if jsonl and kind == "openai" and len(traces) == 1:
+            # one conversation per line: number the turns in file order
+            traces = [traces[0].model_copy(update={"turn": n})]
+        out.extend(traces)
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_jsonl(traces: list[Trace], path: Path) -> None:
+    """Write traces as JSONL atomically (temp file + rename: watchers see whole files)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            for t in traces:
+                fh.write(t.to_json() + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write ({exc.strerror})") from exc
+
+
+def watched_folder() -> Path:
+    """The folder the app watches (``CTXSCOPE_TRACES``, default ``traces/``)."""
+    return Path(os.environ.get("CTXSCOPE_TRACES") or "traces")
+
+
+def _drop_name(source: Path, traces: list[Trace]) -> str:
+    digest = hashlib.sha256("".join(t.trace_id for t in traces).encode()).hexdigest()[:10]
+    stem = source.name.split(".")[0] or "import"
+    return f"import-{stem}-{digest}.jsonl"
+
+
+def _to_store(traces: list[Trace], db: str, source: str) -> int:
+    from ..store import TraceStore
+
+    with TraceStore(db) as store:
+        return store.add_traces(traces, source=source)
+
+
+def cli_import(args: argparse.Namespace) -> int:
+    """``ctxscope import FILE [--format ...] [--db PATH] [-o FILE]``."""
+    from ..redact import redact_on_ingest, redact_trace
+
+    src = Path(args.file)
+    traces = load_file(src, args.format)
+    if redact_on_ingest():
+        traces = [redact_trace(t)[0] for t in traces]
+    warned = sum(1 for t in traces if t.result and t.result.warnings)
+    summary = f"{len(traces)} trace(s) from {src}"
+    if args.output:
+        out = Path(args.output)
+        write_jsonl(traces, out)
+        print(f"imported {summary} -> {out}")
+        return 0
+    db = getattr(args, "db", None) or os.environ.get("CTXSCOPE_DB") or "traces/ctxscope.duckdb"
+    reason = ""
+    try:
+        added = _to_store(traces, db, str(src))
+    except StoreLockedError as exc:
+        reason = f"the store is in use ({exc})"
+    except NotImplementedError:
+        reason = "the store is not available in this build"
+    except CtxscopeError:
+        raise
+    else:
+        print(f"imported {summary} into {db}: {added} new, {len(traces) - added} already there")
+        if warned:
+            print(f"{warned} trace(s) carry warnings; open them in the app to see why")
+        return 0
+    folder = watched_folder()
+    out = folder / _drop_name(src, traces)
+    write_jsonl(traces, out)
+    print(
+        f"{reason}; wrote {summary} to {out} in the watched folder instead: "
+        "the running app ingests it from there",
+        file=sys.stderr,
+    )
+    return 0
+
+
+__all__ = [
+    "SNAPSHOT_FORMAT",
+    "cli_import",
+    "detect_format",
+    "load_file",
+    "traces_from_value",
+    "write_jsonl",
+]

@@ -330,12 +330,13 @@ def trace_from_request(
     turn: int = 0,
     trace_id: str | None = None,
     query: str | None = None,
+    default_now: datetime | None = None,
 ) -> Trace:
     """An OpenAI chat request (optionally with its ``response``/``usage``) → a trace.
 
     Without ``trace_id`` the id is a hash of the request, so importing the same request
     twice is a no-op in the store. Without ``now`` the request's ``created`` time is used,
-    else the current time.
+    else ``default_now`` (importers pass the file's modification time), else the clock.
     """
     if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
         raise ImportFormatError(
@@ -348,7 +349,7 @@ def trace_from_request(
         )
     norm = [normalize_message(m, i) for i, m in enumerate(request["messages"])]
     tools = parse_tools(request.get("tools"))
-    when = now or _created(request) or datetime.now(UTC)
+    when = now or _created(request) or default_now or datetime.now(UTC)
     window = request.get("window") if isinstance(request.get("window"), int) else None
     reserve = request.get("max_completion_tokens", request.get("max_tokens"))
     inp, flat = captured_input_from_norm(
@@ -470,10 +471,14 @@ def requests_from_obj(data: Any) -> list[dict[str, Any]]:
 
 
 def traces_from_obj(
-    data: Any, *, session_id: str = "import", now: datetime | None = None
+    data: Any,
+    *,
+    session_id: str = "import",
+    now: datetime | None = None,
+    default_now: datetime | None = None,
 ) -> list[Trace]:
     """One trace per request found in ``data`` (turn = its position)."""
     return [
-        trace_from_request(req, now=now, session_id=session_id, turn=i)
+        trace_from_request(req, now=now, session_id=session_id, turn=i, default_now=default_now)
         for i, req in enumerate(requests_from_obj(data))
     ]

@@ -1,0 +1,303 @@
+"""OpenAI-style imports on the real corpus: every sample imports and adds back up to its source."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxcore.cli import main
+from ctxcore.errors import ImportFormatError
+from ctxcore.importers import load_file
+from ctxcore.importers.derive import TASK_ID, TOOLS_ID, tools_text
+from ctxcore.importers.openai import (
+    captured_input_from_messages,
+    messages_from_sharegpt,
+    trace_from_request,
+)
+from ctxcore.models import Status, Trace
+from ctxcore.pipeline.common import INSTRUCTIONS_ID
+from ctxcore.tokens import get_counter
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["value"] for p in content if p["type"] == "text")
+
+
+def check_sums(trace: Trace) -> None:
+    """Derived decisions: all kept, counted with the real tokenizer, adding up to totals."""
+    assert trace.result is not None
+    counter = get_counter(trace.result.totals.tokenizer)
+    decisions = {d.packet_id: d for d in trace.result.decisions}
+    assert all(d.status is Status.KEPT for d in decisions.values())
+    assert sum(d.tokens_after for d in decisions.values()) == trace.result.totals.used
+    assert sum(p.used for p in trace.result.partitions) == trace.result.totals.used
+    for p in trace.input.packets:
+        assert decisions[p.id].tokens_before == counter.count(p.content)
+    assert decisions[TASK_ID].tokens_before == counter.count(trace.input.query)
+    if trace.input.tools:
+        assert decisions[TOOLS_ID].tokens_before == counter.count(tools_text(trace.input.tools))
+        assert decisions[TOOLS_ID].tokens_before > 0
+    # one decision per packet, per history message, plus instructions/tools/task
+    expected = len(trace.input.packets) + len(trace.input.history) + 1
+    expected += bool(trace.input.system_instructions) + bool(trace.input.tools)
+    assert len(decisions) == expected
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a01_sweagent_marshmallow-1867_function-calling.traj.json",
+        "a02_sweagent_function_calling_simple.traj.json",
+    ],
+)
+def test_sweagent_function_calling(corpus: Path, name: str) -> None:
+    src = json.loads((corpus / name).read_text(encoding="utf-8"))["history"]
+    (trace,) = load_file(corpus / name)
+    check_sums(trace)
+    tool_msgs = [m for m in src if m["role"] == "tool"]
+    users = [m for m in src if m["role"] == "user"]
+    assistants = [m for m in src if m["role"] == "assistant"]
+    # every tool result is a packet named after its tool call id, content unchanged
+    # (a01's replay reuses one call id: the second result gets the suffix "#2")
+    expected_ids: list[str] = []
+    for m in tool_msgs:
+        pid, n = f"tool:{m['tool_call_ids'][0]}", 2
+        while pid in expected_ids:
+            pid, n = f"tool:{m['tool_call_ids'][0]}#{n}", n + 1
+        expected_ids.append(pid)
+    assert [p.id for p in trace.input.packets] == expected_ids
+    assert [p.content for p in trace.input.packets] == [m["content"] for m in tool_msgs]
+    assert {p.kind for p in trace.input.packets} == {"tool_result"}
+    assert trace.input.query == users[-1]["content"]
+    assert trace.input.system_instructions == "\n\n".join(
+        m["content"] for m in src if m["role"] == "system"
+    )
+    assert len(trace.input.history) == len(assistants) + len(users) - 1
+    # the assistant's tool calls are part of its history message, compactly
+    by_id = {m.id: m for m in trace.input.history}
+    for i, m in enumerate(src):
+        if m["role"] != "assistant":
+            continue
+        hist = by_id[f"msg-{i}"]
+        assert hist.content.startswith(m["content"])
+        for call in m["tool_calls"]:
+            fn = call["function"]
+            assert f"{fn['name']}({fn['arguments']})" in hist.content
+            assert {"id": call["id"], "name": fn["name"], "arguments": fn["arguments"]} in (
+                hist.metadata["tool_calls"]
+            )
+    # the tool name travels with the result
+    first_call = assistants[0]["tool_calls"][0]
+    assert trace.input.packets[0].metadata["name"] == first_call["function"]["name"]
+    assert trace.builder.name == "import/openai"
+    assert trace.config.preset == "ctxscope"
+
+
+def test_a03_bare_message_list(corpus: Path) -> None:
+    src = json.loads((corpus / "a03_mini-swe-agent_github_issue.traj.json").read_text())
+    (trace,) = load_file(corpus / "a03_mini-swe-agent_github_issue.traj.json")
+    check_sums(trace)
+    last_user = max(i for i, m in enumerate(src) if m["role"] == "user")
+    assert trace.input.query == src[last_user]["content"]
+    kept = [m for i, m in enumerate(src) if m["role"] != "system" and i != last_user]
+    assert [m.content for m in trace.input.history] == [m["content"] for m in kept]
+    assert [m.role for m in trace.input.history] == [m["role"] for m in kept]
+    assert trace.input.packets == []
+
+
+def test_a04_jsonl_parts_parallel_calls_and_tools(corpus: Path) -> None:
+    path = corpus / "a04_llamafactory_reason_tool_use_demo_50.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    traces = load_file(path)
+    assert len(traces) == len(rows) == 50
+    assert [t.turn for t in traces] == list(range(50))
+    n_tool_msgs = sum(m["role"] == "tool" for r in rows for m in r["messages"])
+    assert sum(len(t.input.packets) for t in traces) == n_tool_msgs > 0
+    for row, trace in zip(rows, traces, strict=True):
+        check_sums(trace)
+        msgs = row["messages"]
+        assert len(trace.input.tools) == len(json.loads(row["tools"]))
+        tools = [m for m in msgs if m["role"] == "tool"]
+        assert [p.content for p in trace.input.packets] == [_text(m["content"]) for m in tools]
+        # tool calls without ids get call ids; each result answers the next pending call
+        calls = [
+            json.loads(p["value"])
+            for m in msgs
+            if m["role"] == "assistant"
+            for p in m["content"]
+            if p["type"] == "tool_call"
+        ]
+        names = [p.metadata.get("name") for p in trace.input.packets]
+        assert names == [c["name"] for c in calls][: len(names)]
+        reasoning = [p["value"] for m in msgs for p in m["content"] if p["type"] == "reasoning"]
+        kept_reasoning = [
+            m.metadata["reasoning"] for m in trace.input.history if "reasoning" in m.metadata
+        ]
+        # reasoning is kept beside the message, not counted as context
+        assert all(r in reasoning for r in kept_reasoning)
+        assert all(r not in trace.result.prompt for r in kept_reasoning)  # type: ignore[union-attr]
+    parallel = [
+        t for t in traces if any(len(m.metadata.get("tool_calls", [])) > 1 for m in t.input.history)
+    ]
+    assert parallel, "a04 has parallel tool calls"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "b01_mswea_gemini3pro_pytest-dev__pytest-7571.traj.json",
+        "b02_mswea_gemini3pro_django__django-16560.traj.json",
+        "b03_sweagent_pydicom-1458.traj.json",
+    ],
+)
+def test_long_trajectories(corpus: Path, name: str) -> None:
+    data = json.loads((corpus / name).read_text(encoding="utf-8"))
+    src = data.get("messages") or data["history"]
+    (trace,) = load_file(corpus / name)
+    check_sums(trace)
+    users = [m for m in src if m["role"] == "user"]
+    assert trace.input.query == _text(users[-1]["content"])
+    non_system = [m for m in src if m["role"] != "system"]
+    assert len(trace.input.history) == len(non_system) - 1
+    counter = get_counter("cl100k_base")
+    all_text = [_text(m["content"]) for m in src]
+    assert trace.result is not None
+    assert trace.result.totals.used == sum(counter.count_many(all_text))
+
+
+def test_b01_provider_usage_kept_beside_our_count(corpus: Path) -> None:
+    data = json.loads(
+        (corpus / "b01_mswea_gemini3pro_pytest-dev__pytest-7571.traj.json").read_text()
+    )
+    msgs = data["messages"]
+    i = next(k for k in range(20, len(msgs)) if msgs[k]["role"] == "assistant")
+    response = msgs[i]["extra"]["response"]
+    req = {
+        "model": response["model"],
+        "messages": [{"role": m["role"], "content": m["content"]} for m in msgs[:i]],
+        "response": response,
+    }
+    trace = trace_from_request(req)
+    assert trace.outcome is not None and trace.result is not None
+    reported = response["usage"]["prompt_tokens"]
+    assert trace.outcome.usage["prompt_tokens"] == reported
+    assert trace.outcome.usage["completion_tokens"] == response["usage"]["completion_tokens"]
+    assert trace.outcome.output == response["choices"][0]["message"]["content"]
+    assert trace.created_at == datetime.fromtimestamp(response["created"], tz=UTC)
+    ours = trace.result.totals.used
+    off = abs(ours - reported) / reported > 0.10
+    has_warning = any("provider reported" in w for w in trace.result.warnings)
+    assert has_warning == off
+    # the same request with a usage matching our count carries no such warning
+    req2 = dict(req, response=None, usage={"prompt_tokens": ours, "completion_tokens": 5})
+    t2 = trace_from_request(req2)
+    assert not any("provider reported" in w for w in t2.result.warnings)  # type: ignore[union-attr]
+
+
+def test_c02_sharegpt_converter(corpus: Path) -> None:
+    path = corpus / "c02_llamafactory_glaive_toolcall_zh_demo.json"
+    src = json.loads(path.read_text(encoding="utf-8"))
+    traces = load_file(path)
+    assert len(traces) == len(src)
+    n_obs = sum(t["from"] == "observation" for r in src for t in r["conversations"])
+    assert sum(len(t.input.packets) for t in traces) == n_obs
+    for rec, trace in zip(src, traces, strict=True):
+        check_sums(trace)
+        conv = rec["conversations"]
+        obs = [t["value"] for t in conv if t["from"] == "observation"]
+        assert [p.content for p in trace.input.packets] == obs
+        assert len(trace.input.tools) == len(json.loads(rec["tools"]))
+        humans = [t["value"] for t in conv if t["from"] == "human"]
+        assert trace.input.query == humans[-1]
+        for t in conv:
+            if t["from"] == "function_call":
+                call = json.loads(t["value"])
+                args = json.dumps(call["arguments"], ensure_ascii=False, separators=(",", ":"))
+                line = f"{call['name']}({args})"
+                assert any(line in m.content for m in trace.input.history)
+    # the conversion itself pairs each observation with the call before it
+    msgs = messages_from_sharegpt(src[0]["conversations"])
+    call_ids = [c["id"] for m in msgs for c in m.get("tool_calls", [])]
+    result_ids = [m["tool_call_id"] for m in msgs if m["role"] == "tool"]
+    assert result_ids == call_ids[: len(result_ids)]
+
+
+def test_developer_and_parts_and_unknown_shapes() -> None:
+    inp = captured_input_from_messages(
+        [
+            {"role": "system", "content": [{"type": "text", "text": "You are terse."}]},
+            {"role": "user", "content": "hi"},
+            {"role": "developer", "content": "Never run rm -rf."},
+            {"role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "x"}},
+                ],
+            },
+        ],
+        tools=[{"type": "function", "function": {"name": "bash", "parameters": {}}}],
+        now=NOW,
+    )
+    assert inp.system_instructions == "You are terse."
+    assert inp.query == "look\n[image_url]"
+    assert [(p.id, p.kind, p.must_keep) for p in inp.packets] == [("policy:msg-2", "policy", True)]
+    assert [m.content for m in inp.history] == ["hi", "hello"]
+    assert inp.tools[0].name == "bash"
+    with pytest.raises(ImportFormatError, match="messages\\[0\\]: missing 'role'"):
+        captured_input_from_messages([{"content": "x"}], now=NOW)
+    with pytest.raises(ImportFormatError, match="not an OpenAI-style chat request"):
+        from ctxcore.importers.openai import requests_from_obj
+
+        requests_from_obj({"foo": 1})
+
+
+def test_trace_id_is_stable_and_instructions_are_must_keep(corpus: Path) -> None:
+    req = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]}
+    a = trace_from_request(req, now=NOW)
+    b = trace_from_request(req, now=NOW)
+    assert a.trace_id == b.trace_id
+    d = {x.packet_id: x for x in a.result.decisions}  # type: ignore[union-attr]
+    assert d[INSTRUCTIONS_ID].reason.value == "MUST_KEEP"
+    assert d[INSTRUCTIONS_ID].partition == "[Role & Policies]"
+
+
+def test_cli_import_to_file(
+    corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.jsonl"
+    rc = main(
+        ["import", str(corpus / "a02_sweagent_function_calling_simple.traj.json"), "-o", str(out)]
+    )
+    assert rc == 0
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1
+    (again,) = load_file(out)
+    (direct,) = load_file(corpus / "a02_sweagent_function_calling_simple.traj.json")
+    # identical but for the stage timings, which are measurements
+    assert again.to_dict()["result"].pop("timings") is not None
+    strip = lambda t: {**t.to_dict(), "result": {**t.to_dict()["result"], "timings": {}}}  # noqa: E731
+    assert strip(again) == strip(direct)
+    assert "1 trace(s)" in capsys.readouterr().out
+
+
+def test_cli_import_bad_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"foo": [1, 2]}', encoding="utf-8")
+    rc = main(["import", str(bad), "-o", str(tmp_path / "x.jsonl")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bad.json" in err and "not an OpenAI-style" in err
