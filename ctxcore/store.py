@@ -1,23 +1,51 @@
 """TraceStore: the one owner of the DuckDB file and the only module with SQL.
 
-CONTRACT STUB — the method names, arguments and return shapes below are what the app
-(`app.py`, `pages/`) and the CLI code against. The implementation replaces the bodies; it
-may add methods and fields but must not rename or remove these.
+The app, the watcher and the CLI all go through this class. What the UI filters, sorts
+and charts on are real columns (``traces``, ``decisions``, ``partitions``, ``findings``),
+so lists and charts are SQL with server-side paging; the full trace JSON is kept too.
+
+Concurrency: DuckDB lets one process open a file read-write. Inside that process every
+thread gets its own cursor (``_cur``), and writes are serialised by one lock so that the
+watcher thread and the app never race on the same ``trace_id``. A second process gets
+``StoreLockedError`` naming the holder's PID.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import importlib
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from .models import Trace
+import duckdb
+import pyarrow as pa
+
+from . import migrations
+from .errors import StoreError, StoreLockedError
+from .models import Finding, Status, Trace
 
 DEFAULT_DB = Path("traces") / "ctxscope.duckdb"
 
 SortKey = Literal["created_at", "turn", "used", "budget", "dropped", "summarized", "session_id"]
+
+_SORT_SQL: dict[str, str] = {
+    "created_at": "created_at",
+    "turn": "turn",
+    "used": "used",
+    "budget": "budget",
+    "dropped": "n_dropped",
+    "summarized": "n_summarized",
+    "session_id": "session_id",
+}
+_LOST = (Status.DROPPED, Status.FILTERED, Status.SUMMARIZED)
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,8 @@ class TraceRow:
     verdict: str
     tags: tuple[str, ...] = ()
     source_trace_id: str | None = None
+    n_findings: int = 0
+    max_severity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,26 +125,340 @@ class IngestCounts:
     traces_skipped: int = 0  # already present (idempotent on trace_id)
     errors: int = 0
     error_rows: list[IngestErrorRow] = field(default_factory=list)
+    #: (file, line) of last lines without their newline yet: read when the writer ends them.
+    pending: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FileOffset:
+    """How far ingest has read one file (bytes and lines), and what the file looked like."""
+
+    file: str
+    offset: int
+    line: int
+    size: int
+    mtime: float
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    added: int
+    skipped: int
+    #: (index in the batch, trace_id, where the stored one came from) for ids already
+    #: stored with different content: the caller reports them, nothing is overwritten.
+    conflicts: list[tuple[int, str, str]]
 
 
 # Ingest contract (ctxcore/ingest.py): ``ingest_paths(store, paths) -> IngestCounts`` reads
 # .jsonl/.json/.jsonl.gz files (or folders of them), idempotent, per-file offsets.
+
+_TRACE_COLS = (
+    "trace_id", "tseq", "session_id", "turn", "created_at", "preset", "builder",
+    "builder_version", "budget", "used", "n_packets", "n_kept", "n_truncated", "n_summarized",
+    "n_dropped", "n_filtered", "n_not_rendered", "n_warnings", "lost_must_keep", "verdict",
+    "tags", "source_trace_id", "source_file", "content_hash", "ingested_at", "trace_json",
+    "n_findings", "max_severity",
+)  # fmt: skip
+_DECISION_COLS = (
+    "tseq", "trace_id", "ord", "packet_id", "kind", "tokens_before", "tokens_after",
+    "relevance", "recency", "score", "rank", "status", "reason", "reason_text", "partition",
+    "budget_left", "must_keep", "content",
+)  # fmt: skip
+_PARTITION_COLS = ("tseq", "trace_id", "ord", "name", "budget", "used", "items")
+_FINDING_COLS = (
+    "tseq", "trace_id", "ord", "detector", "severity", "packet_ids", "message",
+    "evidence_json", "fix_json",
+)  # fmt: skip
+_ROW_FIELDS = (
+    "trace_id", "session_id", "turn", "created_at", "preset", "builder", "budget", "used",
+    "n_packets", "n_kept", "n_truncated", "n_summarized", "n_dropped", "n_filtered",
+    "n_not_rendered", "n_warnings", "lost_must_keep", "verdict", "tags", "source_trace_id",
+    "n_findings", "max_severity",
+)  # fmt: skip
+
+_I64, _I32, _F64, _STR = pa.int64(), pa.int32(), pa.float64(), pa.string()
+_TS = pa.timestamp("us")
+_STRS = pa.list_(pa.string())
+_SCHEMAS: dict[str, pa.Schema] = {
+    "traces": pa.schema(
+        [("trace_id", _STR), ("tseq", _I64), ("session_id", _STR), ("turn", _I32),
+         ("created_at", _TS), ("preset", _STR), ("builder", _STR), ("builder_version", _STR),
+         ("budget", _I64), ("used", _I64)]
+        + [(c, _I32) for c in _TRACE_COLS[10:19]]
+        + [("verdict", _STR), ("tags", _STRS), ("source_trace_id", _STR),
+           ("source_file", _STR), ("content_hash", _STR), ("ingested_at", _TS),
+           ("trace_json", _STR), ("n_findings", _I32), ("max_severity", _STR)]
+    ),
+    "decisions": pa.schema(
+        [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("packet_id", _STR),
+         ("kind", _STR), ("tokens_before", _I64), ("tokens_after", _I64),
+         ("relevance", _F64), ("recency", _F64), ("score", _F64), ("rank", _I32),
+         ("status", _STR), ("reason", _STR), ("reason_text", _STR), ("partition", _STR),
+         ("budget_left", _I64), ("must_keep", pa.bool_()), ("content", _STR)]
+    ),
+    "partitions": pa.schema(
+        [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("name", _STR),
+         ("budget", _I64), ("used", _I64), ("items", _I32)]
+    ),
+    "findings": pa.schema(
+        [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("detector", _STR),
+         ("severity", _STR), ("packet_ids", _STRS), ("message", _STR),
+         ("evidence_json", _STR), ("fix_json", _STR)]
+    ),
+}  # fmt: skip
+
+
+def _first(rows: list[Any]) -> Any:
+    # Results are always fetched to the end: DuckDB 2.0 refuses other work on a cursor
+    # with a half-read result (fetchone), e.g. register() inside a transaction.
+    return rows[0] if rows else None
+
+
+def utc_naive(dt: datetime) -> datetime:
+    """The form timestamps are stored in: UTC without tzinfo (see ``migrations``)."""
+    if dt.tzinfo is None:
+        return dt
+    return dt.astimezone(UTC).replace(tzinfo=None)
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def content_hash(raw: str) -> str:
+    return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _diagnose(trace: Trace) -> list[Finding] | None:
+    """Findings from ``ctxcore.diagnostics`` (another module, optional at import time)."""
+    try:
+        module = importlib.import_module("ctxcore.diagnostics")
+    except ImportError:
+        return None
+    diagnose: Callable[[Trace], list[Finding]] | None = getattr(module, "diagnose", None)
+    return None if diagnose is None else diagnose(trace)
+
+
+class _Batch:
+    """Column lists for one bulk insert, turned into Arrow tables at the end."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, dict[str, list[Any]]] = {
+            name: {c: [] for c in schema.names} for name, schema in _SCHEMAS.items()
+        }
+
+    def add(self, trace: Trace, raw: str, digest: str, tseq: int, source: str | None) -> None:
+        tid = trace.trace_id
+        packets = {p.id: p for p in trace.input.packets}
+        d = self.cols["decisions"]
+        counts = dict.fromkeys(Status, 0)
+        lost = 0
+        result = trace.result
+        if result is not None:
+            for i, dec in enumerate(result.decisions):
+                pkt = packets.get(dec.packet_id)
+                must = pkt.must_keep if pkt is not None else dec.reason == "MUST_KEEP"
+                counts[dec.status] += 1
+                if must and dec.status in _LOST:
+                    lost += 1
+                if pkt is not None:
+                    content: str | None = pkt.content
+                elif dec.packet_id == "builder:instructions":
+                    content = trace.input.system_instructions
+                elif dec.packet_id == "builder:history":
+                    content = "\n".join(m.content for m in trace.input.history)
+                else:
+                    content = None
+                d["tseq"].append(tseq)
+                d["trace_id"].append(tid)
+                d["ord"].append(i)
+                d["packet_id"].append(dec.packet_id)
+                d["kind"].append(dec.kind)
+                d["tokens_before"].append(dec.tokens_before)
+                d["tokens_after"].append(dec.tokens_after)
+                d["relevance"].append(dec.relevance)
+                d["recency"].append(dec.recency)
+                d["score"].append(dec.score)
+                d["rank"].append(dec.rank)
+                d["status"].append(dec.status.value)
+                d["reason"].append(dec.reason.value)
+                d["reason_text"].append(dec.reason_text)
+                d["partition"].append(dec.partition)
+                d["budget_left"].append(dec.budget_left)
+                d["must_keep"].append(must)
+                d["content"].append(content)
+            p = self.cols["partitions"]
+            for i, part in enumerate(result.partitions):
+                p["tseq"].append(tseq)
+                p["trace_id"].append(tid)
+                p["ord"].append(i)
+                p["name"].append(part.name)
+                p["budget"].append(part.budget)
+                p["used"].append(part.used)
+                p["items"].append(part.items)
+            n_packets = len(result.decisions)
+        else:
+            # A captured input without a result: its packets are still searchable.
+            for i, pkt in enumerate(trace.input.packets):
+                for c in _DECISION_COLS:
+                    d[c].append(None)
+                d["tseq"][-1], d["trace_id"][-1], d["ord"][-1] = tseq, tid, i
+                d["packet_id"][-1], d["kind"][-1] = pkt.id, pkt.kind
+                d["tokens_before"][-1], d["relevance"][-1] = pkt.tokens, pkt.relevance
+                d["must_keep"][-1], d["content"][-1] = pkt.must_keep, pkt.content
+            n_packets = len(trace.input.packets)
+
+        findings = _diagnose(trace)
+        max_sev: str | None = None
+        if findings:
+            f = self.cols["findings"]
+            for i, fd in enumerate(findings):
+                f["tseq"].append(tseq)
+                f["trace_id"].append(tid)
+                f["ord"].append(i)
+                f["detector"].append(fd.detector)
+                f["severity"].append(fd.severity)
+                f["packet_ids"].append(list(fd.packet_ids))
+                f["message"].append(fd.message)
+                f["evidence_json"].append(json.dumps(fd.evidence, default=str))
+                f["fix_json"].append(None if fd.fix is None else json.dumps(fd.fix, default=str))
+                if max_sev is None or _SEVERITY_RANK[fd.severity] > _SEVERITY_RANK[max_sev]:
+                    max_sev = fd.severity
+
+        t = self.cols["traces"]
+        values: dict[str, Any] = {
+            "trace_id": tid,
+            "tseq": tseq,
+            "session_id": trace.session_id,
+            "turn": trace.turn,
+            "created_at": utc_naive(trace.created_at),
+            "preset": trace.config.preset,
+            "builder": trace.builder.name,
+            "builder_version": trace.builder.version,
+            "budget": result.report.budget if result else 0,
+            "used": result.report.used if result else 0,
+            "n_packets": n_packets,
+            "n_kept": counts[Status.KEPT],
+            "n_truncated": counts[Status.TRUNCATED],
+            "n_summarized": counts[Status.SUMMARIZED],
+            "n_dropped": counts[Status.DROPPED],
+            "n_filtered": counts[Status.FILTERED],
+            "n_not_rendered": counts[Status.NOT_RENDERED],
+            "n_warnings": len(result.warnings) if result else 0,
+            "lost_must_keep": lost,
+            "verdict": trace.outcome.verdict if trace.outcome else "unknown",
+            "tags": list(trace.tags),
+            "source_trace_id": trace.source_trace_id,
+            "source_file": source,
+            "content_hash": digest,
+            "ingested_at": utc_naive(datetime.now(UTC)),
+            "trace_json": raw,
+            "n_findings": len(findings) if findings else 0,
+            "max_severity": max_sev,
+        }
+        for c, v in values.items():
+            t[c].append(v)
+
+    def tables(self) -> dict[str, pa.Table]:
+        return {
+            name: pa.table(cols, schema=_SCHEMAS[name])
+            for name, cols in self.cols.items()
+            if cols[_SCHEMAS[name].names[0]]
+        }
+
+
+_LOCK_RE = re.compile(r"held in (?P<prog>.+?) \(PID (?P<pid>\d+)\)")
+
+
+def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
+    msg = str(exc)
+    if "lock" in msg.lower():
+        m = _LOCK_RE.search(msg)
+        holder = f"PID {m['pid']} ({Path(m['prog']).name})" if m else "another process"
+        return StoreLockedError(
+            f"{path} is in use by {holder}; only one process can write the store: drop your "
+            f"trace files into the folder that process watches (e.g. {path.parent}/) instead"
+        )
+    return StoreError(f"{path}: cannot open the trace store ({msg.splitlines()[0]})")
 
 
 class TraceStore:
     """Owns one DuckDB file; applies migrations on open; one cursor per thread."""
 
     def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> None:
-        raise NotImplementedError
+        self.path = Path(path)
+        self.read_only = read_only
+        self._local = threading.local()
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._cursors_lock = threading.Lock()
+        self._write_lock = threading.RLock()
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path}: no such store; run `ctxscope ingest` first")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as exc:
+            raise _open_error(self.path, exc) from exc
+        if read_only:
+            have = migrations.applied_readonly(self._con)
+            if have < migrations.LATEST:
+                self._con.close()
+                raise StoreError(
+                    f"{self.path} is at schema version {have}, this ctxscope needs "
+                    f"{migrations.LATEST}; open it once without read_only to upgrade it"
+                )
+        else:
+            with self._write_lock:
+                migrations.apply(self._con)
+        self._closed = False
 
     def close(self) -> None:
-        raise NotImplementedError
+        if self._closed:
+            return
+        self._closed = True
+        with self._cursors_lock:
+            for cur in self._cursors:
+                try:
+                    cur.close()
+                except duckdb.Error:
+                    pass
+            self._cursors.clear()
+        self._con.close()
 
     def __enter__(self) -> TraceStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _cur(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor on the owning connection."""
+        if self._closed:
+            raise StoreError(f"{self.path}: the store is closed")
+        cur: duckdb.DuckDBPyConnection | None = getattr(self._local, "cur", None)
+        if cur is None:
+            cur = self._con.cursor()
+            self._local.cur = cur
+            with self._cursors_lock:
+                self._cursors.append(cur)
+        return cur
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One write transaction on this thread's cursor (writes are serialised)."""
+        if self.read_only:
+            raise StoreError(f"{self.path} was opened read-only; it cannot be written")
+        with self._write_lock:
+            cur = self._cur()
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
 
     # ---- writing
     def add_traces(self, traces: Iterable[Trace], *, source: str | None = None) -> int:
@@ -124,18 +468,208 @@ class TraceStore:
         ``ctxcore.diagnostics.diagnose(trace)`` when that module is importable and stored in
         a ``findings`` table (trace_id, detector, severity, packet_ids, message), so the
         Traces page can filter on them (``TraceFilter.finding``)."""
-        raise NotImplementedError
+        items = [(t, t.to_json()) for t in traces]
+        with self.transaction() as cur:
+            res = self.insert(cur, items, source=source)
+        return res.added
+
+    def insert(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        items: Sequence[tuple[Trace, str]],
+        *,
+        source: str | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> InsertResult:
+        """Bulk-insert (trace, its JSON) pairs inside the caller's transaction.
+
+        Same ``trace_id`` and same JSON is skipped (idempotent); same id with different
+        content is skipped too and returned in ``conflicts`` for the caller to report."""
+        if not items:
+            return InsertResult(0, 0, [])
+        ids = [t.trace_id for t, _ in items]
+        digests = [content_hash(raw) for _, raw in items]
+        known: dict[str, tuple[str, str | None]] = {}
+        for chunk in range(0, len(ids), 2000):
+            part = list(dict.fromkeys(ids[chunk : chunk + 2000]))
+            rows = cur.execute(
+                "SELECT trace_id, content_hash, source_file FROM traces "
+                "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
+                [part],
+            ).fetchall()
+            known.update({r[0]: (r[1], r[2]) for r in rows})
+        row = cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall()
+        row = _first(row)
+        tseq = int(row[0]) if row else 0
+        batch = _Batch()
+        added = skipped = 0
+        conflicts: list[tuple[int, str, str]] = []
+        for i, ((trace, raw), digest) in enumerate(zip(items, digests, strict=True)):
+            where = sources[i] if sources is not None else source
+            prev = known.get(trace.trace_id)
+            if prev is not None:
+                if prev[0] == digest or self._same_as_stored(cur, trace):
+                    skipped += 1
+                else:
+                    conflicts.append((i, trace.trace_id, prev[1] or "an earlier insert"))
+                continue
+            tseq += 1
+            batch.add(trace, raw, digest, tseq, where)
+            known[trace.trace_id] = (digest, where)
+            added += 1
+        for name, table in batch.tables().items():
+            cols = ", ".join(f'"{c}"' for c in table.column_names)
+            view = f"_ins_{name}"
+            cur.register(view, table)
+            try:
+                cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view}")
+            finally:
+                cur.unregister(view)
+        return InsertResult(added, skipped, conflicts)
+
+    def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace: Trace) -> bool:
+        row = cur.execute(
+            "SELECT trace_json FROM traces WHERE trace_id = ?", [trace.trace_id]
+        ).fetchall()
+        row = _first(row)
+        if row is None:  # added earlier in this very batch: compare is not worth it
+            return False
+        return bool(Trace.model_validate_json(row[0]) == trace)
 
     def findings(self, trace_id: str) -> list[dict[str, Any]]:
-        """Rows: detector, severity, packet_ids, message."""
-        raise NotImplementedError
+        """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
+        rows = self._dicts(
+            "SELECT detector, severity, packet_ids, message, evidence_json, fix_json "
+            "FROM findings WHERE trace_id = ? ORDER BY ord",
+            [trace_id],
+        )
+        for r in rows:
+            ev, fx = r.pop("evidence_json"), r.pop("fix_json")
+            r["evidence"] = json.loads(ev) if ev else {}
+            r["fix"] = json.loads(fx) if fx else None
+        return rows
 
     def add_ingest_error(self, file: str, line: int, message: str) -> None:
-        raise NotImplementedError
+        with self.transaction() as cur:
+            self.insert_errors(cur, [(file, line, message)])
+
+    def insert_errors(
+        self, cur: duckdb.DuckDBPyConnection, errors: Sequence[tuple[str, int, str]]
+    ) -> list[IngestErrorRow]:
+        """Add errors not already recorded (same file, line and message) in the caller's
+        transaction; re-reading a changed .json file does not repeat its errors."""
+        if not errors:
+            return []
+        now = utc_naive(datetime.now(UTC))
+        table = pa.table(
+            {
+                "file": [e[0] for e in errors],
+                "line": [e[1] for e in errors],
+                "message": [e[2] for e in errors],
+                "at": pa.array([now] * len(errors), _TS),
+            }
+        )
+        cur.register("_ins_errors", table)
+        try:
+            cur.execute(
+                'INSERT INTO ingest_errors (file, line, message, "at") '
+                'SELECT DISTINCT e.file, e.line, e.message, e."at" FROM _ins_errors e '
+                "WHERE NOT EXISTS (SELECT 1 FROM ingest_errors x WHERE x.file = e.file "
+                "AND x.line = e.line AND x.message = e.message)"
+            )
+        finally:
+            cur.unregister("_ins_errors")
+        return [IngestErrorRow(f, ln, m, now.replace(tzinfo=UTC)) for f, ln, m in errors]
+
+    def file_offset(self, file: str) -> FileOffset | None:
+        row = (
+            self._cur()
+            .execute(
+                'SELECT file, "offset", line, size, mtime, fingerprint FROM file_offsets '
+                "WHERE file = ?",
+                [file],
+            )
+            .fetchall()
+        )
+        row = _first(row)
+        if row is None:
+            return None
+        return FileOffset(row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), row[5])
+
+    def file_offsets(self) -> dict[str, FileOffset]:
+        rows = (
+            self._cur()
+            .execute('SELECT file, "offset", line, size, mtime, fingerprint FROM file_offsets')
+            .fetchall()
+        )
+        return {
+            r[0]: FileOffset(r[0], int(r[1]), int(r[2]), int(r[3]), float(r[4]), r[5]) for r in rows
+        }
+
+    def set_file_offset(self, cur: duckdb.DuckDBPyConnection, off: FileOffset) -> None:
+        """Record how far a file was read, in the caller's transaction (with its traces)."""
+        cur.execute(
+            'INSERT OR REPLACE INTO file_offsets (file, "offset", line, size, mtime, '
+            "updated_at, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                off.file,
+                off.offset,
+                off.line,
+                off.size,
+                off.mtime,
+                utc_naive(datetime.now(UTC)),
+                off.fingerprint,
+            ],
+        )
 
     # ---- reading
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self._cur().execute(sql, list(params))
+        names = [d[0] for d in cur.description or []]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
     def count(self) -> int:
-        raise NotImplementedError
+        row = self._cur().execute("SELECT count(*) FROM traces").fetchall()
+        row = _first(row)
+        return int(row[0]) if row else 0
+
+    def _where(self, flt: TraceFilter | None) -> tuple[str, list[Any]]:
+        if flt is None:
+            return "", []
+        conds: list[str] = []
+        params: list[Any] = []
+        for col in ("session_id", "preset", "verdict"):
+            val = getattr(flt, col)
+            if val is not None:
+                conds.append(f"{col} = ?")
+                params.append(val)
+        if flt.tags:
+            conds.append("list_has_all(tags, ?::VARCHAR[])")
+            params.append(list(flt.tags))
+        if flt.since is not None:
+            conds.append("created_at >= ?")
+            params.append(utc_naive(flt.since))
+        if flt.until is not None:
+            conds.append("created_at <= ?")
+            params.append(utc_naive(flt.until))
+        if flt.has_warnings is not None:
+            conds.append("n_warnings > 0" if flt.has_warnings else "n_warnings = 0")
+        if flt.lost_must_keep is not None:
+            conds.append("lost_must_keep > 0" if flt.lost_must_keep else "lost_must_keep = 0")
+        if flt.finding:
+            conds.append(
+                "EXISTS (SELECT 1 FROM findings f WHERE f.tseq = traces.tseq AND f.detector = ?)"
+            )
+            params.append(flt.finding)
+        for term in (flt.search or "").split():
+            # Every word must occur in some packet's content (or id) of the trace.
+            pat = "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            conds.append(
+                "tseq IN (SELECT tseq FROM decisions WHERE content ILIKE ? ESCAPE '\\' "
+                "OR packet_id ILIKE ? ESCAPE '\\')"
+            )
+            params += [pat, pat]
+        return (" WHERE " + " AND ".join(conds)) if conds else "", params
 
     def list_traces(
         self,
@@ -146,34 +680,131 @@ class TraceStore:
         limit: int = 50,
         offset: int = 0,
     ) -> TracePage:
-        raise NotImplementedError
+        if sort not in _SORT_SQL:
+            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(_SORT_SQL)}")
+        where, params = self._where(flt)
+        order = "DESC" if descending else "ASC"
+        cols = ", ".join(_ROW_FIELDS)
+        cur = self._cur()
+        rows = cur.execute(
+            f"SELECT {cols}, count(*) OVER () FROM traces{where} "
+            f"ORDER BY {_SORT_SQL[sort]} {order}, tseq {order} LIMIT ? OFFSET ?",
+            [*params, int(limit), int(offset)],
+        ).fetchall()
+        if rows:
+            total = int(rows[0][-1])
+        else:
+            row = cur.execute(f"SELECT count(*) FROM traces{where}", params).fetchall()
+            row = _first(row)
+            total = int(row[0]) if row else 0
+        out = []
+        for r in rows:
+            d = dict(zip(_ROW_FIELDS, r[:-1], strict=True))
+            d["created_at"] = _aware(d["created_at"])
+            d["tags"] = tuple(d["tags"] or ())
+            d["n_findings"] = int(d["n_findings"] or 0)
+            out.append(TraceRow(**d))
+        return TracePage(rows=out, total=total, offset=offset, limit=limit)
 
     def get_trace(self, trace_id: str) -> Trace | None:
-        raise NotImplementedError
+        row = (
+            self._cur()
+            .execute("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id])
+            .fetchall()
+        )
+        row = _first(row)
+        return Trace.model_validate_json(row[0]) if row else None
 
     def decisions(self, trace_id: str) -> list[dict[str, Any]]:
         """Per-packet rows: packet_id, kind, tokens_before, tokens_after, relevance, recency,
         score, rank, status, reason, reason_text, partition, budget_left, must_keep."""
-        raise NotImplementedError
+        return self._dicts(
+            "SELECT packet_id, kind, tokens_before, tokens_after, relevance, recency, score, "
+            "rank, status, reason, reason_text, partition, budget_left, must_keep "
+            "FROM decisions WHERE tseq = (SELECT tseq FROM traces WHERE trace_id = ?) "
+            "ORDER BY ord",
+            [trace_id],
+        )
+
+    def packet_content(self, trace_id: str, packet_id: str) -> str | None:
+        row = (
+            self._cur()
+            .execute(
+                "SELECT content FROM decisions WHERE tseq = (SELECT tseq FROM traces "
+                "WHERE trace_id = ?) AND packet_id = ?",
+                [trace_id, packet_id],
+            )
+            .fetchall()
+        )
+        row = _first(row)
+        return None if row is None else row[0]
 
     def sessions(self) -> list[SessionRow]:
-        raise NotImplementedError
+        rows = (
+            self._cur()
+            .execute(
+                "SELECT session_id, count(*), min(turn), max(turn), min(created_at), "
+                "max(created_at) FROM traces GROUP BY session_id ORDER BY max(created_at) DESC"
+            )
+            .fetchall()
+        )
+        return [
+            SessionRow(r[0], int(r[1]), int(r[2]), int(r[3]), _aware(r[4]), _aware(r[5]))
+            for r in rows
+        ]
 
     def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
         """Rows: turn, trace_id, packet_id, kind, status, reason, tokens_after."""
-        raise NotImplementedError
+        return self._dicts(
+            "SELECT t.turn, d.trace_id, d.packet_id, d.kind, d.status, d.reason, "
+            "d.tokens_after FROM decisions d JOIN traces t USING (tseq) "
+            "WHERE t.session_id = ? ORDER BY t.turn, t.tseq, d.ord",
+            [session_id],
+        )
 
     def session_partitions(self, session_id: str) -> list[dict[str, Any]]:
         """Rows: turn, trace_id, partition, budget, used, items."""
-        raise NotImplementedError
+        return self._dicts(
+            "SELECT t.turn, p.trace_id, p.name AS partition, p.budget, p.used, p.items "
+            "FROM partitions p JOIN traces t USING (tseq) "
+            "WHERE t.session_id = ? ORDER BY t.turn, t.tseq, p.ord",
+            [session_id],
+        )
 
     def facets(self) -> dict[str, list[str]]:
         """Distinct values for filter widgets: session_id, preset, tags, verdict."""
-        raise NotImplementedError
+        cur = self._cur()
+        out: dict[str, list[str]] = {}
+        for col in ("session_id", "preset", "verdict"):
+            rows = cur.execute(f"SELECT DISTINCT {col} FROM traces ORDER BY 1").fetchall()
+            out[col] = [r[0] for r in rows]
+        rows = cur.execute("SELECT DISTINCT unnest(tags) AS tag FROM traces ORDER BY 1").fetchall()
+        out["tags"] = [r[0] for r in rows]
+        rows = cur.execute("SELECT DISTINCT detector FROM findings ORDER BY 1").fetchall()
+        out["finding"] = [r[0] for r in rows]
+        return out
 
     def ingest_errors(self, limit: int = 200) -> list[IngestErrorRow]:
-        raise NotImplementedError
+        rows = (
+            self._cur()
+            .execute(
+                'SELECT file, line, message, "at" FROM ingest_errors '
+                'ORDER BY "at" DESC, file, line LIMIT ?',
+                [int(limit)],
+            )
+            .fetchall()
+        )
+        return [IngestErrorRow(r[0], int(r[1]), r[2], _aware(r[3])) for r in rows]
 
     def latest_change(self) -> int:
         """A number that grows whenever traces are added (for live refresh)."""
-        raise NotImplementedError
+        row = (
+            self._cur()
+            .execute(
+                "SELECT (SELECT coalesce(max(tseq), 0) FROM traces) "
+                "+ (SELECT count(*) FROM ingest_errors)"
+            )
+            .fetchall()
+        )
+        row = _first(row)
+        return int(row[0]) if row else 0

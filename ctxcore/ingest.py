@@ -1,0 +1,410 @@
+"""Read trace files into the store: idempotent, resumable, and tolerant of bad lines.
+
+Agents append JSONL while we read it, so ingest remembers per file how many bytes (and
+lines) it consumed, in the same transaction as the traces they held: after a crash the
+next run starts exactly where the last committed one stopped, with nothing lost or
+duplicated. A last line without its newline is a writer still writing; it is left for the
+next call. A bad line becomes a row in ``ingest_errors`` (file, line, a sentence saying
+what to fix) and never stops the rest of the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, cast
+
+from pydantic import ValidationError
+
+from .errors import InputError
+from .loading import parse_json, trace_from_obj
+from .models import Trace
+from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore
+
+SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
+#: bytes read per step; a file's traces are inserted every step, in one transaction.
+CHUNK_BYTES = 16 * 1024 * 1024
+#: A line this long is refused unread: no valid trace gets near it (content <= 10 MB/packet).
+MAX_LINE_BYTES = 256 * 1024 * 1024
+_FP_BYTES = 64
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+def is_trace_file(path: str | Path) -> bool:
+    """A file ingest reads: .jsonl/.json/.jsonl.gz, not hidden, not an editor's temp file."""
+    name = Path(path).name
+    return not name.startswith(".") and name.endswith(SUFFIXES)
+
+
+def find_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand folders (recursively) into trace files; explicit files are kept as given."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(f for f in p.rglob("*") if f.is_file() and is_trace_file(f))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise InputError(f"{p}: no such file or folder")
+    return list(dict.fromkeys(out))
+
+
+def _fingerprint(data: bytes) -> str:
+    return hashlib.blake2b(data[-_FP_BYTES:], digest_size=8).hexdigest()
+
+
+@dataclass
+class _FileRun:
+    """What one file contributes: its traces, its errors and where reading stopped."""
+
+    key: str
+    items: list[tuple[Trace, str]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    errors: list[tuple[str, int, str]] = field(default_factory=list)
+
+    def line(self, lineno: int, raw: bytes) -> None:
+        raw = raw.strip()
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES:
+            self.errors.append(
+                (self.key, lineno, f"line is {len(raw):,} bytes, over the {MAX_LINE_BYTES:,}"
+                 " byte limit; capture slices or summaries of big tool outputs")
+            )  # fmt: skip
+            return
+        if b"NaN" not in raw and b"Infinity" not in raw:
+            # Fast path: pydantic parses and validates in one pass. (Its JSON parser takes
+            # NaN, which JSON does not, so lines that may hold one take the strict path.)
+            try:
+                trace = Trace.model_validate_json(raw)
+            except ValidationError:
+                pass
+            else:
+                self.items.append((trace, raw.decode("utf-8")))
+                self.lines.append(lineno)
+                return
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.errors.append(
+                (self.key, lineno, f"invalid UTF-8 at byte {exc.start} of the line "
+                 f"({raw[exc.start : exc.start + 4]!r}); write the trace as UTF-8")
+            )  # fmt: skip
+            return
+        try:
+            trace = trace_from_obj(parse_json(text))
+        except InputError as exc:
+            self.errors.append((self.key, lineno, str(exc)))
+            return
+        self.items.append((trace, text))
+        self.lines.append(lineno)
+
+    def obj(self, lineno: int, data: Any, where: str) -> None:
+        try:
+            trace = trace_from_obj(data, where)
+        except InputError as exc:
+            self.errors.append((self.key, lineno, str(exc)))
+            return
+        self.items.append((trace, json.dumps(data, ensure_ascii=False)))
+        self.lines.append(lineno)
+
+
+class _Ingest:
+    def __init__(self, store: TraceStore, progress: Progress | None, complete_tail: bool) -> None:
+        self.store = store
+        self.progress = progress
+        self.complete_tail = complete_tail
+        self.counts = IngestCounts()
+        self.done = 0
+        self.total = 0
+
+    def tick(self, n: int) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def flush(self, cur: Any, run: _FileRun) -> None:
+        if run.items:
+            res = self.store.insert(cur, run.items, source=run.key)
+            self.counts.traces_added += res.added
+            self.counts.traces_skipped += res.skipped
+            for idx, tid, src in res.conflicts:
+                run.errors.append(
+                    (run.key, run.lines[idx], f"trace_id {tid!r} is already stored (from "
+                     f"{src}) with different content; give this trace its own trace_id")
+                )  # fmt: skip
+        if run.errors:
+            rows = self.store.insert_errors(cur, run.errors)
+            self.counts.errors += len(rows)
+            self.counts.error_rows += rows
+        run.items, run.lines, run.errors = [], [], []
+
+    # ------------------------------------------------------------------ per file
+
+    def file(self, path: Path) -> None:
+        key = str(path.resolve())
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return  # a temp file renamed away between listing and reading
+        prev = self.store.file_offset(key)
+        if prev is not None and prev.size == st.st_size and prev.mtime == st.st_mtime:
+            return
+        name = path.name
+        try:
+            with self.store.transaction() as cur:
+                if name.endswith(".jsonl.gz"):
+                    self.lines(cur, key, st, prev, gz=True)
+                elif name.endswith(".jsonl"):
+                    self.lines(cur, key, st, prev, gz=False)
+                elif name.endswith(".json"):
+                    self.whole(cur, key, st, path)
+                else:
+                    run = _FileRun(key)
+                    run.errors.append(
+                        (key, 0, f"not a trace file (expected {', '.join(SUFFIXES)})")
+                    )
+                    self.flush(cur, run)
+                    self.store.set_file_offset(
+                        cur, FileOffset(key, st.st_size, 0, st.st_size, st.st_mtime)
+                    )
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            with self.store.transaction() as cur:
+                run = _FileRun(key)
+                run.errors.append((key, 0, f"cannot read ({exc.strerror}); check permissions"))
+                self.flush(cur, run)
+        self.counts.files += 1
+
+    def _open(self, key: str, gz: bool) -> IO[bytes]:
+        if gz:
+            return cast(IO[bytes], gzip.open(key, "rb"))
+        return open(key, "rb")  # noqa: SIM115 - closed by the caller
+
+    def lines(
+        self, cur: Any, key: str, st: os.stat_result, prev: FileOffset | None, gz: bool
+    ) -> None:
+        offset, lineno = (prev.offset, prev.line) if prev is not None else (0, 0)
+        run = _FileRun(key)
+        tail = b""  # the last bytes consumed, for the fingerprint
+        with self._open(key, gz) as f:
+            if offset and (gz or offset <= st.st_size):
+                # Resume only if the bytes before the offset are the ones read last time.
+                if gz:
+                    ok = _skip(f, offset - _FP_BYTES)
+                    tail = f.read(min(offset, _FP_BYTES)) if ok else b""
+                else:
+                    f.seek(max(0, offset - _FP_BYTES))
+                    tail = f.read(min(offset, _FP_BYTES))
+                if prev is None or _fingerprint(tail) != prev.fingerprint:
+                    offset, lineno, tail = 0, 0, b""
+            elif offset:
+                offset, lineno = 0, 0  # the file shrank: it was replaced; read it again
+            if offset == 0:
+                f.seek(0)
+            buf = b""
+            truncated_gz = False
+            while True:
+                try:
+                    chunk = f.read(CHUNK_BYTES)
+                except (EOFError, gzip.BadGzipFile, zlib.error):
+                    truncated_gz = True  # a .gz still being written: wait for the rest
+                    chunk = b""
+                if not chunk:
+                    break
+                if not gz:
+                    self.tick(len(chunk))
+                buf += chunk
+                end = buf.rfind(b"\n")
+                if end < 0:
+                    continue
+                complete, buf = buf[: end + 1], buf[end + 1 :]
+                for raw in complete.split(b"\n")[:-1]:
+                    lineno += 1
+                    run.line(lineno, raw)
+                offset += len(complete)
+                tail = (tail + complete[-_FP_BYTES:])[-_FP_BYTES:]
+                self.flush(cur, run)
+            if buf.strip():
+                if self.complete_tail and not truncated_gz and _is_json(buf):
+                    lineno += 1
+                    run.line(lineno, buf)
+                    offset += len(buf)
+                    tail = (tail + buf[-_FP_BYTES:])[-_FP_BYTES:]
+                else:
+                    self.counts.pending.append((key, lineno + 1))
+        self.flush(cur, run)
+        fp = _fingerprint(tail) if offset else None
+        self.store.set_file_offset(
+            cur, FileOffset(key, offset, lineno, st.st_size, st.st_mtime, fp)
+        )
+
+    def whole(self, cur: Any, key: str, st: os.stat_result, path: Path) -> None:
+        data = path.read_bytes()
+        self.tick(len(data))
+        run = _FileRun(key)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            run.errors.append(
+                (key, line, f"invalid UTF-8 at byte {exc.start}; re-save the file as UTF-8")
+            )
+            text = None
+        if text is not None and text.strip():
+            try:
+                obj = json.loads(text, parse_constant=_no_constant)
+            except json.JSONDecodeError as exc:
+                run.errors.append(
+                    (key, exc.lineno, f"malformed JSON at column {exc.colno}: {exc.msg}")
+                )
+            except ValueError as exc:
+                run.errors.append((key, 1, str(exc)))
+            else:
+                if isinstance(obj, list):
+                    for k, item in enumerate(obj):
+                        run.obj(0, item, f"traces[{k}]")
+                elif isinstance(obj, dict) and "traces" in obj and "schema" not in obj:
+                    for k, item in enumerate(obj["traces"] or []):
+                        run.obj(0, item, f"traces[{k}]")
+                else:
+                    run.obj(1, obj, "")
+        self.flush(cur, run)
+        self.store.set_file_offset(
+            cur, FileOffset(key, len(data), 0, st.st_size, st.st_mtime, _fingerprint(data))
+        )
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON (NaN and Infinity are not numbers in JSON)")
+
+
+def _is_json(buf: bytes) -> bool:
+    try:
+        json.loads(buf)
+    except ValueError:
+        return False
+    return True
+
+
+def _skip(f: IO[bytes], n: int) -> bool:
+    """Read and discard ``n`` bytes (gzip streams cannot seek cheaply); False if shorter."""
+    while n > 0:
+        got = f.read(min(n, CHUNK_BYTES))
+        if not got:
+            return False
+        n -= len(got)
+    return True
+
+
+def ingest_paths(
+    store: TraceStore,
+    paths: Sequence[str | Path],
+    progress: Progress | None = None,
+    *,
+    complete_tail: bool = False,
+) -> IngestCounts:
+    """Ingest files and folders of traces; each file's new traces in one transaction.
+
+    ``complete_tail``: also read a last line that lacks its newline when it is a complete
+    JSON value (the one-shot CLI does this; the watcher does not, a writer may be mid-line).
+    """
+    files = find_files(paths)
+    job = _Ingest(store, progress, complete_tail)
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        prev = store.file_offset(str(f.resolve()))
+        job.total += max(
+            0, st.st_size - (prev.offset if prev and not f.name.endswith(".gz") else 0)
+        )
+    for f in files:
+        job.file(f)
+    job.counts.error_rows.sort(key=lambda e: (e.file, e.line))
+    return job.counts
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+class ProgressBar:
+    """A one-line bar on stderr, drawn only once a run has taken more than a second."""
+
+    def __init__(self, stream: IO[str] | None = None, after_s: float = 1.0) -> None:
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self.after_s = after_s
+        self.drawn = False
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.start < self.after_s or now - self.last < 0.1 or total <= 0:
+            return
+        self.last = now
+        frac = min(1.0, done / total)
+        bar = "#" * int(frac * 30)
+        mb = done / 1e6
+        rate = mb / max(1e-6, now - self.start)
+        self.stream.write(f"\r[{bar:<30}] {frac:6.1%} {mb:,.1f} MB ({rate:,.1f} MB/s)")
+        self.stream.flush()
+        self.drawn = True
+
+    def finish(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def format_counts(c: IngestCounts) -> str:
+    return (
+        f"{c.traces_added} new traces from {c.files} files "
+        f"({c.traces_skipped} already stored, {c.errors} errors)"
+    )
+
+
+def format_error(e: IngestErrorRow) -> str:
+    return f"{e.file}:{e.line}: {e.message}"
+
+
+def cli_ingest(args: argparse.Namespace) -> int:
+    """``ctxscope ingest PATH... [--db PATH]``: counts on stdout, errors as file:line."""
+    bar = ProgressBar()
+    with TraceStore(args.db) as store:
+        try:
+            counts = ingest_paths(store, args.paths, bar, complete_tail=True)
+        finally:
+            bar.finish()
+    print(f"ingested {format_counts(counts)}")
+    for e in counts.error_rows:
+        print(format_error(e))
+    for file, line in counts.pending:
+        print(
+            f"{file}:{line}: last line is not complete yet (no newline, not valid JSON); "
+            "it will be read when the writer finishes it",
+            file=sys.stderr,
+        )
+    return 1 if counts.errors else 0
+
+
+__all__ = [
+    "SUFFIXES",
+    "cli_ingest",
+    "find_files",
+    "format_counts",
+    "ingest_paths",
+    "is_trace_file",
+]

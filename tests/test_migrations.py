@@ -1,0 +1,154 @@
+"""The store's schema: exact on a fresh file, and reached by upgrading a version-1 file."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ctxcore import migrations
+from ctxcore.store import TraceFilter, TraceStore
+
+# The schema the app and the charts are written against (DESIGN §6).
+FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
+    "decisions": [
+        ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"),
+        ("packet_id", "VARCHAR"), ("kind", "VARCHAR"), ("tokens_before", "BIGINT"),
+        ("tokens_after", "BIGINT"), ("relevance", "DOUBLE"), ("recency", "DOUBLE"),
+        ("score", "DOUBLE"), ("rank", "INTEGER"), ("status", "VARCHAR"),
+        ("reason", "VARCHAR"), ("reason_text", "VARCHAR"), ("partition", "VARCHAR"),
+        ("budget_left", "BIGINT"), ("must_keep", "BOOLEAN"), ("content", "VARCHAR"),
+    ],
+    "file_offsets": [
+        ("file", "VARCHAR"), ("offset", "BIGINT"), ("line", "BIGINT"), ("size", "BIGINT"),
+        ("mtime", "DOUBLE"), ("updated_at", "TIMESTAMP"), ("fingerprint", "VARCHAR"),
+    ],
+    "findings": [
+        ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"),
+        ("detector", "VARCHAR"), ("severity", "VARCHAR"), ("packet_ids", "VARCHAR[]"),
+        ("message", "VARCHAR"), ("evidence_json", "VARCHAR"), ("fix_json", "VARCHAR"),
+    ],
+    "ingest_errors": [
+        ("file", "VARCHAR"), ("line", "BIGINT"), ("message", "VARCHAR"), ("at", "TIMESTAMP"),
+    ],
+    "partitions": [
+        ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"), ("name", "VARCHAR"),
+        ("budget", "BIGINT"), ("used", "BIGINT"), ("items", "INTEGER"),
+    ],
+    "schema_migrations": [
+        ("version", "INTEGER"), ("name", "VARCHAR"), ("applied_at", "TIMESTAMP"),
+    ],
+    "traces": [
+        ("trace_id", "VARCHAR"), ("tseq", "BIGINT"), ("session_id", "VARCHAR"),
+        ("turn", "INTEGER"), ("created_at", "TIMESTAMP"), ("preset", "VARCHAR"),
+        ("builder", "VARCHAR"), ("builder_version", "VARCHAR"), ("budget", "BIGINT"),
+        ("used", "BIGINT"), ("n_packets", "INTEGER"), ("n_kept", "INTEGER"),
+        ("n_truncated", "INTEGER"), ("n_summarized", "INTEGER"), ("n_dropped", "INTEGER"),
+        ("n_filtered", "INTEGER"), ("n_not_rendered", "INTEGER"), ("n_warnings", "INTEGER"),
+        ("lost_must_keep", "INTEGER"), ("verdict", "VARCHAR"), ("tags", "VARCHAR[]"),
+        ("source_trace_id", "VARCHAR"), ("source_file", "VARCHAR"),
+        ("content_hash", "VARCHAR"), ("ingested_at", "TIMESTAMP"), ("trace_json", "VARCHAR"),
+        ("n_findings", "INTEGER"), ("max_severity", "VARCHAR"),
+    ],
+}  # fmt: skip
+
+
+def schema_of(path: Path) -> dict[str, list[tuple[str, str]]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        rows = con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "ORDER BY table_name, ordinal_position"
+        ).fetchall()
+    finally:
+        con.close()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table, col, typ in rows:
+        out.setdefault(table, []).append((col, typ))
+    return out
+
+
+def versions(path: Path) -> list[tuple[int, str]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return [
+            (int(v), n)
+            for v, n in con.execute(
+                "SELECT version, name FROM schema_migrations ORDER BY version"
+            ).fetchall()
+        ]
+    finally:
+        con.close()
+
+
+def test_fresh_store_has_exactly_the_latest_schema(tmp_path: Path) -> None:
+    db = tmp_path / "fresh.duckdb"
+    TraceStore(db).close()
+    assert schema_of(db) == FRESH_SCHEMA
+    assert versions(db) == [(1, "base"), (2, "findings")]
+
+
+def test_reopening_applies_nothing_twice(tmp_path: Path) -> None:
+    db = tmp_path / "again.duckdb"
+    TraceStore(db).close()
+    TraceStore(db).close()
+    assert versions(db) == [(1, "base"), (2, "findings")]
+
+
+def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    assert migrations.apply(con, upto=1) == [1]
+    created = datetime(2025, 6, 1, 9, 30)
+    con.execute(
+        "INSERT INTO traces VALUES ('old-1', 1, 'sess', 3, ?, 'ctxscope', 'b', '1', 1000, 400,"
+        " 2, 1, 0, 0, 1, 0, 0, 0, 0, 'bad', ['x'], NULL, 'f.jsonl', 'h', ?, '{}')",
+        [created, created],
+    )
+    con.execute("INSERT INTO file_offsets VALUES ('f.jsonl', 10, 1, 10, 1.0, ?)", [created])
+    con.close()
+    assert [v for v, _ in versions(db)] == [1]
+
+    with TraceStore(db) as store:
+        page = store.list_traces(TraceFilter(verdict="bad"))
+        assert [r.trace_id for r in page.rows] == ["old-1"]
+        row = page.rows[0]
+        assert (row.turn, row.used, row.n_dropped, row.tags) == (3, 400, 1, ("x",))
+        assert row.created_at == created.replace(tzinfo=UTC)
+        assert row.n_findings == 0 and row.max_severity is None
+        off = store.file_offset("f.jsonl")
+        assert off is not None and off.offset == 10 and off.fingerprint is None
+    assert schema_of(db) == FRESH_SCHEMA
+    assert [v for v, _ in versions(db)] == [1, 2]
+
+
+def test_failed_migration_leaves_no_trace_of_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("CREATE TABLE half_done (a INTEGER)")
+        raise RuntimeError("disk full")
+
+    db = tmp_path / "broken.duckdb"
+    TraceStore(db).close()
+    steps = (*migrations.MIGRATIONS, migrations.Step(3, "broken", broken))
+    monkeypatch.setattr(migrations, "MIGRATIONS", steps)
+    con = duckdb.connect(str(db))
+    with pytest.raises(RuntimeError, match="disk full"):
+        migrations.apply(con)
+    con.close()
+    assert "half_done" not in schema_of(db)
+    assert [v for v, _ in versions(db)] == [1, 2]
+
+
+def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> None:
+    from ctxcore.errors import StoreError
+
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    migrations.apply(con, upto=1)
+    con.close()
+    with pytest.raises(StoreError, match="version 1.*needs 2.*without read_only"):
+        TraceStore(db, read_only=True)
