@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ctxcore.models import (
     SCHEMA,
-    BuildResult,
     Builder,
+    BuildResult,
     CapturedInput,
     Config,
     Decision,
@@ -109,7 +109,11 @@ def make_trace(
             PartitionUsage(name="[Evidence]", budget=800, used=used, items=n_packets),
         ],
         totals=Totals(
-            window=4096, output_reserve=512, safety_margin=64, available=1000 + i, used=used,
+            window=4096,
+            output_reserve=512,
+            safety_margin=64,
+            available=1000 + i,
+            used=used,
             tokenizer="cl100k_base",
         ),
         report=Report(budget=1000 + i, used=used),

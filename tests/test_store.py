@@ -1,0 +1,290 @@
+"""TraceStore: what the app reads (lists, one trace, sessions) and who may write."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from helpers_store import T0, make_trace
+
+from ctxcore.errors import StoreError, StoreLockedError
+from ctxcore.models import Status, Trace
+from ctxcore.store import TraceFilter, TraceStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sample() -> list[Trace]:
+    out = []
+    for i in range(30):
+        out.append(
+            make_trace(
+                i,
+                n_packets=3 + i % 7,
+                session_id=f"sess-{i % 3}",
+                turn=i // 3,
+                tags=["nightly"] if i % 4 == 0 else ["ci", "nightly"] if i % 4 == 1 else [],
+                verdict=["good", "bad", None][i % 3],
+                must_keep_dropped=i % 5 == 0,
+                warnings=["system instructions alone exceed the budget"] if i % 6 == 0 else [],
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TraceStore:
+    s = TraceStore(tmp_path / "s.duckdb")
+    s.add_traces(sample())
+    return s
+
+
+def ids(page_rows: list) -> list[str]:  # type: ignore[type-arg]
+    return [r.trace_id for r in page_rows]
+
+
+def test_add_is_idempotent_and_counts_new_ones(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "a.duckdb") as s:
+        traces = sample()
+        assert s.add_traces(traces[:10]) == 10
+        assert s.add_traces(traces) == 20
+        assert s.add_traces(traces) == 0
+        assert s.count() == 30
+
+
+def test_one_trace_round_trips_with_its_decisions(store: TraceStore) -> None:
+    t = sample()[7]
+    assert store.get_trace(t.trace_id) == t
+    assert store.get_trace("nope") is None
+    rows = store.decisions(t.trace_id)
+    assert t.result is not None
+    assert [r["packet_id"] for r in rows] == [d.packet_id for d in t.result.decisions]
+    for r, d in zip(rows, t.result.decisions, strict=True):
+        assert (r["status"], r["reason"], r["tokens_before"], r["tokens_after"]) == (
+            d.status.value,
+            d.reason.value,
+            d.tokens_before,
+            d.tokens_after,
+        )
+        assert (r["score"], r["rank"], r["partition"], r["budget_left"]) == (
+            d.score,
+            d.rank,
+            d.partition,
+            d.budget_left,
+        )
+    must = {p.id for p in t.input.packets if p.must_keep}
+    assert {r["packet_id"] for r in rows if r["must_keep"]} == must
+    assert store.packet_content(t.trace_id, "tool:call_1") == t.input.packets[1].content
+
+
+def test_list_columns_match_the_trace(store: TraceStore) -> None:
+    by_id = {t.trace_id: t for t in sample()}
+    page = store.list_traces(limit=100)
+    assert page.total == 30 and len(page.rows) == 30
+    for row in page.rows:
+        t = by_id[row.trace_id]
+        assert t.result is not None
+        statuses = [d.status for d in t.result.decisions]
+        assert row.n_kept == statuses.count(Status.KEPT)
+        assert row.n_dropped == statuses.count(Status.DROPPED)
+        assert row.n_summarized == statuses.count(Status.SUMMARIZED)
+        assert row.n_truncated == statuses.count(Status.TRUNCATED)
+        assert row.n_packets == len(statuses)
+        assert (row.budget, row.used) == (t.result.report.budget, t.result.report.used)
+        assert row.created_at == t.created_at
+        assert row.tags == tuple(t.tags)
+        assert row.verdict == (t.outcome.verdict if t.outcome else "unknown")
+        assert row.n_warnings == len(t.result.warnings)
+
+
+@pytest.mark.parametrize(
+    "flt, keep",
+    [
+        (TraceFilter(session_id="sess-1"), lambda t: t.session_id == "sess-1"),
+        (TraceFilter(tags=("ci", "nightly")), lambda t: {"ci", "nightly"} <= set(t.tags)),
+        (TraceFilter(tags=("nightly",)), lambda t: "nightly" in t.tags),
+        (TraceFilter(verdict="bad"), lambda t: t.outcome and t.outcome.verdict == "bad"),
+        (TraceFilter(has_warnings=True), lambda t: bool(t.result.warnings)),
+        (TraceFilter(has_warnings=False), lambda t: not t.result.warnings),
+        (
+            TraceFilter(lost_must_keep=True),
+            lambda t: any(
+                d.status in (Status.DROPPED, Status.FILTERED, Status.SUMMARIZED)
+                and any(p.id == d.packet_id and p.must_keep for p in t.input.packets)
+                for d in t.result.decisions
+            ),
+        ),
+        (
+            TraceFilter(since=T0 + timedelta(minutes=10), until=T0 + timedelta(minutes=19)),
+            lambda t: T0 + timedelta(minutes=10) <= t.created_at <= T0 + timedelta(minutes=19),
+        ),
+        (TraceFilter(preset="hello-agents"), lambda t: False),
+    ],
+)
+def test_filters_select_what_python_selects(store: TraceStore, flt: TraceFilter, keep) -> None:  # type: ignore[no-untyped-def]
+    expected = {t.trace_id for t in sample() if keep(t)}
+    page = store.list_traces(flt, limit=100)
+    assert set(ids(page.rows)) == expected
+    assert page.total == len(expected)
+
+
+def test_search_finds_packet_content_case_insensitively(store: TraceStore) -> None:
+    traces = sample()
+    word = traces[4].input.packets[2].content.split()[1]
+    expected = {
+        t.trace_id
+        for t in traces
+        if any(word.lower() in p.content.lower() or word.lower() in p.id for p in t.input.packets)
+    }
+    page = store.list_traces(TraceFilter(search=word.upper()), limit=100)
+    assert traces[4].trace_id in expected
+    assert set(ids(page.rows)) == expected
+    # LIKE wildcards in the query are literal characters, not patterns.
+    assert store.list_traces(TraceFilter(search="%"), limit=100).total == len(
+        [t for t in traces if any("%" in p.content for p in t.input.packets)]
+    )
+
+
+def test_sort_and_paging_match_a_python_sort(store: TraceStore) -> None:
+    traces = sample()
+    want = [
+        t.trace_id
+        for t in sorted(
+            traces, key=lambda t: (t.result.report.used, int(t.trace_id[1:])), reverse=True
+        )
+    ]
+    got: list[str] = []
+    for off in range(0, 30, 7):
+        page = store.list_traces(sort="used", limit=7, offset=off)
+        assert page.total == 30
+        got += ids(page.rows)
+    assert got == want
+    asc = store.list_traces(sort="turn", descending=False, limit=5)
+    assert [r.turn for r in asc.rows] == sorted(t.turn for t in traces)[:5]
+    with pytest.raises(StoreError, match="cannot sort by"):
+        store.list_traces(sort="evil; DROP TABLE traces")  # type: ignore[arg-type]
+
+
+def test_sessions_timelines_and_facets(store: TraceStore) -> None:
+    traces = [t for t in sample() if t.session_id == "sess-2"]
+    sessions = {s.session_id: s for s in store.sessions()}
+    assert set(sessions) == {"sess-0", "sess-1", "sess-2"}
+    s2 = sessions["sess-2"]
+    assert s2.traces == len(traces)
+    assert (s2.first_turn, s2.last_turn) == (traces[0].turn, traces[-1].turn)
+    rows = store.session_statuses("sess-2")
+    assert len(rows) == sum(len(t.result.decisions) for t in traces)
+    assert [(r["turn"], r["packet_id"], r["status"]) for r in rows] == [
+        (t.turn, d.packet_id, d.status.value) for t in traces for d in t.result.decisions
+    ]
+    parts = store.session_partitions("sess-2")
+    assert [(p["turn"], p["partition"], p["used"]) for p in parts] == [
+        (t.turn, p.name, p.used) for t in traces for p in t.result.partitions
+    ]
+    facets = store.facets()
+    assert facets["session_id"] == ["sess-0", "sess-1", "sess-2"]
+    assert facets["tags"] == ["ci", "nightly"]
+    assert facets["verdict"] == ["bad", "good", "unknown"]
+
+
+def test_findings_come_from_diagnostics_when_it_is_there(tmp_path: Path) -> None:
+    t = make_trace(1, 8, must_keep_dropped=True)
+    try:
+        from ctxcore.diagnostics import diagnose  # type: ignore[attr-defined]
+    except ImportError:
+        diagnose = None
+    with TraceStore(tmp_path / "f.duckdb") as s:
+        s.add_traces([t])
+        got = s.findings(t.trace_id)
+        if diagnose is None:
+            assert got == []
+        else:
+            want = diagnose(t)
+            assert [(f["detector"], f["severity"], f["packet_ids"]) for f in got] == [
+                (f.detector, f.severity, list(f.packet_ids)) for f in want
+            ]
+            if want:
+                flt = TraceFilter(finding=want[0].detector)
+                assert ids(s.list_traces(flt).rows) == [t.trace_id]
+
+
+def test_ingest_errors_and_latest_change(store: TraceStore) -> None:
+    before = store.latest_change()
+    store.add_ingest_error("a.jsonl", 3, "malformed JSON")
+    assert store.latest_change() > before
+    before = store.latest_change()
+    store.add_traces([make_trace(99)])
+    assert store.latest_change() > before
+    errs = store.ingest_errors()
+    assert [(e.file, e.line, e.message) for e in errs] == [("a.jsonl", 3, "malformed JSON")]
+    assert errs[0].at.tzinfo is not None
+
+
+def test_threads_read_while_another_writes(tmp_path: Path) -> None:
+    s = TraceStore(tmp_path / "t.duckdb")
+    problems: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                page = s.list_traces(limit=5)
+                if page.rows:
+                    assert s.decisions(page.rows[0].trace_id)
+        except BaseException as exc:  # pragma: no cover - reported below
+            problems.append(exc)
+
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    for r in readers:
+        r.start()
+    for i in range(0, 60, 6):
+        s.add_traces([make_trace(j) for j in range(i, i + 6)])
+    stop.set()
+    for r in readers:
+        r.join()
+    assert problems == []
+    assert s.count() == 60
+    s.close()
+
+
+def test_second_process_gets_one_line_naming_the_holder(tmp_path: Path) -> None:
+    db = tmp_path / "locked.duckdb"
+    with TraceStore(db):
+        code = (
+            "import sys\n"
+            "from ctxcore.store import TraceStore\n"
+            "from ctxcore.errors import StoreLockedError\n"
+            "try:\n"
+            f"    TraceStore({str(db)!r})\n"
+            "except StoreLockedError as e:\n"
+            "    print(e); sys.exit(3)\n"
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+        )
+        assert r.returncode == 3, r.stderr
+        line = r.stdout.strip()
+        assert "\n" not in line
+        assert f"PID {os.getpid()}" in line
+        assert "drop your trace files into the folder" in line
+
+        cli = subprocess.run(
+            [sys.executable, "-m", "ctxcore", "ingest", str(tmp_path), "--db", str(db)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert cli.returncode == 2
+        err = cli.stderr.strip()
+        assert err.count("\n") == 0 and "Traceback" not in err
+        assert f"PID {os.getpid()}" in err
+
+
+def test_store_locked_error_is_a_store_error() -> None:
+    assert issubclass(StoreLockedError, StoreError)
