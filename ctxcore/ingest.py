@@ -158,9 +158,11 @@ class _Ingest:
         except FileNotFoundError:
             return  # a temp file renamed away between listing and reading
         prev = self.store.file_offset(key)
-        if prev is not None and prev.size == st.st_size and prev.mtime == st.st_mtime:
-            return
         name = path.name
+        if prev is not None and prev.size == st.st_size and prev.mtime == st.st_mtime:
+            # Unchanged. A waiting last line is only worth another look in complete_tail mode.
+            if not self.complete_tail or name.endswith(".gz") or prev.offset >= st.st_size:
+                return
         try:
             with self.store.transaction() as cur:
                 if name.endswith(".jsonl.gz"):

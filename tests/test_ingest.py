@@ -1,0 +1,187 @@
+"""Ingest: formats, offsets, half-written lines, bad lines, duplicates, and the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers_store import make_trace, write_jsonl
+
+from ctxcore.ingest import ingest_paths
+from ctxcore.store import TraceStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TraceStore:
+    return TraceStore(tmp_path / "i.duckdb")
+
+
+def line(i: int, **kw: object) -> str:
+    return make_trace(i, **kw).to_json() + "\n"  # type: ignore[arg-type]
+
+
+def test_jsonl_is_ingested_once(tmp_path: Path, store: TraceStore) -> None:
+    f = tmp_path / "a.jsonl"
+    write_jsonl(f, [make_trace(i) for i in range(12)])
+    c = ingest_paths(store, [f])
+    assert (c.files, c.traces_added, c.errors) == (1, 12, 0)
+    assert store.count() == 12
+    again = ingest_paths(store, [tmp_path])
+    assert (again.traces_added, again.traces_skipped) == (0, 0)
+    assert store.count() == 12
+
+
+def test_appended_lines_are_read_from_the_offset(tmp_path: Path, store: TraceStore) -> None:
+    f = tmp_path / "a.jsonl"
+    f.write_text(line(0) + line(1), encoding="utf-8")
+    assert ingest_paths(store, [f]).traces_added == 2
+    with f.open("a", encoding="utf-8") as fh:
+        fh.write(line(2) + "{not json\n" + line(3))
+    c = ingest_paths(store, [f])
+    # Only the new lines were read (nothing re-read, so nothing skipped as a duplicate),
+    # and the bad one is reported with its line number in the whole file.
+    assert (c.traces_added, c.traces_skipped, c.errors) == (2, 0, 1)
+    assert [(e.line, "malformed JSON" in e.message) for e in c.error_rows] == [(4, True)]
+    off = store.file_offset(str(f.resolve()))
+    assert off is not None and off.offset == f.stat().st_size and off.line == 5
+
+
+def test_half_written_last_line_waits(tmp_path: Path, store: TraceStore) -> None:
+    f = tmp_path / "a.jsonl"
+    full = line(1)
+    f.write_text(line(0) + full[:100], encoding="utf-8")
+    c = ingest_paths(store, [f])
+    assert (c.traces_added, c.errors) == (1, 0)
+    assert c.pending == [(str(f.resolve()), 2)]
+    with f.open("a", encoding="utf-8") as fh:
+        fh.write(full[100:])
+    c = ingest_paths(store, [f])
+    assert (c.traces_added, c.errors, c.pending) == (1, 0, [])
+    assert store.get_trace("t000001") == make_trace(1)
+
+
+def test_complete_last_line_without_newline(tmp_path: Path, store: TraceStore) -> None:
+    f = tmp_path / "a.jsonl"
+    f.write_text(line(0) + line(1).rstrip("\n"), encoding="utf-8")
+    assert ingest_paths(store, [f]).traces_added == 1  # a writer may still be mid-line
+    c = ingest_paths(store, [f], complete_tail=True)  # the one-shot CLI takes it
+    assert c.traces_added == 1
+    with f.open("a", encoding="utf-8") as fh:
+        fh.write("\n" + line(2))
+    c = ingest_paths(store, [f])
+    assert (c.traces_added, c.errors) == (1, 0)
+    assert store.count() == 3
+
+
+def test_bad_lines_are_reported_and_the_rest_ingested(tmp_path: Path, store: TraceStore) -> None:
+    good = [line(i) for i in range(4)]
+    wrong_type = make_trace(10).to_dict()
+    wrong_type["input"]["packets"][1]["tokens"] = "many"
+    schema2 = make_trace(11).to_dict()
+    schema2["schema"] = "ctxscope.trace/2"
+    nan = make_trace(12).to_json().replace('"recency":0.5', '"recency":NaN', 1)
+    f = tmp_path / "mixed.jsonl"
+    f.write_bytes(
+        (good[0] + "{broken\n" + good[1] + json.dumps(wrong_type) + "\n").encode()
+        + b'{"schema": "ctxscope.trace/1", "trace_id": "\xff\xfe"}\n'
+        + (good[2] + json.dumps(schema2) + "\n" + nan + "\n" + "[1, 2]\n" + good[3]).encode()
+    )
+    c = ingest_paths(store, [f])
+    assert c.traces_added == 4
+    errors = {e.line: e.message for e in c.error_rows}
+    assert sorted(errors) == [2, 4, 5, 7, 8, 9]
+    assert "malformed JSON" in errors[2]
+    assert "packet 'tool:call_1'" in errors[4] and "tokens" in errors[4]
+    assert "invalid UTF-8" in errors[5]
+    assert "unsupported schema 'ctxscope.trace/2'" in errors[7]
+    assert "NaN" in errors[8]
+    assert "must be a JSON object" in errors[9]
+    stored = {(e.file, e.line) for e in store.ingest_errors()}
+    assert stored == {(str(f.resolve()), n) for n in errors}
+
+
+def test_duplicate_ids(tmp_path: Path, store: TraceStore) -> None:
+    f = tmp_path / "a.jsonl"
+    other = make_trace(5, n_packets=2).model_copy(update={"trace_id": "t000001"})
+    f.write_text(line(1) + line(1) + other.to_json() + "\n", encoding="utf-8")
+    c = ingest_paths(store, [f])
+    assert (c.traces_added, c.traces_skipped, c.errors) == (1, 1, 1)
+    assert c.error_rows[0].line == 3
+    assert "trace_id 't000001' is already stored" in c.error_rows[0].message
+    assert store.get_trace("t000001") == make_trace(1)
+    # The same trace in another file is simply already there.
+    g = tmp_path / "b.jsonl"
+    g.write_text(line(1), encoding="utf-8")
+    c = ingest_paths(store, [g])
+    assert (c.traces_added, c.traces_skipped, c.errors) == (0, 1, 0)
+
+
+def test_json_single_list_and_gzip(tmp_path: Path, store: TraceStore) -> None:
+    (tmp_path / "one.json").write_text(make_trace(1).to_json(), encoding="utf-8")
+    (tmp_path / "many.json").write_text(
+        json.dumps([{"trace_id": 4}] + [make_trace(i).to_dict() for i in (2, 3)]),
+        encoding="utf-8",
+    )
+    with gzip.open(tmp_path / "z.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.write(line(5) + line(6))
+    (tmp_path / "notes.txt").write_text("ignored in folders", encoding="utf-8")
+    c = ingest_paths(store, [tmp_path])
+    assert (c.files, c.traces_added, c.errors) == (3, 5, 1)
+    assert "traces[0]" in c.error_rows[0].message
+    assert {r.trace_id for r in store.list_traces(limit=10).rows} == {
+        f"t00000{i}" for i in (1, 2, 3, 5, 6)
+    }
+    # Rewriting a .json file re-reads it; known traces are skipped, errors not repeated.
+    (tmp_path / "many.json").write_text(
+        json.dumps([{"trace_id": 4}] + [make_trace(i).to_dict() for i in (2, 3, 7)]),
+        encoding="utf-8",
+    )
+    c = ingest_paths(store, [tmp_path])
+    assert (c.traces_added, c.traces_skipped) == (1, 2)
+    assert len(store.ingest_errors()) == 1
+
+
+def test_a_file_replaced_by_rename_is_read_again(tmp_path: Path, store: TraceStore) -> None:
+    f = tmp_path / "a.jsonl"
+    f.write_text(line(0) + line(1), encoding="utf-8")
+    ingest_paths(store, [f])
+    tmp = tmp_path / ".a.jsonl.tmp"
+    tmp.write_text(line(7, n_packets=9) + line(8, n_packets=9) + line(9), encoding="utf-8")
+    os.replace(tmp, f)
+    c = ingest_paths(store, [f])
+    assert (c.traces_added, c.errors) == (3, 0)
+    assert store.count() == 5
+
+
+def test_cli_prints_counts_and_file_line_errors(tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.jsonl").write_text(line(0) + "{oops\n" + line(1), encoding="utf-8")
+    db = tmp_path / "cli.duckdb"
+    cmd = [sys.executable, "-m", "ctxcore", "ingest", str(d), "--db", str(db)]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "ingested 2 new traces from 1 files (0 already stored, 1 errors)"
+    assert out[1].startswith(f"{(d / 'a.jsonl').resolve()}:2: malformed JSON")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0
+    assert r.stdout.splitlines() == [
+        "ingested 0 new traces from 0 files (0 already stored, 0 errors)"
+    ]
+    missing = subprocess.run(
+        [*cmd[:4], str(tmp_path / "nope"), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert missing.returncode == 2
+    assert "nope: no such file or folder" in missing.stderr
