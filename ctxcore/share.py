@@ -1,0 +1,554 @@
+"""Share what you found: snapshots, offline HTML reports and OTLP exports of traces.
+
+- **Snapshot** (``--format json``): ``{"format": "ctxscope.snapshot/1", "traces": [...]}``,
+  one trace per line inside the list. Self-contained (a trace carries its input and
+  config, so a colleague can re-run it), re-importable with ``ctxscope import``, and
+  byte-identical after export → import → export.
+- **HTML report** (``--format html``): one file that opens with no network: plotly's JS is
+  inlined, the figures are those of ``ctxcore.figures``, and every piece of trace content
+  is escaped (packets are untrusted). A Content-Security-Policy lets only our own scripts
+  (by nonce) run and blocks every network request.
+- **OTLP JSON** (``--format otlp``): one span per trace with the GenAI semantic-convention
+  attributes (``gen_ai.input.messages``, ...) so tracing backends show the prompt, plus
+  ``ctxscope.*`` attributes so ``ctxscope import`` restores the trace exactly. Decisions
+  are flat, namespaced attributes, one group per decision:
+  ``ctxscope.decision.<i>.{packet_id,kind,status,reason,reason_text,partition,relevance,
+  recency,score,rank,tokens_before,tokens_after,budget_left,notes}`` (absent = null), and
+  ``ctxscope.decision.count``; flat keys can be filtered in any backend, unlike one JSON
+  blob. The captured input, config and the rest of the result travel as JSON strings
+  (``ctxscope.input``, ``ctxscope.config``, ``ctxscope.result.*``).
+
+Everything exported is redacted (``ctxcore.redact``) unless the caller opts out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import html
+import json
+import os
+import secrets
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import CtxscopeError, InputError, StoreLockedError
+from .importers import SNAPSHOT_FORMAT, load_file, watched_folder
+from .importers.otlp import DECISION_FIELDS, DECISION_PREFIX, JSON_FIELDS, RESULT_JSON_FIELDS
+from .models import Message, Trace, utc_iso
+from .redact import redact_trace
+
+# --------------------------------------------------------------------------- redaction
+
+
+def redact_all(traces: Iterable[Trace]) -> tuple[list[Trace], dict[str, int]]:
+    """Redacted copies of ``traces`` and the total count of secrets by type."""
+    out: list[Trace] = []
+    total: dict[str, int] = {}
+    for t in traces:
+        red, counts = redact_trace(t)
+        out.append(red)
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
+    return out, dict(sorted(total.items()))
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+def snapshot_json(traces: list[Trace]) -> str:
+    """The snapshot file's text: stable bytes for the same traces."""
+    if not traces:
+        raise InputError("nothing to export: no traces")
+    body = ",\n".join(t.to_json() for t in traces)
+    return f'{{"format":"{SNAPSHOT_FORMAT}","traces":[\n{body}\n]}}\n'
+
+
+# --------------------------------------------------------------------------- OTLP
+
+
+def _any(value: Any) -> dict[str, Any] | None:
+    """A Python value as an OTLP JSON ``AnyValue`` (None → attribute omitted)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, list):
+        return {"arrayValue": {"values": [_any(v) for v in value]}}
+    return {"stringValue": _js(value)}
+
+
+def _js(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _hex(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def _genai_messages(trace: Trace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(system instruction parts, input messages) in the GenAI parts format."""
+    res = trace.result
+    msgs: list[Message]
+    if res is not None and res.messages is not None:
+        msgs = res.messages
+    else:
+        prompt = res.prompt if res is not None else trace.input.query
+        msgs = [Message(role="user", content=prompt)]
+    system: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
+    for m in msgs:
+        if m.role == "system":
+            system.append({"type": "text", "content": m.content})
+            continue
+        if m.role == "tool":
+            part = {
+                "type": "tool_call_response",
+                "id": m.metadata.get("tool_call_id"),
+                "response": m.content,
+            }
+            out.append({"role": "tool", "parts": [part]})
+            continue
+        calls = m.metadata.get("tool_calls") or []
+        text = m.content
+        parts: list[dict[str, Any]] = []
+        if calls:
+            # the history content ends with the compact call lines; send only the text
+            lines = "\n".join(f"{c['name']}({c['arguments']})" for c in calls)
+            text = text[: -len(lines)].rstrip("\n") if text.endswith(lines) else text
+        if text:
+            parts.append({"type": "text", "content": text})
+        for c in calls:
+            try:
+                args: Any = json.loads(c["arguments"])
+            except (json.JSONDecodeError, TypeError):
+                args = c["arguments"]
+            parts.append({"type": "tool_call", "id": c["id"], "name": c["name"], "arguments": args})
+        out.append({"role": m.role, "parts": parts})
+    return system, out
+
+
+def otlp_span(trace: Trace) -> dict[str, Any]:
+    """One OTLP JSON span carrying a trace (GenAI attributes + ``ctxscope.*``)."""
+    raw_meta = trace.metadata.get("otlp")
+    otlp_meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    trace_hex = str(otlp_meta.get("trace_id") or _hex(f"session:{trace.session_id}", 32))
+    span_hex = str(otlp_meta.get("span_id") or _hex(f"trace:{trace.trace_id}", 16))
+    start = int(trace.created_at.timestamp()) * 1_000_000_000 + trace.created_at.microsecond * 1000
+    res = trace.result
+    duration_ms = sum(res.timings.values()) if res is not None else 0.0
+    model = trace.metadata.get("model")
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model if isinstance(model, str) else None,
+        "gen_ai.conversation.id": trace.session_id,
+    }
+    system, messages = _genai_messages(trace)
+    attrs["gen_ai.system_instructions"] = _js(system) if system else None
+    attrs["gen_ai.input.messages"] = _js(messages)
+    if trace.input.tools:
+        tools = [{"type": "function", **t.model_dump(mode="json")} for t in trace.input.tools]
+        attrs["gen_ai.tool.definitions"] = _js(tools)
+    usage = trace.outcome.usage if trace.outcome is not None else {}
+    in_tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
+    if in_tokens is None and res is not None:
+        in_tokens = res.totals.used
+    attrs["gen_ai.usage.input_tokens"] = in_tokens
+    attrs["gen_ai.usage.output_tokens"] = usage.get("completion_tokens", usage.get("output_tokens"))
+    if trace.outcome is not None and trace.outcome.output is not None:
+        out = [{"role": "assistant", "parts": [{"type": "text", "content": trace.outcome.output}]}]
+        attrs["gen_ai.output.messages"] = _js(out)
+    data = trace.to_dict()
+    attrs.update(
+        {
+            "ctxscope.schema": data["schema"],
+            "ctxscope.trace_id": trace.trace_id,
+            "ctxscope.session_id": trace.session_id,
+            "ctxscope.turn": trace.turn,
+            "ctxscope.created_at": data["created_at"],
+            "ctxscope.tags": list(trace.tags) or None,
+            "ctxscope.source_trace_id": trace.source_trace_id,
+            "ctxscope.preset": trace.config.preset,
+        }
+    )
+    for name in JSON_FIELDS:
+        attrs[f"ctxscope.{name}"] = None if data[name] is None else _js(data[name])
+    if res is not None:
+        rd = data["result"]
+        attrs["ctxscope.result.prompt"] = res.prompt
+        for name in RESULT_JSON_FIELDS:
+            attrs[f"ctxscope.result.{name}"] = None if rd[name] is None else _js(rd[name])
+        attrs["ctxscope.decision.count"] = len(res.decisions)
+        for i, d in enumerate(rd["decisions"]):
+            for f in DECISION_FIELDS:
+                value = d[f]
+                attrs[f"{DECISION_PREFIX}{i}.{f}"] = value if value != [] else None
+    return {
+        "traceId": trace_hex,
+        "spanId": span_hex,
+        "name": f"chat {model}"
+        if isinstance(model, str)
+        else f"ctxscope.build {trace.config.preset}",
+        "kind": 3 if isinstance(model, str) else 1,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(start + int(duration_ms * 1_000_000)),
+        "attributes": [
+            {"key": k, "value": av} for k, v in attrs.items() if (av := _any(v)) is not None
+        ],
+        "status": {},
+    }
+
+
+def otlp_export(traces: list[Trace]) -> dict[str, Any]:
+    """An OTLP/HTTP JSON ``ExportTraceServiceRequest`` with one span per trace."""
+    if not traces:
+        raise InputError("nothing to export: no traces")
+    return {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "ctxscope"}}]
+                },
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "ctxscope", "version": __version__},
+                        "spans": [otlp_span(t) for t in traces],
+                    }
+                ],
+            }
+        ]
+    }
+
+
+def otlp_json(traces: list[Trace]) -> str:
+    return json.dumps(otlp_export(traces), ensure_ascii=False, indent=1) + "\n"
+
+
+# --------------------------------------------------------------------------- HTML report
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1200px;padding:0 1rem;color:#222}
+h1{font-size:1.5rem}h2{font-size:1.25rem;border-bottom:1px solid #ddd;padding-bottom:.3rem}
+h3{font-size:1.05rem;margin-top:1.5rem}
+table{border-collapse:collapse;width:100%;font-size:.85rem;margin:.5rem 0}
+th,td{border:1px solid #e3e3e3;padding:.25rem .45rem;text-align:left;vertical-align:top}
+th{background:#f6f6f6}td.n{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#f8f8f8;border:1px solid #e3e3e3;padding:.6rem;white-space:pre-wrap;
+word-break:break-word;font-size:.8rem;max-height:40rem;overflow:auto}
+.kept{color:#2e7d32}.dropped,.filtered{color:#c62828}.summarized{color:#1565c0}
+.truncated{color:#b8860b}.not_rendered{color:#7b1fa2}.warn{color:#b71c1c}.muted{color:#777}
+details{margin:.3rem 0}summary{cursor:pointer}
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def script_json(value: Any) -> str:
+    """JSON safe inside a ``<script>`` element: no ``</``, ``<!--``, ``]]>`` or ``&`` left."""
+    from plotly.utils import PlotlyJSONEncoder
+
+    text = json.dumps(value, cls=PlotlyJSONEncoder, ensure_ascii=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _figure(fig: Any, div_id: str, nonce: str) -> str:
+    spec = fig.to_plotly_json()
+    payload = script_json({"data": spec.get("data", []), "layout": spec.get("layout", {})})
+    return (
+        f'<div id="{div_id}" class="fig"></div>\n<script nonce="{nonce}">'
+        f"(function(){{var f={payload};Plotly.newPlot({json.dumps(div_id)},f.data,f.layout,"
+        '{"displaylogo":false,"responsive":true});})();</script>\n'
+    )
+
+
+def _num(v: float | int | None, digits: int = 3) -> str:
+    if v is None:
+        return ""
+    return f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
+
+
+def _trace_section(t: Trace, k: int, nonce: str) -> str:
+    from . import figures
+
+    res = t.result
+    out: list[str] = [f'<section id="trace-{k}"><h2>Trace {_e(t.trace_id)}</h2>']
+    rows = [
+        ("session", t.session_id),
+        ("turn", t.turn),
+        ("created", utc_iso(t.created_at)),
+        ("builder", f"{t.builder.name} {t.builder.version}"),
+        ("preset", t.config.preset),
+        ("tags", ", ".join(t.tags)),
+    ]
+    if res is not None:
+        tt = res.totals
+        rows += [
+            ("tokenizer", tt.tokenizer),
+            (
+                "window / reserve / safety",
+                f"{tt.window:,} / {tt.output_reserve:,} / {tt.safety_margin:,}",
+            ),
+            ("available / used", f"{tt.available:,} / {tt.used:,}"),
+        ]
+    if t.redactions:
+        rows.append(("redacted", ", ".join(f"{a}: {b}" for a, b in t.redactions.items())))
+    out.append("<table>" + "".join(f"<tr><th>{_e(a)}</th><td>{_e(b)}</td></tr>" for a, b in rows))
+    out.append("</table>")
+    if res is None:
+        out.append('<p class="muted">Captured input only: this trace has no build result.</p>')
+    else:
+        if res.warnings:
+            out.append("<h3>Warnings</h3><ul>")
+            out.extend(f'<li class="warn">{_e(w)}</li>' for w in res.warnings)
+            out.append("</ul>")
+        out.append("<h3>Where the tokens went</h3>")
+        for j, fig in enumerate(
+            (figures.window_bar(t), figures.partition_budgets(t), figures.score_scatter(t))
+        ):
+            out.append(_figure(fig, f"fig-{k}-{j}", nonce))
+        out.append("<h3>Decisions</h3><table><tr>")
+        heads = (
+            "rank",
+            "packet",
+            "kind",
+            "status",
+            "reason",
+            "why",
+            "partition",
+            "relevance",
+            "recency",
+            "score",
+            "tokens before",
+            "tokens after",
+            "budget left",
+        )
+        out.append("".join(f"<th>{h}</th>" for h in heads) + "</tr>")
+        for d in res.decisions:
+            st = d.status.value
+            out.append(
+                f"<tr><td class=n>{_num(d.rank)}</td><td>{_e(d.packet_id)}</td>"
+                f"<td>{_e(d.kind)}</td>"
+                f'<td class="{st}">{st}</td><td>{d.reason.value}</td><td>{_e(d.reason_text)}'
+                + "".join(f"<br><span class=muted>{_e(n)}</span>" for n in d.notes)
+                + f"</td><td>{_e(d.partition)}</td><td class=n>{_num(d.relevance)}</td>"
+                f"<td class=n>{_num(d.recency)}</td><td class=n>{_num(d.score)}</td>"
+                f"<td class=n>{_num(d.tokens_before)}</td><td class=n>{_num(d.tokens_after)}</td>"
+                f"<td class=n>{_num(d.budget_left)}</td></tr>"
+            )
+        out.append("</table>")
+        rep = res.report
+        out.append(
+            "<h3>Debug report</h3><pre>"
+            + _e(json.dumps(rep.model_dump(mode="json"), ensure_ascii=False, indent=2))
+            + "</pre>"
+        )
+        out.append(f"<h3>Final prompt</h3><pre>{_e(res.prompt)}</pre>")
+    inp = t.input
+    out.append("<h3>Captured input</h3>")
+    out.append(f"<p><b>query</b></p><pre>{_e(inp.query)}</pre>")
+    if inp.system_instructions:
+        out.append(f"<p><b>system instructions</b></p><pre>{_e(inp.system_instructions)}</pre>")
+    for p in inp.packets:
+        out.append(
+            f"<details><summary>{_e(p.id)} <span class=muted>({_e(p.kind)}"
+            f"{', must keep' if p.must_keep else ''})</span></summary><pre>{_e(p.content)}</pre>"
+            "</details>"
+        )
+    for i, m in enumerate(inp.history):
+        out.append(
+            f"<details><summary>history {i}: {_e(m.role)}</summary><pre>{_e(m.content)}</pre>"
+            "</details>"
+        )
+    if inp.tools:
+        tools = json.dumps(
+            [x.model_dump(mode="json") for x in inp.tools], ensure_ascii=False, indent=1
+        )
+        out.append(
+            f"<details><summary>{len(inp.tools)} tool definitions</summary>"
+            f"<pre>{_e(tools)}</pre></details>"
+        )
+    cfg = json.dumps(
+        t.config.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False
+    )
+    out.append(f"<h3>Config</h3><pre>{_e(cfg)}</pre></section>")
+    return "\n".join(out)
+
+
+def html_report(
+    traces: list[Trace], *, redactions: dict[str, int] | None = None, nonce: str | None = None
+) -> str:
+    """A self-contained, offline HTML report of one or more traces.
+
+    Only scripts carrying this document's random nonce may run (CSP), so even a packet
+    that slipped past escaping could not execute; ``connect-src``/``default-src 'none'``
+    keep the page from touching the network.
+    """
+    from plotly.offline import get_plotlyjs
+
+    if not traces:
+        raise InputError("nothing to export: no traces")
+    nonce = nonce or secrets.token_hex(16)
+    title = (
+        f"ctxscope report: trace {traces[0].trace_id}"
+        if len(traces) == 1
+        else f"ctxscope report: session {traces[0].session_id} ({len(traces)} traces)"
+    )
+    csp = (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
+        "img-src data:; font-src data:"
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style>",
+        f'<script nonce="{nonce}">{get_plotlyjs()}</script>',
+        "</head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="muted">Exported by ctxscope {_e(__version__)}. '
+        "Open offline; every piece of trace content below is shown as text.</p>",
+    ]
+    if redactions:
+        detail = ", ".join(f"{_e(k)}: {v}" for k, v in sorted(redactions.items()))
+        parts.append(f"<p><b>Redacted on export:</b> {detail}</p>")
+    parts.extend(_trace_section(t, k, nonce) for k, t in enumerate(traces))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:
+    from .store import TraceFilter, TraceStore
+
+    with TraceStore(db, read_only=True) as store:
+        if trace_id:
+            t = store.get_trace(trace_id)
+            return [t] if t is not None else []
+        out: list[Trace] = []
+        offset = 0
+        while True:
+            page = store.list_traces(
+                TraceFilter(session_id=session),
+                sort="turn",
+                descending=False,
+                limit=200,
+                offset=offset,
+            )
+            for row in page.rows:
+                t = store.get_trace(row.trace_id)
+                if t is not None:
+                    out.append(t)
+            offset += len(page.rows)
+            if not page.rows or offset >= page.total:
+                return out
+
+
+def _from_folder(folder: Path, trace_id: str | None, session: str | None) -> list[Trace]:
+    """Look for the traces in the watched folder's files (when the store is unavailable)."""
+    found: dict[str, Trace] = {}
+    if not folder.is_dir():
+        return []
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.name.endswith((".jsonl", ".json", ".jsonl.gz"))
+    )
+    for path in files:
+        try:
+            traces = load_file(path, "trace")
+        except CtxscopeError:
+            continue  # not a trace file, or a broken one: ingest reports those
+        for t in traces:
+            if (trace_id and t.trace_id == trace_id) or (session and t.session_id == session):
+                found.setdefault(t.trace_id, t)
+    return sorted(found.values(), key=lambda t: (t.session_id, t.turn, t.created_at, t.trace_id))
+
+
+def find_traces(db: str, trace_id: str | None, session: str | None) -> tuple[list[Trace], str]:
+    """The traces to export, and where they came from (store, file or watched folder)."""
+    if trace_id and not session and Path(trace_id).is_file():
+        return load_file(trace_id), trace_id
+    try:
+        return _from_store(db, trace_id, session), db
+    except (StoreLockedError, NotImplementedError) as exc:
+        why = str(exc) or "the store is not available in this build"
+        folder = watched_folder()
+        print(f"note: {why}; looking in {folder}/ instead", file=sys.stderr)
+        return _from_folder(folder, trace_id, session), str(folder)
+
+
+def cli_export(args: argparse.Namespace) -> int:
+    """``ctxscope export (TRACE_ID | --session ID) [--format json|html|otlp] [-o FILE]``."""
+    if bool(args.trace_id) == bool(args.session):
+        raise InputError("give exactly one of TRACE_ID or --session ID")
+    db = getattr(args, "db", None) or os.environ.get("CTXSCOPE_DB") or "traces/ctxscope.duckdb"
+    traces, where = find_traces(db, args.trace_id, args.session)
+    if not traces:
+        what = f"trace {args.trace_id!r}" if args.trace_id else f"session {args.session!r}"
+        raise InputError(
+            f"{what} not found in {where}; list what is there with the app's Traces page "
+            "or `ctxscope ingest` the file first"
+        )
+    counts: dict[str, int] = {}
+    if not args.no_redact:
+        traces, counts = redact_all(traces)
+    if args.format == "json":
+        text = snapshot_json(traces)
+    elif args.format == "otlp":
+        text = otlp_json(traces)
+    else:
+        text = html_report(traces, redactions=counts)
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8", newline="\n")
+        except OSError as exc:
+            raise InputError(f"{out}: cannot write ({exc.strerror})") from exc
+        print(f"exported {len(traces)} trace(s) as {args.format} -> {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if counts:
+        detail = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        print(
+            f"redacted {sum(counts.values())} secret(s) ({detail}); --no-redact keeps them",
+            file=sys.stderr,
+        )
+    elif args.no_redact:
+        print(
+            "warning: not redacted (--no-redact); check for secrets before sharing", file=sys.stderr
+        )
+    return 0
+
+
+__all__ = [
+    "cli_export",
+    "find_traces",
+    "html_report",
+    "otlp_export",
+    "otlp_json",
+    "otlp_span",
+    "redact_all",
+    "script_json",
+    "snapshot_json",
+]
