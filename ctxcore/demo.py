@@ -34,7 +34,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from .corpus import Conversation, parse_mini_swe, parse_opencode, parse_reason_tool_use
+from .corpus import (
+    Conversation,
+    parse_mini_swe,
+    parse_opencode,
+    parse_reason_tool_use,
+    parse_sharegpt,
+)
 from .corpus import parse_sweagent as parse_swe_agent
 from .errors import InputError
 from .importers.openai import captured_input_from_messages
@@ -90,6 +96,9 @@ def _synthetic(turn: int) -> datetime:
     return SYNTHETIC_START + timedelta(minutes=turn)
 
 
+_RETURNCODE = re.compile(r"^<returncode>(-?\d+)</returncode>")
+
+
 def _output_of(msg: dict[str, Any]) -> str:
     """The model's answer at a step: its text and its tool calls, as the agent sent them."""
     parts = [msg.get("content") or ""]
@@ -112,6 +121,46 @@ def _command_of(msg: dict[str, Any]) -> dict[str, str]:
             what = str(args.get("command") or args.get("filePath") or args.get("path") or "")
         out[call["id"]] = f"{call['function']['name']}: {what}".strip().rstrip(":")
     return out
+
+
+def _clock(conv: Conversation) -> list[datetime]:
+    """A time for every message: the source's own, else the synthetic clock of its step.
+
+    Where the source has times, a message without one takes the previous message's time
+    (or the first known time); where it has none, message i of step k gets ``_synthetic(k)``.
+    """
+    known = [t for t in conv.times if t is not None]
+    out: list[datetime] = []
+    step = 0
+    for m, t in zip(conv.messages, conv.times or [None] * len(conv.messages), strict=True):
+        if m.get("role") == "assistant":
+            step += 1
+        if known:
+            out.append(t or (out[-1] if out else known[0]))
+        else:
+            out.append(_synthetic(step))
+    return out
+
+
+def _stamped(inp: CapturedInput, times: list[datetime]) -> CapturedInput:
+    """Give history messages and tool packets the time their message was written."""
+
+    def at(mid: str | None) -> datetime | None:
+        if mid and mid.startswith("msg-") and mid[4:].isdigit() and int(mid[4:]) < len(times):
+            return times[int(mid[4:])]
+        return None
+
+    history = [
+        m if m.timestamp or at(m.id) is None else m.model_copy(update={"timestamp": at(m.id)})
+        for m in inp.history
+    ]
+    packets = []
+    for p in inp.packets:
+        idx = p.metadata.get("message_index")
+        if p.timestamp is None and isinstance(idx, int) and idx < len(times):
+            p = p.model_copy(update={"timestamp": times[idx]})
+        packets.append(p)
+    return inp.model_copy(update={"history": history, "packets": packets})
 
 
 def _with_packets(
@@ -161,6 +210,7 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: range | None = None
     file. The only failing test log (call_4) must stay in view until a test run passes.
     """
     conv = parse_mini_swe(corpus / "b01_mswea_gemini3pro_pytest-dev__pytest-7571.traj.json")
+    times = _clock(conv)
     task_msg = next(m["content"] for m in conv.messages if m["role"] == "user")
     pr = re.search(r"<pr_description>(.*?)</pr_description>", task_msg, re.S)
     task_text = pr.group(1).strip() if pr else conv.title
@@ -190,16 +240,19 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: range | None = None
                 failing = None
         if steps is not None and k not in steps:
             continue
-        now = conv.times[at] or _synthetic(k)
-        inp = captured_input_from_messages(
-            conv.messages[:at], now=now, query=conv.title, window=budget
+        now = times[at]
+        inp = _stamped(
+            captured_input_from_messages(
+                conv.messages[:at], now=now, query=conv.title, window=budget
+            ),
+            times,
         )
         extra = [
             Packet(
                 id="task:pytest-dev__pytest-7571",
                 kind="task",
                 content=task_text,
-                timestamp=conv.times[steps_at[0]],
+                timestamp=times[1],
                 must_keep=True,
                 priority=10,
                 metadata={"source": "messages[1] <pr_description>"},
@@ -215,7 +268,7 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: range | None = None
                     id="note:plan",
                     kind="state",
                     content=plan,
-                    timestamp=conv.times[plan_at],
+                    timestamp=times[plan_at],
                     priority=5,
                     metadata={"source": f"assistant step {plan_step}"},
                 )
@@ -228,6 +281,9 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: range | None = None
             cid = meta.get("tool_call_id", "")
             if cid in commands:
                 meta["command"] = commands[cid]
+            code = _RETURNCODE.search(p.content)
+            if code:
+                meta["returncode"] = int(code.group(1))
             if p.id == f"tool:{keep}":
                 meta["latest_failure"] = True
                 return p.model_copy(update={"must_keep": True, "metadata": meta})
@@ -295,21 +351,25 @@ def _marshmallow_session(corpus: Path, preset: PresetName) -> Session:
     conv = parse_swe_agent(corpus / "a01_sweagent_marshmallow-1867_function-calling.traj.json")
     task = next(m["content"] for m in conv.messages if m["role"] == "user")
     issue = task.split("ISSUE:", 1)[1].split("INSTRUCTIONS:", 1)[0].strip()
+    times = _clock(conv)
     turns: list[DemoTurn] = []
     commands: dict[str, str] = {}
     for k, at in enumerate(conv.assistant_indices(), start=1):
         for m in conv.messages[:at]:
             if m["role"] == "assistant":
                 commands.update(_command_of(m))
-        inp = captured_input_from_messages(
-            conv.messages[:at], now=_synthetic(k), query=conv.title, window=4096
+        inp = _stamped(
+            captured_input_from_messages(
+                conv.messages[:at], now=times[at], query=conv.title, window=4096
+            ),
+            times,
         )
         extra = [
             Packet(
                 id="task:marshmallow-1867",
                 kind="task",
                 content=issue,
-                timestamp=_synthetic(0),
+                timestamp=times[1],
                 must_keep=True,
                 priority=10,
                 metadata={"source": "history[1] ISSUE"},
@@ -370,7 +430,7 @@ def _zh_messages(conv: Conversation) -> list[dict[str, Any]]:
     for m in conv.messages:
         if m.get("reasoning"):
             m = {**m, "content": f"{m['reasoning']}\n\n{m['content']}".strip()}
-        out.append({k: v for k, v in m.items() if k not in ("reasoning", "is_error")})
+        out.append({k: v for k, v in m.items() if k != "reasoning"})
     return out
 
 
@@ -378,6 +438,7 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
     """b05: OpenCode "Sisyphus" on GLM-4.7 stuck on a tsc error in codeSummary.ts."""
     conv = parse_opencode(corpus / "b05_zh_opencode_session_ses_4119.md")
     msgs = _zh_messages(conv)
+    times = _clock(conv)
     verify_log = (corpus / "d07_npm_run_verify_tsc_jest_pack.log").read_text(encoding="utf-8")
     jest_log = (corpus / "d06_jest_failure_zh_xresolver.log").read_text(encoding="utf-8")
     turns: list[DemoTurn] = []
@@ -396,8 +457,10 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
             continue
         users = [m["content"] for m in msgs[:at] if m["role"] == "user"]
         query = users[-1] if users else "修复 npm run build 报出的 TypeScript 编译错误"
-        now = conv.times[at] or _synthetic(k)
-        inp = captured_input_from_messages(msgs[:at], now=now, query=query, window=8192)
+        now = times[at]
+        inp = _stamped(
+            captured_input_from_messages(msgs[:at], now=now, query=query, window=8192), times
+        )
         extra: list[Packet] = []
         enrichment = []
         if todo:
@@ -418,8 +481,11 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
                     id="memory:verify-log",
                     kind="memory",
                     content=verify_log,
-                    timestamp=_synthetic(0),
-                    metadata={"source": "corpus d07: verify.sh from another session of this repo"},
+                    timestamp=times[0] - timedelta(days=1),
+                    metadata={
+                        "source": "corpus d07: verify.sh from another session of this repo",
+                        "timestamp": "unknown; set one day before this session",
+                    },
                 )
             )
             extra.append(
@@ -427,8 +493,11 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
                     id="memory:jest-xresolver",
                     kind="memory",
                     content=jest_log,
-                    timestamp=_synthetic(0),
-                    metadata={"source": "corpus d06: jest run from session ses_4113 of this repo"},
+                    timestamp=times[0] - timedelta(days=1),
+                    metadata={
+                        "source": "corpus d06: jest run from session ses_4113 of this repo",
+                        "timestamp": "unknown; set one day before this session",
+                    },
                 )
             )
             enrichment.append("memory:verify-log, memory:jest-xresolver (corpus d07, d06)")
@@ -438,6 +507,9 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
             cid = meta.get("tool_call_id", "")
             if cid in commands:
                 meta["command"] = commands[cid]
+            idx = meta.get("message_index")
+            if isinstance(idx, int) and msgs[idx].get("is_error"):
+                meta["error"] = True
             return p.model_copy(update={"metadata": meta})
 
         turns.append(
@@ -492,14 +564,17 @@ def _analysis_session(corpus: Path, preset: PresetName) -> Session:
     """c01: a Chinese architecture analysis where the user corrects the agent mid-way."""
     conv = parse_opencode(corpus / "c01_zh_opencode_session_ses_4398.md")
     msgs = _zh_messages(conv)
+    times = _clock(conv)
     turns: list[DemoTurn] = []
     for k, at in enumerate(conv.assistant_indices(), start=1):
         users = [m["content"] for m in msgs[:at] if m["role"] == "user" and m["content"].strip()]
         query = users[-1] if users else conv.title
         if query.startswith("[analyze-mode]"):
             query = query.strip().splitlines()[-1]
-        now = conv.times[at] or _synthetic(k)
-        inp = captured_input_from_messages(msgs[:at], now=now, query=query, window=8192)
+        now = times[at]
+        inp = _stamped(
+            captured_input_from_messages(msgs[:at], now=now, query=query, window=8192), times
+        )
         turns.append(
             DemoTurn(
                 step=k,
@@ -551,10 +626,14 @@ def _toolchat_session(corpus: Path, preset: PresetName, line: int) -> Session:
     """a04: a multi-request tool-calling chat with reasoning and tool schemas."""
     convs = parse_reason_tool_use(corpus / "a04_llamafactory_reason_tool_use_demo_50.jsonl")
     conv = next(c for c in convs if c.meta["line"] == line)
+    times = _clock(conv)
     turns: list[DemoTurn] = []
     for k, at in enumerate(conv.assistant_indices(), start=1):
-        inp = captured_input_from_messages(
-            conv.messages[:at], tools=conv.tools, now=_synthetic(k), window=2048
+        inp = _stamped(
+            captured_input_from_messages(
+                conv.messages[:at], tools=conv.tools, now=times[at], window=2048
+            ),
+            times,
         )
         turns.append(
             DemoTurn(
@@ -586,6 +665,54 @@ def _toolchat_session(corpus: Path, preset: PresetName, line: int) -> Session:
     )
 
 
+def _glaive_session(corpus: Path, preset: PresetName, record: int) -> Session:
+    """c02: a Chinese ShareGPT tool-use chat (glaive-function-calling-v2, translated)."""
+    conv = parse_sharegpt(corpus / "c02_llamafactory_glaive_toolcall_zh_demo.json")[record]
+    times = _clock(conv)
+    turns: list[DemoTurn] = []
+    for k, at in enumerate(conv.assistant_indices(), start=1):
+        inp = _stamped(
+            captured_input_from_messages(
+                conv.messages[:at], tools=conv.tools, now=times[at], window=1024
+            ),
+            times,
+        )
+        turns.append(
+            DemoTurn(
+                step=k,
+                input=inp,
+                config=Config(preset=preset, max_tokens=600),
+                output=_output_of(conv.messages[at]),
+            )
+        )
+
+    def judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
+        at = conv.assistant_indices()[turn.step - 1]
+        last = conv.messages[at - 1]
+        if last["role"] == "tool" and "tool_call_id" not in last:
+            return "bad", (
+                "The observation answers no tool call: the assistant wrote its call as text "
+                "(AI 计算折扣: {...}) so the result has no call id to tie it to "
+                f"({[p.id for p in turn.input.packets][-1]})."
+            )
+        if last["role"] == "tool" and last["content"][:60] not in _prompt(trace):
+            pid = f"tool:{last['tool_call_id']}"
+            return "bad", (
+                f"The tool result the model has to report on ({pid}) is not in the prompt "
+                f"({_where(trace, pid)}); the answer can only be made up."
+            )
+        return "good", _good(trace)
+
+    return Session(
+        id=f"zh-toolchat-glaive-{record}-{preset}",
+        title=f"中文工具调用对话 (glaive, LLaMA-Factory demo #{record}) · {preset}",
+        source=conv.source,
+        clock=f"synthetic: {SYNTHETIC_START.isoformat()} + 1 minute per turn",
+        turns=turns,
+        judge=judge,
+    )
+
+
 # --------------------------------------------------------------------------- generation
 
 
@@ -600,6 +727,8 @@ def sessions(corpus: Path) -> list[Session]:
         _analysis_session(corpus, "hello-agents"),
         _analysis_session(corpus, "ctxscope"),
         _toolchat_session(corpus, "ctxscope", line=12),
+        _glaive_session(corpus, "hello-agents-book", record=45),
+        _glaive_session(corpus, "ctxscope", record=197),
     ]
 
 
