@@ -125,6 +125,7 @@ class _Ingest:
         self.progress = progress
         self.complete_tail = complete_tail
         self.counts = IngestCounts()
+        self.offsets = store.file_offsets()
         self.done = 0
         self.total = 0
 
@@ -157,7 +158,7 @@ class _Ingest:
             st = path.stat()
         except FileNotFoundError:
             return  # a temp file renamed away between listing and reading
-        prev = self.store.file_offset(key)
+        prev = self.offsets.get(key)
         name = path.name
         if prev is not None and prev.size == st.st_size and prev.mtime == st.st_mtime:
             # Unchanged. A waiting last line is only worth another look in complete_tail mode.
@@ -329,7 +330,7 @@ def ingest_paths(
             st = f.stat()
         except OSError:
             continue
-        prev = store.file_offset(str(f.resolve()))
+        prev = job.offsets.get(str(f.resolve()))
         job.total += max(
             0, st.st_size - (prev.offset if prev and not f.name.endswith(".gz") else 0)
         )
