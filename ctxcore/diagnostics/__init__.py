@@ -1,0 +1,208 @@
+"""Diagnostics: name the likely causes of a bad turn, point at the packets, offer a fix.
+
+Seeing where the budget went is not yet an answer. ``diagnose(trace)`` runs a set of
+detectors over one built trace and returns ``Finding``s (detector id, severity, the
+packet ids it is about, one sentence, the numbers behind it, and — for lost packets — a
+verified smallest config change). ``diagnose_session`` does it per turn and says in which
+turn each item was first lost. The app shows the findings on Inspect and Timeline, the
+store keeps them as columns, ``ctxscope check`` turns them into a CI exit code, and
+``ctxcore.testing`` wraps them as pytest assertions.
+
+Detectors (ids are stable; thresholds live in ``DiagnosticsOptions``):
+
+==================== ==============================================================
+must_have_lost       a must-keep packet, the task, the instructions or a user
+                     constraint from an earlier turn missing or only in a summary
+budget_flooded       one packet or one kind takes too much of the window; tool-log
+                     noise (repeated lines, ANSI, spinners) as a share of tokens
+greedy_waste         tokens a break/skip fill left unused vs the optimal fill
+stale_or_repeated    the same content twice, an old plan next to a newer one, the
+                     same error observation carried turn after turn
+unlabelled_evidence  evidence or tool output without a source id
+injection_like       text in evidence/tool output that poses as instructions
+relevance_blind_spot unspaced (CJK) text scored ≈0 by whitespace word overlap
+compression_damage   [Task]/[Output] cut, budget still exceeded, a cut without marker
+estimate_drift       a heuristic token count >10% off the real tokenizer
+summary_coverage     identifiers, paths and numbers a summary lost
+==================== ==============================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable, Sequence
+
+from ..errors import InputError
+from ..models import Finding, Status, Trace
+from .context import LOST, SEVERITY_RANK, DiagnosticsOptions, TraceView
+from .counterfactual import Counterfactual, counterfactuals, rebuild, smallest_fix
+from .detectors import budget_flooded, greedy_waste, must_have_lost
+from .detectors_content import (
+    injection_like,
+    relevance_blind_spot,
+    stale_or_repeated,
+    summary_coverage,
+    unlabelled_evidence,
+)
+from .detectors_tokens import compression_damage, estimate_drift
+from .session import LostItem, SessionDiagnosis, TurnFindings, lost_items
+
+Detector = Callable[[TraceView], list[Finding]]
+
+#: detector id → (function, one-line description for filters and legends), in display order
+DETECTORS: dict[str, tuple[Detector, str]] = {
+    "must_have_lost": (
+        must_have_lost,
+        "a must-keep packet, the task, the instructions or an earlier user constraint is "
+        "missing or survives only in a summary",
+    ),
+    "budget_flooded": (
+        budget_flooded,
+        "one packet or one kind takes too much of the window, or tool-log noise does",
+    ),
+    "greedy_waste": (
+        greedy_waste,
+        "a break/skip fill left tokens unused that an optimal fill uses",
+    ),
+    "stale_or_repeated": (
+        stale_or_repeated,
+        "the same content twice, an old plan next to a newer one, or an error carried for turns",
+    ),
+    "unlabelled_evidence": (unlabelled_evidence, "evidence or tool output without a source id"),
+    "injection_like": (
+        injection_like,
+        "evidence or tool output containing text that poses as instructions",
+    ),
+    "relevance_blind_spot": (
+        relevance_blind_spot,
+        "Chinese or other unspaced text scored ≈0 by whitespace word overlap",
+    ),
+    "compression_damage": (
+        compression_damage,
+        "[Task] or [Output] cut, budget still exceeded, or a cut without a marker",
+    ),
+    "estimate_drift": (estimate_drift, "a heuristic token count >10% off the real tokenizer"),
+    "summary_coverage": (summary_coverage, "identifiers, paths and numbers a summary lost"),
+}
+DETECTOR_IDS: tuple[str, ...] = tuple(DETECTORS)
+SEVERITIES: tuple[str, ...] = ("info", "warning", "error")
+
+
+def severity_at_least(finding: Finding, severity: str) -> bool:
+    if severity not in SEVERITY_RANK:
+        raise InputError(f"unknown severity {severity!r}; choose one of {', '.join(SEVERITIES)}")
+    return SEVERITY_RANK[finding.severity] >= SEVERITY_RANK[severity]
+
+
+def ensure_built(trace: Trace) -> Trace:
+    """The trace itself, or — for a trace recorded without a result — the trace re-built."""
+    if trace.result is not None:
+        return trace
+    from ..pipeline import build, resolve_config
+
+    cfg = resolve_config(trace.config, trace.input)
+    return trace.model_copy(update={"config": cfg, "result": build(trace.input, cfg)})
+
+
+def diagnose(
+    trace: Trace,
+    *,
+    session_traces: Iterable[Trace] | None = None,
+    options: DiagnosticsOptions | None = None,
+) -> list[Finding]:
+    """Every finding for one trace, most severe first.
+
+    ``session_traces`` are the other turns of the session (any order; only earlier turns
+    are used) for the cross-turn checks: user constraints from earlier turns, errors carried
+    turn after turn, summaries of earlier content.
+    """
+    opts = options or DiagnosticsOptions()
+    unknown = [d for d in (opts.enabled or ()) if d not in DETECTORS]
+    if unknown:
+        raise InputError(
+            f"unknown detector(s) {', '.join(sorted(unknown))}; "
+            f"choose from {', '.join(DETECTOR_IDS)}"
+        )
+    trace = ensure_built(trace)
+    view = TraceView(trace, opts, [t for t in (session_traces or ()) if t.result is not None])
+    found: list[Finding] = []
+    for det_id, (fn, _) in DETECTORS.items():
+        if opts.wants(det_id):
+            found.extend(fn(view))
+    if opts.counterfactuals and opts.rerun:
+        found = _attach_fixes(view, found)
+    order = {d: i for i, d in enumerate(DETECTORS)}
+    return sorted(found, key=lambda f: (-SEVERITY_RANK[f.severity], order[f.detector]))
+
+
+def _attach_fixes(view: TraceView, found: list[Finding]) -> list[Finding]:
+    """A verified smallest fix on must_have_lost findings about dropped/filtered packets."""
+    budget = view.options.max_counterfactuals
+    out = []
+    for f in found:
+        d = view.by_id.get(f.packet_ids[0]) if len(f.packet_ids) == 1 else None
+        if (
+            budget > 0
+            and f.detector == "must_have_lost"
+            and f.fix is None
+            and d is not None
+            and (d.status in LOST or d.status == Status.SUMMARIZED)
+        ):
+            budget -= 1
+            cf = smallest_fix(view.trace, d.packet_id)
+            if cf is not None:
+                f = f.model_copy(
+                    update={
+                        "fix": cf.patch,
+                        "evidence": {**f.evidence, "fix_label": cf.label, "fix": cf.sentence},
+                    }
+                )
+        out.append(f)
+    return out
+
+
+def diagnose_session(
+    traces: Sequence[Trace], *, options: DiagnosticsOptions | None = None
+) -> SessionDiagnosis:
+    """Findings per turn of one session, and the first turn where each item was lost."""
+    if not traces:
+        raise InputError("diagnose_session needs at least one trace")
+    sessions = sorted({t.session_id for t in traces})
+    if len(sessions) > 1:
+        raise InputError(
+            f"traces from {len(sessions)} sessions ({', '.join(sessions[:3])}) were given; "
+            "diagnose one session at a time"
+        )
+    ordered = sorted((ensure_built(t) for t in traces), key=lambda t: (t.turn, t.created_at))
+    turns = []
+    for i, t in enumerate(ordered):
+        findings = diagnose(t, session_traces=ordered[:i], options=options)
+        turns.append(TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=findings))
+    return SessionDiagnosis(session_id=sessions[0], turns=turns, lost=lost_items(ordered, turns))
+
+
+def cli_check(args: argparse.Namespace) -> int:
+    """``ctxscope check FILE... [--fail-on SEVERITY]`` (see ``ctxcore.diagnostics.check``)."""
+    from .check import run_check
+
+    return run_check(list(args.files), args.fail_on)
+
+
+__all__ = [
+    "DETECTORS",
+    "DETECTOR_IDS",
+    "SEVERITIES",
+    "Counterfactual",
+    "DiagnosticsOptions",
+    "LostItem",
+    "SessionDiagnosis",
+    "TurnFindings",
+    "cli_check",
+    "counterfactuals",
+    "diagnose",
+    "diagnose_session",
+    "ensure_built",
+    "rebuild",
+    "severity_at_least",
+    "smallest_fix",
+]

@@ -1,0 +1,126 @@
+"""``ctxscope check FILE... [--fail-on SEVERITY]``: the diagnostics as a CI gate.
+
+Files hold traces (``.json``: one trace or a list of them; ``.jsonl``: one per line;
+either may be gzipped) or captured inputs, which are built with the default preset
+first. Traces of the same session are diagnosed together, so the cross-turn detectors
+see the earlier turns. Every finding is printed on one line,
+``file:trace_id: severity detector: message [packet ids]``; the exit code is 0 when no
+finding reaches ``--fail-on``, 1 when some do, and 2 on bad input (one line on stderr,
+printed by ``ctxcore.cli``). All files are read and validated before anything is printed,
+so a bad file never leaves half a report.
+"""
+
+from __future__ import annotations
+
+import gzip
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import InputError
+from ..loading import decode_utf8, input_from_obj, parse_json, trace_from_obj
+from ..models import Config, Trace
+from .context import SEVERITY_RANK
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One trace to check and where it came from."""
+
+    where: str  # the file name as given
+    trace: Trace
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{path}: not a valid gzip file ({exc})") from exc
+    return decode_utf8(raw, str(path))
+
+
+def _to_trace(obj: Any, where: str, default_id: str) -> Trace:
+    from ..pipeline import build_trace
+
+    if isinstance(obj, dict) and "schema" in obj:
+        return trace_from_obj(obj, where)
+    inp = input_from_obj(obj, where)
+    # a bare captured input: build it with the default preset, as `ctxscope build` would
+    return build_trace(inp, Config(), trace_id=default_id, session_id=default_id)
+
+
+def load_checked(paths: list[str]) -> list[Checked]:
+    out: list[Checked] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            raise InputError(f"{path}: is a folder; pass the trace files (e.g. {path}/*.jsonl)")
+        text = _read_text(path)
+        stem = path.name
+        if path.name.removesuffix(".gz").endswith(".jsonl"):
+            for lineno, line in enumerate(text.splitlines(), start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                obj = parse_json(line, where)
+                out.append(Checked(name, _to_trace(obj, where, f"{stem}:{lineno}")))
+        else:
+            data = parse_json(text, str(path))
+            items = data if isinstance(data, list) else [data]
+            if not items:
+                raise InputError(f"{path}: the JSON list is empty; expected traces or inputs")
+            for i, obj in enumerate(items):
+                where = f"{path}[{i}]" if isinstance(data, list) else str(path)
+                default_id = f"{stem}[{i}]" if isinstance(data, list) else stem
+                out.append(Checked(name, _to_trace(obj, where, default_id)))
+    return out
+
+
+def format_finding(where: str, trace_id: str, f: Any) -> str:
+    ids = f" [{', '.join(f.packet_ids)}]" if f.packet_ids else ""
+    message = " ".join(str(f.message).split())  # one finding, one line
+    return f"{where}:{trace_id}: {f.severity} {f.detector}: {message}{ids}"
+
+
+def run_check(
+    paths: list[str],
+    fail_on: str = "error",
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    from . import diagnose, ensure_built
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if fail_on not in SEVERITY_RANK:
+        raise InputError(f"--fail-on {fail_on!r}: choose one of info, warning, error")
+    checked = [Checked(c.where, ensure_built(c.trace)) for c in load_checked(paths)]
+    by_session: dict[str, list[Trace]] = {}
+    for c in checked:
+        by_session.setdefault(c.trace.session_id, []).append(c.trace)
+    counts = {"info": 0, "warning": 0, "error": 0}
+    failing = 0
+    for c in checked:
+        earlier = [
+            t
+            for t in by_session[c.trace.session_id]
+            if t.turn < c.trace.turn and t.trace_id != c.trace.trace_id
+        ]
+        for f in diagnose(c.trace, session_traces=earlier):
+            counts[f.severity] += 1
+            if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]:
+                failing += 1
+            print(format_finding(c.where, c.trace.trace_id, f), file=out)
+    print(
+        f"ctxscope check: {len(checked)} trace(s): {counts['error']} error(s), "
+        f"{counts['warning']} warning(s), {counts['info']} info; "
+        f"{failing} at or above {fail_on}",
+        file=err,
+    )
+    return 1 if failing else 0

@@ -1,0 +1,250 @@
+"""What every detector needs to know about one trace, computed once.
+
+Detectors read the recorded decisions, the captured input and the final prompt; they
+must not each re-derive which packet is in the prompt, what text a builder-made id like
+``builder:history:3`` stands for, or which tokenizer counted the build. ``TraceView``
+does that once per trace, and ``DiagnosticsOptions`` holds every threshold a detector
+uses, so a team can tune them in one place (and the app can show them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..errors import InputError
+from ..models import Decision, Finding, Severity, Status, Trace
+from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
+from ..tokens import TokenCounter, get_counter, is_exact
+
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
+
+IN_PROMPT = frozenset({Status.KEPT, Status.TRUNCATED})
+LOST = frozenset({Status.DROPPED, Status.FILTERED, Status.NOT_RENDERED})
+
+#: kinds whose text comes from tools, retrieval or files: untrusted and worth citing.
+EVIDENCE_KINDS = frozenset(
+    {
+        "evidence",
+        "retrieval",
+        "knowledge",
+        "tool_result",
+        "tool_output",
+        "tool",
+        "observation",
+        "file",
+        "rag_result",
+        "related_memory",
+        "knowledge_base",
+        "search_result",
+        "web",
+        "repo_map",
+    }
+)
+#: kinds that are the operator's own voice; injection patterns there are by design.
+TRUSTED_KINDS = frozenset(
+    {"instructions", "policy", "system", "system_instruction", "task", "tools"}
+)
+
+
+@dataclass(frozen=True)
+class DiagnosticsOptions:
+    """Thresholds and switches of the detectors; every default is a documented guess.
+
+    Pass a changed copy (``dataclasses.replace``) to ``diagnose``. ``enabled`` limits the
+    run to some detector ids; ``counterfactuals`` and ``rerun`` turn off the parts that
+    re-run the pipeline (useful at ingest time, where speed matters more).
+    """
+
+    enabled: frozenset[str] | None = None
+    disabled: frozenset[str] = frozenset()
+    #: re-run the pipeline where a detector needs it (greedy_waste, compression_damage).
+    rerun: bool = True
+    #: attach a verified smallest fix to findings about lost packets.
+    counterfactuals: bool = True
+    max_counterfactuals: int = 3
+    # must_have_lost
+    must_have_kinds: frozenset[str] = frozenset({"task", "instructions", "policy", "constraint"})
+    # budget_flooded
+    flood_packet_share: float = 0.35
+    flood_kind_share: float = 0.6
+    noise_share: float = 0.3
+    noise_min_tokens: int = 50
+    # greedy_waste
+    waste_min_tokens: int = 100
+    waste_min_score_gain: float = 0.05
+    waste_warn_share: float = 0.1
+    knapsack_max_cells: int = 20_000_000
+    # stale_or_repeated
+    near_duplicate_jaccard: float = 0.8
+    duplicate_min_tokens: int = 8
+    carried_turns: int = 3
+    # unlabelled_evidence
+    evidence_kinds: frozenset[str] = EVIDENCE_KINDS
+    # relevance_blind_spot
+    blind_spot_max_relevance: float = 0.05
+    blind_spot_min_gain: float = 0.1
+    # estimate_drift
+    drift_threshold: float = 0.10
+    drift_min_tokens: int = 20
+    reference_tokenizer: str = "cl100k_base"
+    # summary_coverage
+    coverage_min_lost: int = 3
+    coverage_warn_share: float = 0.3
+
+    def wants(self, detector: str) -> bool:
+        if detector in self.disabled:
+            return False
+        return self.enabled is None or detector in self.enabled
+
+
+def finding(
+    detector: str,
+    severity: Severity,
+    message: str,
+    packet_ids: list[str] | None = None,
+    evidence: Mapping[str, object] | None = None,
+    fix: Mapping[str, object] | None = None,
+) -> Finding:
+    return Finding(
+        detector=detector,
+        severity=severity,
+        packet_ids=list(dict.fromkeys(packet_ids or [])),
+        message=message,
+        evidence=dict(evidence or {}),
+        fix=dict(fix) if fix is not None else None,
+    )
+
+
+_NS = re.compile(r"\s+")
+
+
+def normalize_ws(text: str) -> str:
+    return _NS.sub(" ", text).strip()
+
+
+def short(text: str, limit: int = 60) -> str:
+    """One line of ``text`` for a message (quoted by the caller with ``!r``)."""
+    one = normalize_ws(text)
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+def id_list(ids: list[str], limit: int = 4) -> str:
+    head = ", ".join(ids[:limit])
+    return head + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+@dataclass
+class TraceView:
+    """One built trace, indexed for the detectors (internal, not persisted)."""
+
+    trace: Trace
+    options: DiagnosticsOptions
+    session_traces: list[Trace] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.trace.result is None:
+            raise InputError(
+                f"trace {self.trace.trace_id!r} has no result to diagnose; "
+                "build it first (ctxscope build) or pass the captured input to ctxscope check"
+            )
+        self.result = self.trace.result
+        self.input = self.trace.input
+        self.config = self.trace.config
+        self.decisions: list[Decision] = list(self.result.decisions)
+        self.by_id: dict[str, Decision] = {d.packet_id: d for d in self.decisions}
+        self.packets = {p.id: p for p in self.input.packets}
+        self.prompt = self.result.prompt
+
+    @property
+    def tokenizer(self) -> str:
+        return self.result.totals.tokenizer or self.config.tokenizer or "cl100k_base"
+
+    @cached_property
+    def counter(self) -> TokenCounter:
+        """The build's own counter (an estimator for the book preset)."""
+        return get_counter(self.tokenizer)
+
+    @cached_property
+    def exact_counter(self) -> TokenCounter:
+        name = self.tokenizer if is_exact(self.tokenizer) else self.options.reference_tokenizer
+        return get_counter(name)
+
+    @property
+    def budget(self) -> int:
+        totals = self.result.totals
+        return totals.available if totals.available > 0 else totals.window
+
+    @cached_property
+    def contents(self) -> dict[str, str]:
+        """Packet id → the text the builder considered for it (builder ids resolved)."""
+        out: dict[str, str] = {}
+        history = self.input.history
+        for m in history:
+            if m.id:
+                out[m.id] = m.content
+        out[INSTRUCTIONS_ID] = self.input.system_instructions
+        ks = sorted(
+            int(d.packet_id.rsplit(":", 1)[1])
+            for d in self.decisions
+            if d.packet_id.startswith(HISTORY_ID + ":") and d.packet_id.rsplit(":", 1)[1].isdigit()
+        )
+        if ks:
+            # K counts from the oldest message the builder considered, which is the
+            # (max K + 1)-th message from the end of the history.
+            offset = len(history) - (ks[-1] + 1)
+            for k in ks:
+                if 0 <= offset + k < len(history):
+                    out[f"{HISTORY_ID}:{k}"] = history[offset + k].content
+        if HISTORY_ID in self.by_id:
+            out[HISTORY_ID] = "\n".join(m.content for m in history)
+        for p in self.input.packets:
+            out[p.id] = p.content
+        return out
+
+    def content(self, packet_id: str) -> str:
+        return self.contents.get(packet_id, "")
+
+    def kind(self, packet_id: str) -> str:
+        p = self.packets.get(packet_id)
+        if p is not None:
+            return p.kind
+        d = self.by_id.get(packet_id)
+        return d.kind if d is not None else ""
+
+    def in_prompt(self, packet_id: str) -> bool:
+        d = self.by_id.get(packet_id)
+        return d is not None and d.status in IN_PROMPT
+
+    def role(self, packet_id: str) -> str | None:
+        """The history role behind a builder history id, if it is one."""
+        if not packet_id.startswith(HISTORY_ID + ":"):
+            for m in self.input.history:
+                if m.id == packet_id:
+                    return m.role
+            return None
+        text = self.contents.get(packet_id)
+        for m in reversed(self.input.history):
+            if m.content == text:
+                return m.role
+        return None
+
+    @cached_property
+    def normalized_prompt(self) -> str:
+        return normalize_ws(self.prompt).lower()
+
+    def prompt_contains(self, text: str) -> bool:
+        needle = normalize_ws(text).lower()
+        return bool(needle) and needle in self.normalized_prompt
+
+    def reason_of(self, packet_id: str) -> str:
+        d = self.by_id.get(packet_id)
+        if d is None:
+            return "no decision recorded"
+        return f"{d.status.value} ({d.reason.value}: {d.reason_text})"
+
+    @property
+    def where(self) -> str:
+        return f"trace {self.trace.trace_id!r} (turn {self.trace.turn})"

@@ -1,0 +1,320 @@
+"""Counterfactuals: the smallest single config change that would have kept a packet.
+
+"Why was ``tool:call_12`` dropped?" is half an answer; the other half is "what would have
+kept it": ``max_tokens +312``, ``relevance_weight ≤ 0.55``, ``min_relevance ≤ 0.08``.
+For each knob the preset has, an analytic first guess (the tokens it was short by, its
+relevance) is refined by bisection over the knob, and every answer is VERIFIED by
+re-running ``ctxcore.pipeline.build`` on the captured input with the patched config —
+a suggestion that was not re-run is never returned. The result carries a config patch
+(``Finding.fix`` / the Playground's one-click settings) and a sentence.
+
+Greedy fills are not monotone in every knob (a bigger budget can let a higher-ranked
+packet in first), so bisection finds *a* boundary, not always the global minimum; the
+value returned is always one that was built and checked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import CtxscopeError, InputError
+from ..models import BuildResult, Config, Decision, Reason, Status, Trace
+from ..tokens import get_counter
+
+KNOBS: tuple[str, ...] = ("max_tokens", "min_relevance", "relevance_weight", "reserve_ratio")
+#: knob → the decisions' reasons a change of that knob can undo
+_ROOM_REASONS = frozenset(
+    {
+        Reason.NO_ROOM,
+        Reason.AFTER_BREAK,
+        Reason.PARTITION_FULL,
+        Reason.NOT_IN_OPTIMAL_SET,
+        Reason.DEGRADED,
+        Reason.TRUNCATED_BY_COMPRESS,
+        Reason.REMOVED_BY_COMPRESS,
+        Reason.BUDGET_EXHAUSTED_BY_SYSTEM,
+    }
+)
+
+
+class Counterfactual(BaseModel):
+    """One verified single-knob change and what it did to the packet."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    packet_id: str
+    knob: str
+    old: float
+    new: float
+    #: merge into the trace's config to reproduce (what the Playground applies)
+    patch: dict[str, Any]
+    #: short form for a table cell: "max_tokens +312", "relevance_weight ≤ 0.55"
+    label: str
+    sentence: str
+    #: the packet's status in the verifying re-run (always "kept")
+    status: Status
+    #: how far the knob moved, relative (max_tokens) or absolute (ratios and weights)
+    size: float
+    builds: int
+
+
+class _Runner:
+    """Re-runs one trace's input with patched configs, counting the builds."""
+
+    def __init__(self, trace: Trace, packet_id: str, max_builds: int) -> None:
+        self.trace = trace
+        self.packet_id = packet_id
+        self.max_builds = max_builds
+        self.builds = 0
+        self.base = trace.config.model_dump()
+        self.counter = get_counter(trace.config.tokenizer or "cl100k_base")
+        self._memo: dict[tuple[tuple[str, Any], ...], Status | None] = {}
+
+    def status(self, patch: dict[str, Any]) -> Status | None:
+        key = tuple(sorted(patch.items()))
+        if key in self._memo:
+            return self._memo[key]
+        if self.builds >= self.max_builds:
+            return None
+        self.builds += 1
+        result = rebuild(self.trace, patch)
+        st: Status | None = None
+        if result is not None:
+            d = next((x for x in result.decisions if x.packet_id == self.packet_id), None)
+            st = d.status if d is not None else None
+        self._memo[key] = st
+        return st
+
+    def keeps(self, patch: dict[str, Any]) -> bool:
+        return self.status(patch) == Status.KEPT
+
+
+def patched_config(config: Config, patch: dict[str, Any]) -> Config:
+    """``config`` with ``patch`` applied and validated (an invalid patch is an InputError)."""
+    data = config.model_dump()
+    data.update(patch)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"config patch {patch!r} is invalid: {exc.errors()[0]['msg']}") from exc
+
+
+def rebuild(trace: Trace, patch: dict[str, Any] | None = None) -> BuildResult | None:
+    """Re-run the trace's captured input with its config patched; None if it cannot run.
+
+    A preset that is not installed, a knob the preset rejects or a must-keep overflow all
+    mean "this change is not a valid what-if", never a crash.
+    """
+    from ..pipeline import build
+
+    try:
+        cfg = patched_config(trace.config, patch or {})
+        return build(trace.input, cfg, counter=get_counter(cfg.tokenizer or "cl100k_base"))
+    except (CtxscopeError, ImportError):
+        return None
+
+
+def _fmt(knob: str, value: float) -> str:
+    return f"{int(value):,}" if knob == "max_tokens" else f"{value:.2f}"
+
+
+def _make(
+    run: _Runner, d: Decision, knob: str, old: float, new: float, patch: dict[str, Any]
+) -> Counterfactual:
+    if knob == "max_tokens":
+        label = f"max_tokens {'+' if new >= old else '-'}{abs(int(new) - int(old)):,}"
+        size = abs(new - old) / old if old else abs(new - old)
+    else:
+        label = f"{knob} {'≤' if new < old else '≥'} {new:.2f}"
+        size = abs(new - old)
+    extra = ""
+    if knob == "relevance_weight" and "recency_weight" in patch:
+        extra = f", recency_weight {patch['recency_weight']:.2f}"
+    sentence = (
+        f"{label} ({knob} {_fmt(knob, old)} → {_fmt(knob, new)}{extra}) would have kept "
+        f"{run.packet_id}, which was {d.status.value} ({d.reason.value}); verified by "
+        f"re-running {run.trace.config.preset}"
+    )
+    return Counterfactual(
+        packet_id=run.packet_id,
+        knob=knob,
+        old=old,
+        new=new,
+        patch=patch,
+        label=label,
+        sentence=sentence,
+        status=Status.KEPT,
+        size=round(size, 6),
+        builds=run.builds,
+    )
+
+
+def _bisect_int(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+    """Smallest value in (lo, hi] with ok(value), given not ok(lo) and ok(hi)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _search_max_tokens(run: _Runner, d: Decision) -> Counterfactual | None:
+    cfg = run.trace.config
+    if cfg.max_tokens is None:
+        return None
+    old = cfg.max_tokens
+    short = d.tokens_before - max(d.budget_left or 0, 0)
+    if d.reason not in _ROOM_REASONS or short <= 0:
+        short = max(d.tokens_before, 1)
+    keep = 1 - (cfg.reserve_ratio or 0.0) if cfg.preset == "hello-agents" else 1.0
+    step = max(math.ceil(short / max(keep, 0.05)), 1)
+    total = sum(x.tokens_before for x in run.trace.result.decisions) if run.trace.result else 0
+    cap = max(old * 8, old + 2 * total + step)
+
+    def ok(v: int) -> bool:
+        return run.keeps({"max_tokens": v})
+
+    hi = old + step
+    while not ok(hi):
+        if hi >= cap or run.builds >= run.max_builds:
+            return None
+        hi = min(old + (hi - old) * 2, cap)
+    best = _bisect_int(ok, old, hi)
+    return _make(run, d, "max_tokens", old, best, {"max_tokens": best})
+
+
+def _search_min_relevance(run: _Runner, d: Decision) -> Counterfactual | None:
+    old = run.trace.config.min_relevance
+    if old is None or d.reason != Reason.BELOW_MIN_RELEVANCE or d.relevance is None:
+        return None
+    new = math.floor(d.relevance * 100 + 1e-9) / 100
+    if new >= old:
+        new = max(round(old - 0.01, 2), 0.0)
+    if run.keeps({"min_relevance": new}):
+        return _make(run, d, "min_relevance", old, new, {"min_relevance": new})
+    return None
+
+
+def _weight_patch(cfg: Config, w: float) -> dict[str, Any]:
+    w = round(w, 4)
+    patch: dict[str, Any] = {"relevance_weight": w}
+    if cfg.recency_weight is not None:
+        total = (cfg.relevance_weight or 0.0) + cfg.recency_weight
+        patch["recency_weight"] = round(total - w, 4)
+    return patch
+
+
+def _search_weights(run: _Runner, d: Decision) -> Counterfactual | None:
+    cfg = run.trace.config
+    old = cfg.relevance_weight
+    if old is None or d.reason == Reason.BELOW_MIN_RELEVANCE:
+        return None
+    total = old + cfg.recency_weight if cfg.recency_weight is not None else 1.0
+    hi_w = min(1.0, total)
+    grid = sorted(
+        {round(k * 0.05, 2) for k in range(21) if k * 0.05 <= hi_w + 1e-9} - {round(old, 2)},
+        key=lambda w: (abs(w - old), w),
+    )
+
+    def ok(w: float) -> bool:
+        return run.keeps(_weight_patch(cfg, w))
+
+    for w in grid:
+        if run.builds >= run.max_builds:
+            return None
+        if ok(w):
+            # refine to 0.01 between the last failing value toward ``old`` and ``w``
+            fail, good = round(old * 100), round(w * 100)
+            while abs(good - fail) > 1:
+                mid = (fail + good) // 2
+                if ok(mid / 100):
+                    good = mid
+                else:
+                    fail = mid
+            new = good / 100
+            return _make(run, d, "relevance_weight", old, new, _weight_patch(cfg, new))
+    return None
+
+
+def _search_reserve_ratio(run: _Runner, d: Decision) -> Counterfactual | None:
+    cfg = run.trace.config
+    old = cfg.reserve_ratio
+    if old is None or old <= 0 or d.reason == Reason.BELOW_MIN_RELEVANCE:
+        return None
+    old_i = round(old * 100)
+
+    def ok(i: int) -> bool:
+        return run.keeps({"reserve_ratio": i / 100})
+
+    if not ok(0):
+        return None
+    # the largest ratio (in hundredths, below old) that still keeps the packet
+    lo, hi = 0, old_i  # ok(lo), not ok(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    new = lo / 100
+    return _make(run, d, "reserve_ratio", old, new, {"reserve_ratio": new})
+
+
+_SEARCHES: dict[str, Callable[[_Runner, Decision], Counterfactual | None]] = {
+    "max_tokens": _search_max_tokens,
+    "min_relevance": _search_min_relevance,
+    "relevance_weight": _search_weights,
+    "reserve_ratio": _search_reserve_ratio,
+}
+
+
+def counterfactuals(
+    trace: Trace,
+    packet_id: str,
+    *,
+    knobs: Sequence[str] = KNOBS,
+    max_builds: int = 80,
+) -> list[Counterfactual]:
+    """Every verified single-knob change that keeps ``packet_id``, smallest first.
+
+    Empty when the packet is already kept, when the preset cannot be re-run here, or when
+    re-running the recorded config does not reproduce the recorded decision (a trace from
+    another builder: a what-if on our re-run would not be about what happened).
+    """
+    if trace.result is None:
+        raise InputError(f"trace {trace.trace_id!r} has no result; build it first")
+    d = next((x for x in trace.result.decisions if x.packet_id == packet_id), None)
+    if d is None:
+        raise InputError(
+            f"trace {trace.trace_id!r} has no decision for packet {packet_id!r}; "
+            "pick a packet id from its decisions table"
+        )
+    if d.status == Status.KEPT:
+        return []
+    unknown = [k for k in knobs if k not in _SEARCHES]
+    if unknown:
+        raise InputError(f"unknown knob(s) {', '.join(unknown)}; choose from {', '.join(KNOBS)}")
+    run = _Runner(trace, packet_id, max_builds)
+    if run.status({}) != d.status:
+        return []
+    out = []
+    for knob in knobs:
+        cf = _SEARCHES[knob](run, d)
+        if cf is not None:
+            out.append(cf)
+    return sorted(out, key=lambda c: (c.size, KNOBS.index(c.knob)))
+
+
+def smallest_fix(trace: Trace, packet_id: str, *, max_builds: int = 80) -> Counterfactual | None:
+    """The smallest verified single change that keeps ``packet_id`` (None if there is none)."""
+    found = counterfactuals(trace, packet_id, max_builds=max_builds)
+    return found[0] if found else None
+
+
+__all__ = ["KNOBS", "Counterfactual", "counterfactuals", "rebuild", "smallest_fix"]

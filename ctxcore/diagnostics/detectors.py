@@ -1,0 +1,430 @@
+"""Detectors about decisions and the budget: must-haves lost, the window flooded, greedy waste.
+
+Each detector is a function ``TraceView -> list[Finding]`` registered under a stable id
+(``ctxcore.diagnostics.DETECTORS``); it names the packets it is about and says what
+happened in one sentence, with the numbers in ``evidence``. The content detectors
+(duplicates, injection, labels, CJK relevance, summaries) live in ``detectors_content``;
+compression damage and estimator drift in ``detectors_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..models import BuildResult, Decision, Finding, Reason, Severity, Status
+from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
+from .context import (
+    IN_PROMPT,
+    LOST,
+    TRUSTED_KINDS,
+    TraceView,
+    finding,
+    id_list,
+    normalize_ws,
+    short,
+)
+from .counterfactual import rebuild
+from .knapsack import knapsack
+from .text import NoiseProfile, constraint_sentences, strip_noise
+
+# --------------------------------------------------------------------------- must_have_lost
+
+
+def _present(v: TraceView, content: str) -> bool:
+    """Is (the start of) this content in the prompt? Noise-stripped text counts too."""
+    for text in (content, strip_noise(content).clean):
+        probe = normalize_ws(text)[:120]
+        if not probe or v.prompt_contains(probe):
+            return True
+    return False
+
+
+def must_have_lost(v: TraceView) -> list[Finding]:
+    out: list[Finding] = []
+    query = v.input.query.strip()
+    if query and not v.prompt_contains(query):
+        head = normalize_ws(query)[:40]
+        cut = bool(head) and v.prompt_contains(head)
+        out.append(
+            finding(
+                "must_have_lost",
+                "error",
+                f"the current task ({short(query)!r}) is "
+                f"{'cut short in' if cut else 'missing from'} the prompt",
+                evidence={"query": query, "cut": cut},
+            )
+        )
+    for d in v.decisions:
+        p = v.packets.get(d.packet_id)
+        must = (p is not None and p.must_keep) or d.reason == Reason.MUST_KEEP
+        essential = must or (
+            d.kind in v.options.must_have_kinds
+            or (d.packet_id == INSTRUCTIONS_ID and bool(v.input.system_instructions.strip()))
+        )
+        if not essential:
+            continue
+        what = "must-keep packet" if must else f"{d.kind} packet"
+        ev = {"status": d.status.value, "reason": d.reason.value, "reason_text": d.reason_text}
+        if d.status in LOST:
+            out.append(
+                finding(
+                    "must_have_lost",
+                    "error",
+                    f"{what} {d.packet_id} was {d.status.value}: {d.reason_text}",
+                    [d.packet_id],
+                    ev,
+                )
+            )
+        elif d.status == Status.SUMMARIZED:
+            out.append(
+                finding(
+                    "must_have_lost",
+                    "warning",
+                    f"{what} {d.packet_id} survives only in a summary: {d.reason_text}",
+                    [d.packet_id],
+                    ev,
+                )
+            )
+        elif d.status == Status.TRUNCATED and must:
+            out.append(
+                finding(
+                    "must_have_lost",
+                    "warning",
+                    f"{what} {d.packet_id} was truncated to {d.tokens_after:,} of "
+                    f"{d.tokens_before:,} tokens: {d.reason_text}",
+                    [d.packet_id],
+                    ev,
+                )
+            )
+        elif d.status == Status.KEPT and not _present(v, v.content(d.packet_id)):
+            out.append(
+                finding(
+                    "must_have_lost",
+                    "error",
+                    f"{what} {d.packet_id} is marked kept but its text is not in the prompt",
+                    [d.packet_id],
+                    ev,
+                )
+            )
+    decided = set(v.by_id)
+    for p in v.input.packets:
+        if p.must_keep and p.id not in decided and not _present(v, p.content):
+            out.append(
+                finding(
+                    "must_have_lost",
+                    "error",
+                    f"must-keep packet {p.id} has no decision and is not in the prompt",
+                    [p.id],
+                )
+            )
+    out.extend(_lost_constraints(v))
+    return out
+
+
+def _history_carrier(v: TraceView, sentence: str) -> str | None:
+    needle = normalize_ws(sentence).lower()
+    for d in v.decisions:
+        if d.packet_id.startswith(HISTORY_ID) or v.kind(d.packet_id) == "history":
+            if needle in normalize_ws(v.content(d.packet_id)).lower():
+                return d.packet_id
+    return None
+
+
+def _lost_constraints(v: TraceView) -> list[Finding]:
+    """User constraints from earlier turns (this input's history, earlier traces) now absent."""
+    sources: list[tuple[int | None, str, str | None]] = []  # (turn, text, message id)
+    for t in sorted(v.session_traces, key=lambda t: t.turn):
+        if t.turn >= v.trace.turn or t.trace_id == v.trace.trace_id:
+            continue
+        sources.append((t.turn, t.input.query, None))
+        sources.extend((t.turn, m.content, m.id) for m in t.input.history if m.role == "user")
+    sources.extend((None, m.content, m.id) for m in v.input.history if m.role == "user")
+    query = normalize_ws(v.input.query).lower()
+    seen: set[str] = set()
+    out: list[Finding] = []
+    for turn, text, msg_id in sources:
+        for sent in constraint_sentences(text):
+            key = normalize_ws(sent).lower()
+            if key in seen or key in query:
+                continue
+            seen.add(key)
+            if v.prompt_contains(sent):
+                continue
+            carrier = _history_carrier(v, sent)
+            ids = [carrier] if carrier else ([msg_id] if msg_id else [])
+            origin = f"turn {turn}" if turn is not None else "the history"
+            d = v.by_id.get(carrier) if carrier else None
+            summarized = d is not None and d.status == Status.SUMMARIZED
+            ev: dict[str, object] = {"constraint": sent, "turn": turn}
+            if d is not None:
+                ev.update(status=d.status.value, reason=d.reason.value)
+            out.append(
+                finding(
+                    "must_have_lost",
+                    "warning",
+                    f"the user constraint {short(sent)!r} from {origin} "
+                    + ("survives only in a summary" if summarized else "is missing from the prompt")
+                    + (f" ({carrier} was {d.status.value})" if d is not None and carrier else ""),
+                    ids,
+                    ev,
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- budget_flooded
+
+_ROOM = frozenset({Reason.NO_ROOM, Reason.AFTER_BREAK, Reason.PARTITION_FULL})
+
+
+def budget_flooded(v: TraceView) -> list[Finding]:
+    out: list[Finding] = []
+    budget = v.budget
+    if budget <= 0:
+        return out
+    kept = [d for d in v.decisions if d.status in IN_PROMPT]
+    starved = [d for d in v.decisions if d.status in LOST and d.reason in _ROOM]
+    for d in kept:
+        share = d.tokens_after / budget
+        if share <= v.options.flood_packet_share:
+            continue
+        crowded = [
+            x.packet_id for x in starved if x.rank is None or d.rank is None or x.rank > d.rank
+        ]
+        msg = (
+            f"{d.packet_id} ({d.kind}) takes {d.tokens_after:,} of the {budget:,}-token "
+            f"budget ({share:.0%})"
+        )
+        if crowded:
+            msg += f"; {len(crowded)} packet(s) were then dropped for room ({id_list(crowded, 3)})"
+        out.append(
+            finding(
+                "budget_flooded",
+                "warning",
+                msg,
+                [d.packet_id, *crowded],
+                {
+                    "tokens": d.tokens_after,
+                    "budget": budget,
+                    "share": round(share, 4),
+                    "crowded_out": crowded,
+                },
+            )
+        )
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    tokens_by_kind: dict[str, int] = defaultdict(int)
+    for d in kept:
+        by_kind[d.kind].append(d.packet_id)
+        tokens_by_kind[d.kind] += d.tokens_after
+    for kind, ids in by_kind.items():
+        share = tokens_by_kind[kind] / budget
+        if len(ids) > 1 and share > v.options.flood_kind_share:
+            out.append(
+                finding(
+                    "budget_flooded",
+                    "warning",
+                    f"{len(ids)} {kind} packets take {tokens_by_kind[kind]:,} of the "
+                    f"{budget:,}-token budget ({share:.0%})",
+                    ids,
+                    {"kind": kind, "tokens": tokens_by_kind[kind], "share": round(share, 4)},
+                )
+            )
+    out.extend(_noise(v, kept))
+    return out
+
+
+def _noise(v: TraceView, kept: list[Decision]) -> list[Finding]:
+    rows: list[tuple[Decision, NoiseProfile, float, int]] = []
+    total_noise = 0
+    for d in kept:
+        if v.kind(d.packet_id) in TRUSTED_KINDS or d.packet_id == INSTRUCTIONS_ID:
+            continue
+        content = v.content(d.packet_id)
+        prof = strip_noise(content) if content else None
+        if prof is None or not prof.any:
+            continue
+        full, clean = v.counter.count_many([content, prof.clean])
+        if full <= 0 or d.tokens_before <= 0:
+            continue
+        share = max(full - clean, 0) / full
+        # a truncated packet carries only part of its noise into the prompt
+        noise = round(max(full - clean, 0) * d.tokens_after / d.tokens_before)
+        total_noise += noise
+        if noise >= v.options.noise_min_tokens and share >= v.options.noise_share:
+            rows.append((d, prof, share, noise))
+    prompt_share = round(total_noise / max(v.result.totals.used, 1), 4)
+    return [
+        finding(
+            "budget_flooded",
+            "warning",
+            f"{d.packet_id} is {share:.0%} tool-log noise ({prof.describe()}): "
+            f"about {noise:,} tokens in the prompt could be collapsed",
+            [d.packet_id],
+            {
+                "noise_tokens": noise,
+                "share": round(share, 4),
+                "prompt_noise_share": prompt_share,
+                "repeated_lines": prof.repeated_lines,
+                "ansi": prof.ansi,
+                "carriage_returns": prof.carriage_returns,
+                "backspaces": prof.backspaces,
+                "spinner_lines": prof.spinner_lines,
+            },
+        )
+        for d, prof, share, noise in rows
+    ]
+
+
+# --------------------------------------------------------------------------- greedy_waste
+
+_FILL_REASONS = frozenset(
+    {
+        Reason.FITS,
+        Reason.NO_ROOM,
+        Reason.AFTER_BREAK,
+        Reason.NOT_IN_OPTIMAL_SET,
+        Reason.TYPE_NOT_RENDERED,
+        Reason.TRUNCATED_BY_COMPRESS,
+        Reason.REMOVED_BY_COMPRESS,
+    }
+)
+_NOT_SELECTED = frozenset({Reason.NO_ROOM, Reason.AFTER_BREAK, Reason.NOT_IN_OPTIMAL_SET})
+_DEFAULT_FILL = {"hello-agents": "skip", "hello-agents-book": "break"}
+
+
+def greedy_waste(v: TraceView) -> list[Finding]:
+    fill = v.config.fill or _DEFAULT_FILL.get(v.config.preset)
+    if fill not in ("skip", "break"):
+        return []
+    if v.config.preset == "ctxscope" and v.options.rerun:
+        alt = rebuild(v.trace, {"fill": "optimal"})
+        if alt is not None:
+            return _waste_vs_rerun(v, fill, alt)
+    return _waste_vs_knapsack(v, fill)
+
+
+def _waste_vs_rerun(v: TraceView, fill: str, alt: BuildResult) -> list[Finding]:
+    mine = {d.packet_id for d in v.decisions if d.status in IN_PROMPT}
+    theirs = {d.packet_id for d in alt.decisions if d.status in IN_PROMPT}
+    score = {d.packet_id: d.score or 0.0 for d in v.decisions}
+    added = [d.packet_id for d in alt.decisions if d.packet_id in theirs - mine]
+    removed = [d.packet_id for d in v.decisions if d.packet_id in mine - theirs]
+    g_score = sum(score.get(i, 0.0) for i in mine)
+    o_score = sum((d.score or 0.0) for d in alt.decisions if d.packet_id in theirs)
+    capacity = v.budget
+    return _waste_finding(
+        v,
+        fill,
+        capacity,
+        v.result.totals.used,
+        alt.totals.used,
+        g_score,
+        o_score,
+        added,
+        removed,
+        {"fill": "optimal"},
+    )
+
+
+def _waste_vs_knapsack(v: TraceView, fill: str) -> list[Finding]:
+    items = [
+        d
+        for d in v.decisions
+        if d.score is not None
+        and d.reason in _FILL_REASONS
+        and d.packet_id != INSTRUCTIONS_ID
+        and d.kind not in ("instructions", "system_instruction")
+    ]
+    if not items:
+        return []
+    fill_ids = {d.packet_id for d in items}
+    fixed = sum(
+        d.tokens_before
+        for d in v.decisions
+        if d.packet_id not in fill_ids
+        and d.status not in LOST
+        and d.status != Status.FILTERED
+        and d.reason != Reason.HISTORY_LIMIT
+    )
+    selected = [d for d in items if d.reason not in _NOT_SELECTED]
+    greedy_used = sum(d.tokens_before for d in selected)
+    capacity = max(v.budget - fixed, greedy_used)
+    res = knapsack(
+        [d.tokens_before for d in items],
+        [max(d.score or 0.0, 0.0) for d in items],
+        capacity,
+        v.options.knapsack_max_cells,
+    )
+    chosen = {items[i].packet_id for i in res.chosen}
+    greedy = {d.packet_id for d in selected}
+    g_score = sum(d.score or 0.0 for d in selected)
+    added = [d.packet_id for d in items if d.packet_id in chosen - greedy]
+    removed = [d.packet_id for d in items if d.packet_id in greedy - chosen]
+    return _waste_finding(
+        v,
+        fill,
+        capacity,
+        greedy_used,
+        res.weight,
+        g_score,
+        res.value,
+        added,
+        removed,
+        None,
+        unit=res.unit,
+    )
+
+
+def _waste_finding(
+    v: TraceView,
+    fill: str,
+    capacity: int,
+    greedy_used: int,
+    optimal_used: int,
+    g_score: float,
+    o_score: float,
+    added: list[str],
+    removed: list[str],
+    fix: dict[str, object] | None,
+    unit: int = 1,
+) -> list[Finding]:
+    gain = o_score - g_score
+    if not added or gain <= 1e-9:
+        return []
+    greedy_unused = max(capacity - greedy_used, 0)
+    more = optimal_used - greedy_used
+    rel_gain = gain / g_score if g_score > 0 else float("inf")
+    if rel_gain < v.options.waste_min_score_gain and more < v.options.waste_min_tokens:
+        return []
+    severity: Severity = (
+        "warning"
+        if greedy_unused >= v.options.waste_warn_share * capacity
+        and more >= v.options.waste_min_tokens
+        else "info"
+    )
+    how = "stopped at the first packet that did not fit" if fill == "break" else "skipped"
+    msg = (
+        f"the {fill} fill {how} and left {greedy_unused:,} of {capacity:,} tokens unused; "
+        f"the optimal fill would add {id_list(added, 3)} (score {g_score:.2f} → {o_score:.2f}, "
+        f"{more:+,} tokens)"
+    )
+    return [
+        finding(
+            "greedy_waste",
+            severity,
+            msg,
+            added + removed,
+            {
+                "fill": fill,
+                "capacity": capacity,
+                "greedy_used": greedy_used,
+                "optimal_used": optimal_used,
+                "greedy_score": round(g_score, 6),
+                "optimal_score": round(o_score, 6),
+                "added": added,
+                "removed": removed,
+                "token_unit": unit,
+            },
+            fix,
+        )
+    ]

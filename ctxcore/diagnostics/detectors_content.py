@@ -1,0 +1,426 @@
+"""Detectors about what the packets say: repeats, stale plans, labels, injection, CJK, summaries.
+
+These read the text of the packets that reached the prompt (resolved through
+``TraceView.contents``, so builder-made history packets count too). They never act on
+what they find: injection-like text is reported, not stripped, and the finding quotes it
+as data for the UI to show as plain text.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from ..models import Finding, Reason, Severity, Status, Trace
+from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
+from .context import IN_PROMPT, LOST, TRUSTED_KINDS, TraceView, finding, id_list, normalize_ws
+from .text import (
+    cjk_relevance,
+    cjk_share,
+    identifiers,
+    injection_hits,
+    near_duplicate_pairs,
+    shingles,
+)
+
+# --------------------------------------------------------------------------- stale_or_repeated
+
+_PLAN_ID = re.compile(r"(?:^|[:/_\-.])(?:plan|todo|todos)(?:$|[:/_\-.\d])", re.IGNORECASE)
+_PLAN_HEAD = re.compile(r"^\s*(?:#+\s*)?(?:plan|todo|next steps|计划|待办)\b", re.IGNORECASE)
+_ERROR_LINE = re.compile(
+    r"\b(?:error|exception|traceback|failed|failure|fatal|panic)\b|错误|失败|异常",
+    re.IGNORECASE,
+)
+
+
+def _is_plan(v: TraceView, packet_id: str) -> bool:
+    kind = v.kind(packet_id)
+    if kind in ("plan", "todo"):
+        return True
+    if kind not in ("state", "note", "memory", "task_state", "todo_list"):
+        return False
+    return bool(_PLAN_ID.search(packet_id) or _PLAN_HEAD.match(v.content(packet_id)))
+
+
+def stale_or_repeated(v: TraceView) -> list[Finding]:
+    out: list[Finding] = []
+    ids = [
+        d.packet_id
+        for d in v.decisions
+        if d.status in IN_PROMPT
+        and d.tokens_after >= v.options.duplicate_min_tokens
+        and d.packet_id != HISTORY_ID  # the whole-history packet overlaps its own messages
+    ]
+    sets = [shingles(v.content(i)) for i in ids]
+    parent = list(range(len(ids)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    pairs = near_duplicate_pairs(sets, v.options.near_duplicate_jaccard)
+    for i, j, _ in pairs:
+        ri, rj = root(i), root(j)
+        if ri != rj:
+            parent[rj] = ri
+    groups: dict[int, list[int]] = {}
+    for i in range(len(ids)):
+        groups.setdefault(root(i), []).append(i)
+    for r, members in groups.items():
+        if len(members) < 2:
+            continue
+        sim = min(s for i, _, s in pairs if root(i) == r)
+        gids = [ids[k] for k in members]
+        toks = [v.by_id[g].tokens_after for g in gids]
+        identical = len({normalize_ws(v.content(g)) for g in gids}) == 1
+        sim = 1.0 if identical else sim
+        what = "the same content" if identical else f"near-identical content (Jaccard ≥ {sim:.2f})"
+        out.append(
+            finding(
+                "stale_or_repeated",
+                "warning",
+                f"{id_list(gids)} carry {what}: {sum(toks) - max(toks):,} tokens spent twice",
+                gids,
+                {
+                    "identical": identical,
+                    "jaccard": round(sim, 4),
+                    "tokens": dict(zip(gids, toks, strict=True)),
+                },
+            )
+        )
+    out.extend(_stale_plans(v))
+    out.extend(_carried_errors(v))
+    return out
+
+
+def _stale_plans(v: TraceView) -> list[Finding]:
+    plans = [d for d in v.decisions if d.status in IN_PROMPT and _is_plan(v, d.packet_id)]
+    if len(plans) < 2:
+        return []
+
+    def when(pid: str) -> tuple[int, datetime | None, int]:
+        p = v.packets.get(pid)
+        ts = p.timestamp if p is not None else None
+        order = next(i for i, d in enumerate(v.decisions) if d.packet_id == pid)
+        return (0 if ts is None else 1, ts, order)
+
+    ordered = sorted((d.packet_id for d in plans), key=lambda pid: _sort_key(when(pid)))
+    newest = ordered[-1]
+    old = ordered[:-1]
+    return [
+        finding(
+            "stale_or_repeated",
+            "warning",
+            f"an older plan ({id_list(old, 3)}) sits next to the newer {newest}: the model "
+            "may follow steps that were already replaced",
+            [*old, newest],
+            {"newest": newest, "older": old},
+        )
+    ]
+
+
+def _sort_key(k: tuple[int, datetime | None, int]) -> tuple[int, float, int]:
+    has, ts, order = k
+    return (has, ts.timestamp() if ts is not None else 0.0, order)
+
+
+def _error_lines(text: str) -> list[str]:
+    return [
+        normalize_ws(line).lower()
+        for line in text.splitlines()
+        if _ERROR_LINE.search(line) and len(line.strip()) >= 12
+    ][:20]
+
+
+def _carried_errors(v: TraceView) -> list[Finding]:
+    earlier = sorted(
+        (t for t in v.session_traces if t.turn < v.trace.turn and t.result is not None),
+        key=lambda t: t.turn,
+        reverse=True,
+    )
+    if not earlier:
+        return []
+    prompts: list[tuple[Trace, str]] = [
+        (t, normalize_ws(t.result.prompt).lower()) for t in earlier if t.result is not None
+    ]
+    out: list[Finding] = []
+    for d in v.decisions:
+        if d.status not in IN_PROMPT or d.packet_id == INSTRUCTIONS_ID:
+            continue
+        lines = _error_lines(v.content(d.packet_id))
+        if not lines:
+            continue
+        run = 1
+        since = v.trace.turn
+        expected = v.trace.turn - 1
+        for t, prompt in prompts:
+            if t.turn != expected or not all(line in prompt for line in lines):
+                break
+            run += 1
+            since = t.turn
+            expected -= 1
+        if run >= v.options.carried_turns:
+            out.append(
+                finding(
+                    "stale_or_repeated",
+                    "warning",
+                    f"the same error observation ({d.packet_id}: {lines[0][:60]!r}) has been in "
+                    f"the prompt for {run} turns in a row, since turn {since}",
+                    [d.packet_id],
+                    {"turns": run, "since_turn": since, "error_lines": lines[:5]},
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- unlabelled_evidence
+
+_GENERIC = (
+    r"packet|pkt|p|item|chunk|doc|document|evidence|ev|result|res|tool_result|tool|"
+    r"retrieval|rag|context|ctx|msg|message|node|n|id|untitled|unknown|source|src|snippet|"
+    r"passage|obs|observation|k|knowledge|memory|file|output|out|data"
+)
+_AUTO_ID = re.compile(
+    rf"^(?:(?:{_GENERIC})[\s:_\-#./]*)?(?:\d+|[0-9a-f]{{8}}-?[0-9a-f]{{4}}-?[0-9a-f]{{4}}-?"
+    r"[0-9a-f]{4}-?[0-9a-f]{12}|[0-9a-f]{32}|[0-9a-f]{40})$",
+    re.IGNORECASE,
+)
+SOURCE_KEYS = (
+    "source",
+    "source_id",
+    "url",
+    "uri",
+    "path",
+    "file",
+    "tool_call_id",
+    "call_id",
+    "citation",
+    "ref",
+    "doc_id",
+    "document_id",
+    "origin",
+    "command",
+)
+
+
+def is_positional_id(packet_id: str, kind: str = "") -> bool:
+    """An id a builder or script made up (``3``, ``chunk_12``, a bare uuid), not a source."""
+    pid = packet_id.strip()
+    if kind and pid.lower().startswith(kind.lower()):
+        pid = pid[len(kind) :].lstrip(":_-#./ ") or "0"
+    return bool(_AUTO_ID.match(pid))
+
+
+def unlabelled_evidence(v: TraceView) -> list[Finding]:
+    ids: list[str] = []
+    why: dict[str, str] = {}
+    for p in v.input.packets:
+        d = v.by_id.get(p.id)
+        if p.kind not in v.options.evidence_kinds or d is None:
+            continue
+        if d.status not in IN_PROMPT and d.status != Status.SUMMARIZED:
+            continue
+        sources = {k: p.metadata.get(k) for k in SOURCE_KEYS if k in p.metadata}
+        has_source = any(val not in (None, "", [], {}) for val in sources.values())
+        if sources and not has_source:
+            ids.append(p.id)
+            why[p.id] = f"metadata {', '.join(sources)} is empty"
+        elif is_positional_id(p.id, p.kind) and not has_source:
+            ids.append(p.id)
+            why[p.id] = "positional id and no source in metadata"
+    if not ids:
+        return []
+    return [
+        finding(
+            "unlabelled_evidence",
+            "warning",
+            f"{len(ids)} evidence packet(s) in the prompt have no source id ({id_list(ids)}): "
+            "the model cannot cite them and a timeline cannot follow them across turns",
+            ids,
+            {"why": why},
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- injection_like
+
+_UNTRUSTED_ROLES = frozenset({"tool", "function", "observation", "ipython"})
+
+
+def injection_like(v: TraceView) -> list[Finding]:
+    out: list[Finding] = []
+    for d in v.decisions:
+        pid = d.packet_id
+        if pid == INSTRUCTIONS_ID or pid == HISTORY_ID:
+            continue
+        if pid in v.packets:
+            if v.packets[pid].kind in TRUSTED_KINDS:
+                continue
+        elif (v.role(pid) or "") not in _UNTRUSTED_ROLES:
+            continue
+        hits = injection_hits(v.content(pid))
+        if not hits:
+            continue
+        where = "in the prompt" if d.status in IN_PROMPT else f"{d.status.value}, not in the prompt"
+        label, snippet = hits[0]
+        out.append(
+            finding(
+                "injection_like",
+                "warning" if d.status in IN_PROMPT else "info",
+                f"{pid} ({d.kind}, {where}) contains text that {label_phrase(label)} "
+                f"({snippet[:50]!r}); flagged, not acted on",
+                [pid],
+                {"hits": [{"pattern": lab, "text": snip} for lab, snip in hits]},
+            )
+        )
+    return out
+
+
+def label_phrase(label: str) -> str:
+    return {
+        "override instruction": "tries to override the instructions",
+        "chat-template token": "spells a chat-template control token",
+        "poses as a system/developer message": "poses as a system or developer message",
+        "new-role instruction": "tries to give the model a new role",
+    }.get(label, label)
+
+
+# --------------------------------------------------------------------------- relevance_blind_spot
+
+_WHITESPACE_PRESETS = frozenset({"hello-agents", "hello-agents-book"})
+
+
+def _aware_scores(v: TraceView, ids: list[str]) -> tuple[dict[str, float], str]:
+    """CJK-aware relevance of each packet: the ctxscope preset's BM25 when available."""
+    texts = [v.content(i) for i in ids]
+    try:
+        from ..scoring import bm25_relevance
+    except ImportError:
+        return {i: cjk_relevance(v.input.query, t) for i, t in zip(ids, texts, strict=True)}, (
+            "CJK bigram overlap"
+        )
+    lengths = v.exact_counter.count_many(texts)
+    scores = bm25_relevance(v.input.query, texts, lengths)
+    return {i: float(s) for i, s in zip(ids, scores, strict=True)}, "ctxscope BM25 (CJK-aware)"
+
+
+def relevance_blind_spot(v: TraceView) -> list[Finding]:
+    if v.config.preset not in _WHITESPACE_PRESETS or not v.input.query.strip():
+        return []
+    q_cjk = cjk_share(v.input.query) >= 0.3
+    cands = []
+    for d in v.decisions:
+        if d.relevance is None or d.packet_id == INSTRUCTIONS_ID:
+            continue
+        p = v.packets.get(d.packet_id)
+        if (
+            v.config.preset == "hello-agents-book"
+            and p is not None
+            and p.relevance is not None
+            and p.relevance != 0.5
+        ):
+            continue  # the book keeps caller relevance other than exactly 0.5
+        if d.relevance > v.options.blind_spot_max_relevance:
+            continue
+        if q_cjk or cjk_share(v.content(d.packet_id)) >= 0.3:
+            cands.append(d)
+    if not cands:
+        return []
+    ids = [d.packet_id for d in v.decisions if d.relevance is not None]
+    aware, scorer = _aware_scores(v, ids)
+    hits = [
+        d
+        for d in cands
+        if aware.get(d.packet_id, 0.0) - (d.relevance or 0.0) >= v.options.blind_spot_min_gain
+    ]
+    if not hits:
+        return []
+    filtered = [d.packet_id for d in hits if d.reason == Reason.BELOW_MIN_RELEVANCE]
+    lost = [d.packet_id for d in hits if d.status in LOST]
+    lo = min(aware[d.packet_id] for d in hits)
+    hi = max(aware[d.packet_id] for d in hits)
+    severity: Severity = "warning" if lost else "info"
+    msg = (
+        f"{len(hits)} packet(s) with Chinese or other unspaced text scored relevance ≤ "
+        f"{v.options.blind_spot_max_relevance:.2f} by whitespace word overlap "
+        f"({v.config.preset}); CJK-aware scoring gives {lo:.2f}–{hi:.2f}"
+    )
+    if filtered:
+        msg += f", and {len(filtered)} were filtered out by min_relevance"
+    return [
+        finding(
+            "relevance_blind_spot",
+            severity,
+            msg,
+            [d.packet_id for d in hits],
+            {
+                "scorer": scorer,
+                "packets": {
+                    d.packet_id: {
+                        "recorded": d.relevance,
+                        "cjk_aware": round(aware[d.packet_id], 4),
+                        "status": d.status.value,
+                    }
+                    for d in hits
+                },
+            },
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- summary_coverage
+
+_COVERS = ("covers", "source_ids", "summarizes", "sources", "summary_of")
+
+
+def _session_contents(v: TraceView) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for t in v.session_traces:
+        for p in t.input.packets:
+            out.setdefault(p.id, p.content)
+        for m in t.input.history:
+            if m.id:
+                out.setdefault(m.id, m.content)
+    return out
+
+
+def summary_coverage(v: TraceView) -> list[Finding]:
+    regions: list[tuple[str, list[str], str]] = []  # (label, source ids, original text)
+    summed = [d.packet_id for d in v.decisions if d.status == Status.SUMMARIZED]
+    hist = [i for i in summed if i.startswith(HISTORY_ID) or v.kind(i) == "history"]
+    if hist:
+        regions.append(("the history summary", hist, "\n".join(v.content(i) for i in hist)))
+    for i in summed:
+        if i not in hist:
+            regions.append((f"the summary of {i}", [i], v.content(i)))
+    lookup: dict[str, str] | None = None
+    for p in v.input.packets:
+        covers = next((p.metadata[k] for k in _COVERS if k in p.metadata), None)
+        if p.kind != "summary" or not isinstance(covers, list) or not v.in_prompt(p.id):
+            continue
+        if lookup is None:
+            lookup = {**_session_contents(v), **v.contents}
+        srcs = [str(c) for c in covers if str(c) in lookup]
+        if srcs:
+            regions.append((f"summary {p.id}", [p.id, *srcs], "\n".join(lookup[s] for s in srcs)))
+    out: list[Finding] = []
+    for label, ids, original in regions:
+        idents = identifiers(original)
+        lost = [t for t in idents if t not in v.prompt]
+        if len(lost) < v.options.coverage_min_lost or not idents:
+            continue
+        share = len(lost) / len(idents)
+        severity: Severity = "warning" if share >= v.options.coverage_warn_share else "info"
+        out.append(
+            finding(
+                "summary_coverage",
+                severity,
+                f"{label} lost {len(lost)} of {len(idents)} identifiers, paths and numbers "
+                f"({', '.join(lost[:5])}{', …' if len(lost) > 5 else ''})",
+                ids,
+                {"lost": lost[:50], "total": len(idents), "share": round(share, 4)},
+            )
+        )
+    return out

@@ -1,0 +1,352 @@
+"""Text analysis the detectors share: noise, near-duplicates, CJK terms, identifiers.
+
+These are pure functions over strings, deliberately simple and deterministic: a
+detector's verdict must be explainable in one sentence, so each helper here computes
+something a person can check by eye (a repeated line, a shingle overlap, a file path
+that vanished). Hashing uses ``zlib.crc32`` rather than ``hash()`` so that results do not
+change between processes.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# --------------------------------------------------------------------------- noise
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_BACKSPACE_PAIR = re.compile(r"[^\x08\n]\x08")
+_PATHLIKE = re.compile(r"\S*[/\\]\S*")
+_DIGITS = re.compile(r"\d+")
+_SPINNER_LINE = re.compile(r"^\s*[|/\\-]\s*$|^\s*\[?[=#>.\-\s]{6,}\]?\s*\d{1,3}(?:\.\d+)?\s*%")
+#: a line must be this long (stripped) before its repetition counts as noise; "}" and
+#: "pass" repeat in any source file.
+MIN_REPEAT_LINE = 12
+#: a line *shape* (paths and numbers blanked) repeated this often is noise after 2 copies.
+TEMPLATE_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class NoiseProfile:
+    """What ``strip_noise`` removed from one text, by category."""
+
+    clean: str
+    ansi: int
+    backspaces: int
+    carriage_returns: int
+    repeated_lines: int
+    spinner_lines: int
+
+    @property
+    def any(self) -> bool:
+        return bool(
+            self.ansi
+            or self.backspaces
+            or self.carriage_returns
+            or self.repeated_lines
+            or self.spinner_lines
+        )
+
+    def describe(self) -> str:
+        parts = []
+        if self.repeated_lines:
+            parts.append(f"{self.repeated_lines} repeated lines")
+        if self.ansi:
+            parts.append(f"{self.ansi} ANSI escapes")
+        if self.carriage_returns:
+            parts.append(f"{self.carriage_returns} carriage-return overwrites")
+        if self.backspaces:
+            parts.append(f"{self.backspaces} backspace spinner steps")
+        if self.spinner_lines:
+            parts.append(f"{self.spinner_lines} progress lines")
+        return ", ".join(parts)
+
+
+def _shape(line: str) -> str:
+    """A line with paths and numbers blanked; "" when too little literal text is left
+    (a plain list of paths is content, not a repeated message)."""
+    shape = _DIGITS.sub("0", _PATHLIKE.sub("<p>", line))
+    if shape == line:
+        return ""
+    literal = re.sub(r"\W|<p>|0", "", shape)
+    return shape if len(literal) >= 6 else ""
+
+
+def strip_noise(text: str) -> NoiseProfile:
+    """Remove terminal noise the way a terminal (and a careful reader) would."""
+    ansi = len(_ANSI.findall(text))
+    s = _ANSI.sub("", text)
+    backspaces = s.count("\x08")
+    while True:
+        t = _BACKSPACE_PAIR.sub("", s)
+        if t == s:
+            break
+        s = t
+    s = s.replace("\x08", "")
+    s = s.replace("\r\n", "\n")
+    carriage = 0
+    lines_out: list[str] = []
+    for line in s.split("\n"):
+        if "\r" in line:
+            parts = [p for p in line.split("\r") if p.strip()]
+            carriage += max(len(parts) - 1, 0)
+            line = parts[-1] if parts else ""
+        lines_out.append(line)
+    seen: set[str] = set()
+    shapes: Counter[str] = Counter(
+        _shape(ln.strip()) for ln in lines_out if len(ln.strip()) >= MIN_REPEAT_LINE
+    )
+    kept_shapes: Counter[str] = Counter()
+    repeated = 0
+    spinners = 0
+    final: list[str] = []
+    for ln in lines_out:
+        key = ln.strip()
+        if _SPINNER_LINE.search(ln):
+            spinners += 1
+            continue
+        if len(key) >= MIN_REPEAT_LINE:
+            shape = _shape(key)
+            if key in seen or (
+                shape and shapes[shape] >= TEMPLATE_REPEATS and kept_shapes[shape] >= 2
+            ):
+                repeated += 1
+                continue
+            seen.add(key)
+            kept_shapes[shape] += 1
+        final.append(ln)
+    return NoiseProfile(
+        clean="\n".join(final),
+        ansi=ansi,
+        backspaces=backspaces,
+        carriage_returns=carriage,
+        repeated_lines=repeated,
+        spinner_lines=spinners,
+    )
+
+
+# --------------------------------------------------------------------------- CJK
+
+CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+_WORD = re.compile(r"[a-z0-9_]+")
+
+
+def cjk_share(text: str) -> float:
+    """Share of non-space characters that are CJK (unspaced scripts)."""
+    chars = len(text) - sum(1 for c in text if c.isspace())
+    if chars <= 0:
+        return 0.0
+    return len(CJK_CHAR.findall(text)) / chars
+
+
+def cjk_terms(text: str) -> set[str]:
+    """Lower-cased ASCII words plus CJK character bigrams (single characters for runs of 1)."""
+    low = text.lower()
+    terms = set(_WORD.findall(low))
+    for run in _CJK_RUN.findall(low):
+        if len(run) == 1:
+            terms.add(run)
+        else:
+            terms.update(run[i : i + 2] for i in range(len(run) - 1))
+    return terms
+
+
+def cjk_relevance(query: str, content: str) -> float:
+    """Share of the query's terms found in the content, CJK-aware (0 for an empty query)."""
+    q = cjk_terms(query)
+    if not q:
+        return 0.0
+    return len(q & cjk_terms(content)) / len(q)
+
+
+# --------------------------------------------------------------------------- near-duplicates
+
+_SHINGLE_TOKEN = re.compile(
+    r"[a-z0-9_]+|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+)
+SHINGLE = 5
+
+
+def shingles(text: str, k: int = SHINGLE) -> frozenset[int]:
+    """Hashed k-token shingles (words, or single CJK characters); punctuation ignored."""
+    toks = _SHINGLE_TOKEN.findall(text.lower())
+    if not toks:
+        return frozenset()
+    if len(toks) <= k:
+        return frozenset({zlib.crc32(" ".join(toks).encode())})
+    return frozenset(
+        zlib.crc32(" ".join(toks[i : i + k]).encode()) for i in range(len(toks) - k + 1)
+    )
+
+
+def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+_BANDS, _ROWS = 16, 4
+_rng = np.random.default_rng(20240813)
+_A = _rng.integers(1, 2**32 - 1, size=_BANDS * _ROWS, dtype=np.uint64) | np.uint64(1)
+_B = _rng.integers(0, 2**32 - 1, size=_BANDS * _ROWS, dtype=np.uint64)
+
+
+def _minhash(s: frozenset[int]) -> np.ndarray:
+    x = np.fromiter(s, dtype=np.uint64, count=len(s))
+    # multiply-shift hashing on 32-bit inputs; the product fits in 64 bits.
+    h = (x[None, :] * _A[:, None] + _B[:, None]) >> np.uint64(32)
+    return np.asarray(h.min(axis=1))
+
+
+def near_duplicate_pairs(
+    sets: Sequence[frozenset[int]], threshold: float
+) -> list[tuple[int, int, float]]:
+    """Index pairs whose Jaccard similarity is at least ``threshold`` (MinHash-LSH, verified).
+
+    LSH with 16 bands of 4 rows finds a pair at Jaccard 0.8 with probability > 0.999;
+    each candidate is then checked exactly, so no false positives are reported.
+    """
+    buckets: dict[tuple[int, bytes], list[int]] = {}
+    for i, s in enumerate(sets):
+        if not s:
+            continue
+        sig = _minhash(s)
+        for band in range(_BANDS):
+            key = (band, sig[band * _ROWS : (band + 1) * _ROWS].tobytes())
+            buckets.setdefault(key, []).append(i)
+    candidates: set[tuple[int, int]] = set()
+    for members in buckets.values():
+        if len(members) > 1:
+            for x in range(len(members)):
+                for y in range(x + 1, len(members)):
+                    candidates.add((members[x], members[y]))
+    out = []
+    for i, j in sorted(candidates):
+        a, b = sets[i], sets[j]
+        if min(len(a), len(b)) < threshold * max(len(a), len(b)):
+            continue
+        sim = jaccard(a, b)
+        if sim >= threshold:
+            out.append((i, j, sim))
+    return out
+
+
+# --------------------------------------------------------------------------- identifiers
+
+_IDENT_PATTERNS = (
+    re.compile(r"(?:[A-Za-z]:)?(?:[\w.@-]+/)+[\w.@-]*\w"),  # paths
+    re.compile(
+        r"\b[\w-]+\.(?:py|pyi|ts|tsx|js|jsx|mjs|json|md|rs|go|java|kt|c|h|cc|cpp|hpp|rb|php|"
+        r"toml|yaml|yml|txt|log|sh|cfg|ini|html|css|sql|lock)\b"
+    ),  # file names
+    re.compile(r"\b[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]\b"),  # snake_case
+    re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b"),  # camelCase
+    re.compile(r"\b[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*\b"),  # PascalCase
+    re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\b"),  # dotted.names
+    re.compile(r"\b[A-Z]{1,4}\d{2,}\b"),  # error codes (E403, TS2345)
+    re.compile(r"(?<![\w.])\d{2,}(?:\.\d+)*(?![\w.])"),  # numbers with 2+ digits, versions
+    re.compile(r"\b[0-9a-f]{7,40}\b"),  # hashes
+)
+
+
+def identifiers(text: str) -> list[str]:
+    """Identifiers, file paths and numbers a summary should keep, in order of appearance."""
+    found: dict[str, int] = {}
+    for pat in _IDENT_PATTERNS:
+        for m in pat.finditer(text):
+            tok = m.group(0).strip(".-/")
+            if len(tok) >= 2 and tok not in found:
+                found[tok] = m.start()
+    return sorted(found, key=lambda t: (found[t], t))
+
+
+# --------------------------------------------------------------------------- constraints
+
+_CONSTRAINT = re.compile(
+    r"\b(?:must|mustn't|never|always|do not|don't|make sure|ensure|avoid|should not|"
+    r"shouldn't|not allowed|no more than|at most|at least|only)\b"
+    r"|不要|不能|必须|务必|禁止|只能|一定要|不得|不允许|避免|请勿|别再",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？\n]+")
+
+
+def constraint_sentences(text: str) -> list[str]:
+    """Sentences of a user message that read as constraints ("never touch tests/")."""
+    out = []
+    for sent in _SENTENCE_END.split(text):
+        s = sent.strip(" \t-*>#")
+        if 8 <= len(s) <= 300 and _CONSTRAINT.search(s):
+            out.append(s)
+    return out
+
+
+# --------------------------------------------------------------------------- injection
+
+INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "override instruction",
+        re.compile(
+            r"\b(?:ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}?"
+            r"\b(?:previous|prior|above|earlier|preceding|all|any|the|your|system)\b[^.\n]{0,30}?"
+            r"\b(?:instructions?|prompts?|rules|directions|directives|guidelines|context)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "override instruction",
+        re.compile(
+            r"(?:忽略|无视|忘记|忘掉)(?:之前|以上|前面|上述|先前|所有)[^。\n]{0,10}?(?:指令|指示|说明|提示|规则|要求)"
+        ),
+    ),
+    (
+        "chat-template token",
+        re.compile(
+            r"<\|(?:im_start|im_end|system|user|assistant|endoftext|start_header_id|"
+            r"end_header_id|eot_id)\|>|\[/?INST\]|<<\s*/?SYS\s*>>",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "poses as a system/developer message",
+        re.compile(
+            r"^[ \t>]*(?:#{1,6}[ \t]*)?\[?(?:system|developer)(?:[ \t]+(?:message|prompt|"
+            r"instructions?|override))?\]?[ \t]*:",
+            re.IGNORECASE | re.MULTILINE,
+        ),
+    ),
+    (
+        "poses as a system/developer message",
+        re.compile(r"</?(?:system|developer)(?:[_-](?:message|prompt))?>", re.IGNORECASE),
+    ),
+    (
+        "new-role instruction",
+        re.compile(
+            r"\byou are now\b[^.\n]{0,40}|\bnew (?:system )?instructions?\s*:"
+            r"|\b(?:reveal|print|show|repeat)\b[^.\n]{0,20}\b(?:system prompt|your instructions)\b",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+
+def injection_hits(text: str, limit: int = 5) -> list[tuple[str, str]]:
+    """(what it looks like, the matching snippet) for each injection-like span, in order."""
+    hits: list[tuple[int, str, str]] = []
+    for label, pat in INJECTION_PATTERNS:
+        for m in pat.finditer(text):
+            hits.append((m.start(), label, m.group(0).strip()[:80]))
+    hits.sort()
+    out: list[tuple[str, str]] = []
+    for _, label, snippet in hits:
+        if (label, snippet) not in out:
+            out.append((label, snippet))
+        if len(out) >= limit:
+            break
+    return out
