@@ -1,0 +1,125 @@
+"""The watcher: new, appended, half-written and renamed files reach the store by themselves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from helpers_store import make_trace
+
+from ctxcore.store import IngestCounts, TraceStore
+from ctxcore.watch import Watcher
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 15.0) -> float:
+    """Seconds until ``cond()`` held; fails after ``timeout`` (generous: shared machine)."""
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def line(i: int) -> str:
+    return make_trace(i).to_json() + "\n"
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[TraceStore, Path, Watcher, list[IngestCounts]]]:
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "old.jsonl").write_text(line(0), encoding="utf-8")
+    store = TraceStore(folder / "ctxscope.duckdb")  # the store lives in the watched folder
+    seen: list[IngestCounts] = []
+    w = Watcher(store, folder, rescan_every=3600, on_ingest=seen.append).start()
+    yield store, folder, w, seen
+    w.stop()
+    store.close()
+
+
+def test_existing_new_and_appended_files(watched) -> None:  # type: ignore[no-untyped-def]
+    store, folder, w, seen = watched
+    wait_for(lambda: store.count() == 1)  # the initial scan
+    with (folder / "new.jsonl").open("w", encoding="utf-8") as fh:
+        fh.write(line(1))
+    wait_for(lambda: store.count() == 2)
+    with (folder / "new.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write(line(2) + "{broken\n")
+    wait_for(lambda: store.count() == 3)
+    wait_for(lambda: len(store.ingest_errors()) == 1)
+    err = store.ingest_errors()[0]
+    assert err.file.endswith("new.jsonl") and err.line == 3
+    assert sum(c.traces_added for c in seen) == 3
+    assert w.running and w.last_error is None
+
+
+def test_half_written_line_waits_for_its_end(watched) -> None:  # type: ignore[no-untyped-def]
+    store, folder, _w, _seen = watched
+    wait_for(lambda: store.count() == 1)
+    text = line(5)
+    f = folder / "slow.jsonl"
+    with f.open("w", encoding="utf-8") as fh:
+        fh.write(text[:200])
+        fh.flush()
+        time.sleep(1.5)  # the watcher sees the half line (debounce 0.2 s, max wait 1 s)
+        assert store.count() == 1 and store.ingest_errors() == []
+        fh.write(text[200:])
+    wait_for(lambda: store.count() == 2)
+    assert store.get_trace("t000005") == make_trace(5)
+    assert store.ingest_errors() == []
+
+
+def test_temp_file_renamed_into_place(watched) -> None:  # type: ignore[no-untyped-def]
+    store, folder, _w, _seen = watched
+    wait_for(lambda: store.count() == 1)
+    tmp = folder / ".batch.jsonl.tmp"
+    tmp.write_text(line(7) + line(8), encoding="utf-8")
+    time.sleep(0.5)
+    assert store.count() == 1  # hidden temp files are not read
+    os.rename(tmp, folder / "batch.jsonl")
+    wait_for(lambda: store.count() == 3)
+    sub = folder / "sub"
+    sub.mkdir()
+    (sub / "deep.jsonl").write_text(line(9), encoding="utf-8")
+    wait_for(lambda: store.count() == 4)
+
+
+def test_watch_command(tmp_path: Path) -> None:
+    folder = tmp_path / "w"
+    db = tmp_path / "w.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxcore", "watch", str(folder), "--db", str(db)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith("watching ")
+        (folder / "a.jsonl").write_text(line(1) + line(2) + "{x\n", encoding="utf-8")
+        out = proc.stdout.readline()
+        assert "ingested 2 new traces from 1 files (0 already stored, 1 errors)" in out
+        assert (
+            proc.stdout.readline()
+            .rstrip()
+            .endswith(
+                "a.jsonl:3: malformed JSON at line 1 column 2: Expecting property name enclosed in double quotes"
+            )
+        )
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+    assert rc == 0
+    with TraceStore(db) as store:
+        assert store.count() == 2
