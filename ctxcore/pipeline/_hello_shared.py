@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from ..models import Decision, PartitionUsage, Reason, Status
 from ..tokens import TokenCounter, get_encoding, is_exact
@@ -27,6 +28,15 @@ def fmt_tokens(n: int) -> str:
 def as_utc(dt: datetime) -> datetime:
     """Compare times in UTC: the packages compare naive datetimes, ours are tz-aware."""
     return dt.astimezone(UTC)
+
+
+# --------------------------------------------------------------------------- words
+
+
+@lru_cache(maxsize=16384)
+def words(text: str) -> frozenset[str]:
+    """``set(text.lower().split())``, the packages' notion of words; cached for warm re-runs."""
+    return frozenset(text.lower().split())
 
 
 # --------------------------------------------------------------------------- counting

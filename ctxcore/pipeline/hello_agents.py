@@ -47,6 +47,7 @@ from ._hello_shared import (
     fmt_tokens,
     lost_sections,
     partitions_from_sections,
+    words,
 )
 from .common import HISTORY_ID, INSTRUCTIONS_ID, Candidate, Summarizer, Timer, finish
 
@@ -154,13 +155,20 @@ def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered
     def add(c: Candidate) -> None:
         cands.append(c)
 
+    kept = input.history[max(len(input.history) - config.history_limit, 0) :]
+    history_text = "\n".join(f"[{m.role}] {m.content}" for m in kept)
+    # Count everything the package counts in one batch (cached by content).
+    texts = [input.system_instructions, history_text]
+    texts += [p.content for p in input.packets if not p.tokens]
+    counted = dict(zip(texts, pc.count_many(texts), strict=True))
+
     if input.system_instructions:
         add(
             Candidate(
                 id=INSTRUCTIONS_ID,
                 kind="instructions",
                 content=input.system_instructions,
-                tokens=-1,
+                tokens=counted[input.system_instructions],
                 timestamp=now,
                 order=len(cands),
                 builder_made=True,
@@ -170,8 +178,6 @@ def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered
     if history:
         limit = config.history_limit
         keep_from = max(len(history) - limit, 0)
-        kept = history[keep_from:]
-        text = "\n".join(f"[{m.role}] {m.content}" for m in kept)
         for i, m in enumerate(history[:keep_from]):
             line = f"[{m.role}] {m.content}"
             history_cut.append(
@@ -200,8 +206,8 @@ def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered
                 Candidate(
                     id=HISTORY_ID,
                     kind="history",
-                    content=text,
-                    tokens=-1,
+                    content=history_text,
+                    tokens=counted[history_text],
                     timestamp=now,
                     order=len(cands),
                     builder_made=True,
@@ -214,7 +220,7 @@ def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered
                 f"{PACKAGE_HISTORY_LIMIT}: the package would keep other messages"
             )
     for p in input.packets:
-        tokens = p.tokens if p.tokens else -1
+        tokens = p.tokens if p.tokens else counted[p.content]
         if p.tokens == 0:
             notes.setdefault(p.id, []).append("tokens 0 given: the package recounts it")
         elif p.tokens is not None:
@@ -235,19 +241,16 @@ def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered
                 metadata=p.metadata,
             )
         )
-    # Count everything not given in one batch (cached by content).
-    todo = [i for i, c in enumerate(cands) if c.tokens < 0]
-    counts = pc.count_many([cands[i].content for i in todo])
-    for i, n in zip(todo, counts, strict=True):
-        c = cands[i]
-        tok = pc.special_in(c.content) if pc.specials else None
-        if tok is not None:
-            notes.setdefault(c.id, []).append(
-                f"content spells the special token {tok}: the package's tiktoken encode() "
-                f"raises and it falls back to len(text)//4 = {fmt_tokens(n)} tokens "
-                f"(tiktoken would count {fmt_tokens(pc.counter.count(c.content))})"
-            )
-        cands[i] = _with_tokens(c, n)
+    if pc.specials:
+        for c in cands:
+            tok = pc.special_in(c.content)
+            if tok is not None and c.tokens == counted.get(c.content):
+                notes.setdefault(c.id, []).append(
+                    f"content spells the special token {tok}: the package's tiktoken "
+                    f"encode() raises and it falls back to len(text)//4 = "
+                    f"{fmt_tokens(c.tokens)} tokens (tiktoken would count "
+                    f"{fmt_tokens(pc.counter.count(c.content))})"
+                )
     if any(m.must_keep for m in input.packets):
         for p in input.packets:
             if p.must_keep:
@@ -255,22 +258,6 @@ def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered
                     "must_keep is ignored: the package has no notion of it"
                 )
     return Gathered(cands, history_cut, notes)
-
-
-def _with_tokens(c: Candidate, n: int) -> Candidate:
-    return Candidate(
-        id=c.id,
-        kind=c.kind,
-        content=c.content,
-        tokens=n,
-        timestamp=c.timestamp,
-        relevance=c.relevance,
-        priority=c.priority,
-        must_keep=c.must_keep,
-        order=c.order,
-        builder_made=c.builder_made,
-        metadata=c.metadata,
-    )
 
 
 # --------------------------------------------------------------------------- score
@@ -296,7 +283,7 @@ def score(cands: list[Candidate], query: str, now: datetime) -> Scored:
     ov: list[int] = []
     for c in cands:
         if nq > 0:
-            overlap = len(query_words & set(c.content.lower().split()))
+            overlap = len(query_words & words(c.content))
             r = overlap / nq
         else:
             overlap, r = 0, 0.0

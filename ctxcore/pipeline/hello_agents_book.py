@@ -46,6 +46,7 @@ from ._hello_shared import (
     fmt_tokens,
     lost_sections,
     partitions_from_sections,
+    words,
 )
 from .common import INSTRUCTIONS_ID, Candidate, Summarizer, Timer, finish, history_id
 
@@ -238,7 +239,7 @@ def jaccard(content: str, query: str) -> float:
     q = set(query.lower().split())
     if not q:
         return 0.0
-    c = set(content.lower().split())
+    c = words(content)
     union = c | q
     return len(c & q) / len(union) if union else 0.0
 
