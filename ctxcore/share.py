@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import CtxscopeError, InputError, StoreLockedError
+from .errors import CtxscopeError, InputError, StoreError
 from .importers import SNAPSHOT_FORMAT, load_file, watched_folder
 from .importers.otlp import DECISION_FIELDS, DECISION_PREFIX, JSON_FIELDS, RESULT_JSON_FIELDS
 from .models import Message, Trace, utc_iso
@@ -128,10 +128,15 @@ def _genai_messages(trace: Trace) -> tuple[list[dict[str, Any]], list[dict[str, 
         if text:
             parts.append({"type": "text", "content": text})
         for c in calls:
+            # Arguments go out as an object when that loses nothing, else as the string
+            # the model produced (the conventions allow both), so a reader gets it back.
+            args: Any = c["arguments"]
             try:
-                args: Any = json.loads(c["arguments"])
+                parsed = json.loads(args)
+                if _js(parsed) == args:
+                    args = parsed
             except (json.JSONDecodeError, TypeError):
-                args = c["arguments"]
+                pass
             parts.append({"type": "tool_call", "id": c["id"], "name": c["name"], "arguments": args})
         out.append({"role": m.role, "parts": parts})
     return system, out
@@ -490,7 +495,7 @@ def find_traces(db: str, trace_id: str | None, session: str | None) -> tuple[lis
         return load_file(trace_id), trace_id
     try:
         return _from_store(db, trace_id, session), db
-    except (StoreLockedError, NotImplementedError) as exc:
+    except (StoreError, NotImplementedError) as exc:
         why = str(exc) or "the store is not available in this build"
         folder = watched_folder()
         print(f"note: {why}; looking in {folder}/ instead", file=sys.stderr)

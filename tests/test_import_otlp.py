@@ -1,0 +1,230 @@
+"""OTLP GenAI span imports: structured and JSON-string attributes, corpus conversations."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxcore.errors import ImportFormatError
+from ctxcore.importers import detect_format, load_file
+from ctxcore.importers.derive import TOOLS_ID, tools_text
+from ctxcore.importers.otlp import any_value, traces_from_otlp
+from ctxcore.models import Status
+from ctxcore.tokens import get_counter
+
+START = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+
+# ---- an independent encoder for OTLP JSON AnyValues (written for the test)
+def av(v: Any) -> dict[str, Any]:
+    if v is None:
+        return {}  # an empty AnyValue is OTLP's null
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, str):
+        return {"stringValue": v}
+    if isinstance(v, list):
+        return {"arrayValue": {"values": [av(x) for x in v]}}
+    if isinstance(v, dict):
+        return {"kvlistValue": {"values": [{"key": k, "value": av(x)} for k, x in v.items()]}}
+    raise TypeError(v)
+
+
+def span(attrs: dict[str, Any], *, i: int = 0, trace_id: str = "ab" * 16) -> dict[str, Any]:
+    ns = int(START.timestamp() * 1e9) + i * 1_000_000_000
+    return {
+        "traceId": trace_id,
+        "spanId": f"{i + 1:016x}",
+        "name": f"chat {attrs.get('gen_ai.request.model', 'x')}",
+        "kind": 3,
+        "startTimeUnixNano": str(ns),
+        "endTimeUnixNano": str(ns + 5_000_000),
+        "attributes": [{"key": k, "value": av(v)} for k, v in attrs.items()],
+    }
+
+
+def otlp(*spans: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": av("agent")}]},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "opentelemetry.instrumentation.openai"},
+                        "spans": list(spans),
+                    }
+                ],
+            }
+        ]
+    }
+
+
+def a04_as_genai(row: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list]:
+    """A LLaMA-Factory conversation converted by hand to GenAI parts (system, messages, tools)."""
+    system: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    pending: list[str] = []
+    n = 0
+    for m in row["messages"]:
+        if m["role"] == "system":
+            system += [{"type": "text", "content": p["value"]} for p in m["content"]]
+            continue
+        parts: list[dict[str, Any]] = []
+        for p in m["content"]:
+            if p["type"] == "text" and m["role"] == "tool":
+                parts.append(
+                    {"type": "tool_call_response", "id": pending.pop(0), "response": p["value"]}
+                )
+            elif p["type"] in ("text", "reasoning"):
+                parts.append({"type": p["type"], "content": p["value"]})
+            elif p["type"] == "tool_call":
+                call = json.loads(p["value"])
+                n += 1
+                pending.append(f"call_{n}")
+                parts.append(
+                    {
+                        "type": "tool_call",
+                        "id": f"call_{n}",
+                        "name": call["name"],
+                        "arguments": call["arguments"],
+                    }
+                )
+        messages.append({"role": m["role"], "parts": parts})
+    tools = [dict(t["function"], type="function") for t in json.loads(row["tools"])]
+    return system, messages, tools
+
+
+def _a04_rows(corpus: Path) -> list[dict[str, Any]]:
+    path = corpus / "a04_llamafactory_reason_tool_use_demo_50.jsonl"
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("as_json_string", [True, False], ids=["json-string", "structured"])
+def test_a04_conversations_as_genai_spans(corpus: Path, as_json_string: bool) -> None:
+    rows = [r for r in _a04_rows(corpus) if any(m["role"] == "tool" for m in r["messages"])][:8]
+    spans = []
+    for i, row in enumerate(rows):
+        system, messages, tools = a04_as_genai(row)
+        enc = json.dumps if as_json_string else (lambda x: x)
+        spans.append(
+            span(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": "gpt-4o-mini",
+                    "gen_ai.conversation.id": f"conv-{i % 2}",
+                    "gen_ai.system_instructions": enc(system),
+                    "gen_ai.input.messages": enc(messages),
+                    "gen_ai.tool.definitions": enc(tools),
+                    "gen_ai.usage.input_tokens": 1000 + i,
+                    "gen_ai.usage.output_tokens": 50,
+                },
+                i=i,
+            )
+        )
+    traces = traces_from_otlp(otlp(*spans))
+    assert len(traces) == len(rows)
+    counter = get_counter("o200k_base")  # gpt-4o family
+    for i, (row, trace) in enumerate(zip(rows, traces, strict=True)):
+        tool_texts = [
+            p["value"]
+            for m in row["messages"]
+            if m["role"] == "tool"
+            for p in m["content"]
+            if p["type"] == "text"
+        ]
+        assert [p.content for p in trace.input.packets] == tool_texts
+        assert [p.kind for p in trace.input.packets] == ["tool_result"] * len(tool_texts)
+        assert trace.input.packets[0].id == "tool:call_1"
+        assert trace.input.system_instructions == "\n".join(
+            p["value"] for m in row["messages"] if m["role"] == "system" for p in m["content"]
+        )
+        users = [m for m in row["messages"] if m["role"] == "user"]
+        assert trace.input.query == users[-1]["content"][0]["value"]
+        assert len(trace.input.tools) == len(json.loads(row["tools"]))
+        assert trace.result is not None
+        d = {x.packet_id: x for x in trace.result.decisions}
+        assert d[TOOLS_ID].tokens_before == counter.count(tools_text(trace.input.tools)) > 0
+        assert all(x.status is Status.KEPT for x in trace.result.decisions)
+        assert trace.result.totals.tokenizer == "o200k_base"
+        assert trace.outcome is not None
+        assert trace.outcome.usage == {"input_tokens": 1000 + i, "output_tokens": 50}
+        assert trace.session_id == f"conv-{i % 2}"
+        assert trace.turn == i // 2
+        assert trace.created_at.timestamp() == pytest.approx(START.timestamp() + i)
+        assert trace.builder.name == "import/otlp"
+        assert trace.metadata["otlp"]["span_id"] == f"{i + 1:016x}"
+
+
+def test_usage_far_from_our_count_warns_and_file_detection(corpus: Path, tmp_path: Path) -> None:
+    row = _a04_rows(corpus)[1]
+    system, messages, tools = a04_as_genai(row)
+    attrs = {
+        "gen_ai.system_instructions": json.dumps(system),
+        "gen_ai.input.messages": json.dumps(messages),
+        "gen_ai.usage.input_tokens": 7,
+        "gen_ai.output.messages": json.dumps(
+            [
+                {
+                    "role": "assistant",
+                    "parts": [{"type": "text", "content": "done"}],
+                    "finish_reason": "stop",
+                }
+            ]
+        ),
+    }
+    path = tmp_path / "spans.otlp.json"
+    path.write_text(json.dumps(otlp(span(attrs))), encoding="utf-8")
+    assert detect_format(json.loads(path.read_text())) == "otlp"
+    (trace,) = load_file(path)
+    assert trace.result is not None and trace.outcome is not None
+    assert trace.result.totals.used > 7 * 1.1
+    assert any("provider reported 7 prompt tokens" in w for w in trace.result.warnings)
+    assert trace.outcome.output == "done"
+
+
+def test_legacy_flattened_prompt_attributes() -> None:
+    attrs = {
+        "gen_ai.system": "openai",
+        "gen_ai.prompt.0.role": "system",
+        "gen_ai.prompt.0.content": "Be brief.",
+        "gen_ai.prompt.1.role": "user",
+        "gen_ai.prompt.1.content": "What is 2+2?",
+    }
+    (trace,) = traces_from_otlp(otlp(span(attrs)))
+    assert trace.input.system_instructions == "Be brief."
+    assert trace.input.query == "What is 2+2?"
+
+
+def test_spans_without_prompt_are_skipped_and_none_is_an_error() -> None:
+    tool_span = span({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "bash"}, i=0)
+    chat = span(
+        {
+            "gen_ai.input.messages": json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
+            )
+        },
+        i=1,
+    )
+    traces = traces_from_otlp(otlp(tool_span, chat))
+    assert len(traces) == 1 and traces[0].input.query == "hi"
+    with pytest.raises(ImportFormatError, match="none of the 1 spans carries a prompt"):
+        traces_from_otlp(otlp(tool_span))
+    with pytest.raises(ImportFormatError, match="not OTLP JSON"):
+        traces_from_otlp({"spans": []})
+    bad = span({"gen_ai.input.messages": "[{not json"})
+    with pytest.raises(ImportFormatError, match="gen_ai.input.messages is not valid JSON"):
+        traces_from_otlp(otlp(bad))
+
+
+def test_any_value_decoding() -> None:
+    value = {"a": [1, 2.5, True, "x"], "b": {"c": "d"}}
+    assert any_value(av(value)) == value
+    assert any_value({"bytesValue": "aGk="}) == "hi"
