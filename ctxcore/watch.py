@@ -190,8 +190,8 @@ def cli_watch(args: argparse.Namespace) -> int:
 
     with TraceStore(args.db) as store:
         watcher = Watcher(store, args.dir, on_ingest=report)
-        print(f"watching {Path(args.dir).resolve()} into {args.db} (Ctrl-C to stop)", flush=True)
         watcher.start()
+        print(f"watching {Path(args.dir).resolve()} into {args.db} (Ctrl-C to stop)", flush=True)
         try:
             while watcher.running:
                 time.sleep(0.5)

@@ -110,13 +110,8 @@ def test_watch_command(tmp_path: Path) -> None:
         (folder / "a.jsonl").write_text(line(1) + line(2) + "{x\n", encoding="utf-8")
         out = proc.stdout.readline()
         assert "ingested 2 new traces from 1 files (0 already stored, 1 errors)" in out
-        assert (
-            proc.stdout.readline()
-            .rstrip()
-            .endswith(
-                "a.jsonl:3: malformed JSON at line 1 column 2: Expecting property name enclosed in double quotes"
-            )
-        )
+        err = proc.stdout.readline().rstrip()
+        assert err.startswith(str((folder / "a.jsonl").resolve()) + ":3: malformed JSON")
     finally:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=30)
