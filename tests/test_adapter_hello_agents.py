@@ -112,7 +112,9 @@ def test_adapter_records_traces_that_reproduce_the_real_prompt(tmp_path: Path) -
         assert t.metadata["reproduced"] is True, t.metadata
         assert "real_prompt" not in t.metadata
         assert t.result is not None and t.result.prompt == prompt
-        assert t.config.preset == "hello-agents" and t.builder.name == "ctxcore/hello-agents"
+        assert t.config.preset == "hello-agents"
+        assert (t.builder.name, t.builder.version) == ("hello-agents", "0.2.8")
+        assert t.metadata["reconstructed_by"] == "ctxcore/hello-agents"
     first = plain[0]
     assert first.config.max_tokens == 600
     assert first.input.query == "why does the flaky test fail"
@@ -140,6 +142,8 @@ def test_adapter_flags_a_prompt_it_cannot_reproduce_and_keeps_it(tmp_path: Path)
     assert t.metadata["reproduced"] is False
     assert t.metadata["real_prompt"] == prompts[3]
     assert prompts[3].startswith("CUSTOM\n")
+    assert t.result is not None and not t.result.prompt.startswith("CUSTOM")
+    assert any("did not reproduce" in w for w in t.result.warnings)
 
 
 def test_ctxcore_imports_the_adapter_without_hello_agents() -> None:

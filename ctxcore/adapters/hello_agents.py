@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..models import CapturedInput, Config, Message, Packet, Trace
+from ..models import Builder, CapturedInput, Config, Message, Packet, Trace
 from ..pipeline import build_trace
 
 JSONL_NAME = "hello-agents.jsonl"
@@ -51,14 +51,23 @@ class _JsonlSink:
             os.close(fd)
 
 
-def _sink(recorder_or_dir: Any) -> Any:
+def _sink(recorder_or_dir: Any, session_id: str) -> Any:
     if hasattr(recorder_or_dir, "record"):
         return recorder_or_dir
     try:
-        from ..capture import Recorder  # type: ignore[import-not-found,unused-ignore]
+        from ..capture import Recorder
     except ImportError:
         return _JsonlSink(recorder_or_dir)
-    return Recorder(recorder_or_dir)
+    return Recorder(recorder_or_dir, session_id=session_id, file_name=JSONL_NAME)
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hello-agents")
+    except Exception:
+        return "unknown"
 
 
 def _aware(ts: Any, default: datetime) -> datetime:
@@ -240,13 +249,29 @@ class HelloAgentsCapture:
         reproduced = trace.result.prompt == prompt
         metadata: dict[str, Any] = {
             "adapter": "ctxcore.adapters.hello_agents",
-            "package": "hello-agents",
+            "reconstructed_by": trace.builder.name,
             "reproduced": reproduced,
             "tool_packets": len(tool_packets),
         }
+        update: dict[str, Any] = {
+            "metadata": metadata,
+            "builder": Builder(name="hello-agents", version=_package_version()),
+        }
         if not reproduced:
+            # Decisions and prompt stay our reconstruction (they agree with each other);
+            # what the model really received is kept beside them.
             metadata["real_prompt"] = prompt
-        trace = trace.model_copy(update={"metadata": metadata})
+            update["result"] = trace.result.model_copy(
+                update={
+                    "warnings": [
+                        *trace.result.warnings,
+                        "the hello-agents preset did not reproduce the prompt the real "
+                        "builder returned (customised builder?); the real prompt is in "
+                        "metadata.real_prompt",
+                    ]
+                }
+            )
+        trace = trace.model_copy(update=update)
         self.turn += 1
         self.last_trace = trace
         self.sink.record(trace)
@@ -255,14 +280,16 @@ class HelloAgentsCapture:
 def wrap(
     builder: Any,
     recorder_or_dir: Any,
-    session_id: str = "default",
+    session_id: str | None = None,
     *,
     clock: Callable[[], datetime] | None = None,
 ) -> HelloAgentsCapture:
     """Wrap a real ``hello_agents`` ``ContextBuilder`` so each build() writes a trace.
 
     ``recorder_or_dir`` is anything with ``record(trace)`` (a ``ctxcore.capture.Recorder``)
-    or a folder, where traces are appended as JSONL (via ``Recorder`` when available).
+    or a folder, where traces are appended to ``hello-agents.jsonl`` (through
+    ``ctxcore.capture.Recorder`` when it is available). ``session_id`` defaults to the
+    recorder's, else ``"default"``.
     """
     if not callable(getattr(builder, "build", None)) or not hasattr(builder, "config"):
         from ..errors import InputError
@@ -271,4 +298,5 @@ def wrap(
             f"wrap() expects a hello_agents ContextBuilder, got {type(builder).__name__}; "
             "pass the builder instance your agent uses"
         )
-    return HelloAgentsCapture(builder, _sink(recorder_or_dir), session_id, clock)
+    sid = session_id or getattr(recorder_or_dir, "session_id", None) or "default"
+    return HelloAgentsCapture(builder, _sink(recorder_or_dir, sid), sid, clock)
