@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,12 +72,37 @@ DRIVER = textwrap.dedent(
 
     c = wrap(Custom(), out_dir, session_id="custom")
     prompts.append(c.build("anything", None, "Rules.", None))
+
+    class Memory:  # stands in for MemoryTool (which needs an embedding model here)
+        def execute(self, action, query, limit, min_importance=None):
+            if min_importance is not None:
+                return "任务状态: flaky test step 2 of 3 done; blocker: socket timeout"
+            return "related: the flaky test opened a real socket last week"
+
+    m = wrap(ContextBuilder(memory_tool=Memory()), out_dir, session_id="memory")
+    prompts.append(m.build("flaky test socket", None, "Rules.", None))
+
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        broken = wrap(ContextBuilder(), "/dev/null/not-a-dir", session_id="broken")
+        prompts.append(broken.build("still answers", None, None, None))
+    prompts.append([str(w.message) for w in caught])
     print(json.dumps(prompts, ensure_ascii=False))
     """
 )
 
 
-def _run_driver(tmp_path: Path) -> tuple[list[str], list[Trace]]:
+Driven = tuple[list[Any], list[Trace]]
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Driven:
+    """Run the driver once in the oracle venv; its prompts and the traces it wrote."""
+    return _run_driver(tmp_path_factory.mktemp("adapter"))
+
+
+def _run_driver(tmp_path: Path) -> tuple[list[Any], list[Trace]]:
     if not ORACLE.exists():
         if os.environ.get("CI") == "true":
             pytest.fail(f"the hello-agents oracle venv is missing ({ORACLE}); run `make oracle`")
@@ -103,9 +129,11 @@ def _run_driver(tmp_path: Path) -> tuple[list[str], list[Trace]]:
 
 
 @pytest.mark.slow
-def test_adapter_records_traces_that_reproduce_the_real_prompt(tmp_path: Path) -> None:
-    prompts, traces = _run_driver(tmp_path)
-    assert len(traces) == 4 == len(prompts)
+def test_adapter_records_traces_that_reproduce_the_real_prompt(
+    driver: tuple[list[Any], list[Trace]],
+) -> None:
+    prompts, traces = driver
+    assert len(traces) == 5 and len(prompts) == 7
     plain = [t for t in traces if t.session_id == "drv"]
     assert [t.turn for t in plain] == [0, 1, 2]
     for t, prompt in zip(plain, prompts[:3], strict=True):
@@ -134,8 +162,10 @@ def test_adapter_records_traces_that_reproduce_the_real_prompt(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_adapter_flags_a_prompt_it_cannot_reproduce_and_keeps_it(tmp_path: Path) -> None:
-    prompts, traces = _run_driver(tmp_path)
+def test_adapter_flags_a_prompt_it_cannot_reproduce_and_keeps_it(
+    driver: tuple[list[Any], list[Trace]],
+) -> None:
+    prompts, traces = driver
     custom = [t for t in traces if t.session_id == "custom"]
     assert len(custom) == 1
     t = custom[0]
@@ -144,6 +174,21 @@ def test_adapter_flags_a_prompt_it_cannot_reproduce_and_keeps_it(tmp_path: Path)
     assert prompts[3].startswith("CUSTOM\n")
     assert t.result is not None and not t.result.prompt.startswith("CUSTOM")
     assert any("did not reproduce" in w for w in t.result.warnings)
+
+
+@pytest.mark.slow
+def test_adapter_captures_memory_tool_packets_and_never_breaks_the_agent(
+    driver: tuple[list[Any], list[Trace]],
+) -> None:
+    prompts, traces = driver
+    (mem,) = [t for t in traces if t.session_id == "memory"]
+    assert mem.metadata["reproduced"] is True and mem.metadata["tool_packets"] == 2
+    assert [p.kind for p in mem.input.packets] == ["task_state", "related_memory"]
+    assert "[State]" in prompts[4] and "任务状态" in prompts[4]
+    # An unwritable traces folder: the prompt still comes back, with a warning.
+    assert prompts[5].startswith("[Task]\n用户问题：still answers")
+    assert any("could not record" in w for w in prompts[6])
+    assert not [t for t in traces if t.session_id == "broken"]
 
 
 def test_ctxcore_imports_the_adapter_without_hello_agents() -> None:
