@@ -39,6 +39,7 @@ def check_sums(trace: Trace) -> None:
     counter = get_counter(trace.result.totals.tokenizer)
     decisions = {d.packet_id: d for d in trace.result.decisions}
     assert all(d.status is Status.KEPT for d in decisions.values())
+    assert all(d.reason.value == "FITS" for d in decisions.values())
     assert sum(d.tokens_after for d in decisions.values()) == trace.result.totals.used
     assert sum(p.used for p in trace.result.partitions) == trace.result.totals.used
     for p in trace.input.packets:
@@ -263,13 +264,14 @@ def test_developer_and_parts_and_unknown_shapes() -> None:
         requests_from_obj({"foo": 1})
 
 
-def test_trace_id_is_stable_and_instructions_are_must_keep(corpus: Path) -> None:
+def test_trace_id_is_stable_and_instructions_reported_must_keep(corpus: Path) -> None:
     req = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]}
     a = trace_from_request(req, now=NOW)
     b = trace_from_request(req, now=NOW)
     assert a.trace_id == b.trace_id
     d = {x.packet_id: x for x in a.result.decisions}  # type: ignore[union-attr]
-    assert d[INSTRUCTIONS_ID].reason.value == "MUST_KEEP"
+    assert d[INSTRUCTIONS_ID].reason.value == "FITS"
+    assert INSTRUCTIONS_ID in a.result.report.mustKeep  # type: ignore[union-attr]
     assert d[INSTRUCTIONS_ID].partition == "[Role & Policies]"
 
 

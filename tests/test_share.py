@@ -301,6 +301,19 @@ def test_cli_export_session_from_store_all_formats(corpus: Path, tmp_path: Path)
     assert rc == 0 and load_file(otlp_out) == [traces[1]]
 
 
+def test_snapshot_is_ingestible(corpus: Path, tmp_path: Path) -> None:
+    from ctxcore.ingest import ingest_paths
+    from ctxcore.store import TraceStore
+
+    traces = _session(corpus, 3)
+    snap = tmp_path / "shared.json"
+    snap.write_text(snapshot_json(traces), encoding="utf-8")
+    with TraceStore(tmp_path / "g.duckdb") as store:
+        counts = ingest_paths(store, [snap])
+        assert counts.traces_added == 3 and counts.errors == 0
+        assert [store.get_trace(t.trace_id) for t in traces] == traces
+
+
 def test_cli_export_unknown_trace_is_one_line(tmp_path: Path, capsys: Any) -> None:
     db = tmp_path / "e.duckdb"
     _store_with(db, [])

@@ -171,7 +171,8 @@ def derive_result(
                     packet_id=it.id,
                     kind=it.kind,
                     status=Status.KEPT,
-                    reason=Reason.MUST_KEEP if it.must_keep else Reason.FITS,
+                    # what the source builder thought is unknown: it simply fit
+                    reason=Reason.FITS,
                     reason_text="present in the imported prompt (imports keep everything they saw)",
                     partition=it.partition,
                     rank=rank,
