@@ -303,3 +303,21 @@ def test_cli_import_bad_file_is_one_line(
     assert rc == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "bad.json" in err and "not an OpenAI-style" in err
+
+
+def test_window_from_request_or_known_model() -> None:
+    msgs = [{"role": "user", "content": "hello there"}]
+    unknown = trace_from_request({"messages": msgs, "model": "my-local-llm"}, now=NOW)
+    assert unknown.result is not None
+    assert unknown.result.totals.window == unknown.result.totals.used
+    assert any("window is unknown" in w for w in unknown.result.warnings)
+    known = trace_from_request(
+        {"messages": msgs, "model": "gpt-4o-2024-08-06", "max_tokens": 1000}, now=NOW
+    )
+    assert known.result is not None
+    assert known.result.totals.window == 128_000
+    assert known.result.totals.available == 128_000 - 1000
+    assert known.result.totals.tokenizer == "o200k_base"
+    assert not any("window is unknown" in w for w in known.result.warnings)
+    given = trace_from_request({"messages": msgs, "model": "gpt-4o", "window": 4096}, now=NOW)
+    assert given.result is not None and given.result.totals.window == 4096

@@ -42,6 +42,31 @@ _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "c
 USAGE_TOLERANCE = 0.10
 
 
+#: Context windows of well-known model families (longest prefix wins), used when a request
+#: does not say; an unknown model leaves the window unknown rather than guessing.
+KNOWN_WINDOWS: dict[str, int] = {
+    "gpt-4o": 128_000,
+    "gpt-4-turbo": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4-32k": 32_768,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 16_385,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    "claude-3": 200_000,
+    "claude-sonnet-4": 200_000,
+    "claude-opus-4": 200_000,
+}
+
+
+def known_window(model: str | None) -> int | None:
+    """The context window of a well-known model, or None."""
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    best = max((k for k in KNOWN_WINDOWS if name.startswith(k)), key=len, default=None)
+    return KNOWN_WINDOWS[best] if best else None
+
+
 def tokenizer_for_model(model: str | None) -> str:
     """The encoding that counts a model's tokens best among the ones ctxscope ships."""
     name = (model or "").lower().rsplit("/", 1)[-1]
@@ -236,7 +261,7 @@ def make_trace(
     tok = tokenizer_for_model(model)
     cfg = import_config(input, tok)
     counter = get_counter(cfg.tokenizer or tok)
-    result = derive_result(input, messages, counter, window_fallback=None)
+    result = derive_result(input, messages, counter, window_fallback=known_window(model))
     usage = dict(usage or {})
     warn = usage_warning(usage, result.totals.used, counter.name)
     if warn is not None:
