@@ -1,7 +1,50 @@
-"""ctxscope — the Streamlit debugger. Placeholder until the app issue lands."""
+"""ctxscope — the Streamlit debugger (``ctxscope app`` runs this with ``streamlit run``).
+
+Thin on purpose: it sets the page up, declares the pages (one file each under ``pages/``)
+and shows our own errors (``CtxscopeError``) as a one-line message instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import streamlit as st
 
-st.set_page_config(page_title="ctxscope", layout="wide")
-st.title("ctxscope")
-st.write("The debugger pages are being built. Use `ctxscope build` meanwhile.")
+ROOT = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:  # `pages` and `ui` import from the checkout
+    sys.path.insert(0, str(ROOT))
+
+from ctxcore.errors import CtxscopeError  # noqa: E402
+from ui.boot import in_app  # noqa: E402
+
+st.set_page_config(page_title="ctxscope", page_icon=":material/troubleshoot:", layout="wide")
+
+PAGES = [
+    st.Page(
+        "pages/traces.py", title="Traces", icon=":material/list:", url_path="traces", default=True
+    ),
+    st.Page("pages/inspect.py", title="Inspect", icon=":material/search:", url_path="inspect"),
+    st.Page("pages/timeline.py", title="Timeline", icon=":material/timeline:", url_path="timeline"),
+    st.Page(
+        "pages/playground.py", title="Playground", icon=":material/tune:", url_path="playground"
+    ),
+    st.Page(
+        "pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"
+    ),
+    st.Page("pages/sweep.py", title="Sweep", icon=":material/grid_on:", url_path="sweep"),
+    st.Page(
+        "pages/share.py", title="Share / Import", icon=":material/ios_share:", url_path="share"
+    ),
+]
+
+page = st.navigation(PAGES)
+with st.sidebar:
+    st.caption("ctxscope — where every token of the context window went, and why.")
+try:
+    with in_app():
+        page.run()
+except CtxscopeError as exc:
+    from ui.views import md
+
+    st.error(md(exc), icon=":material/error:")

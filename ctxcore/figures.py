@@ -507,7 +507,7 @@ def timeline_heatmap(
             )
         )
     fig.update_layout(
-        title=title,
+        title=esc(title),
         height=max(300, min(1600, 22 * len(packets) + 140)),
         margin={"l": 10, "r": 10, "t": 50, "b": 40},
         xaxis={"title": "turn", "type": "category", "side": "top"},
@@ -568,7 +568,7 @@ def session_usage(
         )
     fig.update_layout(
         barmode="stack",
-        title=title,
+        title=esc(title),
         height=360,
         margin={"l": 10, "r": 10, "t": 50, "b": 40},
         xaxis={"title": "turn", "type": "category"},

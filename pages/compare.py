@@ -1,0 +1,69 @@
+"""Compare: two builds side by side — budgets, which packets changed fate, the prompt diff."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ctxcore import figures
+from ctxcore.models import Config, Trace
+from ctxcore.pipeline import PRESET_NAMES, resolve_config
+from ui import state, views, widgets
+
+SAME_INPUT = "same input as A, another preset"
+OTHER = "another stored trace"
+
+
+def _b_side(a: Trace) -> Trace | None:
+    mode = st.radio("B is", [OTHER, SAME_INPUT], key="cmp_b_mode", horizontal=True)
+    if mode == OTHER:
+        return widgets.trace_picker("cmp_b", "Trace B", qp_name="b")
+    presets = [p for p in PRESET_NAMES if p != a.config.preset] or list(PRESET_NAMES)
+    preset = st.selectbox("Preset for B", presets, key="cmp_b_preset")
+    cfg = resolve_config(Config(preset=preset), a.input)  # type: ignore[arg-type]
+    result = state.rebuild(a, cfg, views.config_json(cfg))
+    return a.model_copy(
+        update={"config": cfg, "result": result, "trace_id": f"{a.trace_id} ({preset})"}
+    )
+
+
+def render() -> None:
+    st.title("Compare")
+    a = widgets.trace_picker("cmp_a", "Trace A", qp_name="a")
+    if a is None:
+        return
+    with state.guard():
+        b = _b_side(a)
+        if b is None:
+            return
+        state.qp_set(
+            {"a": a.trace_id, "b": b.trace_id if state.ss_get("cmp_b_mode") == OTHER else None}
+        )
+        if a.result is None or b.result is None:
+            st.warning(
+                "Both sides need a build result; open a captured input in the Playground first."
+            )
+            return
+        ca, cb = st.columns(2)
+        for col, label, t in ((ca, "A", a), (cb, "B", b)):
+            with col:
+                st.subheader(f"{label} · preset {t.config.preset}")
+                st.text(t.trace_id)
+                widgets.metrics(t.result)
+                st.plotly_chart(figures.window_bar(t), key=f"cmp_window_{label}")
+        st.subheader("Budgets per partition")
+        st.dataframe(views.budgets_frame({"A": a, "B": b}), hide_index=True, key="cmp_budgets")
+        diff = views.decision_diff(a, b)
+        st.subheader(f"Decision diff ({len(diff)} packets)")
+        if diff.empty:
+            st.caption("Every packet had the same fate in both builds.")
+        else:
+            st.dataframe(diff, hide_index=True, key="cmp_decisions")
+        st.subheader("Prompt diff")
+        text = views.prompt_diff(a.result.prompt, b.result.prompt, "A", "B")
+        st.code(text or "(the prompts are identical)", language="diff", height=480)
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

@@ -1,0 +1,108 @@
+"""Inspect: one build — where the window went, how packets scored, what was decided, why."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from ctxcore import figures
+from ctxcore.models import Trace
+from ui import state, views, widgets
+
+
+def _figs(t: Trace) -> dict:
+    assert t.result is not None
+    result = t.result
+    tok = result.totals.tokenizer
+
+    def make() -> dict:
+        return {
+            "window": figures.window_bar(t),
+            "budgets": figures.partition_budgets(t),
+            "scatter": figures.score_scatter(t),
+            "drift": figures.tokenizer_drift(
+                views.partition_token_rows(result.prompt, tok),
+                tok if tok in ("cl100k_base", "o200k_base") else "cl100k_base",
+            ),
+            "frame": views.decisions_frame(result.decisions),
+        }
+
+    return state.derived("inspect", t.trace_id, "", make)
+
+
+def _findings(t: Trace) -> None:
+    rows = state.findings(t.trace_id)
+    if not rows:
+        diag = state.import_optional("ctxcore.diagnostics")
+        if diag is not None and hasattr(diag, "diagnose"):
+            rows = [f.model_dump() for f in diag.diagnose(t)]
+    if not rows:
+        st.caption("No findings: the diagnostics saw nothing suspicious in this build.")
+        return
+    for f in rows:
+        sev = str(f.get("severity", "info"))
+        box = {"error": st.error, "warning": st.warning}.get(sev, st.info)
+        box(views.md(f"{sev.upper()} · {f.get('detector', '')}"), icon=":material/troubleshoot:")
+        st.text(str(f.get("message", "")))
+        ids = f.get("packet_ids") or []
+        if ids:
+            st.text("packets: " + ", ".join(map(str, ids)))
+        if f.get("fix"):
+            st.text("fix: " + json.dumps(f["fix"]))
+
+
+def render() -> None:
+    st.title("Inspect")
+    t = widgets.trace_picker("in")
+    if t is None:
+        return
+    state.qp_set({"trace": t.trace_id})
+    widgets.trace_caption(t)
+    st.text("query: " + t.input.query[:500])
+    if t.result is None:
+        st.warning(
+            "This trace has no build result (captured input only). "
+            "Open it in the Playground to build it."
+        )
+        return
+    figs = _figs(t)
+    widgets.metrics(t.result)
+    if t.result.warnings:
+        for w in t.result.warnings:
+            st.warning(views.md(w), icon=":material/warning:")
+    st.plotly_chart(figs["window"], key="in_window")
+    c1, c2 = st.columns(2)
+    with c1:
+        st.plotly_chart(figs["budgets"], key="in_budgets")
+    with c2:
+        st.plotly_chart(figs["drift"], key="in_drift")
+    st.plotly_chart(figs["scatter"], key="in_scatter")
+    tabs = st.tabs(["Decisions", "Prompt", "Debug report", "Findings", "Config"])
+    with tabs[0]:
+        widgets.decisions_table(figs["frame"], "in")
+    with tabs[1]:
+        widgets.prompt_view(t.result.prompt, "in")
+    with tabs[2]:
+        st.json(t.result.report.model_dump(mode="json"), expanded=1)
+        if t.result.timings:
+            st.caption(
+                "timings (ms): " + ", ".join(f"{k} {v:g}" for k, v in t.result.timings.items())
+            )
+    with tabs[3]:
+        _findings(t)
+    with tabs[4]:
+        st.json(t.config.model_dump(mode="json", exclude_none=True))
+    c1, c2, c3 = st.columns(3)
+    if c1.button("Open in Playground", key="in_to_playground"):
+        state.switch("playground", trace=t.trace_id)
+    if c2.button("Session timeline", key="in_to_timeline"):
+        state.switch("timeline", session=t.session_id, trace=t.trace_id)
+    if c3.button("Compare with…", key="in_to_compare"):
+        state.switch("compare", a=t.trace_id)
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

@@ -1,0 +1,135 @@
+"""Playground: change any knob, re-run the builder on the captured input, see what flipped."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from ctxcore import figures
+from ctxcore.errors import CtxscopeError
+from ctxcore.loading import config_from_obj
+from ctxcore.models import Config, Trace
+from ctxcore.pipeline import build_trace, resolve_config
+from ui import knobs, state, views, widgets
+
+
+def _url_config(t: Trace) -> Config | None:
+    """The settings a permalink (or the Sweep page) put into the URL for this trace."""
+    params = {k: v for k, v in state.qp_all().items() if k != "trace"}
+    if not params or state.qp_get("trace") != t.trace_id:
+        return None
+    data = views.params_to_config_dict(params)
+    preset = data.get("preset", t.config.preset)
+    base = t.config.model_dump(exclude_none=True) if preset == t.config.preset else {}
+    base.update(data)
+    base["preset"] = preset
+    return resolve_config(config_from_obj(base, "link parameters"), t.input)
+
+
+def _ensure_loaded(t: Trace) -> None:
+    url = state.qp_all()
+    fresh = (
+        state.ss_get("pg_loaded") != t.trace_id
+        or not state.ss_has("pg_preset")
+        or (url.get("trace") == t.trace_id and url != state.ss_get("pg_qp_written"))
+    )
+    if not fresh:
+        return
+    cfg = None
+    try:
+        cfg = _url_config(t)
+    except CtxscopeError as exc:
+        st.error(
+            views.md(f"{exc} — showing the recorded settings instead."), icon=":material/error:"
+        )
+    knobs.load(cfg or t.config)
+    state.ss_set("pg_loaded", t.trace_id)
+
+
+def _save(t: Trace, cfg: Config) -> None:
+    variant = build_trace(
+        t.input,
+        cfg,
+        session_id=t.session_id,
+        turn=t.turn,
+        tags=sorted({*t.tags, "variant"}),
+        metadata={"variant_of": t.trace_id},
+        source_trace_id=t.trace_id,
+    )
+    state.add_traces([variant], source="playground")
+    state.ss_set("pg_saved", variant.trace_id)
+
+
+def render() -> None:
+    st.title("Playground")
+    t = widgets.trace_picker("pg")
+    if t is None:
+        return
+    _ensure_loaded(t)
+    widgets.trace_caption(t)
+    left, right = st.columns([1, 3], gap="large")
+    with left:
+        st.subheader("Settings")
+        with state.guard():
+            knobs.panel(t.input, t.config)
+        if st.button("Reset to recorded settings", key="pg_reset"):
+            knobs.load(t.config)
+            st.rerun()
+    with right:
+        try:
+            cfg = resolve_config(knobs.current(t.input), t.input)
+            result = state.rebuild(t, cfg, views.config_json(cfg))
+        except CtxscopeError as exc:
+            st.error(views.md(exc), icon=":material/error:")
+            return
+        params = {"trace": t.trace_id, **views.config_to_params(cfg)}
+        state.qp_set(params)
+        state.ss_set("pg_qp_written", state.qp_all())
+        widgets.metrics(result, t.result)
+        flips = views.flipped(t.result, result)
+        st.subheader(f"Flipped ({len(flips)})")
+        if flips.empty:
+            st.caption("Nothing changed against the recorded build.")
+        else:
+            st.dataframe(
+                flips,
+                hide_index=True,
+                key="pg_flipped",
+                column_config={
+                    "reason_now": st.column_config.TextColumn("reason now", width="large")
+                },
+            )
+        variant = t.model_copy(update={"config": cfg, "result": result})
+        st.plotly_chart(figures.window_bar(variant), key="pg_window")
+        tabs = st.tabs(["Decisions", "Prompt", "Prompt diff", "Scores", "Permalink & save"])
+        with tabs[0]:
+            widgets.decisions_table(views.decisions_frame(result.decisions), "pg")
+        with tabs[1]:
+            widgets.prompt_view(result.prompt, "pg")
+        with tabs[2]:
+            diff = views.prompt_diff(
+                t.result.prompt if t.result else "", result.prompt, "recorded", "variant"
+            )
+            st.code(diff or "(the prompts are identical)", language="diff")
+        with tabs[3]:
+            st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
+        with tabs[4]:
+            query = urlencode(params)
+            base = (st.context.url or "").split("?")[0]
+            st.caption("Permalink: opens this trace with exactly these settings.")
+            st.code(f"{base}?{query}", language=None)
+            if st.button("Save variant as a new trace", key="pg_save", type="primary"):
+                with state.guard():
+                    _save(t, cfg)
+            saved = state.ss_get("pg_saved")
+            if saved:
+                st.success(views.md(f"Saved as trace {saved} (linked to {t.trace_id})."))
+                if st.button("Open the saved variant", key="pg_open_saved"):
+                    state.switch("inspect", trace=saved)
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

@@ -1,0 +1,137 @@
+"""Share / Import: export a snapshot or HTML report; bring in snapshots, OpenAI requests, OTLP."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import streamlit as st
+
+from ctxcore.models import Trace
+from ui import state, widgets
+
+FORMATS = ["auto", "trace", "openai", "otlp"]
+
+
+def _export(t: Trace) -> None:
+    st.subheader("Export")
+    share = state.import_optional("ctxcore.share")
+    if share is None:
+        st.info("Exporting needs ctxcore.share, which this build does not have yet.")
+        return
+    redact = st.toggle(
+        "Redact secrets (API keys, tokens, passwords in URLs, private keys)",
+        value=True,
+        key="sh_redact",
+    )
+    scope = st.radio("What", ["this trace", "its whole session"], key="sh_scope", horizontal=True)
+    with state.guard():
+        traces = [t] if scope == "this trace" else state.session_traces(t.session_id)
+        name = t.trace_id if scope == "this trace" else t.session_id
+
+        def make() -> tuple[str, str, dict[str, int]]:
+            out, counts = share.redact_all(traces) if redact else (traces, {})
+            return share.snapshot_json(out), share.html_report(out, redactions=counts), counts
+
+        snap, report, counts = state.derived(
+            "export", t.trace_id, f"{scope}|{redact}|{len(traces)}", make
+        )
+        if redact:
+            found = ", ".join(f"{k}: {v}" for k, v in counts.items()) or "none found"
+            st.caption(f"Secrets redacted in the export: {found}")
+        c1, c2 = st.columns(2)
+        c1.download_button(
+            "Download snapshot (.json)",
+            snap,
+            file_name=f"{name}.ctxscope.json",
+            mime="application/json",
+            key="sh_dl_snapshot",
+            type="primary",
+        )
+        c2.download_button(
+            "Download HTML report",
+            report,
+            file_name=f"{name}.html",
+            mime="text/html",
+            key="sh_dl_html",
+        )
+
+
+def _import() -> None:
+    st.subheader("Import")
+    imp = state.import_optional("ctxcore.importers")
+    if imp is None or not hasattr(imp, "load_file"):
+        st.info("Importing needs ctxcore.importers, which this build does not have yet.")
+        return
+    fmt = st.selectbox(
+        "Format",
+        FORMATS,
+        key="sh_format",
+        help="auto detects snapshots/traces, OTLP JSON and OpenAI requests.",
+    )
+    up = st.file_uploader(
+        "Upload a snapshot, trace JSONL, OpenAI request or OTLP JSON",
+        type=["json", "jsonl", "gz"],
+        key="sh_upload",
+    )
+    pasted = st.text_area(
+        "…or paste JSON",
+        key="sh_paste",
+        height=160,
+        placeholder='{"messages": [{"role": "user", "content": "…"}]}',
+    )
+    if st.button("Import", key="sh_import", type="primary"):
+        with state.guard():
+            traces: list[Trace] = []
+            if up is not None:
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = Path(tmp) / Path(up.name).name
+                    path.write_bytes(up.getvalue())
+                    traces += imp.load_file(path, fmt)
+            if pasted.strip():
+                from ctxcore.loading import parse_json
+
+                data = parse_json(pasted, "pasted JSON")
+                traces += imp.traces_from_value(
+                    data,
+                    fmt,
+                    where="pasted JSON",
+                    session_id="pasted",
+                    default_now=datetime.now(UTC).replace(microsecond=0),
+                )
+            if not traces:
+                st.warning("Nothing to import: upload a file or paste JSON first.")
+                return
+            added = state.add_traces(traces, source=up.name if up is not None else "paste")
+            state.ss_set("sh_imported", [x.trace_id for x in traces])
+            st.success(f"Imported {len(traces)} trace(s), {added} new.")
+    done = state.ss_get("sh_imported") or []
+    if done:
+        pick = st.selectbox("Imported", done, key="sh_imported_pick")
+        if st.button("Open in Inspect", key="sh_open"):
+            state.switch("inspect", trace=pick)
+
+
+def render() -> None:
+    st.title("Share / Import")
+    t = widgets.trace_picker("sh")
+    if t is not None:
+        widgets.trace_caption(t)
+        _export(t)
+    st.divider()
+    _import()
+    errs = state.ingest_errors()
+    if errs:
+        with st.expander(f"Ingest errors ({len(errs)})"):
+            st.dataframe(
+                [{"file": e.file, "line": e.line, "message": e.message, "at": e.at} for e in errs],
+                hide_index=True,
+                key="sh_errors",
+            )
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

@@ -1,0 +1,140 @@
+"""Sweep: a grid over two knobs — where does the behaviour change? A cell opens the Playground."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ctxcore import figures
+from ctxcore.models import Trace
+from ui import state, views, widgets
+
+#: knobs a sweep can vary, with the range offered when the trace's value is v
+NUMERIC = {
+    "max_tokens": "int",
+    "min_relevance": "ratio",
+    "relevance_weight": "ratio",
+    "recency_weight": "ratio",
+    "priority_weight": "ratio",
+    "reserve_ratio": "ratio",
+    "output_reserve": "int",
+    "safety_margin": "int",
+    "history_limit": "int",
+}
+
+
+def _default_range(name: str, v: float) -> tuple[float, float]:
+    if NUMERIC[name] == "ratio":
+        return (0.0, 0.95 if name == "reserve_ratio" else 1.0)
+    return (max(1.0, round(v / 2)), max(2.0, round(v * 2)))
+
+
+def _axis(axis: str, t: Trace, params: list[str], default: str) -> tuple[str, list[float]]:
+    c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
+    k = f"sw_{axis}_param"
+    state.ss_default(k, default)
+    name: str = c1.selectbox(f"{axis.upper()} parameter", params, key=k)
+    cur = getattr(t.config, name)
+    lo, hi = _default_range(name, float(cur if cur is not None else 1.0))
+    if state.ss_get(f"sw_{axis}_for") != name:  # a new parameter: its own default range
+        state.ss_set(f"sw_{axis}_from", lo)
+        state.ss_set(f"sw_{axis}_to", hi)
+        state.ss_set(f"sw_{axis}_for", name)
+    start = c2.number_input("from", key=f"sw_{axis}_from")
+    stop = c3.number_input("to", key=f"sw_{axis}_to")
+    state.ss_default(f"sw_{axis}_steps", 6)
+    steps = int(c4.number_input("steps", min_value=2, max_value=25, key=f"sw_{axis}_steps"))
+    values = [start + (stop - start) * i / (steps - 1) for i in range(steps)]
+    if NUMERIC[name] == "int":
+        values = list(dict.fromkeys(int(round(v)) for v in values))
+    else:
+        values = [round(v, 4) for v in values]
+    return name, values
+
+
+def render() -> None:
+    st.title("Sweep")
+    sweep_mod = state.import_optional("ctxcore.pipeline.sweep")
+    if sweep_mod is None:
+        st.info("The sweep engine (ctxcore.pipeline.sweep) is not installed in this build.")
+        return
+    t = widgets.trace_picker("sw")
+    if t is None:
+        return
+    state.qp_set({"trace": t.trace_id})
+    params = [p for p in NUMERIC if getattr(t.config, p) is not None]
+    if len(params) < 2:
+        st.warning(f"The {t.config.preset} preset has fewer than two numeric knobs to sweep.")
+        return
+    st.caption(f"Preset `{t.config.preset}`; every other knob stays as recorded.")
+    x_name, xs = _axis("x", t, params, params[0])
+    y_default = (
+        "min_relevance"
+        if "min_relevance" in params and x_name != "min_relevance"
+        else next(p for p in params if p != x_name)
+    )
+    y_name, ys = _axis("y", t, params, y_default)
+    ids = [d.packet_id for d in t.result.decisions] if t.result else [p.id for p in t.input.packets]
+    watch = st.selectbox("Watch packet (does it stay in?)", ["(none)", *ids], key="sw_watch")
+    watch_id = None if watch == "(none)" else watch
+    if x_name == y_name:
+        st.warning("Pick two different parameters.")
+        return
+    if st.button(f"Run {len(xs) * len(ys)} builds", key="sw_run", type="primary"):
+        with state.guard():
+            grid = state.sweep(t, x_name, tuple(xs), y_name, tuple(ys), watch_id)
+            state.ss_set("sw_grid", (t.trace_id, x_name, y_name, watch_id, grid))
+    held = state.ss_get("sw_grid")
+    if not held or held[0] != t.trace_id:
+        st.caption("Choose the ranges and run the sweep.")
+        return
+    _, gx, gy, gw, grid = held
+    z_tokens, z_items, z_watch = views.sweep_arrays(grid)
+    xv, yv = list(grid.x_values), list(grid.y_values)
+    c1, c2 = st.columns(2)
+    with c1:
+        st.plotly_chart(
+            figures.sweep_heatmap(
+                z_tokens, xv, yv, x_label=gx, y_label=gy, title="Tokens used", value_label="tokens"
+            ),
+            key="sw_tokens",
+        )
+    with c2:
+        st.plotly_chart(
+            figures.sweep_heatmap(
+                z_items, xv, yv, x_label=gx, y_label=gy, title="Items kept", value_label="items"
+            ),
+            key="sw_items",
+        )
+    if gw and z_watch is not None:
+        st.plotly_chart(
+            figures.sweep_heatmap(
+                z_watch,
+                xv,
+                yv,
+                x_label=gx,
+                y_label=gy,
+                title=f"Is {gw} in the window?",
+                binary=True,
+            ),
+            key="sw_watch_map",
+        )
+    cells = [(i, j) for j in range(len(yv)) for i in range(len(xv))]
+    c1, c2 = st.columns([3, 1])
+    cell = c1.selectbox(
+        "Cell",
+        cells,
+        key="sw_cell",
+        format_func=lambda c: (
+            f"{gx} = {xv[c[0]]:g}, {gy} = {yv[c[1]]:g} → "
+            f"{z_tokens[c[1]][c[0]]:,.0f} tokens, {z_items[c[1]][c[0]]:,.0f} items"
+        ),
+    )
+    if c2.button("Open cell in Playground", key="sw_open", type="primary"):
+        cfg = grid.config_at(cell[0], cell[1])
+        state.switch("playground", trace=t.trace_id, **views.config_to_params(cfg))
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

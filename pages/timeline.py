@@ -1,0 +1,70 @@
+"""Timeline: one session across turns — which packet was in, out or squeezed at each turn."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ctxcore import figures
+from ui import state
+
+
+def _pick_session() -> str | None:
+    sessions = state.sessions()
+    if not sessions:
+        st.info("The store holds no sessions yet.")
+        return None
+    ids = [s.session_id for s in sessions]
+    wanted = state.qp_get("session")
+    if wanted and state.ss_get("tl_session_from_url") != wanted and wanted in ids:
+        state.ss_set("tl_session", wanted)
+        state.ss_set("tl_session_from_url", wanted)
+    if state.ss_get("tl_session") not in ids:
+        state.ss_set("tl_session", ids[0])
+    label = {
+        s.session_id: f"{s.session_id}  ({s.traces} traces, turns {s.first_turn}–{s.last_turn})"
+        for s in sessions
+    }
+    sid: str = st.selectbox("Session", ids, key="tl_session", format_func=lambda i: label[i])
+    return sid
+
+
+def render() -> None:
+    st.title("Timeline")
+    sid = _pick_session()
+    if sid is None:
+        return
+    state.qp_set({"session": sid})
+    statuses = state.session_statuses(sid)
+    parts = state.session_partitions(sid)
+    turns: dict[int, str] = {}
+    for r in statuses + parts:
+        turns.setdefault(int(r["turn"]), str(r["trace_id"]))
+    heat = state.derived(
+        "timeline",
+        sid,
+        str(state.latest_change()),
+        lambda: figures.timeline_heatmap(statuses, f"Packets across the turns of {sid}"),
+    )
+    event = st.plotly_chart(heat, key="tl_heatmap", on_select="rerun", selection_mode="points")
+    points = getattr(getattr(event, "selection", None), "points", None) or []
+    target = None
+    if points:
+        x = points[0].get("x")
+        if x is not None and int(x) in turns:
+            target = turns[int(x)]
+    st.plotly_chart(figures.session_usage(parts), key="tl_usage")
+    c1, c2 = st.columns([3, 1])
+    order = sorted(turns)
+    turn = c1.selectbox(
+        "Turn", order, key="tl_turn", format_func=lambda n: f"turn {n} · {turns[n]}"
+    )
+    if c2.button("Open turn in Inspect", key="tl_open", type="primary"):
+        target = turns[turn]
+    if target:
+        state.switch("inspect", trace=target)
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

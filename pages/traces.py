@@ -1,0 +1,193 @@
+"""Traces: every stored build, filtered and paged by the store; new files show up live."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time
+
+import pandas as pd
+import streamlit as st
+
+from ctxcore.store import TraceFilter
+from ui import state
+
+ANY = "(any)"
+SORTS = ["created_at", "turn", "used", "budget", "dropped", "summarized", "session_id"]
+#: filter widgets mirrored in the URL: query name -> session key
+_QP = {
+    "session": "tr_session",
+    "preset": "tr_preset",
+    "verdict": "tr_verdict",
+    "search": "tr_search",
+    "finding": "tr_finding",
+}
+
+
+def _init_from_url() -> None:
+    for name, key in _QP.items():
+        v = state.qp_get(name)
+        if v and not state.ss_has(key):
+            state.ss_set(key, v)
+    tags = state.qp_get("tags")
+    if tags and not state.ss_has("tr_tags"):
+        state.ss_set("tr_tags", [t for t in tags.split(",") if t])
+    if state.qp_get("lost") == "1" and not state.ss_has("tr_lost"):
+        state.ss_set("tr_lost", True)
+    if state.qp_get("warnings") and not state.ss_has("tr_warnings"):
+        state.ss_set(
+            "tr_warnings",
+            {"1": "with warnings", "0": "without"}.get(state.qp_get("warnings") or "", ANY),
+        )
+
+
+def _choice(
+    label: str, options: list[str], key: str, col: st.delta_generator.DeltaGenerator
+) -> str | None:
+    opts = [ANY, *options]
+    if state.ss_get(key) not in opts:
+        state.ss_set(key, ANY)
+    v = col.selectbox(label, opts, key=key)
+    return None if v == ANY else v
+
+
+def _filters() -> TraceFilter:
+    facets = state.facets()
+    c1, c2, c3, c4 = st.columns(4)
+    session = _choice("Session", facets.get("session_id", []), "tr_session", c1)
+    preset = _choice("Preset", facets.get("preset", []), "tr_preset", c2)
+    verdict = _choice("Verdict", facets.get("verdict", []), "tr_verdict", c3)
+    tag_opts = facets.get("tags", [])
+    if any(t not in tag_opts for t in state.ss_get("tr_tags", [])):
+        state.ss_set("tr_tags", [t for t in state.ss_get("tr_tags", []) if t in tag_opts])
+    tags = c4.multiselect("Tags (all of)", tag_opts, key="tr_tags")
+    c5, c6, c7, c8 = st.columns(4)
+    search = c5.text_input(
+        "Search packet content", key="tr_search", placeholder="e.g. AssertionError"
+    )
+    finding = _choice("Finding", facets.get("finding", []), "tr_finding", c6)
+    warn = c7.selectbox("Warnings", [ANY, "with warnings", "without"], key="tr_warnings")
+    dates = c8.date_input("Created between", value=[], key="tr_dates", format="YYYY-MM-DD")
+    lost = st.checkbox("Only builds that dropped or summarized a must-keep item", key="tr_lost")
+    since = until = None
+    if isinstance(dates, (list, tuple)) and len(dates) >= 1:
+        since = datetime.combine(dates[0], time.min, tzinfo=UTC)
+        if len(dates) == 2:
+            until = datetime.combine(dates[1], time.max, tzinfo=UTC)
+    state.qp_set(
+        {
+            "session": session,
+            "preset": preset,
+            "verdict": verdict,
+            "search": search.strip() or None,
+            "finding": finding,
+            "tags": ",".join(tags) or None,
+            "lost": "1" if lost else None,
+            "warnings": {"with warnings": "1", "without": "0"}.get(warn),
+        }
+    )
+    return TraceFilter(
+        session_id=session,
+        preset=preset,
+        tags=tuple(tags),
+        verdict=verdict,
+        since=since,
+        until=until,
+        has_warnings={"with warnings": True, "without": False}.get(warn),
+        lost_must_keep=True if lost else None,
+        search=search.strip() or None,
+        finding=finding,
+    )
+
+
+def _frame(rows: list) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "created": [r.created_at for r in rows],
+            "session": [r.session_id for r in rows],
+            "turn": [r.turn for r in rows],
+            "preset": [r.preset for r in rows],
+            "used": [r.used for r in rows],
+            "budget": [r.budget for r in rows],
+            "use": [r.used / r.budget if r.budget else None for r in rows],
+            "kept": [r.n_kept + r.n_truncated for r in rows],
+            "summarized": [r.n_summarized for r in rows],
+            "dropped": [r.n_dropped + r.n_filtered for r in rows],
+            "warnings": [r.n_warnings for r in rows],
+            "lost must-keep": [r.lost_must_keep for r in rows],
+            "verdict": [r.verdict for r in rows],
+            "tags": [", ".join(r.tags) for r in rows],
+            "trace_id": [r.trace_id for r in rows],
+        }
+    )
+
+
+@st.fragment(run_every="3s")
+def _live() -> None:
+    # New traces (watcher, another tab saving a variant) bump latest_change(): rerun the
+    # whole page so the list, facets and counts all move together.
+    change = state.latest_change()
+    seen = state.ss_get("tr_seen_change")
+    if seen is None:
+        state.ss_set("tr_seen_change", change)
+    elif change != seen:
+        state.ss_set("tr_seen_change", change)
+        st.rerun()
+    st.caption(f"Live · watching `{state.traces_dir()}` · store `{state.db_path()}`")
+
+
+def render() -> None:
+    st.title("Traces")
+    _live()
+    _init_from_url()
+    flt = _filters()
+    c1, c2, c3 = st.columns([2, 1, 1])
+    sort = c1.selectbox("Sort by", SORTS, key="tr_sort")
+    desc = c2.toggle("Newest / largest first", value=True, key="tr_desc")
+    size = c3.selectbox("Rows per page", [25, 50, 100, 200], index=1, key="tr_page_size")
+    first = state.list_traces(flt, sort=sort, descending=desc, limit=1, offset=0)
+    pages = max(1, -(-first.total // size))
+    if state.ss_get("tr_page", 1) > pages:
+        state.ss_set("tr_page", 1)
+    page_no = int(
+        st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, step=1, key="tr_page")
+    )
+    result = state.list_traces(
+        flt, sort=sort, descending=desc, limit=size, offset=(page_no - 1) * size
+    )
+    st.markdown(
+        f"**{result.total:,}** matching traces · showing "
+        f"{result.offset + 1 if result.rows else 0:,}–{result.offset + len(result.rows):,}"
+    )
+    if not result.rows:
+        st.info("No trace matches these filters.")
+        return
+    frame = _frame(result.rows)
+    event = st.dataframe(
+        frame,
+        hide_index=True,
+        on_select="rerun",
+        selection_mode="single-row",
+        key="tr_table",
+        column_config={
+            "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
+            "use": st.column_config.ProgressColumn(
+                "use", format="percent", min_value=0, max_value=1
+            ),
+            "trace_id": st.column_config.TextColumn("trace id"),
+        },
+    )
+    chosen = None
+    rows = getattr(getattr(event, "selection", None), "rows", None) or []
+    if rows:
+        chosen = frame.iloc[rows[0]]["trace_id"]
+    c1, c2 = st.columns([3, 1])
+    pick = c1.selectbox("Open trace", list(frame["trace_id"]), key="tr_open_id")
+    if c2.button("Open in Inspect", key="tr_open", type="primary"):
+        chosen = pick
+    if chosen:
+        state.switch("inspect", trace=str(chosen))
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

@@ -1,0 +1,166 @@
+"""The Playground's knob panel: one widget per config knob the chosen preset has.
+
+Widget keys are stable (``pg_<knob>``, ``pg_pb_<partition>``, ``pg_preset``) so the
+browser tests, permalinks and the Sweep page can address them. Values live in session
+state; ``load`` fills them from a config (the recorded one, or a permalink's), and
+``current`` reads them back into a ``Config``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import streamlit as st
+
+from ctxcore.loading import config_from_obj
+from ctxcore.models import PARTITIONS, CapturedInput, Config
+from ctxcore.pipeline import PRESET_NAMES, resolve_config
+from ctxcore.tokens import TOKENIZERS
+from ui import state, views
+
+PREFIX = "pg_"
+FILLS = ["skip", "break", "optimal"]
+LABELS = {
+    "tokenizer": "Tokenizer",
+    "max_tokens": "max_tokens (window budget)",
+    "reserve_ratio": "reserve_ratio",
+    "output_reserve": "output_reserve (tokens)",
+    "safety_margin": "safety_margin (tokens)",
+    "min_relevance": "min_relevance",
+    "relevance_weight": "relevance_weight",
+    "recency_weight": "recency_weight",
+    "priority_weight": "priority_weight",
+    "recency_tau_hours": "recency_tau_hours",
+    "enable_compression": "enable_compression",
+    "fill": "fill",
+    "history_limit": "history_limit (messages)",
+    "degrade": "degrade order",
+}
+
+
+def key(name: str) -> str:
+    if name in PARTITIONS:
+        return PREFIX + views.PARTITION_SLUGS[name]
+    return PREFIX + name
+
+
+def _all_keys() -> list[str]:
+    return [key(n) for n in views.KNOBS] + [key(p) for p in PARTITIONS] + [PREFIX + "preset"]
+
+
+def preset_defaults(preset: str, inp: CapturedInput) -> Config:
+    return resolve_config(Config(preset=preset), inp)  # type: ignore[arg-type]
+
+
+def load(cfg: Config) -> None:
+    """Put every knob of a resolved config into session state (others are removed)."""
+    for k in _all_keys():
+        state.ss_pop(k)
+    state.ss_set(PREFIX + "preset", cfg.preset)
+    data = cfg.model_dump(exclude_none=True)
+    for name in views.KNOBS:
+        if name in data:
+            v = data[name]
+            state.ss_set(key(name), list(v) if isinstance(v, list) else v)
+    for part, ratio in (cfg.partition_budgets or {}).items():
+        state.ss_set(key(part), float(ratio))
+    rw, cw = cfg.relevance_weight, cfg.recency_weight
+    state.ss_set(
+        PREFIX + "tie_weights", rw is not None and cw is not None and math.isclose(rw + cw, 1.0)
+    )
+
+
+def _on_preset(inp: CapturedInput, recorded: Config) -> None:
+    new = state.ss_get(PREFIX + "preset")
+    # Another preset's resolved knobs do not carry over: start from its defaults, or
+    # from the recorded config when going back to the recorded preset.
+    load(recorded if new == recorded.preset else preset_defaults(new, inp))
+
+
+def _tie(changed: str) -> None:
+    if not state.ss_get(PREFIX + "tie_weights"):
+        return
+    other = "recency_weight" if changed == "relevance_weight" else "relevance_weight"
+    v = float(state.ss_get(key(changed), 0.0))
+    state.ss_set(key(other), round(1.0 - v, 6))
+
+
+def panel(inp: CapturedInput, recorded: Config) -> None:
+    """Draw the widgets of the current preset's knobs (values come from session state)."""
+    st.selectbox(
+        "Preset",
+        list(PRESET_NAMES),
+        key=PREFIX + "preset",
+        on_change=_on_preset,
+        args=(inp, recorded),
+    )
+    preset = str(state.ss_get(PREFIX + "preset"))
+    defaults = preset_defaults(preset, inp).model_dump(exclude_none=True)
+    has = [n for n in views.KNOBS if n in defaults]
+    for name in has:  # a knob the loaded config lacked: the preset's default
+        state.ss_default(key(name), defaults[name])
+    weights = "relevance_weight" in has and "recency_weight" in has
+    if weights:
+        st.toggle(
+            "Weights sum to 1",
+            key=PREFIX + "tie_weights",
+            help="Moving one weight moves the other (the tutorial's rule).",
+        )
+    tied = weights and bool(state.ss_get(PREFIX + "tie_weights"))
+    for name in has:
+        _widget(name, defaults[name], tied)
+    if "partition_budgets" in defaults:
+        with st.expander("Partition budgets (ratios of the budget)", expanded=False):
+            for part in PARTITIONS:
+                state.ss_default(key(part), float(defaults["partition_budgets"].get(part, 0.0)))
+                st.slider(part, 0.0, 1.0, step=0.01, key=key(part))
+
+
+def _widget(name: str, default: Any, tied: bool) -> None:
+    kind = views.KNOBS[name]
+    k = key(name)
+    label = LABELS[name]
+    if kind == "ratio":
+        hi = 0.95 if name == "reserve_ratio" else 1.0
+        cb: dict[str, Any] = {}
+        if name in ("relevance_weight", "recency_weight"):
+            cb = {"on_change": _tie, "args": (name,)}
+        st.slider(label, 0.0, hi, step=0.01, key=k, **cb)
+    elif kind == "int":
+        v = int(state.ss_get(k, default))
+        if name == "max_tokens":
+            top = max(32_000, 2 * v)
+            st.slider(label, 100, top, step=100, key=k)
+        else:
+            st.number_input(label, min_value=0, step=100 if name != "history_limit" else 1, key=k)
+    elif kind == "float":
+        st.number_input(label, min_value=0.01, step=1.0, key=k)
+    elif kind == "bool":
+        st.toggle(label, key=k)
+    elif kind == "choice":
+        opts = list(TOKENIZERS) if name == "tokenizer" else FILLS
+        st.selectbox(label, opts, key=k)
+    elif kind == "list":
+        opts = list(dict.fromkeys([*default, *state.ss_get(k, [])]))
+        st.multiselect(label, opts, key=k, help="Steps run in this order until the build fits.")
+
+
+def current(inp: CapturedInput) -> Config:
+    """The config the widgets describe (validated; errors name the knob)."""
+    preset = str(state.ss_get(PREFIX + "preset"))
+    defaults = preset_defaults(preset, inp).model_dump(exclude_none=True)
+    data: dict[str, Any] = {"preset": preset}
+    for name in views.KNOBS:
+        if name in defaults and state.ss_has(key(name)):
+            v = state.ss_get(key(name))
+            if views.KNOBS[name] == "int":
+                v = int(v)
+            elif views.KNOBS[name] in ("ratio", "float"):
+                v = round(float(v), 6)
+            data[name] = v
+    if "partition_budgets" in defaults:
+        data["partition_budgets"] = {
+            p: round(float(state.ss_get(key(p), 0.0)), 6) for p in PARTITIONS
+        }
+    return config_from_obj(data, "Playground settings")

@@ -1,0 +1,321 @@
+"""All of the app's Streamlit caching, session state and query-parameter handling.
+
+Pages never call ``st.cache_*`` or touch ``st.session_state``/``st.query_params``
+directly; they call the functions here with plain values. That keeps the invalidation
+rules in one place:
+
+- the store and the folder watcher are resources, one per (db, folder) for the process;
+- a trace is immutable once stored (ingest is idempotent on ``trace_id``), so traces and
+  what is derived from them are cached per ``trace_id`` without expiry;
+- list queries are cached per (filter, page, ``store.latest_change()``), so a new trace
+  (from the watcher or a saved variant) changes the key and the next run sees it;
+- re-runs of the pipeline are cached per (trace_id, config), so moving a slider back to a
+  value seen before costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import astuple
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from ctxcore.errors import CtxscopeError
+from ctxcore.models import BuildResult, Config, Trace
+from ctxcore.store import TraceFilter, TracePage, TraceStore
+
+# --------------------------------------------------------------------------- paths
+
+
+def db_path() -> str:
+    return str(Path(os.environ.get("CTXSCOPE_DB") or Path("traces") / "ctxscope.duckdb").resolve())
+
+
+def traces_dir() -> str:
+    return str(Path(os.environ.get("CTXSCOPE_TRACES") or "traces").resolve())
+
+
+def has_module(name: str) -> bool:
+    """Whether an optional ctxcore module (written by another issue) is importable."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@contextmanager
+def guard() -> Iterator[None]:
+    """Show our own errors as one short message; anything else is a bug and propagates."""
+    try:
+        yield
+    except CtxscopeError as exc:
+        from ui.views import md
+
+        st.error(md(exc), icon=":material/error:")
+
+
+# --------------------------------------------------------------------------- resources
+
+
+@st.cache_resource(show_spinner="Opening the trace store…")
+def _open_store(path: str, demo_dir: str) -> TraceStore:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    store = TraceStore(path)
+    if store.count() == 0 and Path(demo_dir).is_dir() and has_module("ctxcore.ingest"):
+        from ctxcore.ingest import ingest_paths
+
+        ingest_paths(store, [Path(demo_dir)])
+    return store
+
+
+def store() -> TraceStore:
+    """The process-wide store on ``$CTXSCOPE_DB`` (demo traces loaded into an empty one)."""
+    s = _open_store(db_path(), str(Path(traces_dir()) / "demo"))
+    _start_watcher(db_path(), traces_dir())
+    return s
+
+
+@st.cache_resource(show_spinner=False)
+def _start_watcher(path: str, folder: str) -> Any:
+    # One watcher per (store, folder) for the app process: traces dropped into the folder
+    # are ingested by it, and pages notice through store.latest_change().
+    if os.environ.get("CTXSCOPE_NO_WATCH") == "1":
+        return None
+    if not has_module("ctxcore.watch"):
+        return None
+    from ctxcore.watch import Watcher
+
+    w = Watcher(_open_store(path, str(Path(folder) / "demo")), Path(folder))
+    w.start()
+    return w
+
+
+def latest_change() -> int:
+    return int(store().latest_change())
+
+
+# --------------------------------------------------------------------------- queries
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _list(
+    db: str, flt: tuple[Any, ...], sort: str, descending: bool, limit: int, offset: int, ver: int
+) -> TracePage:
+    return store().list_traces(
+        TraceFilter(*flt),
+        sort=sort,
+        descending=descending,
+        limit=limit,
+        offset=offset,  # type: ignore[arg-type]
+    )
+
+
+def list_traces(
+    flt: TraceFilter,
+    *,
+    sort: str = "created_at",
+    descending: bool = True,
+    limit: int = 50,
+    offset: int = 0,
+) -> TracePage:
+    return _list(db_path(), astuple(flt), sort, descending, limit, offset, latest_change())
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _facets(db: str, ver: int) -> dict[str, list[str]]:
+    return store().facets()
+
+
+def facets() -> dict[str, list[str]]:
+    return _facets(db_path(), latest_change())
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _sessions(db: str, ver: int) -> list[Any]:
+    return store().sessions()
+
+
+def sessions() -> list[Any]:
+    return _sessions(db_path(), latest_change())
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _session_statuses(db: str, session_id: str, ver: int) -> list[dict[str, Any]]:
+    return store().session_statuses(session_id)
+
+
+def session_statuses(session_id: str) -> list[dict[str, Any]]:
+    return _session_statuses(db_path(), session_id, latest_change())
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _session_partitions(db: str, session_id: str, ver: int) -> list[dict[str, Any]]:
+    return store().session_partitions(session_id)
+
+
+def session_partitions(session_id: str) -> list[dict[str, Any]]:
+    return _session_partitions(db_path(), session_id, latest_change())
+
+
+@st.cache_resource(max_entries=48, show_spinner=False)
+def _trace(db: str, trace_id: str) -> Trace | None:
+    return store().get_trace(trace_id)
+
+
+def get_trace(trace_id: str) -> Trace | None:
+    """A stored trace (immutable, so cached without expiry), or None if unknown."""
+    t = _trace(db_path(), trace_id)
+    if t is None:
+        _trace.clear()  # do not remember a miss: the watcher may bring it in a second
+    return t
+
+
+@st.cache_data(max_entries=48, show_spinner=False)
+def _findings(db: str, trace_id: str, ver: int) -> list[dict[str, Any]]:
+    return store().findings(trace_id)
+
+
+def findings(trace_id: str) -> list[dict[str, Any]]:
+    return _findings(db_path(), trace_id, latest_change())
+
+
+def recent_trace_ids(limit: int = 200) -> list[str]:
+    return [r.trace_id for r in list_traces(TraceFilter(), limit=limit).rows]
+
+
+# --------------------------------------------------------------------------- derived
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def derived(kind: str, trace_id: str, key: str, _make: Callable[[], Any]) -> Any:
+    """Something expensive computed from one immutable trace (figures, frames, counts).
+
+    ``_make`` is not hashed: (kind, trace_id, key) identifies the value.
+    """
+    return _make()
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def _rebuild(trace_id: str, cfg_json: str, _trace: Trace, _cfg: Config) -> BuildResult:
+    from ctxcore.pipeline import build
+
+    return build(_trace.input, _cfg)
+
+
+def rebuild(trace: Trace, cfg: Config, cfg_json: str) -> BuildResult:
+    """The pipeline re-run on a trace's captured input with ``cfg`` (cached per config)."""
+    return _rebuild(trace.trace_id, cfg_json, trace, cfg)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def add_traces(traces: list[Trace], source: str) -> int:
+    """Store new traces and drop exactly the caches a write makes stale."""
+    n = store().add_traces(traces, source=source)
+    # Listing caches are keyed by latest_change() and refresh by themselves; only a
+    # remembered miss of one of these ids could be stale.
+    _trace.clear()
+    return n
+
+
+# --------------------------------------------------------------------------- session
+
+
+def ss_get(key: str, default: Any = None) -> Any:
+    return st.session_state.get(key, default)
+
+
+def ss_set(key: str, value: Any) -> None:
+    st.session_state[key] = value
+
+
+def ss_default(key: str, value: Any) -> None:
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+def ss_has(key: str) -> bool:
+    return key in st.session_state
+
+
+def ss_pop(key: str) -> None:
+    st.session_state.pop(key, None)
+
+
+def qp_get(name: str, default: str | None = None) -> str | None:
+    v = st.query_params.get(name)
+    return v if v is not None else default
+
+
+def qp_all() -> dict[str, str]:
+    return {k: st.query_params[k] for k in st.query_params}
+
+
+def qp_set(params: Mapping[str, str | None]) -> None:
+    """Make the URL carry exactly ``params`` (None values are left out)."""
+    want = {k: str(v) for k, v in params.items() if v not in (None, "")}
+    if qp_all() != want:
+        st.query_params.from_dict(want)
+
+
+def switch(page: str, **params: str) -> None:
+    """Open another page (a file under pages/) with query parameters."""
+    st.switch_page(f"pages/{page}.py", query_params={k: v for k, v in params.items() if v})
+
+
+def import_optional(name: str) -> Any | None:
+    """The module if another issue has delivered it, else None (the page says so)."""
+    if not has_module(name):
+        return None
+    return importlib.import_module(name)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Running the sweep…")
+def _sweep(
+    trace_id: str,
+    cfg_json: str,
+    x: str,
+    xs: tuple[Any, ...],
+    y: str,
+    ys: tuple[Any, ...],
+    watch: str | None,
+    _trace: Trace,
+) -> Any:
+    from ctxcore.pipeline.sweep import sweep as run_sweep
+
+    return run_sweep(_trace.input, _trace.config, x, list(xs), y, list(ys), watch_packet=watch)
+
+
+def sweep(
+    t: Trace, x: str, xs: tuple[Any, ...], y: str, ys: tuple[Any, ...], watch: str | None
+) -> Any:
+    """A sweep grid over two knobs of a trace's recorded config (cached per grid)."""
+    return _sweep(t.trace_id, t.config.model_dump_json(), x, xs, y, ys, watch, t)
+
+
+def session_traces(session_id: str, limit: int = 500) -> list[Trace]:
+    """Every stored trace of one session, in turn order."""
+    page = list_traces(
+        TraceFilter(session_id=session_id), sort="turn", descending=False, limit=limit
+    )
+    out = [get_trace(r.trace_id) for r in page.rows]
+    return [t for t in out if t is not None]
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _ingest_errors(db: str, ver: int) -> list[Any]:
+    return store().ingest_errors()
+
+
+def ingest_errors() -> list[Any]:
+    return _ingest_errors(db_path(), latest_change())

@@ -1,0 +1,134 @@
+"""Rendering pieces several pages share: the trace picker, metrics, decisions, the prompt.
+
+Packet text is untrusted: it is drawn with ``st.code``, ``st.text`` and dataframes only.
+``st.markdown``/``st.caption`` are used for our own fixed strings, and for numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from ctxcore import figures
+from ctxcore.models import BuildResult, Trace
+from ui import state, views
+
+STATUS_LIST = list(figures.STATUS_ORDER)
+
+
+def trace_picker(prefix: str, label: str = "Trace", qp_name: str = "trace") -> Trace | None:
+    """Choose a trace: the one in the URL (``?trace=``) or one of the most recent ones."""
+    wanted = state.qp_get(qp_name)
+    ids = state.recent_trace_ids()
+    if wanted and wanted not in ids:
+        ids = [wanted, *ids]
+    if not ids:
+        st.info(
+            "The store holds no traces yet. Drop `.jsonl` trace files into the watched "
+            "folder, or import one on the **Share / Import** page."
+        )
+        return None
+    key = f"{prefix}_trace"
+    if wanted and state.ss_get(f"{key}_from_url") != wanted:
+        # A link (or another page) asked for this trace: it wins over the last choice.
+        state.ss_set(key, wanted)
+        state.ss_set(f"{key}_from_url", wanted)
+    state.ss_default(key, ids[0])
+    if state.ss_get(key) not in ids:
+        state.ss_set(key, ids[0])
+    trace_id: str = st.selectbox(label, ids, key=key)
+    t = state.get_trace(trace_id)
+    if t is None:
+        st.warning(views.md(f"No trace with id {trace_id!r} in the store at {state.db_path()}."))
+    return t
+
+
+def trace_caption(t: Trace) -> None:
+    st.caption(
+        views.md(
+            f"session {t.session_id} · turn {t.turn} · {t.created_at:%Y-%m-%d %H:%M:%S %Z} · "
+            f"preset {t.config.preset} · builder {t.builder.name} {t.builder.version}"
+            + (f" · variant of {t.source_trace_id}" if t.source_trace_id else "")
+            + (f" · tags: {', '.join(t.tags)}" if t.tags else "")
+        )
+    )
+
+
+def metrics(result: BuildResult, before: BuildResult | None = None) -> None:
+    """Budget, used and counts; with ``before``, each shows its change."""
+    now = _summary(result)
+    old = _summary(before) if before is not None else None
+    cols = st.columns(len(now))
+    for col, (label, value) in zip(cols, now.items(), strict=True):
+        delta = None
+        if old is not None and value is not None and old[label] is not None:
+            d = value - old[label]
+            delta = f"{d:+,}" if d else None
+        col.metric(
+            label, f"{value:,}" if value is not None else "–", delta=delta, delta_color="off"
+        )
+
+
+def _summary(r: BuildResult) -> dict[str, Any]:
+    counts = views.status_counts(r.decisions)
+    return {
+        "budget": r.totals.available,
+        "used": r.totals.used,
+        "kept": counts.get("kept", 0),
+        "truncated": counts.get("truncated", 0),
+        "summarized": counts.get("summarized", 0),
+        "dropped": counts.get("dropped", 0),
+        "filtered": counts.get("filtered", 0),
+    }
+
+
+DECISION_CONFIG = {
+    "rank": st.column_config.NumberColumn("rank", width="small"),
+    "packet_id": st.column_config.TextColumn("packet id"),
+    "reason_text": st.column_config.TextColumn("reason", width="large"),
+    "reason": st.column_config.TextColumn("code"),
+    "relevance": st.column_config.NumberColumn("relevance", format="%.3f"),
+    "recency": st.column_config.NumberColumn("recency", format="%.3f"),
+    "score": st.column_config.NumberColumn("score", format="%.3f"),
+}
+
+
+def decisions_table(frame: pd.DataFrame, prefix: str) -> None:
+    """The decisions, filterable by status, kind, partition and text; sortable by column."""
+    c1, c2, c3, c4 = st.columns([2, 2, 2, 3])
+    statuses = c1.multiselect("Status", STATUS_LIST, key=f"{prefix}_f_status")
+    kinds = c2.multiselect("Kind", sorted(frame["kind"].unique()), key=f"{prefix}_f_kind")
+    parts = c3.multiselect(
+        "Partition", sorted(p for p in frame["partition"].unique() if p), key=f"{prefix}_f_part"
+    )
+    text = c4.text_input("Search id or reason", key=f"{prefix}_f_text")
+    shown = views.filter_decisions(
+        frame, statuses=statuses, kinds=kinds, partitions=parts, text=text
+    )
+    st.caption(f"{len(shown):,} of {len(frame):,} decisions · click a column header to sort")
+    st.dataframe(
+        shown,
+        hide_index=True,
+        column_config=DECISION_CONFIG,
+        key=f"{prefix}_decisions",
+        height=min(38 + 35 * len(shown), 420),
+    )
+
+
+def prompt_view(prompt: str, prefix: str) -> None:
+    """The final prompt as text, with partition rulers and cut points marked."""
+    segs = views.prompt_segments(prompt)
+    cuts = sum(len(s.cuts) for s in segs)
+    st.caption(
+        f"{len(prompt):,} characters · {len(segs)} partition(s) · {cuts} cut point(s) "
+        "· rulers `────────` mark partitions, `✂────────` marks a cut"
+    )
+    marked = st.toggle("Mark partitions and cuts", value=True, key=f"{prefix}_prompt_marks")
+    st.code(
+        views.marked_prompt(prompt) if marked else prompt,
+        language=None,
+        line_numbers=not marked,
+        height=480,
+    )
