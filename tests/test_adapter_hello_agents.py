@@ -159,6 +159,11 @@ def test_adapter_records_traces_that_reproduce_the_real_prompt(
     assert third.result is not None
     assert any("context over budget" in w for w in third.result.warnings)
     assert third.result.prompt == prompts[2]
+    # Only a caller-supplied count is kept as such, and the preset flags it.
+    assert [p.tokens for p in first.input.packets] == [None] * 5
+    assert third.input.packets[0].tokens == 5
+    (long,) = [x for x in third.result.decisions if x.packet_id == "packet:0"]
+    assert any("5 tokens given by the caller" in n and "content counts" in n for n in long.notes)
 
 
 @pytest.mark.slow

@@ -94,6 +94,41 @@ def test_prompt_matches_golden_byte_for_byte(path: Path) -> None:
     assert compressed == any("context over budget" in w for w in result.warnings)
 
 
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_decisions_account_for_every_candidate_and_agree_with_the_prompt(path: Path) -> None:
+    case = _load(path)
+    inp = case["input"]
+    res = _run(case)
+    d = _by_id(res)
+    assert len(d) == len(res.decisions)  # one decision per candidate
+    contents = {p["id"]: p["content"] for p in inp.get("packets", [])}
+    if inp.get("system_instructions"):
+        contents["builder:instructions"] = inp["system_instructions"]
+    history = inp.get("history", [])
+    if history:
+        kept = history[-10:]
+        contents["builder:history"] = "\n".join(f"[{m['role']}] {m['content']}" for m in kept)
+    assert set(contents) <= set(d)
+    cut = [x for x in res.decisions if x.reason == "HISTORY_LIMIT"]
+    assert len(cut) == max(len(history) - 10, 0)
+    for pid, content in contents.items():
+        x = d[pid]
+        if x.status == Status.KEPT:
+            assert x.tokens_after == x.tokens_before
+            assert x.partition is not None and content in res.prompt
+        elif x.status == Status.TRUNCATED:
+            assert x.tokens_after > 0
+            if not any("given by the caller" in n for n in x.notes):
+                assert x.tokens_after <= x.tokens_before
+            assert content not in res.prompt
+        else:
+            assert x.tokens_after == 0
+    included = {x.packet_id for x in res.decisions if x.status in (Status.KEPT, Status.TRUNCATED)}
+    assert set(res.report.included) == included
+    ranks = sorted(x.rank for x in res.decisions if x.rank is not None)
+    assert ranks == list(range(1, len(contents) + 1))
+
+
 @pytest.mark.slow
 def test_live_package_agrees_with_goldens_and_preset() -> None:
     if not ORACLE.exists():

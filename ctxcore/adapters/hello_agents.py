@@ -102,7 +102,15 @@ def convert_history(history: list[Any] | None, now: datetime) -> list[Message]:
 
 
 def convert_packets(packets: list[Any], now: datetime, prefix: str = "packet") -> list[Packet]:
-    """hello-agents ``ContextPacket``s → ctxscope packets (kind = metadata["type"])."""
+    """hello-agents ``ContextPacket``s → ctxscope packets (kind = metadata["type"]).
+
+    ``token_count`` is kept only when it is not what the package itself counts for the
+    content (a caller-supplied count): that is what the preset's notes should flag.
+    """
+    from ..pipeline._hello_shared import PackageCounter
+    from ..tokens import get_counter
+
+    pc = PackageCounter.for_counter(get_counter("cl100k_base"))
     out: list[Packet] = []
     seen: set[str] = set()
     for i, p in enumerate(packets):
@@ -115,14 +123,15 @@ def convert_packets(packets: list[Any], now: datetime, prefix: str = "packet") -
             pid = f"{prefix}:{i}"
         seen.add(pid)
         rel = getattr(p, "relevance_score", 0.0)
+        content = str(p.content)
         out.append(
             Packet(
                 id=pid,
                 kind=kind,
-                content=str(p.content),
+                content=content,
                 timestamp=_aware(getattr(p, "timestamp", None), now),
                 relevance=float(rel) if rel else None,
-                tokens=int(p.token_count),
+                tokens=None if int(p.token_count) == pc.count(content) else int(p.token_count),
                 metadata=md,
             )
         )

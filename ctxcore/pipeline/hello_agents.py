@@ -224,8 +224,10 @@ def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered
         if p.tokens == 0:
             notes.setdefault(p.id, []).append("tokens 0 given: the package recounts it")
         elif p.tokens is not None:
+            real = pc.count(p.content)
             notes.setdefault(p.id, []).append(
                 f"{fmt_tokens(p.tokens)} tokens given by the caller are used as is"
+                + ("" if real == p.tokens else f" (the content counts {fmt_tokens(real)})")
             )
         add(
             Candidate(
