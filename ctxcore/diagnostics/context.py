@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..errors import InputError
-from ..models import Decision, Finding, Severity, Status, Trace
+from ..models import Decision, Finding, Reason, Severity, Status, Trace
 from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 from ..tokens import TokenCounter, get_counter, is_exact
 
@@ -119,6 +119,7 @@ def finding(
 
 
 _NS = re.compile(r"\s+")
+_POSITIONAL_HISTORY = re.compile(r"^history:(\d+)$")
 
 
 def normalize_ws(text: str) -> str:
@@ -198,8 +199,14 @@ class TraceView:
             for k in ks:
                 if 0 <= offset + k < len(history):
                     out[f"{HISTORY_ID}:{k}"] = history[offset + k].content
+        for d in self.decisions:
+            m_pos = _POSITIONAL_HISTORY.match(d.packet_id)
+            if m_pos and int(m_pos.group(1)) < len(history):
+                out.setdefault(d.packet_id, history[int(m_pos.group(1))].content)
         if HISTORY_ID in self.by_id:
-            out[HISTORY_ID] = "\n".join(m.content for m in history)
+            # one packet for the history the builder kept: the messages after those it cut
+            cut = sum(1 for d in self.decisions if d.reason == Reason.HISTORY_LIMIT)
+            out[HISTORY_ID] = "\n".join(m.content for m in history[cut:])
         for p in self.input.packets:
             out[p.id] = p.content
         return out

@@ -249,18 +249,24 @@ def unlabelled_evidence(v: TraceView) -> list[Finding]:
 _UNTRUSTED_ROLES = frozenset({"tool", "function", "observation", "ipython"})
 
 
+def _untrusted_texts(v: TraceView, packet_id: str) -> list[str]:
+    """The parts of a candidate that came from tools or retrieval (never the operator's)."""
+    if packet_id == INSTRUCTIONS_ID:
+        return []
+    if packet_id == HISTORY_ID:
+        # one packet for the whole history: look at its tool messages only
+        return [m.content for m in v.input.history if m.role in _UNTRUSTED_ROLES]
+    p = v.packets.get(packet_id)
+    if p is not None:
+        return [] if p.kind in TRUSTED_KINDS else [p.content]
+    return [v.content(packet_id)] if v.role(packet_id) in _UNTRUSTED_ROLES else []
+
+
 def injection_like(v: TraceView) -> list[Finding]:
     out: list[Finding] = []
     for d in v.decisions:
         pid = d.packet_id
-        if pid == INSTRUCTIONS_ID or pid == HISTORY_ID:
-            continue
-        if pid in v.packets:
-            if v.packets[pid].kind in TRUSTED_KINDS:
-                continue
-        elif (v.role(pid) or "") not in _UNTRUSTED_ROLES:
-            continue
-        hits = injection_hits(v.content(pid))
+        hits = [h for text in _untrusted_texts(v, pid) for h in injection_hits(text)]
         if not hits:
             continue
         where = "in the prompt" if d.status in IN_PROMPT else f"{d.status.value}, not in the prompt"
@@ -272,7 +278,7 @@ def injection_like(v: TraceView) -> list[Finding]:
                 f"{pid} ({d.kind}, {where}) contains text that {label_phrase(label)} "
                 f"({snippet[:50]!r}); flagged, not acted on",
                 [pid],
-                {"hits": [{"pattern": lab, "text": snip} for lab, snip in hits]},
+                {"hits": [{"pattern": lab, "text": snip} for lab, snip in hits[:5]]},
             )
         )
     return out
@@ -292,18 +298,15 @@ def label_phrase(label: str) -> str:
 _WHITESPACE_PRESETS = frozenset({"hello-agents", "hello-agents-book"})
 
 
-def _aware_scores(v: TraceView, ids: list[str]) -> tuple[dict[str, float], str]:
-    """CJK-aware relevance of each packet: the ctxscope preset's BM25 when available."""
-    texts = [v.content(i) for i in ids]
+def _bm25_scores(v: TraceView, ids: list[str]) -> dict[str, float]:
+    """What the ctxscope preset's CJK-aware BM25 gives each packet (empty if unavailable)."""
     try:
         from ..scoring import bm25_relevance
     except ImportError:
-        return {i: cjk_relevance(v.input.query, t) for i, t in zip(ids, texts, strict=True)}, (
-            "CJK bigram overlap"
-        )
-    lengths = v.exact_counter.count_many(texts)
-    scores = bm25_relevance(v.input.query, texts, lengths)
-    return {i: float(s) for i, s in zip(ids, scores, strict=True)}, "ctxscope BM25 (CJK-aware)"
+        return {}
+    texts = [v.content(i) for i in ids]
+    scores = bm25_relevance(v.input.query, texts, v.exact_counter.count_many(texts))
+    return {i: round(float(s), 4) for i, s in zip(ids, scores, strict=True)}
 
 
 def relevance_blind_spot(v: TraceView) -> list[Finding]:
@@ -328,15 +331,17 @@ def relevance_blind_spot(v: TraceView) -> list[Finding]:
             cands.append(d)
     if not cands:
         return []
-    ids = [d.packet_id for d in v.decisions if d.relevance is not None]
-    aware, scorer = _aware_scores(v, ids)
+    # The same measure the presets use (share of query terms found in the content), with
+    # CJK bigrams as terms: directly comparable to the recorded relevance and min_relevance.
+    aware = {d.packet_id: cjk_relevance(v.input.query, v.content(d.packet_id)) for d in cands}
     hits = [
         d
         for d in cands
-        if aware.get(d.packet_id, 0.0) - (d.relevance or 0.0) >= v.options.blind_spot_min_gain
+        if aware[d.packet_id] - (d.relevance or 0.0) >= v.options.blind_spot_min_gain
     ]
     if not hits:
         return []
+    bm25 = _bm25_scores(v, [d.packet_id for d in v.decisions if d.relevance is not None])
     filtered = [d.packet_id for d in hits if d.reason == Reason.BELOW_MIN_RELEVANCE]
     lost = [d.packet_id for d in hits if d.status in LOST]
     lo = min(aware[d.packet_id] for d in hits)
@@ -345,7 +350,7 @@ def relevance_blind_spot(v: TraceView) -> list[Finding]:
     msg = (
         f"{len(hits)} packet(s) with Chinese or other unspaced text scored relevance ≤ "
         f"{v.options.blind_spot_max_relevance:.2f} by whitespace word overlap "
-        f"({v.config.preset}); CJK-aware scoring gives {lo:.2f}–{hi:.2f}"
+        f"({v.config.preset}); with CJK-aware terms they cover {lo:.0%}–{hi:.0%} of the query"
     )
     if filtered:
         msg += f", and {len(filtered)} were filtered out by min_relevance"
@@ -356,11 +361,12 @@ def relevance_blind_spot(v: TraceView) -> list[Finding]:
             msg,
             [d.packet_id for d in hits],
             {
-                "scorer": scorer,
+                "scorer": "share of query terms found, CJK bigrams as terms",
                 "packets": {
                     d.packet_id: {
                         "recorded": d.relevance,
                         "cjk_aware": round(aware[d.packet_id], 4),
+                        "bm25": bm25.get(d.packet_id),
                         "status": d.status.value,
                     }
                     for d in hits
@@ -398,11 +404,11 @@ def summary_coverage(v: TraceView) -> list[Finding]:
     lookup: dict[str, str] | None = None
     for p in v.input.packets:
         covers = next((p.metadata[k] for k in _COVERS if k in p.metadata), None)
-        if p.kind != "summary" or not isinstance(covers, list) or not v.in_prompt(p.id):
+        if not isinstance(covers, list) or not v.in_prompt(p.id):
             continue
         if lookup is None:
             lookup = {**_session_contents(v), **v.contents}
-        srcs = [str(c) for c in covers if str(c) in lookup]
+        srcs = [str(c) for c in covers if str(c) in lookup and str(c) != p.id]
         if srcs:
             regions.append((f"summary {p.id}", [p.id, *srcs], "\n".join(lookup[s] for s in srcs)))
     out: list[Finding] = []

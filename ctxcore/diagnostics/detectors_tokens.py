@@ -43,10 +43,12 @@ def compression_damage(v: TraceView) -> list[Finding]:
     compressed = bool(cut_ids) or any("compress" in w.lower() for w in v.result.warnings)
     have = sections(v.prompt)
     full: dict[str, str] | None = None
+    shortened = False
     if compressed and v.options.rerun and v.config.enable_compression:
         alt = rebuild(v.trace, {"enable_compression": False})
         if alt is not None:
             full = sections(alt.prompt)
+            shortened = len(v.prompt) < len(alt.prompt)
     for name in ("[Task]", "[Output]"):
         expected = full.get(name) if full is not None else None
         got = have.get(name)
@@ -89,13 +91,18 @@ def compression_damage(v: TraceView) -> list[Finding]:
             )
         )
     cut = list(dict.fromkeys(cut_ids + truncated))
-    if cut and not MARKER.search(v.prompt):
+    if (cut or shortened) and not MARKER.search(v.prompt):
+        what = (
+            f"{id_list(cut, 3)} {'was' if len(cut) == 1 else 'were'} cut"
+            if cut
+            else "compression cut the prompt"
+        )
         out.append(
             finding(
                 "compression_damage",
                 "warning",
-                f"{id_list(cut, 3)} {'was' if len(cut) == 1 else 'were'} cut without a marker "
-                "in the prompt: the model cannot tell that text is missing",
+                f"{what} without a marker in the prompt: the model cannot tell that text is "
+                "missing",
                 cut,
                 {"cut": cut},
             )
