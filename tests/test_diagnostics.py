@@ -1,4 +1,4 @@
-"""Each detector fires on a case built to trigger it (real corpus text) and stays quiet on a clean one.
+"""Each detector fires on a case built to trigger it (corpus text) and stays quiet on a clean one.
 
 Traces are built with the real ``hello-agents`` preset (real tiktoken counts); where a
 status no hello-agents build produces is needed (``summarized``), a built trace's result is
