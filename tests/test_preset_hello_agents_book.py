@@ -58,7 +58,8 @@ def test_weights_not_summing_to_one_are_an_error_naming_both_values() -> None:
             _input(),
         )
     msg = str(exc.value)
-    assert "relevance_weight 0.6" in msg and "recency_weight 0.3" in msg and "sum to 1" in msg
+    assert "relevance_weight 0.6" in msg and "recency_weight 0.3" in msg and "= 0.9;" in msg
+    assert "sum to 1" in msg
 
 
 def test_one_weight_given_takes_the_complement() -> None:

@@ -130,7 +130,7 @@ def resolve(config: Config, input: CapturedInput) -> Config:
     if abs(total - 1.0) > WEIGHT_TOLERANCE:
         raise InputError(
             f"config: relevance_weight {cfg.relevance_weight!r} + recency_weight "
-            f"{cfg.recency_weight!r} = {total!r}; preset hello-agents-book requires them to "
+            f"{cfg.recency_weight!r} = {total:.6g}; preset hello-agents-book requires them to "
             "sum to 1 — change one of them"
         )
     return cfg
