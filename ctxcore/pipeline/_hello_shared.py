@@ -9,7 +9,8 @@ character position where the prompt was cut, and ``classify_cut`` maps that back
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -107,55 +108,34 @@ class Section:
 
 @dataclass
 class Renderer:
-    """Builds a prompt from sections joined by a separator while tracking spans."""
+    """Builds a prompt from sections joined by a separator while tracking packet spans."""
 
     separator: str = "\n\n"
     parts: list[str] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
     _pos: int = 0
-    _cur_name: str = ""
-    _cur_start: int = 0
-    _cur_spans: list[Span] = field(default_factory=list)
+    _spans: list[Span] = field(default_factory=list)
+
+    @contextmanager
+    def section(self, name: str) -> Iterator[Renderer]:
+        """Text and packets emitted inside belong to section ``name``."""
+        if self.parts:
+            self.text(self.separator)
+        start, self._spans = self._pos, []
+        yield self
+        self.sections.append(Section(name, start, self._pos, tuple(self._spans)))
 
     def text(self, s: str) -> None:
-        self._emit(s)
-
-    def packet(self, packet_id: str, content: str) -> None:
-        start = self._pos
-        self._emit(content)
-        self._cur_spans.append(Span(packet_id, start, self._pos))
-
-    def end(self) -> None:
-        self.sections.append(
-            Section(self._cur_name, self._cur_start, self._pos, tuple(self._cur_spans))
-        )
-        self._cur_name = ""
-
-    def _emit(self, s: str) -> None:
         self.parts.append(s)
         self._pos += len(s)
 
-    def section(self, name: str) -> _SectionCtx:
-        return _SectionCtx(self, name)
+    def packet(self, packet_id: str, content: str) -> None:
+        start = self._pos
+        self.text(content)
+        self._spans.append(Span(packet_id, start, self._pos))
 
     def result(self) -> tuple[str, tuple[Section, ...]]:
         return "".join(self.parts), tuple(self.sections)
-
-
-@dataclass
-class _SectionCtx:
-    r: Renderer
-    name: str
-
-    def __enter__(self) -> Renderer:
-        # The separator goes between sections, so a new section starts after it.
-        if self.r.parts:
-            self.r.text(self.r.separator)
-        self.r._cur_name, self.r._cur_start, self.r._cur_spans = self.name, self.r._pos, []
-        return self.r
-
-    def __exit__(self, *exc: object) -> None:
-        self.r.end()
 
 
 # --------------------------------------------------------------------------- cutting
