@@ -1,0 +1,124 @@
+"""Engine speed on the 1,000-packet corpus input (issue 2's targets); prints a table.
+
+    .venv/bin/python bench/bench_engine.py [--repeat N]
+
+- warm re-run of the ``ctxscope`` preset (same input object, caches warm): median ≤ 20 ms;
+- a 20 × 20 sweep over relevance_weight × max_tokens (400 builds): ≤ 1 s in all;
+- cold run (fresh token counter, cleared memo caches) against tiktoken alone counting the
+  same texts with ``encode_ordinary_batch`` (same thread count): ratio ≤ 1.2.
+  Runs are interleaved (tiktoken, cold build, tiktoken, …) so machine noise hits both.
+
+The hello-agents 0.2.8 package vs our ``hello-agents`` preset row is measured by
+``bench/bench_hello_agents.py`` (it needs the oracle virtual environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from corpus_input import corpus_input  # noqa: E402
+
+from ctxcore import scoring, summarize  # noqa: E402
+from ctxcore.models import Config  # noqa: E402
+from ctxcore.pipeline import build  # noqa: E402
+from ctxcore.pipeline import gather as gather_mod  # noqa: E402
+from ctxcore.pipeline.sweep import sweep  # noqa: E402
+from ctxcore.tokens import TokenCounter, get_counter, get_encoding  # noqa: E402
+
+
+def _clear_memos() -> None:
+    gather_mod.PREPARED._data.clear()
+    scoring._TF._memo.clear()
+    summarize._shared.clear()
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5, help="cold/tiktoken pairs (default 5)")
+    ap.add_argument("--warm", type=int, default=30, help="warm re-runs (default 30)")
+    args = ap.parse_args()
+
+    inp = corpus_input(1000)
+    enc = get_encoding("cl100k_base")
+    build(inp)  # imports, encodings, numpy warm-up; also fills caches for the warm rows
+    prep = gather_mod.prepare(inp, get_counter("cl100k_base"))
+    texts = list(
+        dict.fromkeys(
+            [it.segment for it in prep.items]
+            + [gather_mod.header(p) for p in gather_mod.PARTITIONS]
+            + [prep.task_segment, prep.output_segment]
+        )
+    )
+    n_tokens = sum(len(x) for x in enc.encode_ordinary_batch(texts, num_threads=4))
+
+    # warm
+    warm: list[float] = []
+    for _ in range(args.warm):
+        t0 = time.perf_counter()
+        build(inp)
+        warm.append(time.perf_counter() - t0)
+
+    # sweep (prepared input warm, as in the app after the first build)
+    xs = [round(0.05 * k, 2) for k in range(20)]
+    ys = [4000 + 600 * k for k in range(20)]
+    t0 = time.perf_counter()
+    grid = sweep(
+        inp, Config(), "relevance_weight", xs, "max_tokens", ys, watch_packet="tool:latest_failure"
+    )
+    sweep_s = time.perf_counter() - t0
+
+    # cold vs tiktoken alone, interleaved
+    tk: list[float] = []
+    cold: list[float] = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        enc.encode_ordinary_batch(texts, num_threads=4)
+        tk.append(time.perf_counter() - t0)
+        _clear_memos()
+        counter = TokenCounter("cl100k_base")
+        t0 = time.perf_counter()
+        build(inp, counter=counter)
+        cold.append(time.perf_counter() - t0)
+    ratio = statistics.median(cold) / statistics.median(tk)
+
+    rows = [
+        (
+            "input",
+            f"{len(inp.packets):,} packets + {len(inp.history)} messages, "
+            f"{n_tokens:,} cl100k tokens",
+            "",
+        ),
+        ("warm re-run (median)", _ms(statistics.median(warm)), "≤ 20 ms"),
+        ("warm re-run (min / max)", f"{_ms(min(warm))} / {_ms(max(warm))}", ""),
+        (
+            f"sweep {len(xs)}×{len(ys)} ({len(xs) * len(ys)} builds)",
+            _ms(sweep_s) + (" (vectorized)" if grid.vectorized else " (build per cell)"),
+            "≤ 1 s",
+        ),
+        ("tiktoken alone (median)", _ms(statistics.median(tk)), ""),
+        ("cold run (median)", _ms(statistics.median(cold)), ""),
+        ("cold / tiktoken", f"{ratio:.2f}×", "≤ 1.2×"),
+        ("hello-agents 0.2.8 vs our preset", "see bench/bench_hello_agents.py", ""),
+    ]
+    w1 = max(len(r[0]) for r in rows)
+    w2 = max(len(r[1]) for r in rows)
+    print(f"{'measure':<{w1}}  {'result':<{w2}}  target")
+    print(f"{'-' * w1}  {'-' * w2}  ------")
+    for a, b, c in rows:
+        print(f"{a:<{w1}}  {b:<{w2}}  {c}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

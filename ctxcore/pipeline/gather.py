@@ -1,0 +1,399 @@
+"""Gather and the config-independent half of scoring, for the ``ctxscope`` preset.
+
+``prepare(input, tokenizer, counter)`` turns a captured input into a ``Prepared`` value:
+one ``Item`` per candidate (instructions, tool definitions, each history message, each
+caller packet), each with its rendered prompt segment, its exact token count, partition,
+must-keep reason, BM25 relevance and age. Everything here depends only on the input and the
+tokenizer, never on weights or budgets, so one ``Prepared`` serves every build and every
+sweep cell over the same input: a warm re-run or a 400-cell sweep gathers once.
+
+Token accounting is exact by construction: the prompt is a concatenation of segments that
+each end in a newline and never start with one, so cl100k/o200k never merge tokens across
+a segment boundary and the prompt's count is the sum of its segments' counts (a test checks
+this on the real corpus). Gather therefore counts each rendered segment once, in one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..models import PARTITIONS, CapturedInput
+from ..scoring import QueryTerms, bm25_relevance, priority_norm
+from ..summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
+from ..tokens import TokenCounter
+from .common import INSTRUCTIONS_ID, history_id
+
+TOOLS_ID = "builder:tools"
+HISTORY_SUMMARY_ID = "builder:history:summary"
+
+ROLE, TASK, STATE, EVIDENCE, CONTEXT, OUTPUT = PARTITIONS
+
+OUTPUT_TEXT = (
+    "Answer the task above using only this context. Cite the source ids (for example "
+    "tool:call_12) behind each claim, say what is missing or uncertain, and end with the "
+    "next concrete step.\n"
+)
+
+#: kind → partition (anything else goes to [Context])
+KIND_PARTITION: dict[str, str] = {
+    "instructions": ROLE,
+    "system": ROLE,
+    "system_instruction": ROLE,
+    "policy": ROLE,
+    "tools": ROLE,
+    "task": TASK,
+    "constraint": TASK,
+    "goal": TASK,
+    "state": STATE,
+    "task_state": STATE,
+    "plan": STATE,
+    "evidence": EVIDENCE,
+    "retrieval": EVIDENCE,
+    "rag_result": EVIDENCE,
+    "knowledge": EVIDENCE,
+    "knowledge_base": EVIDENCE,
+    "tool_result": EVIDENCE,
+    "tool": EVIDENCE,
+    "log": EVIDENCE,
+    "file": EVIDENCE,
+    "code": EVIDENCE,
+    "repo_map": EVIDENCE,
+}
+PARTITION_INDEX = {name: i for i, name in enumerate(PARTITIONS)}
+
+_LEADING_BLANK = re.compile(r"\s*[\r\n]")
+_TOOL_KINDS = frozenset({"tool_result", "tool", "log", "observation", "tool_output"})
+_STATE_KINDS = frozenset({"state", "task_state"})
+
+
+def normalize(text: str) -> str:
+    """Drop leading blank lines and trailing whitespace (keeps first-line indentation).
+
+    This is what makes segments additive: no segment starts with a newline and every
+    rendered segment ends with exactly its own newlines.
+    """
+    m = _LEADING_BLANK.match(text)
+    if m is not None:
+        text = text[m.end() :]
+    return text.rstrip()
+
+
+def segment(item_id: str, label: str, text: str) -> str:
+    """The rendered form of one item: an id line, the text, a blank line."""
+    head = f"## {item_id}" + (f" · {label}" if label else "")
+    return f"{head}\n{text}\n\n" if text else f"{head}\n\n"
+
+
+def header(partition: str) -> str:
+    return f"{partition}\n"
+
+
+@dataclass
+class Item:
+    """One candidate, prepared: what it renders to and what it costs."""
+
+    id: str
+    kind: str
+    text: str  # normalized content
+    segment: str  # rendered, exactly as it appears in the prompt
+    tokens: int  # count of ``segment``
+    raw_tokens: int | None  # the caller's own count, if given
+    partition: str
+    order: int
+    must_keep: str | None  # why it is must-keep, or None
+    builder_made: bool = False
+    history_pos: int | None = None  # index among history messages (0 = oldest)
+    role: str | None = None
+    caller_relevance: float | None = None
+    duplicate_of: str | None = None
+    no_timestamp: bool = False
+
+
+@dataclass
+class Prepared:
+    """A gathered, counted, relevance-scored input (independent of weights and budgets)."""
+
+    input: CapturedInput
+    tokenizer: str
+    items: list[Item]
+    tokens: npt.NDArray[np.int64]
+    relevance: npt.NDArray[np.float64]
+    ages: npt.NDArray[np.float64]  # hours, NaN = no timestamp
+    priority: npt.NDArray[np.float64]
+    partition: npt.NDArray[np.int64]
+    header_tokens: dict[str, int]
+    task_segment: str
+    task_tokens: int
+    output_segment: str
+    output_tokens: int
+    query_terms: QueryTerms
+    #: memo of degraded versions: (item index, rung, summarizer id, extra) → (text, tokens)
+    degraded: dict[tuple[Any, ...], tuple[str, int]] = field(default_factory=dict)
+    recency_memo: dict[float, npt.NDArray[np.float64]] = field(default_factory=dict)
+    rungs_memo: dict[tuple[str, ...], list[str | None]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        items = self.items
+        n = len(items)
+        # plain lists and masks the per-config plan reads (built once per input)
+        self.tokens_list: list[int] = self.tokens.tolist()
+        self.relevance_list: list[float] = self.relevance.tolist()
+        self.index_of: dict[str, int] = {it.id: i for i, it in enumerate(items)}
+        self.partition_list: list[int] = self.partition.tolist()
+        self.must_keep_idx: list[int] = [i for i, it in enumerate(items) if it.must_keep]
+        self.is_must_keep = np.array([it.must_keep is not None for it in items], dtype=bool)
+        self.is_history = np.array([it.history_pos is not None for it in items], dtype=bool)
+        self.history_pos = np.array(
+            [it.history_pos if it.history_pos is not None else n for it in items],
+            dtype=np.int64,
+        )
+        self.n_history = int(self.is_history.sum())
+        self.is_empty = np.array([not it.text for it in items], dtype=bool)
+        self.is_duplicate = np.array([it.duplicate_of is not None for it in items], dtype=bool)
+        self.has_caller_relevance = np.array(
+            [it.caller_relevance is not None for it in items], dtype=bool
+        )
+
+    def rungs_for(self, ladder: tuple[str, ...]) -> list[str | None]:
+        """The ladder rung that can shrink each item (None: it can only be dropped)."""
+        hit = self.rungs_memo.get(ladder)
+        if hit is None:
+            kinds = (
+                ("tool_results", TOOL_KINDS),
+                ("files", FILE_KINDS),
+                ("repo_map", REPO_MAP_KINDS),
+            )
+            hit = []
+            for it in self.items:
+                rung: str | None = None
+                if it.history_pos is not None:
+                    rung = "recent" if "recent" in ladder else None
+                else:
+                    for name, ks in kinds:
+                        if it.kind in ks and name in ladder:
+                            rung = name
+                            break
+                hit.append(rung)
+            self.rungs_memo[ladder] = hit
+        return hit
+
+    def recency(self, tau_hours: float) -> npt.NDArray[np.float64]:
+        rec = self.recency_memo.get(tau_hours)
+        if rec is None:
+            ages = self.ages
+            rec = np.where(np.isnan(ages), 0.5, np.exp(-np.nan_to_num(ages) / tau_hours))
+            self.recency_memo[tau_hours] = rec
+        return rec
+
+
+def _tools_json(input: CapturedInput) -> str:
+    return json.dumps(
+        [t.model_dump(mode="json") for t in input.tools],
+        ensure_ascii=False,
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def _is_failure(meta: dict[str, Any]) -> bool:
+    code = meta.get("exit_code", meta.get("returncode"))
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        return True
+    return bool(meta.get("failed") or meta.get("error") is True or meta.get("status") == "error")
+
+
+def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
+    """Build every candidate, render its segment, count all segments in one batch."""
+    items: list[Item] = []
+    stamps: list[Any] = []
+    prio: list[int] = []
+
+    def add(item: Item, ts: Any, priority: int = 0) -> None:
+        items.append(item)
+        stamps.append(ts)
+        prio.append(priority)
+
+    if input.system_instructions.strip():
+        text = normalize(input.system_instructions)
+        add(
+            Item(
+                INSTRUCTIONS_ID,
+                "instructions",
+                text,
+                text + "\n\n",
+                0,
+                None,
+                ROLE,
+                len(items),
+                "system instructions",
+                builder_made=True,
+            ),
+            input.now,
+        )
+    if input.tools:
+        text = _tools_json(input)
+        add(
+            Item(
+                TOOLS_ID,
+                "tools",
+                text,
+                segment(TOOLS_ID, f"{len(input.tools)} tools", text),
+                0,
+                None,
+                ROLE,
+                len(items),
+                "tool definitions",
+                builder_made=True,
+            ),
+            input.now,
+        )
+    for k, msg in enumerate(input.history):
+        hid = history_id(k)
+        text = normalize(msg.content)
+        add(
+            Item(
+                hid,
+                "history",
+                text,
+                segment(hid, msg.role, text),
+                0,
+                None,
+                CONTEXT,
+                len(items),
+                None,
+                builder_made=True,
+                history_pos=k,
+                role=msg.role,
+            ),
+            msg.timestamp,
+        )
+    latest_failure: int | None = None
+    for p in input.packets:
+        text = normalize(p.content)
+        kind = p.kind
+        must: str | None = None
+        if p.must_keep:
+            must = "marked must_keep"
+        elif kind in ("task", "goal"):
+            must = "current task"
+        elif kind in ("constraint", "policy"):
+            must = "explicit constraint"
+        elif kind == "plan" or (kind in _STATE_KINDS and p.metadata.get("active")):
+            must = "active plan"
+        item = Item(
+            p.id,
+            kind,
+            text,
+            segment(p.id, "", text),
+            0,
+            p.tokens,
+            KIND_PARTITION.get(kind, CONTEXT),
+            len(items),
+            must,
+            caller_relevance=p.relevance,
+        )
+        if kind in _TOOL_KINDS and _is_failure(p.metadata):
+            if latest_failure is None or (
+                p.timestamp is not None
+                and (stamps[latest_failure] is None or p.timestamp >= stamps[latest_failure])
+            ):
+                latest_failure = len(items)
+        add(item, p.timestamp, p.priority)
+    if latest_failure is not None and items[latest_failure].must_keep is None:
+        items[latest_failure].must_keep = "latest failure"
+
+    # duplicates (same normalized content as an earlier candidate) and empties
+    first: dict[str, str] = {}
+    for it in items:
+        if it.text and not it.builder_made:
+            prev = first.setdefault(it.text, it.id)
+            if prev != it.id:
+                it.duplicate_of = prev
+
+    task_segment = normalize(input.query) + "\n\n" if input.query.strip() else ""
+    output_segment = OUTPUT_TEXT
+    heads = [header(p) for p in PARTITIONS]
+    counts = counter.count_many(
+        [it.segment for it in items] + heads + [task_segment, output_segment]
+    )
+    n = len(items)
+    for it, c in zip(items, counts[:n], strict=False):
+        it.tokens = c
+    header_tokens = dict(zip(PARTITIONS, counts[n : n + len(PARTITIONS)], strict=True))
+    task_tokens, output_tokens = counts[-2], counts[-1]
+
+    tokens = np.asarray(counts[:n], dtype=np.int64)
+    q = QueryTerms.of(input.query)
+    rel = bm25_relevance(q, [it.text for it in items], tokens)
+    for i, it in enumerate(items):
+        if it.caller_relevance is not None:
+            rel[i] = min(max(it.caller_relevance, 0.0), 1.0)
+    now = input.now
+    ages = np.array(
+        [np.nan if ts is None else max((now - ts).total_seconds(), 0.0) / 3600.0 for ts in stamps],
+        dtype=np.float64,
+    )
+    for it, ts in zip(items, stamps, strict=True):
+        it.no_timestamp = ts is None
+    return Prepared(
+        input=input,
+        tokenizer=counter.name,
+        items=items,
+        tokens=tokens,
+        relevance=rel,
+        ages=ages,
+        priority=priority_norm(prio),
+        partition=np.asarray([PARTITION_INDEX[it.partition] for it in items], dtype=np.int64),
+        header_tokens=header_tokens,
+        task_segment=task_segment,
+        task_tokens=task_tokens,
+        output_segment=output_segment,
+        output_tokens=output_tokens,
+        query_terms=q,
+    )
+
+
+class _PreparedCache:
+    """A small LRU of ``Prepared`` values, keyed by the input object and tokenizer.
+
+    Keyed by identity (with the object kept alive in the entry, so an id is never reused
+    while cached): the app and the sweep hold on to the same ``CapturedInput`` while the
+    user moves sliders. A different but equal input simply gathers again (counting is
+    still cached by content in the ``TokenCounter``).
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self._data: OrderedDict[tuple[int, str], Prepared] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, input: CapturedInput, counter: TokenCounter) -> Prepared:
+        key = (id(input), counter.name)
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is not None and hit.input is input:
+                self._data.move_to_end(key)
+                return hit
+        prepared = gather(input, counter)
+        with self._lock:
+            self._data[key] = prepared
+            self._data.move_to_end(key)
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+        return prepared
+
+
+PREPARED = _PreparedCache()
+
+
+def prepare(input: CapturedInput, counter: TokenCounter) -> Prepared:
+    """The (cached) prepared form of ``input`` for ``counter``'s tokenizer."""
+    return PREPARED.get(input, counter)

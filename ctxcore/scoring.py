@@ -1,0 +1,214 @@
+"""Relevance, recency and priority scores for the ``ctxscope`` preset.
+
+Why a module of its own: the seeds score relevance by splitting on whitespace, which gives
+Chinese text (no spaces) a relevance of zero and lets punctuation ("fields.py," vs
+"fields.py") break matches. Here a query is cut into *terms* the way a search engine would:
+
+- Latin/digit runs, lower-cased, punctuation stripped (``fields.py`` → ``fields``, ``py``);
+- CJK characters as unigrams plus the bigrams of each CJK run (``兼容性`` → 兼 容 性 兼容 容性).
+
+Relevance is Okapi BM25 of the query terms over the candidate set, with the document length
+measured in tokens (the counter already has them), normalised by the sum of the query's IDFs
+and clipped to [0, 1]: a document of average length containing every query term once scores
+about 1; one with none of them scores 0. Only the query's terms are looked up in each document
+(``str.count`` for CJK n-grams, one word-boundary regex for Latin words over the documents that
+contain any of them), so scoring 1 MB of candidates costs milliseconds, and per-document term
+frequencies are memoised by (query terms, content) so that re-runs score nothing new.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+_LATIN = r"0-9a-z_\u00c0-\u024f"
+_TERM = re.compile(rf"[{_LATIN}]+|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+#: BM25 parameters (the usual defaults).
+K1 = 1.2
+B = 0.75
+
+
+def _is_cjk(term: str) -> bool:
+    return bool(_CJK_RUN.match(term))
+
+
+def terms(text: str) -> list[str]:
+    """All terms of ``text`` in order (Latin words lower-cased; CJK unigrams then bigrams)."""
+    out: list[str] = []
+    for run in _TERM.findall(text.lower()):
+        if _is_cjk(run):
+            out.extend(run)
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+        else:
+            out.append(run)
+    return out
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """The distinct terms of a query, split by how they are looked up in documents."""
+
+    latin: tuple[str, ...]
+    cjk: tuple[str, ...]
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return self.latin + self.cjk
+
+    @property
+    def empty(self) -> bool:
+        return not self.latin and not self.cjk
+
+    @classmethod
+    def of(cls, query: str) -> QueryTerms:
+        seen = dict.fromkeys(terms(query))
+        return cls(
+            latin=tuple(t for t in seen if not _is_cjk(t)),
+            cjk=tuple(t for t in seen if _is_cjk(t)),
+        )
+
+
+def _count_overlapping(text: str, sub: str) -> int:
+    if len(sub) == 1 or sub[0] != sub[1]:
+        return text.count(sub)
+    # "哈哈" occurs twice in "哈哈哈": str.count does not see overlaps
+    n, i = 0, text.find(sub)
+    while i >= 0:
+        n += 1
+        i = text.find(sub, i + 1)
+    return n
+
+
+class TermFrequencies:
+    """Per-document frequencies of a query's terms, memoised by (query terms, content)."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self._memo: dict[tuple[QueryTerms, str], tuple[int, ...]] = {}
+        self._regex: dict[QueryTerms, re.Pattern[str] | None] = {}
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def _pattern(self, q: QueryTerms) -> re.Pattern[str] | None:
+        if q not in self._regex:
+            if q.latin:
+                alt = "|".join(re.escape(t) for t in sorted(q.latin, key=len, reverse=True))
+                self._regex[q] = re.compile(rf"(?<![{_LATIN}])(?:{alt})(?![{_LATIN}])")
+            else:
+                self._regex[q] = None
+        return self._regex[q]
+
+    def of(self, q: QueryTerms, text: str) -> tuple[int, ...]:
+        key = (q, text)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        low = text.lower()
+        counts: dict[str, int] = {}
+        pat = self._pattern(q)
+        if pat is not None and any(t in low for t in q.latin):
+            for m in pat.findall(low):
+                counts[m] = counts.get(m, 0) + 1
+        row = tuple(counts.get(t, 0) for t in q.latin) + tuple(
+            _count_overlapping(low, t) for t in q.cjk
+        )
+        with self._lock:
+            if len(self._memo) >= self._max:
+                self._memo.clear()
+            self._memo[key] = row
+        return row
+
+    def matrix(self, q: QueryTerms, texts: Sequence[str]) -> npt.NDArray[np.int64]:
+        """A (documents × query terms) matrix of term frequencies."""
+        n_terms = len(q.all)
+        if n_terms == 0:
+            return np.zeros((len(texts), 0), dtype=np.int64)
+        rows = [self.of(q, t) for t in texts]
+        return np.asarray(rows, dtype=np.int64).reshape(len(texts), n_terms)
+
+
+_TF = TermFrequencies()
+
+
+def bm25_relevance(
+    query: str | QueryTerms,
+    texts: Sequence[str],
+    lengths: Sequence[int] | npt.NDArray[np.int64],
+    tf: TermFrequencies | None = None,
+) -> FloatArray:
+    """BM25 of ``query`` against each text, normalised to [0, 1] (see module docstring).
+
+    ``lengths`` are the documents' lengths (in tokens); they set BM25's length penalty.
+    """
+    q = query if isinstance(query, QueryTerms) else QueryTerms.of(query)
+    n = len(texts)
+    if n == 0 or q.empty:
+        return np.zeros(n, dtype=np.float64)
+    freq = (tf or _TF).matrix(q, texts).astype(np.float64)
+    dl = np.maximum(np.asarray(lengths, dtype=np.float64), 1.0)
+    avgdl = float(dl.mean())
+    df = (freq > 0).sum(axis=0)
+    idf = np.log1p((n - df + 0.5) / (df + 0.5))
+    norm = K1 * (1.0 - B + B * dl / avgdl)
+    sat = freq * (K1 + 1.0) / (freq + norm[:, None])
+    raw = sat @ idf
+    out: FloatArray = np.clip(raw / float(idf.sum()), 0.0, 1.0)
+    return out
+
+
+def recency(
+    timestamps: Sequence[datetime | None], now: datetime, tau_hours: float
+) -> tuple[FloatArray, FloatArray]:
+    """``exp(-age / tau)`` against ``now`` (never the wall clock), and the ages in hours.
+
+    Items without a timestamp get recency 0.5 and age NaN (the decision notes say so);
+    items from the future count as age 0.
+    """
+    ages = np.array(
+        [
+            math.nan if ts is None else max((now - ts).total_seconds(), 0.0) / 3600.0
+            for ts in timestamps
+        ],
+        dtype=np.float64,
+    )
+    rec = np.where(np.isnan(ages), 0.5, np.exp(-np.nan_to_num(ages) / tau_hours))
+    return rec, ages
+
+
+def priority_norm(priorities: Sequence[int]) -> FloatArray:
+    """Map integer priorities to [0, 1): 0 → 0, 1 → 0.5, 2 → 0.67, 5 → 0.83 (negative → 0)."""
+    p = np.maximum(np.asarray(priorities, dtype=np.float64), 0.0)
+    return 1.0 - 1.0 / (1.0 + p)
+
+
+def combine(
+    relevance: FloatArray,
+    recency_: FloatArray,
+    priority: FloatArray,
+    relevance_weight: float,
+    recency_weight: float,
+    priority_weight: float,
+) -> FloatArray:
+    """The combined score: a weighted sum (weights need not sum to 1)."""
+    return relevance_weight * relevance + recency_weight * recency_ + priority_weight * priority
+
+
+__all__ = [
+    "QueryTerms",
+    "TermFrequencies",
+    "bm25_relevance",
+    "combine",
+    "priority_norm",
+    "recency",
+    "terms",
+]
