@@ -351,3 +351,11 @@ def test_same_input_gives_identical_result_except_timings() -> None:
     b.pop("timings")
     assert a == b
     assert get_counter("cl100k_base").count("x") == 1
+
+
+def test_tool_definitions_are_not_in_the_prompt_and_say_so() -> None:
+    case = _case("ha_english")
+    case["input"]["tools"] = [{"name": "run_tests", "description": "run pytest"}]
+    res = _run(case)
+    assert res.prompt == _load(GOLDEN / "ha_english.json")["prompt"]
+    assert any("1 tool definition(s)" in w for w in res.warnings)

@@ -280,3 +280,10 @@ def test_same_input_gives_identical_result_except_timings() -> None:
     a.pop("timings")
     b.pop("timings")
     assert a == b
+
+
+def test_tool_definitions_are_not_in_the_prompt_and_say_so() -> None:
+    inp = _input(query="q", tools=[{"name": "grep", "description": "search files"}])
+    res = _run(inp)
+    assert "grep" not in res.prompt
+    assert any("1 tool definition(s)" in w for w in res.warnings)

@@ -624,6 +624,11 @@ def report(
             f"{n} selected packet(s) of types the package never renders used "
             f"{fmt_tokens(wasted)} tokens of budget and appear nowhere in the prompt"
         )
+    if input.tools:
+        warnings.append(
+            f"{len(input.tools)} tool definition(s) are not in the prompt: the package has no "
+            "notion of tools, though they cost tokens in the real request"
+        )
     if comp.ran:
         warnings.append(
             f"context over budget ({fmt_tokens(comp.before)} > {fmt_tokens(budget)} tokens): "

@@ -592,6 +592,11 @@ def report(
             f">= {fmt_tokens(budget)} tokens): nothing else was considered"
         )
     used = counter.count(comp.prompt)
+    if input.tools:
+        warnings.append(
+            f"{len(input.tools)} tool definition(s) are not in the prompt: the listing has no "
+            "notion of tools, though they cost tokens in the real request"
+        )
     if comp.ran:
         warnings.append(
             f"context over budget ({fmt_tokens(comp.before)} > {fmt_tokens(budget)} tokens): "
