@@ -43,6 +43,7 @@ EVIDENCE_KINDS = frozenset(
         "repo_map",
     }
 )
+HISTORY_KINDS = frozenset({"history", "conversation_history"})
 #: kinds that are the operator's own voice; injection patterns there are by design.
 TRUSTED_KINDS = frozenset(
     {"instructions", "policy", "system", "system_instruction", "task", "tools"}
@@ -220,6 +221,14 @@ class TraceView:
             return p.kind
         d = self.by_id.get(packet_id)
         return d.kind if d is not None else ""
+
+    def is_history(self, packet_id: str) -> bool:
+        """A history candidate: builder-made, cut by a history limit, or of a history kind."""
+        return (
+            packet_id.startswith(HISTORY_ID)
+            or bool(_POSITIONAL_HISTORY.match(packet_id))
+            or self.kind(packet_id) in HISTORY_KINDS
+        )
 
     def in_prompt(self, packet_id: str) -> bool:
         d = self.by_id.get(packet_id)

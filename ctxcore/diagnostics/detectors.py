@@ -124,11 +124,7 @@ def must_have_lost(v: TraceView) -> list[Finding]:
 def _history_carrier(v: TraceView, sentence: str) -> str | None:
     """The history candidate holding ``sentence``: a single message before the whole history."""
     needle = normalize_ws(sentence).lower()
-    ids = [
-        d.packet_id
-        for d in v.decisions
-        if d.packet_id.startswith(HISTORY_ID) or v.kind(d.packet_id) == "history"
-    ]
+    ids = [d.packet_id for d in v.decisions if v.is_history(d.packet_id)]
     for pid in sorted(ids, key=lambda i: i == HISTORY_ID):
         if needle in normalize_ws(v.content(pid)).lower():
             return pid

@@ -395,7 +395,7 @@ def _session_contents(v: TraceView) -> dict[str, str]:
 def summary_coverage(v: TraceView) -> list[Finding]:
     regions: list[tuple[str, list[str], str]] = []  # (label, source ids, original text)
     summed = [d.packet_id for d in v.decisions if d.status == Status.SUMMARIZED]
-    hist = [i for i in summed if i.startswith(HISTORY_ID) or v.kind(i) == "history"]
+    hist = [i for i in summed if v.is_history(i)]
     if hist:
         regions.append(("the history summary", hist, "\n".join(v.content(i) for i in hist)))
     for i in summed:
