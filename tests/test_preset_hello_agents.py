@@ -359,3 +359,98 @@ def test_tool_definitions_are_not_in_the_prompt_and_say_so() -> None:
     res = _run(case)
     assert res.prompt == _load(GOLDEN / "ha_english.json")["prompt"]
     assert any("1 tool definition(s)" in w for w in res.warnings)
+
+
+def _random_cases(n: int, seed: int) -> list[dict[str, Any]]:
+    """Seeded random inputs from real corpus lines: kinds, counts, ages and budgets vary."""
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    rng = random.Random(seed)
+    lines = [
+        line
+        for name in (
+            "d01_pytest_reportingdemo_44_failures.rst",
+            "c01_zh_opencode_session_ses_4398.md",
+        )
+        for line in (ROOT / "corpus" / name).read_text("utf-8").splitlines()
+        if line.strip()
+    ]
+    kinds = [
+        "tool_result",
+        "retrieval",
+        "knowledge_base",
+        "related_memory",
+        "task_state",
+        "history",
+        "instructions",
+        "note",
+        "file",
+    ]
+    now = datetime(2026, 1, 24, 14, 0, tzinfo=UTC)
+
+    def text() -> str:
+        t = "\n".join(rng.sample(lines, rng.randint(1, 12)))
+        return t + (" <|endoftext|>" if rng.random() < 0.05 else "")
+
+    def ts() -> str | None:
+        if rng.random() < 0.2:
+            return None
+        return (now - timedelta(minutes=rng.uniform(-30, 3000))).isoformat()
+
+    cases = []
+    for i in range(n):
+        packets = []
+        for j in range(rng.randint(0, 12)):
+            p: dict[str, Any] = {"id": f"p{j}", "kind": rng.choice(kinds), "content": text()}
+            if (t := ts()) is not None:
+                p["timestamp"] = t
+            if rng.random() < 0.3:
+                p["tokens"] = rng.choice([0, 1, 5, 40])
+            if rng.random() < 0.3:
+                p["relevance"] = rng.random()
+            packets.append(p)
+        history = [
+            {"role": rng.choice(["user", "assistant"]), "content": rng.choice(lines)}
+            for _ in range(rng.randint(0, 14))
+        ]
+        query = " ".join(rng.choice(lines).split()[:6]) if rng.random() < 0.9 else ""
+        cases.append(
+            {
+                "name": f"random-{seed}-{i}",
+                "input": {
+                    "now": now.isoformat(),
+                    "query": query,
+                    "system_instructions": rng.choice(["", text()]),
+                    "history": history,
+                    "packets": packets,
+                },
+                "config": {
+                    "max_tokens": rng.choice([80, 200, 500, 1500, 8000]),
+                    "reserve_ratio": rng.choice([0.0, 0.15, 0.5]),
+                    "min_relevance": rng.choice([0.0, 0.1, 0.3]),
+                    "enable_compression": rng.random() < 0.8,
+                },
+            }
+        )
+    return cases
+
+
+@pytest.mark.slow
+def test_random_corpus_inputs_match_the_live_package() -> None:
+    if not ORACLE.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the hello-agents oracle venv is missing ({ORACLE}); run `make oracle`")
+        pytest.skip(f"oracle venv not found at {ORACLE} (run `make oracle`)")
+    cases = _random_cases(60, seed=7)
+    out = _make_golden().run_oracle(cases, ORACLE)
+    mismatched = [
+        case["name"]
+        for case, res in zip(cases, out["results"], strict=True)
+        if _run(case).prompt != res["prompt"]
+    ]
+    assert mismatched == []
+    # The random inputs do reach the quirks (else this test would prove little).
+    results = [_run(c) for c in cases]
+    statuses = {d.status for r in results for d in r.decisions}
+    assert {Status.TRUNCATED, Status.NOT_RENDERED, Status.FILTERED, Status.DROPPED} <= statuses
