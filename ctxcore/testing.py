@@ -56,12 +56,14 @@ def resolve_trace(trace_or_input: TraceLike, config: ConfigLike = None) -> Trace
 
     trace: Trace | None = None
     inp: CapturedInput | None = None
+    label = "ctxcore.testing"
     if isinstance(trace_or_input, Trace):
         trace = trace_or_input
     elif isinstance(trace_or_input, CapturedInput):
         inp = trace_or_input
     elif isinstance(trace_or_input, str | Path):
         inp, _, trace = load_input_or_trace(trace_or_input)
+        label = Path(trace_or_input).name
     elif isinstance(trace_or_input, Mapping):
         data = dict(trace_or_input)
         if "schema" in data:
@@ -85,7 +87,7 @@ def resolve_trace(trace_or_input: TraceLike, config: ConfigLike = None) -> Trace
             source_trace_id=trace.trace_id,
         )
     assert inp is not None
-    return build_trace(inp, _config_from(None, config), trace_id="ctxcore.testing")
+    return build_trace(inp, _config_from(None, config), trace_id=label)
 
 
 def describe_decision(d: Decision) -> str:
