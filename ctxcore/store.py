@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,10 +29,11 @@ import duckdb
 import pyarrow as pa
 
 from . import migrations
-from .errors import StoreError, StoreLockedError
+from .errors import CtxscopeError, StoreError, StoreLockedError
 from .models import Finding, Status, Trace
 
 DEFAULT_DB = Path("traces") / "ctxscope.duckdb"
+log = logging.getLogger("ctxscope.store")
 
 SortKey = Literal["created_at", "turn", "used", "budget", "dropped", "summarized", "session_id"]
 
@@ -237,13 +239,20 @@ def _diagnose(trace: Trace) -> list[Finding] | None:
     except ImportError:
         return None
     diagnose: Callable[[Trace], list[Finding]] | None = getattr(module, "diagnose", None)
-    return None if diagnose is None else diagnose(trace)
+    if diagnose is None:
+        return None
+    try:
+        return diagnose(trace)
+    except CtxscopeError as exc:  # e.g. a captured input the preset cannot build
+        log.warning("diagnostics skipped trace %s: %s", trace.trace_id, exc)
+        return []
 
 
 class _Batch:
     """Column lists for one bulk insert, turned into Arrow tables at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, diagnose: bool = True) -> None:
+        self.diagnose = diagnose
         self.cols: dict[str, dict[str, list[Any]]] = {
             name: {c: [] for c in schema.names} for name, schema in _SCHEMAS.items()
         }
@@ -309,22 +318,8 @@ class _Batch:
                 d["must_keep"][-1], d["content"][-1] = pkt.must_keep, pkt.content
             n_packets = len(trace.input.packets)
 
-        findings = _diagnose(trace)
-        max_sev: str | None = None
-        if findings:
-            f = self.cols["findings"]
-            for i, fd in enumerate(findings):
-                f["tseq"].append(tseq)
-                f["trace_id"].append(tid)
-                f["ord"].append(i)
-                f["detector"].append(fd.detector)
-                f["severity"].append(fd.severity)
-                f["packet_ids"].append(list(fd.packet_ids))
-                f["message"].append(fd.message)
-                f["evidence_json"].append(json.dumps(fd.evidence, default=str))
-                f["fix_json"].append(None if fd.fix is None else json.dumps(fd.fix, default=str))
-                if max_sev is None or _SEVERITY_RANK[fd.severity] > _SEVERITY_RANK[max_sev]:
-                    max_sev = fd.severity
+        findings = _diagnose(trace) if self.diagnose else None
+        max_sev = self.add_findings(tid, tseq, findings) if findings else None
 
         t = self.cols["traces"]
         values: dict[str, Any] = {
@@ -354,11 +349,30 @@ class _Batch:
             "content_hash": digest,
             "ingested_at": utc_naive(datetime.now(UTC)),
             "trace_json": raw,
-            "n_findings": len(findings) if findings else 0,
+            # NULL = not diagnosed yet (deferred, see TraceStore.diagnose_pending).
+            "n_findings": None if findings is None else len(findings),
             "max_severity": max_sev,
         }
         for c, v in values.items():
             t[c].append(v)
+
+    def add_findings(self, tid: str, tseq: int, findings: list[Finding]) -> str | None:
+        """Queue finding rows; returns the highest severity."""
+        f = self.cols["findings"]
+        max_sev: str | None = None
+        for i, fd in enumerate(findings):
+            f["tseq"].append(tseq)
+            f["trace_id"].append(tid)
+            f["ord"].append(i)
+            f["detector"].append(fd.detector)
+            f["severity"].append(fd.severity)
+            f["packet_ids"].append(list(fd.packet_ids))
+            f["message"].append(fd.message)
+            f["evidence_json"].append(json.dumps(fd.evidence, default=str))
+            f["fix_json"].append(None if fd.fix is None else json.dumps(fd.fix, default=str))
+            if max_sev is None or _SEVERITY_RANK[fd.severity] > _SEVERITY_RANK[max_sev]:
+                max_sev = fd.severity
+        return max_sev
 
     def tables(self) -> dict[str, pa.Table]:
         return {
@@ -386,8 +400,13 @@ def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
 class TraceStore:
     """Owns one DuckDB file; applies migrations on open; one cursor per thread."""
 
-    def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> None:
+    def __init__(
+        self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, diagnose: bool = True
+    ) -> None:
+        """``diagnose=False`` defers diagnostics: inserts are then several times faster, and
+        ``diagnose_pending()`` (the watcher calls it when idle) fills the findings in."""
         self.path = Path(path)
+        self.diagnose = diagnose
         self.read_only = read_only
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
@@ -501,7 +520,7 @@ class TraceStore:
         row = cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall()
         row = _first(row)
         tseq = int(row[0]) if row else 0
-        batch = _Batch()
+        batch = _Batch(self.diagnose)
         added = skipped = 0
         conflicts: list[tuple[int, str, str]] = []
         for i, ((trace, raw), digest) in enumerate(zip(items, digests, strict=True)):
@@ -526,6 +545,51 @@ class TraceStore:
             finally:
                 cur.unregister(view)
         return InsertResult(added, skipped, conflicts)
+
+    def diagnose_pending(self, max_traces: int = 200) -> int:
+        """Compute findings for traces stored with ``diagnose=False``; returns how many
+        were diagnosed (0 when none wait or ``ctxcore.diagnostics`` is not installed)."""
+        if self.read_only:
+            return 0
+        try:
+            importlib.import_module("ctxcore.diagnostics")
+        except ImportError:
+            return 0
+        rows = (
+            self._cur()
+            .execute(
+                "SELECT tseq, trace_json FROM traces WHERE n_findings IS NULL "
+                "ORDER BY tseq LIMIT ?",
+                [int(max_traces)],
+            )
+            .fetchall()
+        )
+        if not rows:
+            return 0
+        batch = _Batch()
+        updates: list[tuple[int, int, str | None]] = []
+        for tseq, raw in rows:
+            trace = Trace.model_validate_json(raw)
+            found = _diagnose(trace) or []
+            sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
+            updates.append((int(tseq), len(found), sev))
+        with self.transaction() as cur:
+            table = batch.tables().get("findings")
+            if table is not None:
+                cur.register("_ins_findings", table)
+                try:
+                    cur.execute(
+                        "DELETE FROM findings WHERE tseq IN (SELECT DISTINCT tseq FROM "
+                        "_ins_findings)"
+                    )
+                    cur.execute("INSERT INTO findings SELECT * FROM _ins_findings")
+                finally:
+                    cur.unregister("_ins_findings")
+            cur.executemany(
+                "UPDATE traces SET n_findings = ?, max_severity = ? WHERE tseq = ?",
+                [[n, sev, tseq] for tseq, n, sev in updates],
+            )
+        return len(updates)
 
     def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace: Trace) -> bool:
         row = cur.execute(

@@ -141,7 +141,7 @@ class Watcher:
         return ready
 
     def _run(self) -> None:
-        last_scan = 0.0
+        last_scan = last_diag = 0.0
         while not self._stop.is_set():
             self._wake.wait(timeout=min(0.1, self.debounce / 2 or 0.05))
             self._wake.clear()
@@ -158,6 +158,17 @@ class Watcher:
             due = [p for p in self._due() if p.exists()]
             if due:
                 self._ingest(due)
+            elif now - last_diag >= 2.0:
+                last_diag = now
+                self._diagnose()
+
+    def _diagnose(self) -> None:
+        # Traces stored with deferred diagnostics get their findings while nothing arrives.
+        try:
+            self.store.diagnose_pending(50)
+        except Exception as exc:  # a bug: keep watching, but loudly
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("ctxscope watch: diagnostics failed")
 
     def _ingest(self, paths: list[Path]) -> None:
         try:

@@ -288,3 +288,23 @@ def test_second_process_gets_one_line_naming_the_holder(tmp_path: Path) -> None:
 
 def test_store_locked_error_is_a_store_error() -> None:
     assert issubclass(StoreLockedError, StoreError)
+
+
+def test_deferred_diagnostics_are_filled_in_later(tmp_path: Path) -> None:
+    pytest.importorskip("ctxcore.diagnostics")
+    from ctxcore.diagnostics import diagnose
+
+    traces = [make_trace(i, 8, must_keep_dropped=True) for i in range(3)]
+    with TraceStore(tmp_path / "d.duckdb", diagnose=False) as s:
+        s.add_traces(traces)
+        assert all(s.findings(t.trace_id) == [] for t in traces)
+        assert s.diagnose_pending() == 3
+        assert s.diagnose_pending() == 0
+        for t in traces:
+            want = diagnose(t)
+            got = s.findings(t.trace_id)
+            assert [(f["detector"], f["message"]) for f in got] == [
+                (f.detector, f.message) for f in want
+            ]
+        rows = {r.trace_id: r for r in s.list_traces().rows}
+        assert rows[traces[0].trace_id].n_findings == len(diagnose(traces[0]))

@@ -1,0 +1,253 @@
+"""Store benchmark: ingest speed vs a bare DuckDB Arrow insert, memory, and query latency.
+
+    .venv/bin/python bench/bench_store.py [--traces 10000] [--packets 100] [--files 20]
+
+Generates N traces of P packets as JSONL (from a template, with real corpus text), ingests
+them through ``ctxcore.ingest.ingest_paths`` into a fresh store, then inserts the very same
+decision rows into a fresh DuckDB file with one bare Arrow insert, and times the queries the
+app runs most: the traces list (filter + sort + one page of 50), one trace's decisions, a
+full-text search, and how long the watcher takes to pick up a new file. Prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ctxcore.ingest import ingest_paths  # noqa: E402
+from ctxcore.models import (  # noqa: E402
+    SCHEMA,
+    Builder,
+    BuildResult,
+    CapturedInput,
+    Config,
+    Decision,
+    Packet,
+    PartitionUsage,
+    Reason,
+    Report,
+    Status,
+    Totals,
+    Trace,
+)
+from ctxcore.store import TraceFilter, TraceStore  # noqa: E402
+from ctxcore.watch import Watcher  # noqa: E402
+
+STATUSES = [Status.KEPT, Status.KEPT, Status.SUMMARIZED, Status.DROPPED, Status.TRUNCATED]
+
+
+def corpus_lines() -> list[str]:
+    out: list[str] = []
+    for name in ("d01_pytest_reportingdemo_44_failures.rst", "d04_grep_r_qualname_sphinx.txt"):
+        text = (ROOT / "corpus" / name).read_text(encoding="utf-8", errors="replace")
+        out += [ln.strip() for ln in text.splitlines() if len(ln.strip()) > 30]
+    return out
+
+
+def template(n_packets: int) -> str:
+    """One valid trace as JSON with placeholders that are cheap to fill per trace."""
+    lines = corpus_lines()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    packets, decisions = [], []
+    for k in range(n_packets):
+        status = STATUSES[k % 5]
+        content = f"[#N#-{k}] " + " ".join(lines[(k * 3 + j) % len(lines)] for j in range(3))
+        tok = 20 + k % 40
+        packets.append(
+            Packet(
+                id=f"tool:call_{k}",
+                kind="tool_result",
+                content=content,
+                relevance=(k % 10) / 10,
+                must_keep=k == 0,
+                tokens=tok,
+            )
+        )
+        decisions.append(
+            Decision(
+                packet_id=f"tool:call_{k}",
+                kind="tool_result",
+                status=status,
+                reason=Reason.FITS if status == Status.KEPT else Reason.NO_ROOM,
+                reason_text=f"score {1 - k / n_packets:.3f} ranked {k + 1}",
+                partition="[Evidence]",
+                relevance=(k % 10) / 10,
+                recency=0.5,
+                score=round(1 - k / n_packets, 4),
+                rank=k + 1,
+                tokens_before=tok,
+                tokens_after=0 if status == Status.DROPPED else tok,
+                budget_left=8000 - k * 30,
+            )
+        )
+    t = Trace(
+        schema_=SCHEMA,
+        trace_id="#TID#",
+        session_id="#SID#",
+        turn=0,
+        created_at=now,
+        builder=Builder(name="bench", version="1"),
+        tags=["bench"],
+        input=CapturedInput(query="why did the test fail?", now=now, packets=packets),
+        config=Config(preset="ctxscope", max_tokens=8000),
+        result=BuildResult(
+            prompt="(prompt)",
+            decisions=decisions,
+            partitions=[PartitionUsage(name="[Evidence]", budget=8000, used=4000, items=80)],
+            totals=Totals(
+                window=16000, output_reserve=2000, safety_margin=100, available=8000,
+                used=4000, tokenizer="cl100k_base",
+            ),
+            report=Report(budget=8000, used=4000),
+            warnings=[],
+        ),
+    )  # fmt: skip
+    return (
+        t.to_json()
+        .replace('"turn":0', '"turn":#TURN#')
+        .replace('"used":4000,"mustKeep"', '"used":#USED#,"mustKeep"')
+    )
+
+
+def generate(folder: Path, n: int, n_packets: int, n_files: int) -> int:
+    tpl = template(n_packets)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    per = (n + n_files - 1) // n_files
+    size = 0
+    i = 0
+    for f in range(n_files):
+        with (folder / f"bench-{f:03d}.jsonl").open("w", encoding="utf-8") as fh:
+            for _ in range(per):
+                if i >= n:
+                    break
+                ts = (base + timedelta(seconds=i)).isoformat().replace("+00:00", "Z")
+                line = (
+                    tpl.replace("#TID#", f"bench-{i:07d}")
+                    .replace("#SID#", f"session-{i % 50}")
+                    .replace("#TURN#", str(i // 50))
+                    .replace("#USED#", str(1000 + (i * 37) % 7000))
+                    .replace("#N#", str(i))
+                    .replace('"2026-01-01T00:00:00Z"', json.dumps(ts))
+                )
+                fh.write(line + "\n")
+                size += len(line) + 1
+                i += 1
+    return size
+
+
+def median_ms(fn: object, runs: int = 21) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()  # type: ignore[operator]
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--traces", type=int, default=10_000)
+    ap.add_argument("--packets", type=int, default=100)
+    ap.add_argument("--files", type=int, default=20)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="ctxscope-bench-"))
+    src = work / "in"
+    src.mkdir()
+    t = time.perf_counter()
+    size = generate(src, args.traces, args.packets, args.files)
+    gen_s = time.perf_counter() - t
+    rows = args.traces * args.packets
+
+    store = TraceStore(work / "store.duckdb")
+    t = time.perf_counter()
+    counts = ingest_paths(store, [src])
+    ingest_s = time.perf_counter() - t
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert counts.traces_added == args.traces and counts.errors == 0, counts
+
+    # The same decision rows, inserted bare from Arrow into a fresh file.
+    arrow = store._cur().execute("SELECT * FROM decisions").to_arrow_table()
+    assert arrow.num_rows == rows
+    bare = duckdb.connect(str(work / "bare.duckdb"))
+    bare.execute("CREATE TABLE decisions AS SELECT * FROM arrow LIMIT 0")
+    t = time.perf_counter()
+    bare.execute("BEGIN TRANSACTION")
+    bare.execute("INSERT INTO decisions SELECT * FROM arrow")
+    bare.execute("COMMIT")
+    bare_s = time.perf_counter() - t
+    bare.close()
+    del arrow
+
+    flt = TraceFilter(session_id="session-7", tags=("bench",))
+    page = store.list_traces(flt, sort="used", limit=50)
+    list_ms = median_ms(lambda: store.list_traces(flt, sort="used", limit=50, offset=50))
+    all_ms = median_ms(lambda: store.list_traces(sort="created_at", limit=50, offset=5000))
+    ids = [f"bench-{(i * 7919) % args.traces:07d}" for i in range(21)]
+    it = iter(ids * 2)
+    dec_ms = median_ms(lambda: store.decisions(next(it)))
+    assert len(store.decisions(ids[0])) == args.packets
+    word = f"[#{args.traces // 2}-"
+    search_ms = median_ms(
+        lambda: store.list_traces(TraceFilter(search=word.replace("#", "")), limit=50), runs=5
+    )
+    get_ms = median_ms(lambda: store.get_trace(ids[3]))
+
+    # Watcher pick-up latency of a new file (store and watcher in this process).
+    live = work / "live"
+    live.mkdir()
+    lat = []
+    with Watcher(store, live, rescan_every=3600):
+        time.sleep(0.5)
+        tpl = template(args.packets)
+        for k in range(5):
+            before = store.count()
+            line = tpl.replace("#TID#", f"live-{k}").replace("#SID#", "live")
+            line = line.replace("#TURN#", str(k)).replace("#USED#", "10").replace("#N#", "0")
+            t = time.perf_counter()
+            (live / f"live-{k}.jsonl").write_text(line + "\n", encoding="utf-8")
+            while store.count() == before:
+                time.sleep(0.01)
+            lat.append(time.perf_counter() - t)
+    store.close()
+
+    pps = rows / ingest_s
+    bare_pps = rows / bare_s
+    out = [
+        ("traces x packets", f"{args.traces:,} x {args.packets} = {rows:,} rows", ""),
+        ("JSONL generated", f"{size / 1e6:,.0f} MB in {gen_s:.1f} s", ""),
+        ("ingest", f"{ingest_s:.1f} s, {pps:,.0f} packets/s", ">= 100k packets/s"),
+        ("bare DuckDB Arrow insert", f"{bare_s:.2f} s, {bare_pps:,.0f} rows/s", ""),
+        ("ratio ingest / bare", f"{pps / bare_pps:.3f}", ">= 0.3"),
+        ("peak RSS after ingest (ru_maxrss)", f"{rss_mb:,.0f} MB", "<= 1024 MB"),
+        ("list: filter+sort+page of 50", f"{list_ms:.1f} ms median ({page.total} match)", "<= 100"),
+        ("list: all, sorted, page 101", f"{all_ms:.1f} ms median", "<= 100"),
+        ("one trace's decisions", f"{dec_ms:.1f} ms median", "<= 100 ms"),
+        ("full-text search (ILIKE)", f"{search_ms:.1f} ms median", ""),
+        ("get_trace (full JSON -> model)", f"{get_ms:.1f} ms median", ""),
+        ("watcher: new file -> in store", f"{statistics.median(lat):.2f} s median, "
+         f"max {max(lat):.2f} s", "<= 2 s"),
+    ]  # fmt: skip
+    w0 = max(len(a) for a, _, _ in out)
+    w1 = max(len(b) for _, b, _ in out)
+    print(f"{'measure':<{w0}}  {'result':<{w1}}  target")
+    print(f"{'-' * w0}  {'-' * w1}  ------")
+    for a, b, c in out:
+        print(f"{a:<{w0}}  {b:<{w1}}  {c}")
+    print(f"(work dir {work}; delete it when done)")
+
+
+if __name__ == "__main__":
+    main()
