@@ -37,6 +37,20 @@ def _session(corpus: Path, n: int = 4) -> list[Trace]:
     return [t.model_copy(update={"session_id": "s-zh"}) for t in traces]
 
 
+def _built(corpus: Path) -> list[Trace]:
+    """Traces the real pipeline built (every preset) on a01, plus a captured input only."""
+    from ctxcore.models import Config
+    from ctxcore.pipeline import PRESET_NAMES, build_trace
+
+    (imp,) = load_file(corpus / "a01_sweagent_marshmallow-1867_function-calling.traj.json")
+    out = [
+        build_trace(imp.input, Config(preset=p), session_id="built", turn=i, trace_id=f"b-{p}")  # type: ignore[arg-type]
+        for i, p in enumerate(PRESET_NAMES)
+    ]
+    out.append(imp.model_copy(update={"trace_id": "input-only", "result": None, "outcome": None}))
+    return out
+
+
 def _xss_trace() -> Trace:
     request = {
         "model": "gpt-4o",
@@ -67,7 +81,7 @@ def _xss_trace() -> Trace:
 
 
 def test_snapshot_round_trip_is_byte_identical(corpus: Path, tmp_path: Path) -> None:
-    traces = _session(corpus)
+    traces = _session(corpus) + _built(corpus)
     first = snapshot_json(traces)
     assert json.loads(first)["format"] == "ctxscope.snapshot/1"
     path = tmp_path / "snap.json"
@@ -189,6 +203,17 @@ def test_script_json_cannot_break_out() -> None:
     assert json.loads(text) == value
 
 
+def test_html_report_of_built_and_input_only_traces(corpus: Path) -> None:
+    built = _built(corpus)
+    doc = _without_plotly_lib(html_report(built))
+    assert doc.count('class="fig"') == 3 * (len(built) - 1)
+    assert "Captured input only" in doc
+    for t in built:
+        assert f"Trace {t.trace_id}" in doc
+        for d in t.result.decisions if t.result else []:
+            assert f"<td>{d.packet_id}</td>" in doc
+
+
 def test_html_report_figures_carry_the_trace_numbers(corpus: Path) -> None:
     (trace,) = load_file(corpus / "a02_sweagent_function_calling_simple.traj.json")
     doc = html_report([trace])
@@ -236,7 +261,9 @@ def test_html_report_opens_offline_in_chromium(tmp_path: Path) -> None:
 
 
 def test_otlp_export_round_trip_and_namespaced_decisions(corpus: Path) -> None:
-    traces = [*_session(corpus, 3), _xss_trace()]
+    traces = [*_session(corpus, 3), _xss_trace(), *_built(corpus)]
+    assert any(d.notes for t in traces if t.result for d in t.result.decisions)
+    assert any(d.score is not None for t in traces if t.result for d in t.result.decisions)
     data = otlp_export(traces)
     spans = data["resourceSpans"][0]["scopeSpans"][0]["spans"]
     assert len(spans) == len(traces)

@@ -38,6 +38,8 @@ BUILDER_NAME = "import/openai"
 
 @dataclass
 class ToolCall:
+    """A tool call requested by the model, whatever format it came in."""
+
     id: str | None
     name: str
     arguments: str
@@ -62,7 +64,8 @@ def _args_text(args: Any) -> str:
     return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
 
 
-def _text_of(value: Any) -> str:
+def text_of(value: Any) -> str:
+    """Text of a content value; structured values become their JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -120,18 +123,18 @@ def normalize_message(msg: Any, index: int) -> NormMessage:
             ptype = part.get("type", "text")
             value = part.get("text", part.get("content", part.get("value")))
             if ptype in ("text", "input_text", "output_text", "refusal"):
-                texts.append(_text_of(value if ptype != "refusal" else part.get("refusal", value)))
+                texts.append(text_of(value if ptype != "refusal" else part.get("refusal", value)))
             elif ptype in ("reasoning", "thinking"):
-                reasoning.append(_text_of(value if value is not None else part.get("thinking")))
+                reasoning.append(text_of(value if value is not None else part.get("thinking")))
             elif ptype == "tool_call":
                 out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
             elif ptype == "tool_call_response":
                 out.tool_call_id = str(part["id"]) if part.get("id") else out.tool_call_id
-                texts.append(_text_of(part.get("response", part.get("result", value))))
+                texts.append(text_of(part.get("response", part.get("result", value))))
             else:  # images, audio, files: a placeholder keeps the shape visible
                 texts.append(f"[{ptype}]")
     elif content is not None:
-        texts.append(_text_of(content))
+        texts.append(text_of(content))
     out.text = "\n".join(texts)
     out.reasoning = "\n".join(r for r in reasoning if r)
     for j, call in enumerate(msg.get("tool_calls") or []):
@@ -368,7 +371,7 @@ def trace_from_request(
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         message = choices[0].get("message")
         if isinstance(message, dict):
-            output = _text_of(message.get("content")) or None
+            output = text_of(message.get("content")) or None
     model = request.get("model") or response.get("model")
     return make_trace(
         inp,

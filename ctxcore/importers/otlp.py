@@ -29,10 +29,10 @@ from ..models import Trace
 from .derive import make_trace
 from .openai import (
     NormMessage,
-    _text_of,
     captured_input_from_norm,
     normalize_message,
     parse_tools,
+    text_of,
 )
 
 BUILDER_NAME = "import/otlp"
@@ -153,7 +153,7 @@ def _system_text(value: Any, where: str) -> str:
     if isinstance(value, list):
         msg = normalize_message({"role": "system", "content": value}, 0)
         return msg.text
-    return _text_of(value)
+    return text_of(value)
 
 
 def _output_text(value: Any, where: str) -> str | None:
