@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from . import (
+    ARTIFACTS,
     AppServer,
     browser_missing_reason,
     demo_trace_files,
@@ -22,6 +23,7 @@ from . import (
     launch_browser,
     make_traces,
     new_page,
+    slug,
     start_server,
     write_jsonl,
 )
@@ -97,8 +99,19 @@ class Tab:
     page_errors: list[str] = field(default_factory=list)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    rep = yield
+    if rep.when == "call":
+        item.stash[_FAILED] = rep.failed
+    return rep
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
 @pytest.fixture
-def tab(chromium: Any, app_server: AppServer) -> Iterator[Tab]:
+def tab(request: pytest.FixtureRequest, chromium: Any, app_server: AppServer) -> Iterator[Tab]:
     page = new_page(chromium)
     t = Tab(page=page, url=app_server.url)
 
@@ -111,4 +124,14 @@ def tab(chromium: Any, app_server: AppServer) -> Iterator[Tab]:
     try:
         yield t
     finally:
+        if request.node.stash.get(_FAILED, False):
+            # What the page looked like when the test failed, next to the server's log.
+            out = ARTIFACTS / "failures"
+            out.mkdir(parents=True, exist_ok=True)
+            name = slug(request.node.name)
+            try:
+                page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+            except Exception as exc:  # the page may be gone; the test's own error matters
+                print(f"failure screenshot not taken: {exc}")
+            (out / f"{name}.server.log").write_text(app_server.log_tail(200))
         page.context.close()

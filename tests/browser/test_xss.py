@@ -1,0 +1,92 @@
+"""Packet content is untrusted: HTML and JS in a trace must show as text, never run.
+
+The probe trace (``XSS_TRACE_ID``) carries ``<script>alert(1)</script>``, an ``<img onerror>``
+and a ``javascript:`` markdown link in packet content, in a packet id and in the query. Every
+page that shows that trace is opened in Chromium with a dialog listener: an ``alert`` firing,
+an ``<img src=x>`` element or a ``javascript:`` anchor in the DOM would mean the payload was
+rendered as HTML or markdown.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from . import (
+    XSS_SCRIPT,
+    XSS_TRACE_ID,
+    exceptions_text,
+    goto,
+    screenshot,
+    settle,
+)
+
+_INJECTED_JS = """
+() => {
+  const docs = [document];
+  for (const f of document.querySelectorAll('iframe')) {
+    try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
+  }
+  const out = [];
+  for (const d of docs) {
+    for (const img of d.querySelectorAll('img')) {
+      const src = img.getAttribute('src') || '';
+      if (src === 'x' || img.hasAttribute('onerror')) out.push('img ' + img.outerHTML);
+    }
+    for (const a of d.querySelectorAll('a[href]')) {
+      const href = (a.getAttribute('href') || '').trim().toLowerCase();
+      if (href.startsWith('javascript:')) out.push('anchor ' + a.outerHTML);
+    }
+    for (const s of d.querySelectorAll('script')) {
+      if ((s.textContent || '').includes('alert(1)')) out.push('script ' + s.outerHTML);
+    }
+  }
+  return out;
+}
+"""
+
+
+def _assert_inert(tab, where: str) -> None:
+    page = tab.page
+    settle(page)
+    # Let any injected handler (img onerror fires asynchronously) have its chance.
+    page.wait_for_timeout(300)
+    assert tab.dialogs == [], f"{where}: a JavaScript dialog opened: {tab.dialogs}"
+    injected = page.evaluate(_INJECTED_JS)
+    assert injected == [], f"{where}: payload rendered as HTML: {injected}"
+    assert exceptions_text(page) == [], f"{where}: exception box"
+
+
+PAGES = [
+    ("inspect", f"inspect?trace={XSS_TRACE_ID}"),
+    ("playground", f"playground?trace={XSS_TRACE_ID}&min_relevance=0"),
+    ("timeline", "timeline?session=xss-session"),
+    ("traces", "?search=alert"),  # the default page lives at /, not /traces
+    ("compare", f"compare?a={XSS_TRACE_ID}"),
+]
+
+
+def test_inspect_shows_payloads_as_text(tab, browser_data) -> None:
+    page = tab.page
+    goto(page, f"{tab.url}/inspect?trace={XSS_TRACE_ID}")
+    _assert_inert(tab, "inspect")
+    body = page.locator("body").inner_text()
+    assert XSS_SCRIPT in body, "the query's <script> payload is not shown as literal text"
+    trace = next(t for t in browser_data.traces if t.trace_id == XSS_TRACE_ID)
+    assert trace.result is not None
+    if XSS_SCRIPT in trace.result.prompt:
+        page.get_by_role("tab", name="Prompt").click()
+        prompt = page.locator('[data-testid="stCode"]').filter(has_text=XSS_SCRIPT).first
+        assert prompt.is_visible(), "the kept <script> packet is not visible in the prompt"
+    screenshot(page, "xss-inspect")
+    _assert_inert(tab, "inspect, prompt tab")
+
+
+@pytest.mark.parametrize(("name", "path"), PAGES[1:], ids=[p[0] for p in PAGES[1:]])
+def test_other_pages_keep_payloads_inert(tab, name: str, path: str) -> None:
+    goto(tab.page, f"{tab.url}/{path}")
+    _assert_inert(tab, name)
+    # Open every tab of the page: hidden panels are rendered only when shown.
+    tabs = tab.page.get_by_role("tab")
+    for i in range(tabs.count()):
+        tabs.nth(i).click()
+        _assert_inert(tab, f"{name}, tab {i}")
