@@ -321,3 +321,23 @@ def test_window_from_request_or_known_model() -> None:
     assert not any("window is unknown" in w for w in known.result.warnings)
     given = trace_from_request({"messages": msgs, "model": "gpt-4o", "window": 4096}, now=NOW)
     assert given.result is not None and given.result.totals.window == 4096
+
+
+def test_oversized_tool_log_is_a_clear_error(tmp_path: Path, capsys: Any) -> None:
+    from ctxcore.models import MAX_CONTENT_BYTES
+
+    big = "x" * (MAX_CONTENT_BYTES + 10)
+    req = {
+        "messages": [
+            {"role": "user", "content": "run it"},
+            {"role": "tool", "tool_call_id": "c1", "content": big},
+            {"role": "user", "content": "and?"},
+        ]
+    }
+    with pytest.raises(ImportFormatError, match=r"messages\[1\] \(tool\): content: .*bytes"):
+        trace_from_request(req, now=NOW)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(req), encoding="utf-8")
+    assert main(["import", str(path), "-o", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "big.json" in err and "messages[1] (tool)" in err and "Traceback" not in err

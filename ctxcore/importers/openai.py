@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..errors import ImportFormatError
 from ..models import CapturedInput, Message, Packet, ToolDef, Trace
 from .derive import make_trace, stable_id
@@ -195,7 +197,35 @@ def captured_input_from_norm(
     window: int | None = None,
     output_reserve: int | None = None,
 ) -> tuple[CapturedInput, list[Message]]:
-    """The captured input and the flat chat messages (for ``result.messages``)."""
+    """The captured input and the flat chat messages (for ``result.messages``).
+
+    A value the trace contract refuses (a 20 MB tool log, a negative window) becomes an
+    ``ImportFormatError`` naming the message, not a pydantic traceback.
+    """
+    try:
+        return _captured_input_from_norm(
+            msgs, tools=tools, now=now, query=query, window=window, output_reserve=output_reserve
+        )
+    except ValidationError as exc:
+        raise ImportFormatError(f"cannot import this prompt: {_first_error(exc)}") from exc
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _captured_input_from_norm(
+    msgs: list[NormMessage],
+    *,
+    tools: list[ToolDef],
+    now: datetime,
+    query: str | None = None,
+    window: int | None = None,
+    output_reserve: int | None = None,
+) -> tuple[CapturedInput, list[Message]]:
     last_user = None
     if query is None:
         for m in reversed(msgs):
@@ -211,65 +241,69 @@ def captured_input_from_norm(
     synth = 0
     seen_conversation = False
     for m in msgs:
-        mid = f"msg-{m.index}"
-        if m.role in ("system", "developer") and not (seen_conversation and m.role == "developer"):
-            system.append(m.text)
-            flat.append(Message(role=m.role, content=m.text, id=mid))
-            continue
-        if m.role == "developer":
-            packets.append(
-                Packet(id=f"policy:{mid}", kind="policy", content=m.text, must_keep=True)
-            )
-            flat.append(Message(role=m.role, content=m.text, id=mid))
-            continue
-        seen_conversation = True
-        if m.role in ("tool", "function", "ipython"):
-            call = None
-            if m.tool_call_id is not None:
-                call = next((c for c in pending if c.id == m.tool_call_id), None)
-            elif pending:
-                call = pending[0]
-            if call is not None:
-                pending.remove(call)
-            cid = m.tool_call_id or (call.id if call else None) or mid
-            pid = f"tool:{cid}"
-            n = 2
-            while pid in seen_ids:
-                pid = f"tool:{cid}#{n}"
-                n += 1
-            seen_ids.add(pid)
-            meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid}
-            name = m.name or (call.name if call else None)
-            if name:
-                meta["name"] = name
-            packets.append(Packet(id=pid, kind="tool_result", content=m.text, metadata=meta))
-            flat.append(
-                Message(role="tool", content=m.text, id=mid, metadata={"tool_call_id": cid})
-            )
-            continue
-        if m.index == last_user:
-            flat.append(Message(role="user", content=m.text, id=mid))
-            continue
-        meta = {}
-        content = m.text
-        if m.tool_calls:
-            calls = []
-            for c in m.tool_calls:
-                if c.id is None:
-                    synth += 1
-                    c.id = f"call_{m.index}_{synth}"
-                pending.append(c)
-                calls.append({"id": c.id, "name": c.name, "arguments": c.arguments})
-            meta["tool_calls"] = calls
-            lines = "\n".join(_call_line(c) for c in m.tool_calls)
-            content = f"{content}\n{lines}" if content else lines
-        if m.reasoning:
-            meta["reasoning"] = m.reasoning
-        if m.name:
-            meta["name"] = m.name
-        msg = Message(role=m.role, content=content, id=mid, metadata=meta)
-        history.append(msg)
-        flat.append(msg)
+        try:
+            mid = f"msg-{m.index}"
+            late_developer = seen_conversation and m.role == "developer"
+            if m.role in ("system", "developer") and not late_developer:
+                system.append(m.text)
+                flat.append(Message(role=m.role, content=m.text, id=mid))
+                continue
+            if m.role == "developer":
+                packets.append(
+                    Packet(id=f"policy:{mid}", kind="policy", content=m.text, must_keep=True)
+                )
+                flat.append(Message(role=m.role, content=m.text, id=mid))
+                continue
+            seen_conversation = True
+            if m.role in ("tool", "function", "ipython"):
+                call = None
+                if m.tool_call_id is not None:
+                    call = next((c for c in pending if c.id == m.tool_call_id), None)
+                elif pending:
+                    call = pending[0]
+                if call is not None:
+                    pending.remove(call)
+                cid = m.tool_call_id or (call.id if call else None) or mid
+                pid = f"tool:{cid}"
+                n = 2
+                while pid in seen_ids:
+                    pid = f"tool:{cid}#{n}"
+                    n += 1
+                seen_ids.add(pid)
+                meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid}
+                name = m.name or (call.name if call else None)
+                if name:
+                    meta["name"] = name
+                packets.append(Packet(id=pid, kind="tool_result", content=m.text, metadata=meta))
+                flat.append(
+                    Message(role="tool", content=m.text, id=mid, metadata={"tool_call_id": cid})
+                )
+                continue
+            if m.index == last_user:
+                flat.append(Message(role="user", content=m.text, id=mid))
+                continue
+            meta = {}
+            content = m.text
+            if m.tool_calls:
+                calls = []
+                for c in m.tool_calls:
+                    if c.id is None:
+                        synth += 1
+                        c.id = f"call_{m.index}_{synth}"
+                    pending.append(c)
+                    calls.append({"id": c.id, "name": c.name, "arguments": c.arguments})
+                meta["tool_calls"] = calls
+                lines = "\n".join(_call_line(c) for c in m.tool_calls)
+                content = f"{content}\n{lines}" if content else lines
+            if m.reasoning:
+                meta["reasoning"] = m.reasoning
+            if m.name:
+                meta["name"] = m.name
+            msg = Message(role=m.role, content=content, id=mid, metadata=meta)
+            history.append(msg)
+            flat.append(msg)
+        except ValidationError as exc:
+            raise ImportFormatError(f"messages[{m.index}] ({m.role}): {_first_error(exc)}") from exc
     if query is None:
         query = next((m.text for m in msgs if m.index == last_user), "")
     inp = CapturedInput(
