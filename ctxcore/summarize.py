@@ -205,10 +205,13 @@ def summarize_repo_map(content: str, target_tokens: int, symbols: Iterable[str] 
         folder, _, name = f.rpartition("/")
         tree.setdefault(folder or ".", []).append(name)
     out = [f"[repo map: {len(files)} files]"]
-    for folder in sorted(tree):
-        out.append(f"{folder}/: " + ", ".join(tree[folder]))
     budget = _budget_chars(target_tokens)
-    used = sum(len(x) for x in out)
+    full = [f"{folder}/: " + ", ".join(tree[folder]) for folder in sorted(tree)]
+    if sum(len(x) + 1 for x in full) > budget * 0.6:
+        # too long to list every name: folders with their file counts
+        full = [f"{folder}/ ({len(tree[folder])} files)" for folder in sorted(tree)]
+    out.extend(full)
+    used = sum(len(x) + 1 for x in out)
     entries = [f for f in files if _ENTRY.search(f) or any(s in f.lower() for s in syms)]
     for f in entries:
         block = [f"{f}:"] + body[f][:12]
