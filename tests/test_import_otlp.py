@@ -228,3 +228,16 @@ def test_any_value_decoding() -> None:
     value = {"a": [1, 2.5, True, "x"], "b": {"c": "d"}}
     assert any_value(av(value)) == value
     assert any_value({"bytesValue": "aGk="}) == "hi"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"resourceSpans": [None]},
+        {"resourceSpans": [{"scopeSpans": "x"}]},
+        {"resourceSpans": [{"scopeSpans": [{"spans": [{"startTimeUnixNano": "soon"}]}]}]},
+    ],
+)
+def test_malformed_otlp_is_an_import_error(data: dict[str, Any]) -> None:
+    with pytest.raises(ImportFormatError):
+        traces_from_otlp(data)

@@ -36,6 +36,7 @@ from .openai import (
 )
 
 BUILDER_NAME = "import/otlp"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PREFIX = "ctxscope."
 DECISION_PREFIX = "ctxscope.decision."
 #: Decision fields exported as one attribute each (``ctxscope.decision.<i>.<field>``).
@@ -94,7 +95,7 @@ def any_value(v: Any) -> Any:
 def attributes(items: Any) -> dict[str, Any]:
     """OTLP ``[{key, value}]`` attributes as a dict of plain values."""
     out: dict[str, Any] = {}
-    for kv in items or []:
+    for kv in items if isinstance(items, list) else []:
         if isinstance(kv, dict) and "key" in kv:
             out[str(kv["key"])] = any_value(kv.get("value"))
     return out
@@ -118,20 +119,26 @@ def iter_spans(data: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
             "(the OTLP/HTTP JSON export of a trace)"
         )
     out = []
-    for rs in data["resourceSpans"]:
-        res = attributes((rs.get("resource") or {}).get("attributes"))
-        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
-            for span in ss.get("spans") or []:
+    for i, rs in enumerate(data["resourceSpans"]):
+        if not isinstance(rs, dict):
+            raise ImportFormatError(f"resourceSpans[{i}]: expected an object")
+        resource = rs.get("resource")
+        res = attributes(resource.get("attributes") if isinstance(resource, dict) else None)
+        scopes = rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []
+        for ss in scopes if isinstance(scopes, list) else []:
+            spans = ss.get("spans") if isinstance(ss, dict) else None
+            for span in spans if isinstance(spans, list) else []:
                 if isinstance(span, dict):
                     out.append((res, span))
     return out
 
 
 def _span_time(span: dict[str, Any]) -> datetime | None:
-    ns = span.get("startTimeUnixNano")
-    if ns in (None, "", "0", 0):
+    try:
+        ns = int(span.get("startTimeUnixNano") or 0)
+    except (TypeError, ValueError):
         return None
-    return datetime.fromtimestamp(int(ns) / 1e9, tz=UTC)
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC) if ns > 0 else None
 
 
 def _legacy_prompt(attrs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -287,9 +294,7 @@ def trace_from_span(
 def traces_from_otlp(data: Any) -> list[Trace]:
     """Every GenAI span of an OTLP JSON export, as traces (turn = order in its session)."""
     spans = iter_spans(data)
-    ordered = sorted(
-        enumerate(spans), key=lambda p: (int(p[1][1].get("startTimeUnixNano") or 0), p[0])
-    )
+    ordered = sorted(enumerate(spans), key=lambda p: (_span_time(p[1][1]) or _EPOCH, p[0]))
     turns: dict[str, int] = {}
     out: list[Trace] = []
     for i, (res, span) in ordered:
