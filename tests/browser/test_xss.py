@@ -20,8 +20,10 @@ from . import (
     settle,
 )
 
+# With ``scripts`` true, a <script> whose text mentions alert(1) counts too (the app has no
+# reason to ship one; the HTML report legitimately carries the payload as JSON data).
 _INJECTED_JS = """
-() => {
+(scripts) => {
   const docs = [document];
   for (const f of document.querySelectorAll('iframe')) {
     try { if (f.contentDocument) docs.push(f.contentDocument); } catch (e) {}
@@ -36,7 +38,7 @@ _INJECTED_JS = """
       const href = (a.getAttribute('href') || '').trim().toLowerCase();
       if (href.startsWith('javascript:')) out.push('anchor ' + a.outerHTML);
     }
-    for (const s of d.querySelectorAll('script')) {
+    for (const s of (scripts ? d.querySelectorAll('script') : [])) {
       if ((s.textContent || '').includes('alert(1)')) out.push('script ' + s.outerHTML);
     }
   }
@@ -51,7 +53,7 @@ def _assert_inert(tab, where: str) -> None:
     # Let any injected handler (img onerror fires asynchronously) have its chance.
     page.wait_for_timeout(300)
     assert tab.dialogs == [], f"{where}: a JavaScript dialog opened: {tab.dialogs}"
-    injected = page.evaluate(_INJECTED_JS)
+    injected = page.evaluate(_INJECTED_JS, True)
     assert injected == [], f"{where}: payload rendered as HTML: {injected}"
     assert exceptions_text(page) == [], f"{where}: exception box"
 

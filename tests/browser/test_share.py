@@ -1,0 +1,71 @@
+"""Share / Import in a real browser: the downloads are real files that round-trip.
+
+The snapshot a user downloads must import again as the same trace (through the importer the
+CLI uses, and through the page's own uploader); the HTML report of the XSS probe, opened as a
+page of its own, must not run the payloads either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import XSS_SCRIPT, XSS_TRACE_ID, exceptions_text, goto, rerun_and_settle, settle
+from .test_xss import _INJECTED_JS
+
+
+def _download(page, label: str, dest: Path) -> Path:
+    button = page.get_by_role("button", name=label)
+    with page.expect_download() as info:
+        button.click()
+    download = info.value
+    path = dest / download.suggested_filename
+    download.save_as(str(path))
+    return path
+
+
+def test_snapshot_download_reimports_as_the_same_trace(tab, browser_data, tmp_path) -> None:
+    from ctxcore.importers import load_file
+
+    page = tab.page
+    original = browser_data.traces[1]
+    goto(page, f"{tab.url}/share?trace={original.trace_id}")
+    assert exceptions_text(page) == []
+    path = _download(page, "Download snapshot (.json)", tmp_path)
+    assert path.name.endswith(".json"), path.name
+    [back] = load_file(path, "auto")
+    assert back.trace_id == original.trace_id
+    assert back.session_id == original.session_id and back.turn == original.turn
+    assert back.config == original.config
+    assert back.result is not None and original.result is not None
+    assert [(d.packet_id, d.status) for d in back.result.decisions] == [
+        (d.packet_id, d.status) for d in original.result.decisions
+    ]
+    assert back.result.totals == original.result.totals
+
+    # The page's own uploader takes the file back; the store already has it (same id).
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(path))
+    settle(page)
+    rerun_and_settle(page, lambda: page.get_by_role("button", name="Import", exact=True).click())
+    assert exceptions_text(page) == []
+    success = page.locator('[data-testid="stAlert"]').filter(has_text="Imported 1 trace(s)")
+    assert success.count() == 1, page.locator('[data-testid="stMain"]').inner_text()[-800:]
+
+
+def test_html_report_of_the_probe_is_inert(tab, chromium, tmp_path) -> None:
+    page = tab.page
+    goto(page, f"{tab.url}/share?trace={XSS_TRACE_ID}")
+    report = _download(page, "Download HTML report", tmp_path)
+    html = report.read_text(encoding="utf-8")
+    assert XSS_SCRIPT not in html, "the report embeds the <script> payload unescaped"
+
+    viewer = chromium.new_context().new_page()
+    dialogs: list[str] = []
+    viewer.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    try:
+        viewer.goto(report.as_uri(), wait_until="load")
+        viewer.wait_for_timeout(300)  # img onerror fires asynchronously
+        assert dialogs == [], f"the HTML report ran the payload: {dialogs}"
+        assert viewer.evaluate(_INJECTED_JS, False) == []
+        assert XSS_SCRIPT in viewer.locator("body").inner_text(), "the payload is not shown"
+    finally:
+        viewer.context.close()
