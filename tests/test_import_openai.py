@@ -341,3 +341,18 @@ def test_oversized_tool_log_is_a_clear_error(tmp_path: Path, capsys: Any) -> Non
     assert main(["import", str(path), "-o", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "big.json" in err and "messages[1] (tool)" in err and "Traceback" not in err
+
+
+def test_gzipped_jsonl_imports_like_the_plain_file(corpus: Path, tmp_path: Path) -> None:
+    import gzip
+    import os
+
+    src = corpus / "a04_llamafactory_reason_tool_use_demo_50.jsonl"
+    gz = tmp_path / "a04.jsonl.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    st = src.stat()
+    os.utime(gz, (st.st_atime, st.st_mtime))  # same clock stand-in as the source
+    plain, zipped = load_file(src), load_file(gz)
+    assert len(zipped) == 50
+    assert [t.input for t in zipped] == [t.input for t in plain]
+    assert [t.trace_id for t in zipped] == [t.trace_id for t in plain]
