@@ -561,7 +561,9 @@ def test_summary_that_lost_paths_and_numbers(corpus: Path) -> None:
     t = _summarize(build([pk("tool:pytest", "tool_result", log)]), {"tool:pytest"}, "many errors")
     found = of(diagnose(t, options=DiagnosticsOptions(rerun=False)), "summary_coverage")
     assert len(found) == 1 and found[0].packet_ids == ["tool:pytest"]
-    assert "tests/test_requests.py" in found[0].evidence["lost"]
+    # the failing test's name (on an "ERROR at setup of ..." line) and its file are gone
+    assert "testbed/tests/test_requests.py" in found[0].evidence["lost"]
+    assert found[0].evidence["from_errors_or_task"] == ["TestRequests.test_no_content_length"]
     assert found[0].severity == "warning"
 
 

@@ -403,11 +403,22 @@ def _waste_finding(
         and more >= v.options.waste_min_tokens
         else "info"
     )
-    how = "stopped at the first packet that did not fit" if fill == "break" else "skipped"
+    how = (
+        "stopped at the first packet that did not fit"
+        if fill == "break"
+        else "skipped what did not fit"
+    )
+    spend = (
+        f"{more:+,} tokens"
+        if more > 0
+        else "on no more tokens"
+        if more == 0
+        else f"on {-more:,} fewer tokens"
+    )
     msg = (
         f"the {fill} fill {how} and left {greedy_unused:,} of {capacity:,} tokens unused; "
         f"the optimal fill would add {id_list(added, 3)} (score {g_score:.2f} → {o_score:.2f}, "
-        f"{more:+,} tokens)"
+        f"{spend})"
     )
     return [
         finding(

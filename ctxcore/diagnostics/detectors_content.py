@@ -417,16 +417,28 @@ def summary_coverage(v: TraceView) -> list[Finding]:
         lost = [t for t in idents if t not in v.prompt]
         if len(lost) < v.options.coverage_min_lost or not idents:
             continue
+        # what an engineer needs back first: names from error lines and from the task
+        wanted = "\n".join(
+            [v.input.query, *(ln for ln in original.splitlines() if _ERROR_LINE.search(ln))]
+        )
+        key = [t for t in lost if t in wanted]
         share = len(lost) / len(idents)
-        severity: Severity = "warning" if share >= v.options.coverage_warn_share else "info"
+        severity: Severity = "warning" if key and share >= v.options.coverage_warn_share else "info"
+        shown = list(dict.fromkeys(key[:3] + lost))[:5]
         out.append(
             finding(
                 "summary_coverage",
                 severity,
                 f"{label} lost {len(lost)} of {len(idents)} identifiers, paths and numbers "
-                f"({', '.join(lost[:5])}{', …' if len(lost) > 5 else ''})",
+                f"({', '.join(shown)}{', …' if len(lost) > 5 else ''})"
+                + (f"; {len(key)} of them from error lines or the task" if key else ""),
                 ids,
-                {"lost": lost[:50], "total": len(idents), "share": round(share, 4)},
+                {
+                    "lost": list(dict.fromkeys(key + lost))[:50],
+                    "from_errors_or_task": key[:20],
+                    "total": len(idents),
+                    "share": round(share, 4),
+                },
             )
         )
     return out

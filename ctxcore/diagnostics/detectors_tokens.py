@@ -19,7 +19,7 @@ from .counterfactual import rebuild
 
 _HEADER = re.compile(r"^\[(Role & Policies|Task|State|Evidence|Context|Output)\]", re.MULTILINE)
 MARKER = re.compile(
-    r"\[\s*(?:\.\.\.|…)[^\]\n]{0,40}\]|\[(?:truncated|cut|omitted|compressed|elided|summar)"
+    r"\[\s*(?:\.\.\.|…)[^\]\n]{0,200}\]|\[(?:truncated|cut|omitted|compressed|elided|summar)"
     r"[^\]\n]{0,60}\]|\((?:truncated|omitted)[^)\n]{0,40}\)|内容已压缩|已截断|已省略|已压缩",
     re.IGNORECASE,
 )

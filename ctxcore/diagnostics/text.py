@@ -263,7 +263,13 @@ def identifiers(text: str) -> list[str]:
             tok = m.group(0).strip(".-/")
             if len(tok) >= 2 and tok not in found:
                 found[tok] = m.start()
-    return sorted(found, key=lambda t: (found[t], t))
+    # "args.py" inside "aider/args.py" is the same mention: keep the longest form only
+    ordered = sorted(found, key=len, reverse=True)
+    longest: list[str] = []
+    for tok in ordered:
+        if not any(tok in longer for longer in longest):
+            longest.append(tok)
+    return sorted(longest, key=lambda t: (found[t], t))
 
 
 # --------------------------------------------------------------------------- constraints
