@@ -241,3 +241,18 @@ def test_any_value_decoding() -> None:
 def test_malformed_otlp_is_an_import_error(data: dict[str, Any]) -> None:
     with pytest.raises(ImportFormatError):
         traces_from_otlp(data)
+
+
+def test_collector_file_exporter_jsonl(tmp_path: Path) -> None:
+    """One OTLP export per line (the collector's file exporter): turns count across lines."""
+    lines = []
+    for i in range(3):
+        msgs = [{"role": "user", "parts": [{"type": "text", "content": f"question {i}"}]}]
+        attrs = {"gen_ai.conversation.id": "c1", "gen_ai.input.messages": json.dumps(msgs)}
+        lines.append(json.dumps(otlp(span(attrs, i=i))))
+    path = tmp_path / "collector.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    traces = load_file(path)
+    assert [(t.session_id, t.turn, t.input.query) for t in traces] == [
+        ("c1", i, f"question {i}") for i in range(3)
+    ]

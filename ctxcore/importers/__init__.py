@@ -132,6 +132,13 @@ def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
         values = [(f"{p}:{i + 1}", parse_json(ln, f"{p}:{i + 1}")) for i, ln in enumerate(lines)]
     else:
         values = [(str(p), parse_json(text, str(p)))]
+    if len(values) > 1 and all(
+        (detect_format(v) if fmt == "auto" else fmt) == "otlp" for _, v in values
+    ):
+        # An OpenTelemetry collector's file exporter writes one export per line: read them
+        # as one export so that turns are numbered across the whole file.
+        spans = [rs for _, v in values for rs in (v.get("resourceSpans") or [])]
+        values = [(str(p), {"resourceSpans": spans})]
     out: list[Trace] = []
     for n, (where, value) in enumerate(values):
         try:
