@@ -1,7 +1,8 @@
 """ctxscope — the Streamlit debugger (``ctxscope app`` runs this with ``streamlit run``).
 
 Thin on purpose: it sets the page up, declares the pages (one file each under ``pages/``)
-and shows our own errors (``CtxscopeError``) as a one-line message instead of a traceback.
+and shows our own errors (``CtxscopeError``) as a one-line message instead of a traceback
+(``ui.boot.in_app``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:  # `pages` and `ui` import from the checkout
     sys.path.insert(0, str(ROOT))
 
-from ctxcore.errors import CtxscopeError  # noqa: E402
 from ui.boot import in_app  # noqa: E402
 
 st.set_page_config(page_title="ctxscope", page_icon=":material/troubleshoot:", layout="wide")
@@ -41,10 +41,5 @@ PAGES = [
 page = st.navigation(PAGES)
 with st.sidebar:
     st.caption("ctxscope — where every token of the context window went, and why.")
-try:
-    with in_app():
-        page.run()
-except CtxscopeError as exc:
-    from ui.views import md
-
-    st.error(md(exc), icon=":material/error:")
+with in_app():  # our errors (CtxscopeError) become one short message
+    page.run()

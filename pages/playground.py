@@ -43,7 +43,7 @@ def _ensure_loaded(t: Trace) -> None:
         st.error(
             views.md(f"{exc} — showing the recorded settings instead."), icon=":material/error:"
         )
-    knobs.load(cfg or t.config)
+    knobs.load(cfg or t.config, t.input)
     state.ss_set("pg_loaded", t.trace_id)
 
 
@@ -74,7 +74,7 @@ def render() -> None:
         with state.guard():
             knobs.panel(t.input, t.config)
         if st.button("Reset to recorded settings", key="pg_reset"):
-            knobs.load(t.config)
+            knobs.load(t.config, t.input)
             st.rerun()
     with right:
         try:

@@ -6,7 +6,7 @@ import streamlit as st
 
 from ctxcore import figures
 from ctxcore.models import Trace
-from ui import state, views, widgets
+from ui import knobs, state, views, widgets
 
 #: knobs a sweep can vary, with the range offered when the trace's value is v
 NUMERIC = {
@@ -81,7 +81,8 @@ def render() -> None:
         return
     if st.button(f"Run {len(xs) * len(ys)} builds", key="sw_run", type="primary"):
         with state.guard():
-            grid = state.sweep(t, x_name, tuple(xs), y_name, tuple(ys), watch_id)
+            base = knobs.loosen(t.config, t.input)  # reserve/safety follow max_tokens
+            grid = state.sweep(t, base, x_name, tuple(xs), y_name, tuple(ys), watch_id)
             state.ss_set("sw_grid", (t.trace_id, x_name, y_name, watch_id, grid))
     held = state.ss_get("sw_grid")
     if not held or held[0] != t.trace_id:

@@ -74,3 +74,28 @@ def session(
 def fill(db: Path, traces: list[Trace]) -> None:
     with TraceStore(db) as store:
         store.add_traces(traces, source="tests")
+
+
+EVIL = "<script>alert(1)</script>"
+EVIL_IMG = "<img src=x onerror=alert(1)>"
+EVIL_LINK = "[click me](javascript:alert(1))"
+
+
+def hostile_trace(session_id: str = "sess-evil") -> Trace:
+    """A real build whose packet ids, kinds and content carry script, img and js-link bait."""
+    from ctxcore.models import Packet
+
+    base = corpus_input(12, seed=0)
+    bait = [
+        Packet(id=f"tool:{EVIL}", kind=EVIL_IMG, content=f"{EVIL} {EVIL_IMG} {EVIL_LINK}"),
+        Packet(id=f"note:{EVIL_LINK}", kind="note", content=EVIL_LINK * 3, must_keep=True),
+    ]
+    inp = base.model_copy(update={"packets": [*base.packets, *bait], "query": f"{EVIL} why?"})
+    return build_trace(
+        inp,
+        Config(preset=default_preset()),  # type: ignore[arg-type]
+        trace_id=f"evil-{EVIL_IMG}",
+        session_id=session_id,
+        turn=0,
+        tags=[EVIL_LINK],
+    )

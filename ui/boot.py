@@ -7,6 +7,10 @@ the page file alone — without ``app.py``'s navigation, page config or error ha
 A page file therefore renders only when ``app.py`` runs it; otherwise it switches the
 process to the normal mode for good (as ``st.navigation`` would) and reruns, so that
 ``app.py`` runs and opens the same URL.
+
+AppTest resets that mode before every run and then runs page files directly (after the
+first run); a rerun there would swallow the button click that caused the run, so under
+AppTest the page renders in place, with the same error handling as ``app.py``.
 """
 
 from __future__ import annotations
@@ -14,17 +18,24 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
 _IN_APP: contextvars.ContextVar[bool] = contextvars.ContextVar("ctxscope_in_app", default=False)
 
 
 @contextmanager
 def in_app() -> Iterator[None]:
+    """Mark the page runs of this script run as coming through ``app.py``; show our errors."""
+    import streamlit as st
+
+    from ctxcore.errors import CtxscopeError
+
     token = _IN_APP.set(True)
     try:
         yield
+    except CtxscopeError as exc:
+        from ui.views import md
+
+        st.error(md(exc), icon=":material/error:")
     finally:
         _IN_APP.reset(token)
 
@@ -34,6 +45,13 @@ def run_page(render: Callable[[], None]) -> None:
         render()
         return
     import streamlit as st
+    from streamlit import config
+
+    # AppTest patches the module attribute (st.get_option is bound to the original).
+    if config.get_option("global.appTest"):
+        with in_app():
+            render()
+        return
     from streamlit.runtime.pages_manager import PagesManager
 
     # What st.navigation does first; calling it here would register other pages. Legacy

@@ -13,6 +13,7 @@ from typing import Any
 
 import streamlit as st
 
+from ctxcore.errors import CtxscopeError
 from ctxcore.loading import config_from_obj
 from ctxcore.models import PARTITIONS, CapturedInput, Config
 from ctxcore.pipeline import PRESET_NAMES, resolve_config
@@ -39,6 +40,31 @@ LABELS = {
 }
 
 
+#: knobs a preset derives from max_tokens when they are None; "auto" keeps them derived
+AUTO = ("output_reserve", "safety_margin")
+
+
+def auto_knobs(cfg: Config, inp: CapturedInput) -> set[str]:
+    """The knobs of a resolved config whose value is exactly what the preset derives."""
+    out = set()
+    for name in AUTO:
+        v = getattr(cfg, name)
+        if v is None:
+            continue
+        try:
+            again = resolve_config(cfg.model_copy(update={name: None}), inp)
+        except CtxscopeError:
+            continue
+        if getattr(again, name) == v:
+            out.add(name)
+    return out
+
+
+def loosen(cfg: Config, inp: CapturedInput) -> Config:
+    """``cfg`` with its derived knobs set back to None, so they follow max_tokens."""
+    return cfg.model_copy(update={n: None for n in auto_knobs(cfg, inp)})
+
+
 def key(name: str) -> str:
     if name in PARTITIONS:
         return PREFIX + views.PARTITION_SLUGS[name]
@@ -46,17 +72,25 @@ def key(name: str) -> str:
 
 
 def _all_keys() -> list[str]:
-    return [key(n) for n in views.KNOBS] + [key(p) for p in PARTITIONS] + [PREFIX + "preset"]
+    return (
+        [key(n) for n in views.KNOBS]
+        + [key(p) for p in PARTITIONS]
+        + [PREFIX + "preset"]
+        + [PREFIX + "auto_" + n for n in AUTO]
+    )
 
 
 def preset_defaults(preset: str, inp: CapturedInput) -> Config:
     return resolve_config(Config(preset=preset), inp)  # type: ignore[arg-type]
 
 
-def load(cfg: Config) -> None:
+def load(cfg: Config, inp: CapturedInput) -> None:
     """Put every knob of a resolved config into session state (others are removed)."""
     for k in _all_keys():
         state.ss_pop(k)
+    auto = auto_knobs(cfg, inp)
+    for name in AUTO:
+        state.ss_set(PREFIX + "auto_" + name, name in auto)
     state.ss_set(PREFIX + "preset", cfg.preset)
     data = cfg.model_dump(exclude_none=True)
     for name in views.KNOBS:
@@ -75,7 +109,7 @@ def _on_preset(inp: CapturedInput, recorded: Config) -> None:
     new = state.ss_get(PREFIX + "preset")
     # Another preset's resolved knobs do not carry over: start from its defaults, or
     # from the recorded config when going back to the recorded preset.
-    load(recorded if new == recorded.preset else preset_defaults(new, inp))
+    load(recorded if new == recorded.preset else preset_defaults(new, inp), inp)
 
 
 def _tie(changed: str) -> None:
@@ -129,6 +163,14 @@ def _widget(name: str, default: Any, tied: bool) -> None:
         st.slider(label, 0.0, hi, step=0.01, key=k, **cb)
     elif kind == "int":
         v = int(state.ss_get(k, default))
+        if name in AUTO:
+            auto = st.toggle(
+                f"{name} follows max_tokens",
+                key=PREFIX + "auto_" + name,
+                help="Derived by the preset from max_tokens (and reserve_ratio).",
+            )
+            if auto:
+                return
         if name == "max_tokens":
             top = max(32_000, 2 * v)
             st.slider(label, 100, top, step=100, key=k)
@@ -152,6 +194,8 @@ def current(inp: CapturedInput) -> Config:
     defaults = preset_defaults(preset, inp).model_dump(exclude_none=True)
     data: dict[str, Any] = {"preset": preset}
     for name in views.KNOBS:
+        if name in AUTO and state.ss_get(PREFIX + "auto_" + name):
+            continue  # None: the preset derives it from max_tokens
         if name in defaults and state.ss_has(key(name)):
             v = state.ss_get(key(name))
             if views.KNOBS[name] == "int":

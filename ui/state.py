@@ -290,17 +290,24 @@ def _sweep(
     ys: tuple[Any, ...],
     watch: str | None,
     _trace: Trace,
+    _cfg: Config,
 ) -> Any:
     from ctxcore.pipeline.sweep import sweep as run_sweep
 
-    return run_sweep(_trace.input, _trace.config, x, list(xs), y, list(ys), watch_packet=watch)
+    return run_sweep(_trace.input, _cfg, x, list(xs), y, list(ys), watch_packet=watch)
 
 
 def sweep(
-    t: Trace, x: str, xs: tuple[Any, ...], y: str, ys: tuple[Any, ...], watch: str | None
+    t: Trace,
+    cfg: Config,
+    x: str,
+    xs: tuple[Any, ...],
+    y: str,
+    ys: tuple[Any, ...],
+    watch: str | None,
 ) -> Any:
-    """A sweep grid over two knobs of a trace's recorded config (cached per grid)."""
-    return _sweep(t.trace_id, t.config.model_dump_json(), x, xs, y, ys, watch, t)
+    """A sweep grid over two knobs of ``cfg`` on a trace's input (cached per grid)."""
+    return _sweep(t.trace_id, cfg.model_dump_json(), x, xs, y, ys, watch, t, cfg)
 
 
 def session_traces(session_id: str, limit: int = 500) -> list[Trace]:

@@ -1,0 +1,225 @@
+"""The debugger's pages through AppTest on a real DuckDB store of real builds.
+
+Each test opens the real ``app.py`` (its ``st.navigation`` and the page files), changes
+what a user would change, and asserts on what the user would then see.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import app_support as data
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ctxcore.models import Status, Trace
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGES = ["traces", "inspect", "timeline", "playground", "compare", "sweep", "share"]
+TITLES = {
+    "traces": "Traces",
+    "inspect": "Inspect",
+    "timeline": "Timeline",
+    "playground": "Playground",
+    "compare": "Compare",
+    "sweep": "Sweep",
+    "share": "Share / Import",
+}
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, list[Trace]]:
+    return {
+        "a": data.session("sess-a", 3),
+        "b": data.session("sess-b", 2, first=30, tags=["nightly"]),
+        "evil": [data.hostile_trace()],
+    }
+
+
+@pytest.fixture
+def db(built: dict[str, list[Trace]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    path = tmp_path / "ctxscope.duckdb"  # the conftest points CTXSCOPE_DB here
+    data.fill(path, [t for ts in built.values() for t in ts])
+    return path
+
+
+def open_page(page: str, **params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if page != "traces":
+        at.switch_page(f"pages/{page}.py")
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def frame_with(at: AppTest, column: str):
+    """The first dataframe on the page that has ``column``."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def shown_text(at: AppTest) -> list[str]:
+    """Every markdown-rendered string on the page (where HTML or links could form)."""
+    out = []
+    for kind in (
+        "markdown",
+        "caption",
+        "warning",
+        "error",
+        "info",
+        "success",
+        "title",
+        "subheader",
+        "header",
+    ):
+        out += [str(e.value) for e in getattr(at, kind)]
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders(db: Path, page: str) -> None:
+    at = open_page(page)
+    assert at.title[0].value == TITLES[page]
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_traces_session_filter_narrows_the_list(db: Path, built) -> None:
+    at = open_page("traces")
+    total = sum(len(v) for v in built.values())
+    assert at.dataframe[0].value.shape[0] == total
+    at.selectbox(key="tr_session").set_value("sess-b").run()
+    frame = at.dataframe[0].value
+    assert set(frame["session"]) == {"sess-b"}
+    assert len(frame) == len(built["b"])
+    assert any(m.value.startswith(f"**{len(built['b'])}** matching") for m in at.markdown)
+    assert at.query_params["session"] == "sess-b"  # shareable
+
+
+def test_traces_full_text_search_finds_packet_content(db: Path, built) -> None:
+    # A word that only the packets sess-b saw (it saw 30+ packets, sess-a at most 20).
+    seen_a = " ".join(p.content for t in built["a"] for p in t.input.packets)
+    seen_a += " ".join(p.content for p in built["evil"][0].input.packets)
+    only_b = next(
+        w
+        for p in built["b"][0].input.packets
+        for w in re.findall(r"[A-Za-z_]{9,}", p.content)
+        if w not in seen_a
+    )
+    at = open_page("traces")
+    at.text_input(key="tr_search").input(only_b).run()
+    frame = at.dataframe[0].value
+    assert len(frame) > 0 and set(frame["session"]) == {"sess-b"}
+
+
+def test_traces_tag_filter_and_open_in_inspect(db: Path, built) -> None:
+    at = open_page("traces")
+    at.multiselect(key="tr_tags").set_value(["nightly"]).run()
+    assert set(at.dataframe[0].value["trace_id"]) == {t.trace_id for t in built["b"]}
+    at.selectbox(key="tr_open_id").set_value("sess-b-t1").run()
+    at.button(key="tr_open").click().run()
+    assert at.title[0].value == "Inspect"
+    assert at.query_params["trace"] == "sess-b-t1"
+
+
+def test_inspect_shows_every_decision_and_filters_by_status(db: Path, built) -> None:
+    t = built["a"][1]
+    at = open_page("inspect", trace=t.trace_id)
+    frame = frame_with(at, "reason_text")
+    assert len(frame) == len(t.result.decisions)
+    assert list(frame["packet_id"]) == [d.packet_id for d in t.result.decisions]
+    status = next(
+        s
+        for s in (Status.FILTERED, Status.SUMMARIZED, Status.DROPPED)
+        if any(d.status == s for d in t.result.decisions)
+    )
+    at.multiselect(key="in_f_status").set_value([status.value]).run()
+    frame = frame_with(at, "reason_text")
+    assert len(frame) == sum(d.status == status for d in t.result.decisions)
+    assert set(frame["status"]) == {status.value}
+    # the prompt is shown as code, partitions marked
+    code = "\n".join(c.value for c in at.code)
+    assert "──────── [Task]" in code
+    assert [m.label for m in at.metric][:2] == ["budget", "used"]
+    assert at.metric[1].value == f"{t.result.totals.used:,}"
+
+
+def test_inspect_unknown_trace_is_a_message_not_a_crash(db: Path) -> None:
+    at = open_page("inspect", trace="no-such-trace")
+    assert any("No trace with id" in w.value for w in at.warning)
+
+
+def test_hostile_packets_stay_text(db: Path, built) -> None:
+    evil = built["evil"][0]
+    for page in ("inspect", "playground", "compare", "share", "traces"):
+        at = open_page(page, trace=evil.trace_id, a=evil.trace_id)
+        for s in shown_text(at):
+            assert "<script" not in s and "<img" not in s and "](javascript" not in s, (page, s)
+    at = open_page("inspect", trace=evil.trace_id)
+    frame = frame_with(at, "reason_text")
+    assert f"tool:{data.EVIL}" in set(frame["packet_id"])  # shown, verbatim, as data
+    assert data.EVIL in "\n".join(c.value for c in at.code)
+
+
+def test_timeline_turn_opens_inspect(db: Path, built) -> None:
+    at = open_page("timeline", session="sess-a")
+    assert at.selectbox(key="tl_session").value == "sess-a"
+    turns = at.selectbox(key="tl_turn").options
+    assert len(turns) == len(built["a"])
+    at.selectbox(key="tl_turn").set_value(2).run()
+    at.button(key="tl_open").click().run()
+    assert at.title[0].value == "Inspect"
+    assert at.query_params["trace"] == built["a"][2].trace_id
+
+
+def test_compare_decision_diff_matches_the_traces(db: Path, built) -> None:
+    a, b = built["a"][0], built["a"][2]
+    at = open_page("compare", a=a.trace_id, b=b.trace_id)
+    before = {d.packet_id: d for d in a.result.decisions}
+    after = {d.packet_id: d for d in b.result.decisions}
+    changed = {
+        p
+        for p in set(before) | set(after)
+        if (
+            before.get(p) and before[p].status,
+            before.get(p) and before[p].tokens_after,
+            before.get(p) and before[p].rank,
+        )
+        != (
+            after.get(p) and after[p].status,
+            after.get(p) and after[p].tokens_after,
+            after.get(p) and after[p].rank,
+        )
+    }
+    frame = frame_with(at, "status_A")
+    assert set(frame["packet_id"]) == changed
+    assert "--- A" in at.code[-1].value  # the prompt diff, as text
+
+
+def test_share_exports_snapshot_and_imports_pasted_request(db: Path, built) -> None:
+    t = built["a"][0]
+    at = open_page("share", trace=t.trace_id)
+    labels = [b.label for b in at.get("download_button")]
+    assert "Download snapshot (.json)" in labels and "Download HTML report" in labels
+    at.text_area(key="sh_paste").input(
+        '{"model": "gpt-4o", "messages": [{"role": "system", "content": "Be brief."},'
+        ' {"role": "user", "content": "Why does test_timedelta_field fail?"}]}'
+    ).run()
+    at.button(key="sh_import").click().run()
+    assert not at.exception
+    assert any("Imported 1 trace(s), 1 new." in s.value for s in at.success)
+    new_id = at.selectbox(key="sh_imported_pick").value
+    at.button(key="sh_open").click().run()
+    assert at.title[0].value == "Inspect" and at.query_params["trace"] == new_id
+
+
+def test_share_bad_paste_is_one_line_error(db: Path) -> None:
+    at = open_page("share")
+    at.text_area(key="sh_paste").input('{"messages": [').run()
+    at.button(key="sh_import").click().run()
+    assert not at.exception
+    assert any("malformed JSON" in e.value for e in at.error)
