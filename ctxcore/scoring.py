@@ -119,9 +119,19 @@ class TermFrequencies:
         if pat is not None and any(t in low for t in q.latin):
             for m in pat.findall(low):
                 counts[m] = counts.get(m, 0) + 1
-        row = tuple(counts.get(t, 0) for t in q.latin) + tuple(
-            _count_overlapping(low, t) for t in q.cjk
-        )
+        cjk: list[int] = []
+        if q.cjk:
+            # unigrams first (one fast scan each); a bigram is only looked for when both of
+            # its characters occur, which skips almost all the work on English text
+            uni = {t: low.count(t) for t in q.cjk if len(t) == 1}
+            for t in q.cjk:
+                if len(t) == 1:
+                    cjk.append(uni[t])
+                elif uni.get(t[0], 0) and uni.get(t[1], 0):
+                    cjk.append(_count_overlapping(low, t))
+                else:
+                    cjk.append(0)
+        row = tuple(counts.get(t, 0) for t in q.latin) + tuple(cjk)
         with self._lock:
             if len(self._memo) >= self._max:
                 self._memo.clear()
@@ -140,6 +150,11 @@ class TermFrequencies:
 _TF = TermFrequencies()
 
 
+def term_frequencies(q: QueryTerms, texts: Sequence[str]) -> npt.NDArray[np.int64]:
+    """The shared, memoised (documents × query terms) frequency matrix."""
+    return _TF.matrix(q, texts)
+
+
 def bm25_relevance(
     query: str | QueryTerms,
     texts: Sequence[str],
@@ -151,10 +166,19 @@ def bm25_relevance(
     ``lengths`` are the documents' lengths (in tokens); they set BM25's length penalty.
     """
     q = query if isinstance(query, QueryTerms) else QueryTerms.of(query)
-    n = len(texts)
-    if n == 0 or q.empty:
+    if len(texts) == 0 or q.empty:
+        return np.zeros(len(texts), dtype=np.float64)
+    return bm25_from_tf((tf or _TF).matrix(q, texts), lengths)
+
+
+def bm25_from_tf(
+    tf_matrix: npt.NDArray[np.int64], lengths: Sequence[int] | npt.NDArray[np.int64]
+) -> FloatArray:
+    """``bm25_relevance`` from a precomputed (documents × terms) frequency matrix."""
+    n = tf_matrix.shape[0]
+    if n == 0 or tf_matrix.shape[1] == 0:
         return np.zeros(n, dtype=np.float64)
-    freq = (tf or _TF).matrix(q, texts).astype(np.float64)
+    freq = tf_matrix.astype(np.float64)
     dl = np.maximum(np.asarray(lengths, dtype=np.float64), 1.0)
     avgdl = float(dl.mean())
     df = (freq > 0).sum(axis=0)
@@ -206,9 +230,11 @@ def combine(
 __all__ = [
     "QueryTerms",
     "TermFrequencies",
+    "bm25_from_tf",
     "bm25_relevance",
     "combine",
     "priority_norm",
     "recency",
+    "term_frequencies",
     "terms",
 ]

@@ -19,6 +19,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..models import PARTITIONS, CapturedInput
-from ..scoring import QueryTerms, bm25_relevance, priority_norm
+from ..scoring import QueryTerms, bm25_from_tf, priority_norm, term_frequencies
 from ..summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
 from ..tokens import TokenCounter
 from .common import INSTRUCTIONS_ID, history_id
@@ -321,9 +322,14 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
     task_segment = normalize(input.query) + "\n\n" if input.query.strip() else ""
     output_segment = OUTPUT_TEXT
     heads = [header(p) for p in PARTITIONS]
-    counts = counter.count_many(
-        [it.segment for it in items] + heads + [task_segment, output_segment]
-    )
+    texts = [it.segment for it in items] + heads + [task_segment, output_segment]
+    q = QueryTerms.of(input.query)
+    # tiktoken releases the GIL while it encodes: count in a worker thread and find the
+    # query's terms in the documents meanwhile, so relevance costs no extra wall time
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(counter.count_many, texts)
+        tf = term_frequencies(q, [it.text for it in items])
+        counts = pending.result()
     n = len(items)
     for it, c in zip(items, counts[:n], strict=False):
         it.tokens = c
@@ -331,8 +337,7 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
     task_tokens, output_tokens = counts[-2], counts[-1]
 
     tokens = np.asarray(counts[:n], dtype=np.int64)
-    q = QueryTerms.of(input.query)
-    rel = bm25_relevance(q, [it.text for it in items], tokens)
+    rel = bm25_from_tf(tf, tokens)
     for i, it in enumerate(items):
         if it.caller_relevance is not None:
             rel[i] = min(max(it.caller_relevance, 0.0), 1.0)

@@ -192,7 +192,7 @@ class _Degrader:
     ) -> tuple[str, int]:
         seg = segment(item_id, label, f"{body}\n{marker}")
         n = self.counter.count(seg)
-        if n > target + 48:
+        if n > target * 3 // 2 + 48:
             body = self.counter.truncate(body, target).rstrip()
             seg = segment(item_id, label, f"{body}\n{marker}")
             n = self.counter.count(seg)
@@ -229,7 +229,7 @@ class _Degrader:
         items = [self.prep.items[i] for i in idx]
         content = "\n\n".join(f"[{it.id}] {it.role}: {it.text}" for it in items)
         total = sum(it.tokens for it in items)
-        target = min(max(total // 5, 80), 600)
+        target = min(max(total // 3, 120), 800)
         body = self.summarizer("history", content, target).rstrip()
         a, b = items[0].id, items[-1].id
         marker = f"[… {_fmt(total)} tokens of {a} … {b} summarized; source ids {a} … {b} …]"
