@@ -218,6 +218,10 @@ def cli_import(args: argparse.Namespace) -> int:
         raise
     else:
         print(f"imported {summary} into {db}: {added} new, {len(traces) - added} already there")
+        for t in traces[:3]:
+            print(f"  {t.trace_id}  (session {t.session_id}, turn {t.turn})")
+        if len(traces) > 3:
+            print(f"  ... and {len(traces) - 3} more")
         if warned:
             print(f"{warned} trace(s) carry warnings; open them in the app to see why")
         return 0
