@@ -166,3 +166,33 @@ def test_fixes_are_sorted_smallest_first() -> None:
     assert [c.size for c in found] == sorted(c.size for c in found)
     best = smallest_fix(t, "note:fresh")
     assert best is not None and best == found[0]
+
+
+# --------------------------------------------------------------------------- ctxscope
+
+
+def test_ctxscope_budget_knobs_agree(corpus: Path) -> None:
+    # available = max_tokens − output_reserve − safety_margin (both resolved in the trace),
+    # so raising max_tokens and lowering output_reserve by the same amount are the same fix
+    packets = [
+        pk(
+            "tool:big",
+            corpus_text(corpus, "d01_pytest_reportingdemo_44_failures.rst", 9000),
+            relevance=0.9,
+        ),
+        pk("tool:a", corpus_text(corpus, "d12_npm-debug.log", 1500), relevance=0.5),
+        pk("tool:b", corpus_text(corpus, "d11_nextjs_dev-server.log", 1500), relevance=0.4),
+    ]
+    t = trace_of(packets, max_tokens=3000, fill="break", degrade=[])
+    assert status_with(t, {}, "tool:a") != Status.KEPT
+    found = {cf.knob: cf for cf in counterfactuals(t, "tool:a")}
+    up, down = found["max_tokens"], found["output_reserve"]
+    assert up.new - up.old == down.old - down.new > 0
+    assert up.label == f"max_tokens +{int(up.new - up.old):,}"
+    assert down.label == f"output_reserve −{int(down.old - down.new):,}"
+    for cf in (up, down):
+        assert status_with(t, cf.patch, "tool:a") == Status.KEPT
+    assert status_with(t, {"max_tokens": int(up.new) - 1}, "tool:a") != Status.KEPT
+    assert status_with(t, {"output_reserve": int(down.new) + 1}, "tool:a") != Status.KEPT
+    # the ctxscope preset resolved reserve_ratio into output_reserve: it has no effect any more
+    assert "reserve_ratio" not in found

@@ -683,3 +683,96 @@ def test_session_of_mixed_sessions_is_an_error() -> None:
     b = build([], trace_id="b", session="two")
     with pytest.raises(InputError, match="one session at a time"):
         diagnose_session([a, b])
+
+
+def test_one_kind_flooding_the_window_while_another_is_dropped(corpus: Path) -> None:
+    grep = text(corpus, "d04_grep_r_qualname_sphinx.txt")
+    logs = [
+        pk(f"tool:call_{i}", "tool_result", HEAD + grep[i * 1500 : (i + 1) * 1500])
+        for i in range(3)
+    ]
+    state = pk(
+        "state:progress",
+        "task_state",
+        HEAD + text(corpus, "d03_django_runtests_admin_inlines.txt", 3000),
+        600,
+    )
+    t = build([*logs, state], max_tokens=1500)
+    assert status(t, "state:progress") == Status.DROPPED
+    kinds = [
+        f for f in of(diagnose(t), "budget_flooded") if f.evidence.get("kind") == "tool_result"
+    ]
+    assert len(kinds) == 1 and kinds[0].evidence["crowded_out"] == ["state:progress"]
+    assert t.result is not None
+    used = sum(d.tokens_after for d in t.result.decisions if d.kind == "tool_result")
+    assert kinds[0].evidence["tokens"] == used
+    # the same packets with room for the state: no kind flood
+    roomy = build([*logs, state], max_tokens=8000)
+    assert [f for f in of(diagnose(roomy), "budget_flooded") if "kind" in f.evidence] == []
+
+
+# --------------------------------------------------------------------------- ctxscope preset
+
+
+def build_ctxscope(packets: list[Packet], **cfg: object) -> Trace:
+    inp = CapturedInput(query=QUERY, now=NOW, packets=packets)
+    return build_trace(inp, Config(**cfg), trace_id="cx")  # type: ignore[arg-type]
+
+
+def test_break_fill_waste_is_measured_by_rerunning_optimal(corpus: Path) -> None:
+    packets = [
+        pk(
+            "tool:big",
+            "tool_result",
+            text(corpus, "d01_pytest_reportingdemo_44_failures.rst", 9000),
+            relevance=0.9,
+        ),
+        pk("tool:a", "tool_result", text(corpus, "d12_npm-debug.log", 1500), relevance=0.5),
+        pk("tool:b", "tool_result", text(corpus, "d11_nextjs_dev-server.log", 1500), relevance=0.4),
+        pk(
+            "tool:c",
+            "tool_result",
+            text(corpus, "d06_jest_failure_zh_xresolver.log", 1500),
+            relevance=0.3,
+        ),
+    ]
+    # no degradation ladder: the break fill meets tool:big first, cannot fit it and stops
+    t = build_ctxscope(packets, max_tokens=3000, fill="break", degrade=[])
+    assert [status(t, p.id) for p in packets] == [Status.DROPPED] * 4
+    found = of(diagnose(t), "greedy_waste")
+    assert len(found) == 1 and found[0].severity == "warning"
+    assert found[0].fix == {"fill": "optimal"}
+    assert set(found[0].evidence["added"]) == {"tool:a", "tool:b", "tool:c"}
+    fixed = rebuild(t, found[0].fix)
+    assert fixed is not None
+    kept = {d.packet_id for d in fixed.decisions if d.status == Status.KEPT}
+    assert kept == set(found[0].evidence["added"])
+    assert found[0].evidence["optimal_used"] == fixed.totals.used
+    # the optimal fill itself has nothing to compare against
+    assert (
+        of(
+            diagnose(
+                t.model_copy(
+                    update={
+                        "config": t.config.model_copy(update={"fill": "optimal"}),
+                        "result": fixed,
+                    }
+                )
+            ),
+            "greedy_waste",
+        )
+        == []
+    )
+
+
+def test_ctxscope_scores_chinese_so_there_is_no_blind_spot(corpus: Path) -> None:
+    session = text(corpus, "c01_zh_opencode_session_ses_4398.md")
+    paras = [p for p in session.split("\n\n") if len(p) > 60 and "架构" in p][:3]
+    inp = CapturedInput(
+        query="分析当前项目的架构特色",
+        now=NOW,
+        packets=[pk(f"note:zh-{i}", "tool_result", p) for i, p in enumerate(paras)],
+    )
+    t = build_trace(inp, Config(), trace_id="zh")
+    assert any(status(t, f"note:zh-{i}") == Status.KEPT for i in range(len(paras)))
+    assert of(diagnose(t), "relevance_blind_spot") == []

@@ -6,7 +6,9 @@ For each knob the preset has, an analytic first guess (the tokens it was short b
 relevance) is refined by bisection over the knob, and every answer is VERIFIED by
 re-running ``ctxcore.pipeline.build`` on the captured input with the patched config —
 a suggestion that was not re-run is never returned. The result carries a config patch
-(``Finding.fix`` / the Playground's one-click settings) and a sentence.
+(``Finding.fix`` / the Playground's one-click settings) and a sentence. Knobs a preset does
+not have (``None`` in its resolved config) or rejects are skipped; ``output_reserve`` is
+tried because the ``ctxscope`` preset resolves ``reserve_ratio`` into it.
 
 Greedy fills are not monotone in every knob (a bigger budget can let a higher-ranked
 packet in first), so bisection finds *a* boundary, not always the global minimum; the
@@ -25,7 +27,13 @@ from ..errors import CtxscopeError, InputError
 from ..models import BuildResult, Config, Decision, Reason, Status, Trace
 from ..tokens import get_counter
 
-KNOBS: tuple[str, ...] = ("max_tokens", "min_relevance", "relevance_weight", "reserve_ratio")
+KNOBS: tuple[str, ...] = (
+    "max_tokens",
+    "min_relevance",
+    "relevance_weight",
+    "reserve_ratio",
+    "output_reserve",
+)
 #: knob → the decisions' reasons a change of that knob can undo
 _ROOM_REASONS = frozenset(
     {
@@ -118,16 +126,20 @@ def rebuild(trace: Trace, patch: dict[str, Any] | None = None) -> BuildResult | 
         return None
 
 
+_INT_KNOBS = frozenset({"max_tokens", "output_reserve"})
+
+
 def _fmt(knob: str, value: float) -> str:
-    return f"{int(value):,}" if knob == "max_tokens" else f"{value:.2f}"
+    return f"{int(value):,}" if knob in _INT_KNOBS else f"{value:.2f}"
 
 
 def _make(
     run: _Runner, d: Decision, knob: str, old: float, new: float, patch: dict[str, Any]
 ) -> Counterfactual:
-    if knob == "max_tokens":
-        label = f"max_tokens {'+' if new >= old else '-'}{abs(int(new) - int(old)):,}"
-        size = abs(new - old) / old if old else abs(new - old)
+    if knob in _INT_KNOBS:
+        label = f"{knob} {'+' if new >= old else '−'}{abs(int(new) - int(old)):,}"
+        scale = run.trace.config.max_tokens or old
+        size = abs(new - old) / scale if scale else abs(new - old)
     else:
         label = f"{knob} {'≤' if new < old else '≥'} {new:.2f}"
         size = abs(new - old)
@@ -266,11 +278,33 @@ def _search_reserve_ratio(run: _Runner, d: Decision) -> Counterfactual | None:
     return _make(run, d, "reserve_ratio", old, new, {"reserve_ratio": new})
 
 
+def _search_output_reserve(run: _Runner, d: Decision) -> Counterfactual | None:
+    """The ctxscope preset resolves ``reserve_ratio`` into ``output_reserve``: lower that."""
+    old = run.trace.config.output_reserve
+    if old is None or old <= 0 or d.reason == Reason.BELOW_MIN_RELEVANCE:
+        return None
+
+    def ok(v: int) -> bool:
+        return run.keeps({"output_reserve": v})
+
+    if not ok(0):
+        return None
+    lo, hi = 0, old  # ok(lo), not ok(hi): the largest reserve that still keeps the packet
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return _make(run, d, "output_reserve", old, lo, {"output_reserve": lo})
+
+
 _SEARCHES: dict[str, Callable[[_Runner, Decision], Counterfactual | None]] = {
     "max_tokens": _search_max_tokens,
     "min_relevance": _search_min_relevance,
     "relevance_weight": _search_weights,
     "reserve_ratio": _search_reserve_ratio,
+    "output_reserve": _search_output_reserve,
 }
 
 

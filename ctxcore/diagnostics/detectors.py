@@ -201,7 +201,7 @@ def budget_flooded(v: TraceView) -> list[Finding]:
         out.append(
             finding(
                 "budget_flooded",
-                "warning",
+                "warning" if crowded else "info",
                 msg,
                 [d.packet_id, *crowded],
                 {
@@ -219,15 +219,23 @@ def budget_flooded(v: TraceView) -> list[Finding]:
         tokens_by_kind[d.kind] += d.tokens_after
     for kind, ids in by_kind.items():
         share = tokens_by_kind[kind] / budget
-        if len(ids) > 1 and share > v.options.flood_kind_share:
+        # a kind filling the window matters when it pushed out something of another kind
+        others = [x.packet_id for x in starved if x.kind != kind]
+        if len(ids) > 1 and share > v.options.flood_kind_share and others:
             out.append(
                 finding(
                     "budget_flooded",
                     "warning",
                     f"{len(ids)} {kind} packets take {tokens_by_kind[kind]:,} of the "
-                    f"{budget:,}-token budget ({share:.0%})",
-                    ids,
-                    {"kind": kind, "tokens": tokens_by_kind[kind], "share": round(share, 4)},
+                    f"{budget:,}-token budget ({share:.0%}) while {id_list(others, 3)} "
+                    f"{'was' if len(others) == 1 else 'were'} dropped for room",
+                    [*ids, *others],
+                    {
+                        "kind": kind,
+                        "tokens": tokens_by_kind[kind],
+                        "share": round(share, 4),
+                        "crowded_out": others,
+                    },
                 )
             )
     out.extend(_noise(v, kept))
