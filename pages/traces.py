@@ -22,21 +22,29 @@ _QP = {
 }
 
 
+_URL_KEYS = (*_QP, "tags", "lost", "warnings")
+
+
+def _url_sig() -> tuple[tuple[str, str], ...]:
+    return tuple((k, state.qp_get(k) or "") for k in _URL_KEYS)
+
+
 def _init_from_url() -> None:
+    """Apply filters from the URL when it changed under us (a link, another page)."""
+    sig = _url_sig()
+    if state.ss_get("tr_url_sig") == sig:
+        return
+    state.ss_set("tr_url_sig", sig)
+    if not any(v for _, v in sig) and state.ss_has("tr_session"):
+        return  # a bare URL (sidebar navigation) keeps the filters of this session
     for name, key in _QP.items():
-        v = state.qp_get(name)
-        if v and not state.ss_has(key):
-            state.ss_set(key, v)
-    tags = state.qp_get("tags")
-    if tags and not state.ss_has("tr_tags"):
-        state.ss_set("tr_tags", [t for t in tags.split(",") if t])
-    if state.qp_get("lost") == "1" and not state.ss_has("tr_lost"):
-        state.ss_set("tr_lost", True)
-    if state.qp_get("warnings") and not state.ss_has("tr_warnings"):
-        state.ss_set(
-            "tr_warnings",
-            {"1": "with warnings", "0": "without"}.get(state.qp_get("warnings") or "", ANY),
-        )
+        state.ss_set(key, state.qp_get(name) or ("" if name == "search" else ANY))
+    state.ss_set("tr_tags", [t for t in (state.qp_get("tags") or "").split(",") if t])
+    state.ss_set("tr_lost", state.qp_get("lost") == "1")
+    state.ss_set(
+        "tr_warnings",
+        {"1": "with warnings", "0": "without"}.get(state.qp_get("warnings") or "", ANY),
+    )
 
 
 def _choice(
@@ -84,6 +92,7 @@ def _filters() -> TraceFilter:
             "warnings": {"with warnings": "1", "without": "0"}.get(warn),
         }
     )
+    state.ss_set("tr_url_sig", _url_sig())  # our own write is not a new link
     return TraceFilter(
         session_id=session,
         preset=preset,

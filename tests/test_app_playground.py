@@ -1,0 +1,178 @@
+"""Playground and Sweep through AppTest: knobs re-run the real pipeline, links carry settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import app_support as data
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ctxcore.models import Config, Trace
+from ctxcore.pipeline import build
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture(scope="module")
+def built() -> list[Trace]:
+    return data.session("sess-a", 2) + data.session("sess-b", 1, first=30, tags=["nightly"])
+
+
+@pytest.fixture
+def db(built: list[Trace], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    path = tmp_path / "ctxscope.duckdb"
+    data.fill(path, built)
+    return path
+
+
+def open_page(page: str, **params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(f"pages/{page}.py")
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def flipped_frame(at: AppTest):
+    return next(d.value for d in at.dataframe if "status_now" in d.value.columns)
+
+
+def expected_flips(t: Trace, **changes) -> dict[str, tuple[str, str]]:
+    """packet -> (status before, status now) for the knobs changed on the recorded config,
+    with output reserve and safety margin derived again by the preset (as the UI does)."""
+    cfg = Config(
+        **{**t.config.model_dump(), "output_reserve": None, "safety_margin": None, **changes}
+    )
+    now = {d.packet_id: d for d in build(t.input, cfg).decisions}
+    before = {d.packet_id: d for d in t.result.decisions}
+    out = {}
+    for pid in set(now) | set(before):
+        a, b = before.get(pid), now.get(pid)
+        key_a = (a.status, a.tokens_after, a.rank) if a else None
+        key_b = (b.status, b.tokens_after, b.rank) if b else None
+        if key_a != key_b:
+            out[pid] = (a.status.value if a else "—", b.status.value if b else "—")
+    return out
+
+
+def test_max_tokens_slider_flips_packets(db: Path, built: list[Trace]) -> None:
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    assert at.selectbox(key="pg_trace").value == t.trace_id
+    assert at.slider(key="pg_max_tokens").value == t.config.max_tokens
+    assert "Flipped (0)" in [s.value for s in at.subheader]
+    new = (t.result.totals.used * 6 // 10) // 100 * 100
+    want = expected_flips(t, max_tokens=new)
+    assert any(b != a for a, b in want.values()), "the chosen budget must flip a status"
+    at.slider(key="pg_max_tokens").set_value(new).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    frame = flipped_frame(at)
+    assert f"Flipped ({len(want)})" in [s.value for s in at.subheader]
+    got = {r.packet_id: (r.status_before, r.status_now) for r in frame.itertuples()}
+    assert got == want
+    # status flips are listed first
+    first_non_status = next(
+        (i for i, c in enumerate(frame["change"]) if "status" not in c), len(frame)
+    )
+    assert all("status" in c for c in frame["change"][:first_non_status])
+    # the URL now carries the new budget
+    assert at.query_params["max_tokens"] == str(new)
+
+
+def test_min_relevance_slider_filters_packets(db: Path, built: list[Trace]) -> None:
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    at.slider(key="pg_min_relevance").set_value(0.5).run()
+    want = expected_flips(t, min_relevance=0.5)
+    got = {r.packet_id: (r.status_before, r.status_now) for r in flipped_frame(at).itertuples()}
+    assert got == want
+    assert any(now == "filtered" for _, now in got.values())
+
+
+def test_permalink_reproduces_settings(db: Path, built: list[Trace]) -> None:
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    at.slider(key="pg_max_tokens").set_value(9000).run()
+    at.slider(key="pg_relevance_weight").set_value(0.45).run()
+    at.selectbox(key="pg_fill").set_value("optimal").run()
+    link = dict(at.query_params)
+    assert link["trace"] == t.trace_id and link["fill"] == "optimal"
+    flips = flipped_frame(at)
+    # A new session opened on that link shows the same settings and the same flips.
+    again = open_page("playground", **link)
+    assert again.slider(key="pg_max_tokens").value == 9000
+    assert again.slider(key="pg_relevance_weight").value == pytest.approx(0.45)
+    assert again.selectbox(key="pg_fill").value == "optimal"
+    assert flipped_frame(again).equals(flips)
+    assert dict(again.query_params) == link
+
+
+def test_bad_permalink_value_is_a_message(db: Path, built: list[Trace]) -> None:
+    at = open_page("playground", trace=built[0].trace_id, max_tokens="lots")
+    assert any("max_tokens='lots'" in e.value.replace("\\", "") for e in at.error)
+    assert at.slider(key="pg_max_tokens").value == built[0].config.max_tokens
+
+
+def test_switching_preset_shows_its_knobs(db: Path, built: list[Trace]) -> None:
+    t = built[0]
+    at = open_page("playground", trace=t.trace_id)
+    assert at.slider(key="pg_priority_weight").value == t.config.priority_weight
+    at.selectbox(key="pg_preset").set_value("hello-agents-book").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    keys = {s.key for s in at.slider}
+    assert "pg_priority_weight" not in keys and "pg_relevance_weight" in keys
+    assert at.toggle(key="pg_tie_weights").value is True  # the tutorial's weights sum to 1
+    at.slider(key="pg_relevance_weight").set_value(0.8).run()
+    assert at.slider(key="pg_recency_weight").value == pytest.approx(0.2)
+    assert at.query_params["preset"] == "hello-agents-book"
+
+
+def test_save_variant_links_to_source(db: Path, built: list[Trace]) -> None:
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    at.slider(key="pg_max_tokens").set_value(12000).run()
+    at.button(key="pg_save").click().run()
+    assert not at.exception
+    msg = next(s.value for s in at.success).replace("\\", "")
+    assert f"linked to {t.trace_id}" in msg
+    at.button(key="pg_open_saved").click().run()
+    assert at.title[0].value == "Inspect"
+    new_id = at.query_params["trace"]
+    assert new_id != t.trace_id
+    assert any(f"variant of {t.trace_id}" in c.value.replace("\\", "") for c in at.caption)
+    # the Traces page lists it under the variant tag
+    at = open_page("traces", tags="variant")
+    frame = next(d.value for d in at.dataframe if "trace_id" in d.value.columns)
+    assert list(frame["trace_id"]) == [new_id]
+
+
+def test_sweep_cell_opens_playground_with_its_settings(db: Path, built: list[Trace]) -> None:
+    t = built[1]
+    at = open_page("sweep", trace=t.trace_id)
+    at.selectbox(key="sw_x_param").set_value("max_tokens").run()
+    at.number_input(key="sw_x_from").set_value(4000).run()
+    at.number_input(key="sw_x_to").set_value(12000).run()
+    at.number_input(key="sw_x_steps").set_value(3).run()
+    at.selectbox(key="sw_y_param").set_value("min_relevance").run()
+    at.number_input(key="sw_y_from").set_value(0.0).run()
+    at.number_input(key="sw_y_to").set_value(0.4).run()
+    at.number_input(key="sw_y_steps").set_value(3).run()
+    at.button(key="sw_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    cells = at.selectbox(key="sw_cell").options
+    assert len(cells) == 9
+    # cell (x=2, y=1): max_tokens 12000, min_relevance 0.2
+    at.selectbox(key="sw_cell").set_value((2, 1)).run()
+    at.button(key="sw_open").click().run()
+    assert at.title[0].value == "Playground"
+    assert at.query_params["max_tokens"] == "12000"
+    assert at.query_params["min_relevance"] == "0.2"
+    assert at.slider(key="pg_max_tokens").value == 12000
+    assert at.slider(key="pg_min_relevance").value == pytest.approx(0.2)
+    # the rest of the settings are the recorded ones
+    assert at.slider(key="pg_relevance_weight").value == t.config.relevance_weight
