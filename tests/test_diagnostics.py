@@ -35,7 +35,7 @@ from ctxcore.models import (
     Trace,
 )
 from ctxcore.pipeline import build_trace
-from ctxcore.tokens import get_counter
+from ctxcore.tokens import book_estimate, get_counter
 
 NOW = datetime(2026, 1, 16, 12, 0, tzinfo=UTC)
 QUERY = "fix qualname autodoc failure"
@@ -776,3 +776,62 @@ def test_ctxscope_scores_chinese_so_there_is_no_blind_spot(corpus: Path) -> None
     t = build_trace(inp, Config(), trace_id="zh")
     assert any(status(t, f"note:zh-{i}") == Status.KEPT for i in range(len(paras)))
     assert of(diagnose(t), "relevance_blind_spot") == []
+
+
+# --------------------------------------------------------------------------- hello-agents-book
+
+
+def build_book(corpus: Path, max_tokens: int) -> Trace:
+    inp = CapturedInput(
+        query=QUERY,
+        now=NOW,
+        packets=[
+            pk(
+                "kb:pytest",
+                "knowledge",
+                HEAD + text(corpus, "d01_pytest_reportingdemo_44_failures.rst", 6000),
+                relevance=0.9,
+            ),
+            pk(
+                "tool:npm",
+                "tool_result",
+                HEAD + text(corpus, "d12_npm-debug.log", 3000),
+                relevance=0.8,
+            ),
+        ],
+    )
+    return build_trace(
+        inp, Config(preset="hello-agents-book", max_tokens=max_tokens), trace_id="book"
+    )
+
+
+def test_book_break_fill_waste_against_the_knapsack(corpus: Path) -> None:
+    t = build_book(corpus, 600)  # kb:pytest (830 estimated tokens) does not fit: the fill stops
+    assert status(t, "kb:pytest") == Status.DROPPED and status(t, "tool:npm") == Status.DROPPED
+    found = of(diagnose(t), "greedy_waste")
+    assert len(found) == 1 and found[0].evidence["added"] == ["tool:npm"]
+    assert found[0].evidence["greedy_used"] == 0 and found[0].evidence["capacity"] == 600
+    assert found[0].evidence["optimal_used"] == book_estimate(
+        HEAD + text(corpus, "d12_npm-debug.log", 3000)
+    )
+
+
+def test_book_heuristic_drift_per_partition(corpus: Path) -> None:
+    t = build_book(corpus, 3000)
+    assert t.result is not None
+    found = of(diagnose(t), "estimate_drift")
+    assert len(found) == 1 and found[0].evidence["tokenizer"] == "book-heuristic"
+    prompt = t.result.prompt
+    evidence = prompt[prompt.index("[Evidence]") : prompt.index("\n\n[Context]")]
+    exact = get_counter("cl100k_base").count(evidence)
+    row = found[0].evidence["partitions"]["[Evidence]"]
+    assert (row["estimate"], row["exact"]) == (book_estimate(evidence), exact)
+    assert row["drift"] == pytest.approx((book_estimate(evidence) - exact) / exact, abs=1e-4)
+
+
+def test_book_still_over_budget_after_compression(corpus: Path) -> None:
+    t = build_book(corpus, 1300)  # both fit the select; headers push the prompt over
+    assert t.result is not None and t.result.totals.used > 1300
+    found = [f for f in of(diagnose(t), "compression_damage") if "over the budget" in f.message]
+    assert len(found) == 1 and found[0].message.endswith("after compression")
+    assert found[0].evidence["used"] == book_estimate(t.result.prompt)

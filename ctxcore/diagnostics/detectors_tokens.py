@@ -78,7 +78,7 @@ def compression_damage(v: TraceView) -> list[Finding]:
     if used > v.budget > 0:
         state = (
             "after compression"
-            if compressed
+            if compressed or v.config.enable_compression
             else ("with compression off" if v.config.enable_compression is False else "")
         )
         out.append(
@@ -123,7 +123,7 @@ def estimate_drift(v: TraceView) -> list[Finding]:
         for name, text in parts.items():
             est, exact = v.counter.count(text), ref.count(text)
             dr = rel_drift(est, exact)
-            if max(est, exact) >= opts.drift_min_tokens and abs(dr) > opts.drift_threshold:
+            if abs(est - exact) >= opts.drift_min_tokens and abs(dr) > opts.drift_threshold:
                 rows[name] = {"estimate": est, "exact": exact, "drift": round(dr, 4)}
         est_all, exact_all = v.counter.count(v.prompt), ref.count(v.prompt)
         over = exact_all > v.budget >= est_all
