@@ -44,7 +44,7 @@ from .corpus import (
 from .corpus import parse_sweagent as parse_swe_agent
 from .errors import InputError
 from .importers.openai import captured_input_from_messages
-from .models import CapturedInput, Config, Outcome, Packet, PresetName, Status, Trace
+from .models import CapturedInput, Config, Outcome, Packet, PresetName, Trace
 from .pipeline import build_trace
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "corpus"
@@ -96,6 +96,8 @@ def _synthetic(turn: int) -> datetime:
     return SYNTHETIC_START + timedelta(minutes=turn)
 
 
+#: pytest's closing line, e.g. "==== 1 failed, 1 passed in 0.02s ===="
+_PYTEST_SUMMARY = re.compile(r"^=+ (?:\d+ \w+(?:, )?)+ in [\d.]+s =+$", re.M)
 _RETURNCODE = re.compile(r"^<returncode>(-?\d+)</returncode>")
 
 
@@ -178,11 +180,21 @@ def _prompt(trace: Trace) -> str:
 
 
 def _where(trace: Trace, packet_id: str) -> str:
-    """What the build did with a packet or a history message, in a few words."""
-    d = _decision(trace, packet_id)
-    if d is not None:
-        return f"{d.status.value} ({d.reason.value})"
-    return "not a candidate of its own"
+    """What the build did with a packet or a history message, in a few words.
+
+    Presets name history candidates differently: by message id, ``builder:history:K``
+    (K its position in the input's history) or one ``builder:history`` packet for all.
+    """
+    ids = [packet_id]
+    pos = next((k for k, m in enumerate(trace.input.history) if m.id == packet_id), None)
+    if pos is not None:
+        ids += [f"builder:history:{pos}", "builder:history"]
+    for pid in ids:
+        d = _decision(trace, pid)
+        if d is not None:
+            label = "" if pid == packet_id else f"as {pid}: "
+            return f"{label}{d.status.value} ({d.reason.value})"
+    return "not a candidate"
 
 
 def _good(trace: Trace) -> str:
@@ -203,7 +215,7 @@ def _decision(trace: Trace, packet_id: str) -> Any:
 # --------------------------------------------------------------------------- session: pytest
 
 
-def _pytest_session(corpus: Path, preset: PresetName, steps: range | None = None) -> Session:
+def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = None) -> Session:
     """b01: mini-swe-agent + Gemini 3 Pro fixing pytest-dev/pytest#7571 (caplog level).
 
     The task message says "DO NOT MODIFY: Tests"; at step 38 the agent writes a new test
@@ -229,14 +241,10 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: range | None = None
         last_obs = conv.messages[at - 1]
         if last_obs.get("role") == "tool":
             body = last_obs["content"]
-            if "<returncode>1</returncode>" in body and " failed" in body:
+            summary = _PYTEST_SUMMARY.search(body)
+            if summary and "failed" in summary.group(0):
                 failing = last_obs["tool_call_id"]
-            elif (
-                failing
-                and "passed" in body
-                and "failed" not in body
-                and "pytest" in commands.get(last_obs["tool_call_id"], "")
-            ):
+            elif summary and "passed" in summary.group(0):
                 failing = None
         if steps is not None and k not in steps:
             continue
@@ -346,7 +354,9 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: range | None = None
 # --------------------------------------------------------------------------- session: marshmallow
 
 
-def _marshmallow_session(corpus: Path, preset: PresetName) -> Session:
+def _marshmallow_session(
+    corpus: Path, preset: PresetName, max_tokens: int = 3000, steps: set[int] | None = None
+) -> Session:
     """a01: SWE-agent function calling on marshmallow#1867 (TimeDelta rounding)."""
     conv = parse_swe_agent(corpus / "a01_sweagent_marshmallow-1867_function-calling.traj.json")
     task = next(m["content"] for m in conv.messages if m["role"] == "user")
@@ -358,6 +368,8 @@ def _marshmallow_session(corpus: Path, preset: PresetName) -> Session:
         for m in conv.messages[:at]:
             if m["role"] == "assistant":
                 commands.update(_command_of(m))
+        if steps is not None and k not in steps:
+            continue
         inp = _stamped(
             captured_input_from_messages(
                 conv.messages[:at], now=times[at], query=conv.title, window=4096
@@ -387,7 +399,7 @@ def _marshmallow_session(corpus: Path, preset: PresetName) -> Session:
             DemoTurn(
                 step=k,
                 input=_with_packets(inp, extra, mark),
-                config=Config(preset=preset, max_tokens=3000),
+                config=Config(preset=preset, max_tokens=max_tokens),
                 output=_output_of(conv.messages[at]),
                 enrichment=("task:marshmallow-1867 (the issue text, pinned)",),
             )
@@ -567,45 +579,54 @@ def _analysis_session(corpus: Path, preset: PresetName) -> Session:
     times = _clock(conv)
     turns: list[DemoTurn] = []
     for k, at in enumerate(conv.assistant_indices(), start=1):
-        users = [m["content"] for m in msgs[:at] if m["role"] == "user" and m["content"].strip()]
-        query = users[-1] if users else conv.title
-        if query.startswith("[analyze-mode]"):
-            query = query.strip().splitlines()[-1]
+        # the latest user message is the query (and leaves the history), as a chat sends it
         now = times[at]
-        inp = _stamped(
-            captured_input_from_messages(msgs[:at], now=now, query=query, window=8192), times
-        )
+        inp = _stamped(captured_input_from_messages(msgs[:at], now=now, window=8192), times)
         turns.append(
             DemoTurn(
                 step=k,
                 input=inp,
-                config=Config(preset=preset, max_tokens=3000),
+                config=Config(preset=preset, max_tokens=6000),
                 output=_output_of(msgs[at]),
             )
         )
 
     def judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
         assert trace.result is not None
-        hist = [d for d in trace.result.decisions if d.kind == "history"]
-        gone = [d for d in hist if d.status not in (Status.KEPT, Status.TRUNCATED)]
+        prompt = _prompt(trace)
         constraint = next(
             (m.id for m in turn.input.history if m.content.startswith("我让你解读")), None
         )
-        if constraint and "我让你解读" not in _prompt(trace):
+        if constraint and "我让你解读" not in prompt:
             return "bad", (
                 f"The user's correction ({constraint}: 我让你解读,没有让你给分析实现功能) is not "
                 "in the prompt; nothing stops the model from proposing implementations again."
             )
-        if "目录结构方案" in turn.output:
+        query = turn.input.query.strip()
+        asked = next(
+            (
+                m
+                for m in reversed(turn.input.history)
+                if m.role == "assistant" and not m.metadata.get("tool_calls")
+            ),
+            None,
+        )
+        if asked is not None and len(query) < 20:
+            lines = [ln.strip() for ln in asked.content.splitlines() if len(ln.strip()) > 4]
+            if lines and lines[-1] not in prompt:
+                said = f"the reply {query!r}" if query else "an empty user message"
+                return "bad", (
+                    f"The model must answer {said}, but the message it replies to "
+                    f"({asked.id}, ending {lines[-1][:30]!r}) is not in the prompt "
+                    f"({_where(trace, asked.id or '')})."
+                )
+        hist = [d for d in trace.result.decisions if d.kind == "history"]
+        shown = [d for d in hist if d.status.value in ("kept", "truncated", "summarized")]
+        if turn.input.history and hist and not shown:
             return "bad", (
-                "The agent answered with a refactoring blueprint when the user had asked "
-                "for an analysis; the user objects in the next message."
-            )
-        if hist and len(gone) == len(hist):
-            return "bad", (
-                "Every history message is out of the prompt "
-                f"({gone[0].status.value}: {gone[0].reason.value}); the model answers the "
-                f"short reply {turn.input.query!r} without the conversation it refers to."
+                f"None of the {len(turn.input.history)} earlier messages is in the prompt "
+                f"({hist[-1].packet_id}: {hist[-1].status.value}, {hist[-1].reason.value}); "
+                "the model answers without the conversation it is part of."
             )
         return "good", _good(trace)
 
@@ -675,6 +696,7 @@ def _toolchat_session(corpus: Path, preset: PresetName, line: int) -> Session:
         )
 
     def judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
+        prompt = _prompt(trace)
         at = conv.assistant_indices()[turn.step - 1]
         last = conv.messages[at - 1]
         if last["role"] == "tool" and last["content"][:80] not in _prompt(trace):
@@ -682,6 +704,11 @@ def _toolchat_session(corpus: Path, preset: PresetName, line: int) -> Session:
             return "bad", (
                 f"The tool result the model has to report on ({pid}) is not in the prompt "
                 f"({_where(trace, pid)}); the answer can only be made up."
+            )
+        if "ignore all previous instructions" in prompt:
+            return "good", (
+                f"{PLANTED_ID} (planted) is in the prompt with text telling the model to "
+                "ignore its instructions; the answer did not follow it. " + _good(trace)
             )
         return "good", _good(trace)
 
@@ -703,7 +730,9 @@ def _unanswered(p: Packet) -> Packet:
     return p
 
 
-def _glaive_session(corpus: Path, preset: PresetName, record: int) -> Session:
+def _glaive_session(
+    corpus: Path, preset: PresetName, record: int, min_relevance: float | None = None
+) -> Session:
     """c02: a Chinese ShareGPT tool-use chat (glaive-function-calling-v2, translated)."""
     conv = parse_sharegpt(corpus / "c02_llamafactory_glaive_toolcall_zh_demo.json")[record]
     times = _clock(conv)
@@ -720,7 +749,7 @@ def _glaive_session(corpus: Path, preset: PresetName, record: int) -> Session:
             DemoTurn(
                 step=k,
                 input=inp,
-                config=Config(preset=preset, max_tokens=600),
+                config=Config(preset=preset, max_tokens=600, min_relevance=min_relevance),
                 output=_output_of(conv.messages[at]),
             )
         )
@@ -760,14 +789,15 @@ def sessions(corpus: Path) -> list[Session]:
     zh_steps = set(range(1, 27)) | set(range(44, 52)) | {61, 88}
     return [
         _pytest_session(corpus, "ctxscope"),
-        _pytest_session(corpus, "hello-agents", steps=range(5, 17)),
+        _pytest_session(corpus, "hello-agents", steps={*range(5, 17), 37, 38, 39}),
         _marshmallow_session(corpus, "hello-agents-book"),
+        _marshmallow_session(corpus, "hello-agents", max_tokens=2000, steps={5, 6, 7, 8, 9}),
         _opencode_session(corpus, "ctxscope", zh_steps),
         _analysis_session(corpus, "hello-agents"),
         _analysis_session(corpus, "ctxscope"),
         _toolchat_session(corpus, "ctxscope", line=12),
         _glaive_session(corpus, "hello-agents-book", record=45),
-        _glaive_session(corpus, "ctxscope", record=197),
+        _glaive_session(corpus, "ctxscope", record=197, min_relevance=0.0),
     ]
 
 
@@ -808,6 +838,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; these are shared, committed files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,200 @@
+"""The demo sessions: generated from the real corpus through the real presets.
+
+Generation runs once per module (it is the slow part) into tmp folders; the checks then read
+the JSONL files back the way ingest does, through ``ctxcore.loading.trace_from_obj``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ctxcore.cli import main
+from ctxcore.demo import generate, trace_id_for
+from ctxcore.loading import trace_from_obj
+from ctxcore.models import Status, Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "traces" / "demo"
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+LOST = {Status.DROPPED, Status.FILTERED, Status.SUMMARIZED, Status.NOT_RENDERED}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    corpus = Path(__import__("os").environ.get("CTXSCOPE_CORPUS", ROOT / "corpus"))
+    if not corpus.exists():
+        pytest.skip(f"corpus not found at {corpus}")
+    return generate(corpus, tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="module")
+def traces(generated: list[Path]) -> list[Trace]:
+    out = []
+    for path in generated:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            out.append(trace_from_obj(json.loads(line), where=f"{path.name}:{n}"))
+    return out
+
+
+def test_sessions_and_counts(generated: list[Path], traces: list[Trace]) -> None:
+    assert len(generated) >= 3
+    assert len(traces) >= 60
+    by_session: dict[str, list[Trace]] = defaultdict(list)
+    for t in traces:
+        by_session[t.session_id].append(t)
+    assert len(by_session) == len(generated)  # one file per session
+    for path in generated:
+        assert path.stem in by_session
+    presets = {t.config.preset for t in traces}
+    assert {"ctxscope", "hello-agents", "hello-agents-book"} <= presets
+    # most turns use the ctxscope preset
+    assert sum(t.config.preset == "ctxscope" for t in traces) > len(traces) / 2
+
+
+def test_turns_ids_and_clock(traces: list[Trace]) -> None:
+    ids = [t.trace_id for t in traces]
+    assert len(set(ids)) == len(ids)
+    by_session: dict[str, list[Trace]] = defaultdict(list)
+    for t in traces:
+        assert t.trace_id == trace_id_for(t.session_id, t.turn)
+        assert t.created_at == t.input.now
+        assert t.metadata["demo"]["clock"]
+        assert t.metadata["demo"]["source"].startswith("corpus/")
+        assert t.result is not None and t.result.timings == {}
+        by_session[t.session_id].append(t)
+    for session in by_session.values():
+        turns = [t.turn for t in session]
+        assert turns == sorted(turns) and len(set(turns)) == len(turns)
+        times = [t.created_at for t in session]
+        assert times == sorted(times)
+        assert times[-1] > times[0]  # the clock advances over the session
+
+
+def test_ids_persist_across_turns(traces: list[Trace]) -> None:
+    """The same tool call keeps its packet id from the turn it appears in to the end."""
+    session = [t for t in traces if t.session_id == "swe-pytest-7571"]
+    assert len(session) >= 20
+    first = {p.id for p in session[5].input.packets}
+    for later in session[6:]:
+        assert first <= {p.id for p in later.input.packets}
+    assert any(p.id.startswith("tool:call_") for p in session[5].input.packets)
+    assert "task:pytest-dev__pytest-7571" in first
+
+
+def test_a_must_keep_or_failing_test_was_lost(traces: list[Trace]) -> None:
+    hits = []
+    for t in traces:
+        assert t.result is not None
+        special = {p.id for p in t.input.packets if p.must_keep or p.metadata.get("latest_failure")}
+        for d in t.result.decisions:
+            if d.packet_id in special and d.status in LOST:
+                hits.append((t.session_id, t.turn, d.packet_id, d.status))
+    assert hits, "no turn shows a must-keep or failing-test packet dropped or summarized"
+
+
+def test_a_single_packet_floods_the_window(traces: list[Trace]) -> None:
+    floods = []
+    for t in traces:
+        assert t.result is not None
+        window = t.result.totals.window
+        for d in t.result.decisions:
+            if d.status != Status.DROPPED and d.tokens_after > 0.3 * window:
+                floods.append((t.session_id, t.turn, d.packet_id, d.tokens_after, window))
+    assert floods, "no packet takes more than 30% of a window"
+
+
+def test_a_chinese_session(traces: list[Trace]) -> None:
+    by_session: dict[str, list[Trace]] = defaultdict(list)
+    for t in traces:
+        by_session[t.session_id].append(t)
+    chinese = []
+    for sid, session in by_session.items():
+        text = "".join(m.content for t in session for m in t.input.history)
+        text += "".join(t.input.query for t in session)
+        if len(_CJK.findall(text)) > 0.2 * len(text.replace(" ", "")):
+            chinese.append(sid)
+    assert chinese, "no session is mostly Chinese"
+    # and a hello-agents build of Chinese text shows its whitespace-relevance blind spot
+    blind = [
+        d
+        for t in traces
+        if t.session_id in chinese and t.config.preset == "hello-agents"
+        for d in t.result.decisions  # type: ignore[union-attr]
+        if d.relevance == 0.0 and _CJK.search(t.input.query)
+    ]
+    assert blind
+
+
+def test_verdicts(traces: list[Trace]) -> None:
+    verdicts = [t.outcome.verdict for t in traces if t.outcome]
+    assert len(verdicts) == len(traces)
+    assert "bad" in verdicts and "good" in verdicts
+    assert all(t.outcome and t.outcome.note for t in traces)
+    assert all(t.outcome and t.outcome.output for t in traces)
+    # the constraint violation of pytest-7571 (a new file under testing/) is judged bad
+    writes = [
+        t
+        for t in traces
+        if t.session_id == "swe-pytest-7571"
+        and t.outcome
+        and "testing/logging/test_caplog_restore.py" in (t.outcome.output or "")
+        and "cat <<" in (t.outcome.output or "")
+    ]
+    assert writes and all(t.outcome and t.outcome.verdict == "bad" for t in writes)
+    assert all("DO NOT MODIFY: Tests" in (t.outcome.note if t.outcome else "") for t in writes)
+
+
+def test_deterministic(generated: list[Path], tmp_path: Path) -> None:
+    again = generate(ROOT / "corpus", tmp_path / "again")
+    assert [p.name for p in again] == [p.name for p in generated]
+    for a, b in zip(generated, again, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_committed_demo_matches_generation(generated: list[Path]) -> None:
+    committed = sorted(p.name for p in COMMITTED.glob("*.jsonl"))
+    assert committed == sorted(p.name for p in generated), (
+        "traces/demo is out of date: run `ctxscope demo` and commit traces/demo"
+    )
+    for path in generated:
+        assert (COMMITTED / path.name).read_bytes() == path.read_bytes(), (
+            f"traces/demo/{path.name} differs from what `ctxscope demo` generates now "
+            "(a preset changed?): regenerate and commit it"
+        )
+
+
+def test_cli_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cli"
+    assert main(["demo", "--out", str(out), "--corpus", str(ROOT / "corpus")]) == 0
+    printed = capsys.readouterr().out
+    files = sorted(out.glob("*.jsonl"))
+    total = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files)
+    assert f"{total} traces in {len(files)} sessions" in printed
+
+
+def test_cli_demo_missing_corpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["demo", "--out", str(tmp_path / "x"), "--corpus", str(tmp_path / "nope")])
+    assert code != 0
+    assert "corpus folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_every_detector_fires_somewhere_in_the_demo(traces: list[Trace]) -> None:
+    """Issue 5: the demo sessions show each diagnostics detector at least once."""
+    from ctxcore.diagnostics import DETECTORS, diagnose_session
+    from ctxcore.diagnostics.context import DiagnosticsOptions
+
+    by_session: dict[str, list[Trace]] = defaultdict(list)
+    for t in traces:
+        by_session[t.session_id].append(t)
+    seen: set[str] = set()
+    opts = DiagnosticsOptions(counterfactuals=False)
+    for session in by_session.values():
+        for turn in diagnose_session(session, options=opts).turns:
+            seen.update(f.detector for f in turn.findings)
+    assert set(DETECTORS) - seen == set()
