@@ -4,7 +4,8 @@ Why a module of its own: the seeds score relevance by splitting on whitespace, w
 Chinese text (no spaces) a relevance of zero and lets punctuation ("fields.py," vs
 "fields.py") break matches. Here a query is cut into *terms* the way a search engine would:
 
-- Latin/digit runs, lower-cased, punctuation stripped (``fields.py`` → ``fields``, ``py``);
+- Latin/digit runs, lower-cased, punctuation stripped (``fields.py`` → ``fields``, ``py``),
+  English stop words left out of queries;
 - CJK characters as unigrams plus the bigrams of each CJK run (``兼容性`` → 兼 容 性 兼容 容性).
 
 Relevance is Okapi BM25 of the query terms over the candidate set, with the document length
@@ -33,6 +34,15 @@ FloatArray = npt.NDArray[np.float64]
 _LATIN = r"0-9a-z_\u00c0-\u024f"
 _TERM = re.compile(rf"[{_LATIN}]+|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+#: English function words: near-zero IDF anyway, and skipping them lets the substring
+#: pre-check rule out most documents before any regex runs.
+STOPWORDS = frozenset(
+    """a an and are as at be been but by can could did do does for from had has have he her
+    his how i if in into is it its me my no not of on or our she so than that the their them
+    then there these they this those to was we were what when where which who why will with
+    would you your""".split()
+)
 
 #: BM25 parameters (the usual defaults).
 K1 = 1.2
@@ -72,7 +82,7 @@ class QueryTerms:
 
     @classmethod
     def of(cls, query: str) -> QueryTerms:
-        seen = dict.fromkeys(terms(query))
+        seen = dict.fromkeys(t for t in terms(query) if t not in STOPWORDS)
         return cls(
             latin=tuple(t for t in seen if not _is_cjk(t)),
             cjk=tuple(t for t in seen if _is_cjk(t)),

@@ -35,6 +35,7 @@ def test_query_terms_split_by_lookup_kind() -> None:
     assert q.latin == ("test",)
     assert q.cjk == ("测", "试", "测试")
     assert QueryTerms.of("  ,.;  ").empty
+    assert QueryTerms.of("why did the test fail").latin == ("test", "fail")  # stop words out
 
 
 def test_latin_terms_match_whole_words_only() -> None:
