@@ -140,6 +140,7 @@ class Prepared:
     degraded: dict[tuple[Any, ...], tuple[str, int]] = field(default_factory=dict)
     recency_memo: dict[float, npt.NDArray[np.float64]] = field(default_factory=dict)
     rungs_memo: dict[tuple[str, ...], list[str | None]] = field(default_factory=dict)
+    summarizers: dict[int, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         items = self.items

@@ -186,6 +186,8 @@ class _Degrader:
         self.prep = prep
         self.summarizer = summarizer
         self.counter = counter
+        # memo keys use id(summarizer): keep it alive so that the id is never reused
+        prep.summarizers[id(summarizer)] = summarizer
 
     def _fit(
         self, item_id: str, label: str, body: str, marker: str, target: int
