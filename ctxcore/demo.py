@@ -197,6 +197,46 @@ def _where(trace: Trace, packet_id: str) -> str:
     return "not a candidate"
 
 
+def _crowded_out(turn: DemoTurn, trace: Trace, packet_id: str) -> str:
+    """Why a packet lost its place: what was pinned instead, and what outranked it."""
+    assert trace.result is not None
+    lost = _decision(trace, packet_id)
+    if lost is None:
+        return ""
+    packets = {p.id: p for p in turn.input.packets}
+    out = ""
+    pinned = [
+        d
+        for d in trace.result.decisions
+        if d.reason.value == "MUST_KEEP" and d.kind == "tool_result" and d.packet_id != packet_id
+    ]
+    if pinned:
+        p = packets.get(pinned[-1].packet_id)
+        what = p.metadata.get("command", "") if p else ""
+        out += (
+            f" The preset pinned {pinned[-1].packet_id} ({what}, exit code "
+            f"{p.metadata.get('returncode') if p else '?'}) as the latest failure instead."
+        )
+    if lost.score is not None and lost.reason.value in ("NO_ROOM", "AFTER_BREAK"):
+        ahead = [
+            d
+            for d in trace.result.decisions
+            if d.kind == "tool_result"
+            and d.status.value in ("kept", "truncated")
+            and d.score is not None
+            and d.score > lost.score
+        ]
+        if ahead:
+            big = max(ahead, key=lambda d: d.tokens_after)
+            p = packets.get(big.packet_id)
+            what = p.metadata.get("command", "") if p else ""
+            out += (
+                f" {big.packet_id} ({what}, {big.tokens_after:,} tokens, score "
+                f"{big.score:.2f} vs {lost.score:.2f}) outranked it and took the room."
+            )
+    return out
+
+
 def _good(trace: Trace) -> str:
     assert trace.result is not None
     r = trace.result.report
@@ -294,11 +334,14 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
                 meta["returncode"] = int(code.group(1))
             if p.id == f"tool:{keep}":
                 meta["latest_failure"] = True
-                return p.model_copy(update={"must_keep": True, "metadata": meta})
+                return p.model_copy(update={"metadata": meta})
             return p.model_copy(update={"metadata": meta})
 
         if keep:
-            enrichment.append(f"tool:{keep} marked must_keep (latest failing test run)")
+            enrichment.append(
+                f"tool:{keep} flagged latest_failure in metadata (the open failing test run; "
+                "not pinned: presets decide for themselves)"
+            )
         turns.append(
             DemoTurn(
                 step=k,
@@ -331,6 +374,7 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
                     f"The only failing test run ({pid}: assert 42 == 0) is not in the prompt "
                     f"({_where(trace, pid)}) while it is still the open failure; the model "
                     "reasons about the bug without the evidence that shows it."
+                    + _crowded_out(turn, trace, pid)
                 )
         if "caplog.set_level(42)" not in prompt:
             return "bad", (
