@@ -196,16 +196,20 @@ def recent_trace_ids(limit: int = 200) -> list[str]:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def derived(kind: str, trace_id: str, key: str, _make: Callable[[], Any]) -> Any:
-    """Something expensive computed from one immutable trace (figures, frames, counts).
-
-    ``_make`` is not hashed: (kind, trace_id, key) identifies the value.
-    """
+def _derived(db: str, kind: str, trace_id: str, key: str, _make: Callable[[], Any]) -> Any:
     return _make()
 
 
+def derived(kind: str, trace_id: str, key: str, make: Callable[[], Any]) -> Any:
+    """Something expensive computed from one immutable trace (figures, frames, counts).
+
+    ``make`` is not hashed: (store, kind, trace_id, key) identifies the value.
+    """
+    return _derived(db_path(), kind, trace_id, key, make)
+
+
 @st.cache_resource(max_entries=64, show_spinner=False)
-def _rebuild(trace_id: str, cfg_json: str, _trace: Trace, _cfg: Config) -> BuildResult:
+def _rebuild(db: str, trace_id: str, cfg_json: str, _trace: Trace, _cfg: Config) -> BuildResult:
     from ctxcore.pipeline import build
 
     return build(_trace.input, _cfg)
@@ -213,7 +217,7 @@ def _rebuild(trace_id: str, cfg_json: str, _trace: Trace, _cfg: Config) -> Build
 
 def rebuild(trace: Trace, cfg: Config, cfg_json: str) -> BuildResult:
     """The pipeline re-run on a trace's captured input with ``cfg`` (cached per config)."""
-    return _rebuild(trace.trace_id, cfg_json, trace, cfg)
+    return _rebuild(db_path(), trace.trace_id, cfg_json, trace, cfg)
 
 
 # --------------------------------------------------------------------------- writing
@@ -282,6 +286,7 @@ def import_optional(name: str) -> Any | None:
 
 @st.cache_resource(max_entries=8, show_spinner="Running the sweep…")
 def _sweep(
+    db: str,
     trace_id: str,
     cfg_json: str,
     x: str,
@@ -307,7 +312,7 @@ def sweep(
     watch: str | None,
 ) -> Any:
     """A sweep grid over two knobs of ``cfg`` on a trace's input (cached per grid)."""
-    return _sweep(t.trace_id, cfg.model_dump_json(), x, xs, y, ys, watch, t, cfg)
+    return _sweep(db_path(), t.trace_id, cfg.model_dump_json(), x, xs, y, ys, watch, t, cfg)
 
 
 def session_traces(session_id: str, limit: int = 500) -> list[Trace]:

@@ -225,8 +225,9 @@ def budgets_frame(traces: Mapping[str, Trace]) -> pd.DataFrame:
 # --------------------------------------------------------------------------- prompt
 
 _HEADER = re.compile(r"^\[(Role & Policies|Task|State|Evidence|Context|Output)\]\s*$")
-#: Markers that builders leave where they cut: ours, the tutorial's, generic ellipses.
-CUT_MARKERS = ("[... 内容已压缩 ...]", "[truncated", "[… truncated", "…[truncated", "[...")
+#: Markers builders leave where they cut or summarized: ctxscope's "[… 1,234 tokens of
+#: tool:x cut; …]" / "… summarized; …]", the tutorial's compress marker, summaries' "… omitted …".
+CUT_MARKERS = ("[… ", "[... 内容已压缩 ...]", " omitted …")
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,7 @@ def marked_prompt(prompt: str) -> str:
             n = seg.start_line + k
             out.append(line)
             if n in seg.cuts:
-                out.append(f"✂──────── cut point (line {n}) " + "─" * 20)
+                out.append(f"✂──────── cut/summary above (line {n}) " + "─" * 14)
     return "\n".join(out)
 
 
