@@ -34,7 +34,7 @@ from ctxcore.tokens import TokenCounter, get_counter, get_encoding  # noqa: E402
 
 
 def _clear_memos() -> None:
-    gather_mod.PREPARED._data.clear()
+    gather_mod.PREPARED.clear()
     scoring._TF._memo.clear()
     summarize._shared.clear()
 

@@ -493,3 +493,26 @@ def test_optimal_matches_brute_force_on_a_small_input(corpus: Path) -> None:
             if fixed + size <= avail:
                 best = max(best, sum(s for _, s in combo))
     assert _total_score(r) == pytest.approx(best, abs=0.002)
+
+
+# --------------------------------------------------------------------------- caching
+
+
+def test_rerun_counts_nothing_new_and_equal_copies_share_the_gather(big: CapturedInput) -> None:
+    from ctxcore.pipeline.gather import prepare
+    from ctxcore.tokens import TokenCounter
+
+    counter = TokenCounter("cl100k_base")  # a fresh cache
+    # no ladder: degraded versions are new texts and would be counted (once) too
+    first = build(big, Config(max_tokens=7000, degrade=["noise"]), counter=counter)
+    misses = counter.misses
+    assert misses > len(big.packets) // 2  # every distinct segment was counted once
+    again = build(
+        big, Config(max_tokens=9000, relevance_weight=0.2, degrade=["noise"]), counter=counter
+    )
+    assert counter.misses == misses  # a re-run with other knobs counts nothing new
+    assert again.totals.used != first.totals.used
+    copy = CapturedInput.model_validate_json(big.model_dump_json())
+    assert prepare(copy, counter) is prepare(big, counter)
+    changed = copy.model_copy(update={"query": "something else"})
+    assert prepare(changed, counter) is not prepare(big, counter)
