@@ -159,12 +159,12 @@ def window_bar(trace: Trace) -> go.Figure:
     )
     fig.update_layout(
         barmode="stack",
-        title={"text": f"{title}<br><sup>{subtitle}</sup>"},
+        title={"text": title, "subtitle": {"text": subtitle}},
         height=230,
         margin={"l": 10, "r": 10, "t": 70, "b": 40},
         yaxis={"visible": False},
-        xaxis={"title": "tokens", "range": [0, max(t.window, t.used + t.output_reserve)]},
-        legend={"orientation": "h", "y": -0.35, "traceorder": "normal"},
+        xaxis={"range": [0, max(t.window, t.used + t.output_reserve)], "ticksuffix": " tok"},
+        legend={"orientation": "h", "y": -0.3, "traceorder": "normal"},
         **_LAYOUT,
     )
     return fig
@@ -370,7 +370,7 @@ def score_scatter(trace: Trace) -> go.Figure:
     if cut_note:
         sub.append(cut_note)
     fig.update_layout(
-        title={"text": f"{title}<br><sup>{' · '.join(sub)}</sup>"},
+        title={"text": title, "subtitle": {"text": " · ".join(sub)}},
         height=460,
         margin={"l": 10, "r": 10, "t": 70, "b": 40},
         xaxis={"title": "relevance", "range": [-0.05, 1.05]},

@@ -189,7 +189,10 @@ def render() -> None:
     if rows:
         chosen = frame.iloc[rows[0]]["trace_id"]
     c1, c2 = st.columns([3, 1])
-    pick = c1.selectbox("Open trace", list(frame["trace_id"]), key="tr_open_id")
+    label = {r.trace_id: f"{r.session_id} · turn {r.turn} · {r.trace_id}" for r in result.rows}
+    pick = c1.selectbox(
+        "Open trace", list(frame["trace_id"]), key="tr_open_id", format_func=label.__getitem__
+    )
     if c2.button("Open in Inspect", key="tr_open", type="primary"):
         chosen = pick
     if chosen:

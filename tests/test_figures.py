@@ -186,7 +186,7 @@ def test_score_scatter_groups_by_status_and_draws_thresholds(trace: Trace) -> No
     for x, y in zip(line.x, line.y, strict=True):
         assert 0.7 * x + 0.3 * y == pytest.approx(0.5)
     # the must-keep instructions have no scores and are reported as not shown
-    assert "1 without relevance/recency not shown" in fig.layout.title.text
+    assert "1 without relevance/recency not shown" in fig.layout.title.subtitle.text
 
 
 def test_score_cutoff_ignores_must_keep(trace: Trace) -> None:
