@@ -34,7 +34,8 @@ from ..summarize import default_summarizer
 from ..tokens import TOKENIZERS, TokenCounter, is_exact
 from .common import Summarizer, Timer, finish
 from .gather import HISTORY_SUMMARY_ID, Prepared, prepare
-from .select import REASONS, RUNGS, STATUSES, Knobs, Plan, describe, describe_summary, plan
+from .reasons import describe, describe_summary
+from .select import REASONS, RUNGS, STATUSES, Knobs, Plan, plan
 from .structure import compress, render
 
 NAME = "ctxscope"

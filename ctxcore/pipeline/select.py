@@ -15,21 +15,20 @@
    messages are exempt: they are ranked, not filtered), history older than ``history_limit``;
 4. fill — by score, within the global budget and each partition's cap: ``skip`` keeps
    trying smaller items, ``break`` stops at the first that does not fit (the seeds' fill,
-   for comparison), ``optimal`` maximises the total score (0/1 knapsack, ``_knapsack``);
+   for comparison), ``optimal`` maximises the total score (0/1 knapsack, ``fill.optimal_set``);
 5. degrade — before an item that does not fit is dropped, its rung of the ladder shrinks it
    (tool logs → summaries, files → outlines, repo maps → compact trees, recent messages →
    shortened); the old history beyond ``history_limit`` competes as one structured summary.
    A degraded version is made once per input and memoised, so it costs nothing in a sweep.
 
 The result is a ``Plan`` of plain per-item codes and numbers (cheap enough for 400 sweep
-cells); the sentences people read are written from them by ``describe`` only when a build
+cells); the sentences people read are written from them by ``reasons.describe`` only when a build
 reports. Budgets are charged per rendered segment, headers included, which for tiktoken
 encodings is exactly the token count of the final prompt (see ``gather``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +39,9 @@ from ..models import PARTITIONS, Reason, Status
 from ..summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
 from ..tokens import TokenCounter
 from .common import Summarizer
-from .gather import HISTORY_SUMMARY_ID, PARTITION_INDEX, Prepared, segment
+from .degrade import Degrader
+from .fill import optimal_set
+from .gather import PARTITION_INDEX, Prepared
 
 RUNGS: tuple[str, ...] = ("noise", "history", "tool_results", "files", "repo_map", "recent")
 RUNG_KINDS: dict[str, frozenset[str]] = {
@@ -179,98 +180,6 @@ def _fmt(n: int) -> str:
     return f"{n:,}"
 
 
-class _Degrader:
-    """Makes (and memoises in ``Prepared``) the degraded segment of an item."""
-
-    def __init__(self, prep: Prepared, summarizer: Summarizer, counter: TokenCounter) -> None:
-        self.prep = prep
-        self.summarizer = summarizer
-        self.counter = counter
-        # memo keys use id(summarizer): keep it alive so that the id is never reused
-        prep.summarizers[id(summarizer)] = summarizer
-
-    def _fit(
-        self, item_id: str, label: str, body: str, marker: str, target: int
-    ) -> tuple[str, int]:
-        seg = segment(item_id, label, f"{body}\n{marker}")
-        n = self.counter.count(seg)
-        if n > target * 3 // 2 + 48:
-            body = self.counter.truncate(body, target).rstrip()
-            seg = segment(item_id, label, f"{body}\n{marker}")
-            n = self.counter.count(seg)
-        return seg, n
-
-    def item(self, i: int, rung: str) -> tuple[str, int]:
-        key = (i, rung, id(self.summarizer))
-        hit = self.prep.degraded.get(key)
-        if hit is not None:
-            return hit
-        it = self.prep.items[i]
-        tok = it.tokens
-        if rung == "recent":
-            target = min(max(tok // 3, 48), 400)
-            head = self.counter.truncate(it.text, target).rstrip()
-            marker = (
-                f"[… {_fmt(tok - self.counter.count(head))} of {_fmt(tok)} tokens of {it.id} cut; "
-                f"source id {it.id} …]"
-            )
-            out = self._fit(it.id, f"{it.role} (shortened)", head, marker, target)
-        else:
-            target = min(max(tok // 4, 64), 600)
-            body = self.summarizer(it.kind, it.text, target).rstrip()
-            marker = f"[… {_fmt(tok)} tokens of {it.id} summarized; source id {it.id} …]"
-            out = self._fit(it.id, "summarized", body, marker, target)
-        self.prep.degraded[key] = out
-        return out
-
-    def history(self, idx: list[int]) -> tuple[str, int, int]:
-        key = ("history", tuple(idx), id(self.summarizer))
-        hit = self.prep.degraded.get(key)
-        if hit is not None:
-            return hit[0], hit[1], sum(int(self.prep.tokens[i]) for i in idx)
-        items = [self.prep.items[i] for i in idx]
-        content = "\n\n".join(f"[{it.id}] {it.role}: {it.text}" for it in items)
-        total = sum(it.tokens for it in items)
-        target = min(max(total // 3, 120), 800)
-        body = self.summarizer("history", content, target).rstrip()
-        a, b = items[0].id, items[-1].id
-        marker = f"[… {_fmt(total)} tokens of {a} … {b} summarized; source ids {a} … {b} …]"
-        seg, n = self._fit(
-            HISTORY_SUMMARY_ID, f"summary of {len(items)} messages", body, marker, target
-        )
-        self.prep.degraded[key] = (seg, n)
-        return seg, n, total
-
-
-def _knapsack(values: list[float], weights: list[int], capacity: int) -> list[int]:
-    """0/1 knapsack by dynamic programming over a capacity grid of at most 4,000 cells.
-
-    Weights are rounded *up* to the grid, so every chosen set really fits; the loss is at
-    most one grid cell per item (exact when capacity ≤ 4,000 tokens).
-    """
-    if capacity <= 0 or not values:
-        return []
-    g = max(1, math.ceil(capacity / 4000))
-    cap = capacity // g
-    w = [math.ceil(x / g) for x in weights]
-    dp = np.zeros(cap + 1, dtype=np.float64)
-    take = np.zeros((len(values), cap + 1), dtype=bool)
-    for k, (v, wk) in enumerate(zip(values, w, strict=True)):
-        if v <= 0 or wk > cap:
-            continue
-        cand = dp[: cap + 1 - wk] + v
-        better = cand > dp[wk:]
-        take[k, wk:] = better
-        dp[wk:] = np.where(better, cand, dp[wk:])
-    chosen: list[int] = []
-    c = int(np.argmax(dp))
-    for k in range(len(values) - 1, -1, -1):
-        if take[k, c]:
-            chosen.append(k)
-            c -= w[k]
-    return chosen[::-1]
-
-
 def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounter) -> Plan:
     """Score, place must-keep items, filter, fill and degrade (see the module docstring)."""
     items = prep.items
@@ -285,7 +194,7 @@ def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounte
     part: list[int] = prep.partition_list
     hdr = [prep.header_tokens[p] for p in PARTITIONS]
     caps = list(kn.caps)
-    deg = _Degrader(prep, summarizer, counter)
+    deg = Degrader(prep, summarizer, counter)
     status = [FILTERED] * n
     reason = [R_BELOW] * n
     tokens_after = [0] * n
@@ -421,7 +330,9 @@ def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounte
     optimal = kn.fill == "optimal"
     brk = kn.fill == "break"
     chosen = (
-        _optimal(order, tok, part, hdr, opened, left, score, caps, part_used) if optimal else None
+        optimal_set(order, tok, part, hdr, opened, left, score, caps, part_used)
+        if optimal
+        else None
     )
     for phase in (0, 1) if optimal else (1,):
         for i in order:
@@ -522,126 +433,4 @@ def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounte
         summary_need=summary_need,
         stopped_at=stopped,
         warnings=warnings,
-    )
-
-
-def _optimal(
-    order: list[int],
-    tok: list[int],
-    part: list[int],
-    hdr: list[int],
-    opened: list[bool],
-    left: int,
-    score: npt.NDArray[np.float64],
-    caps: list[int],
-    part_used: list[int],
-) -> set[int]:
-    """The set that maximises total score, never worse than the skip fill's set.
-
-    Headers of partitions not yet opened are reserved up front (a slight under-use of the
-    budget, never an overflow). Partition caps are enforced by simulating the placement;
-    the skip fill's set is simulated too and the better of the two is returned.
-    """
-    order = [i for i in order if i >= 0]
-    hdr_cost = sum(hdr[p] for p in {part[i] for i in order} if not opened[p])
-    cands = [i for i in order if score[i] > 0]
-    picked = _knapsack([float(score[i]) for i in cands], [tok[i] for i in cands], left - hdr_cost)
-    dp_set = [cands[k] for k in picked]
-
-    def simulate(candidates: list[int]) -> tuple[float, set[int]]:
-        lft = left
-        op = list(opened)
-        pu = list(part_used)
-        kept: set[int] = set()
-        total = 0.0
-        for i in candidates:
-            p = part[i]
-            c = tok[i] + (0 if op[p] else hdr[p])
-            if c <= lft and pu[p] + c <= caps[p]:
-                lft -= c
-                pu[p] += c
-                op[p] = True
-                kept.add(i)
-                total += float(score[i])
-        return total, kept
-
-    pos = {i: r for r, i in enumerate(order)}
-    dp_total, dp_kept = simulate(sorted(dp_set, key=pos.__getitem__))
-    skip_total, skip_kept = simulate(order)
-    return dp_kept if dp_total >= skip_total else skip_kept
-
-
-def describe(prep: Prepared, pl: Plan, kn: Knobs, i: int) -> str:
-    """The sentence a person reads for item ``i``'s decision."""
-    it = prep.items[i]
-    r = pl.reason[i]
-    if r == R_MUST:
-        return f"must keep ({it.must_keep}); {_fmt(pl.tokens_after[i])} tokens placed first"
-    if r == R_FITS:
-        return (
-            f"rank {pl.rank[i]}, score {pl.score_list[i]:.3f}: {_fmt(pl.tokens_after[i])} tokens "
-            f"fit, {_fmt(pl.budget_left[i])} left"
-        )
-    if r == R_BELOW:
-        src = "caller relevance" if it.caller_relevance is not None else "relevance"
-        return f"{src} {prep.relevance_list[i]:.3f} is below min_relevance {kn.min_relevance:g}"
-    if r == R_EMPTY:
-        return f"no content (noise; {kn.label('noise')})"
-    if r == R_DUP:
-        return f"same content as {it.duplicate_of} (noise; {kn.label('noise')})"
-    if r == R_HIST_LIMIT:
-        base = f"older than the last {kn.history_limit} messages (history_limit)"
-        if pl.summary_need:
-            base += (
-                f"; their summary needs {_fmt(pl.summary_need)} tokens, "
-                f"{_fmt(pl.budget_left[i])} left"
-            )
-        return base
-    if r == R_AFTER_BREAK:
-        return f"the fill stopped at {pl.stopped_at} (break mode)"
-    if r in (R_NO_ROOM, R_PART_FULL, R_NOT_OPT) or (r == R_DEGRADED and pl.why[i]):
-        code = pl.why[i] if r == R_DEGRADED else r
-        if code == R_NOT_OPT:
-            code = R_NO_ROOM if pl.need[i] > pl.budget_left[i] else R_PART_FULL
-        if code == R_PART_FULL:
-            cap = kn.caps[PARTITION_INDEX[it.partition]]
-            text = (
-                f"needs {_fmt(pl.need[i])} tokens; {it.partition} has {_fmt(pl.room[i])} of "
-                f"its {_fmt(cap)} left"
-            )
-        else:
-            left_then = pl.budget_left[i] + (pl.tokens_after[i] if r == R_DEGRADED else 0)
-            text = f"needs {_fmt(pl.need[i])} tokens, {_fmt(left_then)} left"
-        if r == R_NOT_OPT:
-            return f"not in the score-maximizing set; {text}"
-        if r == R_DEGRADED:
-            rung = pl.rung[i]
-            return (
-                f"{text}; {RUNG_WORDS[rung]} to {_fmt(pl.tokens_after[i])} tokens "
-                f"({kn.label(rung)})"
-            )
-        return text
-    if r == R_DEGRADED:
-        rung = pl.rung.get(i, "")
-        if rung == "history":
-            return (
-                f"older than the last {kn.history_limit} messages; folded into "
-                f"{HISTORY_SUMMARY_ID} ({kn.label('history')})"
-            )
-        return (
-            f"must keep ({it.must_keep}), but the must-keep items overflow: "
-            f"{RUNG_WORDS.get(rung, rung)} from {_fmt(it.tokens)} to "
-            f"{_fmt(pl.tokens_after[i])} tokens ({kn.label(rung)})"
-        )
-    if r == R_REMOVED:
-        return "removed by the last-resort compress (the estimated prompt was over budget)"
-    return REASONS[r].value
-
-
-def describe_summary(pl: Plan, kn: Knobs) -> str:
-    s = pl.summary
-    assert s is not None
-    return (
-        f"structured summary of the messages older than the last {kn.history_limit} "
-        f"({_fmt(s.tokens_before)} tokens → {_fmt(s.tokens)}; {kn.label('history')})"
     )
