@@ -84,7 +84,19 @@ def test_prompt_token_count_is_exactly_the_charged_total(big: CapturedInput) -> 
     assert r.totals.available == 9000 - r.totals.output_reserve - r.totals.safety_margin
     assert sum(p.used for p in r.partitions) == r.totals.used  # headers + output charged
     assert r.prompt.startswith("[Role & Policies]\n")
-    assert "[Task]\n" + big.query in r.prompt and "[Output]\n" in r.prompt
+    assert "[Task]\n## builder:query\n" + big.query in r.prompt and "[Output]\n" in r.prompt
+
+
+@pytest.mark.parametrize("tokenizer", ["cl100k_base", "o200k_base"])
+def test_counts_stay_exact_when_text_starts_with_a_slash(corpus: Path, tokenizer: str) -> None:
+    # o200k glues "/..." to a preceding "]\n"; every segment starts with "## " to prevent it
+    inp = _inp(
+        "/usr/bin/env python: why does //x fail",
+        [_p("tool:x", "tool_result", "/usr/bin/env: python: not found\n//x fails")],
+        system_instructions="/// You are a shell expert.",
+    )
+    r = build(inp, Config(tokenizer=tokenizer))
+    assert get_counter(tokenizer).count(r.prompt) == r.totals.used
 
 
 def test_never_exceeds_budget_over_random_configs(big: CapturedInput) -> None:

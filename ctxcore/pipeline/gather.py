@@ -8,9 +8,11 @@ tokenizer, never on weights or budgets, so one ``Prepared`` serves every build a
 sweep cell over the same input: a warm re-run or a 400-cell sweep gathers once.
 
 Token accounting is exact by construction: the prompt is a concatenation of segments that
-each end in a newline and never start with one, so cl100k/o200k never merge tokens across
-a segment boundary and the prompt's count is the sum of its segments' counts (a test checks
-this on the real corpus). Gather therefore counts each rendered segment once, in one batch.
+each end in a newline and start with ``[`` (a partition header), ``## `` (an item's source-id
+line) or the fixed output text, so cl100k/o200k never merge tokens across a segment boundary
+and the prompt's count is the sum of its segments' counts (tests check this on the real
+corpus, including text that starts with ``/``, which o200k would otherwise glue to a
+preceding ``]\n``). Gather therefore counts each rendered segment once, in one batch.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .common import INSTRUCTIONS_ID, history_id
 
 TOOLS_ID = "builder:tools"
 HISTORY_SUMMARY_ID = "builder:history:summary"
+QUERY_ID = "builder:query"
 
 ROLE, TASK, STATE, EVIDENCE, CONTEXT, OUTPUT = PARTITIONS
 
@@ -230,7 +233,7 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
                 INSTRUCTIONS_ID,
                 "instructions",
                 text,
-                text + "\n\n",
+                segment(INSTRUCTIONS_ID, "", text),
                 0,
                 None,
                 ROLE,
@@ -320,7 +323,7 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
             if prev != it.id:
                 it.duplicate_of = prev
 
-    task_segment = normalize(input.query) + "\n\n" if input.query.strip() else ""
+    task_segment = segment(QUERY_ID, "", normalize(input.query)) if input.query.strip() else ""
     output_segment = OUTPUT_TEXT
     heads = [header(p) for p in PARTITIONS]
     texts = [it.segment for it in items] + heads + [task_segment, output_segment]
