@@ -294,6 +294,23 @@ def test_must_keep_items_first_and_latest_failure_detected(corpus: Path) -> None
         assert d[pid].reason == Reason.MUST_KEEP and why in d[pid].reason_text
     assert d["tool:old_fail"].reason != Reason.MUST_KEEP
     assert r.prompt.index("[State]") < r.prompt.index("## plan:1")
+    # a caller flag names the latest failure explicitly; error flags count as failures
+    flagged = inp.model_copy(
+        update={
+            "packets": [
+                _p("tool:a", "tool_result", d02, hours=3, metadata={"latest_failure": True}),
+                _p("tool:b", "tool_result", d06, hours=0.5, metadata={"is_error": True}),
+            ]
+        }
+    )
+    d = _by_id(build(flagged).decisions)
+    assert d["tool:a"].reason == Reason.MUST_KEEP and d["tool:b"].reason != Reason.MUST_KEEP
+    no_flag = flagged.model_copy(
+        update={"packets": [flagged.packets[0].model_copy(update={"metadata": {}}),
+                            flagged.packets[1]]}
+    )  # fmt: skip
+    d = _by_id(build(no_flag).decisions)
+    assert d["tool:b"].reason == Reason.MUST_KEEP
 
 
 def test_must_keep_logs_are_summarized_in_ladder_order(corpus: Path) -> None:

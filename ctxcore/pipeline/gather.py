@@ -209,10 +209,16 @@ def _tools_json(input: CapturedInput) -> str:
 
 
 def _is_failure(meta: dict[str, Any]) -> bool:
+    """A tool result that failed: a non-zero exit/return code or an error flag."""
     code = meta.get("exit_code", meta.get("returncode"))
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         return True
-    return bool(meta.get("failed") or meta.get("error") is True or meta.get("status") == "error")
+    return bool(
+        meta.get("failed") is True
+        or meta.get("error") is True
+        or meta.get("is_error") is True
+        or meta.get("status") == "error"
+    )
 
 
 def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
@@ -281,6 +287,7 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
             msg.timestamp,
         )
     latest_failure: int | None = None
+    flagged: int | None = None
     for p in input.packets:
         text = normalize(p.content)
         kind = p.kind
@@ -305,6 +312,8 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
             must,
             caller_relevance=p.relevance,
         )
+        if p.metadata.get("latest_failure") is True:
+            flagged = len(items)  # the caller says which failure is the latest
         if kind in _TOOL_KINDS and _is_failure(p.metadata):
             if latest_failure is None or (
                 p.timestamp is not None
@@ -312,6 +321,8 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
             ):
                 latest_failure = len(items)
         add(item, p.timestamp, p.priority)
+    if flagged is not None:
+        latest_failure = flagged
     if latest_failure is not None and items[latest_failure].must_keep is None:
         items[latest_failure].must_keep = "latest failure"
 
@@ -371,7 +382,16 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
 
 
 #: the metadata keys gather reads (failure detection, active plan)
-_META_KEYS = ("exit_code", "returncode", "failed", "error", "status", "active")
+_META_KEYS = (
+    "exit_code",
+    "returncode",
+    "failed",
+    "error",
+    "is_error",
+    "status",
+    "active",
+    "latest_failure",
+)
 
 
 def content_key(input: CapturedInput) -> tuple[Any, ...] | None:
