@@ -10,7 +10,7 @@ import pytest
 
 from ctxcore.errors import InputError
 from ctxcore.models import CapturedInput, Config, Reason, Status
-from ctxcore.pipeline import build
+from ctxcore.pipeline import build, resolve_config
 from ctxcore.pipeline.sweep import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -70,6 +70,16 @@ def test_fill_modes_and_weights_cells(inp: CapturedInput) -> None:
         for i in range(3):
             _check_cell(grid, inp, i, j, None)
     assert grid.watch_in is None
+
+
+def test_reserve_ratio_sweep_moves_the_reserve_of_a_recorded_config(inp: CapturedInput) -> None:
+    recorded = resolve_config(Config(max_tokens=10000), inp)  # output_reserve is now fixed
+    grid = sweep(inp, recorded, "reserve_ratio", [0.1, 0.4], "min_relevance", [0.05])
+    a, b = grid.config_at(0, 0), grid.config_at(1, 0)
+    assert (a.output_reserve, b.output_reserve) == (1000, 4000)
+    assert grid.tokens_used[0, 1] < grid.tokens_used[0, 0]
+    for i in range(2):
+        _check_cell(grid, inp, i, 0, None)
 
 
 def test_other_presets_fall_back_to_build_per_cell(inp: CapturedInput) -> None:

@@ -62,10 +62,17 @@ class SweepGrid:
         return (len(self.y_values), len(self.x_values))
 
 
-def _cell_config(base: Config, x: str, xv: Any, y: str, yv: Any) -> Config:
+def _cell_config(base: Config, x: str, xv: Any, y: str, yv: Any, input: CapturedInput) -> Config:
     data = base.model_dump()
     data[x] = xv
     data[y] = yv
+    if base.preset == "ctxscope" and "reserve_ratio" in (x, y) and "output_reserve" not in (x, y):
+        # a recorded config carries the resolved output_reserve, which would win over the
+        # swept ratio: derive the reserve from the ratio, as resolve would for a fresh config
+        ratio = data["reserve_ratio"]
+        window = data.get("max_tokens") or input.window or 8000
+        if isinstance(ratio, int | float) and isinstance(window, int) and 0 <= ratio < 1:
+            data["output_reserve"] = round(ratio * window)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -118,7 +125,7 @@ def sweep(
     for j, yv in enumerate(ys):
         row: list[Config] = []
         for i, xv in enumerate(xs):
-            cfg = resolve_config(_cell_config(base, x_param, xv, y_param, yv), input)
+            cfg = resolve_config(_cell_config(base, x_param, xv, y_param, yv, input), input)
             row.append(cfg)
             assert cfg.tokenizer is not None
             if cfg.preset == "ctxscope" and is_exact(cfg.tokenizer):
