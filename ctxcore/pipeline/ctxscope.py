@@ -256,7 +256,8 @@ def run(
                     f"the {counter.name} estimate of the prompt is {used:,} tokens, over the "
                     f"{kn.available:,} available"
                 )
-    decisions = _decisions(prep, pl, kn)
+    with timer.stage("describe"):
+        decisions = _decisions(prep, pl, kn)
     assert config.max_tokens is not None and config.output_reserve is not None
     assert config.safety_margin is not None
     totals = Totals(
