@@ -74,6 +74,14 @@ def test_resolve_errors_name_the_knob(cfg: Config, knob: str) -> None:
         resolve_config(cfg, _inp("q", []))
 
 
+def test_packet_ids_of_builder_packets_are_reserved() -> None:
+    inp = _inp(
+        "q", [_p("builder:history:0", "note", "x")], history=[Message(role="user", content="hi")]
+    )
+    with pytest.raises(InputError, match=r"packets\[0\]\.id 'builder:history:0'"):
+        build(inp)
+
+
 # --------------------------------------------------------------------------- budget
 
 

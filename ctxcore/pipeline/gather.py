@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import InputError
 from ..models import PARTITIONS, CapturedInput
 from ..scoring import QueryTerms, bm25_from_tf, priority_norm, term_frequencies
 from ..summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
@@ -286,6 +287,13 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
             ),
             msg.timestamp,
         )
+    made = {it.id for it in items} | {HISTORY_SUMMARY_ID, QUERY_ID}
+    for k, p in enumerate(input.packets):
+        if p.id in made:
+            raise InputError(
+                f"packets[{k}].id {p.id!r} is the id of a packet the ctxscope builder makes "
+                "itself; rename the packet (ids starting with 'builder:' are reserved)"
+            )
     latest_failure: int | None = None
     flagged: int | None = None
     for p in input.packets:
