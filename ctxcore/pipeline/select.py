@@ -249,7 +249,11 @@ def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounte
                         segments[i] = seg
                         rungs[i] = rung
         if mk_total() > left:
-            names = ", ".join(f"{items[i].id} ({_fmt(sizes[i])})" for i in mk)
+            names = ", ".join(
+                f"{items[i].id} ({_fmt(sizes[i])}"
+                + (f", summarized from {_fmt(tok[i])})" if i in rungs else ")")
+                for i in mk
+            )
             raise BudgetError(
                 f"must-keep items alone need {_fmt(mk_total())} tokens but only {_fmt(left)} "
                 f"are left (available {_fmt(kn.available)} minus {_fmt(fixed)} for [Task] and "
