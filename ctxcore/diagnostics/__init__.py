@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from ..errors import InputError
 from ..models import Finding, Status, Trace
 from .context import LOST, SEVERITY_RANK, DiagnosticsOptions, TraceView
-from .counterfactual import Counterfactual, counterfactuals, rebuild, smallest_fix
+from .counterfactual import BuildCache, Counterfactual, counterfactuals, rebuild, smallest_fix
 from .detectors import budget_flooded, greedy_waste, must_have_lost
 from .detectors_content import (
     injection_like,
@@ -138,6 +138,8 @@ def diagnose(
 def _attach_fixes(view: TraceView, found: list[Finding]) -> list[Finding]:
     """A verified smallest fix on must_have_lost findings about dropped/filtered packets."""
     budget = view.options.max_counterfactuals
+    builds = view.options.fix_build_budget
+    cache: BuildCache = {}
     out = []
     for f in found:
         d = view.by_id.get(f.packet_ids[0]) if len(f.packet_ids) == 1 else None
@@ -149,7 +151,9 @@ def _attach_fixes(view: TraceView, found: list[Finding]) -> list[Finding]:
             and (d.status in LOST or d.status == Status.SUMMARIZED)
         ):
             budget -= 1
-            cf = smallest_fix(view.trace, d.packet_id)
+            before = len(cache)
+            cf = smallest_fix(view.trace, d.packet_id, max_builds=max(builds, 0), cache=cache)
+            builds -= len(cache) - before
             if cf is not None:
                 f = f.model_copy(
                     update={

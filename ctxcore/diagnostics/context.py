@@ -66,6 +66,9 @@ class DiagnosticsOptions:
     #: attach a verified smallest fix to findings about lost packets.
     counterfactuals: bool = True
     max_counterfactuals: int = 3
+    #: re-runs all fixes of one ``diagnose`` call may cost together (a 1,000-packet build
+    #: takes ~30 ms, a 100-packet one ~1–5 ms)
+    fix_build_budget: int = 40
     # must_have_lost
     must_have_kinds: frozenset[str] = frozenset({"task", "instructions", "policy", "constraint"})
     # budget_flooded

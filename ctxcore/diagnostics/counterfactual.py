@@ -70,32 +70,37 @@ class Counterfactual(BaseModel):
     builds: int
 
 
+BuildCache = dict[tuple[tuple[str, Any], ...], dict[str, Status] | None]
+"""Config patch → every packet's status in that re-run (None: the patch could not run).
+
+One re-run answers the question for every packet, so callers that look for fixes for
+several packets of the same trace share one cache."""
+
+
 class _Runner:
     """Re-runs one trace's input with patched configs, counting the builds."""
 
-    def __init__(self, trace: Trace, packet_id: str, max_builds: int) -> None:
+    def __init__(
+        self, trace: Trace, packet_id: str, max_builds: int, cache: BuildCache | None = None
+    ) -> None:
         self.trace = trace
         self.packet_id = packet_id
         self.max_builds = max_builds
         self.builds = 0
-        self.base = trace.config.model_dump()
-        self.counter = get_counter(trace.config.tokenizer or "cl100k_base")
-        self._memo: dict[tuple[tuple[str, Any], ...], Status | None] = {}
+        self._cache: BuildCache = cache if cache is not None else {}
 
     def status(self, patch: dict[str, Any]) -> Status | None:
         key = tuple(sorted(patch.items()))
-        if key in self._memo:
-            return self._memo[key]
-        if self.builds >= self.max_builds:
-            return None
-        self.builds += 1
-        result = rebuild(self.trace, patch)
-        st: Status | None = None
-        if result is not None:
-            d = next((x for x in result.decisions if x.packet_id == self.packet_id), None)
-            st = d.status if d is not None else None
-        self._memo[key] = st
-        return st
+        if key not in self._cache:
+            if self.builds >= self.max_builds:
+                return None
+            self.builds += 1
+            result = rebuild(self.trace, patch)
+            self._cache[key] = (
+                {d.packet_id: d.status for d in result.decisions} if result is not None else None
+            )
+        statuses = self._cache[key]
+        return statuses.get(self.packet_id) if statuses is not None else None
 
     def keeps(self, patch: dict[str, Any]) -> bool:
         return self.status(patch) == Status.KEPT
@@ -178,8 +183,8 @@ def _bisect_int(ok: Callable[[int], bool], lo: int, hi: int) -> int:
 
 def _search_max_tokens(run: _Runner, d: Decision) -> Counterfactual | None:
     cfg = run.trace.config
-    if cfg.max_tokens is None:
-        return None
+    if cfg.max_tokens is None or d.reason == Reason.BELOW_MIN_RELEVANCE:
+        return None  # the relevance filter does not depend on the budget
     old = cfg.max_tokens
     short = d.tokens_before - max(d.budget_left or 0, 0)
     if d.reason not in _ROOM_REASONS or short <= 0:
@@ -314,6 +319,7 @@ def counterfactuals(
     *,
     knobs: Sequence[str] = KNOBS,
     max_builds: int = 80,
+    cache: BuildCache | None = None,
 ) -> list[Counterfactual]:
     """Every verified single-knob change that keeps ``packet_id``, smallest first.
 
@@ -334,7 +340,7 @@ def counterfactuals(
     unknown = [k for k in knobs if k not in _SEARCHES]
     if unknown:
         raise InputError(f"unknown knob(s) {', '.join(unknown)}; choose from {', '.join(KNOBS)}")
-    run = _Runner(trace, packet_id, max_builds)
+    run = _Runner(trace, packet_id, max_builds, cache)
     if run.status({}) != d.status:
         return []
     out = []
@@ -345,10 +351,12 @@ def counterfactuals(
     return sorted(out, key=lambda c: (c.size, KNOBS.index(c.knob)))
 
 
-def smallest_fix(trace: Trace, packet_id: str, *, max_builds: int = 80) -> Counterfactual | None:
+def smallest_fix(
+    trace: Trace, packet_id: str, *, max_builds: int = 80, cache: BuildCache | None = None
+) -> Counterfactual | None:
     """The smallest verified single change that keeps ``packet_id`` (None if there is none)."""
-    found = counterfactuals(trace, packet_id, max_builds=max_builds)
+    found = counterfactuals(trace, packet_id, max_builds=max_builds, cache=cache)
     return found[0] if found else None
 
 
-__all__ = ["KNOBS", "Counterfactual", "counterfactuals", "rebuild", "smallest_fix"]
+__all__ = ["KNOBS", "BuildCache", "Counterfactual", "counterfactuals", "rebuild", "smallest_fix"]

@@ -17,6 +17,7 @@ from .context import IN_PROMPT, LOST, TRUSTED_KINDS, TraceView, finding, id_list
 from .text import (
     cjk_relevance,
     cjk_share,
+    cjk_terms,
     identifiers,
     injection_hits,
     near_duplicate_pairs,
@@ -333,7 +334,8 @@ def relevance_blind_spot(v: TraceView) -> list[Finding]:
         return []
     # The same measure the presets use (share of query terms found in the content), with
     # CJK bigrams as terms: directly comparable to the recorded relevance and min_relevance.
-    aware = {d.packet_id: cjk_relevance(v.input.query, v.content(d.packet_id)) for d in cands}
+    q_terms = cjk_terms(v.input.query)
+    aware = {d.packet_id: cjk_relevance(q_terms, v.content(d.packet_id)) for d in cands}
     hits = [
         d
         for d in cands

@@ -98,8 +98,11 @@ def strip_noise(text: str) -> NoiseProfile:
             line = parts[-1] if parts else ""
         lines_out.append(line)
     seen: set[str] = set()
+    shape_of = {
+        key: _shape(key) for key in {ln.strip() for ln in lines_out} if len(key) >= MIN_REPEAT_LINE
+    }
     shapes: Counter[str] = Counter(
-        _shape(ln.strip()) for ln in lines_out if len(ln.strip()) >= MIN_REPEAT_LINE
+        shape_of[ln.strip()] for ln in lines_out if len(ln.strip()) >= MIN_REPEAT_LINE
     )
     kept_shapes: Counter[str] = Counter()
     repeated = 0
@@ -111,7 +114,7 @@ def strip_noise(text: str) -> NoiseProfile:
             spinners += 1
             continue
         if len(key) >= MIN_REPEAT_LINE:
-            shape = _shape(key)
+            shape = shape_of[key]
             if key in seen or (
                 shape and shapes[shape] >= TEMPLATE_REPEATS and kept_shapes[shape] >= 2
             ):
@@ -139,7 +142,7 @@ _WORD = re.compile(r"[a-z0-9_]+")
 
 def cjk_share(text: str) -> float:
     """Share of non-space characters that are CJK (unspaced scripts)."""
-    chars = len(text) - sum(1 for c in text if c.isspace())
+    chars = sum(map(len, text.split()))
     if chars <= 0:
         return 0.0
     return len(CJK_CHAR.findall(text)) / chars
@@ -157,12 +160,19 @@ def cjk_terms(text: str) -> set[str]:
     return terms
 
 
-def cjk_relevance(query: str, content: str) -> float:
-    """Share of the query's terms found in the content, CJK-aware (0 for an empty query)."""
-    q = cjk_terms(query)
+def cjk_relevance(query: str | set[str], content: str) -> float:
+    """Share of the query's terms found in the content, CJK-aware (0 for an empty query).
+
+    ``query`` may be given as its ``cjk_terms`` already, when scoring many contents.
+    """
+    q = cjk_terms(query) if isinstance(query, str) else query
     if not q:
         return 0.0
-    return len(q & cjk_terms(content)) / len(q)
+    low = content.lower()
+    words = set(_WORD.findall(low)) if any(t.isascii() for t in q) else set()
+    # a CJK bigram found as a substring lies inside one CJK run, so it is one of the
+    # content's bigrams; ASCII terms must match whole words
+    return sum(1 for t in q if (t in words if t.isascii() else t in low)) / len(q)
 
 
 # --------------------------------------------------------------------------- near-duplicates
@@ -295,7 +305,8 @@ def constraint_sentences(text: str) -> list[str]:
 
 # --------------------------------------------------------------------------- injection
 
-INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+#: (what it looks like, pattern, substrings of the lower-cased text one of which it needs)
+INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
     (
         "override instruction",
         re.compile(
@@ -304,12 +315,15 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\b(?:instructions?|prompts?|rules|directions|directives|guidelines|context)\b",
             re.IGNORECASE,
         ),
+        ("ignore", "disregard", "forget", "override", "bypass"),
     ),
     (
         "override instruction",
         re.compile(
-            r"(?:忽略|无视|忘记|忘掉)(?:之前|以上|前面|上述|先前|所有)[^。\n]{0,10}?(?:指令|指示|说明|提示|规则|要求)"
+            r"(?:忽略|无视|忘记|忘掉)(?:之前|以上|前面|上述|先前|所有)[^。\n]{0,10}?"
+            r"(?:指令|指示|说明|提示|规则|要求)"
         ),
+        ("忽略", "无视", "忘记", "忘掉"),
     ),
     (
         "chat-template token",
@@ -318,6 +332,7 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"end_header_id|eot_id)\|>|\[/?INST\]|<<\s*/?SYS\s*>>",
             re.IGNORECASE,
         ),
+        ("<|", "inst]", "sys"),
     ),
     (
         "poses as a system/developer message",
@@ -326,10 +341,12 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"instructions?|override))?\]?[ \t]*:",
             re.IGNORECASE | re.MULTILINE,
         ),
+        ("system", "developer"),
     ),
     (
         "poses as a system/developer message",
         re.compile(r"</?(?:system|developer)(?:[_-](?:message|prompt))?>", re.IGNORECASE),
+        ("<system", "</system", "<developer", "</developer"),
     ),
     (
         "new-role instruction",
@@ -338,6 +355,7 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|\b(?:reveal|print|show|repeat)\b[^.\n]{0,20}\b(?:system prompt|your instructions)\b",
             re.IGNORECASE,
         ),
+        ("you are now", "instruction", "system prompt"),
     ),
 )
 
@@ -345,7 +363,10 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 def injection_hits(text: str, limit: int = 5) -> list[tuple[str, str]]:
     """(what it looks like, the matching snippet) for each injection-like span, in order."""
     hits: list[tuple[int, str, str]] = []
-    for label, pat in INJECTION_PATTERNS:
+    low = text.lower()
+    for label, pat, needs in INJECTION_PATTERNS:
+        if not any(n in low for n in needs):
+            continue  # a substring test is far cheaper than the regex on a big tool log
         for m in pat.finditer(text):
             hits.append((m.start(), label, m.group(0).strip()[:80]))
     hits.sort()
