@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -63,6 +64,9 @@ class DemoTurn:
     note: str = ""
     tags: tuple[str, ...] = ()
     enrichment: tuple[str, ...] = ()
+    #: what the demo knows about the turn that the harness did not tell the builder
+    #: (e.g. which tool result is the open failing test run); written to metadata.demo.
+    facts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,7 @@ def _trace(session: Session, turn: DemoTurn) -> Trace:
             "step": turn.step,
             "clock": session.clock,
             "enrichment": list(turn.enrichment),
+            **turn.facts,
             "timings": "dropped so that regenerated files are byte-identical",
         }
     }
@@ -317,14 +322,40 @@ def generate(corpus_dir: Path | None = None, out_dir: Path | None = None) -> lis
 
 
 def cli_demo(args: argparse.Namespace) -> int:
-    """``ctxscope demo [--out DIR] [--corpus DIR]``."""
+    """``ctxscope demo [--out DIR] [--corpus DIR] [--db PATH]``.
+
+    Writes the session files, then loads them into the store. When the app owns the store,
+    the files are already where its watcher looks, so that is said and not an error.
+    """
     corpus = Path(args.corpus) if getattr(args, "corpus", None) else DEFAULT_CORPUS
     paths = generate(corpus, Path(args.out))
-    total = sum(p.read_text(encoding="utf-8").count("\n") for p in paths)
+    total = 0
     for p in paths:
-        print(f"{p}  {p.read_text(encoding='utf-8').count(chr(10))} traces")
+        n = p.read_text(encoding="utf-8").count("\n")
+        total += n
+        print(f"{p}  {n} traces")
     print(f"{total} traces in {len(paths)} sessions")
-    return 0
+    db = getattr(args, "db", None)
+    if not db:
+        return 0
+    from .errors import StoreLockedError
+    from .ingest import format_counts, format_error, ingest_paths
+    from .store import TraceStore
+
+    try:
+        with TraceStore(db) as store:
+            counts = ingest_paths(store, [str(p) for p in paths], complete_tail=True)
+    except StoreLockedError as exc:
+        print(
+            f"{exc}\nthe demo files are in {args.out}; a running app ingests them from its "
+            "watched folder",
+            file=sys.stderr,
+        )
+        return 0
+    print(f"store {db}: {format_counts(counts)}")
+    for e in counts.error_rows:
+        print(format_error(e), file=sys.stderr)
+    return 1 if counts.errors else 0
 
 
 __all__ = ["DemoTurn", "Session", "cli_demo", "generate", "sessions", "trace_id_for"]

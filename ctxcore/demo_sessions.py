@@ -128,26 +128,17 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
                 )
             )
             enrichment.append(f"note:plan (the agent's plan from step {plan_step})")
-        keep = failing
 
-        def mark(p: Packet, keep: str | None = keep) -> Packet:
+        def mark(p: Packet) -> Packet:
             meta = dict(p.metadata)
             cid = meta.get("tool_call_id", "")
             if cid in commands:
                 meta["command"] = commands[cid]
             code = _RETURNCODE.search(p.content)
-            if code:
+            if code:  # all mini-swe-agent tells: no "this is the failing test" flag
                 meta["returncode"] = int(code.group(1))
-            if p.id == f"tool:{keep}":
-                meta["latest_failure"] = True
-                return p.model_copy(update={"metadata": meta})
             return p.model_copy(update={"metadata": meta})
 
-        if keep:
-            enrichment.append(
-                f"tool:{keep} flagged latest_failure in metadata (the open failing test run; "
-                "not pinned: presets decide for themselves)"
-            )
         turns.append(
             DemoTurn(
                 step=k,
@@ -155,6 +146,7 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
                 config=Config(preset=preset, max_tokens=budget),
                 output=output_of(conv.messages[at]),
                 enrichment=tuple(enrichment),
+                facts={"open_failure": f"tool:{failing}"} if failing else {},
             )
         )
 
@@ -174,7 +166,7 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
                 "MODIFY: Tests' is not in this prompt (msg-1 is " + where + ") and the "
                 "constraint was never pinned as its own packet."
             )
-        for pid in (p.id for p in turn.input.packets if p.metadata.get("latest_failure")):
+        for pid in [turn.facts["open_failure"]] if "open_failure" in turn.facts else []:
             if "assert 42 == 0" not in prompt:
                 return "bad", (
                     f"The only failing test run ({pid}: assert 42 == 0) is not in the prompt "

@@ -90,7 +90,8 @@ def test_a_must_keep_or_failing_test_was_lost(traces: list[Trace]) -> None:
     hits = []
     for t in traces:
         assert t.result is not None
-        special = {p.id for p in t.input.packets if p.must_keep or p.metadata.get("latest_failure")}
+        special = {p.id for p in t.input.packets if p.must_keep}
+        special.add(t.metadata["demo"].get("open_failure", ""))
         for d in t.result.decisions:
             if d.packet_id in special and d.status in LOST:
                 hits.append((t.session_id, t.turn, d.packet_id, d.status))
@@ -168,13 +169,23 @@ def test_committed_demo_matches_generation(generated: list[Path]) -> None:
         )
 
 
-def test_cli_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "cli"
-    assert main(["demo", "--out", str(out), "--corpus", str(ROOT / "corpus")]) == 0
+@pytest.mark.slow
+def test_cli_demo_writes_files_and_fills_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, db = tmp_path / "cli", tmp_path / "demo.duckdb"
+    argv = ["demo", "--out", str(out), "--corpus", str(ROOT / "corpus"), "--db", str(db)]
+    assert main(argv) == 0
     printed = capsys.readouterr().out
     files = sorted(out.glob("*.jsonl"))
     total = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files)
     assert f"{total} traces in {len(files)} sessions" in printed
+    assert f"{total} new traces from {len(files)} files (0 already stored, 0 errors)" in printed
+    # running it again rewrites the same bytes and stores nothing twice
+    before = {p.name: p.read_bytes() for p in files}
+    assert main(argv) == 0
+    assert f": 0 new traces from {len(files)} files" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in sorted(out.glob("*.jsonl"))} == before
 
 
 def test_cli_demo_missing_corpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
