@@ -347,8 +347,8 @@ def cli_demo(args: argparse.Namespace) -> int:
             counts = ingest_paths(store, [str(p) for p in paths], complete_tail=True)
     except StoreLockedError as exc:
         print(
-            f"{exc}\nthe demo files are in {args.out}; a running app ingests them from its "
-            "watched folder",
+            f"{exc}\nthe demo files are written to {args.out}: a running app ingests them "
+            "if that is inside its watched folder, else copy them there",
             file=sys.stderr,
         )
         return 0
