@@ -7,9 +7,21 @@ the degradation ladder of DESIGN §4.1 before any drop; all six partitions with 
 the ``[Output]`` block charged to the budget; every cut marked in the prompt.
 
 The stages live in their own modules — ``gather`` (candidates, exact counts, relevance),
-``select`` (score, must-keep, filter, fill, degrade), ``structure`` (render, compress) — and
-this module resolves the config, runs them in order and writes the report: one decision per
-candidate with a reason code and a sentence a person understands.
+``select`` (score, must-keep, filter, fill, degrade) with ``fill`` (the optimal knapsack) and
+``degrade`` (summaries, outlines, shortened messages), ``structure`` (render, compress),
+``reasons`` (the sentences) — and this module resolves the config, runs them in order and
+writes the report: one decision per candidate with a reason code and a sentence a person
+understands. ``sweep`` reuses the same stages for a grid of configs.
+
+Config knobs (``resolve`` fills every one): ``tokenizer`` (cl100k_base; o200k_base and the
+estimators also work), ``max_tokens`` (the window: input.window or 8,000),
+``output_reserve`` (input.output_reserve, else reserve_ratio × max_tokens),
+``reserve_ratio`` (0.15), ``safety_margin`` (2 % of max_tokens), ``min_relevance`` (0.05),
+``relevance_weight``/``recency_weight``/``priority_weight`` (0.6/0.3/0.1, need not sum to
+1), ``recency_tau_hours`` (6), ``fill`` (skip | optimal | break), ``history_limit`` (20),
+``partition_budgets`` (caps as shares of the available budget; they may sum past 1),
+``degrade`` (the ladder: noise, history, tool_results, files, repo_map, recent) and
+``enable_compression`` (the estimator-only last resort).
 """
 
 from __future__ import annotations
@@ -286,4 +298,12 @@ def run(
     )
 
 
-__all__ = ["NAME", "VERSION", "knobs", "resolve", "run", "Status", "Reason"]
+__all__ = [
+    "DEFAULT_DEGRADE",
+    "DEFAULT_PARTITION_BUDGETS",
+    "NAME",
+    "VERSION",
+    "knobs",
+    "resolve",
+    "run",
+]
