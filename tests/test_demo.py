@@ -209,3 +209,35 @@ def test_every_detector_fires_somewhere_in_the_demo(traces: list[Trace]) -> None
         for turn in diagnose_session(session, options=opts).turns:
             seen.update(f.detector for f in turn.findings)
     assert set(DETECTORS) - seen == set()
+
+
+@pytest.mark.slow
+def test_cli_demo_when_another_process_owns_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "owned.duckdb"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from ctxcore.store import TraceStore\n"
+            f"s = TraceStore({str(db)!r}); print('ready', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        out = tmp_path / "demo"
+        argv = ["demo", "--out", str(out), "--corpus", str(ROOT / "corpus"), "--db", str(db)]
+        assert main(argv) == 0
+        captured = capsys.readouterr()
+        assert "demo files are written to" in captured.err
+        assert len(list(out.glob("*.jsonl"))) >= 3
+    finally:
+        holder.communicate("", timeout=30)
