@@ -553,3 +553,20 @@ def test_rerun_counts_nothing_new_and_equal_copies_share_the_gather(big: Capture
     assert prepare(copy, counter) is prepare(big, counter)
     changed = copy.model_copy(update={"query": "something else"})
     assert prepare(changed, counter) is not prepare(big, counter)
+
+
+def test_a_pluggable_summarizer_is_used_with_the_source_marker(corpus: Path) -> None:
+    d09 = _read(corpus, "d09_tsc_output_first1500_of_18741_errors.txt")[:30000]
+    calls: list[tuple[str, int]] = []
+
+    def llm_like(kind: str, content: str, target: int) -> str:
+        calls.append((kind, target))
+        return f"SUMMARY({kind}): {content.count(chr(10)) + 1} lines of tsc errors"
+
+    r = build(_inp("tsc errors", [_p("tool:tsc", "tool_result", d09)]),
+              Config(max_tokens=3000), summarizer=llm_like)  # fmt: skip
+    d = _by_id(r.decisions)["tool:tsc"]
+    assert d.status == Status.SUMMARIZED
+    assert calls and calls[0][0] == "tool_result" and calls[0][1] > 0
+    assert "SUMMARY(tool_result): " in r.prompt
+    assert "source id tool:tsc" in r.prompt
