@@ -563,7 +563,7 @@ def test_a_pluggable_summarizer_is_used_with_the_source_marker(corpus: Path) -> 
         calls.append((kind, target))
         return f"SUMMARY({kind}): {content.count(chr(10)) + 1} lines of tsc errors"
 
-    r = build(_inp("tsc errors", [_p("tool:tsc", "tool_result", d09)]),
+    r = build(_inp("error TS1005", [_p("tool:tsc", "tool_result", d09)]),
               Config(max_tokens=3000), summarizer=llm_like)  # fmt: skip
     d = _by_id(r.decisions)["tool:tsc"]
     assert d.status == Status.SUMMARIZED
