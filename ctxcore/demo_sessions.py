@@ -288,6 +288,11 @@ def _zh_messages(conv: Conversation) -> list[dict[str, Any]]:
     return out
 
 
+#: The b05 export starts mid-session: the user's request is not in it, so the turns before
+#: the first user message get this stand-in goal (said so in their metadata).
+_ZH_GOAL = "修复 npm run build 报出的 TypeScript 编译错误"
+
+
 def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Session:
     """b05: OpenCode "Sisyphus" on GLM-4.7 stuck on a tsc error in codeSummary.ts."""
     conv = parse_opencode(corpus / "b05_zh_opencode_session_ses_4119.md")
@@ -310,13 +315,18 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
         if k not in steps:
             continue
         users = [m["content"] for m in msgs[:at] if m["role"] == "user"]
-        query = users[-1] if users else "修复 npm run build 报出的 TypeScript 编译错误"
+        query = users[-1] if users else _ZH_GOAL
         now = times[at]
         inp = stamped(
             captured_input_from_messages(msgs[:at], now=now, query=query, window=8192), times
         )
         extra: list[Packet] = []
-        enrichment = []
+        enrichment = ["assistant thinking folded into content (GLM-4.7 keeps it in context)"]
+        if not users:
+            enrichment.append(
+                f"query {_ZH_GOAL!r}: a stand-in goal; the export starts mid-session, "
+                "without the user's request"
+            )
         if todo:
             extra.append(
                 Packet(
@@ -589,12 +599,18 @@ def _glaive_session(
             times,
         )
         inp = with_packets(inp, [], _unanswered)
+        orphans = [p.id for p in inp.packets if p.metadata.get("note")]
         turns.append(
             DemoTurn(
                 step=k,
                 input=inp,
                 config=Config(preset=preset, max_tokens=600, min_relevance=min_relevance),
                 output=output_of(conv.messages[at]),
+                enrichment=tuple(
+                    f"{pid}: the importer's stand-in call id removed (the observation "
+                    "answers no call)"
+                    for pid in orphans
+                ),
             )
         )
 
