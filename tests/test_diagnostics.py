@@ -171,11 +171,11 @@ def test_constraint_from_an_earlier_turn_lost_to_the_history_limit(corpus: Path)
     found = [
         f
         for f in of(diagnose(t2, session_traces=[t1]), "must_have_lost")
-        if "constraint" in f.evidence
+        if "constraints" in f.evidence
     ]
     assert len(found) == 1
     f = found[0]
-    assert f.evidence["constraint"] == "Never modify files under tests/."
+    assert f.evidence["constraints"] == ["Never modify files under tests/."]
     assert f.evidence["turn"] == 1 and f.packet_ids == ["history:0"]
     # with the whole history kept, the constraint reaches the model: quiet
     t2_ok = build(
@@ -184,7 +184,7 @@ def test_constraint_from_an_earlier_turn_lost_to_the_history_limit(corpus: Path)
     assert [
         f
         for f in of(diagnose(t2_ok, session_traces=[t1]), "must_have_lost")
-        if "constraint" in f.evidence
+        if "constraints" in f.evidence
     ] == []
 
 

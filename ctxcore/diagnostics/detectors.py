@@ -142,7 +142,8 @@ def _lost_constraints(v: TraceView) -> list[Finding]:
     sources.extend((None, m.content, m.id) for m in v.input.history if m.role == "user")
     query = normalize_ws(v.input.query).lower()
     seen: set[str] = set()
-    out: list[Finding] = []
+    # one finding per message that carried them: (turn, carrier or message id) → sentences
+    groups: dict[tuple[int | None, str | None], list[str]] = {}
     for turn, text, msg_id in sources:
         for sent in constraint_sentences(text):
             key = normalize_ws(sent).lower()
@@ -151,25 +152,37 @@ def _lost_constraints(v: TraceView) -> list[Finding]:
             seen.add(key)
             if v.prompt_contains(sent):
                 continue
-            carrier = _history_carrier(v, sent)
-            ids = [carrier] if carrier else ([msg_id] if msg_id else [])
-            origin = f"turn {turn}" if turn is not None else "the history"
-            d = v.by_id.get(carrier) if carrier else None
-            summarized = d is not None and d.status == Status.SUMMARIZED
-            ev: dict[str, object] = {"constraint": sent, "turn": turn}
-            if d is not None:
-                ev.update(status=d.status.value, reason=d.reason.value)
-            out.append(
-                finding(
-                    "must_have_lost",
-                    "warning",
-                    f"the user constraint {short(sent)!r} from {origin} "
-                    + ("survives only in a summary" if summarized else "is missing from the prompt")
-                    + (f" ({carrier} was {d.status.value})" if d is not None and carrier else ""),
-                    ids,
-                    ev,
+            carrier = _history_carrier(v, sent) or msg_id
+            groups.setdefault((turn, carrier), []).append(sent)
+    out: list[Finding] = []
+    for (turn, carrier), sents in groups.items():
+        origin = f"turn {turn}" if turn is not None else "the history"
+        d = v.by_id.get(carrier) if carrier else None
+        summarized = d is not None and d.status == Status.SUMMARIZED
+        ev: dict[str, object] = {"constraints": sents, "turn": turn}
+        if d is not None:
+            ev.update(status=d.status.value, reason=d.reason.value)
+        what = (
+            f"the user constraint {short(sents[0])!r}"
+            if len(sents) == 1
+            else f"{len(sents)} user constraints ({short(sents[0], 40)!r}, …)"
+        )
+        verb = "survive" if len(sents) > 1 else "survives"
+        out.append(
+            finding(
+                "must_have_lost",
+                "warning",
+                f"{what} from {origin} "
+                + (
+                    f"{verb} only in a summary"
+                    if summarized
+                    else f"{'are' if len(sents) > 1 else 'is'} missing from the prompt"
                 )
+                + (f" ({carrier} was {d.status.value})" if d is not None else ""),
+                [carrier] if carrier else [],
+                ev,
             )
+        )
     return out
 
 

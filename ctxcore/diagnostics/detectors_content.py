@@ -28,9 +28,14 @@ from .text import (
 
 _PLAN_ID = re.compile(r"(?:^|[:/_\-.])(?:plan|todo|todos)(?:$|[:/_\-.\d])", re.IGNORECASE)
 _PLAN_HEAD = re.compile(r"^\s*(?:#+\s*)?(?:plan|todo|next steps|计划|待办)\b", re.IGNORECASE)
+#: a line of tool output that reports a failure (not code that merely says "traceback")
 _ERROR_LINE = re.compile(
-    r"\b(?:error|exception|traceback|failed|failure|fatal|panic)\b|错误|失败|异常",
-    re.IGNORECASE,
+    r"Traceback \(most recent call last\)"
+    r"|\b[A-Z]\w*(?:Error|Exception|Failure)\b(?::|\s*$)"
+    r"|\b(?:ERROR|FAILED|FAIL)\b(?!\s*=)"
+    r"|^\s*(?:E\s{2,}\S|error(?:\[\w+\])?:|fatal:|panic:|npm ERR!)"
+    r"|\berror TS\d+|\bexit (?:code|status) [1-9]|(?:错误|失败|异常)[:：]",
+    re.MULTILINE,
 )
 
 

@@ -104,17 +104,20 @@ def lost_items(traces: list[Trace], turns: list[TurnFindings]) -> list[LostItem]
                 )
     for tf in turns:
         for f in tf.findings:
-            text = f.evidence.get("constraint")
-            if f.detector != "must_have_lost" or not isinstance(text, str) or text in out:
+            texts = f.evidence.get("constraints")
+            if f.detector != "must_have_lost" or not isinstance(texts, list):
                 continue
             origin = f.evidence.get("turn")
-            out[text] = LostItem(
-                item=text,
-                kind="constraint",
-                first_seen_turn=origin if isinstance(origin, int) else None,
-                lost_turn=tf.turn,
-                trace_id=tf.trace_id,
-                status=str(f.evidence.get("status", "missing")),
-                reason=f.message,
-            )
+            for text in texts:
+                if not isinstance(text, str) or text in out:
+                    continue
+                out[text] = LostItem(
+                    item=text,
+                    kind="constraint",
+                    first_seen_turn=origin if isinstance(origin, int) else None,
+                    lost_turn=tf.turn,
+                    trace_id=tf.trace_id,
+                    status=str(f.evidence.get("status", "missing")),
+                    reason=f.message,
+                )
     return sorted(out.values(), key=lambda x: (x.lost_turn, x.kind, x.item))
