@@ -157,6 +157,47 @@ def stamped(inp: CapturedInput, times: list[datetime]) -> CapturedInput:
     return inp.model_copy(update={"history": history, "packets": packets})
 
 
+def file_views(
+    messages: list[dict[str, Any]],
+    times: list[datetime],
+    path_args: dict[str, str],
+    root: str,
+) -> list[Packet]:
+    """The harness's open-file view: the latest output of each file-reading tool call.
+
+    ``path_args`` maps a tool name to its path argument (``{"read": "filePath"}``). Each file
+    becomes one packet ``file:<path relative to root>`` that keeps its id across turns while
+    its content follows the latest read; it points back at the call it came from.
+    """
+    calls: dict[str, tuple[str, str]] = {}  # call id -> (tool, path)
+    latest: dict[str, tuple[int, str]] = {}  # path -> (message index, call id)
+    for i, m in enumerate(messages):
+        for call in m.get("tool_calls") or []:
+            name = call["function"]["name"]
+            if name not in path_args:
+                continue
+            try:
+                args = json.loads(call["function"]["arguments"])
+            except (json.JSONDecodeError, TypeError):
+                continue
+            path = args.get(path_args[name]) if isinstance(args, dict) else None
+            if isinstance(path, str) and path:
+                calls[call["id"]] = (name, path.removeprefix(root).lstrip("/"))
+        cid = m.get("tool_call_id")
+        if m.get("role") == "tool" and cid in calls and m.get("content") and not m.get("is_error"):
+            latest[calls[cid][1]] = (i, cid)
+    return [
+        Packet(
+            id=f"file:{path}",
+            kind="file",
+            content=messages[i]["content"],
+            timestamp=times[i],
+            metadata={"path": path, "source": f"tool:{cid}", "view": "latest read"},
+        )
+        for path, (i, cid) in sorted(latest.items(), key=lambda kv: kv[1][0])
+    ]
+
+
 def with_packets(
     inp: CapturedInput,
     extra: list[Packet],

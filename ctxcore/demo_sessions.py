@@ -42,6 +42,7 @@ from .demo import (
     Verdict,
     commands_of,
     crowded_out,
+    file_views,
     good_note,
     message_times,
     output_of,
@@ -229,6 +230,13 @@ def _marshmallow_session(
                 metadata={"source": "history[1] ISSUE"},
             )
         ]
+        files = file_views(conv.messages[:at], times, {"open": "path"}, "/testbed/")
+        extra += files
+        enrichment = ["task:marshmallow-1867 (the issue text, pinned)"]
+        if files:
+            enrichment.append(
+                f"{', '.join(p.id for p in files)} (open-file view: latest `open` output)"
+            )
 
         def mark(p: Packet) -> Packet:
             meta = dict(p.metadata)
@@ -243,7 +251,7 @@ def _marshmallow_session(
                 input=with_packets(inp, extra, mark),
                 config=Config(preset=preset, max_tokens=max_tokens),
                 output=output_of(conv.messages[at]),
-                enrichment=("task:marshmallow-1867 (the issue text, pinned)",),
+                enrichment=tuple(enrichment),
             )
         )
 
@@ -339,6 +347,12 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
                 )
             )
             enrichment.append("note:todo (the latest todowrite list)")
+        files = file_views(msgs[:at], times, {"read": "filePath"}, "/home/ubuntu/npm_yuangs/")
+        if files:
+            extra.extend(files)
+            enrichment.append(
+                f"{', '.join(p.id for p in files)} (open-file view: latest `read` output)"
+            )
         if k >= 24:
             extra.append(
                 Packet(
