@@ -32,7 +32,7 @@ _PLAN_HEAD = re.compile(r"^\s*(?:#+\s*)?(?:plan|todo|next steps|计划|待办)\b
 _ERROR_LINE = re.compile(
     r"Traceback \(most recent call last\)"
     r"|\b[A-Z]\w*(?:Error|Exception|Failure)\b(?::|\s*$)"
-    r"|\b(?:ERROR|FAILED|FAIL)\b(?!\s*=)"
+    r"|(?<![.\w])(?:ERROR|FAILED|FAIL)\b(?!\s*=)"
     r"|^\s*(?:E\s{2,}\S|error(?:\[\w+\])?:|fatal:|panic:|npm ERR!)"
     r"|\berror TS\d+|\bexit (?:code|status) [1-9]|(?:错误|失败|异常)[:：]",
     re.MULTILINE,
