@@ -84,6 +84,15 @@ def test_ids_persist_across_turns(traces: list[Trace]) -> None:
         assert first <= {p.id for p in later.input.packets}
     assert any(p.id.startswith("tool:call_") for p in session[5].input.packets)
     assert "task:pytest-dev__pytest-7571" in first
+    # a file keeps one id while its content follows the latest read of it
+    zh = [t for t in traces if t.session_id.startswith("zh-opencode")]
+    views = [
+        next((p for p in t.input.packets if p.id == "file:src/agent/codeSummary.ts"), None)
+        for t in zh
+    ]
+    start = next(i for i, v in enumerate(views) if v is not None)
+    assert all(v is not None for v in views[start:])
+    assert len({v.content for v in views[start:] if v is not None}) > 1
 
 
 def test_a_must_keep_or_failing_test_was_lost(traces: list[Trace]) -> None:
