@@ -835,3 +835,77 @@ def test_book_still_over_budget_after_compression(corpus: Path) -> None:
     found = [f for f in of(diagnose(t), "compression_damage") if "over the budget" in f.message]
     assert len(found) == 1 and found[0].message.endswith("after compression")
     assert found[0].evidence["used"] == book_estimate(t.result.prompt)
+
+
+def test_a_trace_our_preset_does_not_reproduce_is_not_compared_with_a_rerun(corpus: Path) -> None:
+    packets = [
+        pk(
+            "tool:big",
+            "tool_result",
+            text(corpus, "d01_pytest_reportingdemo_44_failures.rst", 9000),
+            relevance=0.9,
+        ),
+        pk("tool:a", "tool_result", text(corpus, "d12_npm-debug.log", 1500), relevance=0.5),
+    ]
+    t = build_ctxscope(packets, max_tokens=3000, fill="break", degrade=[])
+    assert t.result is not None
+    # an external builder's record of the same input: same decisions, its own prompt
+    other = t.model_copy(
+        update={"result": t.result.model_copy(update={"prompt": t.result.prompt + "\n(external)"})}
+    )
+    ours = of(diagnose(t), "greedy_waste")
+    theirs = of(diagnose(other), "greedy_waste")
+    assert ours and ours[0].fix == {"fill": "optimal"}
+    assert theirs and theirs[0].fix is None  # judged from its recorded decisions only
+    assert theirs[0].evidence["added"] == ["tool:a"]
+
+
+def test_diagnose_is_deterministic(corpus: Path) -> None:
+    t = build(
+        [pk("tool:find", "tool_result", HEAD + text(corpus, "d08_find_grep_sigpipe_spam.log"))],
+        max_tokens=3000,
+    )
+    assert diagnose(t) == diagnose(t)
+    again = Trace.model_validate_json(t.to_json())
+    assert [f.model_dump() for f in diagnose(again)] == [f.model_dump() for f in diagnose(t)]
+
+
+def test_knapsack_matches_brute_force() -> None:
+    import random
+
+    from ctxcore.diagnostics.knapsack import knapsack
+
+    rng = random.Random(7)
+    for _ in range(30):
+        n = rng.randint(1, 11)
+        w = [rng.randint(0, 60) for _ in range(n)]
+        v = [round(rng.random(), 3) for _ in range(n)]
+        cap = rng.randint(0, 200)
+        best = max(
+            (
+                c
+                for r in range(n + 1)
+                for c in combinations(range(n), r)
+                if sum(w[i] for i in c) <= cap
+            ),
+            key=lambda c: sum(v[i] for i in c),
+        )
+        res = knapsack(w, v, cap)
+        assert res.weight <= cap
+        assert res.value == pytest.approx(sum(v[i] for i in best))
+        # coarse token units stay feasible and close to the optimum
+        coarse = knapsack(w, v, cap, max_cells=50)
+        assert coarse.weight <= cap and coarse.value <= res.value + 1e-9
+
+
+def test_carriage_return_progress_is_noise(corpus: Path) -> None:
+    lines = text(corpus, "d05_pip_install_editable_marshmallow.log").splitlines()
+    # a progress bar redrawn in place, as a terminal capture records it
+    bar = "\r".join(
+        f"Downloading marshmallow {p:3d}% |{'#' * (p // 10):<10}|" for p in range(0, 101, 5)
+    )
+    log = "\n".join([*lines[:5], bar, *lines[5:]])
+    prof = strip_noise(log)
+    assert prof.carriage_returns == 20  # 21 redraws, the last one stays
+    assert "Downloading marshmallow 100% |##########|" in prof.clean
+    assert "  5%" not in prof.clean

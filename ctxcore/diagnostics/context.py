@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from ..errors import InputError
-from ..models import Decision, Finding, Reason, Severity, Status, Trace
+from ..models import BuildResult, Decision, Finding, Reason, Severity, Status, Trace
 from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 from ..tokens import TokenCounter, get_counter, is_exact
 
@@ -176,6 +176,20 @@ class TraceView:
     def exact_counter(self) -> TokenCounter:
         name = self.tokenizer if is_exact(self.tokenizer) else self.options.reference_tokenizer
         return get_counter(name)
+
+    @cached_property
+    def reproduced(self) -> BuildResult | None:
+        """Our re-run of the recorded input and config, if it gives the recorded prompt.
+
+        Re-run comparisons (optimal fill, uncompressed prompt) are only about this trace
+        when our preset reproduces it; an imported or external trace may not.
+        """
+        if not self.options.rerun:
+            return None
+        from .counterfactual import rebuild
+
+        again = rebuild(self.trace)
+        return again if again is not None and again.prompt == self.prompt else None
 
     @property
     def budget(self) -> int:

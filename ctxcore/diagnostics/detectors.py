@@ -318,7 +318,7 @@ def greedy_waste(v: TraceView) -> list[Finding]:
     fill = v.config.fill or _DEFAULT_FILL.get(v.config.preset)
     if fill not in ("skip", "break"):
         return []
-    if v.config.preset == "ctxscope" and v.options.rerun:
+    if v.config.preset == "ctxscope" and v.reproduced is not None:
         alt = rebuild(v.trace, {"fill": "optimal"})
         if alt is not None:
             return _waste_vs_rerun(v, fill, alt)

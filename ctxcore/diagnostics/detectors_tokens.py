@@ -44,7 +44,7 @@ def compression_damage(v: TraceView) -> list[Finding]:
     have = sections(v.prompt)
     full: dict[str, str] | None = None
     shortened = False
-    if compressed and v.options.rerun and v.config.enable_compression:
+    if compressed and v.config.enable_compression and v.reproduced is not None:
         alt = rebuild(v.trace, {"enable_compression": False})
         if alt is not None:
             full = sections(alt.prompt)
