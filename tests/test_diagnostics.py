@@ -909,3 +909,15 @@ def test_carriage_return_progress_is_noise(corpus: Path) -> None:
     assert prof.carriage_returns == 20  # 21 redraws, the last one stays
     assert "Downloading marshmallow 100% |##########|" in prof.clean
     assert "  5%" not in prof.clean
+
+
+def test_external_trace_with_an_unknown_tokenizer_is_diagnosed(corpus: Path) -> None:
+    t = build(
+        [pk("tool:find", "tool_result", HEAD + text(corpus, "d08_find_grep_sigpipe_spam.log"))],
+        max_tokens=8000,
+    )
+    assert t.result is not None
+    totals = t.result.totals.model_copy(update={"tokenizer": "claude-own-bpe"})
+    ext = t.model_copy(update={"result": t.result.model_copy(update={"totals": totals})})
+    noise = [f for f in of(diagnose(ext), "budget_flooded") if "noise_tokens" in f.evidence]
+    assert noise and noise[0].packet_ids == ["tool:find"]  # counted with cl100k_base instead

@@ -85,6 +85,10 @@ DETECTORS: dict[str, tuple[Detector, str]] = {
     "summary_coverage": (summary_coverage, "identifiers, paths and numbers a summary lost"),
 }
 DETECTOR_IDS: tuple[str, ...] = tuple(DETECTORS)
+
+#: for bulk work such as ingest: every detector, no counterfactual search (a fix costs up
+#: to ``fix_build_budget`` re-runs); ``diagnose`` with the defaults adds the fixes on demand
+INGEST_OPTIONS = DiagnosticsOptions(counterfactuals=False)
 SEVERITIES: tuple[str, ...] = ("info", "warning", "error")
 
 
@@ -193,12 +197,13 @@ def cli_check(args: argparse.Namespace) -> int:
 
 
 __all__ = [
+    "Counterfactual",
     "DETECTORS",
     "DETECTOR_IDS",
-    "SEVERITIES",
-    "Counterfactual",
     "DiagnosticsOptions",
+    "INGEST_OPTIONS",
     "LostItem",
+    "SEVERITIES",
     "SessionDiagnosis",
     "TurnFindings",
     "cli_check",

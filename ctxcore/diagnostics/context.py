@@ -17,7 +17,7 @@ from functools import cached_property
 from ..errors import InputError
 from ..models import BuildResult, Decision, Finding, Reason, Severity, Status, Trace
 from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
-from ..tokens import TokenCounter, get_counter, is_exact
+from ..tokens import TOKENIZERS, TokenCounter, get_counter, is_exact
 
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 
@@ -165,7 +165,10 @@ class TraceView:
 
     @property
     def tokenizer(self) -> str:
-        return self.result.totals.tokenizer or self.config.tokenizer or "cl100k_base"
+        """The build's tokenizer; a name we cannot count with (an external builder's own)
+        falls back to the reference tokenizer rather than failing the diagnosis."""
+        name = self.result.totals.tokenizer or self.config.tokenizer or ""
+        return name if name in TOKENIZERS else self.options.reference_tokenizer
 
     @cached_property
     def counter(self) -> TokenCounter:

@@ -148,9 +148,15 @@ def _carried_errors(v: TraceView) -> list[Finding]:
     )
     if not earlier:
         return []
-    prompts: list[tuple[Trace, str]] = [
-        (t, normalize_ws(t.result.prompt).lower()) for t in earlier if t.result is not None
-    ]
+    normalized: dict[str, str] = {}
+
+    def prompt_of(t: Trace) -> str:
+        # normalized lazily: the look-back usually stops after a turn or two
+        if t.trace_id not in normalized:
+            assert t.result is not None
+            normalized[t.trace_id] = normalize_ws(t.result.prompt).lower()
+        return normalized[t.trace_id]
+
     out: list[Finding] = []
     for d in v.decisions:
         if d.status not in IN_PROMPT or d.packet_id == INSTRUCTIONS_ID:
@@ -161,8 +167,8 @@ def _carried_errors(v: TraceView) -> list[Finding]:
         run = 1
         since = v.trace.turn
         expected = v.trace.turn - 1
-        for t, prompt in prompts:
-            if t.turn != expected or not all(line in prompt for line in lines):
+        for t in earlier:
+            if t.turn != expected or not all(line in prompt_of(t) for line in lines):
                 break
             run += 1
             since = t.turn
