@@ -33,6 +33,11 @@ from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 #: bytes read per step; a file's traces are inserted every step, in one transaction.
 CHUNK_BYTES = 16 * 1024 * 1024
+#: files with less than this to read are read first and written in groups of up to
+#: GROUP_FILES files / GROUP_BYTES bytes per transaction.
+SMALL_FILE_BYTES = 4 * 1024 * 1024
+GROUP_BYTES = 16 * 1024 * 1024
+GROUP_FILES = 500
 #: A line this long is refused unread: no valid trace gets near it (content <= 10 MB/packet).
 MAX_LINE_BYTES = 256 * 1024 * 1024
 _FP_BYTES = 64
@@ -120,6 +125,10 @@ class _FileRun:
 
 
 class _Ingest:
+    """One ingest run. Small files are read first and written in groups (one transaction
+    per group: each file's traces and offset still commit together, and per-transaction
+    costs are shared); a big file streams in chunks inside a transaction of its own."""
+
     def __init__(self, store: TraceStore, progress: Progress | None, complete_tail: bool) -> None:
         self.store = store
         self.progress = progress
@@ -128,27 +137,42 @@ class _Ingest:
         self.offsets = store.file_offsets()
         self.done = 0
         self.total = 0
+        self.group: list[tuple[_FileRun, FileOffset | None]] = []
+        self.group_bytes = 0
 
     def tick(self, n: int) -> None:
         self.done += n
         if self.progress is not None:
             self.progress(self.done, self.total)
 
-    def flush(self, cur: Any, run: _FileRun) -> None:
-        if run.items:
-            res = self.store.insert(cur, run.items, source=run.key)
+    def flush(self, cur: Any, runs: Sequence[_FileRun]) -> None:
+        """Insert the traces and errors the runs hold (in the caller's transaction)."""
+        items = [it for r in runs for it in r.items]
+        where = [(r.key, ln) for r in runs for ln in r.lines]
+        errors = [e for r in runs for e in r.errors]
+        if items:
+            res = self.store.insert(cur, items, sources=[w[0] for w in where])
             self.counts.traces_added += res.added
             self.counts.traces_skipped += res.skipped
             for idx, tid, src in res.conflicts:
-                run.errors.append(
-                    (run.key, run.lines[idx], f"trace_id {tid!r} is already stored (from "
-                     f"{src}) with different content; give this trace its own trace_id")
+                errors.append(
+                    (*where[idx], f"trace_id {tid!r} is already stored (from {src}) with "
+                     "different content; give this trace its own trace_id")
                 )  # fmt: skip
-        if run.errors:
-            rows = self.store.insert_errors(cur, run.errors)
+        if errors:
+            rows = self.store.insert_errors(cur, errors)
             self.counts.errors += len(rows)
             self.counts.error_rows += rows
-        run.items, run.lines, run.errors = [], [], []
+        for r in runs:
+            r.items, r.lines, r.errors = [], [], []
+
+    def flush_group(self) -> None:
+        if not self.group:
+            return
+        group, self.group, self.group_bytes = self.group, [], 0
+        with self.store.transaction() as cur:
+            self.flush(cur, [r for r, _ in group])
+            self.store.set_file_offsets(cur, [off for _, off in group if off is not None])
 
     # ------------------------------------------------------------------ per file
 
@@ -164,31 +188,36 @@ class _Ingest:
             # Unchanged. A waiting last line is only worth another look in complete_tail mode.
             if not self.complete_tail or name.endswith(".gz") or prev.offset >= st.st_size:
                 return
+        self.counts.files += 1
+        run = _FileRun(key)
+        gz = name.endswith(".jsonl.gz")
+        left = st.st_size - (prev.offset if prev is not None and not gz else 0)
         try:
-            with self.store.transaction() as cur:
-                if name.endswith(".jsonl.gz"):
-                    self.lines(cur, key, st, prev, gz=True)
-                elif name.endswith(".jsonl"):
-                    self.lines(cur, key, st, prev, gz=False)
-                elif name.endswith(".json"):
-                    self.whole(cur, key, st, path)
-                else:
-                    run = _FileRun(key)
-                    run.errors.append(
-                        (key, 0, f"not a trace file (expected {', '.join(SUFFIXES)})")
-                    )
-                    self.flush(cur, run)
-                    self.store.set_file_offset(
-                        cur, FileOffset(key, st.st_size, 0, st.st_size, st.st_mtime)
-                    )
+            if left > SMALL_FILE_BYTES and not name.endswith(".json"):
+                self.flush_group()  # keep files in order
+                with self.store.transaction() as cur:
+                    big = self.lines(run, st, prev, gz, lambda: self.flush(cur, [run]))
+                    self.flush(cur, [run])
+                    self.store.set_file_offsets(cur, [big])
+                return
+            off: FileOffset | None
+            if name.endswith((".jsonl.gz", ".jsonl")):
+                off = self.lines(run, st, prev, gz, None)
+            elif name.endswith(".json"):
+                off = self.whole(run, st, path)
+            else:
+                run.errors.append((key, 0, f"not a trace file (expected {', '.join(SUFFIXES)})"))
+                off = FileOffset(key, st.st_size, 0, st.st_size, st.st_mtime)
         except FileNotFoundError:
             return
         except OSError as exc:
-            with self.store.transaction() as cur:
-                run = _FileRun(key)
-                run.errors.append((key, 0, f"cannot read ({exc.strerror}); check permissions"))
-                self.flush(cur, run)
-        self.counts.files += 1
+            run = _FileRun(key)
+            run.errors.append((key, 0, f"cannot read ({exc.strerror}); check permissions"))
+            off = None
+        self.group.append((run, off))
+        self.group_bytes += max(left, 0)
+        if self.group_bytes >= GROUP_BYTES or len(self.group) >= GROUP_FILES:
+            self.flush_group()
 
     def _open(self, key: str, gz: bool) -> IO[bytes]:
         if gz:
@@ -196,10 +225,16 @@ class _Ingest:
         return open(key, "rb")  # noqa: SIM115 - closed by the caller
 
     def lines(
-        self, cur: Any, key: str, st: os.stat_result, prev: FileOffset | None, gz: bool
-    ) -> None:
+        self,
+        run: _FileRun,
+        st: os.stat_result,
+        prev: FileOffset | None,
+        gz: bool,
+        on_chunk: Callable[[], None] | None,
+    ) -> FileOffset:
+        """Read complete lines from the stored offset on; returns the new offset."""
+        key = run.key
         offset, lineno = (prev.offset, prev.line) if prev is not None else (0, 0)
-        run = _FileRun(key)
         tail = b""  # the last bytes consumed, for the fingerprint
         with self._open(key, gz) as f:
             if offset and (gz or offset <= st.st_size):
@@ -238,7 +273,9 @@ class _Ingest:
                     run.line(lineno, raw)
                 offset += len(complete)
                 tail = (tail + complete[-_FP_BYTES:])[-_FP_BYTES:]
-                self.flush(cur, run)
+                del complete
+                if on_chunk is not None:
+                    on_chunk()
             if buf.strip():
                 if self.complete_tail and not truncated_gz and _is_json(buf):
                     lineno += 1
@@ -247,16 +284,13 @@ class _Ingest:
                     tail = (tail + buf[-_FP_BYTES:])[-_FP_BYTES:]
                 else:
                     self.counts.pending.append((key, lineno + 1))
-        self.flush(cur, run)
         fp = _fingerprint(tail) if offset else None
-        self.store.set_file_offset(
-            cur, FileOffset(key, offset, lineno, st.st_size, st.st_mtime, fp)
-        )
+        return FileOffset(key, offset, lineno, st.st_size, st.st_mtime, fp)
 
-    def whole(self, cur: Any, key: str, st: os.stat_result, path: Path) -> None:
+    def whole(self, run: _FileRun, st: os.stat_result, path: Path) -> FileOffset:
+        key = run.key
         data = path.read_bytes()
         self.tick(len(data))
-        run = _FileRun(key)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -283,10 +317,7 @@ class _Ingest:
                         run.obj(0, item, f"traces[{k}]")
                 else:
                     run.obj(1, obj, "")
-        self.flush(cur, run)
-        self.store.set_file_offset(
-            cur, FileOffset(key, len(data), 0, st.st_size, st.st_mtime, _fingerprint(data))
-        )
+        return FileOffset(key, len(data), 0, st.st_size, st.st_mtime, _fingerprint(data))
 
 
 def _no_constant(name: str) -> float:
@@ -336,6 +367,7 @@ def ingest_paths(
         )
     for f in files:
         job.file(f)
+    job.flush_group()
     job.counts.error_rows.sort(key=lambda e: (e.file, e.line))
     return job.counts
 

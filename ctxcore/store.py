@@ -407,6 +407,7 @@ class TraceStore:
         ``diagnose_pending()`` (the watcher calls it when idle) fills the findings in."""
         self.path = Path(path)
         self.diagnose = diagnose
+        self._tseq: int | None = None
         self.read_only = read_only
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
@@ -517,9 +518,10 @@ class TraceStore:
                 [part],
             ).fetchall()
             known.update({r[0]: (r[1], r[2]) for r in rows})
-        row = cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall()
-        row = _first(row)
-        tseq = int(row[0]) if row else 0
+        if self._tseq is None:  # then kept in memory: writes are serialised by our lock
+            row = _first(cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall())
+            self._tseq = int(row[0]) if row else 0
+        tseq = self._tseq
         batch = _Batch(self.diagnose)
         added = skipped = 0
         conflicts: list[tuple[int, str, str]] = []
@@ -536,6 +538,7 @@ class TraceStore:
             batch.add(trace, raw, digest, tseq, where)
             known[trace.trace_id] = (digest, where)
             added += 1
+        self._tseq = tseq  # a rolled-back insert leaves a gap, which is harmless
         for name, table in batch.tables().items():
             cols = ", ".join(f'"{c}"' for c in table.column_names)
             view = f"_ins_{name}"
@@ -672,19 +675,32 @@ class TraceStore:
 
     def set_file_offset(self, cur: duckdb.DuckDBPyConnection, off: FileOffset) -> None:
         """Record how far a file was read, in the caller's transaction (with its traces)."""
-        cur.execute(
-            'INSERT OR REPLACE INTO file_offsets (file, "offset", line, size, mtime, '
-            "updated_at, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                off.file,
-                off.offset,
-                off.line,
-                off.size,
-                off.mtime,
-                utc_naive(datetime.now(UTC)),
-                off.fingerprint,
-            ],
+        self.set_file_offsets(cur, [off])
+
+    def set_file_offsets(self, cur: duckdb.DuckDBPyConnection, offs: Sequence[FileOffset]) -> None:
+        if not offs:
+            return
+        now = utc_naive(datetime.now(UTC))
+        table = pa.table(
+            {
+                "file": [o.file for o in offs],
+                "offset": pa.array([o.offset for o in offs], _I64),
+                "line": pa.array([o.line for o in offs], _I64),
+                "size": pa.array([o.size for o in offs], _I64),
+                "mtime": pa.array([o.mtime for o in offs], _F64),
+                "updated_at": pa.array([now] * len(offs), _TS),
+                "fingerprint": pa.array([o.fingerprint for o in offs], _STR),
+            }
         )
+        cur.register("_ins_offsets", table)
+        try:
+            cur.execute(
+                'INSERT OR REPLACE INTO file_offsets (file, "offset", line, size, mtime, '
+                'updated_at, fingerprint) SELECT file, "offset", line, size, mtime, '
+                "updated_at, fingerprint FROM _ins_offsets"
+            )
+        finally:
+            cur.unregister("_ins_offsets")
 
     # ---- reading
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
