@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from . import migrations
@@ -217,6 +218,15 @@ def _first(rows: list[Any]) -> Any:
     return rows[0] if rows else None
 
 
+def _unregister(cur: duckdb.DuckDBPyConnection, view: str) -> None:
+    # After a failed statement the transaction is aborted and unregister fails too; the
+    # first error is the one worth seeing.
+    try:
+        cur.unregister(view)
+    except duckdb.Error:
+        pass
+
+
 def utc_naive(dt: datetime) -> datetime:
     """The form timestamps are stored in: UTC without tzinfo (see ``migrations``)."""
     if dt.tzinfo is None:
@@ -382,6 +392,33 @@ class _Batch:
         }
 
 
+@dataclass
+class Prepared:
+    """Rows of a batch of traces, ready to insert; ``tseq`` holds the index in the batch
+    until ``TraceStore.insert_prepared`` assigns the real one. Picklable, so ingest can
+    prepare batches in worker processes."""
+
+    ids: list[str]
+    digests: list[str]
+    sources: list[str | None]
+    tables: dict[str, pa.Table]
+
+
+def prepare(
+    items: Sequence[tuple[Trace, str]], sources: Sequence[str | None], diagnose: bool = True
+) -> Prepared:
+    """Turn (trace, its JSON) pairs into Arrow tables (and findings, when ``diagnose``)."""
+    batch = _Batch(diagnose)
+    ids: list[str] = []
+    digests: list[str] = []
+    for k, ((trace, raw), src) in enumerate(zip(items, sources, strict=True)):
+        digest = content_hash(raw)
+        batch.add(trace, raw, digest, k, src)
+        ids.append(trace.trace_id)
+        digests.append(digest)
+    return Prepared(ids, digests, list(sources), batch.tables())
+
+
 _LOCK_RE = re.compile(r"held in (?P<prog>.+?) \(PID (?P<pid>\d+)\)")
 
 
@@ -499,19 +536,23 @@ class TraceStore:
         items: Sequence[tuple[Trace, str]],
         *,
         source: str | None = None,
-        sources: Sequence[str] | None = None,
+        sources: Sequence[str | None] | None = None,
     ) -> InsertResult:
         """Bulk-insert (trace, its JSON) pairs inside the caller's transaction.
 
         Same ``trace_id`` and same JSON is skipped (idempotent); same id with different
         content is skipped too and returned in ``conflicts`` for the caller to report."""
-        if not items:
+        srcs = list(sources) if sources is not None else [source] * len(items)
+        return self.insert_prepared(cur, prepare(items, srcs, self.diagnose))
+
+    def insert_prepared(self, cur: duckdb.DuckDBPyConnection, prep: Prepared) -> InsertResult:
+        """Insert rows made by ``prepare`` (possibly in another process): decide which
+        traces are new, give them their ``tseq`` and bulk-insert every table."""
+        if not prep.ids:
             return InsertResult(0, 0, [])
-        ids = [t.trace_id for t, _ in items]
-        digests = [content_hash(raw) for _, raw in items]
         known: dict[str, tuple[str, str | None]] = {}
-        for chunk in range(0, len(ids), 2000):
-            part = list(dict.fromkeys(ids[chunk : chunk + 2000]))
+        for chunk in range(0, len(prep.ids), 2000):
+            part = list(dict.fromkeys(prep.ids[chunk : chunk + 2000]))
             rows = cur.execute(
                 "SELECT trace_id, content_hash, source_file FROM traces "
                 "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
@@ -521,33 +562,45 @@ class TraceStore:
         if self._tseq is None:  # then kept in memory: writes are serialised by our lock
             row = _first(cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall())
             self._tseq = int(row[0]) if row else 0
-        tseq = self._tseq
-        batch = _Batch(self.diagnose)
-        added = skipped = 0
+        base = self._tseq
+        keep: list[int] = []
+        skipped = 0
         conflicts: list[tuple[int, str, str]] = []
-        for i, ((trace, raw), digest) in enumerate(zip(items, digests, strict=True)):
-            where = sources[i] if sources is not None else source
-            prev = known.get(trace.trace_id)
+        raws = prep.tables["traces"].column("trace_json")
+        for k, (tid, digest) in enumerate(zip(prep.ids, prep.digests, strict=True)):
+            prev = known.get(tid)
             if prev is not None:
-                if prev[0] == digest or self._same_as_stored(cur, trace):
+                if prev[0] == digest or self._same_as_stored(cur, tid, raws[k].as_py()):
                     skipped += 1
                 else:
-                    conflicts.append((i, trace.trace_id, prev[1] or "an earlier insert"))
+                    conflicts.append((k, tid, prev[1] or "an earlier insert"))
                 continue
-            tseq += 1
-            batch.add(trace, raw, digest, tseq, where)
-            known[trace.trace_id] = (digest, where)
-            added += 1
-        self._tseq = tseq  # a rolled-back insert leaves a gap, which is harmless
-        for name, table in batch.tables().items():
-            cols = ", ".join(f'"{c}"' for c in table.column_names)
-            view = f"_ins_{name}"
-            cur.register(view, table)
-            try:
-                cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view}")
-            finally:
-                cur.unregister(view)
-        return InsertResult(added, skipped, conflicts)
+            keep.append(k)
+            known[tid] = (digest, prep.sources[k])
+        self._tseq = base + len(keep)  # a rolled-back insert leaves a gap: harmless
+        if keep:
+            # Row k of the batch becomes tseq base+1.. in order; skipped rows map to -1.
+            mapping = np.full(len(prep.ids), -1, dtype=np.int64)
+            mapping[np.asarray(keep, dtype=np.int64)] = np.arange(
+                base + 1, base + 1 + len(keep), dtype=np.int64
+            )
+            for name, table in prep.tables.items():
+                tseq = mapping[table.column("tseq").to_numpy()]
+                if len(keep) < len(prep.ids):
+                    table = table.filter(pa.array(tseq >= 0))
+                    tseq = tseq[tseq >= 0]
+                col = table.schema.get_field_index("tseq")
+                table = table.set_column(col, "tseq", pa.array(tseq, _I64))
+                if table.num_rows == 0:
+                    continue
+                cols = ", ".join(f'"{c}"' for c in table.column_names)
+                view = f"_ins_{name}"
+                cur.register(view, table)
+                try:
+                    cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view}")
+                finally:
+                    _unregister(cur, view)
+        return InsertResult(len(keep), skipped, conflicts)
 
     def diagnose_pending(self, max_traces: int = 200) -> int:
         """Compute findings for traces stored with ``diagnose=False``; returns how many
@@ -587,21 +640,20 @@ class TraceStore:
                     )
                     cur.execute("INSERT INTO findings SELECT * FROM _ins_findings")
                 finally:
-                    cur.unregister("_ins_findings")
+                    _unregister(cur, "_ins_findings")
             cur.executemany(
                 "UPDATE traces SET n_findings = ?, max_severity = ? WHERE tseq = ?",
                 [[n, sev, tseq] for tseq, n, sev in updates],
             )
         return len(updates)
 
-    def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace: Trace) -> bool:
-        row = cur.execute(
-            "SELECT trace_json FROM traces WHERE trace_id = ?", [trace.trace_id]
-        ).fetchall()
-        row = _first(row)
+    def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace_id: str, raw: str) -> bool:
+        row = _first(
+            cur.execute("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id]).fetchall()
+        )
         if row is None:  # added earlier in this very batch: compare is not worth it
             return False
-        return bool(Trace.model_validate_json(row[0]) == trace)
+        return bool(Trace.model_validate_json(row[0]) == Trace.model_validate_json(raw))
 
     def findings(self, trace_id: str) -> list[dict[str, Any]]:
         """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
@@ -645,7 +697,7 @@ class TraceStore:
                 "AND x.line = e.line AND x.message = e.message)"
             )
         finally:
-            cur.unregister("_ins_errors")
+            _unregister(cur, "_ins_errors")
         return [IngestErrorRow(f, ln, m, now.replace(tzinfo=UTC)) for f, ln, m in errors]
 
     def file_offset(self, file: str) -> FileOffset | None:
@@ -700,7 +752,7 @@ class TraceStore:
                 "updated_at, fingerprint FROM _ins_offsets"
             )
         finally:
-            cur.unregister("_ins_offsets")
+            _unregister(cur, "_ins_offsets")
 
     # ---- reading
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
