@@ -18,8 +18,11 @@ import os
 import sys
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -28,7 +31,7 @@ from pydantic import ValidationError
 from .errors import InputError
 from .loading import parse_json, trace_from_obj
 from .models import Trace
-from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore
+from .store import FileOffset, IngestCounts, IngestErrorRow, Prepared, TraceStore, prepare
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 #: bytes read per step; a file's traces are inserted every step, in one transaction.
@@ -38,6 +41,9 @@ CHUNK_BYTES = 16 * 1024 * 1024
 SMALL_FILE_BYTES = 4 * 1024 * 1024
 GROUP_BYTES = 16 * 1024 * 1024
 GROUP_FILES = 500
+#: big ingests parse and validate in worker processes; small ones are not worth starting them.
+POOL_MIN_BYTES = 64 * 1024 * 1024
+MAX_WORKERS = 4
 #: A line this long is refused unread: no valid trace gets near it (content <= 10 MB/packet).
 MAX_LINE_BYTES = 256 * 1024 * 1024
 _FP_BYTES = 64
@@ -137,6 +143,10 @@ class _Ingest:
         self.offsets = store.file_offsets()
         self.done = 0
         self.total = 0
+        self.pool: ProcessPoolExecutor | None = None
+        self.max_inflight = 2
+        self.chunk_bytes = CHUNK_BYTES
+        self.small_file_bytes = SMALL_FILE_BYTES
         self.group: list[tuple[_FileRun, FileOffset | None]] = []
         self.group_bytes = 0
 
@@ -150,8 +160,20 @@ class _Ingest:
         items = [it for r in runs for it in r.items]
         where = [(r.key, ln) for r in runs for ln in r.lines]
         errors = [e for r in runs for e in r.errors]
-        if items:
-            res = self.store.insert(cur, items, sources=[w[0] for w in where])
+        prep = prepare(items, [w[0] for w in where], self.store.diagnose) if items else None
+        self.apply(cur, prep, where, errors)
+        for r in runs:
+            r.items, r.lines, r.errors = [], [], []
+
+    def apply(
+        self,
+        cur: Any,
+        prep: Prepared | None,
+        where: Sequence[tuple[str, int]],
+        errors: list[tuple[str, int, str]],
+    ) -> None:
+        if prep is not None:
+            res = self.store.insert_prepared(cur, prep)
             self.counts.traces_added += res.added
             self.counts.traces_skipped += res.skipped
             for idx, tid, src in res.conflicts:
@@ -163,8 +185,6 @@ class _Ingest:
             rows = self.store.insert_errors(cur, errors)
             self.counts.errors += len(rows)
             self.counts.error_rows += rows
-        for r in runs:
-            r.items, r.lines, r.errors = [], [], []
 
     def flush_group(self) -> None:
         if not self.group:
@@ -193,11 +213,10 @@ class _Ingest:
         gz = name.endswith(".jsonl.gz")
         left = st.st_size - (prev.offset if prev is not None and not gz else 0)
         try:
-            if left > SMALL_FILE_BYTES and not name.endswith(".json"):
+            if left > self.small_file_bytes and not name.endswith(".json"):
                 self.flush_group()  # keep files in order
                 with self.store.transaction() as cur:
-                    big = self.lines(run, st, prev, gz, lambda: self.flush(cur, [run]))
-                    self.flush(cur, [run])
+                    big = self.big_file(cur, run, st, prev, gz)
                     self.store.set_file_offsets(cur, [big])
                 return
             off: FileOffset | None
@@ -219,6 +238,35 @@ class _Ingest:
         if self.group_bytes >= GROUP_BYTES or len(self.group) >= GROUP_FILES:
             self.flush_group()
 
+    def big_file(
+        self, cur: Any, run: _FileRun, st: os.stat_result, prev: FileOffset | None, gz: bool
+    ) -> FileOffset:
+        """Stream a big file in chunks; with a worker pool, chunks are parsed, validated
+        and turned into Arrow rows in parallel while this process inserts them in order."""
+        pool = self.pool
+        if pool is None:
+            off = self.lines(run, st, prev, gz, lambda: self.flush(cur, [run]), None)
+            self.flush(cur, [run])
+            return off
+        inflight: deque[Future[_Chunk]] = deque()
+
+        def consume(fut: Future[_Chunk]) -> None:
+            prep, errors, lines = fut.result()
+            self.apply(cur, prep, [(run.key, ln) for ln in lines], errors)
+
+        def submit(first_line: int, data: bytes) -> None:
+            inflight.append(
+                pool.submit(_prepare_chunk, run.key, first_line, data, self.store.diagnose)
+            )
+            while len(inflight) > self.max_inflight:
+                consume(inflight.popleft())
+
+        off = self.lines(run, st, prev, gz, None, submit)
+        while inflight:
+            consume(inflight.popleft())
+        self.flush(cur, [run])  # the last line, read in this process (complete_tail)
+        return off
+
     def _open(self, key: str, gz: bool) -> IO[bytes]:
         if gz:
             return cast(IO[bytes], gzip.open(key, "rb"))
@@ -231,8 +279,12 @@ class _Ingest:
         prev: FileOffset | None,
         gz: bool,
         on_chunk: Callable[[], None] | None,
+        submit: Callable[[int, bytes], None] | None = None,
     ) -> FileOffset:
-        """Read complete lines from the stored offset on; returns the new offset."""
+        """Read complete lines from the stored offset on; returns the new offset.
+
+        Lines go to ``run`` (and ``on_chunk`` is called after each chunk), or, with
+        ``submit``, each chunk of complete lines is handed over whole."""
         key = run.key
         offset, lineno = (prev.offset, prev.line) if prev is not None else (0, 0)
         tail = b""  # the last bytes consumed, for the fingerprint
@@ -255,7 +307,7 @@ class _Ingest:
             truncated_gz = False
             while True:
                 try:
-                    chunk = f.read(CHUNK_BYTES)
+                    chunk = f.read(self.chunk_bytes)
                 except (EOFError, gzip.BadGzipFile, zlib.error):
                     truncated_gz = True  # a .gz still being written: wait for the rest
                     chunk = b""
@@ -268,9 +320,13 @@ class _Ingest:
                 if end < 0:
                     continue
                 complete, buf = buf[: end + 1], buf[end + 1 :]
-                for raw in complete.split(b"\n")[:-1]:
-                    lineno += 1
-                    run.line(lineno, raw)
+                if submit is not None:
+                    submit(lineno, complete)
+                    lineno += complete.count(b"\n")
+                else:
+                    for raw in complete.split(b"\n")[:-1]:
+                        lineno += 1
+                        run.line(lineno, raw)
                 offset += len(complete)
                 tail = (tail + complete[-_FP_BYTES:])[-_FP_BYTES:]
                 del complete
@@ -320,6 +376,20 @@ class _Ingest:
         return FileOffset(key, len(data), 0, st.st_size, st.st_mtime, _fingerprint(data))
 
 
+_Chunk = tuple[Prepared | None, list[tuple[str, int, str]], list[int]]
+
+
+def _prepare_chunk(key: str, first_line: int, data: bytes, diagnose: bool) -> _Chunk:
+    """Worker-process half of ingest: complete lines -> validated traces -> Arrow rows."""
+    run = _FileRun(key)
+    lineno = first_line
+    for raw in data.split(b"\n")[:-1]:
+        lineno += 1
+        run.line(lineno, raw)
+    prep = prepare(run.items, [key] * len(run.items), diagnose) if run.items else None
+    return prep, run.errors, run.lines
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON (NaN and Infinity are not numbers in JSON)")
 
@@ -348,11 +418,14 @@ def ingest_paths(
     progress: Progress | None = None,
     *,
     complete_tail: bool = False,
+    workers: int | None = None,
 ) -> IngestCounts:
     """Ingest files and folders of traces; each file's new traces in one transaction.
 
     ``complete_tail``: also read a last line that lacks its newline when it is a complete
     JSON value (the one-shot CLI does this; the watcher does not, a writer may be mid-line).
+    ``workers``: processes that parse and validate big files (default: one per CPU, up to
+    MAX_WORKERS; 0 or 1 = none). Only runs with at least POOL_MIN_BYTES to read use them.
     """
     files = find_files(paths)
     job = _Ingest(store, progress, complete_tail)
@@ -365,9 +438,20 @@ def ingest_paths(
         job.total += max(
             0, st.st_size - (prev.offset if prev and not f.name.endswith(".gz") else 0)
         )
-    for f in files:
-        job.file(f)
-    job.flush_group()
+    n_workers = (os.cpu_count() or 1) if workers is None else workers
+    if job.total >= POOL_MIN_BYTES and min(n_workers, MAX_WORKERS) > 1:
+        job.pool = ProcessPoolExecutor(
+            max_workers=min(n_workers, MAX_WORKERS), mp_context=get_context("forkserver")
+        )
+        job.max_inflight = min(n_workers, MAX_WORKERS) + 1
+        job.chunk_bytes = CHUNK_BYTES // 4  # smaller pieces keep every worker busy
+    try:
+        for f in files:
+            job.file(f)
+        job.flush_group()
+    finally:
+        if job.pool is not None:
+            job.pool.shutdown(cancel_futures=True)
     job.counts.error_rows.sort(key=lambda e: (e.file, e.line))
     return job.counts
 

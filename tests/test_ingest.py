@@ -185,3 +185,33 @@ def test_cli_prints_counts_and_file_line_errors(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "nope: no such file or folder" in missing.stderr
+
+
+def test_worker_processes_store_exactly_what_one_process_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctxcore.ingest as ingest_mod
+
+    f = tmp_path / "big.jsonl"
+    bad = "{not json\n"
+    lines = [line(i, n_packets=30) for i in range(120)]
+    lines.insert(57, bad)
+    lines.insert(90, line(3, n_packets=4))  # same id, different content: a conflict
+    f.write_text("".join(lines), encoding="utf-8")
+    results = []
+    for workers in (1, 2):
+        monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
+        monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)
+        monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", 4 * 40_000)  # ~10 chunks
+        with TraceStore(tmp_path / f"w{workers}.duckdb", diagnose=False) as s:
+            c = ingest_paths(s, [f], workers=workers)
+            cur = s._cur()
+            dec = cur.execute(
+                "SELECT t.trace_id, d.ord, d.packet_id, d.status, d.content FROM decisions d "
+                "JOIN traces t USING (tseq) ORDER BY t.trace_id, d.ord"
+            ).fetchall()
+        results.append((c.traces_added, [(e.line, e.message) for e in c.error_rows], dec))
+    assert results[0] == results[1]
+    added, errors, dec = results[0]
+    assert added == 120 and [ln for ln, _ in errors] == [58, 91]
+    assert len(dec) == 120 * 30
