@@ -511,7 +511,7 @@ def timeline_heatmap(
         height=max(300, min(1600, 22 * len(packets) + 140)),
         margin={"l": 10, "r": 10, "t": 50, "b": 40},
         xaxis={"title": "turn", "type": "category", "side": "top"},
-        yaxis={"autorange": "reversed", "type": "category"},
+        yaxis={"autorange": "reversed", "type": "category", "dtick": 1, "tickfont": {"size": 11}},
         legend={"orientation": "h", "y": -0.05},
         **_LAYOUT,
     )

@@ -7,6 +7,7 @@ import streamlit as st
 from ctxcore import figures
 from ctxcore.models import Config, Trace
 from ctxcore.pipeline import PRESET_NAMES, resolve_config
+from ctxcore.store import TraceFilter
 from ui import state, views, widgets
 
 SAME_INPUT = "same input as A, another preset"
@@ -16,7 +17,11 @@ OTHER = "another stored trace"
 def _b_side(a: Trace) -> Trace | None:
     mode = st.radio("B is", [OTHER, SAME_INPUT], key="cmp_b_mode", horizontal=True)
     if mode == OTHER:
-        return widgets.trace_picker("cmp_b", "Trace B", qp_name="b")
+        # By default B is the turn before A in the same session: "what changed?"
+        rows = state.list_traces(TraceFilter(session_id=a.session_id), sort="turn", limit=500).rows
+        earlier = [r for r in rows if r.turn < a.turn]
+        default = max(earlier, key=lambda r: r.turn).trace_id if earlier else None
+        return widgets.trace_picker("cmp_b", "Trace B", qp_name="b", default=default)
     presets = [p for p in PRESET_NAMES if p != a.config.preset] or list(PRESET_NAMES)
     preset = st.selectbox("Preset for B", presets, key="cmp_b_preset")
     cfg = resolve_config(Config(preset=preset), a.input)  # type: ignore[arg-type]
@@ -48,7 +53,7 @@ def render() -> None:
             with col:
                 st.subheader(f"{label} · preset {t.config.preset}")
                 st.text(t.trace_id)
-                widgets.metrics(t.result)
+                widgets.metrics_line(t.result)
                 st.plotly_chart(figures.window_bar(t), key=f"cmp_window_{label}")
         st.subheader("Budgets per partition")
         st.dataframe(views.budgets_frame({"A": a, "B": b}), hide_index=True, key="cmp_budgets")

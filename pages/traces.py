@@ -152,16 +152,18 @@ def render() -> None:
     sort = c1.selectbox("Sort by", SORTS, key="tr_sort")
     desc = c2.toggle("Newest / largest first", value=True, key="tr_desc")
     size = c3.selectbox("Rows per page", [25, 50, 100, 200], index=1, key="tr_page_size")
-    first = state.list_traces(flt, sort=sort, descending=desc, limit=1, offset=0)
-    pages = max(1, -(-first.total // size))
-    if state.ss_get("tr_page", 1) > pages:
-        state.ss_set("tr_page", 1)
-    page_no = int(
-        st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, step=1, key="tr_page")
-    )
+    # One query per view: the page asked for (its total sizes the pager); only a page
+    # number past the end (after a narrowing filter) costs a second one.
+    page_no = int(state.ss_get("tr_page", 1) or 1)
     result = state.list_traces(
         flt, sort=sort, descending=desc, limit=size, offset=(page_no - 1) * size
     )
+    pages = max(1, -(-result.total // size))
+    if page_no > pages:
+        page_no = 1
+        state.ss_set("tr_page", 1)
+        result = state.list_traces(flt, sort=sort, descending=desc, limit=size, offset=0)
+    st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, step=1, key="tr_page")
     st.markdown(
         f"**{result.total:,}** matching traces · showing "
         f"{result.offset + 1 if result.rows else 0:,}–{result.offset + len(result.rows):,}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import astuple
@@ -81,7 +82,28 @@ def store() -> TraceStore:
     """The process-wide store on ``$CTXSCOPE_DB`` (demo traces loaded into an empty one)."""
     s = _open_store(db_path(), str(Path(traces_dir()) / "demo"))
     _start_watcher(db_path(), traces_dir())
+    _warm_up()
     return s
+
+
+def _warm_figures() -> None:
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    # plotly imports a validator module per trace type and attribute on first use (about
+    # a second in all); pay it at start-up rather than on the first Inspect.
+    fig = go.Figure([go.Bar(x=[1], y=[1], hovertext=["a"]), go.Scatter(x=[1], y=[1])])
+    fig.add_trace(go.Heatmap(z=[[1]]))
+    fig.add_vline(x=0.5, annotation_text="x")
+    fig.update_layout(title={"text": "t", "subtitle": {"text": "s"}}, template="plotly_white")
+    pio.to_json(fig, validate=False)
+
+
+@st.cache_resource(show_spinner=False)
+def _warm_up() -> threading.Thread:
+    t = threading.Thread(target=_warm_figures, name="ctxscope-warm-up", daemon=True)
+    t.start()
+    return t
 
 
 @st.cache_resource(show_spinner=False)

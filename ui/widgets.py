@@ -18,12 +18,17 @@ from ui import state, views
 STATUS_LIST = list(figures.STATUS_ORDER)
 
 
-def trace_picker(prefix: str, label: str = "Trace", qp_name: str = "trace") -> Trace | None:
+def trace_picker(
+    prefix: str, label: str = "Trace", qp_name: str = "trace", default: str | None = None
+) -> Trace | None:
     """Choose a trace: the one in the URL (``?trace=``) or one of the most recent ones."""
     wanted = state.qp_get(qp_name)
     ids = state.recent_trace_ids()
-    if wanted and wanted not in ids:
-        ids = [wanted, *ids]
+    for extra in (default, wanted):
+        if extra and extra not in ids:
+            ids = [extra, *ids]
+    if default and not wanted:
+        state.ss_default(f"{prefix}_trace", default)
     if not ids:
         st.info(
             "The store holds no traces yet. Drop `.jsonl` trace files into the watched "
@@ -54,6 +59,11 @@ def trace_caption(t: Trace) -> None:
             + (f" · tags: {', '.join(t.tags)}" if t.tags else "")
         )
     )
+
+
+def metrics_line(result: BuildResult) -> None:
+    """The same numbers as ``metrics`` on one line, for narrow columns."""
+    st.markdown(" · ".join(f"{k} **{v:,}**" for k, v in _summary(result).items()))
 
 
 def metrics(result: BuildResult, before: BuildResult | None = None) -> None:
