@@ -921,3 +921,23 @@ def test_external_trace_with_an_unknown_tokenizer_is_diagnosed(corpus: Path) -> 
     ext = t.model_copy(update={"result": t.result.model_copy(update={"totals": totals})})
     noise = [f for f in of(diagnose(ext), "budget_flooded") if "noise_tokens" in f.evidence]
     assert noise and noise[0].packet_ids == ["tool:find"]  # counted with cl100k_base instead
+
+
+def test_hostile_ids_and_content_are_handled_in_linear_time() -> None:
+    from ctxcore.diagnostics.detectors_content import is_positional_id
+    from ctxcore.diagnostics.text import identifiers
+
+    # nested quantifiers would backtrack 2^30 times on this id (it used to take seconds at 16)
+    assert not is_positional_id("tool_result_" * 30 + "x")
+    assert is_positional_id("tool_result_" * 3 + "7")
+    # one megabyte on one line, no separators: no path, no repeated-line shape, no hang
+    assert identifiers("a" * 1_000_000) == []
+    prof = strip_noise("abc\x08\x08\x08d\n" + "x\x08" * 50_000 + "done")
+    assert prof.clean == "d\ndone" and prof.backspaces == 50_003
+
+
+def test_identifier_parts_are_the_same_mention_only_at_separators() -> None:
+    from ctxcore.diagnostics.text import identifiers
+
+    found = identifiers("see aider/args.py and args.py; src/loop.ts:12 and 8123")
+    assert found == ["aider/args.py", "src/loop.ts", "12", "8123"]

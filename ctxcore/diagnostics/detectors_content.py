@@ -189,14 +189,14 @@ def _carried_errors(v: TraceView) -> list[Finding]:
 
 # --------------------------------------------------------------------------- unlabelled_evidence
 
-_GENERIC = (
-    r"packet|pkt|p|item|chunk|doc|document|evidence|ev|result|res|tool_result|tool|"
-    r"retrieval|rag|context|ctx|msg|message|node|n|id|untitled|unknown|source|src|snippet|"
-    r"passage|obs|observation|k|knowledge|memory|file|output|out|data"
+_GENERIC = re.compile(
+    r"(?:packet|pkt|item|chunk|document|doc|evidence|ev|result|res|tool|retrieval|rag|"
+    r"context|ctx|message|msg|node|id|untitled|unknown|source|src|snippet|passage|"
+    r"observation|obs|knowledge|memory|file|output|out|data|p|n|k)[\s:_\-#./]*",
+    re.IGNORECASE,
 )
-_AUTO_ID = re.compile(
-    rf"^(?:(?:{_GENERIC})[\s:_\-#./]*)?(?:\d+|[0-9a-f]{{8}}-?[0-9a-f]{{4}}-?[0-9a-f]{{4}}-?"
-    r"[0-9a-f]{4}-?[0-9a-f]{12}|[0-9a-f]{32}|[0-9a-f]{40})$",
+_AUTO_TAIL = re.compile(
+    r"\d+|[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}|[0-9a-f]{32}|[0-9a-f]{40}",
     re.IGNORECASE,
 )
 SOURCE_KEYS = (
@@ -222,7 +222,14 @@ def is_positional_id(packet_id: str, kind: str = "") -> bool:
     pid = packet_id.strip()
     if kind and pid.lower().startswith(kind.lower()):
         pid = pid[len(kind) :].lstrip(":_-#./ ") or "0"
-    return bool(_AUTO_ID.match(pid))
+    # strip generic words one at a time (a loop, not a nested regex quantifier: ids are
+    # untrusted and "tool_result_tool_result_…" must not backtrack exponentially)
+    while len(pid) < 200:
+        m = _GENERIC.match(pid)
+        if m is None or m.end() == 0 or m.end() == len(pid):
+            break
+        pid = pid[m.end() :]
+    return bool(_AUTO_TAIL.fullmatch(pid))
 
 
 def unlabelled_evidence(v: TraceView) -> list[Finding]:

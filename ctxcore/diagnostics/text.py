@@ -20,10 +20,13 @@ import numpy as np
 # --------------------------------------------------------------------------- noise
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-_BACKSPACE_PAIR = re.compile(r"[^\x08\n]\x08")
-_PATHLIKE = re.compile(r"\S*[/\\]\S*")
+# Content is untrusted and may be megabytes on one line: every pattern that scans it is
+# written so that it cannot backtrack quadratically (possessive runs, starts pinned by a
+# lookbehind), and per-line patterns only look at lines of reasonable length.
+_PATHLIKE = re.compile(r"(?<!\S)[^\s/\\]*+[/\\]\S*+")
 _DIGITS = re.compile(r"\d+")
-_SPINNER_LINE = re.compile(r"^\s*[|/\\-]\s*$|^\s*\[?[=#>.\-\s]{6,}\]?\s*\d{1,3}(?:\.\d+)?\s*%")
+_SPINNER_LINE = re.compile(r"^\s*+[|/\\-]\s*$|^\s*+\[?[=#>.\-\s]{6,}+\]?\s*+\d{1,3}(?:\.\d+)?\s*%")
+_MAX_LINE = 2000
 #: a line must be this long (stripped) before its repetition counts as noise; "}" and
 #: "pass" repeat in any source file.
 MIN_REPEAT_LINE = 12
@@ -77,17 +80,25 @@ def _shape(line: str) -> str:
     return shape if len(literal) >= 6 else ""
 
 
+def _apply_backspaces(line: str) -> str:
+    """What a terminal shows: each backspace erases the character before it."""
+    out: list[str] = []
+    for ch in line:
+        if ch == "\x08":
+            if out:
+                out.pop()
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def strip_noise(text: str) -> NoiseProfile:
     """Remove terminal noise the way a terminal (and a careful reader) would."""
     ansi = len(_ANSI.findall(text))
     s = _ANSI.sub("", text)
     backspaces = s.count("\x08")
-    while True:
-        t = _BACKSPACE_PAIR.sub("", s)
-        if t == s:
-            break
-        s = t
-    s = s.replace("\x08", "")
+    if backspaces:
+        s = "\n".join(_apply_backspaces(ln) if "\x08" in ln else ln for ln in s.split("\n"))
     s = s.replace("\r\n", "\n")
     carriage = 0
     lines_out: list[str] = []
@@ -110,7 +121,7 @@ def strip_noise(text: str) -> NoiseProfile:
     final: list[str] = []
     for ln in lines_out:
         key = ln.strip()
-        if _SPINNER_LINE.search(ln):
+        if len(ln) <= _MAX_LINE and _SPINNER_LINE.search(ln):
             spinners += 1
             continue
         if len(key) >= MIN_REPEAT_LINE:
@@ -250,9 +261,9 @@ def near_duplicate_pairs(
 # --------------------------------------------------------------------------- identifiers
 
 _IDENT_PATTERNS = (
-    re.compile(r"(?:[A-Za-z]:)?(?:[\w.@-]+/)+[\w.@-]*\w"),  # paths
+    re.compile(r"(?<![\w.@/:-])(?:[A-Za-z]:)?/?(?:[\w.@-]++/)++[\w.@-]*+"),  # paths
     re.compile(
-        r"\b[\w-]+\.(?:py|pyi|ts|tsx|js|jsx|mjs|json|md|rs|go|java|kt|c|h|cc|cpp|hpp|rb|php|"
+        r"(?<![\w-])[\w-]++\.(?:py|pyi|ts|tsx|js|jsx|mjs|json|md|rs|go|java|kt|c|h|cc|cpp|hpp|rb|php|"
         r"toml|yaml|yml|txt|log|sh|cfg|ini|html|css|sql|lock)\b"
     ),  # file names
     re.compile(r"\b[A-Za-z_][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]\b"),  # snake_case
@@ -265,6 +276,9 @@ _IDENT_PATTERNS = (
 )
 
 
+_SEPARATOR = re.compile(r"[/\\.:\-]")
+
+
 def identifiers(text: str) -> list[str]:
     """Identifiers, file paths and numbers a summary should keep, in order of appearance."""
     found: dict[str, int] = {}
@@ -274,12 +288,14 @@ def identifiers(text: str) -> list[str]:
             if len(tok) >= 2 and tok not in found:
                 found[tok] = m.start()
     # "args.py" inside "aider/args.py" is the same mention: keep the longest form only
-    ordered = sorted(found, key=len, reverse=True)
-    longest: list[str] = []
-    for tok in ordered:
-        if not any(tok in longer for longer in longest):
-            longest.append(tok)
-    return sorted(longest, key=lambda t: (found[t], t))
+    # (but "12" inside "8123" is not: parts must end at separators)
+    parts: set[str] = set()
+    for tok in found:
+        cuts = [m.start() for m in _SEPARATOR.finditer(tok)]
+        starts = [0, *(c + 1 for c in cuts)]
+        ends = [*cuts, len(tok)]
+        parts.update(tok[a:b] for a in starts for b in ends if a < b and (a, b) != (0, len(tok)))
+    return sorted((t for t in found if t not in parts), key=lambda t: (found[t], t))
 
 
 # --------------------------------------------------------------------------- constraints
