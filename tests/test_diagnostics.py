@@ -941,3 +941,10 @@ def test_identifier_parts_are_the_same_mention_only_at_separators() -> None:
 
     found = identifiers("see aider/args.py and args.py; src/loop.ts:12 and 8123")
     assert found == ["aider/args.py", "src/loop.ts", "12", "8123"]
+
+
+def test_many_copies_of_one_observation_make_one_finding(corpus: Path) -> None:
+    log = HEAD + text(corpus, "d06_jest_failure_zh_xresolver.log", 1200)
+    t = build([pk(f"tool:call_{i}", "tool_result", log, i) for i in range(60)], max_tokens=100_000)
+    found = of(diagnose(t), "stale_or_repeated")
+    assert len(found) == 1 and len(found[0].packet_ids) == 60 and found[0].evidence["identical"]

@@ -233,10 +233,21 @@ def near_duplicate_pairs(
     LSH with 16 bands of 4 rows finds a pair at Jaccard 0.8 with probability > 0.999;
     each candidate is then checked exactly, so no false positives are reported.
     """
-    buckets: dict[tuple[int, bytes], list[int]] = {}
+    out: list[tuple[int, int, float]] = []
+    # identical sets (the same log pasted five times) pair with their first copy directly
+    first: dict[frozenset[int], int] = {}
+    reps: list[int] = []
     for i, s in enumerate(sets):
         if not s:
             continue
+        if s in first:
+            out.append((first[s], i, 1.0))
+        else:
+            first[s] = i
+            reps.append(i)
+    buckets: dict[tuple[int, bytes], list[int]] = {}
+    for i in reps:
+        s = sets[i]
         sig = _minhash(s)
         for band in range(_BANDS):
             key = (band, sig[band * _ROWS : (band + 1) * _ROWS].tobytes())
@@ -247,7 +258,6 @@ def near_duplicate_pairs(
             for x in range(len(members)):
                 for y in range(x + 1, len(members)):
                     candidates.add((members[x], members[y]))
-    out = []
     for i, j in sorted(candidates):
         a, b = sets[i], sets[j]
         if min(len(a), len(b)) < threshold * max(len(a), len(b)):
@@ -255,7 +265,7 @@ def near_duplicate_pairs(
         sim = jaccard(a, b)
         if sim >= threshold:
             out.append((i, j, sim))
-    return out
+    return sorted(out)
 
 
 # --------------------------------------------------------------------------- identifiers
