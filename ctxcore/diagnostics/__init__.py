@@ -35,7 +35,14 @@ from collections.abc import Callable, Iterable, Sequence
 from ..errors import InputError
 from ..models import Finding, Status, Trace
 from .context import LOST, SEVERITY_RANK, DiagnosticsOptions, TraceView
-from .counterfactual import BuildCache, Counterfactual, counterfactuals, rebuild, smallest_fix
+from .counterfactual import (
+    BuildCache,
+    Counterfactual,
+    counterfactuals,
+    patched_config,
+    rebuild,
+    smallest_fix,
+)
 from .detectors import budget_flooded, greedy_waste, must_have_lost
 from .detectors_content import (
     injection_like,
@@ -211,6 +218,7 @@ __all__ = [
     "diagnose",
     "diagnose_session",
     "ensure_built",
+    "patched_config",
     "rebuild",
     "severity_at_least",
     "smallest_fix",
