@@ -51,6 +51,22 @@ def _axis(axis: str, t: Trace, params: list[str], default: str) -> tuple[str, li
     return name, values
 
 
+def _label(v: object) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _clicked_cell(event: object, xv: list, yv: list) -> tuple[int, int] | None:
+    """The (i, j) of a heatmap cell the user clicked, if any."""
+    points = getattr(getattr(event, "selection", None), "points", None) or []
+    if not points:
+        return None
+    xs, ys = [_label(v) for v in xv], [_label(v) for v in yv]
+    x, y = str(points[0].get("x")), str(points[0].get("y"))
+    if x in xs and y in ys:
+        return xs.index(x), ys.index(y)
+    return None
+
+
 def render() -> None:
     st.title("Sweep")
     sweep_mod = state.import_optional("ctxcore.pipeline.sweep")
@@ -93,11 +109,13 @@ def render() -> None:
     xv, yv = list(grid.x_values), list(grid.y_values)
     c1, c2 = st.columns(2)
     with c1:
-        st.plotly_chart(
+        event = st.plotly_chart(
             figures.sweep_heatmap(
                 z_tokens, xv, yv, x_label=gx, y_label=gy, title="Tokens used", value_label="tokens"
             ),
             key="sw_tokens",
+            on_select="rerun",
+            selection_mode="points",
         )
     with c2:
         st.plotly_chart(
@@ -130,8 +148,10 @@ def render() -> None:
             f"{z_tokens[c[1]][c[0]]:,.0f} tokens, {z_items[c[1]][c[0]]:,.0f} items"
         ),
     )
-    if c2.button("Open cell in Playground", key="sw_open", type="primary"):
-        cfg = grid.config_at(cell[0], cell[1])
+    clicked = _clicked_cell(event, xv, yv)
+    if c2.button("Open cell in Playground", key="sw_open", type="primary") or clicked:
+        i, j = clicked or cell
+        cfg = grid.config_at(i, j)
         state.switch("playground", trace=t.trace_id, **views.config_to_params(cfg))
 
 
