@@ -623,7 +623,14 @@ def test_thresholds_are_options(corpus: Path) -> None:
     loose = DiagnosticsOptions(enabled=frozenset({"budget_flooded"}))
     assert [f for f in diagnose(t, options=loose) if "noise_tokens" in f.evidence]
     assert not [f for f in diagnose(t, options=opts) if "noise_tokens" in f.evidence]
-    assert replace(loose, flood_packet_share=0.01) != loose
+    shares = [f for f in diagnose(t, options=loose) if "crowded_out" in f.evidence]
+    assert len(shares) == 1  # 3,037 tokens of a 6,800-token budget: over the default 35%
+    lax = replace(loose, flood_packet_share=0.5)
+    assert [f for f in diagnose(t, options=lax) if "crowded_out" in f.evidence] == []
+    strict = replace(loose, flood_packet_share=0.2)
+    assert [f.packet_ids for f in diagnose(t, options=strict) if "crowded_out" in f.evidence] == [
+        ["tool:grep"]
+    ]
 
 
 def test_trace_without_result_is_built_first(corpus: Path) -> None:
