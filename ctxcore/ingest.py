@@ -418,14 +418,17 @@ def ingest_paths(
     progress: Progress | None = None,
     *,
     complete_tail: bool = False,
-    workers: int | None = None,
+    workers: int | None = 1,
 ) -> IngestCounts:
     """Ingest files and folders of traces; each file's new traces in one transaction.
 
     ``complete_tail``: also read a last line that lacks its newline when it is a complete
     JSON value (the one-shot CLI does this; the watcher does not, a writer may be mid-line).
-    ``workers``: processes that parse and validate big files (default: one per CPU, up to
-    MAX_WORKERS; 0 or 1 = none). Only runs with at least POOL_MIN_BYTES to read use them.
+    ``workers``: processes that parse and validate big files (``None``: one per CPU, up to
+    MAX_WORKERS; default 1 = none). Only runs with at least POOL_MIN_BYTES to read use them.
+    Workers start with multiprocessing's forkserver, which re-imports the ``__main__``
+    script: only pass ``workers`` > 1 from a script guarded by ``if __name__ == "__main__"``
+    (the CLI is).
     """
     files = find_files(paths)
     job = _Ingest(store, progress, complete_tail)
@@ -504,7 +507,7 @@ def cli_ingest(args: argparse.Namespace) -> int:
     bar = ProgressBar()
     with TraceStore(args.db) as store:
         try:
-            counts = ingest_paths(store, args.paths, bar, complete_tail=True)
+            counts = ingest_paths(store, args.paths, bar, complete_tail=True, workers=None)
         finally:
             bar.finish()
     print(f"ingested {format_counts(counts)}")
