@@ -25,6 +25,11 @@ compression_damage   [Task]/[Output] cut, budget still exceeded, a cut without m
 estimate_drift       a heuristic token count >10% off the real tokenizer
 summary_coverage     identifiers, paths and numbers a summary lost
 ==================== ==============================================================
+
+Typical use: Inspect calls ``diagnose(trace, session_traces=earlier_turns)`` (with fixes);
+bulk work (ingest, a whole-session Timeline) passes ``options=INGEST_OPTIONS`` (no fix
+search); the Playground applies a fix with ``patched_config(trace.config, finding.fix)``;
+``counterfactuals(trace, packet_id)`` answers "what would have kept it?" for any packet.
 """
 
 from __future__ import annotations
