@@ -955,3 +955,19 @@ def test_many_copies_of_one_observation_make_one_finding(corpus: Path) -> None:
     t = build([pk(f"tool:call_{i}", "tool_result", log, i) for i in range(60)], max_tokens=100_000)
     found = of(diagnose(t), "stale_or_repeated")
     assert len(found) == 1 and len(found[0].packet_ids) == 60 and found[0].evidence["identical"]
+
+
+def test_an_imported_chat_has_no_sections_to_lose(corpus: Path) -> None:
+    import json
+
+    from ctxcore.importers import traces_from_value
+
+    traj = json.loads((corpus / "a02_sweagent_function_calling_simple.traj.json").read_text())
+    keys = ("role", "content", "tool_calls", "tool_call_id", "name")
+    request = {
+        "model": "gpt-4o",
+        "messages": [{k: v for k, v in m.items() if k in keys} for m in traj["history"]],
+    }
+    (t,) = traces_from_value(request, "a02")
+    assert t.result is not None and "[Task]" not in t.result.prompt
+    assert of(diagnose(t), "compression_damage") == []

@@ -49,7 +49,9 @@ def compression_damage(v: TraceView) -> list[Finding]:
         if alt is not None:
             full = sections(alt.prompt)
             shortened = len(v.prompt) < len(alt.prompt)
-    for name in ("[Task]", "[Output]"):
+    # a prompt rendered without partitions (an imported chat) has no sections to lose
+    protected = ("[Task]", "[Output]") if compressed and (have or full) else ()
+    for name in protected:
         expected = full.get(name) if full is not None else None
         got = have.get(name)
         if got is None and (expected is not None or full is None):
