@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -458,6 +459,17 @@ class TraceStore:
             self._con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as exc:
             raise _open_error(self.path, exc) from exc
+        # DuckDB would cache up to 80% of RAM; the store shares the machine with an app and
+        # agents, so it spills to disk past this instead (CTXSCOPE_DB_MEMORY, e.g. "2GB").
+        limit = os.environ.get("CTXSCOPE_DB_MEMORY", "512MB")
+        try:
+            self._con.execute(f"SET memory_limit = '{limit}'")
+        except duckdb.Error as exc:
+            self._con.close()
+            raise StoreError(
+                f"CTXSCOPE_DB_MEMORY={limit!r} is not a memory size DuckDB understands "
+                "(use e.g. 512MB or 2GB)"
+            ) from exc
         if read_only:
             have = migrations.applied_readonly(self._con)
             if have < migrations.LATEST:
