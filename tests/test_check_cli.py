@@ -195,3 +195,16 @@ def test_captured_input_is_built_with_the_default_preset(
     assert main(["check", str(f), "--fail-on", "warning"]) == 1
     out = capsys.readouterr().out
     assert f"{f}:input.json: warning unlabelled_evidence:" in out
+
+
+def test_exported_snapshot_is_checked(
+    corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxcore.share import snapshot_json
+
+    f = tmp_path / "shared.json"
+    f.write_text(snapshot_json([trace(corpus, "snap", 2500, must_keep=True)]), encoding="utf-8")
+    assert main(["check", str(f)]) == 1
+    assert (
+        f"{f}:snap: error must_have_lost: must-keep packet tool:pytest" in capsys.readouterr().out
+    )

@@ -1,9 +1,9 @@
 """``ctxscope check FILE... [--fail-on SEVERITY]``: the diagnostics as a CI gate.
 
-Files hold traces (``.json``: one trace or a list of them; ``.jsonl``: one per line;
-either may be gzipped) or captured inputs, which are built with the default preset
-first. Traces of the same session are diagnosed together, so the cross-turn detectors
-see the earlier turns. Every finding is printed on one line,
+Files hold traces (``.json``: one trace, a list of them or an exported snapshot;
+``.jsonl``: one per line; either may be gzipped) or captured inputs, which are built with
+the default preset first. Traces of the same session are diagnosed together, so the
+cross-turn detectors see the earlier turns. Every finding is printed on one line,
 ``file:trace_id: severity detector: message [packet ids]``; the exit code is 0 when no
 finding reaches ``--fail-on``, 1 when some do, and 2 on bad input (one line on stderr,
 printed by ``ctxcore.cli``). All files are read and validated before anything is printed,
@@ -72,6 +72,12 @@ def load_checked(paths: list[str]) -> list[Checked]:
                 out.append(Checked(name, _to_trace(obj, where, f"{stem}:{lineno}")))
         else:
             data = parse_json(text, str(path))
+            if isinstance(data, dict) and "format" in data and "schema" not in data:
+                # a snapshot exported by `ctxscope export` (one or more traces)
+                from ..importers import traces_from_snapshot_or_trace
+
+                out.extend(Checked(name, t) for t in traces_from_snapshot_or_trace(data, str(path)))
+                continue
             items = data if isinstance(data, list) else [data]
             if not items:
                 raise InputError(f"{path}: the JSON list is empty; expected traces or inputs")
