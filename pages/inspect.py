@@ -36,7 +36,10 @@ def _findings(t: Trace) -> None:
     if not rows:
         diag = state.import_optional("ctxcore.diagnostics")
         if diag is not None and hasattr(diag, "diagnose"):
-            rows = [f.model_dump() for f in diag.diagnose(t)]
+            # not diagnosed at ingest yet (the store may defer it): run it here, once
+            rows = state.derived(
+                "diagnose", t.trace_id, "", lambda: [f.model_dump() for f in diag.diagnose(t)]
+            )
     if not rows:
         st.caption("No findings: the diagnostics saw nothing suspicious in this build.")
         return

@@ -123,7 +123,7 @@ def decisions_table(frame: pd.DataFrame, prefix: str) -> None:
         hide_index=True,
         column_config=DECISION_CONFIG,
         key=f"{prefix}_decisions",
-        height=min(38 + 35 * len(shown), 420),
+        height=min(38 + 35 * len(shown), 560),
     )
 
 
