@@ -74,6 +74,14 @@ def _fingerprint(data: bytes) -> str:
     return hashlib.blake2b(data[-_FP_BYTES:], digest_size=8).hexdigest()
 
 
+def _redact_on_ingest() -> bool:
+    try:
+        from .redact import redact_on_ingest
+    except ImportError:
+        return False
+    return redact_on_ingest()
+
+
 @dataclass
 class _FileRun:
     """What one file contributes: its traces, its errors and where reading stopped."""
@@ -82,6 +90,17 @@ class _FileRun:
     items: list[tuple[Trace, str]] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     errors: list[tuple[str, int, str]] = field(default_factory=list)
+    redact: bool = field(default_factory=_redact_on_ingest)
+
+    def keep(self, lineno: int, trace: Trace, text: str) -> None:
+        if self.redact:
+            from .redact import redact_trace
+
+            trace, found = redact_trace(trace)
+            if found:  # what is stored is the redacted trace, and nothing else
+                text = trace.to_json()
+        self.items.append((trace, text))
+        self.lines.append(lineno)
 
     def line(self, lineno: int, raw: bytes) -> None:
         raw = raw.strip()
@@ -101,8 +120,7 @@ class _FileRun:
             except ValidationError:
                 pass
             else:
-                self.items.append((trace, raw.decode("utf-8")))
-                self.lines.append(lineno)
+                self.keep(lineno, trace, raw.decode("utf-8"))
                 return
         try:
             text = raw.decode("utf-8")
@@ -117,8 +135,7 @@ class _FileRun:
         except InputError as exc:
             self.errors.append((self.key, lineno, str(exc)))
             return
-        self.items.append((trace, text))
-        self.lines.append(lineno)
+        self.keep(lineno, trace, text)
 
     def obj(self, lineno: int, data: Any, where: str) -> None:
         try:
@@ -126,8 +143,7 @@ class _FileRun:
         except InputError as exc:
             self.errors.append((self.key, lineno, str(exc)))
             return
-        self.items.append((trace, json.dumps(data, ensure_ascii=False)))
-        self.lines.append(lineno)
+        self.keep(lineno, trace, json.dumps(data, ensure_ascii=False))
 
 
 class _Ingest:

@@ -215,3 +215,21 @@ def test_worker_processes_store_exactly_what_one_process_stores(
     added, errors, dec = results[0]
     assert added == 120 and [ln for ln, _ in errors] == [58, 91]
     assert len(dec) == 120 * 30
+
+
+def test_redaction_on_ingest_when_configured(
+    tmp_path: Path, store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    t = make_trace(1)
+    pkts = list(t.input.packets)
+    pkts[2] = pkts[2].model_copy(update={"content": f"git clone https://x:{secret}@github.com/a/b"})
+    t = t.model_copy(update={"input": t.input.model_copy(update={"packets": pkts})})
+    (tmp_path / "plain.jsonl").write_text(t.to_json() + "\n", encoding="utf-8")
+    monkeypatch.setenv("CTXSCOPE_REDACT_ON_INGEST", "1")
+    assert ingest_paths(store, [tmp_path / "plain.jsonl"]).traces_added == 1
+    stored = store.get_trace("t000001")
+    assert stored is not None and sum(stored.redactions.values()) >= 1
+    assert secret not in stored.to_json()
+    assert secret not in (store.packet_content("t000001", "tool:call_2") or "")
+    assert store.packet_content("t000001", "tool:call_1") == t.input.packets[1].content
