@@ -108,7 +108,7 @@ def test_error_findings_exit_1_one_line_each(corpus: Path, tmp_path: Path) -> No
     assert errors[0].startswith(
         f"{f}:t-bad: error must_have_lost: must-keep packet tool:pytest was dropped"
     )
-    assert errors[0].endswith("[tool:pytest]")
+    assert re.search(r" \(fix: max_tokens \+[\d,]+\) \[tool:pytest\]$", errors[0])
     assert not any(":t-ok:" in line and " error " in line for line in out)
 
 

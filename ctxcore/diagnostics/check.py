@@ -4,7 +4,7 @@ Files hold traces (``.json``: one trace, a list of them or an exported snapshot;
 ``.jsonl``: one per line; either may be gzipped) or captured inputs, which are built with
 the default preset first. Traces of the same session are diagnosed together, so the
 cross-turn detectors see the earlier turns. Every finding is printed on one line,
-``file:trace_id: severity detector: message [packet ids]``; the exit code is 0 when no
+``file:trace_id: severity detector: message (fix: …) [packet ids]``; the exit code is 0 when no
 finding reaches ``--fail-on``, 1 when some do, and 2 on bad input (one line on stderr,
 printed by ``ctxcore.cli``). All files are read and validated before anything is printed,
 so a bad file never leaves half a report.
@@ -91,7 +91,9 @@ def load_checked(paths: list[str]) -> list[Checked]:
 def format_finding(where: str, trace_id: str, f: Any) -> str:
     ids = f" [{', '.join(f.packet_ids)}]" if f.packet_ids else ""
     message = " ".join(str(f.message).split())  # one finding, one line
-    return f"{where}:{trace_id}: {f.severity} {f.detector}: {message}{ids}"
+    label = f.evidence.get("fix_label") if f.fix else None
+    fix = f" (fix: {label})" if label else ""
+    return f"{where}:{trace_id}: {f.severity} {f.detector}: {message}{fix}{ids}"
 
 
 def run_check(
