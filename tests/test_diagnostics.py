@@ -971,3 +971,16 @@ def test_an_imported_chat_has_no_sections_to_lose(corpus: Path) -> None:
     (t,) = traces_from_value(request, "a02")
     assert t.result is not None and "[Task]" not in t.result.prompt
     assert of(diagnose(t), "compression_damage") == []
+
+
+def test_a_must_keep_packet_never_let_in_is_lost_from_its_first_turn(corpus: Path) -> None:
+    jest = text(corpus, "d06_jest_failure_zh_xresolver.log")  # no query words: filtered
+    turns = [
+        build([pk("tool:jest", "tool_result", jest, must_keep=True)], trace_id=f"m{n}", turn=n)
+        for n in (3, 4)
+    ]
+    sd = diagnose_session(turns)
+    lost = sd.first_lost("tool:jest")
+    assert lost is not None
+    assert (lost.first_seen_turn, lost.lost_turn, lost.status) == (None, 3, "filtered")
+    assert [t.worst for t in sd.turns] == ["error", "error"]
