@@ -420,6 +420,15 @@ def prepare(
     return Prepared(ids, digests, list(sources), batch.tables())
 
 
+@dataclass
+class _Shared:
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    tseq: int | None = None
+
+
+_SHARED: dict[str, _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
 _LOCK_RE = re.compile(r"held in (?P<prog>.+?) \(PID (?P<pid>\d+)\)")
 
 
@@ -445,12 +454,17 @@ class TraceStore:
         ``diagnose_pending()`` (the watcher calls it when idle) fills the findings in."""
         self.path = Path(path)
         self.diagnose = diagnose
-        self._tseq: int | None = None
         self.read_only = read_only
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._cursors_lock = threading.Lock()
-        self._write_lock = threading.RLock()
+        # Two TraceStores on one file in one process share DuckDB's database instance;
+        # they must share the write lock and the tseq counter too.
+        with _SHARED_LOCK:
+            self._shared = _SHARED.setdefault(str(self.path.resolve()), _Shared())
+        with self._shared.lock:
+            self._shared.tseq = None  # another process may have written since we last did
+        self._write_lock = self._shared.lock
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; run `ctxscope ingest` first")
         if not read_only:
@@ -571,10 +585,11 @@ class TraceStore:
                 [part],
             ).fetchall()
             known.update({r[0]: (r[1], r[2]) for r in rows})
-        if self._tseq is None:  # then kept in memory: writes are serialised by our lock
+        shared = self._shared
+        if shared.tseq is None:  # then kept in memory: writes are serialised by the lock
             row = _first(cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall())
-            self._tseq = int(row[0]) if row else 0
-        base = self._tseq
+            shared.tseq = int(row[0]) if row else 0
+        base = shared.tseq
         keep: list[int] = []
         skipped = 0
         conflicts: list[tuple[int, str, str]] = []
@@ -589,7 +604,7 @@ class TraceStore:
                 continue
             keep.append(k)
             known[tid] = (digest, prep.sources[k])
-        self._tseq = base + len(keep)  # a rolled-back insert leaves a gap: harmless
+        shared.tseq = base + len(keep)  # a rolled-back insert leaves a gap: harmless
         if keep:
             # Row k of the batch becomes tseq base+1.. in order; skipped rows map to -1.
             mapping = np.full(len(prep.ids), -1, dtype=np.int64)

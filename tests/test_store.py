@@ -308,3 +308,18 @@ def test_deferred_diagnostics_are_filled_in_later(tmp_path: Path) -> None:
             ]
         rows = {r.trace_id: r for r in s.list_traces().rows}
         assert rows[traces[0].trace_id].n_findings == len(diagnose(traces[0]))
+
+
+def test_two_stores_on_one_file_in_one_process_do_not_mix_rows(tmp_path: Path) -> None:
+    a = TraceStore(tmp_path / "same.duckdb")
+    b = TraceStore(tmp_path / "same.duckdb")
+    for i in range(0, 20, 2):
+        a.add_traces([make_trace(i, n_packets=3 + i % 4)])
+        b.add_traces([make_trace(i + 1, n_packets=3 + (i + 1) % 4)])
+    for i in range(20):
+        t = make_trace(i, n_packets=3 + i % 4)
+        assert [d["packet_id"] for d in a.decisions(t.trace_id)] == [
+            d.packet_id for d in t.result.decisions
+        ]
+    b.close()
+    a.close()
