@@ -31,7 +31,8 @@ from pydantic import ValidationError
 from .errors import InputError
 from .loading import parse_json, trace_from_obj
 from .models import Trace
-from .store import FileOffset, IngestCounts, IngestErrorRow, Prepared, TraceStore, prepare
+from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore
+from .store_rows import Prepared, prepare
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 #: bytes read per step; a file's traces are inserted every step, in one transaction.

@@ -140,9 +140,7 @@ def test_kill_9_in_the_middle_of_an_ingest(tmp_path: Path) -> None:
     folder.mkdir()
     n_files, per_file, packets = 12, 120, 20
     for f in range(n_files):
-        lines = [
-            make_trace(f * 1000 + i, n_packets=packets).to_json() for i in range(per_file)
-        ]
+        lines = [make_trace(f * 1000 + i, n_packets=packets).to_json() for i in range(per_file)]
         (folder / f"f{f:02d}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     db = tmp_path / "k.duckdb"
     script = tmp_path / "ingester.py"

@@ -1,0 +1,264 @@
+"""Trace -> Arrow rows: the per-column data the store bulk-inserts.
+
+Kept apart from ``store`` (the only module with SQL) because it is pure and picklable:
+ingest prepares batches in worker processes with ``prepare`` and the owning process only
+assigns ``tseq`` and inserts them (``TraceStore.insert_prepared``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import CtxscopeError
+from .models import Finding, Status, Trace
+
+log = logging.getLogger("ctxscope.store")
+
+_LOST = (Status.DROPPED, Status.FILTERED, Status.SUMMARIZED)
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+_TRACE_COLS = (
+    "trace_id", "tseq", "session_id", "turn", "created_at", "preset", "builder",
+    "builder_version", "budget", "used", "n_packets", "n_kept", "n_truncated", "n_summarized",
+    "n_dropped", "n_filtered", "n_not_rendered", "n_warnings", "lost_must_keep", "verdict",
+    "tags", "source_trace_id", "source_file", "content_hash", "ingested_at", "trace_json",
+    "n_findings", "max_severity",
+)  # fmt: skip
+_DECISION_COLS = (
+    "tseq", "trace_id", "ord", "packet_id", "kind", "tokens_before", "tokens_after",
+    "relevance", "recency", "score", "rank", "status", "reason", "reason_text", "partition",
+    "budget_left", "must_keep", "content",
+)  # fmt: skip
+_PARTITION_COLS = ("tseq", "trace_id", "ord", "name", "budget", "used", "items")
+_FINDING_COLS = (
+    "tseq", "trace_id", "ord", "detector", "severity", "packet_ids", "message",
+    "evidence_json", "fix_json",
+)  # fmt: skip
+_I64, _I32, _F64, _STR = pa.int64(), pa.int32(), pa.float64(), pa.string()
+_TS = pa.timestamp("us")
+_STRS = pa.list_(pa.string())
+_SCHEMAS: dict[str, pa.Schema] = {
+    "traces": pa.schema(
+        [("trace_id", _STR), ("tseq", _I64), ("session_id", _STR), ("turn", _I32),
+         ("created_at", _TS), ("preset", _STR), ("builder", _STR), ("builder_version", _STR),
+         ("budget", _I64), ("used", _I64)]
+        + [(c, _I32) for c in _TRACE_COLS[10:19]]
+        + [("verdict", _STR), ("tags", _STRS), ("source_trace_id", _STR),
+           ("source_file", _STR), ("content_hash", _STR), ("ingested_at", _TS),
+           ("trace_json", _STR), ("n_findings", _I32), ("max_severity", _STR)]
+    ),
+    "decisions": pa.schema(
+        [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("packet_id", _STR),
+         ("kind", _STR), ("tokens_before", _I64), ("tokens_after", _I64),
+         ("relevance", _F64), ("recency", _F64), ("score", _F64), ("rank", _I32),
+         ("status", _STR), ("reason", _STR), ("reason_text", _STR), ("partition", _STR),
+         ("budget_left", _I64), ("must_keep", pa.bool_()), ("content", _STR)]
+    ),
+    "partitions": pa.schema(
+        [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("name", _STR),
+         ("budget", _I64), ("used", _I64), ("items", _I32)]
+    ),
+    "findings": pa.schema(
+        [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("detector", _STR),
+         ("severity", _STR), ("packet_ids", _STRS), ("message", _STR),
+         ("evidence_json", _STR), ("fix_json", _STR)]
+    ),
+}  # fmt: skip
+
+
+def utc_naive(dt: datetime) -> datetime:
+    """The form timestamps are stored in: UTC without tzinfo (see ``migrations``)."""
+    if dt.tzinfo is None:
+        return dt
+    return dt.astimezone(UTC).replace(tzinfo=None)
+
+
+def content_hash(raw: str) -> str:
+    return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def diagnose_trace(trace: Trace) -> list[Finding] | None:
+    """Findings from ``ctxcore.diagnostics`` (another module, optional at import time)."""
+    try:
+        module = importlib.import_module("ctxcore.diagnostics")
+    except ImportError:
+        return None
+    diagnose: Callable[[Trace], list[Finding]] | None = getattr(module, "diagnose", None)
+    if diagnose is None:
+        return None
+    try:
+        return diagnose(trace)
+    except CtxscopeError as exc:  # e.g. a captured input the preset cannot build
+        log.warning("diagnostics skipped trace %s: %s", trace.trace_id, exc)
+        return []
+
+
+class RowBatch:
+    """Column lists for one bulk insert, turned into Arrow tables at the end."""
+
+    def __init__(self, diagnose: bool = True) -> None:
+        self.diagnose = diagnose
+        self.cols: dict[str, dict[str, list[Any]]] = {
+            name: {c: [] for c in schema.names} for name, schema in _SCHEMAS.items()
+        }
+
+    def add(self, trace: Trace, raw: str, digest: str, tseq: int, source: str | None) -> None:
+        tid = trace.trace_id
+        packets = {p.id: p for p in trace.input.packets}
+        d = self.cols["decisions"]
+        counts = dict.fromkeys(Status, 0)
+        lost = 0
+        result = trace.result
+        if result is not None:
+            for i, dec in enumerate(result.decisions):
+                pkt = packets.get(dec.packet_id)
+                must = pkt.must_keep if pkt is not None else dec.reason == "MUST_KEEP"
+                counts[dec.status] += 1
+                if must and dec.status in _LOST:
+                    lost += 1
+                if pkt is not None:
+                    content: str | None = pkt.content
+                elif dec.packet_id == "builder:instructions":
+                    content = trace.input.system_instructions
+                elif dec.packet_id == "builder:history":
+                    content = "\n".join(m.content for m in trace.input.history)
+                else:
+                    content = None
+                d["tseq"].append(tseq)
+                d["trace_id"].append(tid)
+                d["ord"].append(i)
+                d["packet_id"].append(dec.packet_id)
+                d["kind"].append(dec.kind)
+                d["tokens_before"].append(dec.tokens_before)
+                d["tokens_after"].append(dec.tokens_after)
+                d["relevance"].append(dec.relevance)
+                d["recency"].append(dec.recency)
+                d["score"].append(dec.score)
+                d["rank"].append(dec.rank)
+                d["status"].append(dec.status.value)
+                d["reason"].append(dec.reason.value)
+                d["reason_text"].append(dec.reason_text)
+                d["partition"].append(dec.partition)
+                d["budget_left"].append(dec.budget_left)
+                d["must_keep"].append(must)
+                d["content"].append(content)
+            p = self.cols["partitions"]
+            for i, part in enumerate(result.partitions):
+                p["tseq"].append(tseq)
+                p["trace_id"].append(tid)
+                p["ord"].append(i)
+                p["name"].append(part.name)
+                p["budget"].append(part.budget)
+                p["used"].append(part.used)
+                p["items"].append(part.items)
+            n_packets = len(result.decisions)
+        else:
+            # A captured input without a result: its packets are still searchable.
+            for i, pkt in enumerate(trace.input.packets):
+                for c in _DECISION_COLS:
+                    d[c].append(None)
+                d["tseq"][-1], d["trace_id"][-1], d["ord"][-1] = tseq, tid, i
+                d["packet_id"][-1], d["kind"][-1] = pkt.id, pkt.kind
+                d["tokens_before"][-1], d["relevance"][-1] = pkt.tokens, pkt.relevance
+                d["must_keep"][-1], d["content"][-1] = pkt.must_keep, pkt.content
+            n_packets = len(trace.input.packets)
+
+        findings = diagnose_trace(trace) if self.diagnose else None
+        max_sev = self.add_findings(tid, tseq, findings) if findings else None
+
+        t = self.cols["traces"]
+        values: dict[str, Any] = {
+            "trace_id": tid,
+            "tseq": tseq,
+            "session_id": trace.session_id,
+            "turn": trace.turn,
+            "created_at": utc_naive(trace.created_at),
+            "preset": trace.config.preset,
+            "builder": trace.builder.name,
+            "builder_version": trace.builder.version,
+            "budget": result.report.budget if result else 0,
+            "used": result.report.used if result else 0,
+            "n_packets": n_packets,
+            "n_kept": counts[Status.KEPT],
+            "n_truncated": counts[Status.TRUNCATED],
+            "n_summarized": counts[Status.SUMMARIZED],
+            "n_dropped": counts[Status.DROPPED],
+            "n_filtered": counts[Status.FILTERED],
+            "n_not_rendered": counts[Status.NOT_RENDERED],
+            "n_warnings": len(result.warnings) if result else 0,
+            "lost_must_keep": lost,
+            "verdict": trace.outcome.verdict if trace.outcome else "unknown",
+            "tags": list(trace.tags),
+            "source_trace_id": trace.source_trace_id,
+            "source_file": source,
+            "content_hash": digest,
+            "ingested_at": utc_naive(datetime.now(UTC)),
+            "trace_json": raw,
+            # NULL = not diagnosed yet (deferred, see TraceStore.diagnose_pending).
+            "n_findings": None if findings is None else len(findings),
+            "max_severity": max_sev,
+        }
+        for c, v in values.items():
+            t[c].append(v)
+
+    def add_findings(self, tid: str, tseq: int, findings: list[Finding]) -> str | None:
+        """Queue finding rows; returns the highest severity."""
+        f = self.cols["findings"]
+        max_sev: str | None = None
+        for i, fd in enumerate(findings):
+            f["tseq"].append(tseq)
+            f["trace_id"].append(tid)
+            f["ord"].append(i)
+            f["detector"].append(fd.detector)
+            f["severity"].append(fd.severity)
+            f["packet_ids"].append(list(fd.packet_ids))
+            f["message"].append(fd.message)
+            f["evidence_json"].append(json.dumps(fd.evidence, default=str))
+            f["fix_json"].append(None if fd.fix is None else json.dumps(fd.fix, default=str))
+            if max_sev is None or _SEVERITY_RANK[fd.severity] > _SEVERITY_RANK[max_sev]:
+                max_sev = fd.severity
+        return max_sev
+
+    def tables(self) -> dict[str, pa.Table]:
+        return {
+            name: pa.table(cols, schema=_SCHEMAS[name])
+            for name, cols in self.cols.items()
+            if cols[_SCHEMAS[name].names[0]]
+        }
+
+
+@dataclass
+class Prepared:
+    """Rows of a batch of traces, ready to insert; ``tseq`` holds the index in the batch
+    until ``TraceStore.insert_prepared`` assigns the real one. Picklable, so ingest can
+    prepare batches in worker processes."""
+
+    ids: list[str]
+    digests: list[str]
+    sources: list[str | None]
+    tables: dict[str, pa.Table]
+
+
+def prepare(
+    items: Sequence[tuple[Trace, str]], sources: Sequence[str | None], diagnose: bool = True
+) -> Prepared:
+    """Turn (trace, its JSON) pairs into Arrow tables (and findings, when ``diagnose``)."""
+    batch = RowBatch(diagnose)
+    ids: list[str] = []
+    digests: list[str] = []
+    for k, ((trace, raw), src) in enumerate(zip(items, sources, strict=True)):
+        digest = content_hash(raw)
+        batch.add(trace, raw, digest, k, src)
+        ids.append(trace.trace_id)
+        digests.append(digest)
+    return Prepared(ids, digests, list(sources), batch.tables())
