@@ -118,3 +118,35 @@ def test_watch_command(tmp_path: Path) -> None:
     assert rc == 0
     with TraceStore(db) as store:
         assert store.count() == 2
+
+
+def test_watcher_fills_in_deferred_diagnostics(tmp_path: Path) -> None:
+    pytest.importorskip("ctxcore.diagnostics")
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    t = make_trace(1, 8, must_keep_dropped=True)
+    (folder / "a.jsonl").write_text(t.to_json() + "\n", encoding="utf-8")
+    with TraceStore(tmp_path / "d.duckdb", diagnose=False) as store:
+        with Watcher(store, folder, rescan_every=3600):
+            wait_for(lambda: store.count() == 1)
+            wait_for(lambda: bool(store.findings(t.trace_id)))
+        detectors = {f["detector"] for f in store.findings(t.trace_id)}
+        assert "must_have_lost" in detectors  # the must-keep packet 0 was dropped
+
+
+def test_progress_bar_draws_on_long_runs() -> None:
+    import io
+
+    from ctxcore.ingest import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar(out, after_s=0.0)
+    bar(5_000_000, 10_000_000)
+    bar.finish()
+    text = out.getvalue()
+    assert "50.0%" in text and "5.0 MB" in text and text.endswith("\n")
+    quiet = io.StringIO()
+    fast = ProgressBar(quiet, after_s=60.0)
+    fast(1, 2)
+    fast.finish()
+    assert quiet.getvalue() == ""
