@@ -120,38 +120,46 @@ class RowBatch:
         lost = 0
         result = trace.result
         if result is not None:
-            for i, dec in enumerate(result.decisions):
-                pkt = packets.get(dec.packet_id)
-                must = pkt.must_keep if pkt is not None else dec.reason == "MUST_KEEP"
-                counts[dec.status] += 1
-                if must and dec.status in _LOST:
-                    lost += 1
-                if pkt is not None:
-                    content: str | None = pkt.content
-                elif dec.packet_id == "builder:instructions":
-                    content = trace.input.system_instructions
-                elif dec.packet_id == "builder:history":
-                    content = "\n".join(m.content for m in trace.input.history)
+            decs = result.decisions
+            n = len(decs)
+            pkts = [packets.get(x.packet_id) for x in decs]
+            must = [
+                pk.must_keep if pk is not None else x.reason == "MUST_KEEP"
+                for x, pk in zip(decs, pkts, strict=True)
+            ]
+            statuses = [x.status for x in decs]
+            for st in statuses:
+                counts[st] += 1
+            lost = sum(1 for m, st in zip(must, statuses, strict=True) if m and st in _LOST)
+            contents: list[str | None] = []
+            for x, pk in zip(decs, pkts, strict=True):
+                if pk is not None:
+                    contents.append(pk.content)
+                elif x.packet_id == "builder:instructions":
+                    contents.append(trace.input.system_instructions)
+                elif x.packet_id == "builder:history":
+                    contents.append("\n".join(m.content for m in trace.input.history))
                 else:
-                    content = None
-                d["tseq"].append(tseq)
-                d["trace_id"].append(tid)
-                d["ord"].append(i)
-                d["packet_id"].append(dec.packet_id)
-                d["kind"].append(dec.kind)
-                d["tokens_before"].append(dec.tokens_before)
-                d["tokens_after"].append(dec.tokens_after)
-                d["relevance"].append(dec.relevance)
-                d["recency"].append(dec.recency)
-                d["score"].append(dec.score)
-                d["rank"].append(dec.rank)
-                d["status"].append(dec.status.value)
-                d["reason"].append(dec.reason.value)
-                d["reason_text"].append(dec.reason_text)
-                d["partition"].append(dec.partition)
-                d["budget_left"].append(dec.budget_left)
-                d["must_keep"].append(must)
-                d["content"].append(content)
+                    contents.append(None)
+            # Column by column: list comprehensions cost far less than 18 appends per row.
+            d["tseq"] += [tseq] * n
+            d["trace_id"] += [tid] * n
+            d["ord"] += range(n)
+            d["packet_id"] += [x.packet_id for x in decs]
+            d["kind"] += [x.kind for x in decs]
+            d["tokens_before"] += [x.tokens_before for x in decs]
+            d["tokens_after"] += [x.tokens_after for x in decs]
+            d["relevance"] += [x.relevance for x in decs]
+            d["recency"] += [x.recency for x in decs]
+            d["score"] += [x.score for x in decs]
+            d["rank"] += [x.rank for x in decs]
+            d["status"] += [st.value for st in statuses]
+            d["reason"] += [x.reason.value for x in decs]
+            d["reason_text"] += [x.reason_text for x in decs]
+            d["partition"] += [x.partition for x in decs]
+            d["budget_left"] += [x.budget_left for x in decs]
+            d["must_keep"] += must
+            d["content"] += contents
             p = self.cols["partitions"]
             for i, part in enumerate(result.partitions):
                 p["tseq"].append(tseq)
