@@ -6,6 +6,11 @@ next run starts exactly where the last committed one stopped, with nothing lost 
 duplicated. A last line without its newline is a writer still writing; it is left for the
 next call. A bad line becomes a row in ``ingest_errors`` (file, line, a sentence saying
 what to fix) and never stops the rest of the file.
+
+Each file's new traces commit in one transaction with its offset; small files share a
+transaction (still whole files only), a big file streams in chunks inside its own. With
+``workers``, chunks of big files are parsed, validated and turned into Arrow rows in
+worker processes; only the owning process touches DuckDB.
 """
 
 from __future__ import annotations
