@@ -93,11 +93,13 @@ def diagnose_trace(trace: Trace) -> list[Finding] | None:
         module = importlib.import_module("ctxcore.diagnostics")
     except ImportError:
         return None
-    diagnose: Callable[[Trace], list[Finding]] | None = getattr(module, "diagnose", None)
+    diagnose: Callable[..., list[Finding]] | None = getattr(module, "diagnose", None)
     if diagnose is None:
         return None
+    # Bulk options skip the counterfactual fix search; Inspect adds fixes on demand.
+    options = getattr(module, "INGEST_OPTIONS", None)
     try:
-        return diagnose(trace)
+        return diagnose(trace) if options is None else diagnose(trace, options=options)
     except CtxscopeError as exc:  # e.g. a captured input the preset cannot build
         log.warning("diagnostics skipped trace %s: %s", trace.trace_id, exc)
         return []

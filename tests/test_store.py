@@ -192,25 +192,33 @@ def test_sessions_timelines_and_facets(store: TraceStore) -> None:
     assert facets["verdict"] == ["bad", "good", "unknown"]
 
 
-def test_findings_come_from_diagnostics_when_it_is_there(tmp_path: Path) -> None:
+def bulk_diagnose(t: Trace) -> list:  # type: ignore[type-arg]
+    """What the store stores: diagnostics with its bulk options (no fix search)."""
+    diagnostics = pytest.importorskip("ctxcore.diagnostics")
+    options = getattr(diagnostics, "INGEST_OPTIONS", None)
+    if options is None:
+        return diagnostics.diagnose(t)  # type: ignore[no-any-return]
+    return diagnostics.diagnose(t, options=options)  # type: ignore[no-any-return]
+
+
+def test_findings_come_from_diagnostics(tmp_path: Path) -> None:
     t = make_trace(1, 8, must_keep_dropped=True)
-    try:
-        from ctxcore.diagnostics import diagnose  # type: ignore[attr-defined]
-    except ImportError:
-        diagnose = None
+    want = bulk_diagnose(t)
+    assert want  # a dropped must-keep packet is something diagnostics must flag
     with TraceStore(tmp_path / "f.duckdb") as s:
         s.add_traces([t])
         got = s.findings(t.trace_id)
-        if diagnose is None:
-            assert got == []
-        else:
-            want = diagnose(t)
-            assert [(f["detector"], f["severity"], f["packet_ids"]) for f in got] == [
-                (f.detector, f.severity, list(f.packet_ids)) for f in want
-            ]
-            if want:
-                flt = TraceFilter(finding=want[0].detector)
-                assert ids(s.list_traces(flt).rows) == [t.trace_id]
+        assert [(f["detector"], f["severity"], f["packet_ids"], f["message"]) for f in got] == [
+            (f.detector, f.severity, list(f.packet_ids), f.message) for f in want
+        ]
+        flt = TraceFilter(finding=want[0].detector)
+        assert ids(s.list_traces(flt).rows) == [t.trace_id]
+        assert ids(s.list_traces(TraceFilter(finding="no_such_detector")).rows) == []
+        row = s.list_traces().rows[0]
+        assert row.n_findings == len(want)
+        assert row.max_severity == max(
+            (f.severity for f in want), key=["info", "warning", "error"].index
+        )
 
 
 def test_ingest_errors_and_latest_change(store: TraceStore) -> None:
@@ -291,9 +299,6 @@ def test_store_locked_error_is_a_store_error() -> None:
 
 
 def test_deferred_diagnostics_are_filled_in_later(tmp_path: Path) -> None:
-    pytest.importorskip("ctxcore.diagnostics")
-    from ctxcore.diagnostics import diagnose
-
     traces = [make_trace(i, 8, must_keep_dropped=True) for i in range(3)]
     with TraceStore(tmp_path / "d.duckdb", diagnose=False) as s:
         s.add_traces(traces)
@@ -301,13 +306,13 @@ def test_deferred_diagnostics_are_filled_in_later(tmp_path: Path) -> None:
         assert s.diagnose_pending() == 3
         assert s.diagnose_pending() == 0
         for t in traces:
-            want = diagnose(t)
+            want = bulk_diagnose(t)
             got = s.findings(t.trace_id)
             assert [(f["detector"], f["message"]) for f in got] == [
                 (f.detector, f.message) for f in want
             ]
         rows = {r.trace_id: r for r in s.list_traces().rows}
-        assert rows[traces[0].trace_id].n_findings == len(diagnose(traces[0]))
+        assert rows[traces[0].trace_id].n_findings == len(bulk_diagnose(traces[0]))
 
 
 def test_two_stores_on_one_file_in_one_process_do_not_mix_rows(tmp_path: Path) -> None:
