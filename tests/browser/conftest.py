@@ -7,6 +7,7 @@ tests are part of "done" for the app (issue 4). Outside CI they skip with the re
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from . import (
     ARTIFACTS,
+    SCREENSHOTS,
     AppServer,
     browser_missing_reason,
     demo_trace_files,
@@ -76,6 +78,9 @@ def browser_data(browser_available: None, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="session")
 def app_server(browser_data: BrowserData) -> Iterator[AppServer]:
+    # This run's screenshots only: a stale picture of a page that now fails would mislead.
+    shutil.rmtree(SCREENSHOTS, ignore_errors=True)
+    shutil.rmtree(ARTIFACTS / "failures", ignore_errors=True)
     server = start_server(browser_data.db, browser_data.traces_dir, browser_data.workdir)
     try:
         yield server

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import exceptions_text, goto, nav_links, screenshot, slug
+from . import exceptions_text, goto, nav_links, screenshot
 
 #: The pages issue 4 asks for; a nav label must contain each word (case-insensitive).
 EXPECTED_PAGES = ("traces", "inspect", "timeline", "playground", "compare", "sweep", "share")
@@ -39,4 +39,31 @@ def test_page_renders_without_exception(tab, wanted: str) -> None:
     # Something besides the navigation rendered: the page has a heading or a widget.
     body = page.locator('[data-testid="stMainBlockContainer"]')
     assert body.inner_text().strip(), f"{label}: the page is blank"
-    screenshot(page, slug(label))
+    screenshot(page, wanted)
+
+
+#: Each page on the corpus session rather than on whatever trace is newest (the XSS probe).
+DEEP_LINKS = [
+    ("inspect", "inspect?trace=browser-t2"),
+    ("timeline", "timeline?session=browser-session"),
+    ("playground", "playground?trace=browser-t2"),
+    ("compare", "compare?a=browser-t0&b=browser-t2"),
+    ("sweep", "sweep?trace=browser-t2"),
+    ("share", "share?trace=browser-t2"),
+]
+
+
+@pytest.mark.parametrize(("name", "path"), DEEP_LINKS, ids=[d[0] for d in DEEP_LINKS])
+def test_deep_link_opens_that_trace(tab, name: str, path: str) -> None:
+    page = tab.page
+    goto(page, f"{tab.url}/{path}")
+    errors = exceptions_text(page)
+    assert errors == [], f"{path}: Streamlit exception box:\n" + "\n---\n".join(errors)
+    assert tab.page_errors == [], f"{path}: JavaScript errors: {tab.page_errors}"
+    # The trace or session the link names is the one selected (shown in a picker's input).
+    wanted = path.split("=")[-1]
+    pickers = page.locator('[data-testid="stSelectbox"] input')
+    values = [pickers.nth(i).input_value() for i in range(pickers.count())]
+    shown = " ".join(values) + page.locator('[data-testid="stMainBlockContainer"]').inner_text()
+    assert wanted in shown, f"{path}: {wanted!r} is not what the page shows"
+    screenshot(page, f"{name}-deep-link")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from . import exceptions_text, goto, rerun_and_settle, screenshot
+import pytest
+
+from . import exceptions_text, goto, rerun_and_settle, screenshot, settle
 
 FLIPPED = re.compile(r"Flipped \((\d+)\)")
 
@@ -14,6 +16,15 @@ def _flipped(page) -> int:
     m = FLIPPED.search(text)
     assert m, f"no 'Flipped (N)' heading in {text!r}"
     return int(m.group(1))
+
+
+def _click_track(page, label: str, fraction: float) -> None:
+    """Click a slider's track at ``fraction`` of its width, as a user moving it would."""
+    track = page.locator('[data-testid="stSlider"]').filter(has_text=label).get_by_role("group")
+    box = track.bounding_box()
+    assert box is not None, f"slider {label!r} is not visible"
+    x = box["x"] + max(1.0, min(box["width"] - 1.0, box["width"] * fraction))
+    page.mouse.click(x, box["y"] + box["height"] / 2)
 
 
 def _open(page, base: str, trace_id: str) -> None:
@@ -27,22 +38,26 @@ def test_slider_flips_packets_and_permalink_reproduces(tab, browser_data, chromi
 
     page = tab.page
     trace = browser_data.traces[0]
+    assert trace.result is not None
+    reasons = {d.reason.value for d in trace.result.decisions}
+    # Which knob frees what the recorded build left out depends on why it left it out.
+    if "BELOW_MIN_RELEVANCE" in reasons:
+        knob, label, where = "min_relevance", "min_relevance", 0.0  # 0: nothing is filtered
+    else:
+        assert reasons & {"NO_ROOM", "PARTITION_FULL"}, f"fixture left nothing out: {reasons}"
+        knob, label, where = "max_tokens", "max_tokens (window budget)", 0.4  # more room
     _open(page, tab.url, trace.trace_id)
     assert _flipped(page) == 0, "the recorded settings must reproduce the recorded build"
-    slider = page.get_by_role("slider", name="min_relevance")
-    start = float(slider.input_value())
-    assert start > 0, f"the fixture's preset should filter on relevance (got {start})"
-
-    # The recorded build filtered packets below min_relevance; dropping it to 0 lets them in.
-    assert trace.result is not None
-    filtered = [d.packet_id for d in trace.result.decisions if d.status.value == "filtered"]
-    assert filtered, "fixture: the recorded build filtered nothing"
-    rerun_and_settle(page, lambda: slider.press("Home"))
-    assert float(slider.input_value()) == 0.0
+    slider = page.get_by_role("slider", name=label)
+    start = slider.input_value()
+    rerun_and_settle(page, lambda: _click_track(page, label, where))
+    now = slider.input_value()
+    assert now != start, f"{knob} did not move ({start})"
     assert exceptions_text(page) == []
     flipped = _flipped(page)
-    assert flipped > 0, "moving min_relevance to 0 flipped nothing"
-    assert "min_relevance=0" in page.url, f"the URL does not carry the new setting: {page.url}"
+    assert flipped > 0, f"moving {knob} from {start} to {now} flipped nothing"
+    param = f"{knob}={now.removesuffix('.0')}"
+    assert param in page.url, f"the URL does not carry {param}: {page.url}"
     # The prompt diff now shows lines the variant added.
     page.get_by_role("tab", name="Prompt diff").click()
     diff = page.locator('[data-testid="stCode"]').filter(has_text="+++ variant").first
@@ -53,12 +68,32 @@ def test_slider_flips_packets_and_permalink_reproduces(tab, browser_data, chromi
     page.get_by_role("tab", name="Permalink & save").click()
     code = page.locator('[data-testid="stCode"]').filter(has_text="/playground?").first
     link = code.inner_text().strip()
-    assert "min_relevance=0" in link and f"trace={trace.trace_id}" in link, link
+    assert param in link and f"trace={trace.trace_id}" in link, link
     other = new_page(chromium)
     try:
         goto(other, link)
         assert exceptions_text(other) == []
-        assert float(other.get_by_role("slider", name="min_relevance").input_value()) == 0.0
+        assert other.get_by_role("slider", name=label).input_value() == now
         assert _flipped(other) == flipped
     finally:
         other.context.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="app bug: ui/knobs.py sizes the max_tokens slider from its own value "
+    "(top = max(32000, 2*v)); moving it past 16,000 re-creates the widget and it snaps to 100",
+)
+def test_max_tokens_slider_keeps_a_large_value(tab, browser_data) -> None:
+    """Moving max_tokens high (past half the slider) must leave it there, not snap to 100."""
+    page = tab.page
+    _open(page, tab.url, browser_data.traces[0].trace_id)
+    label = "max_tokens (window budget)"
+    slider = page.get_by_role("slider", name=label)
+    hi = int(float(slider.get_attribute("max") or 0))
+    rerun_and_settle(page, lambda: _click_track(page, label, 0.75))
+    settle(page)
+    value = int(float(slider.input_value()))
+    assert value > hi // 2, f"max_tokens is {value} after moving it to ~75% of {hi}"
+    assert f"max_tokens={value}" in page.url
+    assert exceptions_text(page) == []

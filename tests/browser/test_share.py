@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import XSS_SCRIPT, XSS_TRACE_ID, exceptions_text, goto, rerun_and_settle, settle
+from . import XSS_SCRIPT, XSS_TRACE_ID, exceptions_text, goto, rerun_and_settle
 from .test_xss import _INJECTED_JS
 
 
@@ -43,8 +43,9 @@ def test_snapshot_download_reimports_as_the_same_trace(tab, browser_data, tmp_pa
     assert back.result.totals == original.result.totals
 
     # The page's own uploader takes the file back; the store already has it (same id).
-    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(path))
-    settle(page)
+    uploader = page.locator('[data-testid="stFileUploader"] input[type="file"]')
+    # The upload finishing reruns the script; only then does Import see the file.
+    rerun_and_settle(page, lambda: uploader.set_input_files(str(path)))
     rerun_and_settle(page, lambda: page.get_by_role("button", name="Import", exact=True).click())
     assert exceptions_text(page) == []
     success = page.locator('[data-testid="stAlert"]').filter(has_text="Imported 1 trace(s)")

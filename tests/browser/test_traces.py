@@ -43,3 +43,28 @@ def test_search_narrows_the_list(tab, browser_data) -> None:
     picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Open trace")
     shown = picker.locator("input").input_value() or picker.inner_text()
     assert XSS_TRACE_ID in shown, shown
+
+
+def test_a_trace_dropped_in_the_folder_appears_without_reload(tab, browser_data) -> None:
+    from datetime import UTC, datetime
+
+    from ctxcore.pipeline import build_trace
+
+    from . import corpus_input, default_preset, write_jsonl
+
+    page = tab.page
+    goto(page, f"{tab.url}/")
+    before = _matching(page)
+    now = datetime(2026, 1, 25, 9, 0, tzinfo=UTC)
+    live = build_trace(
+        corpus_input(now, turn=3),
+        browser_data.traces[0].config.model_copy(update={"preset": default_preset()}),
+        trace_id="browser-live",
+        session_id="browser-live-session",
+    )
+    loads = page.evaluate("() => performance.getEntriesByType('navigation').length")
+    write_jsonl([live], browser_data.traces_dir / "live.jsonl")
+    # The watcher ingests it and the page's live fragment reruns the page: no reload, no click.
+    page.get_by_text(re.compile(rf"{before + 1:,}\s+matching traces")).wait_for(timeout=45_000)
+    assert page.evaluate("() => performance.getEntriesByType('navigation').length") == loads
+    assert exceptions_text(page) == []
