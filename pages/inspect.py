@@ -81,20 +81,22 @@ def render() -> None:
     with c2:
         st.plotly_chart(figs["drift"], key="in_drift")
     st.plotly_chart(figs["scatter"], key="in_scatter")
-    tabs = st.tabs(["Decisions", "Prompt", "Debug report", "Findings", "Config"])
-    with tabs[0]:
+    part = widgets.section(
+        ["Decisions", "Prompt", "Debug report", "Findings", "Config"], "in_section"
+    )
+    if part == "Decisions":
         widgets.decisions_table(figs["frame"], "in")
-    with tabs[1]:
+    elif part == "Prompt":
         widgets.prompt_view(t.result.prompt, "in")
-    with tabs[2]:
+    elif part == "Debug report":
         st.json(t.result.report.model_dump(mode="json"), expanded=1)
         if t.result.timings:
             st.caption(
                 "timings (ms): " + ", ".join(f"{k} {v:g}" for k, v in t.result.timings.items())
             )
-    with tabs[3]:
+    elif part == "Findings":
         _findings(t)
-    with tabs[4]:
+    else:
         st.json(t.config.model_dump(mode="json", exclude_none=True))
     c1, c2, c3 = st.columns(3)
     if c1.button("Open in Playground", key="in_to_playground"):

@@ -102,31 +102,31 @@ def render() -> None:
             )
         variant = t.model_copy(update={"config": cfg, "result": result})
         st.plotly_chart(figures.window_bar(variant), key="pg_window")
-        tabs = st.tabs(["Decisions", "Prompt", "Prompt diff", "Scores", "Permalink & save"])
-        with tabs[0]:
+        part = widgets.section(["Decisions", "Prompt", "Prompt diff", "Scores"], "pg_section")
+        if part == "Decisions":
             widgets.decisions_table(views.decisions_frame(result.decisions), "pg")
-        with tabs[1]:
+        elif part == "Prompt":
             widgets.prompt_view(result.prompt, "pg")
-        with tabs[2]:
+        elif part == "Prompt diff":
             diff = views.prompt_diff(
                 t.result.prompt if t.result else "", result.prompt, "recorded", "variant"
             )
             st.code(diff or "(the prompts are identical)", language="diff")
-        with tabs[3]:
+        else:
             st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
-        with tabs[4]:
-            query = urlencode(params)
-            base = (st.context.url or "").split("?")[0]
-            st.caption("Permalink: opens this trace with exactly these settings.")
-            st.code(f"{base}?{query}", language=None)
-            if st.button("Save variant as a new trace", key="pg_save", type="primary"):
-                with state.guard():
-                    _save(t, cfg)
-            saved = state.ss_get("pg_saved")
-            if saved:
-                st.success(views.md(f"Saved as trace {saved} (linked to {t.trace_id})."))
-                if st.button("Open the saved variant", key="pg_open_saved"):
-                    state.switch("inspect", trace=saved)
+    with left:
+        st.divider()
+        st.caption("Permalink: opens this trace with exactly these settings.")
+        base = (st.context.url or "").split("?")[0]
+        st.code(f"{base}?{urlencode(params)}", language=None, wrap_lines=True)
+        if st.button("Save variant as a new trace", key="pg_save", type="primary"):
+            with state.guard():
+                _save(t, cfg)
+        saved = state.ss_get("pg_saved")
+        if saved:
+            st.success(views.md(f"Saved as trace {saved} (linked to {t.trace_id})."))
+            if st.button("Open the saved variant", key="pg_open_saved"):
+                state.switch("inspect", trace=saved)
 
 
 if __name__ == "__main__":

@@ -142,6 +142,7 @@ def test_inspect_shows_every_decision_and_filters_by_status(db: Path, built) -> 
     assert len(frame) == sum(d.status == status for d in t.result.decisions)
     assert set(frame["status"]) == {status.value}
     # the prompt is shown as code, partitions marked
+    at.segmented_control(key="in_section").set_value("Prompt").run()
     code = "\n".join(c.value for c in at.code)
     assert "──────── [Task]" in code
     assert [m.label for m in at.metric][:2] == ["budget", "used"]
@@ -160,9 +161,11 @@ def test_hostile_packets_stay_text(db: Path, built) -> None:
         for s in shown_text(at):
             assert "<script" not in s and "<img" not in s and "](javascript" not in s, (page, s)
     at = open_page("inspect", trace=evil.trace_id)
+    at.segmented_control(key="in_section").set_value("Prompt").run()
+    assert data.EVIL in "\n".join(c.value for c in at.code)  # verbatim, as text
+    at.segmented_control(key="in_section").set_value("Decisions").run()
     frame = frame_with(at, "reason_text")
     assert f"tool:{data.EVIL}" in set(frame["packet_id"])  # shown, verbatim, as data
-    assert data.EVIL in "\n".join(c.value for c in at.code)
 
 
 def test_timeline_turn_opens_inspect(db: Path, built) -> None:

@@ -127,6 +127,16 @@ def decisions_table(frame: pd.DataFrame, prefix: str) -> None:
     )
 
 
+def section(options: list[str], key: str) -> str:
+    """Which part of a page to draw. Unlike ``st.tabs`` (which renders every tab), only the
+    chosen part is computed and sent: a 2,000-packet prompt or JSON costs nothing unseen."""
+    state.ss_default(key, options[0])
+    if state.ss_get(key) not in options:
+        state.ss_set(key, options[0])
+    chosen = st.segmented_control("Show", options, key=key, label_visibility="collapsed")
+    return str(chosen or options[0])
+
+
 def prompt_view(prompt: str, prefix: str) -> None:
     """The final prompt as text, with partition rulers and cut points marked."""
     segs = views.prompt_segments(prompt)
