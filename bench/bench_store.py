@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument("--traces", type=int, default=10_000)
     ap.add_argument("--packets", type=int, default=100)
     ap.add_argument("--files", type=int, default=20)
-    ap.add_argument("--workers", type=int, default=None, help="default: one per CPU")
+    ap.add_argument("--workers", type=int, default=None, help="default: one per CPU but one")
     ap.add_argument(
         "--diagnose",
         action="store_true",

@@ -41,7 +41,7 @@ from .store_rows import Prepared, prepare
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 #: bytes read per step; a file's traces are inserted every step, in one transaction.
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 8 * 1024 * 1024
 #: files with less than this to read are read first and written in groups of up to
 #: GROUP_FILES files / GROUP_BYTES bytes per transaction.
 SMALL_FILE_BYTES = 4 * 1024 * 1024
@@ -446,8 +446,8 @@ def ingest_paths(
 
     ``complete_tail``: also read a last line that lacks its newline when it is a complete
     JSON value (the one-shot CLI does this; the watcher does not, a writer may be mid-line).
-    ``workers``: processes that parse and validate big files (``None``: one per CPU, up to
-    MAX_WORKERS; default 1 = none). Only runs with at least POOL_MIN_BYTES to read use them.
+    ``workers``: processes that parse and validate big files (``None``: one per CPU but
+    one, up to MAX_WORKERS; default 1 = none). Only runs with at least POOL_MIN_BYTES to read use them.
     Workers start with multiprocessing's forkserver, which re-imports the ``__main__``
     script: only pass ``workers`` > 1 from a script guarded by ``if __name__ == "__main__"``
     (the CLI is).
@@ -463,7 +463,9 @@ def ingest_paths(
         job.total += max(
             0, st.st_size - (prev.offset if prev and not f.name.endswith(".gz") else 0)
         )
-    n_workers = (os.cpu_count() or 1) if workers is None else workers
+    # Auto: one core stays with this process (reading, inserting); on 2 CPUs that means no
+    # pool, which measured faster there than two workers fighting the owner for the cores.
+    n_workers = max(1, (os.cpu_count() or 1) - 1) if workers is None else workers
     if job.total >= POOL_MIN_BYTES and min(n_workers, MAX_WORKERS) > 1:
         job.pool = ProcessPoolExecutor(
             max_workers=min(n_workers, MAX_WORKERS), mp_context=get_context("forkserver")

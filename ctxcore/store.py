@@ -247,7 +247,7 @@ class TraceStore:
             raise _open_error(self.path, exc) from exc
         # DuckDB would cache up to 80% of RAM; the store shares the machine with an app and
         # agents, so it spills to disk past this instead (CTXSCOPE_DB_MEMORY, e.g. "2GB").
-        limit = os.environ.get("CTXSCOPE_DB_MEMORY", "512MB")
+        limit = os.environ.get("CTXSCOPE_DB_MEMORY", "256MB")
         try:
             self._con.execute(f"SET memory_limit = '{limit}'")
         except duckdb.Error as exc:
