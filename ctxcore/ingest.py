@@ -447,7 +447,8 @@ def ingest_paths(
     ``complete_tail``: also read a last line that lacks its newline when it is a complete
     JSON value (the one-shot CLI does this; the watcher does not, a writer may be mid-line).
     ``workers``: processes that parse and validate big files (``None``: one per CPU but
-    one, up to MAX_WORKERS; default 1 = none). Only runs with at least POOL_MIN_BYTES to read use them.
+    one, up to MAX_WORKERS; default 1 = none). Only runs with at least POOL_MIN_BYTES to
+    read use them.
     Workers start with multiprocessing's forkserver, which re-imports the ``__main__``
     script: only pass ``workers`` > 1 from a script guarded by ``if __name__ == "__main__"``
     (the CLI is).
