@@ -80,12 +80,14 @@ def render() -> None:
         st.plotly_chart(figs["budgets"], key="in_budgets")
     with c2:
         st.plotly_chart(figs["drift"], key="in_drift")
-    st.plotly_chart(figs["scatter"], key="in_scatter")
     part = widgets.section(
-        ["Decisions", "Prompt", "Debug report", "Findings", "Config"], "in_section"
+        ["Decisions", "Scores", "Prompt", "Debug report", "Findings", "Config"], "in_section"
     )
     if part == "Decisions":
         widgets.decisions_table(figs["frame"], "in")
+    elif part == "Scores":
+        # thousands of hoverable markers: drawn when asked for, not on every open
+        st.plotly_chart(figs["scatter"], key="in_scatter")
     elif part == "Prompt":
         widgets.prompt_view(t.result.prompt, "in")
     elif part == "Debug report":

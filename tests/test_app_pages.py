@@ -6,6 +6,7 @@ what a user would change, and asserts on what the user would then see.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -141,6 +142,14 @@ def test_inspect_shows_every_decision_and_filters_by_status(db: Path, built) -> 
     frame = frame_with(at, "reason_text")
     assert len(frame) == sum(d.status == status for d in t.result.decisions)
     assert set(frame["status"]) == {status.value}
+    # the score scatter: one legend entry per status, counted like the decisions
+    at.segmented_control(key="in_section").set_value("Scores").run()
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    scatter = next(s for s in specs if s["layout"]["title"]["text"] == "Packet scores")
+    names = {d["name"] for d in scatter["data"] if d.get("mode") == "markers"}
+    scored = [d for d in t.result.decisions if d.relevance is not None and d.recency is not None]
+    want = {f"{s.value} ({sum(d.status == s for d in scored)})" for s in {d.status for d in scored}}
+    assert names == want
     # the prompt is shown as code, partitions marked
     at.segmented_control(key="in_section").set_value("Prompt").run()
     code = "\n".join(c.value for c in at.code)
