@@ -80,26 +80,27 @@ def render() -> None:
         st.plotly_chart(figs["budgets"], key="in_budgets")
     with c2:
         st.plotly_chart(figs["drift"], key="in_drift")
-    part = widgets.section(
+    part, box = widgets.section(
         ["Decisions", "Scores", "Prompt", "Debug report", "Findings", "Config"], "in_section"
     )
-    if part == "Decisions":
-        widgets.decisions_table(figs["frame"], "in")
-    elif part == "Scores":
-        # thousands of hoverable markers: drawn when asked for, not on every open
-        st.plotly_chart(figs["scatter"], key="in_scatter")
-    elif part == "Prompt":
-        widgets.prompt_view(t.result.prompt, "in")
-    elif part == "Debug report":
-        st.json(t.result.report.model_dump(mode="json"), expanded=1)
-        if t.result.timings:
-            st.caption(
-                "timings (ms): " + ", ".join(f"{k} {v:g}" for k, v in t.result.timings.items())
-            )
-    elif part == "Findings":
-        _findings(t)
-    else:
-        st.json(t.config.model_dump(mode="json", exclude_none=True))
+    with box:
+        if part == "Decisions":
+            widgets.decisions_table(figs["frame"], "in")
+        elif part == "Scores":
+            # thousands of hoverable markers: drawn when asked for, not on every open
+            st.plotly_chart(figs["scatter"], key="in_scatter")
+        elif part == "Prompt":
+            widgets.prompt_view(t.result.prompt, "in")
+        elif part == "Debug report":
+            st.json(t.result.report.model_dump(mode="json"), expanded=1)
+            if t.result.timings:
+                st.caption(
+                    "timings (ms): " + ", ".join(f"{k} {v:g}" for k, v in t.result.timings.items())
+                )
+        elif part == "Findings":
+            _findings(t)
+        else:
+            st.json(t.config.model_dump(mode="json", exclude_none=True))
     c1, c2, c3 = st.columns(3)
     if c1.button("Open in Playground", key="in_to_playground"):
         state.switch("playground", trace=t.trace_id)

@@ -102,31 +102,33 @@ def render() -> None:
             )
         variant = t.model_copy(update={"config": cfg, "result": result})
         st.plotly_chart(figures.window_bar(variant), key="pg_window")
-        part = widgets.section(["Decisions", "Prompt", "Prompt diff", "Scores"], "pg_section")
-        if part == "Decisions":
-            widgets.decisions_table(views.decisions_frame(result.decisions), "pg")
-        elif part == "Prompt":
-            widgets.prompt_view(result.prompt, "pg")
-        elif part == "Prompt diff":
-            diff = views.prompt_diff(
-                t.result.prompt if t.result else "", result.prompt, "recorded", "variant"
-            )
-            st.code(diff or "(the prompts are identical)", language="diff")
-        else:
-            st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
-    with left:
-        st.divider()
-        st.caption("Permalink: opens this trace with exactly these settings.")
-        base = (st.context.url or "").split("?")[0]
-        st.code(f"{base}?{urlencode(params)}", language=None, wrap_lines=True)
-        if st.button("Save variant as a new trace", key="pg_save", type="primary"):
-            with state.guard():
-                _save(t, cfg)
-        saved = state.ss_get("pg_saved")
-        if saved:
-            st.success(views.md(f"Saved as trace {saved} (linked to {t.trace_id})."))
-            if st.button("Open the saved variant", key="pg_open_saved"):
-                state.switch("inspect", trace=saved)
+        part, box = widgets.section(
+            ["Decisions", "Prompt", "Prompt diff", "Scores", "Permalink & save"], "pg_section"
+        )
+        with box:
+            if part == "Decisions":
+                widgets.decisions_table(views.decisions_frame(result.decisions), "pg")
+            elif part == "Prompt":
+                widgets.prompt_view(result.prompt, "pg")
+            elif part == "Prompt diff":
+                diff = views.prompt_diff(
+                    t.result.prompt if t.result else "", result.prompt, "recorded", "variant"
+                )
+                st.code(diff or "(the prompts are identical)", language="diff")
+            elif part == "Scores":
+                st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
+            else:
+                st.caption("Permalink: opens this trace with exactly these settings.")
+                base = (st.context.url or "").split("?")[0]
+                st.code(f"{base}?{urlencode(params)}", language=None, wrap_lines=True)
+                if st.button("Save variant as a new trace", key="pg_save", type="primary"):
+                    with state.guard():
+                        _save(t, cfg)
+                saved = state.ss_get("pg_saved")
+                if saved:
+                    st.success(views.md(f"Saved as trace {saved} (linked to {t.trace_id})."))
+                    if st.button("Open the saved variant", key="pg_open_saved"):
+                        state.switch("inspect", trace=saved)
 
 
 if __name__ == "__main__":

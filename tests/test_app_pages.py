@@ -143,7 +143,8 @@ def test_inspect_shows_every_decision_and_filters_by_status(db: Path, built) -> 
     assert len(frame) == sum(d.status == status for d in t.result.decisions)
     assert set(frame["status"]) == {status.value}
     # the score scatter: one legend entry per status, counted like the decisions
-    at.segmented_control(key="in_section").set_value("Scores").run()
+    at.session_state["in_section"] = "Scores"
+    at.run()
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     scatter = next(s for s in specs if s["layout"]["title"]["text"] == "Packet scores")
     names = {d["name"] for d in scatter["data"] if d.get("mode") == "markers"}
@@ -151,7 +152,8 @@ def test_inspect_shows_every_decision_and_filters_by_status(db: Path, built) -> 
     want = {f"{s.value} ({sum(d.status == s for d in scored)})" for s in {d.status for d in scored}}
     assert names == want
     # the prompt is shown as code, partitions marked
-    at.segmented_control(key="in_section").set_value("Prompt").run()
+    at.session_state["in_section"] = "Prompt"
+    at.run()
     code = "\n".join(c.value for c in at.code)
     assert "──────── [Task]" in code
     assert [m.label for m in at.metric][:2] == ["budget", "used"]
@@ -170,9 +172,11 @@ def test_hostile_packets_stay_text(db: Path, built) -> None:
         for s in shown_text(at):
             assert "<script" not in s and "<img" not in s and "](javascript" not in s, (page, s)
     at = open_page("inspect", trace=evil.trace_id)
-    at.segmented_control(key="in_section").set_value("Prompt").run()
+    at.session_state["in_section"] = "Prompt"
+    at.run()
     assert data.EVIL in "\n".join(c.value for c in at.code)  # verbatim, as text
-    at.segmented_control(key="in_section").set_value("Decisions").run()
+    at.session_state["in_section"] = "Decisions"
+    at.run()
     frame = frame_with(at, "reason_text")
     assert f"tool:{data.EVIL}" in set(frame["packet_id"])  # shown, verbatim, as data
 

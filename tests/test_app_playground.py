@@ -136,6 +136,8 @@ def test_save_variant_links_to_source(db: Path, built: list[Trace]) -> None:
     t = built[1]
     at = open_page("playground", trace=t.trace_id)
     at.slider(key="pg_max_tokens").set_value(12000).run()
+    at.session_state["pg_section"] = "Permalink & save"
+    at.run()
     at.button(key="pg_save").click().run()
     assert not at.exception
     msg = next(s.value for s in at.success).replace("\\", "")

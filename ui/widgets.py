@@ -127,14 +127,14 @@ def decisions_table(frame: pd.DataFrame, prefix: str) -> None:
     )
 
 
-def section(options: list[str], key: str) -> str:
-    """Which part of a page to draw. Unlike ``st.tabs`` (which renders every tab), only the
-    chosen part is computed and sent: a 2,000-packet prompt or JSON costs nothing unseen."""
-    state.ss_default(key, options[0])
-    if state.ss_get(key) not in options:
-        state.ss_set(key, options[0])
-    chosen = st.segmented_control("Show", options, key=key, label_visibility="collapsed")
-    return str(chosen or options[0])
+def section(options: list[str], key: str) -> tuple[str, Any]:
+    """Tabs that run lazily: only the open tab's content is computed and sent (a 2,000-packet
+    prompt, JSON or scatter costs nothing while unseen). Returns (label, container)."""
+    tabs = st.tabs(options, key=key, on_change="rerun")
+    for label, tab in zip(options, tabs, strict=True):
+        if tab.open:
+            return label, tab
+    return options[0], tabs[0]
 
 
 def prompt_view(prompt: str, prefix: str) -> None:
