@@ -178,3 +178,18 @@ def test_sweep_cell_opens_playground_with_its_settings(db: Path, built: list[Tra
     assert at.slider(key="pg_min_relevance").value == pytest.approx(0.2)
     # the rest of the settings are the recorded ones
     assert at.slider(key="pg_relevance_weight").value == t.config.relevance_weight
+
+
+def test_max_tokens_slider_keeps_a_large_value(db: Path, built: list[Trace]) -> None:
+    """The slider's range does not move with its value (which would reset the widget)."""
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    top = at.slider(key="pg_max_tokens").max
+    high = int(top * 3 // 4) // 100 * 100
+    assert high > 2 * t.config.max_tokens or high > 16_000
+    at.slider(key="pg_max_tokens").set_value(high).run()
+    assert at.slider(key="pg_max_tokens").value == high
+    assert at.slider(key="pg_max_tokens").max == top
+    at.run()
+    assert at.slider(key="pg_max_tokens").value == high
+    assert at.query_params["max_tokens"] == str(high)

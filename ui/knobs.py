@@ -142,8 +142,12 @@ def panel(inp: CapturedInput, recorded: Config) -> None:
             help="Moving one weight moves the other (the tutorial's rule).",
         )
     tied = weights and bool(state.ss_get(PREFIX + "tie_weights"))
+    # Slider ranges must not depend on the slider's own value: a range that moves with
+    # the value re-creates the widget and it snaps back. Size them from the trace.
+    top = max(32_000, 2 * int(recorded.max_tokens or 0), 2 * int(inp.window or 0))
+    top = -(-top // 1000) * 1000
     for name in has:
-        _widget(name, defaults[name], tied)
+        _widget(name, defaults[name], tied, top)
     if "partition_budgets" in defaults:
         with st.expander("Partition budgets (ratios of the budget)", expanded=False):
             for part in PARTITIONS:
@@ -151,7 +155,7 @@ def panel(inp: CapturedInput, recorded: Config) -> None:
                 st.slider(part, 0.0, 1.0, step=0.01, key=key(part))
 
 
-def _widget(name: str, default: Any, tied: bool) -> None:
+def _widget(name: str, default: Any, tied: bool, max_tokens_top: int) -> None:
     kind = views.KNOBS[name]
     k = key(name)
     label = LABELS[name]
@@ -162,7 +166,6 @@ def _widget(name: str, default: Any, tied: bool) -> None:
             cb = {"on_change": _tie, "args": (name,)}
         st.slider(label, 0.0, hi, step=0.01, key=k, **cb)
     elif kind == "int":
-        v = int(state.ss_get(k, default))
         if name in AUTO:
             auto = st.toggle(
                 f"{name} follows max_tokens",
@@ -172,8 +175,9 @@ def _widget(name: str, default: Any, tied: bool) -> None:
             if auto:
                 return
         if name == "max_tokens":
-            top = max(32_000, 2 * v)
-            st.slider(label, 100, top, step=100, key=k)
+            if int(state.ss_get(k, default)) > max_tokens_top:  # a link beyond the range
+                state.ss_set(k, max_tokens_top)
+            st.slider(label, 100, max_tokens_top, step=100, key=k)
         else:
             st.number_input(label, min_value=0, step=100 if name != "history_limit" else 1, key=k)
     elif kind == "float":
