@@ -86,7 +86,7 @@ def render() -> None:
         params = {"trace": t.trace_id, **views.config_to_params(cfg)}
         state.qp_set(params)
         state.ss_set("pg_qp_written", state.qp_all())
-        widgets.metrics(result, t.result)
+        widgets.metrics(result, t.result, per_row=4)
         flips = views.flipped(t.result, result)
         st.subheader(f"Flipped ({len(flips)})")
         if flips.empty:
@@ -114,7 +114,7 @@ def render() -> None:
                 diff = views.prompt_diff(
                     t.result.prompt if t.result else "", result.prompt, "recorded", "variant"
                 )
-                st.code(diff or "(the prompts are identical)", language="diff")
+                st.code(diff or "(the prompts are identical)", language="diff", height=520)
             elif part == "Scores":
                 st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
             else:

@@ -66,12 +66,14 @@ def metrics_line(result: BuildResult) -> None:
     st.markdown(" · ".join(f"{k} **{v:,}**" for k, v in _summary(result).items()))
 
 
-def metrics(result: BuildResult, before: BuildResult | None = None) -> None:
+def metrics(result: BuildResult, before: BuildResult | None = None, per_row: int = 7) -> None:
     """Budget, used and counts; with ``before``, each shows its change."""
     now = _summary(result)
     old = _summary(before) if before is not None else None
-    cols = st.columns(len(now))
-    for col, (label, value) in zip(cols, now.items(), strict=True):
+    # narrow columns take fewer per row, so five-digit numbers with deltas stay readable
+    items = list(now.items())
+    cols = [c for i in range(0, len(items), per_row) for c in st.columns(per_row)]
+    for col, (label, value) in zip(cols, items, strict=False):
         delta = None
         if old is not None and value is not None and old[label] is not None:
             d = value - old[label]
