@@ -519,12 +519,15 @@ def timeline_heatmap(
 
 
 def session_usage(
-    rows: Sequence[Mapping[str, Any]], title: str = "Partition usage per turn"
+    rows: Sequence[Mapping[str, Any]],
+    title: str = "Partition usage per turn",
+    budgets: Mapping[int, int] | None = None,
 ) -> go.Figure:
     """Per-partition tokens used per turn, stacked, with each turn's total budget as a line.
 
     ``rows``: ``{"turn", "partition", "budget", "used"}`` (``TraceStore.session_partitions``).
-    The budget line is the sum of the partition budgets of that turn (when they have any).
+    ``budgets``: the budget of each turn's build (what the window left for context); without
+    it the line is the sum of the partition budgets (caps, which may add up to more).
     """
     if not rows:
         return _empty(title, "No partition usage recorded for this session.")
@@ -536,8 +539,10 @@ def session_usage(
     for r in rows:
         key = (str(r["partition"]), int(r["turn"]))
         used[key] = used.get(key, 0) + int(r["used"] or 0)
-        if r.get("budget") is not None:
+        if budgets is None and r.get("budget") is not None:
             budget[int(r["turn"])] = budget.get(int(r["turn"]), 0) + int(r["budget"])
+    if budgets is not None:
+        budget = {int(k): int(v) for k, v in budgets.items()}
     fig = go.Figure()
     xs = [str(t) for t in turns]
     for i, name in enumerate(names):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ctxcore import figures
+from ctxcore.store import TraceFilter
 from ui import state
 
 
@@ -52,7 +53,10 @@ def render() -> None:
         x = points[0].get("x")
         if x is not None and int(x) in turns:
             target = turns[int(x)]
-    st.plotly_chart(figures.session_usage(parts), key="tl_usage")
+    rows = state.list_traces(TraceFilter(session_id=sid), sort="turn", limit=1000).rows
+    st.plotly_chart(
+        figures.session_usage(parts, budgets={r.turn: r.budget for r in rows}), key="tl_usage"
+    )
     c1, c2 = st.columns([3, 1])
     order = sorted(turns)
     turn = c1.selectbox(

@@ -279,6 +279,10 @@ def test_session_usage_stacks_partitions_against_budget() -> None:
     assert bars == {"[Task]": [40, 50], "[Evidence]": [700, 950]}
     line = next(b for b in fig.data if b.type == "scatter")
     assert list(line.y) == [1000, 1000]
+    # with the builds' own budgets, the line shows those instead of the caps' sum
+    fig = figures.session_usage(rows, budgets={1: 800, 2: 900})
+    line = next(b for b in fig.data if b.type == "scatter")
+    assert list(line.y) == [800, 900]
 
 
 def test_tokenizer_drift_reports_relative_error() -> None:
