@@ -148,7 +148,7 @@ def render() -> None:
     _live()
     _init_from_url()
     flt = _filters()
-    c1, c2, c3 = st.columns([2, 1, 1])
+    c1, c2, c3, c4 = st.columns([2, 1.3, 1, 1])
     sort = c1.selectbox("Sort by", SORTS, key="tr_sort")
     desc = c2.toggle("Newest / largest first", value=True, key="tr_desc")
     size = c3.selectbox("Rows per page", [25, 50, 100, 200], index=1, key="tr_page_size")
@@ -163,7 +163,7 @@ def render() -> None:
         page_no = 1
         state.ss_set("tr_page", 1)
         result = state.list_traces(flt, sort=sort, descending=desc, limit=size, offset=0)
-    st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, step=1, key="tr_page")
+    c4.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, step=1, key="tr_page")
     st.markdown(
         f"**{result.total:,}** matching traces · showing "
         f"{result.offset + 1 if result.rows else 0:,}–{result.offset + len(result.rows):,}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import app_support as data
@@ -245,3 +246,27 @@ def test_share_bad_paste_is_one_line_error(db: Path) -> None:
     at.button(key="sh_import").click().run()
     assert not at.exception
     assert any("malformed JSON" in e.value for e in at.error)
+
+
+def test_traces_pages_through_the_store(tmp_path: Path, built, monkeypatch) -> None:
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    base = built["a"][0]
+    many = [
+        base.model_copy(
+            update={
+                "trace_id": f"bulk-{i:03d}",
+                "turn": i,
+                "created_at": base.created_at + timedelta(minutes=i),
+            }
+        )
+        for i in range(60)
+    ]
+    data.fill(tmp_path / "ctxscope.duckdb", many)
+    at = open_page("traces")
+    at.selectbox(key="tr_page_size").set_value(25).run()
+    assert at.number_input(key="tr_page").label == "Page (of 3)"
+    at.number_input(key="tr_page").set_value(3).run()
+    frame = frame_with(at, "trace_id")
+    # newest first: page 3 holds the 10 oldest
+    assert list(frame["trace_id"]) == [f"bulk-{i:03d}" for i in range(9, -1, -1)]
+    assert any("showing 51–60" in m.value for m in at.markdown)
