@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import XSS_SCRIPT, XSS_TRACE_ID, exceptions_text, goto, rerun_and_settle
+from . import XSS_SCRIPT, XSS_TRACE_ID, exceptions_text, goto, rerun_and_settle, settle
 from .test_xss import _INJECTED_JS
 
 
@@ -44,12 +44,15 @@ def test_snapshot_download_reimports_as_the_same_trace(tab, browser_data, tmp_pa
 
     # The page's own uploader takes the file back; the store already has it (same id).
     uploader = page.locator('[data-testid="stFileUploader"] input[type="file"]')
-    # The upload finishing reruns the script; only then does Import see the file.
-    rerun_and_settle(page, lambda: uploader.set_input_files(str(path)))
+    uploader.set_input_files(str(path))
+    # Uploaded (not still in flight): the chip offers "Remove", not "Cancel upload".
+    page.get_by_role("button", name=f"Remove {path.name}").wait_for()
+    settle(page)
     rerun_and_settle(page, lambda: page.get_by_role("button", name="Import", exact=True).click())
     assert exceptions_text(page) == []
     success = page.locator('[data-testid="stAlert"]').filter(has_text="Imported 1 trace(s)")
-    assert success.count() == 1, page.locator('[data-testid="stMain"]').inner_text()[-800:]
+    success.wait_for()
+    assert success.count() == 1
 
 
 def test_html_report_of_the_probe_is_inert(tab, chromium, tmp_path) -> None:
