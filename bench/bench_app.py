@@ -267,7 +267,12 @@ def _existing_info(db: Path) -> dict[str, Any]:
 
     with TraceStore(db, read_only=True) as store:
         count = store.count()
-    return {"store_count": count, "demo_trace": _first_trace_id(demo_trace_files()) or "browser-t2"}
+        big = store.get_trace(INSPECT_TRACE)
+    return {
+        "store_count": count,
+        "big_packets": len(big.input.packets) if big else "?",
+        "demo_trace": _first_trace_id(demo_trace_files()) or "browser-t2",
+    }
 
 
 def scenarios(page: Any, base: str, info: dict[str, Any]) -> list[Scenario]:
