@@ -656,3 +656,80 @@ __all__ = [
     "window_bar",
     "window_segments",
 ]
+
+
+SEVERITY_COLORS: dict[str, str] = {"info": "#8fb3d9", "warning": "#e3a33b", "error": "#c0392b"}
+_SEVERITY_LEVEL = {"info": 1, "warning": 2, "error": 3}
+
+
+def findings_heatmap(
+    turns: Sequence[Mapping[str, Any]],
+    detectors: Sequence[str],
+    title: str = "Diagnostics per turn",
+) -> go.Figure:
+    """Detector × turn: how many findings each detector raised, coloured by worst severity.
+
+    ``turns``: ``{"turn", "trace_id", "findings": [{"detector", "severity", "message"}]}``
+    as ``SessionDiagnosis.turns`` dumps them. Cells without findings stay blank.
+    """
+    if not turns:
+        return _empty(title, "No turns to diagnose.")
+    order = [int(t["turn"]) for t in turns]
+    dets = [d for d in detectors if any(f["detector"] == d for t in turns for f in t["findings"])]
+    if not dets:
+        return _empty(title, "No detector fired in this session.")
+    z: list[list[float | None]] = [[None] * len(order) for _ in dets]
+    text: list[list[str]] = [[""] * len(order) for _ in dets]
+    hover: list[list[str]] = [[""] * len(order) for _ in dets]
+    for j, t in enumerate(turns):
+        for i, d in enumerate(dets):
+            hits = [f for f in t["findings"] if f["detector"] == d]
+            if not hits:
+                continue
+            worst = max(hits, key=lambda f: _SEVERITY_LEVEL.get(str(f["severity"]), 0))
+            z[i][j] = _SEVERITY_LEVEL.get(str(worst["severity"]), 1) - 0.5
+            text[i][j] = str(len(hits))
+            hover[i][j] = f"<b>{esc(d)}</b> · turn {t['turn']}<br>" + "<br>".join(
+                f"{esc(f['severity'])}: {esc(f['message'], 160)}" for f in hits[:4]
+            )
+    scale: list[list[Any]] = []
+    for k, sev in enumerate(("info", "warning", "error")):
+        scale.append([k / 3, SEVERITY_COLORS[sev]])
+        scale.append([(k + 1) / 3, SEVERITY_COLORS[sev]])
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[str(t) for t in order],
+            y=[esc(d) for d in dets],
+            zmin=0,
+            zmax=3,
+            colorscale=scale,
+            text=text,
+            texttemplate="%{text}",
+            hovertext=hover,
+            hoverinfo="text",
+            xgap=1,
+            ygap=1,
+            showscale=False,
+        )
+    )
+    for sev in ("info", "warning", "error"):
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=sev,
+                marker={"color": SEVERITY_COLORS[sev], "size": 10, "symbol": "square"},
+            )
+        )
+    fig.update_layout(
+        title={"text": title, "font": {"size": 14}},
+        height=max(180, 60 + 26 * len(dets)),
+        margin={"l": 10, "r": 10, "t": 40, "b": 30},
+        xaxis={"title": "turn", "type": "category", "side": "top"},
+        yaxis={"autorange": "reversed"},
+        legend={"orientation": "h", "y": -0.15},
+        plot_bgcolor="white",
+    )
+    return fig

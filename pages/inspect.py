@@ -31,28 +31,66 @@ def _figs(t: Trace) -> dict:
     return state.derived("inspect", t.trace_id, "", make)
 
 
+def _open_fix(t: Trace, patch: dict, key: str, label: str) -> None:
+    """One click from a verified fix to the Playground with those settings."""
+    if st.button(label, key=key):
+        from ctxcore.diagnostics import patched_config
+
+        cfg = patched_config(t.config, patch)
+        state.switch("playground", trace=t.trace_id, **views.config_to_params(cfg))
+
+
 def _findings(t: Trace) -> None:
-    rows = state.findings(t.trace_id)
-    if not rows:
-        diag = state.import_optional("ctxcore.diagnostics")
-        if diag is not None and hasattr(diag, "diagnose"):
-            # not diagnosed at ingest yet (the store may defer it): run it here, once
-            rows = state.derived(
-                "diagnose", t.trace_id, "", lambda: [f.model_dump() for f in diag.diagnose(t)]
-            )
+    rows = state.trace_findings(t)
     if not rows:
         st.caption("No findings: the diagnostics saw nothing suspicious in this build.")
-        return
-    for f in rows:
+    for i, f in enumerate(rows):
         sev = str(f.get("severity", "info"))
         box = {"error": st.error, "warning": st.warning}.get(sev, st.info)
         box(views.md(f"{sev.upper()} · {f.get('detector', '')}"), icon=":material/troubleshoot:")
         st.text(str(f.get("message", "")))
         ids = f.get("packet_ids") or []
         if ids:
-            st.text("packets: " + ", ".join(map(str, ids)))
+            st.text("packets: " + ", ".join(map(str, ids[:12])) + (" …" if len(ids) > 12 else ""))
+        evidence = f.get("evidence") or {}
         if f.get("fix"):
-            st.text("fix: " + json.dumps(f["fix"]))
+            st.text("would have kept it: " + str(evidence.get("fix") or json.dumps(f["fix"])))
+            _open_fix(
+                t,
+                f["fix"],
+                f"in_fix_{i}",
+                f"Open '{views.md(evidence.get('fix_label') or 'fix')}' in Playground",
+            )
+    _what_would_keep(t)
+
+
+def _what_would_keep(t: Trace) -> None:
+    """Counterfactuals for any packet that did not make it in whole."""
+    assert t.result is not None
+    lost = [
+        d.packet_id
+        for d in t.result.decisions
+        if d.status.value in ("dropped", "filtered", "summarized", "truncated", "not_rendered")
+    ]
+    st.subheader("What would have kept it?")
+    if not lost:
+        st.caption("Every candidate was kept whole.")
+        return
+    pid = st.selectbox("Packet that was dropped, filtered or cut", lost, key="in_cf_packet")
+    if not st.toggle("Search the smallest single change (re-runs the pipeline)", key="in_cf_go"):
+        return
+    found = state.counterfactuals(t, str(pid))
+    if not found:
+        st.caption(
+            "No single change of max_tokens, min_relevance, the weights or the reserve keeps it "
+            "(or this trace's preset cannot be re-run to reproduce the recorded build)."
+        )
+        return
+    for k, cf in enumerate(found):
+        c1, c2 = st.columns([3, 1])
+        c1.text(f"{cf['label']}: {cf['sentence']}")
+        with c2:
+            _open_fix(t, cf["patch"], f"in_cf_open_{k}", "Open in Playground")
 
 
 def render() -> None:

@@ -29,6 +29,37 @@ def _pick_session() -> str | None:
     return sid
 
 
+def _diagnostics(sid: str) -> None:
+    """Detector hits per turn, and the first turn each needed item stopped reaching the model."""
+    diag = state.session_diagnosis(sid)
+    if diag is None:
+        return
+    from ctxcore.diagnostics import DETECTORS
+
+    st.plotly_chart(
+        figures.findings_heatmap(diag["turns"], list(DETECTORS), "Diagnostics per turn"),
+        key="tl_findings",
+    )
+    lost = diag.get("lost") or []
+    if lost:
+        st.markdown("**First turn where it was lost**")
+        st.dataframe(
+            [
+                {
+                    "item": x["item"][:120],
+                    "kind": x["kind"],
+                    "first in prompt": x["first_seen_turn"],
+                    "lost at turn": x["lost_turn"],
+                    "status": x["status"],
+                    "reason": x["reason"],
+                }
+                for x in lost
+            ],
+            hide_index=True,
+            key="tl_lost",
+        )
+
+
 def render() -> None:
     st.title("Timeline")
     sid = _pick_session()
@@ -57,6 +88,7 @@ def render() -> None:
     st.plotly_chart(
         figures.session_usage(parts, budgets={r.turn: r.budget for r in rows}), key="tl_usage"
     )
+    _diagnostics(sid)
     c1, c2 = st.columns([3, 1])
     order = sorted(turns)
     turn = c1.selectbox(

@@ -353,3 +353,48 @@ def _ingest_errors(db: str, ver: int) -> list[Any]:
 
 def ingest_errors() -> list[Any]:
     return _ingest_errors(db_path(), latest_change())
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+@st.cache_data(max_entries=16, show_spinner="Diagnosing the session…")
+def _session_diagnosis(db: str, session_id: str, ver: int) -> dict[str, Any] | None:
+    diag = import_optional("ctxcore.diagnostics")
+    traces = session_traces(session_id)
+    if diag is None or not traces:
+        return None
+    result = diag.diagnose_session(traces, options=diag.INGEST_OPTIONS)
+    out: dict[str, Any] = result.model_dump(mode="json")
+    return out
+
+
+def session_diagnosis(session_id: str) -> dict[str, Any] | None:
+    """Findings per turn and the first turn each item was lost (no fix search: bulk)."""
+    return _session_diagnosis(db_path(), session_id, latest_change())
+
+
+def trace_findings(t: Trace) -> list[dict[str, Any]]:
+    """Findings of one trace with the earlier turns of its session and verified fixes."""
+
+    def make() -> list[dict[str, Any]]:
+        diag = import_optional("ctxcore.diagnostics")
+        if diag is None:
+            return findings(t.trace_id)
+        earlier = [s for s in session_traces(t.session_id) if s.turn < t.turn]
+        return [f.model_dump(mode="json") for f in diag.diagnose(t, session_traces=earlier)]
+
+    out: list[dict[str, Any]] = derived("diagnose", t.trace_id, "full", make)
+    return out
+
+
+def counterfactuals(t: Trace, packet_id: str) -> list[dict[str, Any]]:
+    """Every verified single-knob change that would have kept ``packet_id``."""
+
+    def make() -> list[dict[str, Any]]:
+        from ctxcore.diagnostics import counterfactuals as search
+
+        return [c.model_dump(mode="json") for c in search(t, packet_id)]
+
+    out: list[dict[str, Any]] = derived("counterfactual", t.trace_id, packet_id, make)
+    return out
