@@ -725,11 +725,11 @@ def findings_heatmap(
         )
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
-        height=max(180, 60 + 26 * len(dets)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 30},
-        xaxis={"title": "turn", "type": "category", "side": "top"},
+        height=max(220, 110 + 26 * len(dets)),
+        margin={"l": 10, "r": 10, "t": 40, "b": 60},
+        xaxis={"title": "turn", "type": "category"},
         yaxis={"autorange": "reversed"},
-        legend={"orientation": "h", "y": -0.15},
+        legend={"orientation": "h", "y": -0.35},
         plot_bgcolor="white",
     )
     return fig

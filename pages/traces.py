@@ -108,21 +108,24 @@ def _filters() -> TraceFilter:
 
 
 def _frame(rows: list) -> pd.DataFrame:
+    # What an engineer scans first sits on the left: which turn, how it went, what was lost.
     return pd.DataFrame(
         {
-            "created": [r.created_at for r in rows],
             "session": [r.session_id for r in rows],
             "turn": [r.turn for r in rows],
-            "preset": [r.preset for r in rows],
+            "verdict": [r.verdict for r in rows],
+            "use": [round(100 * r.used / r.budget) if r.budget else None for r in rows],
             "used": [r.used for r in rows],
             "budget": [r.budget for r in rows],
-            "use": [r.used / r.budget if r.budget else None for r in rows],
             "kept": [r.n_kept + r.n_truncated for r in rows],
             "summarized": [r.n_summarized for r in rows],
             "dropped": [r.n_dropped + r.n_filtered for r in rows],
-            "warnings": [r.n_warnings for r in rows],
             "lost must-keep": [r.lost_must_keep for r in rows],
-            "verdict": [r.verdict for r in rows],
+            "findings": [getattr(r, "n_findings", 0) for r in rows],
+            "worst": [getattr(r, "max_severity", None) or "" for r in rows],
+            "warnings": [r.n_warnings for r in rows],
+            "preset": [r.preset for r in rows],
+            "created": [r.created_at for r in rows],
             "tags": [", ".join(r.tags) for r in rows],
             "trace_id": [r.trace_id for r in rows],
         }
@@ -181,7 +184,7 @@ def render() -> None:
         column_config={
             "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
             "use": st.column_config.ProgressColumn(
-                "use", format="percent", min_value=0, max_value=1
+                "use", format="%d%%", min_value=0, max_value=100
             ),
             "trace_id": st.column_config.TextColumn("trace id"),
         },

@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -d /usr/share/fonts/opentype/noto ] || need+=(fonts-noto-cjk)
+[ -f /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf ] || need+=(fonts-noto-color-emoji)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = "0" ]; then
   apt-get update -q >/dev/null

@@ -168,9 +168,10 @@ def _widget(name: str, default: Any, tied: bool, max_tokens_top: int) -> None:
     elif kind == "int":
         if name in AUTO:
             auto = st.toggle(
-                f"{name} follows max_tokens",
+                f"auto {name.split('_')[0]}",
                 key=PREFIX + "auto_" + name,
-                help="Derived by the preset from max_tokens (and reserve_ratio).",
+                help=f"{name} follows max_tokens: derived by the preset from max_tokens "
+                "(and reserve_ratio). Turn off to set it by hand.",
             )
             if auto:
                 return
