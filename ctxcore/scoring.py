@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -124,13 +125,14 @@ class TermFrequencies:
         if hit is not None:
             return hit
         low = text.lower()
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         pat = self._pattern(q)
         if pat is not None and any(t in low for t in q.latin):
-            for m in pat.findall(low):
-                counts[m] = counts.get(m, 0) + 1
+            counts = Counter(pat.findall(low))  # counted in C, not in a Python loop
         cjk: list[int] = []
-        if q.cjk:
+        if q.cjk and low.isascii():
+            cjk = [0] * len(q.cjk)  # no CJK character at all: skip the per-term scans
+        elif q.cjk:
             # unigrams first (one fast scan each); a bigram is only looked for when both of
             # its characters occur, which skips almost all the work on English text
             uni = {t: low.count(t) for t in q.cjk if len(t) == 1}
