@@ -89,18 +89,35 @@ def _loc_to_text(loc: tuple[Any, ...], data: Any) -> str:
     return f"field {path!r}" if path else "top level"
 
 
+def error_message(err: Any) -> str:
+    """One pydantic error (an ``exc.errors()`` item) as words a person can act on."""
+    msg = str(err["msg"])
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if err["type"] == "string_too_long":
+        size = len(err["input"]) if isinstance(err.get("input"), str) else None
+        limit = (err.get("ctx") or {}).get("max_length")
+        msg = (
+            f"is {size:,} characters; the limit is {limit:,}. "
+            "Capture a slice or a summary of it instead of the whole thing"
+            if size is not None and isinstance(limit, int)
+            else msg
+        )
+    if err["type"] == "finite_number":
+        msg = "must be a finite number (NaN and Infinity are not allowed)"
+    if err["type"] == "timezone_aware":
+        msg += " (add an offset such as +00:00 or Z)"
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field (check the spelling against the ctxscope.trace/1 schema)"
+    return msg
+
+
 def explain(exc: ValidationError, data: Any, where: str = "") -> InputError:
     """One InputError naming every problem (first three) with packet id and field."""
     msgs = []
     errors = exc.errors(include_url=False)
     for err in errors[:3]:
-        msg = str(err["msg"])
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        if err["type"] == "timezone_aware":
-            msg += " (add an offset such as +00:00 or Z)"
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling against the ctxscope.trace/1 schema)"
+        msg = error_message(err)
         msgs.append(f"{_loc_to_text(tuple(err['loc']), data)}: {msg}")
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
     return InputError(f"{_where(where)}" + "; ".join(msgs) + more)

@@ -132,7 +132,7 @@ def test_weights_must_sum_to_one_for_the_book_preset(
 def test_fifty_megabyte_packet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     big = "x" * (50 * 1024 * 1024)
     rc, _, err = run_build(tmp_path, capsys, mutate(packets__1__content=big))
-    assert_one_line_error(rc, err, "packet 'file:src/a.py'", "'content'", "52,428,800 bytes")
+    assert_one_line_error(rc, err, "packet 'file:src/a.py'", "'content'", "52,428,800 characters")
 
 
 def test_invalid_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -324,9 +324,9 @@ def test_window_from_request_or_known_model() -> None:
 
 
 def test_oversized_tool_log_is_a_clear_error(tmp_path: Path, capsys: Any) -> None:
-    from ctxcore.models import MAX_CONTENT_BYTES
+    from ctxcore.models import MAX_CONTENT_CHARS
 
-    big = "x" * (MAX_CONTENT_BYTES + 10)
+    big = "x" * (MAX_CONTENT_CHARS + 10)
     req = {
         "messages": [
             {"role": "user", "content": "run it"},
@@ -334,7 +334,10 @@ def test_oversized_tool_log_is_a_clear_error(tmp_path: Path, capsys: Any) -> Non
             {"role": "user", "content": "and?"},
         ]
     }
-    with pytest.raises(ImportFormatError, match=r"messages\[1\] \(tool\): content: .*bytes"):
+    with pytest.raises(
+        ImportFormatError,
+        match=r"messages\[1\] \(tool\): content: is 10,485,770 characters; the limit is 10,485,760",
+    ):
         trace_from_request(req, now=NOW)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(req), encoding="utf-8")

@@ -95,7 +95,7 @@ def test_a_thousand_files_with_ten_percent_broken(tmp_path: Path) -> None:
         stored = {r[0] for r in store._cur().execute("SELECT trace_id FROM traces").fetchall()}
         assert stored == good
         huge = [e for e in c.error_rows if e.file.endswith("f0500.jsonl")]
-        assert len(huge) == 1 and "limit is 10,485,760 bytes" in huge[0].message
+        assert len(huge) == 1 and "the limit is 10,485,760" in huge[0].message
         assert all(e.message and "Traceback" not in e.message for e in c.error_rows)
         again = ingest_paths(store, [folder])
         assert (again.traces_added, again.errors) == (0, 0)

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import ImportFormatError
+from ..loading import error_message
 from ..models import CapturedInput, Message, Packet, ToolDef, Trace
 from .derive import make_trace, stable_id
 
@@ -213,7 +214,7 @@ def captured_input_from_norm(
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors(include_url=False)[0]
     loc = ".".join(str(x) for x in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = error_message(err)
     return f"{loc}: {msg}" if loc else msg
 
 
