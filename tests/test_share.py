@@ -225,38 +225,6 @@ def test_html_report_figures_carry_the_trace_numbers(corpus: Path) -> None:
         assert f"<td>{d.packet_id}</td>" in rest
 
 
-@pytest.mark.slow
-def test_html_report_opens_offline_in_chromium(tmp_path: Path) -> None:
-    chromium = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
-    if not Path(chromium).exists():
-        pytest.skip("Chromium not installed")
-    from playwright.sync_api import sync_playwright
-
-    page_file = tmp_path / "report.html"
-    page_file.write_text(html_report([_xss_trace()]), encoding="utf-8")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            page = browser.new_page()
-            dialogs: list[str] = []
-            errors: list[str] = []
-            requests: list[str] = []
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(page_file.as_uri())
-            page.wait_for_selector(".fig .main-svg", timeout=15000)
-            page.wait_for_timeout(500)
-            assert page.locator(".fig .main-svg").count() >= 3
-            assert dialogs == [] and errors == []
-            assert [u for u in requests if not u.startswith("file:")] == []
-        finally:
-            browser.close()
-
-
 # --------------------------------------------------------------------------- OTLP
 
 
