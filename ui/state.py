@@ -15,6 +15,7 @@ rules in one place:
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import os
@@ -118,6 +119,8 @@ def _start_watcher(path: str, folder: str) -> Any:
 
     w = Watcher(_open_store(path, str(Path(folder) / "demo")), Path(folder))
     w.start()
+    # Stop the watcher thread (and its DuckDB cursor) before the interpreter tears down.
+    atexit.register(w.stop)
     return w
 
 
