@@ -88,7 +88,7 @@ def _what_would_keep(t: Trace) -> None:
         return
     for k, cf in enumerate(found):
         c1, c2 = st.columns([3, 1])
-        c1.text(f"{cf['label']}: {cf['sentence']}")
+        c1.text(str(cf["sentence"]))
         with c2:
             _open_fix(t, cf["patch"], f"in_cf_open_{k}", "Open in Playground")
 
