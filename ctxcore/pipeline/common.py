@@ -63,7 +63,10 @@ class Timer:
         try:
             yield
         finally:
-            self.timings[name] = round((time.perf_counter() - t0) * 1000, 3)
+            # a stage entered twice (e.g. "report": the preset's part, then make_report's)
+            # accumulates
+            ms = (time.perf_counter() - t0) * 1000
+            self.timings[name] = round(self.timings.get(name, 0.0) + ms, 3)
 
 
 def make_report(
@@ -125,6 +128,30 @@ def finish(
         report=report,
         warnings=warnings,
         timings=dict(timer.timings),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReportParts:
+    """What a preset's report stage produces; ``finish_parts`` wraps it into the result."""
+
+    prompt: str
+    decisions: list[Decision]
+    partitions: list[PartitionUsage]
+    totals: Totals
+    must_keep_ids: list[str]
+    warnings: list[str]
+
+
+def finish_parts(parts: ReportParts, timer: Timer) -> BuildResult:
+    return finish(
+        prompt=parts.prompt,
+        decisions=parts.decisions,
+        partitions=parts.partitions,
+        totals=parts.totals,
+        must_keep_ids=parts.must_keep_ids,
+        warnings=parts.warnings,
+        timer=timer,
     )
 
 

@@ -31,7 +31,6 @@ from ..models import (
     CapturedInput,
     Config,
     Decision,
-    PartitionUsage,
     Reason,
     Status,
     Totals,
@@ -49,7 +48,15 @@ from ._hello_shared import (
     partitions_from_sections,
     words,
 )
-from .common import HISTORY_ID, INSTRUCTIONS_ID, Candidate, Summarizer, Timer, finish
+from .common import (
+    HISTORY_ID,
+    INSTRUCTIONS_ID,
+    Candidate,
+    ReportParts,
+    Summarizer,
+    Timer,
+    finish_parts,
+)
 
 NAME = "hello-agents"
 VERSION = "0.2.8"
@@ -501,31 +508,7 @@ def run(
         comp = compress(structured, budget, config.enable_compression, pc)
     with timer.stage("report"):
         parts = report(input, config, pc, budget, g, s, sel, sections, comp)
-    mine = timer.timings["report"]
-    res = finish(
-        prompt=parts.prompt,
-        decisions=parts.decisions,
-        partitions=parts.partitions,
-        totals=parts.totals,
-        must_keep_ids=parts.must_keep_ids,
-        warnings=parts.warnings,
-        timer=timer,
-    )
-    timings = dict(res.timings)
-    timings["report"] = round(timings["report"] + mine, 3)
-    return res.model_copy(update={"timings": timings})
-
-
-@dataclass(frozen=True, slots=True)
-class ReportParts:
-    """Everything ``common.finish`` needs besides the timer."""
-
-    prompt: str
-    decisions: list[Decision]
-    partitions: list[PartitionUsage]
-    totals: Totals
-    must_keep_ids: list[str]
-    warnings: list[str]
+    return finish_parts(parts, timer)
 
 
 def report(

@@ -31,7 +31,6 @@ from ..models import (
     CapturedInput,
     Config,
     Decision,
-    PartitionUsage,
     Reason,
     Status,
     Totals,
@@ -48,7 +47,15 @@ from ._hello_shared import (
     partitions_from_sections,
     words,
 )
-from .common import INSTRUCTIONS_ID, Candidate, Summarizer, Timer, finish, history_id
+from .common import (
+    INSTRUCTIONS_ID,
+    Candidate,
+    ReportParts,
+    Summarizer,
+    Timer,
+    finish_parts,
+    history_id,
+)
 
 NAME = "hello-agents-book"
 VERSION = "book-ch9"
@@ -480,29 +487,7 @@ def run(
         comp = compress(structured, budget, config.enable_compression, counter)
     with timer.stage("report"):
         parts = report(input, config, counter, budget, g, s, sel, sections, comp)
-    mine = timer.timings["report"]
-    res = finish(
-        prompt=parts.prompt,
-        decisions=parts.decisions,
-        partitions=parts.partitions,
-        totals=parts.totals,
-        must_keep_ids=parts.must_keep_ids,
-        warnings=parts.warnings,
-        timer=timer,
-    )
-    timings = dict(res.timings)
-    timings["report"] = round(timings["report"] + mine, 3)
-    return res.model_copy(update={"timings": timings})
-
-
-@dataclass(frozen=True, slots=True)
-class ReportParts:
-    prompt: str
-    decisions: list[Decision]
-    partitions: list[PartitionUsage]
-    totals: Totals
-    must_keep_ids: list[str]
-    warnings: list[str]
+    return finish_parts(parts, timer)
 
 
 def report(
