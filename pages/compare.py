@@ -65,7 +65,12 @@ def render() -> None:
             st.dataframe(diff, hide_index=True, key="cmp_decisions")
         st.subheader("Prompt diff")
         text = views.prompt_diff(a.result.prompt, b.result.prompt, "A", "B")
-        st.code(text or "(the prompts are identical)", language="diff", height=480)
+        lines = (text or "").count("\n") + 1
+        st.code(
+            text or "(the prompts are identical)",
+            language="diff",
+            height=480 if lines > 20 else "content",
+        )
 
 
 if __name__ == "__main__":
