@@ -7,6 +7,7 @@ that reads user-supplied JSON goes through here: the CLI, ingest, importers, the
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -160,14 +161,25 @@ def config_from_obj(data: Any, where: str = "") -> Config:
         raise explain(exc, data, where) from exc
 
 
-def load_input_or_trace(path: str | Path) -> tuple[CapturedInput, Config | None, Trace | None]:
-    """Read a file holding either a whole trace or a bare captured input."""
+def read_text(path: str | Path) -> str:
+    """A user's file as text: strict UTF-8, gunzipped when it ends in .gz, one-line errors."""
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as exc:
-        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
-    data = parse_json(decode_utf8(raw, str(p)), str(p))
+        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+    if p.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{p}: not a valid gzip file ({exc})") from exc
+    return decode_utf8(raw, str(p))
+
+
+def load_input_or_trace(path: str | Path) -> tuple[CapturedInput, Config | None, Trace | None]:
+    """Read a file holding either a whole trace or a bare captured input."""
+    p = Path(path)
+    data = parse_json(read_text(p), str(p))
     if isinstance(data, dict) and "schema" in data:
         trace = trace_from_obj(data, str(p))
         return trace.input, trace.config, trace
@@ -176,8 +188,4 @@ def load_input_or_trace(path: str | Path) -> tuple[CapturedInput, Config | None,
 
 def load_config(path: str | Path) -> Config:
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read ({exc.strerror})") from exc
-    return config_from_obj(parse_json(decode_utf8(raw, str(p)), str(p)), str(p))
+    return config_from_obj(parse_json(read_text(p), str(p)), str(p))

@@ -12,14 +12,13 @@ so a bad file never leaves half a report.
 
 from __future__ import annotations
 
-import gzip
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import InputError
-from ..loading import decode_utf8, input_from_obj, parse_json, trace_from_obj
+from ..loading import input_from_obj, parse_json, read_text, trace_from_obj
 from ..models import Config, Trace
 from .context import SEVERITY_RANK
 
@@ -30,19 +29,6 @@ class Checked:
 
     where: str  # the file name as given
     trace: Trace
-
-
-def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if path.suffix == ".gz":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{path}: not a valid gzip file ({exc})") from exc
-    return decode_utf8(raw, str(path))
 
 
 def _to_trace(obj: Any, where: str, default_id: str) -> Trace:
@@ -61,7 +47,7 @@ def load_checked(paths: list[str]) -> list[Checked]:
         path = Path(name)
         if path.is_dir():
             raise InputError(f"{path}: is a folder; pass the trace files (e.g. {path}/*.jsonl)")
-        text = _read_text(path)
+        text = read_text(path)
         stem = path.name
         if path.name.removesuffix(".gz").endswith(".jsonl"):
             for lineno, line in enumerate(text.splitlines(), start=1):

@@ -17,7 +17,6 @@ them up. ``-o FILE`` writes JSONL and leaves the store alone.
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import os
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import CtxscopeError, ImportFormatError, InputError, StoreLockedError
-from ..loading import decode_utf8, parse_json, trace_from_obj
+from ..loading import parse_json, read_text, trace_from_obj
 from ..models import Trace
 
 Format = Literal["auto", "trace", "openai", "otlp"]
@@ -96,23 +95,10 @@ def traces_from_value(
     return traces_from_obj(data, session_id=session_id, default_now=default_now)
 
 
-def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
-    if path.suffix == ".gz":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{path}: not a valid gzip file ({exc})") from exc
-    return decode_utf8(raw, str(path))
-
-
 def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
     """Every trace a file holds (JSON, or JSONL with one value per line)."""
     p = Path(path)
-    text = _read_text(p)
+    text = read_text(p)
     # The clock an imported prompt saw is unknown; the file's time is the best stand-in
     # and keeps re-imports of the same file identical.
     mtime = datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
