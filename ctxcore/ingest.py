@@ -7,10 +7,12 @@ duplicated. A last line without its newline is a writer still writing; it is lef
 next call. A bad line becomes a row in ``ingest_errors`` (file, line, a sentence saying
 what to fix) and never stops the rest of the file.
 
-Each file's new traces commit in one transaction with its offset; small files share a
-transaction (still whole files only), a big file streams in chunks inside its own. With
-``workers``, chunks of big files are parsed, validated and turned into Arrow rows in
-worker processes; only the owning process touches DuckDB.
+Each file's new traces commit in one transaction with its offset; a transaction holds
+whole files only (several, up to TX_BYTES of input), and a big file streams in chunks
+inside one. Lines are validated by ``ctxcore.fastdecode`` (msgspec) when the store does
+not diagnose at insert, else by the pydantic models. With ``workers``, chunks of big files
+are parsed, validated and turned into Arrow rows in worker processes; only the owning
+process touches DuckDB.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -33,22 +36,27 @@ from typing import IO, Any, cast
 
 from pydantic import ValidationError
 
+from . import fastdecode
 from .errors import InputError
 from .loading import parse_json, trace_from_obj
 from .models import Trace
 from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore
-from .store_rows import Prepared, prepare
+from .store_rows import Prepared, TraceView, prepare
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
-#: bytes read per step; a file's traces are inserted every step, in one transaction.
+#: bytes read per step of a big file.
 CHUNK_BYTES = 8 * 1024 * 1024
-#: files with less than this to read are read first and written in groups of up to
-#: GROUP_FILES files / GROUP_BYTES bytes per transaction.
+#: files with less than this to read are read whole and prepared in groups of up to
+#: GROUP_FILES files / GROUP_BYTES bytes.
 SMALL_FILE_BYTES = 4 * 1024 * 1024
 GROUP_BYTES = 16 * 1024 * 1024
 GROUP_FILES = 500
 #: big ingests parse and validate in worker processes; small ones are not worth starting them.
 POOL_MIN_BYTES = 64 * 1024 * 1024
+#: decision rows per DuckDB insert (two row groups: written directly, not via the WAL) ...
+INSERT_ROWS = 250_000
+#: ... and input bytes per transaction (files are never split across transactions).
+TX_BYTES = 256 * 1024 * 1024
 MAX_WORKERS = 4
 #: A line this long is refused unread: no valid trace gets near it (content <= 10 MB/packet).
 MAX_LINE_BYTES = 256 * 1024 * 1024
@@ -93,19 +101,22 @@ class _FileRun:
     """What one file contributes: its traces, its errors and where reading stopped."""
 
     key: str
-    items: list[tuple[Trace, str]] = field(default_factory=list)
+    #: may lines skip pydantic (``ctxcore.fastdecode``)? Not when the store diagnoses at
+    #: insert or ingest redacts: both work on ``models.Trace``.
+    fast: bool = False
+    items: list[tuple[TraceView, bytes]] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     errors: list[tuple[str, int, str]] = field(default_factory=list)
     redact: bool = field(default_factory=_redact_on_ingest)
 
-    def keep(self, lineno: int, trace: Trace, text: str) -> None:
+    def keep(self, lineno: int, trace: Trace, raw: bytes) -> None:
         if self.redact:
             from .redact import redact_trace
 
             trace, found = redact_trace(trace)
             if found:  # what is stored is the redacted trace, and nothing else
-                text = trace.to_json()
-        self.items.append((trace, text))
+                raw = trace.to_json().encode("utf-8", "surrogatepass")
+        self.items.append((trace, raw))
         self.lines.append(lineno)
 
     def line(self, lineno: int, raw: bytes) -> None:
@@ -119,14 +130,21 @@ class _FileRun:
             )  # fmt: skip
             return
         if b"NaN" not in raw and b"Infinity" not in raw:
-            # Fast path: pydantic parses and validates in one pass. (Its JSON parser takes
-            # NaN, which JSON does not, so lines that may hold one take the strict path.)
+            # Fast paths: msgspec (when allowed), else pydantic parses and validates in one
+            # pass. (pydantic's JSON parser takes NaN, which JSON does not, so lines that
+            # may hold one take the strict path.)
+            if self.fast and not self.redact:
+                view = fastdecode.decode(raw)
+                if view is not None:
+                    self.items.append((view, raw))
+                    self.lines.append(lineno)
+                    return
             try:
                 trace = Trace.model_validate_json(raw)
             except ValidationError:
                 pass
             else:
-                self.keep(lineno, trace, raw.decode("utf-8"))
+                self.keep(lineno, trace, raw)
                 return
         try:
             text = raw.decode("utf-8")
@@ -141,7 +159,7 @@ class _FileRun:
         except InputError as exc:
             self.errors.append((self.key, lineno, str(exc)))
             return
-        self.keep(lineno, trace, text)
+        self.keep(lineno, trace, raw)
 
     def obj(self, lineno: int, data: Any, where: str) -> None:
         try:
@@ -149,13 +167,17 @@ class _FileRun:
         except InputError as exc:
             self.errors.append((self.key, lineno, str(exc)))
             return
-        self.keep(lineno, trace, json.dumps(data, ensure_ascii=False))
+        self.keep(
+            lineno, trace, json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        )
 
 
 class _Ingest:
-    """One ingest run. Small files are read first and written in groups (one transaction
-    per group: each file's traces and offset still commit together, and per-transaction
-    costs are shared); a big file streams in chunks inside a transaction of its own."""
+    """One ingest run. Small files are read first and prepared in groups; a big file
+    streams in chunks. Rows wait in ``pending`` and go to DuckDB in one insert per
+    INSERT_ROWS rows (DuckDB writes big inserts straight to its row groups, small ones
+    through the WAL, which costs about twice as much), inside a transaction that spans
+    files until TX_BYTES were read: each file's traces and offset still commit together."""
 
     def __init__(self, store: TraceStore, progress: Progress | None, complete_tail: bool) -> None:
         self.store = store
@@ -171,30 +193,102 @@ class _Ingest:
         self.small_file_bytes = SMALL_FILE_BYTES
         self.group: list[tuple[_FileRun, FileOffset | None]] = []
         self.group_bytes = 0
+        self.pending: list[tuple[Prepared, list[tuple[str, int]]]] = []
+        self.pending_rows = 0
+        self.pending_errors: list[tuple[str, int, str]] = []
+        self._tx: ExitStack | None = None
+        self._tx_cur: Any = None
+        self.tx_bytes = 0
+        self.tx_offsets: list[FileOffset] = []
+        self._writer: ThreadPoolExecutor | None = None
+        self._insert_job: Future[None] | None = None
 
     def tick(self, n: int) -> None:
         self.done += n
         if self.progress is not None:
             self.progress(self.done, self.total)
 
-    def flush(self, cur: Any, runs: Sequence[_FileRun]) -> None:
-        """Insert the traces and errors the runs hold (in the caller's transaction)."""
+    # ------------------------------------------------------------------ writing
+
+    def cur(self) -> Any:
+        """The cursor of the open write transaction (opened on first use)."""
+        if self._tx is None:
+            stack = ExitStack()
+            self._tx_cur = stack.enter_context(self.store.transaction())
+            self._tx = stack
+        return self._tx_cur
+
+    def commit(self) -> None:
+        if self._tx is None:
+            return
+        self.insert_pending()
+        self.wait_insert()
+        self.store.set_file_offsets(self._tx_cur, self.tx_offsets)
+        tx, self._tx, self._tx_cur, self.tx_bytes = self._tx, None, None, 0
+        self.tx_offsets = []
+        tx.close()
+
+    def abort(self) -> None:
+        """Roll the open transaction back (an exception is on its way up)."""
+        try:
+            self.wait_insert()
+        except Exception:  # noqa: BLE001 - the exception already on its way up matters more
+            pass
+        if self._tx is not None:
+            tx, self._tx, self._tx_cur = self._tx, None, None
+            tx.__exit__(RuntimeError, RuntimeError("ingest aborted"), None)
+
+    def wait_insert(self) -> None:
+        """Wait for the insert running in the writer thread (raising what it raised)."""
+        job, self._insert_job = self._insert_job, None
+        if job is not None:
+            job.result()
+
+    def flush(self, runs: Sequence[_FileRun]) -> None:
+        """Prepare the rows of the traces and errors the runs hold."""
         items = [it for r in runs for it in r.items]
         where = [(r.key, ln) for r in runs for ln in r.lines]
         errors = [e for r in runs for e in r.errors]
         prep = prepare(items, [w[0] for w in where], self.store.diagnose) if items else None
-        self.apply(cur, prep, where, errors)
+        self.apply(prep, where, errors)
         for r in runs:
             r.items, r.lines, r.errors = [], [], []
 
     def apply(
         self,
-        cur: Any,
         prep: Prepared | None,
         where: Sequence[tuple[str, int]],
         errors: list[tuple[str, int, str]],
     ) -> None:
         if prep is not None:
+            self.pending.append((prep, list(where)))
+            self.pending_rows += prep.rows
+        self.pending_errors += errors
+        if self.pending_rows >= INSERT_ROWS:
+            self.insert_pending()
+
+    def insert_pending(self) -> None:
+        """Hand the pending rows to the writer thread. DuckDB releases the GIL while it
+        inserts, so the next rows are parsed meanwhile; one insert runs at a time."""
+        pending, self.pending, self.pending_rows = self.pending, [], 0
+        errors, self.pending_errors = self.pending_errors, []
+        if not pending and not errors:
+            return
+        cur = self.cur()
+        self.wait_insert()
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
+        self._insert_job = self._writer.submit(self._insert, cur, pending, errors)
+
+    def _insert(
+        self,
+        cur: Any,
+        pending: list[tuple[Prepared, list[tuple[str, int]]]],
+        errors: list[tuple[str, int, str]],
+    ) -> None:
+        if pending:
+            prep = Prepared.concat([p for p, _ in pending])
+            where = [w for _, ws in pending for w in ws]
             res = self.store.insert_prepared(cur, prep)
             self.counts.traces_added += res.added
             self.counts.traces_skipped += res.skipped
@@ -208,13 +302,22 @@ class _Ingest:
             self.counts.errors += len(rows)
             self.counts.error_rows += rows
 
+    def done_with(self, offsets: Sequence[FileOffset], nbytes: int) -> None:
+        """Files fully read: their offsets join the open transaction (written at commit),
+        which commits once it holds TX_BYTES of input."""
+        self.cur()
+        self.tx_offsets += offsets
+        self.tx_bytes += nbytes
+        if self.tx_bytes >= TX_BYTES:
+            self.commit()
+
     def flush_group(self) -> None:
         if not self.group:
             return
-        group, self.group, self.group_bytes = self.group, [], 0
-        with self.store.transaction() as cur:
-            self.flush(cur, [r for r, _ in group])
-            self.store.set_file_offsets(cur, [off for _, off in group if off is not None])
+        group, nbytes = self.group, self.group_bytes
+        self.group, self.group_bytes = [], 0
+        self.flush([r for r, _ in group])
+        self.done_with([off for _, off in group if off is not None], nbytes)
 
     # ------------------------------------------------------------------ per file
 
@@ -231,15 +334,14 @@ class _Ingest:
             if not self.complete_tail or name.endswith(".gz") or prev.offset >= st.st_size:
                 return
         self.counts.files += 1
-        run = _FileRun(key)
+        run = _FileRun(key, fast=not self.store.diagnose)
         gz = name.endswith(".jsonl.gz")
         left = st.st_size - (prev.offset if prev is not None and not gz else 0)
         try:
             if left > self.small_file_bytes and not name.endswith(".json"):
                 self.flush_group()  # keep files in order
-                with self.store.transaction() as cur:
-                    big = self.big_file(cur, run, st, prev, gz)
-                    self.store.set_file_offsets(cur, [big])
+                big = self.big_file(run, st, prev, gz)
+                self.done_with([big], left)
                 return
             off: FileOffset | None
             if name.endswith((".jsonl.gz", ".jsonl")):
@@ -261,20 +363,20 @@ class _Ingest:
             self.flush_group()
 
     def big_file(
-        self, cur: Any, run: _FileRun, st: os.stat_result, prev: FileOffset | None, gz: bool
+        self, run: _FileRun, st: os.stat_result, prev: FileOffset | None, gz: bool
     ) -> FileOffset:
         """Stream a big file in chunks; with a worker pool, chunks are parsed, validated
         and turned into Arrow rows in parallel while this process inserts them in order."""
         pool = self.pool
         if pool is None:
-            off = self.lines(run, st, prev, gz, lambda: self.flush(cur, [run]), None)
-            self.flush(cur, [run])
+            off = self.lines(run, st, prev, gz, lambda: self.flush([run]), None)
+            self.flush([run])
             return off
         inflight: deque[Future[_Chunk]] = deque()
 
         def consume(fut: Future[_Chunk]) -> None:
             prep, errors, lines = fut.result()
-            self.apply(cur, prep, [(run.key, ln) for ln in lines], errors)
+            self.apply(prep, [(run.key, ln) for ln in lines], errors)
 
         def submit(first_line: int, data: bytes) -> None:
             inflight.append(
@@ -286,7 +388,7 @@ class _Ingest:
         off = self.lines(run, st, prev, gz, None, submit)
         while inflight:
             consume(inflight.popleft())
-        self.flush(cur, [run])  # the last line, read in this process (complete_tail)
+        self.flush([run])  # the last line, read in this process (complete_tail)
         return off
 
     def _open(self, key: str, gz: bool) -> IO[bytes]:
@@ -403,7 +505,7 @@ _Chunk = tuple[Prepared | None, list[tuple[str, int, str]], list[int]]
 
 def _prepare_chunk(key: str, first_line: int, data: bytes, diagnose: bool) -> _Chunk:
     """Worker-process half of ingest: complete lines -> validated traces -> Arrow rows."""
-    run = _FileRun(key)
+    run = _FileRun(key, fast=not diagnose)
     lineno = first_line
     for raw in data.split(b"\n")[:-1]:
         lineno += 1
@@ -477,9 +579,15 @@ def ingest_paths(
         for f in files:
             job.file(f)
         job.flush_group()
+        job.commit()
+    except BaseException:
+        job.abort()
+        raise
     finally:
         if job.pool is not None:
             job.pool.shutdown(cancel_futures=True)
+        if job._writer is not None:
+            job._writer.shutdown()
     job.counts.error_rows.sort(key=lambda e: (e.file, e.line))
     return job.counts
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import duckdb
+import pyarrow as pa
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 
@@ -149,9 +150,81 @@ def m002_findings(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE file_offsets ADD COLUMN fingerprint VARCHAR")
 
 
+def m003_compressed_json(con: duckdb.DuckDBPyConnection) -> None:
+    """The full trace JSON stored zstd-compressed (``trace_zst``, with its size in
+    ``json_bytes``) instead of as text: bulk ingest spent more time having DuckDB store the
+    text than compressing it costs. DuckDB cannot drop a column of a table with a primary
+    key, so the table is rebuilt."""
+    from .store_rows import pack_json  # the codec lives with the code that writes rows
+
+    cols = [
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = 'traces' ORDER BY ordinal_position"
+        ).fetchall()
+    ]
+    kept = [c for c in cols if c != "trace_json"]
+    con.execute(
+        """
+        CREATE TABLE traces_v3 (
+            trace_id VARCHAR PRIMARY KEY,
+            tseq BIGINT NOT NULL,
+            session_id VARCHAR NOT NULL,
+            turn INTEGER NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            preset VARCHAR NOT NULL,
+            builder VARCHAR NOT NULL,
+            builder_version VARCHAR NOT NULL,
+            budget BIGINT NOT NULL,
+            used BIGINT NOT NULL,
+            n_packets INTEGER NOT NULL,
+            n_kept INTEGER NOT NULL,
+            n_truncated INTEGER NOT NULL,
+            n_summarized INTEGER NOT NULL,
+            n_dropped INTEGER NOT NULL,
+            n_filtered INTEGER NOT NULL,
+            n_not_rendered INTEGER NOT NULL,
+            n_warnings INTEGER NOT NULL,
+            lost_must_keep INTEGER NOT NULL,
+            verdict VARCHAR NOT NULL,
+            tags VARCHAR[] NOT NULL,
+            source_trace_id VARCHAR,
+            source_file VARCHAR,
+            content_hash VARCHAR NOT NULL,
+            ingested_at TIMESTAMP NOT NULL,
+            n_findings INTEGER DEFAULT 0,
+            max_severity VARCHAR,
+            json_bytes BIGINT NOT NULL,
+            trace_zst BLOB NOT NULL
+        )
+        """
+    )
+    names = ", ".join(f'"{c}"' for c in kept)
+    row = con.execute("SELECT coalesce(min(tseq), 0), coalesce(max(tseq), -1) FROM traces")
+    lo, hi = row.fetchall()[0]
+    step = 2000  # in slices, so a big store is never all in memory
+    for start in range(int(lo), int(hi) + 1, step):
+        part = con.sql(
+            f"SELECT {names}, trace_json FROM traces WHERE tseq >= ? AND tseq < ?",
+            params=[start, start + step],
+        ).to_arrow_table()
+        raws = [t.encode("utf-8", "surrogatepass") for t in part.column("trace_json").to_pylist()]
+        part = part.drop_columns(["trace_json"])
+        part = part.append_column("json_bytes", pa.array([len(r) for r in raws], pa.int64()))
+        part = part.append_column("trace_zst", pa.array([pack_json(r) for r in raws], pa.binary()))
+        con.register("_m003", part)
+        con.execute(f"INSERT INTO traces_v3 ({names}, json_bytes, trace_zst) "
+                    f"SELECT {names}, json_bytes, trace_zst FROM _m003")  # fmt: skip
+        con.unregister("_m003")
+    con.execute("DROP TABLE traces")
+    con.execute("ALTER TABLE traces_v3 RENAME TO traces")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "findings", m002_findings),
+    Step(3, "compressed_json", m003_compressed_json),
 )
 
 LATEST = MIGRATIONS[-1].version

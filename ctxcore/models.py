@@ -45,6 +45,41 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# Validator bodies as plain functions: ``ctxcore.fastdecode`` (ingest's fast path) runs the
+# very same checks on what it decodes.
+
+
+def check_unique_ids(ids: list[str]) -> None:
+    seen: dict[str, int] = {}
+    for i, pid in enumerate(ids):
+        if pid in seen:
+            raise ValueError(
+                f"duplicate packet id {pid!r} at packets[{seen[pid]}] and packets[{i}]; "
+                "packet ids must be unique within one input"
+            )
+        seen[pid] = i
+
+
+def check_partition_budgets(v: dict[str, float] | None) -> dict[str, float] | None:
+    if v is None:
+        return v
+    for name, ratio in v.items():
+        if name not in PARTITIONS:
+            raise ValueError(f"unknown partition {name!r}; expected one of {', '.join(PARTITIONS)}")
+        if not math.isfinite(ratio) or ratio < 0 or ratio > 1:
+            raise ValueError(f"ratio of {name} must be between 0 and 1, got {ratio!r}")
+    return v
+
+
+def check_schema(v: str) -> str:
+    if v != SCHEMA_MAJOR and not v.startswith(SCHEMA_MAJOR + "."):
+        raise ValueError(
+            f"unsupported schema {v!r}: this ctxscope reads {SCHEMA!r}; "
+            "upgrade ctxscope or re-export the trace in that schema"
+        )
+    return v
+
+
 def _finite(value: float | None, name: str) -> float | None:
     if value is not None and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
@@ -102,14 +137,7 @@ class CapturedInput(_Model):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> CapturedInput:
-        seen: dict[str, int] = {}
-        for i, p in enumerate(self.packets):
-            if p.id in seen:
-                raise ValueError(
-                    f"duplicate packet id {p.id!r} at packets[{seen[p.id]}] and packets[{i}]; "
-                    "packet ids must be unique within one input"
-                )
-            seen[p.id] = i
+        check_unique_ids([p.id for p in self.packets])
         return self
 
 
@@ -159,16 +187,7 @@ class Config(_Model):
     @field_validator("partition_budgets")
     @classmethod
     def _partition_ratios(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        if v is None:
-            return v
-        for name, ratio in v.items():
-            if name not in PARTITIONS:
-                raise ValueError(
-                    f"unknown partition {name!r}; expected one of {', '.join(PARTITIONS)}"
-                )
-            if not math.isfinite(ratio) or ratio < 0 or ratio > 1:
-                raise ValueError(f"ratio of {name} must be between 0 and 1, got {ratio!r}")
-        return v
+        return check_partition_budgets(v)
 
 
 # --------------------------------------------------------------------------- result
@@ -317,12 +336,7 @@ class Trace(_Model):
     @field_validator("schema_")
     @classmethod
     def _schema(cls, v: str) -> str:
-        if v != SCHEMA_MAJOR and not v.startswith(SCHEMA_MAJOR + "."):
-            raise ValueError(
-                f"unsupported schema {v!r}: this ctxscope reads {SCHEMA!r}; "
-                "upgrade ctxscope or re-export the trace in that schema"
-            )
-        return v
+        return check_schema(v)
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=False)

@@ -41,6 +41,7 @@ from .store_rows import (
     RowBatch,
     diagnose_trace,
     prepare,
+    unpack_json,
     utc_naive,
 )
 
@@ -323,7 +324,7 @@ class TraceStore:
         ``ctxcore.diagnostics.diagnose(trace)`` when that module is importable and stored in
         a ``findings`` table (trace_id, detector, severity, packet_ids, message), so the
         Traces page can filter on them (``TraceFilter.finding``)."""
-        items = [(t, t.to_json()) for t in traces]
+        items = [(t, t.to_json().encode("utf-8", "surrogatepass")) for t in traces]
         with self.transaction() as cur:
             res = self.insert(cur, items, source=source)
         return res.added
@@ -331,7 +332,7 @@ class TraceStore:
     def insert(
         self,
         cur: duckdb.DuckDBPyConnection,
-        items: Sequence[tuple[Trace, str]],
+        items: Sequence[tuple[Trace, bytes]],
         *,
         source: str | None = None,
         sources: Sequence[str | None] | None = None,
@@ -365,11 +366,14 @@ class TraceStore:
         keep: list[int] = []
         skipped = 0
         conflicts: list[tuple[int, str, str]] = []
-        raws = prep.tables["traces"].column("trace_json")
+        blobs = prep.tables["traces"].column("trace_zst")
+        sizes = prep.tables["traces"].column("json_bytes")
         for k, (tid, digest) in enumerate(zip(prep.ids, prep.digests, strict=True)):
             prev = known.get(tid)
             if prev is not None:
-                if prev[0] == digest or self._same_as_stored(cur, tid, raws[k].as_py()):
+                if prev[0] == digest or self._same_as_stored(
+                    cur, tid, unpack_json(blobs[k].as_py(), sizes[k].as_py())
+                ):
                     skipped += 1
                 else:
                     conflicts.append((k, tid, prev[1] or "an earlier insert"))
@@ -413,7 +417,7 @@ class TraceStore:
         rows = (
             self._cur()
             .execute(
-                "SELECT tseq, trace_json FROM traces WHERE n_findings IS NULL "
+                "SELECT tseq, json_bytes, trace_zst FROM traces WHERE n_findings IS NULL "
                 "ORDER BY tseq LIMIT ?",
                 [int(max_traces)],
             )
@@ -423,9 +427,10 @@ class TraceStore:
             return 0
         batch = RowBatch()
         updates: list[tuple[int, int, str | None]] = []
-        for tseq, raw in rows:
+        for tseq, size, blob in rows:
+            raw = unpack_json(blob, size)
             trace = Trace.model_validate_json(raw)
-            found = diagnose_trace(trace) or []
+            found = diagnose_trace(trace, raw) or []
             sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
             updates.append((int(tseq), len(found), sev))
         with self.transaction() as cur:
@@ -446,13 +451,21 @@ class TraceStore:
             )
         return len(updates)
 
-    def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace_id: str, raw: str) -> bool:
-        row = _first(
-            cur.execute("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id]).fetchall()
-        )
-        if row is None:  # added earlier in this very batch: compare is not worth it
+    def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace_id: str, raw: bytes) -> bool:
+        stored = self._trace_json(cur, trace_id)
+        if stored is None:  # added earlier in this very batch: compare is not worth it
             return False
-        return bool(Trace.model_validate_json(row[0]) == Trace.model_validate_json(raw))
+        return bool(Trace.model_validate_json(stored) == Trace.model_validate_json(raw))
+
+    @staticmethod
+    def _trace_json(cur: duckdb.DuckDBPyConnection, trace_id: str) -> bytes | None:
+        """The stored JSON of a trace, as UTF-8 bytes."""
+        row = _first(
+            cur.execute(
+                "SELECT json_bytes, trace_zst FROM traces WHERE trace_id = ?", [trace_id]
+            ).fetchall()
+        )
+        return None if row is None else unpack_json(row[1], row[0])
 
     def findings(self, trace_id: str) -> list[dict[str, Any]]:
         """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
@@ -638,13 +651,8 @@ class TraceStore:
         return TracePage(rows=out, total=total, offset=offset, limit=limit)
 
     def get_trace(self, trace_id: str) -> Trace | None:
-        row = (
-            self._cur()
-            .execute("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id])
-            .fetchall()
-        )
-        row = _first(row)
-        return Trace.model_validate_json(row[0]) if row else None
+        raw = self._trace_json(self._cur(), trace_id)
+        return None if raw is None else Trace.model_validate_json(raw)
 
     def decisions(self, trace_id: str) -> list[dict[str, Any]]:
         """Per-packet rows: packet_id, kind, tokens_before, tokens_after, relevance, recency,

@@ -14,9 +14,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import CtxscopeError
 from .models import Finding, Status, Trace
@@ -31,8 +33,8 @@ _TRACE_COLS = (
     "trace_id", "tseq", "session_id", "turn", "created_at", "preset", "builder",
     "builder_version", "budget", "used", "n_packets", "n_kept", "n_truncated", "n_summarized",
     "n_dropped", "n_filtered", "n_not_rendered", "n_warnings", "lost_must_keep", "verdict",
-    "tags", "source_trace_id", "source_file", "content_hash", "ingested_at", "trace_json",
-    "n_findings", "max_severity",
+    "tags", "source_trace_id", "source_file", "content_hash", "ingested_at", "n_findings",
+    "max_severity", "json_bytes", "trace_zst",
 )  # fmt: skip
 _DECISION_COLS = (
     "tseq", "trace_id", "ord", "packet_id", "kind", "tokens_before", "tokens_after",
@@ -55,7 +57,8 @@ _SCHEMAS: dict[str, pa.Schema] = {
         + [(c, _I32) for c in _TRACE_COLS[10:19]]
         + [("verdict", _STR), ("tags", _STRS), ("source_trace_id", _STR),
            ("source_file", _STR), ("content_hash", _STR), ("ingested_at", _TS),
-           ("trace_json", _STR), ("n_findings", _I32), ("max_severity", _STR)]
+           ("n_findings", _I32), ("max_severity", _STR), ("json_bytes", _I64),
+           ("trace_zst", pa.binary())]
     ),
     "decisions": pa.schema(
         [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("packet_id", _STR),
@@ -83,11 +86,29 @@ def utc_naive(dt: datetime) -> datetime:
     return dt.astimezone(UTC).replace(tzinfo=None)
 
 
-def content_hash(raw: str) -> str:
-    return hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+def content_hash(raw: bytes) -> str:
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
-def diagnose_trace(trace: Trace) -> list[Finding] | None:
+#: The trace JSON is stored zstd-compressed: DuckDB then writes a seventh of the bytes, and
+#: compressing costs less than DuckDB spends storing the plain text (bench/bench_store.py).
+_CODEC = "zstd"
+
+
+def pack_json(raw: bytes) -> bytes:
+    return cast(bytes, pa.compress(raw, codec=_CODEC, asbytes=True))
+
+
+def unpack_json(blob: bytes, size: int) -> bytes:
+    return cast(bytes, pa.decompress(blob, decompressed_size=size, codec=_CODEC, asbytes=True))
+
+
+#: A trace as ``RowBatch`` reads it: a ``models.Trace``, or the struct ``ctxcore.fastdecode``
+#: decodes (same attribute names and value types).
+TraceView = Any
+
+
+def diagnose_trace(trace: TraceView, raw: bytes) -> list[Finding] | None:
     """Findings from ``ctxcore.diagnostics`` (another module, optional at import time)."""
     try:
         module = importlib.import_module("ctxcore.diagnostics")
@@ -98,6 +119,8 @@ def diagnose_trace(trace: Trace) -> list[Finding] | None:
         return None
     # Bulk options skip the counterfactual fix search; Inspect adds fixes on demand.
     options = getattr(module, "INGEST_OPTIONS", None)
+    if not isinstance(trace, Trace):
+        trace = Trace.model_validate_json(raw)
     try:
         return diagnose(trace) if options is None else diagnose(trace, options=options)
     except CtxscopeError as exc:  # e.g. a captured input the preset cannot build
@@ -114,7 +137,16 @@ class RowBatch:
             name: {c: [] for c in schema.names} for name, schema in _SCHEMAS.items()
         }
 
-    def add(self, trace: Trace, raw: str, digest: str, tseq: int, source: str | None) -> None:
+    def add(
+        self,
+        trace: TraceView,
+        raw: bytes,
+        blob: bytes,
+        digest: str,
+        tseq: int,
+        source: str | None,
+    ) -> None:
+        """Queue one trace's rows; ``blob`` is ``pack_json(raw)``, ``digest`` its hash."""
         tid = trace.trace_id
         packets = {p.id: p for p in trace.input.packets}
         d = self.cols["decisions"]
@@ -155,8 +187,10 @@ class RowBatch:
             d["recency"] += [x.recency for x in decs]
             d["score"] += [x.score for x in decs]
             d["rank"] += [x.rank for x in decs]
-            d["status"] += [st.value for st in statuses]
-            d["reason"] += [x.reason.value for x in decs]
+            # Status/Reason are StrEnums (or their plain values, from fastdecode): Arrow
+            # stores either as the string.
+            d["status"] += statuses
+            d["reason"] += [x.reason for x in decs]
             d["reason_text"] += [x.reason_text for x in decs]
             d["partition"] += [x.partition for x in decs]
             d["budget_left"] += [x.budget_left for x in decs]
@@ -183,7 +217,7 @@ class RowBatch:
                 d["must_keep"][-1], d["content"][-1] = pkt.must_keep, pkt.content
             n_packets = len(trace.input.packets)
 
-        findings = diagnose_trace(trace) if self.diagnose else None
+        findings = diagnose_trace(trace, raw) if self.diagnose else None
         max_sev = self.add_findings(tid, tseq, findings) if findings else None
 
         t = self.cols["traces"]
@@ -213,10 +247,11 @@ class RowBatch:
             "source_file": source,
             "content_hash": digest,
             "ingested_at": utc_naive(datetime.now(UTC)),
-            "trace_json": raw,
             # NULL = not diagnosed yet (deferred, see TraceStore.diagnose_pending).
             "n_findings": None if findings is None else len(findings),
             "max_severity": max_sev,
+            "json_bytes": len(raw),
+            "trace_zst": blob,
         }
         for c, v in values.items():
             t[c].append(v)
@@ -240,11 +275,43 @@ class RowBatch:
         return max_sev
 
     def tables(self) -> dict[str, pa.Table]:
-        return {
-            name: pa.table(cols, schema=_SCHEMAS[name])
-            for name, cols in self.cols.items()
-            if cols[_SCHEMAS[name].names[0]]
-        }
+        out: dict[str, pa.Table] = {}
+        for name, cols in self.cols.items():
+            schema = _SCHEMAS[name]
+            if not cols[schema.names[0]]:
+                continue
+            arrays = [
+                _bulk_array(cols[f.name], f.type)
+                if f.name in _BULK_COLUMNS
+                else pa.array(cols[f.name], f.type)
+                for f in schema
+            ]
+            out[name] = pa.Table.from_arrays(arrays, schema=schema)
+        return out
+
+
+#: Big text/bytes columns, built from one joined buffer (pa.array converts them one
+#: object at a time: about three times slower on packet contents and trace blobs).
+_BULK_COLUMNS = frozenset({"content", "trace_zst"})
+
+
+def _bulk_array(values: list[Any], typ: pa.DataType) -> pa.Array:
+    if typ == pa.binary():
+        data = b"".join(values)
+    else:
+        if None in values:
+            return pa.array(values, typ)
+        text = "".join(values)
+        if not text.isascii():  # byte lengths differ from str lengths: convert one by one
+            return pa.array(values, typ)
+        data = text.encode("ascii")
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
+    if len(data) >= 2**31:  # beyond 32-bit offsets
+        return pa.array(values, typ)
+    return pa.Array.from_buffers(
+        typ, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 @dataclass
@@ -258,17 +325,49 @@ class Prepared:
     sources: list[str | None]
     tables: dict[str, pa.Table]
 
+    @property
+    def rows(self) -> int:
+        """Decision rows (the bulk of what an insert writes)."""
+        table = self.tables.get("decisions")
+        return 0 if table is None else int(table.num_rows)
+
+    @staticmethod
+    def concat(parts: Sequence[Prepared]) -> Prepared:
+        """One batch of several, in order (batch indexes in ``tseq`` shifted to match)."""
+        if len(parts) == 1:
+            return parts[0]
+        tables: dict[str, list[pa.Table]] = {}
+        base = 0
+        for part in parts:
+            for name, table in part.tables.items():
+                if base:
+                    col = table.schema.get_field_index("tseq")
+                    shifted = pc.add(table.column(col), pa.scalar(base, _I64))
+                    table = table.set_column(col, "tseq", shifted)
+                tables.setdefault(name, []).append(table)
+            base += len(part.ids)
+        return Prepared(
+            [i for p in parts for i in p.ids],
+            [d for p in parts for d in p.digests],
+            [s for p in parts for s in p.sources],
+            {name: pa.concat_tables(ts) for name, ts in tables.items()},
+        )
+
 
 def prepare(
-    items: Sequence[tuple[Trace, str]], sources: Sequence[str | None], diagnose: bool = True
+    items: Sequence[tuple[TraceView, bytes]], sources: Sequence[str | None], diagnose: bool = True
 ) -> Prepared:
-    """Turn (trace, its JSON) pairs into Arrow tables (and findings, when ``diagnose``)."""
+    """Turn (trace, its UTF-8 JSON) pairs into Arrow tables (and findings, when ``diagnose``)."""
     batch = RowBatch(diagnose)
     ids: list[str] = []
     digests: list[str] = []
     for k, ((trace, raw), src) in enumerate(zip(items, sources, strict=True)):
-        digest = content_hash(raw)
-        batch.add(trace, raw, digest, k, src)
+        blob = pack_json(raw)
+        # The digest of the compressed bytes (a ninth of the text to hash); zstd is
+        # deterministic, and a trace stored by another codec version only costs a full
+        # comparison (``TraceStore._same_as_stored``).
+        digest = content_hash(blob)
+        batch.add(trace, raw, blob, digest, k, src)
         ids.append(trace.trace_id)
         digests.append(digest)
     return Prepared(ids, digests, list(sources), batch.tables())

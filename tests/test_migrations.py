@@ -9,7 +9,11 @@ import duckdb
 import pytest
 
 from ctxcore import migrations
+from ctxcore.models import Trace
 from ctxcore.store import TraceFilter, TraceStore
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL_VERSIONS = [(1, "base"), (2, "findings"), (3, "compressed_json")]
 
 # The schema the app and the charts are written against (DESIGN §6).
 FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
@@ -49,8 +53,8 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
         ("n_filtered", "INTEGER"), ("n_not_rendered", "INTEGER"), ("n_warnings", "INTEGER"),
         ("lost_must_keep", "INTEGER"), ("verdict", "VARCHAR"), ("tags", "VARCHAR[]"),
         ("source_trace_id", "VARCHAR"), ("source_file", "VARCHAR"),
-        ("content_hash", "VARCHAR"), ("ingested_at", "TIMESTAMP"), ("trace_json", "VARCHAR"),
-        ("n_findings", "INTEGER"), ("max_severity", "VARCHAR"),
+        ("content_hash", "VARCHAR"), ("ingested_at", "TIMESTAMP"), ("n_findings", "INTEGER"),
+        ("max_severity", "VARCHAR"), ("json_bytes", "BIGINT"), ("trace_zst", "BLOB"),
     ],
 }  # fmt: skip
 
@@ -87,14 +91,14 @@ def test_fresh_store_has_exactly_the_latest_schema(tmp_path: Path) -> None:
     db = tmp_path / "fresh.duckdb"
     TraceStore(db).close()
     assert schema_of(db) == FRESH_SCHEMA
-    assert versions(db) == [(1, "base"), (2, "findings")]
+    assert versions(db) == ALL_VERSIONS
 
 
 def test_reopening_applies_nothing_twice(tmp_path: Path) -> None:
     db = tmp_path / "again.duckdb"
     TraceStore(db).close()
     TraceStore(db).close()
-    assert versions(db) == [(1, "base"), (2, "findings")]
+    assert versions(db) == ALL_VERSIONS
 
 
 def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
@@ -102,10 +106,14 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
     con = duckdb.connect(str(db))
     assert migrations.apply(con, upto=1) == [1]
     created = datetime(2025, 6, 1, 9, 30)
+    # A real trace's JSON (non-ASCII included): version 3 moves it into trace_zst.
+    demo = next(iter(sorted((ROOT / "traces" / "demo").glob("*.jsonl"))))
+    text = demo.read_text(encoding="utf-8").splitlines()[0]
+    original = Trace.model_validate_json(text)
     con.execute(
-        "INSERT INTO traces VALUES ('old-1', 1, 'sess', 3, ?, 'ctxscope', 'b', '1', 1000, 400,"
-        " 2, 1, 0, 0, 1, 0, 0, 0, 0, 'bad', ['x'], NULL, 'f.jsonl', 'h', ?, '{}')",
-        [created, created],
+        "INSERT INTO traces VALUES (?, 1, 'sess', 3, ?, 'ctxscope', 'b', '1', 1000, 400,"
+        " 2, 1, 0, 0, 1, 0, 0, 0, 0, 'bad', ['x'], NULL, 'f.jsonl', 'h', ?, ?)",
+        [original.trace_id, created, created, text],
     )
     con.execute("INSERT INTO file_offsets VALUES ('f.jsonl', 10, 1, 10, 1.0, ?)", [created])
     con.close()
@@ -113,7 +121,8 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
 
     with TraceStore(db) as store:
         page = store.list_traces(TraceFilter(verdict="bad"))
-        assert [r.trace_id for r in page.rows] == ["old-1"]
+        assert [r.trace_id for r in page.rows] == [original.trace_id]
+        assert store.get_trace(original.trace_id) == original
         row = page.rows[0]
         assert (row.turn, row.used, row.n_dropped, row.tags) == (3, 400, 1, ("x",))
         assert row.created_at == created.replace(tzinfo=UTC)
@@ -121,7 +130,7 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
         off = store.file_offset("f.jsonl")
         assert off is not None and off.offset == 10 and off.fingerprint is None
     assert schema_of(db) == FRESH_SCHEMA
-    assert [v for v, _ in versions(db)] == [1, 2]
+    assert versions(db) == ALL_VERSIONS
 
 
 def test_failed_migration_leaves_no_trace_of_itself(
@@ -133,14 +142,14 @@ def test_failed_migration_leaves_no_trace_of_itself(
 
     db = tmp_path / "broken.duckdb"
     TraceStore(db).close()
-    steps = (*migrations.MIGRATIONS, migrations.Step(3, "broken", broken))
+    steps = (*migrations.MIGRATIONS, migrations.Step(migrations.LATEST + 1, "broken", broken))
     monkeypatch.setattr(migrations, "MIGRATIONS", steps)
     con = duckdb.connect(str(db))
     with pytest.raises(RuntimeError, match="disk full"):
         migrations.apply(con)
     con.close()
     assert "half_done" not in schema_of(db)
-    assert [v for v, _ in versions(db)] == [1, 2]
+    assert versions(db) == ALL_VERSIONS
 
 
 def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> None:
@@ -150,5 +159,5 @@ def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> N
     con = duckdb.connect(str(db))
     migrations.apply(con, upto=1)
     con.close()
-    with pytest.raises(StoreError, match="version 1.*needs 2.*without read_only"):
+    with pytest.raises(StoreError, match="version 1.*needs 3.*without read_only"):
         TraceStore(db, read_only=True)

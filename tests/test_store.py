@@ -328,3 +328,36 @@ def test_two_stores_on_one_file_in_one_process_do_not_mix_rows(tmp_path: Path) -
         ]
     b.close()
     a.close()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["plain", "", "ascii only " * 50],
+        ["中文 and ascii", "é", ""],  # byte lengths differ from str lengths
+        ["x", None, "y"],  # a NULL (content of an unknown packet)
+        [],
+    ],
+)
+def test_bulk_text_columns_equal_arrows_own_conversion(values: list[str | None]) -> None:
+    import pyarrow as pa
+
+    from ctxcore.store_rows import _bulk_array
+
+    assert _bulk_array(values, pa.string()).equals(pa.array(values, pa.string()))
+    blobs = [v.encode() for v in values if v is not None]
+    assert _bulk_array(blobs, pa.binary()).equals(pa.array(blobs, pa.binary()))
+
+
+def test_compressed_json_round_trips_exactly(tmp_path: Path) -> None:
+    """The stored JSON is the ingested text, byte for byte (zstd in the trace_zst column)."""
+    from ctxcore.ingest import ingest_paths
+
+    raw = make_trace(1, turn=1, trace_id="zst-1").to_json().replace('"turn":1', '"turn": 1')
+    f = tmp_path / "in.jsonl"
+    f.write_text(raw + "\n", encoding="utf-8")
+    with TraceStore(tmp_path / "s.duckdb", diagnose=False) as s:
+        assert ingest_paths(s, [f]).traces_added == 1
+        stored = s._trace_json(s._cur(), "zst-1")
+        size = s._cur().execute("SELECT json_bytes FROM traces").fetchall()[0][0]
+    assert stored == raw.encode() and size == len(raw.encode())
