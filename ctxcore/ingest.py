@@ -22,7 +22,9 @@ import gzip
 import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import zlib
 from collections import deque
@@ -34,6 +36,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import IO, Any, cast
 
+import pyarrow as pa
 from pydantic import ValidationError
 
 from . import fastdecode
@@ -53,11 +56,14 @@ GROUP_BYTES = 16 * 1024 * 1024
 GROUP_FILES = 500
 #: big ingests parse and validate in worker processes; small ones are not worth starting them.
 POOL_MIN_BYTES = 64 * 1024 * 1024
-#: decision rows per DuckDB insert (two row groups: written directly, not via the WAL) ...
-INSERT_ROWS = 250_000
+#: decision rows per DuckDB insert. Measured on 1M rows: 4 x 250k appends left DuckDB a 1 s
+#: rewrite at the next checkpoint, 3 x 340k and 2 x 500k none (340k was the faster) ...
+INSERT_ROWS = 340_000
 #: ... and input bytes per transaction (files are never split across transactions).
-TX_BYTES = 256 * 1024 * 1024
+TX_BYTES = 512 * 1024 * 1024
 MAX_WORKERS = 4
+#: bytes per chunk handed to a worker.
+POOL_CHUNK_BYTES = 4 * 1024 * 1024
 #: A line this long is refused unread: no valid trace gets near it (content <= 10 MB/packet).
 MAX_LINE_BYTES = 256 * 1024 * 1024
 _FP_BYTES = 64
@@ -120,7 +126,8 @@ class _FileRun:
         self.lines.append(lineno)
 
     def line(self, lineno: int, raw: bytes) -> None:
-        raw = raw.strip()
+        if raw[:1].isspace() or raw[-1:].isspace():  # (strip copies the line)
+            raw = raw.strip()
         if not raw:
             return
         if len(raw) > MAX_LINE_BYTES:
@@ -129,16 +136,15 @@ class _FileRun:
                  " byte limit; capture slices or summaries of big tool outputs")
             )  # fmt: skip
             return
+        if self.fast and not self.redact:
+            view = fastdecode.decode(raw)  # strict JSON: NaN and Infinity are refused
+            if view is not None:
+                self.items.append((view, raw))
+                self.lines.append(lineno)
+                return
         if b"NaN" not in raw and b"Infinity" not in raw:
-            # Fast paths: msgspec (when allowed), else pydantic parses and validates in one
-            # pass. (pydantic's JSON parser takes NaN, which JSON does not, so lines that
-            # may hold one take the strict path.)
-            if self.fast and not self.redact:
-                view = fastdecode.decode(raw)
-                if view is not None:
-                    self.items.append((view, raw))
-                    self.lines.append(lineno)
-                    return
+            # pydantic parses and validates in one pass. (Its JSON parser takes NaN, which
+            # JSON does not, so lines that may hold one take the strict path.)
             try:
                 trace = Trace.model_validate_json(raw)
             except ValidationError:
@@ -190,10 +196,11 @@ class _Ingest:
         self.pool: ProcessPoolExecutor | None = None
         self.max_inflight = 2
         self.chunk_bytes = CHUNK_BYTES
+        self.spill_dir = ""
         self.small_file_bytes = SMALL_FILE_BYTES
         self.group: list[tuple[_FileRun, FileOffset | None]] = []
         self.group_bytes = 0
-        self.pending: list[tuple[Prepared, list[tuple[str, int]]]] = []
+        self.pending: list[tuple[Prepared | _Spilled, list[tuple[str, int]]]] = []
         self.pending_rows = 0
         self.pending_errors: list[tuple[str, int, str]] = []
         self._tx: ExitStack | None = None
@@ -256,7 +263,7 @@ class _Ingest:
 
     def apply(
         self,
-        prep: Prepared | None,
+        prep: Prepared | _Spilled | None,
         where: Sequence[tuple[str, int]],
         errors: list[tuple[str, int, str]],
     ) -> None:
@@ -283,11 +290,11 @@ class _Ingest:
     def _insert(
         self,
         cur: Any,
-        pending: list[tuple[Prepared, list[tuple[str, int]]]],
+        pending: list[tuple[Prepared | _Spilled, list[tuple[str, int]]]],
         errors: list[tuple[str, int, str]],
     ) -> None:
         if pending:
-            prep = Prepared.concat([p for p, _ in pending])
+            prep = Prepared.concat([p.load() if isinstance(p, _Spilled) else p for p, _ in pending])
             where = [w for _, ws in pending for w in ws]
             res = self.store.insert_prepared(cur, prep)
             self.counts.traces_added += res.added
@@ -375,12 +382,26 @@ class _Ingest:
         inflight: deque[Future[_Chunk]] = deque()
 
         def consume(fut: Future[_Chunk]) -> None:
-            prep, errors, lines = fut.result()
-            self.apply(prep, [(run.key, ln) for ln in lines], errors)
+            spilled, errors, lines = fut.result()
+            # mapped only when inserted: two batches in memory (pending and inserting)
+            # were most of the owner's peak
+            self.apply(spilled, [(run.key, ln) for ln in lines], errors)
 
-        def submit(first_line: int, data: bytes) -> None:
+        def submit(first_line: int, data: bytes, start: int) -> None:
+            # A plain file is re-read by the worker (from the page cache) rather than sent
+            # down the pool's pipe; a .gz cannot seek, so its bytes travel.
+            payload: bytes | tuple[int, int, bytes] = (
+                data if gz else (start, len(data), data[-_FP_BYTES:])
+            )
             inflight.append(
-                pool.submit(_prepare_chunk, run.key, first_line, data, self.store.diagnose)
+                pool.submit(
+                    _prepare_chunk,
+                    run.key,
+                    first_line,
+                    payload,
+                    self.store.diagnose,
+                    self.spill_dir,
+                )
             )
             while len(inflight) > self.max_inflight:
                 consume(inflight.popleft())
@@ -403,7 +424,7 @@ class _Ingest:
         prev: FileOffset | None,
         gz: bool,
         on_chunk: Callable[[], None] | None,
-        submit: Callable[[int, bytes], None] | None = None,
+        submit: Callable[[int, bytes, int], None] | None = None,
     ) -> FileOffset:
         """Read complete lines from the stored offset on; returns the new offset.
 
@@ -445,7 +466,7 @@ class _Ingest:
                     continue
                 complete, buf = buf[: end + 1], buf[end + 1 :]
                 if submit is not None:
-                    submit(lineno, complete)
+                    submit(lineno, complete, offset)
                     lineno += complete.count(b"\n")
                 else:
                     for raw in complete.split(b"\n")[:-1]:
@@ -500,18 +521,70 @@ class _Ingest:
         return FileOffset(key, len(data), 0, st.st_size, st.st_mtime, _fingerprint(data))
 
 
-_Chunk = tuple[Prepared | None, list[tuple[str, int, str]], list[int]]
+@dataclass
+class _Spilled:
+    """A worker's ``Prepared`` with its Arrow tables in files: sending them down the pool's
+    pipe copied every byte three times and cost more CPU than building them."""
+
+    ids: list[str]
+    digests: list[str]
+    sources: list[str | None]
+    paths: dict[str, str]
+    rows: int
+
+    @staticmethod
+    def save(prep: Prepared, folder: str) -> _Spilled:
+        fd, base = tempfile.mkstemp(dir=folder)
+        os.close(fd)
+        os.unlink(base)
+        paths: dict[str, str] = {}
+        for name, table in prep.tables.items():
+            paths[name] = f"{base}.{name}.arrow"
+            with pa.OSFile(paths[name], "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+                w.write_table(table)
+        return _Spilled(prep.ids, prep.digests, prep.sources, paths, prep.rows)
+
+    def load(self) -> Prepared:
+        """The tables, memory-mapped (no copy); the files are gone once read."""
+        tables: dict[str, pa.Table] = {}
+        for name, path in self.paths.items():
+            tables[name] = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+            os.unlink(path)  # the mapping outlives the name
+        return Prepared(self.ids, self.digests, self.sources, tables)
 
 
-def _prepare_chunk(key: str, first_line: int, data: bytes, diagnose: bool) -> _Chunk:
-    """Worker-process half of ingest: complete lines -> validated traces -> Arrow rows."""
+_Chunk = tuple[_Spilled | None, list[tuple[str, int, str]], list[int]]
+
+
+def _prepare_chunk(
+    key: str,
+    first_line: int,
+    payload: bytes | tuple[int, int, bytes],
+    diagnose: bool,
+    spill_dir: str,
+) -> _Chunk:
+    """Worker-process half of ingest: complete lines -> validated traces -> Arrow rows.
+
+    ``payload``: the lines, or (offset, length, last bytes) of them in the file ``key``."""
+    if isinstance(payload, bytes):
+        data = payload
+    else:
+        start, length, tail = payload
+        with open(key, "rb") as f:
+            f.seek(start)
+            data = f.read(length)
+        if len(data) != length or not data.endswith(tail):
+            raise InputError(f"{key} changed while it was being read; ingest it again")
     run = _FileRun(key, fast=not diagnose)
     lineno = first_line
     for raw in data.split(b"\n")[:-1]:
         lineno += 1
         run.line(lineno, raw)
-    prep = prepare(run.items, [key] * len(run.items), diagnose) if run.items else None
-    return prep, run.errors, run.lines
+    del data
+    if not run.items:
+        return None, run.errors, run.lines
+    prep = prepare(run.items, [key] * len(run.items), diagnose)
+    return _Spilled.save(prep, spill_dir), run.errors, run.lines
 
 
 def _no_constant(name: str) -> float:
@@ -548,8 +621,8 @@ def ingest_paths(
 
     ``complete_tail``: also read a last line that lacks its newline when it is a complete
     JSON value (the one-shot CLI does this; the watcher does not, a writer may be mid-line).
-    ``workers``: processes that parse and validate big files (``None``: one per CPU but
-    one, up to MAX_WORKERS; default 1 = none). Only runs with at least POOL_MIN_BYTES to
+    ``workers``: processes that parse and validate big files (``None``: one per CPU, up
+    to MAX_WORKERS; default 1 = none). Only runs with at least POOL_MIN_BYTES to
     read use them.
     Workers start with multiprocessing's forkserver, which re-imports the ``__main__``
     script: only pass ``workers`` > 1 from a script guarded by ``if __name__ == "__main__"``
@@ -566,15 +639,17 @@ def ingest_paths(
         job.total += max(
             0, st.st_size - (prev.offset if prev and not f.name.endswith(".gz") else 0)
         )
-    # Auto: one core stays with this process (reading, inserting); on 2 CPUs that means no
-    # pool, which measured faster there than two workers fighting the owner for the cores.
-    n_workers = max(1, (os.cpu_count() or 1) - 1) if workers is None else workers
+    # Auto: one worker per CPU. This process only reads line boundaries and waits for
+    # DuckDB, which inserts without holding the GIL (bench/bench_store.py, 2 CPUs: 2 workers
+    # 117k packets/s, no pool 83k).
+    n_workers = (os.cpu_count() or 1) if workers is None else workers
     if job.total >= POOL_MIN_BYTES and min(n_workers, MAX_WORKERS) > 1:
         job.pool = ProcessPoolExecutor(
             max_workers=min(n_workers, MAX_WORKERS), mp_context=get_context("forkserver")
         )
         job.max_inflight = min(n_workers, MAX_WORKERS) + 1
-        job.chunk_bytes = CHUNK_BYTES // 4  # smaller pieces keep every worker busy
+        job.chunk_bytes = POOL_CHUNK_BYTES
+        job.spill_dir = tempfile.mkdtemp(prefix="ctxscope-ingest-")
     try:
         for f in files:
             job.file(f)
@@ -588,6 +663,8 @@ def ingest_paths(
             job.pool.shutdown(cancel_futures=True)
         if job._writer is not None:
             job._writer.shutdown()
+        if job.spill_dir:
+            shutil.rmtree(job.spill_dir, ignore_errors=True)
     job.counts.error_rows.sort(key=lambda e: (e.file, e.line))
     return job.counts
 

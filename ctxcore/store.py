@@ -397,12 +397,12 @@ class TraceStore:
                 if table.num_rows == 0:
                     continue
                 cols = ", ".join(f'"{c}"' for c in table.column_names)
-                view = f"_ins_{name}"
-                cur.register(view, table)
-                try:
-                    cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM {view}")
-                finally:
-                    _unregister(cur, view)
+                # Scanned by name from this frame (DuckDB's replacement scan), not
+                # registered: a view dropped inside a transaction lives on until the
+                # commit, and with it every batch's Arrow data.
+                _rows = table  # noqa: F841 - read by the SQL below
+                cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM _rows")
+                del _rows
         return InsertResult(len(keep), skipped, conflicts)
 
     def diagnose_pending(self, max_traces: int = 200) -> int:

@@ -176,6 +176,8 @@ def test_text_level_cases(base: dict[str, Any]) -> None:
         good.replace(b'"content":"', b'"content":"\\ud800', 1),  # a lone surrogate
         good.replace(b'"content":"', b'"content":"\xff\xfe', 1),  # invalid UTF-8
         good[: len(good) // 2],  # truncated
+        good[:-1] + b',"metadata":{"x":NaN}}',  # not JSON, though pydantic would take it
+        good[:-1] + b',"metadata":{"x":-Infinity}}',
         json.dumps(
             _edit(base, ("input", "packets"), base["input"]["packets"] * 2)
         ).encode(),  # duplicate packet ids

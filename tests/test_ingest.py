@@ -187,22 +187,32 @@ def test_cli_prints_counts_and_file_line_errors(tmp_path: Path) -> None:
     assert "nope: no such file or folder" in missing.stderr
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_worker_processes_store_exactly_what_one_process_stores(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
 ) -> None:
+    """Workers re-read their byte range of a plain file (a .gz travels as bytes) and hand
+    their rows back as Arrow files in a spill folder that is gone afterwards."""
+    import tempfile
+
     import ctxcore.ingest as ingest_mod
 
-    f = tmp_path / "big.jsonl"
+    f = tmp_path / f"big{suffix}"
     bad = "{not json\n"
     lines = [line(i, n_packets=30) for i in range(120)]
     lines.insert(57, bad)
     lines.insert(90, line(3, n_packets=4))  # same id, different content: a conflict
-    f.write_text("".join(lines), encoding="utf-8")
+    data = "".join(lines).encode()
+    f.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    spill_root = tmp_path / "tmp"
+    spill_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill_root))
     results = []
     for workers in (1, 2):
         monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
         monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)
         monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", 4 * 40_000)  # ~10 chunks
+        monkeypatch.setattr(ingest_mod, "POOL_CHUNK_BYTES", 4 * 40_000)
         with TraceStore(tmp_path / f"w{workers}.duckdb", diagnose=False) as s:
             c = ingest_paths(s, [f], workers=workers)
             cur = s._cur()
@@ -215,6 +225,7 @@ def test_worker_processes_store_exactly_what_one_process_stores(
     added, errors, dec = results[0]
     assert added == 120 and [ln for ln, _ in errors] == [58, 91]
     assert len(dec) == 120 * 30
+    assert not list(spill_root.glob("ctxscope-ingest-*"))
 
 
 def test_redaction_on_ingest_when_configured(
@@ -233,3 +244,22 @@ def test_redaction_on_ingest_when_configured(
     assert secret not in stored.to_json()
     assert secret not in (store.packet_content("t000001", "tool:call_2") or "")
     assert store.packet_content("t000001", "tool:call_1") == t.input.packets[1].content
+
+
+def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
+    """A file replaced between the owner's read and the worker's re-read is not
+    half-ingested: the worker raises, the run's transaction rolls back."""
+    from ctxcore.errors import InputError
+    from ctxcore.ingest import _prepare_chunk
+
+    f = tmp_path / "t.jsonl"
+    text = line(1) + line(2)
+    f.write_text(text, encoding="utf-8")
+    n = len(text.encode())
+    spilled, errors, lines = _prepare_chunk(
+        str(f), 0, (0, n, text.encode()[-64:]), False, str(tmp_path)
+    )
+    assert spilled is not None and errors == [] and lines == [1, 2]
+    assert spilled.load().ids == [make_trace(1).trace_id, make_trace(2).trace_id]
+    with pytest.raises(InputError, match="changed while it was being read"):
+        _prepare_chunk(str(f), 0, (0, n, b"something else"), False, str(tmp_path))
