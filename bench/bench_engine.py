@@ -5,8 +5,10 @@
 - warm re-run of the ``ctxscope`` preset (same input object, caches warm): median ≤ 20 ms;
 - a 20 × 20 sweep over relevance_weight × max_tokens (400 builds): ≤ 1 s in all;
 - cold run (fresh token counter, cleared memo caches) against tiktoken alone counting the
-  same texts with ``encode_ordinary_batch`` (same thread count): ratio ≤ 1.2.
-  Runs are interleaved (tiktoken, cold build, tiktoken, …) so machine noise hits both.
+  same texts, the faster of two ways: ``encode_ordinary_batch`` with one thread per CPU,
+  and ``encode_to_numpy`` on a pool of that many threads (what ctxcore uses; no Python int
+  per token): ratio ≤ 1.2. Runs are interleaved (tiktoken, cold build, …) so machine noise
+  hits both.
 
 The hello-agents 0.2.8 package vs our ``hello-agents`` preset row is measured by
 ``bench/bench_hello_agents.py`` (it needs the oracle virtual environment).
@@ -30,7 +32,13 @@ from ctxcore.models import CapturedInput, Config  # noqa: E402
 from ctxcore.pipeline import build  # noqa: E402
 from ctxcore.pipeline import gather as gather_mod  # noqa: E402
 from ctxcore.pipeline.sweep import sweep  # noqa: E402
-from ctxcore.tokens import TokenCounter, get_counter, get_encoding  # noqa: E402
+from ctxcore.tokens import (  # noqa: E402
+    COUNT_THREADS,
+    TokenCounter,
+    count_batch,
+    get_counter,
+    get_encoding,
+)
 
 
 def _clear_memos() -> None:
@@ -60,7 +68,8 @@ def main() -> int:
             + [prep.task_segment, prep.output_segment]
         )
     )
-    n_tokens = sum(len(x) for x in enc.encode_ordinary_batch(texts, num_threads=4))
+    n_tokens = sum(len(x) for x in enc.encode_ordinary_batch(texts, num_threads=COUNT_THREADS))
+    assert count_batch(enc, texts) == [len(enc.encode_ordinary(t)) for t in texts]
 
     # warm
     warm: list[float] = []
@@ -87,18 +96,23 @@ def main() -> int:
     sweep_s = time.perf_counter() - t0
 
     # cold vs tiktoken alone, interleaved
-    tk: list[float] = []
+    tk_lists: list[float] = []
+    tk_numpy: list[float] = []
     cold: list[float] = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        enc.encode_ordinary_batch(texts, num_threads=4)
-        tk.append(time.perf_counter() - t0)
+        enc.encode_ordinary_batch(texts, num_threads=COUNT_THREADS)
+        tk_lists.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        count_batch(enc, texts)
+        tk_numpy.append(time.perf_counter() - t0)
         _clear_memos()
         counter = TokenCounter("cl100k_base")
         t0 = time.perf_counter()
         build(inp, counter=counter)
         cold.append(time.perf_counter() - t0)
-    ratio = statistics.median(cold) / statistics.median(tk)
+    tk_best = min(statistics.median(tk_lists), statistics.median(tk_numpy))
+    ratio = statistics.median(cold) / tk_best
 
     rows = [
         (
@@ -115,9 +129,18 @@ def main() -> int:
             _ms(sweep_s) + (" (vectorized)" if grid.vectorized else " (build per cell)"),
             "≤ 1 s",
         ),
-        ("tiktoken alone (median)", _ms(statistics.median(tk)), ""),
+        (
+            f"tiktoken alone, encode_ordinary_batch ({COUNT_THREADS} threads)",
+            _ms(statistics.median(tk_lists)),
+            "",
+        ),
+        (
+            f"tiktoken alone, encode_to_numpy ({COUNT_THREADS} threads)",
+            _ms(statistics.median(tk_numpy)),
+            "",
+        ),
         ("cold run (median)", _ms(statistics.median(cold)), ""),
-        ("cold / tiktoken", f"{ratio:.2f}×", "≤ 1.2×"),
+        ("cold / faster tiktoken", f"{ratio:.2f}×", "≤ 1.2×"),
         ("hello-agents 0.2.8 vs our preset", "see bench/bench_hello_agents.py", ""),
     ]
     w1 = max(len(r[0]) for r in rows)

@@ -87,3 +87,37 @@ def test_priority_norm_and_combine() -> None:
     assert list(p) == [0.0, 0.5, 1 - 1 / 3, 0.0]
     s = combine(np.array([1.0]), np.array([0.5]), np.array([0.5]), 0.6, 0.3, 0.1)
     assert math.isclose(float(s[0]), 0.6 + 0.15 + 0.05)
+
+
+def test_batch_term_frequencies_equal_the_per_document_ones(corpus: Path) -> None:
+    """The joined-documents scan (used for 8+ new documents) counts exactly what the
+    per-document path counts: whole Latin words, overlapping CJK n-grams, hits at the
+    first and last character of a document, and text whose length changes when lowered."""
+    import random
+
+    from ctxcore.scoring import TermFrequencies
+
+    rng = random.Random(7)
+    text = "\n".join(
+        (corpus / name).read_text(encoding="utf-8", errors="replace")
+        for name in sorted(p.name for p in corpus.iterdir() if p.suffix in (".txt", ".md"))[:12]
+    )
+    docs = [text[i : i + rng.randint(0, 3000)] for i in rng.sample(range(len(text)), 300)]
+    docs += [
+        "py", "py.", "_py", "copy py", "fields.py,", "İstanbul py", "ÀPY py", "哈哈哈", "哈",
+        "兼容性 兼容", "保持向后兼容", "", "API api Api", "test_timedelta_field!", "兼",
+    ]  # fmt: skip
+    for query in (
+        "Fix the TimeDelta bug in fields.py; test_timedelta_field 保持向后兼容 API",
+        "哈哈 兼容性 py",
+        "pytest failure error assert",
+    ):
+        q = QueryTerms.of(query)
+        tf = TermFrequencies()
+        batch = tf.matrix(q, docs)  # all new: the batch path
+        one = TermFrequencies()
+        single = np.asarray([one.of(q, d) for d in docs], dtype=np.int64)
+        assert batch.shape == (len(docs), len(q.all))
+        assert (batch == single).all(), query
+        assert batch[:, : len(q.latin)].sum() > 0  # both kinds of term were really found
+        assert not q.cjk or batch[:, len(q.latin) :].sum() > 0

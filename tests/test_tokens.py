@@ -58,6 +58,8 @@ def test_counts_equal_tiktoken_on_corpus(
             "d07_npm_run_verify_tsc_jest_pack.log",
         )
     ]
+    # special-token text counts as ordinary text, as in encode_ordinary
+    texts += ["a <|endoftext|> b", "<|fim_prefix|><|endofprompt|>", "<|im_start|>user"]
     counter = TokenCounter(name)
     assert counter.count_many(texts) == [len(reference.encode_ordinary(t)) for t in texts]
     assert counter.count(texts[2]) == len(reference.encode_ordinary(texts[2]))
