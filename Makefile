@@ -49,8 +49,14 @@ format: $(STAMP)
 golden: $(STAMP) $(ORACLE_STAMP)
 	$(PY) scripts/make_golden.py --oracle $(ORACLE_VENV)/bin/python
 
+# Every speed table of the issues (several minutes; bench_app needs Chromium: make browser).
 bench: $(STAMP) $(ORACLE_STAMP)
-	$(PY) bench/bench_engine.py --oracle $(ORACLE_VENV)/bin/python
+	$(PY) bench/bench_engine.py
+	$(PY) bench/bench_hello_agents.py --oracle $(ORACLE_VENV)/bin/python
+	$(PY) bench/bench_store.py
+	$(PY) bench/bench_diagnostics.py
+	$(PY) bench/bench_app.py --keep bench/out/app
+	$(PY) bench/bench_app_server.py bench/out/app
 
 demo: $(STAMP)
 	$(PY) -m ctxcore demo

@@ -102,3 +102,14 @@ def test_md_escapes_markdown_and_html(text: str) -> None:
         if ch in "<>[]()!:*`&_#|~$" and (i == 0 or out[i - 1] != "\\"):
             raise AssertionError(f"unescaped {ch!r} at {i} in {out!r}")
     assert re.sub(r"\\(.)", r"\1", out) == text  # what is shown is the original text
+
+
+def test_start_up_warm_up_runs_the_real_figures() -> None:
+    """The background warm-up (ui.state) swallows its errors so it can never take the app
+    down; run its body directly so a broken warm-up fails here instead of going quiet."""
+    from ui import state
+
+    from ctxcore import tokens
+
+    state._warm_figures()
+    assert {"cl100k_base", "o200k_base"} <= set(tokens._encodings)

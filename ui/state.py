@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.util
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -88,21 +89,55 @@ def store() -> TraceStore:
 
 
 def _warm_figures() -> None:
+    """One-time costs of the first Inspect or Playground, paid at start-up in the
+    background: plotly imports a validator module per trace type and attribute on first
+    use, tiktoken reads its encoding files, the pipeline and pandas import their modules.
+    A tiny real build goes through the very figures and tables Inspect draws."""
+    from datetime import UTC, datetime
+
     import plotly.graph_objects as go
     import plotly.io as pio
 
-    # plotly imports a validator module per trace type and attribute on first use (about
-    # a second in all); pay it at start-up rather than on the first Inspect.
-    fig = go.Figure([go.Bar(x=[1], y=[1], hovertext=["a"]), go.Scatter(x=[1], y=[1])])
-    fig.add_trace(go.Heatmap(z=[[1]]))
-    fig.add_vline(x=0.5, annotation_text="x")
-    fig.update_layout(title={"text": "t", "subtitle": {"text": "s"}}, template="plotly_white")
-    pio.to_json(fig, validate=False)
+    from ctxcore import figures
+    from ctxcore.models import CapturedInput, Config, Packet
+    from ctxcore.pipeline import build_trace
+    from ctxcore.tokens import get_encoding
+    from ui import views
+
+    for name in ("cl100k_base", "o200k_base"):
+        get_encoding(name)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    packets = [
+        Packet(id=f"tool:warm_{k}", kind="tool_result", content=f"warm-up {k} " * 40)
+        for k in range(6)
+    ]
+    inp = CapturedInput(query="warm up", now=now, packets=packets)
+    trace = build_trace(inp, Config(max_tokens=400), trace_id="warm-up", created_at=now)
+    assert trace.result is not None
+    figs = [
+        figures.window_bar(trace),
+        figures.partition_budgets(trace),
+        figures.score_scatter(trace),
+        figures.tokenizer_drift(
+            views.partition_token_rows(trace.result.prompt, "cl100k_base"), "cl100k_base"
+        ),
+        go.Figure(go.Heatmap(z=[[1]])),
+    ]
+    for fig in figs:
+        pio.to_json(fig, validate=False)
+    views.decisions_frame(trace.result.decisions).to_json()
+
+
+def _warm_figures_safely() -> None:
+    try:
+        _warm_figures()
+    except Exception:  # noqa: BLE001 - a warm-up must never take the app down
+        logging.getLogger("ctxscope.app").exception("warm-up failed (the app still works)")
 
 
 @st.cache_resource(show_spinner=False)
 def _warm_up() -> threading.Thread:
-    t = threading.Thread(target=_warm_figures, name="ctxscope-warm-up", daemon=True)
+    t = threading.Thread(target=_warm_figures_safely, name="ctxscope-warm-up", daemon=True)
     t.start()
     return t
 
