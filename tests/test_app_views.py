@@ -107,9 +107,8 @@ def test_md_escapes_markdown_and_html(text: str) -> None:
 def test_start_up_warm_up_runs_the_real_figures() -> None:
     """The background warm-up (ui.state) swallows its errors so it can never take the app
     down; run its body directly so a broken warm-up fails here instead of going quiet."""
-    from ui import state
-
     from ctxcore import tokens
+    from ui import state
 
     state._warm_figures()
     assert {"cl100k_base", "o200k_base"} <= set(tokens._encodings)
