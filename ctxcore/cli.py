@@ -132,6 +132,12 @@ def make_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("ingest", help="ingest trace files into the store")
     i.add_argument("paths", nargs="+")
     i.add_argument("--db", default=DEFAULT_DB)
+    i.add_argument(
+        "--defer-diagnostics",
+        action="store_true",
+        help="store findings later (the app's watcher computes them when idle): a big "
+        "ingest is then several times faster",
+    )
     i.set_defaults(func=_lazy("ingest", "cli_ingest"))
 
     w = sub.add_parser("watch", help="watch a folder and ingest new/appended files")

@@ -713,14 +713,22 @@ def format_error(e: IngestErrorRow) -> str:
 
 
 def cli_ingest(args: argparse.Namespace) -> int:
-    """``ctxscope ingest PATH... [--db PATH]``: counts on stdout, errors as file:line."""
+    """``ctxscope ingest PATH... [--db PATH] [--defer-diagnostics]``: counts on stdout,
+    errors as file:line."""
     bar = ProgressBar()
-    with TraceStore(args.db) as store:
+    defer = bool(getattr(args, "defer_diagnostics", False))
+    with TraceStore(args.db, diagnose=not defer) as store:
         try:
             counts = ingest_paths(store, args.paths, bar, complete_tail=True, workers=None)
         finally:
             bar.finish()
+        waiting = store.undiagnosed() if defer else 0
     print(f"ingested {format_counts(counts)}")
+    if waiting:
+        print(
+            f"{waiting:,} traces wait for diagnostics: the app computes their findings when "
+            "idle (run `ctxscope app` or `ctxscope watch` on this store)"
+        )
     for e in counts.error_rows:
         print(format_error(e))
     for file, line in counts.pending:

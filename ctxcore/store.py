@@ -405,6 +405,13 @@ class TraceStore:
                 del _rows
         return InsertResult(len(keep), skipped, conflicts)
 
+    def undiagnosed(self) -> int:
+        """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
+        row = _first(
+            self._cur().execute("SELECT count(*) FROM traces WHERE n_findings IS NULL").fetchall()
+        )
+        return int(row[0]) if row else 0
+
     def diagnose_pending(self, max_traces: int = 200) -> int:
         """Compute findings for traces stored with ``diagnose=False``; returns how many
         were diagnosed (0 when none wait or ``ctxcore.diagnostics`` is not installed)."""

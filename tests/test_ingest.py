@@ -187,6 +187,22 @@ def test_cli_prints_counts_and_file_line_errors(tmp_path: Path) -> None:
     assert "nope: no such file or folder" in missing.stderr
 
 
+def test_cli_can_defer_diagnostics_to_the_app(tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    write_jsonl(d / "a.jsonl", [make_trace(i, must_keep_dropped=True) for i in range(3)])
+    db = tmp_path / "cli.duckdb"
+    cmd = [sys.executable, "-m", "ctxcore", "ingest", str(d), "--db", str(db)]
+    r = subprocess.run([*cmd, "--defer-diagnostics"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].startswith("3 traces wait for diagnostics")
+    with TraceStore(db) as s:
+        assert s.undiagnosed() == 3
+        assert s.diagnose_pending() == 3  # what the app's watcher does when idle
+        assert s.undiagnosed() == 0
+        assert s.findings(make_trace(0).trace_id)  # a dropped must-keep item is a finding
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_worker_processes_store_exactly_what_one_process_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
