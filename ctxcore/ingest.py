@@ -18,17 +18,19 @@ process touches DuckDB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
 import json
 import os
+import queue
 import shutil
 import sys
 import tempfile
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -43,8 +45,8 @@ from . import fastdecode
 from .errors import InputError
 from .loading import parse_json, trace_from_obj
 from .models import Trace
-from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore
-from .store_rows import Prepared, TraceView, prepare
+from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore, insert_table
+from .store_rows import _SCHEMAS, Prepared, TraceView, prepare
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 #: bytes read per step of a big file.
@@ -56,10 +58,8 @@ GROUP_BYTES = 16 * 1024 * 1024
 GROUP_FILES = 500
 #: big ingests parse and validate in worker processes; small ones are not worth starting them.
 POOL_MIN_BYTES = 64 * 1024 * 1024
-#: decision rows per DuckDB insert. Measured on 1M rows: 4 x 250k appends left DuckDB a 1 s
-#: rewrite at the next checkpoint, 3 x 340k and 2 x 500k none (340k was the faster) ...
-INSERT_ROWS = 340_000
-#: ... and input bytes per transaction (files are never split across transactions).
+#: input bytes per transaction (files are never split across transactions); a transaction's
+#: decision rows are one streamed insert (``_DecisionStream``).
 TX_BYTES = 512 * 1024 * 1024
 MAX_WORKERS = 4
 #: bytes per chunk handed to a worker.
@@ -180,10 +180,9 @@ class _FileRun:
 
 class _Ingest:
     """One ingest run. Small files are read first and prepared in groups; a big file
-    streams in chunks. Rows wait in ``pending`` and go to DuckDB in one insert per
-    INSERT_ROWS rows (DuckDB writes big inserts straight to its row groups, small ones
-    through the WAL, which costs about twice as much), inside a transaction that spans
-    files until TX_BYTES were read: each file's traces and offset still commit together."""
+    streams in chunks. A transaction spans files until TX_BYTES were read (each file's
+    traces and offset still commit together); in it, decision rows stream into one INSERT
+    as they are prepared, and the small tables are inserted at the commit."""
 
     def __init__(self, store: TraceStore, progress: Progress | None, complete_tail: bool) -> None:
         self.store = store
@@ -200,15 +199,16 @@ class _Ingest:
         self.small_file_bytes = SMALL_FILE_BYTES
         self.group: list[tuple[_FileRun, FileOffset | None]] = []
         self.group_bytes = 0
-        self.pending: list[tuple[Prepared | _Spilled, list[tuple[str, int]]]] = []
-        self.pending_rows = 0
         self.pending_errors: list[tuple[str, int, str]] = []
+        self.tx_tables: dict[str, list[pa.Table]] = {}
+        self.tx_known: dict[str, tuple[str, str | None]] = {}
+        self._stream: _DecisionStream | None = None
+        self._read_cur: Any = None
         self._tx: ExitStack | None = None
         self._tx_cur: Any = None
         self.tx_bytes = 0
         self.tx_offsets: list[FileOffset] = []
         self._writer: ThreadPoolExecutor | None = None
-        self._insert_job: Future[None] | None = None
 
     def tick(self, n: int) -> None:
         self.done += n
@@ -228,28 +228,33 @@ class _Ingest:
     def commit(self) -> None:
         if self._tx is None:
             return
-        self.insert_pending()
-        self.wait_insert()
-        self.store.set_file_offsets(self._tx_cur, self.tx_offsets)
+        cur = self._tx_cur
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.close()  # the decisions INSERT has every row once this returns
+        for name in ("traces", "partitions", "findings"):
+            parts = self.tx_tables.pop(name, [])
+            if parts:
+                insert_table(cur, name, pa.concat_tables(parts))
+        self.tx_tables, self.tx_known = {}, {}
+        if self.pending_errors:
+            rows = self.store.insert_errors(cur, self.pending_errors)
+            self.counts.errors += len(rows)
+            self.counts.error_rows += rows
+            self.pending_errors = []
+        self.store.set_file_offsets(cur, self.tx_offsets)
         tx, self._tx, self._tx_cur, self.tx_bytes = self._tx, None, None, 0
         self.tx_offsets = []
         tx.close()
 
     def abort(self) -> None:
         """Roll the open transaction back (an exception is on its way up)."""
-        try:
-            self.wait_insert()
-        except Exception:  # noqa: BLE001 - the exception already on its way up matters more
-            pass
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.abort()
         if self._tx is not None:
             tx, self._tx, self._tx_cur = self._tx, None, None
             tx.__exit__(RuntimeError, RuntimeError("ingest aborted"), None)
-
-    def wait_insert(self) -> None:
-        """Wait for the insert running in the writer thread (raising what it raised)."""
-        job, self._insert_job = self._insert_job, None
-        if job is not None:
-            job.result()
 
     def flush(self, runs: Sequence[_FileRun]) -> None:
         """Prepare the rows of the traces and errors the runs hold."""
@@ -267,36 +272,15 @@ class _Ingest:
         where: Sequence[tuple[str, int]],
         errors: list[tuple[str, int, str]],
     ) -> None:
+        """New traces' decision rows go to the transaction's decisions stream at once;
+        their other rows and the errors wait for the commit (they are small)."""
+        self.cur()
         if prep is not None:
-            self.pending.append((prep, list(where)))
-            self.pending_rows += prep.rows
-        self.pending_errors += errors
-        if self.pending_rows >= INSERT_ROWS:
-            self.insert_pending()
-
-    def insert_pending(self) -> None:
-        """Hand the pending rows to the writer thread. DuckDB releases the GIL while it
-        inserts, so the next rows are parsed meanwhile; one insert runs at a time."""
-        pending, self.pending, self.pending_rows = self.pending, [], 0
-        errors, self.pending_errors = self.pending_errors, []
-        if not pending and not errors:
-            return
-        cur = self.cur()
-        self.wait_insert()
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
-        self._insert_job = self._writer.submit(self._insert, cur, pending, errors)
-
-    def _insert(
-        self,
-        cur: Any,
-        pending: list[tuple[Prepared | _Spilled, list[tuple[str, int]]]],
-        errors: list[tuple[str, int, str]],
-    ) -> None:
-        if pending:
-            prep = Prepared.concat([p.load() if isinstance(p, _Spilled) else p for p, _ in pending])
-            where = [w for _, ws in pending for w in ws]
-            res = self.store.insert_prepared(cur, prep)
+            if isinstance(prep, _Spilled):
+                prep = prep.load()
+            if self._read_cur is None:
+                self._read_cur = self.store.read_cursor()
+            tables, res = self.store.plan_insert(self._read_cur, prep, self.tx_known)
             self.counts.traces_added += res.added
             self.counts.traces_skipped += res.skipped
             for idx, tid, src in res.conflicts:
@@ -304,10 +288,16 @@ class _Ingest:
                     (*where[idx], f"trace_id {tid!r} is already stored (from {src}) with "
                      "different content; give this trace its own trace_id")
                 )  # fmt: skip
-        if errors:
-            rows = self.store.insert_errors(cur, errors)
-            self.counts.errors += len(rows)
-            self.counts.error_rows += rows
+            decisions = tables.pop("decisions", None)
+            if decisions is not None:
+                if self._stream is None:
+                    if self._writer is None:
+                        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
+                    self._stream = _DecisionStream(self._tx_cur, self._writer)
+                self._stream.put(decisions)
+            for name, table in tables.items():
+                self.tx_tables.setdefault(name, []).append(table)
+        self.pending_errors += errors
 
     def done_with(self, offsets: Sequence[FileOffset], nbytes: int) -> None:
         """Files fully read: their offsets join the open transaction (written at commit),
@@ -519,6 +509,50 @@ class _Ingest:
                 else:
                     run.obj(1, obj, "")
         return FileOffset(key, len(data), 0, st.st_size, st.st_mtime, _fingerprint(data))
+
+
+class _DecisionStream:
+    """One ``INSERT INTO decisions`` per transaction, fed chunk by chunk while the next
+    chunks are parsed. DuckDB pulls the rows from a queue (without holding the GIL while it
+    writes), and one append this size goes to disk once: separate inserts of a few hundred
+    thousand rows each left DuckDB a rewrite of about a second at its next checkpoint."""
+
+    def __init__(self, cur: Any, writer: ThreadPoolExecutor) -> None:
+        self._q: queue.Queue[pa.Table | None] = queue.Queue(maxsize=8)
+        schema = _SCHEMAS["decisions"]
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            while True:
+                table = self._q.get()
+                if table is None:
+                    return
+                yield from table.cast(schema).to_batches()
+
+        def run() -> None:
+            insert_table(cur, "decisions", pa.RecordBatchReader.from_batches(schema, batches()))
+
+        self._job: Future[None] = writer.submit(run)
+
+    def put(self, table: pa.Table | None) -> None:
+        while True:
+            if self._job.done():  # the INSERT failed: raise its error here
+                self._job.result()
+                raise RuntimeError("the decisions insert stopped before its input ended")
+            try:
+                self._q.put(table, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        self.put(None)
+        self._job.result()
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.put(None)
+        with contextlib.suppress(Exception):
+            self._job.result()
 
 
 @dataclass

@@ -189,6 +189,16 @@ def _unregister(cur: duckdb.DuckDBPyConnection, view: str) -> None:
         pass
 
 
+def insert_table(
+    cur: duckdb.DuckDBPyConnection, name: str, rows: pa.Table | pa.RecordBatchReader
+) -> None:
+    """Append Arrow rows (a table, or a stream of batches) to a store table, by name."""
+    cols = ", ".join(f'"{c}"' for c in rows.schema.names)
+    # Scanned by name from this frame (DuckDB's replacement scan), not registered: a view
+    # dropped inside a transaction lives on until the commit, and with it its Arrow data.
+    cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM rows")
+
+
 def _aware(dt: datetime) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
@@ -347,8 +357,31 @@ class TraceStore:
     def insert_prepared(self, cur: duckdb.DuckDBPyConnection, prep: Prepared) -> InsertResult:
         """Insert rows made by ``prepare`` (possibly in another process): decide which
         traces are new, give them their ``tseq`` and bulk-insert every table."""
+        tables, res = self.plan_insert(cur, prep)
+        for name, table in tables.items():
+            insert_table(cur, name, table)
+        return res
+
+    def read_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor of its own (its own transaction: it sees committed rows only), for
+        reading while another thread's statement holds this thread's cursor."""
+        if self._closed:
+            raise StoreError(f"{self.path}: the store is closed")
+        return self._con.cursor()
+
+    def plan_insert(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        prep: Prepared,
+        pending: dict[str, tuple[str, str | None]] | None = None,
+    ) -> tuple[dict[str, pa.Table], InsertResult]:
+        """Which traces of ``prep`` are new, and their rows with ``tseq`` assigned.
+
+        ``cur`` looks up the stored traces; ``pending`` (trace_id -> (digest, source)) holds
+        the ones inserted in the open transaction when ``cur`` cannot see them (a read
+        cursor); it is updated with the new ones."""
         if not prep.ids:
-            return InsertResult(0, 0, [])
+            return {}, InsertResult(0, 0, [])
         known: dict[str, tuple[str, str | None]] = {}
         for chunk in range(0, len(prep.ids), 2000):
             part = list(dict.fromkeys(prep.ids[chunk : chunk + 2000]))
@@ -358,6 +391,8 @@ class TraceStore:
                 [part],
             ).fetchall()
             known.update({r[0]: (r[1], r[2]) for r in rows})
+        if pending is not None:
+            known.update({t: pending[t] for t in prep.ids if t in pending})
         shared = self._shared
         if shared.tseq is None:  # then kept in memory: writes are serialised by the lock
             row = _first(cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall())
@@ -380,7 +415,10 @@ class TraceStore:
                 continue
             keep.append(k)
             known[tid] = (digest, prep.sources[k])
+            if pending is not None:
+                pending[tid] = known[tid]
         shared.tseq = base + len(keep)  # a rolled-back insert leaves a gap: harmless
+        out: dict[str, pa.Table] = {}
         if keep:
             # Row k of the batch becomes tseq base+1.. in order; skipped rows map to -1.
             mapping = np.full(len(prep.ids), -1, dtype=np.int64)
@@ -394,16 +432,9 @@ class TraceStore:
                     tseq = tseq[tseq >= 0]
                 col = table.schema.get_field_index("tseq")
                 table = table.set_column(col, "tseq", pa.array(tseq, _I64))
-                if table.num_rows == 0:
-                    continue
-                cols = ", ".join(f'"{c}"' for c in table.column_names)
-                # Scanned by name from this frame (DuckDB's replacement scan), not
-                # registered: a view dropped inside a transaction lives on until the
-                # commit, and with it every batch's Arrow data.
-                _rows = table  # noqa: F841 - read by the SQL below
-                cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM _rows")
-                del _rows
-        return InsertResult(len(keep), skipped, conflicts)
+                if table.num_rows:
+                    out[name] = table
+        return out, InsertResult(len(keep), skipped, conflicts)
 
     def undiagnosed(self) -> int:
         """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
