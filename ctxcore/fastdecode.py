@@ -49,37 +49,33 @@ _LONG_FRACTION = re.compile(rb":\d\d\.\d{7}")
 
 
 def _float_type(meta: list[Any]) -> Any:
-    lower: dict[str, Any] = {"ge": -_FLOAT_MAX}
-    upper: dict[str, Any] = {"le": _FLOAT_MAX}
-    for c in meta:
-        if isinstance(c, at.Ge):
-            lower = {"ge": float(c.ge)}  # type: ignore[arg-type]
-        elif isinstance(c, at.Gt):
-            lower = {"gt": float(c.gt)}  # type: ignore[arg-type]
-        elif isinstance(c, at.Le):
-            upper = {"le": float(c.le)}  # type: ignore[arg-type]
-        elif isinstance(c, at.Lt):
-            upper = {"lt": float(c.lt)}  # type: ignore[arg-type]
+    """A float with the field's bounds, and finite either way (as ``allow_inf_nan=False``)."""
+    c = _constraints(meta)
+    lower: dict[str, Any] = {k: float(c[k]) for k in ("ge", "gt") if k in c}
+    upper: dict[str, Any] = {k: float(c[k]) for k in ("le", "lt") if k in c}
+    lower = lower or {"ge": -_FLOAT_MAX}
+    upper = upper or {"le": _FLOAT_MAX}
     return Annotated[float, msgspec.Meta(**lower, **upper)]
+
+
+#: pydantic's constraint objects -> msgspec.Meta's keyword (the attribute has that name too).
+_CONSTRAINTS: dict[type, str] = {
+    at.MinLen: "min_length",
+    at.MaxLen: "max_length",
+    at.Ge: "ge",
+    at.Gt: "gt",
+    at.Le: "le",
+    at.Lt: "lt",
+}
 
 
 def _constraints(meta: list[Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in meta:
-        if isinstance(c, at.MinLen):
-            out["min_length"] = c.min_length
-        elif isinstance(c, at.MaxLen):
-            out["max_length"] = c.max_length
-        elif isinstance(c, at.Ge):
-            out["ge"] = c.ge
-        elif isinstance(c, at.Gt):
-            out["gt"] = c.gt
-        elif isinstance(c, at.Le):
-            out["le"] = c.le
-        elif isinstance(c, at.Lt):
-            out["lt"] = c.lt
-        else:
+        name = _CONSTRAINTS.get(type(c))
+        if name is None:
             raise TypeError(f"fastdecode cannot mirror the constraint {c!r}")
+        out[name] = getattr(c, name)
     return out
 
 
