@@ -370,37 +370,66 @@ class _Ingest:
             self.flush([run])
             return off
         inflight: deque[Future[_Chunk]] = deque()
+        # Workers number their lines from 1; chunks are consumed in order, so the line
+        # before each one is known by then.
+        line_before = [prev.line if prev is not None else 0]  # (re)set by the reader
 
         def consume(fut: Future[_Chunk]) -> None:
-            spilled, errors, lines = fut.result()
+            spilled, errors, lines, n_lines = fut.result()
+            base = line_before[0]
+            line_before[0] += n_lines
             # mapped only when inserted: two batches in memory (pending and inserting)
             # were most of the owner's peak
-            self.apply(spilled, [(run.key, ln) for ln in lines], errors)
-
-        def submit(first_line: int, data: bytes, start: int) -> None:
-            # A plain file is re-read by the worker (from the page cache) rather than sent
-            # down the pool's pipe; a .gz cannot seek, so its bytes travel.
-            payload: bytes | tuple[int, int, bytes] = (
-                data if gz else (start, len(data), data[-_FP_BYTES:])
+            self.apply(
+                spilled,
+                [(run.key, base + ln) for ln in lines],
+                [(k, base + ln, msg) for k, ln, msg in errors],
             )
+
+        def submit(payload: bytes | tuple[int, int, bytes]) -> None:
             inflight.append(
-                pool.submit(
-                    _prepare_chunk,
-                    run.key,
-                    first_line,
-                    payload,
-                    self.store.diagnose,
-                    self.spill_dir,
-                )
+                pool.submit(_prepare_chunk, run.key, payload, self.store.diagnose, self.spill_dir)
             )
             while len(inflight) > self.max_inflight:
                 consume(inflight.popleft())
 
-        off = self.lines(run, st, prev, gz, None, submit)
+        if gz:  # a .gz cannot seek: its bytes travel down the pool's pipe
+            off = self.lines(run, st, prev, gz, None, lambda data, _start: submit(data))
+            while inflight:
+                consume(inflight.popleft())
+            self.flush([run])  # the last line, read in this process (complete_tail)
+            return off
+        # A plain file: this process only finds where chunks end (a few kB read per chunk);
+        # each worker reads its byte range itself, from the page cache.
+        with open(run.key, "rb") as f:
+            start, line_before[0], _tail = _resume(f, st, prev, False)
+            size, pos = st.st_size, start
+            while pos < size:
+                end = _chunk_end(f, pos, min(pos + self.chunk_bytes, size), size)
+                if end < 0:
+                    break
+                f.seek(max(pos, end - _FP_BYTES))
+                submit((pos, end - pos, f.read(min(end - pos, _FP_BYTES))))
+                self.tick(end - pos)
+                pos = end
+            f.seek(pos)
+            rest = f.read(size - pos)
+            f.seek(max(0, pos - _FP_BYTES))
+            tail = f.read(min(pos, _FP_BYTES))
         while inflight:
             consume(inflight.popleft())
-        self.flush([run])  # the last line, read in this process (complete_tail)
-        return off
+        lineno = line_before[0]
+        if rest.strip():
+            if self.complete_tail and _is_json(rest):
+                lineno += 1
+                run.line(lineno, rest)
+                pos += len(rest)
+                tail = (tail + rest[-_FP_BYTES:])[-_FP_BYTES:]
+            else:
+                self.counts.pending.append((run.key, lineno + 1))
+        self.flush([run])
+        fp = _fingerprint(tail) if pos else None
+        return FileOffset(run.key, pos, lineno, st.st_size, st.st_mtime, fp)
 
     def _open(self, key: str, gz: bool) -> IO[bytes]:
         if gz:
@@ -414,30 +443,15 @@ class _Ingest:
         prev: FileOffset | None,
         gz: bool,
         on_chunk: Callable[[], None] | None,
-        submit: Callable[[int, bytes, int], None] | None = None,
+        submit: Callable[[bytes, int], None] | None = None,
     ) -> FileOffset:
         """Read complete lines from the stored offset on; returns the new offset.
 
         Lines go to ``run`` (and ``on_chunk`` is called after each chunk), or, with
-        ``submit``, each chunk of complete lines is handed over whole."""
+        ``submit``, each chunk of complete lines is handed over whole (with its offset)."""
         key = run.key
-        offset, lineno = (prev.offset, prev.line) if prev is not None else (0, 0)
-        tail = b""  # the last bytes consumed, for the fingerprint
         with self._open(key, gz) as f:
-            if offset and (gz or offset <= st.st_size):
-                # Resume only if the bytes before the offset are the ones read last time.
-                if gz:
-                    ok = _skip(f, offset - _FP_BYTES)
-                    tail = f.read(min(offset, _FP_BYTES)) if ok else b""
-                else:
-                    f.seek(max(0, offset - _FP_BYTES))
-                    tail = f.read(min(offset, _FP_BYTES))
-                if prev is None or _fingerprint(tail) != prev.fingerprint:
-                    offset, lineno, tail = 0, 0, b""
-            elif offset:
-                offset, lineno = 0, 0  # the file shrank: it was replaced; read it again
-            if offset == 0:
-                f.seek(0)
+            offset, lineno, tail = _resume(f, st, prev, gz)
             buf = b""
             truncated_gz = False
             while True:
@@ -456,7 +470,7 @@ class _Ingest:
                     continue
                 complete, buf = buf[: end + 1], buf[end + 1 :]
                 if submit is not None:
-                    submit(lineno, complete, offset)
+                    submit(complete, offset)
                     lineno += complete.count(b"\n")
                 else:
                     for raw in complete.split(b"\n")[:-1]:
@@ -587,19 +601,19 @@ class _Spilled:
         return Prepared(self.ids, self.digests, self.sources, tables)
 
 
-_Chunk = tuple[_Spilled | None, list[tuple[str, int, str]], list[int]]
+_Chunk = tuple[_Spilled | None, list[tuple[str, int, str]], list[int], int]
 
 
 def _prepare_chunk(
     key: str,
-    first_line: int,
     payload: bytes | tuple[int, int, bytes],
     diagnose: bool,
     spill_dir: str,
 ) -> _Chunk:
     """Worker-process half of ingest: complete lines -> validated traces -> Arrow rows.
 
-    ``payload``: the lines, or (offset, length, last bytes) of them in the file ``key``."""
+    ``payload``: the lines, or (offset, length, last bytes) of them in the file ``key``.
+    Lines are numbered from 1 within the chunk; returns how many it held."""
     if isinstance(payload, bytes):
         data = payload
     else:
@@ -610,15 +624,66 @@ def _prepare_chunk(
         if len(data) != length or not data.endswith(tail):
             raise InputError(f"{key} changed while it was being read; ingest it again")
     run = _FileRun(key, fast=not diagnose)
-    lineno = first_line
-    for raw in data.split(b"\n")[:-1]:
-        lineno += 1
-        run.line(lineno, raw)
+    lines = data.split(b"\n")[:-1]
     del data
+    for lineno, raw in enumerate(lines, 1):
+        run.line(lineno, raw)
+    n_lines = len(lines)
+    del lines
     if not run.items:
-        return None, run.errors, run.lines
+        return None, run.errors, run.lines, n_lines
     prep = prepare(run.items, [key] * len(run.items), diagnose)
-    return _Spilled.save(prep, spill_dir), run.errors, run.lines
+    return _Spilled.save(prep, spill_dir), run.errors, run.lines, n_lines
+
+
+def _resume(
+    f: IO[bytes], st: os.stat_result, prev: FileOffset | None, gz: bool
+) -> tuple[int, int, bytes]:
+    """Where to go on reading ``f`` (offset, lines before it, the bytes just before it):
+    the stored offset when the bytes before it are the ones read last time, else 0."""
+    offset, lineno = (prev.offset, prev.line) if prev is not None else (0, 0)
+    tail = b""  # the last bytes consumed, for the fingerprint
+    if offset and (gz or offset <= st.st_size):
+        if gz:
+            ok = _skip(f, offset - _FP_BYTES)
+            tail = f.read(min(offset, _FP_BYTES)) if ok else b""
+        else:
+            f.seek(max(0, offset - _FP_BYTES))
+            tail = f.read(min(offset, _FP_BYTES))
+        if prev is None or _fingerprint(tail) != prev.fingerprint:
+            offset, lineno, tail = 0, 0, b""
+    elif offset:
+        offset, lineno = 0, 0  # the file shrank: it was replaced; read it again
+    if offset == 0:
+        f.seek(0)
+    return offset, lineno, tail
+
+
+_WINDOW = 64 * 1024
+
+
+def _chunk_end(f: IO[bytes], pos: int, target: int, size: int) -> int:
+    """The offset just past the last newline in [pos, target), or past the first one after
+    it (a line longer than a chunk); -1 when no newline follows ``pos``."""
+    hi = target
+    while hi > pos:
+        lo = max(pos, hi - _WINDOW)
+        f.seek(lo)
+        i = f.read(hi - lo).rfind(b"\n")
+        if i >= 0:
+            return lo + i + 1
+        hi = lo
+    hi = target
+    while hi < size:
+        f.seek(hi)
+        buf = f.read(min(_WINDOW, size - hi))
+        if not buf:
+            break
+        i = buf.find(b"\n")
+        if i >= 0:
+            return hi + i + 1
+        hi += len(buf)
+    return -1
 
 
 def _no_constant(name: str) -> float:
