@@ -750,10 +750,14 @@ def ingest_paths(
         job.chunk_bytes = POOL_CHUNK_BYTES
         job.spill_dir = tempfile.mkdtemp(prefix="ctxscope-ingest-")
     try:
-        for f in files:
-            job.file(f)
-        job.flush_group()
-        job.commit()
+        with (
+            store.threads(1) if job.pool is not None and not store.read_only
+            else contextlib.nullcontext()
+        ):  # fmt: skip
+            for f in files:
+                job.file(f)
+            job.flush_group()
+            job.commit()
     except BaseException:
         job.abort()
         raise

@@ -362,6 +362,21 @@ class TraceStore:
             insert_table(cur, name, table)
         return res
 
+    @contextmanager
+    def threads(self, n: int) -> Iterator[None]:
+        """DuckDB's thread count set to ``n`` for a while (it is database-wide): a bulk
+        ingest whose worker processes use every CPU measured faster with DuckDB on one
+        thread than with DuckDB's threads competing with them for the CPUs."""
+        cur = self._cur()
+        row = _first(cur.execute("SELECT current_setting('threads')").fetchall())
+        before = int(row[0]) if row else 0
+        cur.execute(f"SET threads = {int(n)}")
+        try:
+            yield
+        finally:
+            if before > 0 and not self._closed:
+                self._cur().execute(f"SET threads = {before}")
+
     def read_cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of its own (its own transaction: it sees committed rows only), for
         reading while another thread's statement holds this thread's cursor."""

@@ -361,3 +361,14 @@ def test_compressed_json_round_trips_exactly(tmp_path: Path) -> None:
         stored = s._trace_json(s._cur(), "zst-1")
         size = s._cur().execute("SELECT json_bytes FROM traces").fetchall()[0][0]
     assert stored == raw.encode() and size == len(raw.encode())
+
+
+def test_threads_are_set_for_a_while_and_restored(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "t.duckdb") as s:
+        cur = s._cur()
+        before = cur.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        with s.threads(1):
+            assert s.read_cursor().execute("SELECT current_setting('threads')").fetchall() == [
+                (1,)
+            ]
+        assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == before
