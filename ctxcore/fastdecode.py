@@ -45,10 +45,9 @@ COVERED_VALIDATORS: dict[tuple[str, str], str] = {
     ("Trace", "_schema"): "check_schema in _post",
 }
 #: ":05.1234567": a timestamp msgspec would round where pydantic truncates (module doc).
-_LONG_FRACTION = re.compile(rb":\d\d\.\d{7}")
-#: any seven digits after a dot: ten times cheaper to look for (the regex engine jumps to
-#: each dot, where the one above stops at every colon of the JSON), so it goes first.
-_SEVEN_DECIMALS = re.compile(rb"\.\d{7}")
+#: Written dot-first (``:\d\d`` checked behind it): the regex engine then jumps from dot
+#: to dot instead of stopping at every colon of the JSON, about twice as fast.
+_LONG_FRACTION = re.compile(rb"\.(?<=:\d\d\.)\d{7}")
 
 
 def _float_type(meta: list[Any]) -> Any:
@@ -159,7 +158,7 @@ def _post(t: Any) -> bool:
 def decode(raw: bytes) -> Any | None:
     """A trace struct (same attribute names as ``models.Trace``), or ``None`` when the
     fast path does not accept the line; then validate it with pydantic."""
-    if _SEVEN_DECIMALS.search(raw) and _LONG_FRACTION.search(raw):
+    if _LONG_FRACTION.search(raw):
         return None
     try:
         t = _DECODER.decode(raw)
