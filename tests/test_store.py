@@ -368,7 +368,5 @@ def test_threads_are_set_for_a_while_and_restored(tmp_path: Path) -> None:
         cur = s._cur()
         before = cur.execute("SELECT current_setting('threads')").fetchall()[0][0]
         with s.threads(1):
-            assert s.read_cursor().execute("SELECT current_setting('threads')").fetchall() == [
-                (1,)
-            ]
+            assert s.read_cursor().execute("SELECT current_setting('threads')").fetchall() == [(1,)]
         assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == before
