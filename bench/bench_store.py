@@ -237,15 +237,21 @@ def main() -> None:
     # The same decision rows, inserted bare from Arrow into a fresh file.
     arrow = store._cur().sql("SELECT * FROM decisions").to_arrow_table()
     assert arrow.num_rows == rows
-    bare = duckdb.connect(str(work / "bare.duckdb"))
-    bare.execute("CREATE TABLE decisions AS SELECT * FROM arrow LIMIT 0")
-    t = time.perf_counter()
-    bare.execute("BEGIN TRANSACTION")
-    bare.execute("INSERT INTO decisions SELECT * FROM arrow")
-    bare.execute("COMMIT")
-    bare.execute("CHECKPOINT")
-    bare_s = time.perf_counter() - t
-    bare.close()
+    # Three times into fresh files, the median: this one figure moved between 1.3 and 2.1 s
+    # from run to run on the shared machine, and the ratio hangs on it.
+    bare_runs = []
+    for k in range(3):
+        bare = duckdb.connect(str(work / f"bare-{k}.duckdb"))
+        bare.execute("CREATE TABLE decisions AS SELECT * FROM arrow LIMIT 0")
+        t = time.perf_counter()
+        bare.execute("BEGIN TRANSACTION")
+        bare.execute("INSERT INTO decisions SELECT * FROM arrow")
+        bare.execute("COMMIT")
+        bare.execute("CHECKPOINT")
+        bare_runs.append(time.perf_counter() - t)
+        bare.close()
+        (work / f"bare-{k}.duckdb").unlink()
+    bare_s = statistics.median(bare_runs)
     del arrow
 
     flt = TraceFilter(session_id="session-7", tags=("bench",))
@@ -293,7 +299,8 @@ def main() -> None:
         ("JSONL generated", f"{size / 1e6:,.0f} MB in {gen_s:.1f} s", ""),
         ("ingest" + (" + diagnostics" if args.diagnose else ""),
          f"{ingest_s:.1f} s, {pps:,.0f} packets/s", ">= 100k packets/s"),
-        ("bare DuckDB Arrow insert (decisions)", f"{bare_s:.2f} s, {bare_pps:,.0f} rows/s", ""),
+        ("bare DuckDB Arrow insert (decisions)",
+         f"{bare_s:.2f} s, {bare_pps:,.0f} rows/s (median of 3)", ""),
         ("ratio ingest / bare", f"{pps / bare_pps:.3f}", ">= 0.3"),
         ("peak RSS, this process (ru_maxrss)", f"{rss_mb:,.0f} MB", ""),
         ("peak RSS, process + workers (sum)", f"{tree.peak / 2**20:,.0f} MB", "<= 1024 MB"),
