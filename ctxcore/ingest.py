@@ -766,6 +766,9 @@ def ingest_paths(
             job.pool.shutdown(cancel_futures=True)
         if job._writer is not None:
             job._writer.shutdown()
+        if job._read_cur is not None:  # the watcher ingests often: no cursor left open
+            with contextlib.suppress(Exception):
+                job._read_cur.close()
         if job.spill_dir:
             shutil.rmtree(job.spill_dir, ignore_errors=True)
     job.counts.error_rows.sort(key=lambda e: (e.file, e.line))

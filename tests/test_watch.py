@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers_store import make_trace
+from helpers_store import make_trace, write_jsonl
 
 from ctxcore.store import IngestCounts, TraceStore
 from ctxcore.watch import Watcher
@@ -150,3 +150,37 @@ def test_progress_bar_draws_on_long_runs() -> None:
     fast(1, 2)
     fast.finish()
     assert quiet.getvalue() == ""
+
+
+def test_many_small_ingests_leave_no_threads_behind(tmp_path: Path) -> None:
+    """The watcher runs an ingest per event: each one's writer thread and read cursor end
+    with it."""
+    import threading
+
+    import duckdb
+
+    from ctxcore.ingest import ingest_paths
+    from ctxcore.store import TraceStore
+
+    d = tmp_path / "in"
+    d.mkdir()
+    with TraceStore(tmp_path / "s.duckdb", diagnose=False) as s:
+        opened = []
+        real = s.read_cursor
+
+        def tracked() -> duckdb.DuckDBPyConnection:
+            opened.append(real())
+            return opened[-1]
+
+        s.read_cursor = tracked  # type: ignore[method-assign]
+        before = {t.name for t in threading.enumerate()}
+        for i in range(15):
+            write_jsonl(d / f"t{i}.jsonl", [make_trace(i)])
+            assert ingest_paths(s, [d]).traces_added == 1
+        after = [t.name for t in threading.enumerate() if t.name not in before]
+        assert not [n for n in after if n.startswith("ctxscope-ingest")], after
+        assert len(opened) == 15
+        for cur in opened:
+            with pytest.raises(duckdb.ConnectionException):
+                cur.execute("SELECT 1")
+        assert s.count() == 15
