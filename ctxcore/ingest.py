@@ -369,15 +369,17 @@ class _Ingest:
             off = self.lines(run, st, prev, gz, lambda: self.flush([run]), None)
             self.flush([run])
             return off
-        inflight: deque[Future[_Chunk]] = deque()
-        # Workers number their lines from 1; chunks are consumed in order, so the line
-        # before each one is known by then.
-        line_before = [prev.line if prev is not None else 0]  # (re)set by the reader
+        # Workers number their lines from 1. The line before a chunk is known when it is
+        # submitted (a .gz: the reader counts them) or, for a plain file whose lines this
+        # process never reads, when it is consumed: chunks are consumed in order.
+        inflight: deque[tuple[Future[_Chunk], int | None]] = deque()
+        line_before = [0]
 
-        def consume(fut: Future[_Chunk]) -> None:
+        def consume(item: tuple[Future[_Chunk], int | None]) -> None:
+            fut, known = item
             spilled, errors, lines, n_lines = fut.result()
-            base = line_before[0]
-            line_before[0] += n_lines
+            base = line_before[0] if known is None else known
+            line_before[0] = base + n_lines
             # mapped only when inserted: two batches in memory (pending and inserting)
             # were most of the owner's peak
             self.apply(
@@ -386,15 +388,14 @@ class _Ingest:
                 [(k, base + ln, msg) for k, ln, msg in errors],
             )
 
-        def submit(payload: bytes | tuple[int, int, bytes]) -> None:
-            inflight.append(
-                pool.submit(_prepare_chunk, run.key, payload, self.store.diagnose, self.spill_dir)
-            )
+        def submit(payload: bytes | tuple[int, int, bytes], first: int | None = None) -> None:
+            fut = pool.submit(_prepare_chunk, run.key, payload, self.store.diagnose, self.spill_dir)
+            inflight.append((fut, first))
             while len(inflight) > self.max_inflight:
                 consume(inflight.popleft())
 
         if gz:  # a .gz cannot seek: its bytes travel down the pool's pipe
-            off = self.lines(run, st, prev, gz, None, lambda data, _start: submit(data))
+            off = self.lines(run, st, prev, gz, None, lambda data, _at, first: submit(data, first))
             while inflight:
                 consume(inflight.popleft())
             self.flush([run])  # the last line, read in this process (complete_tail)
@@ -443,12 +444,13 @@ class _Ingest:
         prev: FileOffset | None,
         gz: bool,
         on_chunk: Callable[[], None] | None,
-        submit: Callable[[bytes, int], None] | None = None,
+        submit: Callable[[bytes, int, int], None] | None = None,
     ) -> FileOffset:
         """Read complete lines from the stored offset on; returns the new offset.
 
         Lines go to ``run`` (and ``on_chunk`` is called after each chunk), or, with
-        ``submit``, each chunk of complete lines is handed over whole (with its offset)."""
+        ``submit``, each chunk of complete lines is handed over whole (with its offset and
+        the number of the line before it)."""
         key = run.key
         with self._open(key, gz) as f:
             offset, lineno, tail = _resume(f, st, prev, gz)
@@ -470,7 +472,7 @@ class _Ingest:
                     continue
                 complete, buf = buf[: end + 1], buf[end + 1 :]
                 if submit is not None:
-                    submit(complete, offset)
+                    submit(complete, offset, lineno)
                     lineno += complete.count(b"\n")
                 else:
                     for raw in complete.split(b"\n")[:-1]:

@@ -281,35 +281,42 @@ def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
         _prepare_chunk(str(f), (0, n, b"something else"), False, str(tmp_path))
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_appended_big_file_resumes_with_true_line_numbers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, suffix: str
 ) -> None:
-    """A big file read in chunks (by workers, or here) and then appended to: the second
-    run starts at the stored offset, numbers lines from the file's start, leaves a
-    half-written last line for later, and stores nothing twice."""
+    """A big file read in chunks (by workers, or here) and then appended to (a .gz gets a
+    new gzip member): the second run starts at the stored offset, numbers lines from the
+    file's start, leaves a half-written last line for later, and stores nothing twice."""
     import ctxcore.ingest as ingest_mod
 
     monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)
     monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", 30_000)
     monkeypatch.setattr(ingest_mod, "POOL_CHUNK_BYTES", 30_000)
-    f = tmp_path / "grow.jsonl"
-    f.write_text("".join(line(i, n_packets=20) for i in range(40)), encoding="utf-8")
+    f = tmp_path / f"grow{suffix}"
+    gz = suffix.endswith(".gz")
+
+    def append(text: str) -> None:
+        data = text.encode()
+        with f.open("ab") as fh:
+            fh.write(gzip.compress(data) if gz else data)
+
+    append("".join(line(i, n_packets=20) for i in range(40)))
     with TraceStore(tmp_path / "s.duckdb", diagnose=False) as s:
         assert ingest_paths(s, [f], workers=workers).traces_added == 40
         more = [line(i, n_packets=20) for i in range(40, 70)]
         more.insert(10, "{broken\n")  # line 51 of the file
         half = line(70)[:-40]  # a writer still writing
-        with f.open("a", encoding="utf-8") as fh:
-            fh.write("".join(more) + half)
+        append("".join(more) + half)
         c = ingest_paths(s, [f], workers=workers)
         assert (c.traces_added, c.traces_skipped) == (30, 0)
         assert [e.line for e in c.error_rows] == [51]
         assert [ln for _, ln in c.pending] == [72]
-        with f.open("a", encoding="utf-8") as fh:
-            fh.write(line(70)[-40:])
+        append(line(70)[-40:])
         c = ingest_paths(s, [f], workers=workers)
         assert (c.traces_added, c.errors) == (1, 0)
         assert s.count() == 71
-        assert s.file_offset(str(f.resolve())).line == 72
+        offset = s.file_offset(str(f.resolve()))
+        assert offset is not None and offset.line == 72
