@@ -2,7 +2,8 @@
 
 The app, the watcher and the CLI all go through this class. What the UI filters, sorts
 and charts on are real columns (``traces``, ``decisions``, ``partitions``, ``findings``),
-so lists and charts are SQL with server-side paging; the full trace JSON is kept too.
+so lists and charts are SQL with server-side paging; the full trace JSON is kept too,
+zstd-compressed (``trace_zst``, its size in ``json_bytes``).
 
 Concurrency: DuckDB lets one process open a file read-write. Inside that process every
 thread gets its own cursor (``_cur``), and writes are serialised by one lock so that the
