@@ -580,7 +580,6 @@ class _Spilled:
     digests: list[str]
     sources: list[str | None]
     paths: dict[str, str]
-    rows: int
 
     @staticmethod
     def save(prep: Prepared, folder: str) -> _Spilled:
@@ -592,7 +591,7 @@ class _Spilled:
             paths[name] = f"{base}.{name}.arrow"
             with pa.OSFile(paths[name], "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
                 w.write_table(table)
-        return _Spilled(prep.ids, prep.digests, prep.sources, paths, prep.rows)
+        return _Spilled(prep.ids, prep.digests, prep.sources, paths)
 
     def load(self) -> Prepared:
         """The tables, memory-mapped (no copy); the files are gone once read."""

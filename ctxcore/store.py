@@ -181,15 +181,6 @@ def _first(rows: list[Any]) -> Any:
     return rows[0] if rows else None
 
 
-def _unregister(cur: duckdb.DuckDBPyConnection, view: str) -> None:
-    # After a failed statement the transaction is aborted and unregister fails too; the
-    # first error is the one worth seeing.
-    try:
-        cur.unregister(view)
-    except duckdb.Error:
-        pass
-
-
 def insert_table(
     cur: duckdb.DuckDBPyConnection, name: str, rows: pa.Table | pa.RecordBatchReader
 ) -> None:
@@ -490,15 +481,10 @@ class TraceStore:
         with self.transaction() as cur:
             table = batch.tables().get("findings")
             if table is not None:
-                cur.register("_ins_findings", table)
-                try:
-                    cur.execute(
-                        "DELETE FROM findings WHERE tseq IN (SELECT DISTINCT tseq FROM "
-                        "_ins_findings)"
-                    )
-                    cur.execute("INSERT INTO findings SELECT * FROM _ins_findings")
-                finally:
-                    _unregister(cur, "_ins_findings")
+                cur.execute(
+                    'DELETE FROM findings WHERE tseq IN (SELECT DISTINCT tseq FROM "table")'
+                )
+                insert_table(cur, "findings", table)
             cur.executemany(
                 "UPDATE traces SET n_findings = ?, max_severity = ? WHERE tseq = ?",
                 [[n, sev, tseq] for tseq, n, sev in updates],
@@ -546,7 +532,7 @@ class TraceStore:
         if not errors:
             return []
         now = utc_naive(datetime.now(UTC))
-        table = pa.table(
+        table = pa.table(  # noqa: F841 - read by name by the SQL below
             {
                 "file": [e[0] for e in errors],
                 "line": [e[1] for e in errors],
@@ -554,16 +540,13 @@ class TraceStore:
                 "at": pa.array([now] * len(errors), _TS),
             }
         )
-        cur.register("_ins_errors", table)
-        try:
-            cur.execute(
-                'INSERT INTO ingest_errors (file, line, message, "at") '
-                'SELECT DISTINCT e.file, e.line, e.message, e."at" FROM _ins_errors e '
-                "WHERE NOT EXISTS (SELECT 1 FROM ingest_errors x WHERE x.file = e.file "
-                "AND x.line = e.line AND x.message = e.message)"
-            )
-        finally:
-            _unregister(cur, "_ins_errors")
+        # ``table`` is scanned by name from this frame (see ``insert_table``)
+        cur.execute(
+            'INSERT INTO ingest_errors (file, line, message, "at") '
+            'SELECT DISTINCT e.file, e.line, e.message, e."at" FROM "table" e '
+            "WHERE NOT EXISTS (SELECT 1 FROM ingest_errors x WHERE x.file = e.file "
+            "AND x.line = e.line AND x.message = e.message)"
+        )
         return [IngestErrorRow(f, ln, m, now.replace(tzinfo=UTC)) for f, ln, m in errors]
 
     def file_offset(self, file: str) -> FileOffset | None:
@@ -599,7 +582,7 @@ class TraceStore:
         if not offs:
             return
         now = utc_naive(datetime.now(UTC))
-        table = pa.table(
+        table = pa.table(  # noqa: F841 - read by name by the SQL below
             {
                 "file": [o.file for o in offs],
                 "offset": pa.array([o.offset for o in offs], _I64),
@@ -610,15 +593,12 @@ class TraceStore:
                 "fingerprint": pa.array([o.fingerprint for o in offs], _STR),
             }
         )
-        cur.register("_ins_offsets", table)
-        try:
-            cur.execute(
-                'INSERT OR REPLACE INTO file_offsets (file, "offset", line, size, mtime, '
-                'updated_at, fingerprint) SELECT file, "offset", line, size, mtime, '
-                "updated_at, fingerprint FROM _ins_offsets"
-            )
-        finally:
-            _unregister(cur, "_ins_offsets")
+        # ``table`` is scanned by name from this frame (see ``insert_table``)
+        cur.execute(
+            'INSERT OR REPLACE INTO file_offsets (file, "offset", line, size, mtime, '
+            'updated_at, fingerprint) SELECT file, "offset", line, size, mtime, '
+            'updated_at, fingerprint FROM "table"'
+        )
 
     # ---- reading
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .errors import CtxscopeError
 from .models import Finding, Status, Trace
@@ -324,34 +323,6 @@ class Prepared:
     digests: list[str]
     sources: list[str | None]
     tables: dict[str, pa.Table]
-
-    @property
-    def rows(self) -> int:
-        """Decision rows (the bulk of what an insert writes)."""
-        table = self.tables.get("decisions")
-        return 0 if table is None else int(table.num_rows)
-
-    @staticmethod
-    def concat(parts: Sequence[Prepared]) -> Prepared:
-        """One batch of several, in order (batch indexes in ``tseq`` shifted to match)."""
-        if len(parts) == 1:
-            return parts[0]
-        tables: dict[str, list[pa.Table]] = {}
-        base = 0
-        for part in parts:
-            for name, table in part.tables.items():
-                if base:
-                    col = table.schema.get_field_index("tseq")
-                    shifted = pc.add(table.column(col), pa.scalar(base, _I64))
-                    table = table.set_column(col, "tseq", shifted)
-                tables.setdefault(name, []).append(table)
-            base += len(part.ids)
-        return Prepared(
-            [i for p in parts for i in p.ids],
-            [d for p in parts for d in p.digests],
-            [s for p in parts for s in p.sources],
-            {name: pa.concat_tables(ts) for name, ts in tables.items()},
-        )
 
 
 def prepare(
