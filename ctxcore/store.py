@@ -177,7 +177,7 @@ _ROW_FIELDS = (
 
 def _first(rows: list[Any]) -> Any:
     # Results are always fetched to the end: DuckDB 2.0 refuses other work on a cursor
-    # with a half-read result (fetchone), e.g. register() inside a transaction.
+    # with a half-read result (fetchone), e.g. the next statement of a transaction.
     return rows[0] if rows else None
 
 
