@@ -19,7 +19,6 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,23 +147,109 @@ def is_exact(name: str) -> bool:
 
 #: threads that count at once (tiktoken encodes without the GIL): one per CPU, at most 4.
 COUNT_THREADS = max(1, min(4, os.cpu_count() or 1))
+#: below this many characters a batch is counted on the calling thread
+_PARALLEL_CHARS = 64_000
+
+
+def _separator(enc: Any) -> tuple[str, int]:
+    """A special token of ``enc`` (its text and id), to join texts with."""
+    text = min(enc.special_tokens_set)
+    return text, int(enc.encode_single_token(text))
+
+
+def _count_joined(enc: Any, texts: Sequence[str], sep: str, sep_id: int) -> list[int]:
+    """Counts of ``texts`` from ONE tiktoken call on the texts joined by a special token.
+
+    With the separator allowed as a special token, tiktoken splits the text at each one and
+    encodes every piece between them exactly as ``encode_ordinary`` encodes it alone (its
+    regex never sees across a special token), so a text's count is the number of tokens
+    between two separators. One call per batch instead of one per text: no Python per
+    text, and the GIL is taken once (which is what lets other work run meanwhile).
+    Callers keep texts that contain ``sep`` itself out of the batch."""
+    if not texts:
+        return []
+    import numpy as np
+
+    ids = enc.encode_to_numpy(sep.join(texts) + sep, allowed_special={sep}, disallowed_special=())
+    ends = np.flatnonzero(ids == sep_id)
+    counts: list[int] = (np.diff(ends, prepend=-1) - 1).tolist()
+    return counts
+
+
+class PendingCounts:
+    """Exact counts of a batch being computed on background threads (see ``count_batch``).
+
+    ``result()`` waits and returns the counts in the batch's order (or raises what a
+    thread raised). tiktoken holds no GIL while it encodes, so the caller's own Python
+    runs meanwhile.
+    """
+
+    def __init__(self, enc: Any, texts: Sequence[str], threads: int) -> None:
+        self._counts: list[int] = [0] * len(texts)
+        self._error: BaseException | None = None
+        sep, sep_id = _separator(enc)
+        # a text holding the separator itself is counted on its own
+        lone = [i for i, t in enumerate(texts) if sep in t]
+        idx = [i for i in range(len(texts)) if sep not in texts[i]] if lone else None
+        plain = [texts[i] for i in idx] if idx is not None else texts
+        # contiguous ranges of about equal size, one tiktoken call each
+        total = sum(map(len, plain))
+        k = threads if total >= _PARALLEL_CHARS and len(plain) >= 2 else 1
+        bounds = [0]
+        acc = 0
+        step = total / k
+        for j, t in enumerate(plain):
+            acc += len(t)
+            if len(bounds) < k and acc >= step * len(bounds):
+                bounds.append(j + 1)
+        bounds.append(len(plain))
+        self._plan = (enc, texts, sep, sep_id, lone, idx, plain)
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(bounds[a], bounds[a + 1]),
+                name="ctxscope-count",
+                daemon=True,
+            )
+            for a in range(len(bounds) - 1)
+            if bounds[a + 1] > bounds[a]
+        ]
+        for th in self._threads:
+            th.start()
+        self._lone_done = False
+
+    def _run(self, lo: int, hi: int) -> None:
+        enc, _, sep, sep_id, _, idx, plain = self._plan
+        try:
+            counts = _count_joined(enc, plain[lo:hi], sep, sep_id)
+            if idx is None:
+                self._counts[lo:hi] = counts
+            else:
+                for j, c in zip(idx[lo:hi], counts, strict=True):
+                    self._counts[j] = c
+        except BaseException as exc:  # handed to result()
+            self._error = exc
+
+    def result(self) -> list[int]:
+        enc, texts, _, _, lone, _, _ = self._plan
+        if not self._lone_done:
+            for i in lone:
+                self._counts[i] = len(enc.encode_ordinary(texts[i]))
+            self._lone_done = True
+        for th in self._threads:
+            th.join()
+        if self._error is not None:
+            raise self._error
+        return self._counts
 
 
 def count_batch(enc: Any, texts: Sequence[str]) -> list[int]:
-    """Exact token counts of many texts, in parallel, as ``encode_ordinary`` counts them.
+    """Exact token counts of many texts, as ``encode_ordinary`` counts each one.
 
-    ``encode_to_numpy`` with no special tokens allowed or disallowed is ``encode_ordinary``
-    into a buffer: counting then creates no Python int per token (tests check the counts
-    against ``encode_ordinary``). The pool is made per batch: a long-lived one measured 20%
-    slower here (bench/bench_engine.py), for reasons inside tiktoken we did not chase."""
-
-    def one(text: str) -> int:
-        return len(enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=()))
-
-    if COUNT_THREADS == 1 or len(texts) < 2:
-        return [one(t) for t in texts]
-    with ThreadPoolExecutor(COUNT_THREADS, thread_name_prefix="ctxscope-count") as pool:
-        return list(pool.map(one, texts))
+    The texts are cut into one contiguous run per CPU (``COUNT_THREADS``) and each run is
+    counted by a single tiktoken call on a thread (``_count_joined``); small batches run on
+    the calling thread. Tests check every count against ``encode_ordinary``."""
+    return PendingCounts(enc, texts, COUNT_THREADS).result()
 
 
 @dataclass
@@ -203,6 +288,26 @@ class TokenCounter:
         if len(texts) == 1:
             return [len(enc.encode_ordinary(texts[0]))]
         return count_batch(enc, texts)
+
+    def count_many_started(self, texts: Sequence[str]) -> Callable[[], list[int]]:
+        """``count_many`` started now on background threads; call the result to wait.
+
+        For an exact tokenizer the uncached texts are counted by tiktoken on threads while
+        the caller goes on (estimators count on the spot)."""
+        cache = self._cache
+        missing = [t for t in dict.fromkeys(texts) if t not in cache]
+        if not missing or self._fn is not None:
+            return lambda: self.count_many(texts)
+        pending = PendingCounts(get_encoding(self.name), missing, COUNT_THREADS)
+
+        def wait() -> list[int]:
+            counts = pending.result()
+            with self._lock:
+                cache.update(zip(missing, counts, strict=True))
+                self.misses += len(missing)
+            return [cache[t] for t in texts]
+
+        return wait
 
     def count(self, text: str) -> int:
         hit = self._cache.get(text)

@@ -65,6 +65,52 @@ def test_counts_equal_tiktoken_on_corpus(
     assert counter.count(texts[2]) == len(reference.encode_ordinary(texts[2]))
 
 
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_batch_counts_equal_encode_ordinary_text_by_text(
+    name: str, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The joined, threaded batch (one tiktoken call per run of texts, split at a special
+    token) gives every text exactly its own ``encode_ordinary`` count: on thousands of
+    corpus slices cut at awkward places (trailing spaces and newlines, which tiktoken's
+    regex treats differently at the end of a text, CJK, empty strings), on texts holding the
+    separator or other special-token text, and on both the threaded and the inline path."""
+    reference = _independent_encoding(name, monkeypatch)
+    enc = tokens.get_encoding(name)
+    texts: list[str] = []
+    for path in sorted(corpus.glob("*")):
+        if path.suffix not in (".log", ".md", ".txt", ".json", ".jsonl"):
+            continue
+        body = path.read_text(encoding="utf-8", errors="replace")[:60_000]
+        step = 97
+        texts += [body[i : i + step + i % 13] for i in range(0, len(body), step)]
+    texts += ["", " ", "\n\n", "x  ", "a\n \n", "  lead", "<|endoftext|>", "a<|endoftext|>b"]
+    texts += ["<|fim_prefix|> x", "<|endofprompt|>", "哈哈哈  ", "\r\n\r\n  \t"]
+    assert sum(map(len, texts)) > 4 * tokens._PARALLEL_CHARS  # the threaded path runs
+    expected = [len(reference.encode_ordinary(t)) for t in texts]
+    assert tokens.count_batch(enc, texts) == expected
+    small = texts[:40] + texts[-12:]
+    assert sum(map(len, small)) < tokens._PARALLEL_CHARS  # the inline path runs
+    assert tokens.count_batch(enc, small) == expected[:40] + expected[-12:]
+    # started in the background, then collected: same counts, cached for the next call
+    counter = TokenCounter(name)
+    wait = counter.count_many_started(texts)
+    assert wait() == expected
+    assert counter.misses == len(set(texts))
+    assert counter.count_many_started(texts)() == expected
+    assert counter.misses == len(set(texts))
+
+
+def test_a_failing_count_thread_raises_in_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise MemoryError("out of memory in the count thread")
+
+    enc = tokens.get_encoding("cl100k_base")
+    monkeypatch.setattr(enc, "encode_to_numpy", boom)
+    texts = ["word " * 20_000, "more " * 20_000]
+    with pytest.raises(MemoryError, match="count thread"):
+        tokens.count_batch(enc, texts)
+
+
 def test_cache_counts_nothing_new_on_rerun(corpus: Path) -> None:
     counter = TokenCounter("cl100k_base")
     texts = [line for line in (corpus / "d04_grep_r_qualname_sphinx.txt").read_text().splitlines()]

@@ -21,7 +21,6 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -347,12 +346,11 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
     heads = [header(p) for p in PARTITIONS]
     texts = [it.segment for it in items] + heads + [task_segment, output_segment]
     q = QueryTerms.of(input.query)
-    # tiktoken releases the GIL while it encodes: count in a worker thread and find the
-    # query's terms in the documents meanwhile, so relevance costs no extra wall time
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(counter.count_many, texts)
-        tf = term_frequencies(q, [it.text for it in items])
-        counts = pending.result()
+    # tiktoken holds no GIL while it encodes: count on background threads and find the
+    # query's terms in the documents meanwhile
+    pending = counter.count_many_started(texts)
+    tf = term_frequencies(q, [it.text for it in items])
+    counts = pending()
     n = len(items)
     for it, c in zip(items, counts[:n], strict=False):
         it.tokens = c
