@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +75,13 @@ class QueryTerms:
     latin: tuple[str, ...]
     cjk: tuple[str, ...]
 
+    def __hash__(self) -> int:  # hashed once: it keys every memo lookup
+        h: int | None = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.latin, self.cjk))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def all(self) -> tuple[str, ...]:
         return self.latin + self.cjk
@@ -106,9 +114,9 @@ class TermFrequencies:
     """Per-document frequencies of a query's terms, memoised by (query terms, content)."""
 
     def __init__(self, max_entries: int = 200_000) -> None:
-        self._memo: dict[tuple[QueryTerms, str], tuple[int, ...]] = {}
+        #: a row per (query terms, document): a tuple, or a row of a batch's matrix
+        self._memo: dict[tuple[QueryTerms, str], tuple[int, ...] | npt.NDArray[np.int64]] = {}
         self._regex: dict[QueryTerms, re.Pattern[str] | None] = {}
-        self._single: dict[tuple[str, bool], re.Pattern[str]] = {}
         self._max = max_entries
         self._lock = threading.Lock()
 
@@ -125,7 +133,7 @@ class TermFrequencies:
         key = (q, text)
         hit = self._memo.get(key)
         if hit is not None:
-            return hit
+            return tuple(hit.tolist()) if isinstance(hit, np.ndarray) else hit
         low = text.lower()
         counts: Counter[str] = Counter()
         pat = self._pattern(q)
@@ -153,7 +161,7 @@ class TermFrequencies:
         return row
 
     def matrix(self, q: QueryTerms, texts: Sequence[str]) -> npt.NDArray[np.int64]:
-        """A (documents × query terms) matrix of term frequencies."""
+        """A (documents × query terms) matrix of term frequencies (read-only)."""
         n_terms = len(q.all)
         if n_terms == 0:
             return np.zeros((len(texts), 0), dtype=np.int64)
@@ -161,84 +169,127 @@ class TermFrequencies:
         missing = list(dict.fromkeys(t for t in texts if (q, t) not in memo))
         if len(missing) >= 8:
             found = self._batch(q, missing)
+            found.flags.writeable = False  # its rows are memoised as views
             with self._lock:
                 if len(memo) + len(missing) > self._max:
                     memo.clear()
-                memo.update(((q, t), tuple(row)) for t, row in zip(missing, found, strict=True))
-        rows = [memo.get((q, t)) or self.of(q, t) for t in texts]
-        return np.asarray(rows, dtype=np.int64).reshape(len(texts), n_terms)
+                memo.update(zip([(q, t) for t in missing], found, strict=True))
+            if len(missing) == len(texts):  # every text new and distinct: this is the matrix
+                return found
+        rows = [memo[(q, t)] if (q, t) in memo else self.of(q, t) for t in texts]
+        out = np.array(rows, dtype=np.int64).reshape(len(texts), n_terms)
+        out.flags.writeable = False
+        return out
 
-    def _term_pattern(self, term: str, latin: bool) -> re.Pattern[str]:
-        key = (term, latin)
-        pat = self._single.get(key)
-        if pat is None:
-            t = re.escape(term)
-            if latin:
-                # the literal first (the regex engine then jumps between its occurrences),
-                # the word boundary checked behind and after it
-                pat = re.compile(rf"{t}(?<![{_LATIN}]{t})(?![{_LATIN}])")
-            elif len(term) > 1 and term[0] == term[1]:
-                pat = re.compile(rf"(?={t})")  # "哈哈" twice in "哈哈哈": overlapping
-            else:
-                pat = re.compile(t)
-            self._single[key] = pat
-        return pat
-
-    def _batch(self, q: QueryTerms, texts: Sequence[str]) -> list[list[int]]:
-        """``of`` for many documents at once: each term is looked for once per group of
-        documents (joined by newlines, which no term spans) and its hits binned per
-        document. ASCII documents form their own group: scanning their one-byte text is
-        about twice as fast, and CJK terms need not look there at all."""
+    def _batch(self, q: QueryTerms, texts: Sequence[str]) -> npt.NDArray[np.int64]:
+        """``of`` for many documents at once, as array scans (see ``_Group``). ASCII
+        documents form their own group: one byte per character, and CJK terms need not
+        look there at all."""
         lows = [t.lower() for t in texts]
         n = len(lows)
         ascii_idx = [i for i, x in enumerate(lows) if x.isascii()]
         other_idx = [i for i, x in enumerate(lows) if not x.isascii()]
         groups = [_Group(lows, idx) for idx in (ascii_idx, other_idx) if idx]
         out = np.zeros((n, len(q.all)), dtype=np.int64)
-        col = 0
-        for term in q.latin:
-            for g in groups:
-                g.add_hits(out[:, col], self._term_pattern(term, True), term)
-            col += 1
-        if q.cjk:
-            for g in groups:
-                if not g.ascii:
-                    g.add_cjk_hits(out, col, q.cjk)
-        return out.tolist()
+        for g in groups:
+            for col, term in enumerate(q.latin):
+                g.bin(out[:, col], g.latin_hits(term))
+            if q.cjk and not g.ascii:
+                for k, term in enumerate(q.cjk, start=len(q.latin)):
+                    g.bin(out[:, k], g.cjk_hits(term))
+        return out
+
+
+def _latin_table() -> npt.NDArray[np.bool_]:
+    """Which code points (up to U+024F) are word characters of a Latin term."""
+    table = np.zeros(0x250, dtype=bool)
+    for lo, hi in (("0", "9"), ("a", "z"), ("_", "_"), ("\u00c0", "\u024f")):
+        table[ord(lo) : ord(hi) + 1] = True
+    return table
+
+
+_IS_LATIN = _latin_table()
 
 
 class _Group:
-    """Some documents joined into one string, and where each starts."""
+    """Some lower-cased documents joined by newlines (which no term spans) into one array
+    of code points (bytes when all are ASCII), and where each document starts.
+
+    A term's hits are found with numpy instead of a regex per document: the positions of
+    its rarest-looking character, narrowed by comparing the other characters at their
+    offsets, then the word boundaries of ``_TERM`` checked on both sides (a Latin term is
+    a whole run of word characters, so its hits cannot overlap); CJK terms need no
+    boundary, and a bigram like 哈哈 is counted overlapping, as ``of`` counts it. Each hit
+    is binned to its document with one ``searchsorted``."""
 
     def __init__(self, lows: list[str], idx: list[int]) -> None:
         self.idx = np.asarray(idx, dtype=np.int64)
         parts = [lows[i] for i in idx]
-        self.text = "\n".join(parts)
-        self.ascii = self.text.isascii()
+        text = "\n".join(parts)
+        self.ascii = text.isascii()
+        if self.ascii:
+            self.cp: npt.NDArray[Any] = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        else:
+            self.cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         lengths = np.fromiter((len(x) + 1 for x in parts), dtype=np.int64, count=len(parts))
         self.starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        self._first: dict[str, npt.NDArray[np.int64]] = {}
 
-    def _bin(self, column: npt.NDArray[np.int64], pos: npt.NDArray[np.int64]) -> None:
+    def _where(self, ch: str) -> npt.NDArray[np.int64]:
+        hit = self._first.get(ch)
+        if hit is None:
+            c = ord(ch)
+            if self.ascii and c > 127:
+                hit = np.zeros(0, dtype=np.int64)
+            else:
+                hit = np.flatnonzero(self.cp == c)
+            self._first[ch] = hit
+        return hit
+
+    def _find(self, term: str) -> npt.NDArray[np.int64]:
+        """Start positions of ``term`` (every occurrence, overlapping ones included)."""
+        cp = self.cp
+        n = cp.size
+        # anchor on the character that occurs least often among those already scanned,
+        # else on the term's least common-looking letter
+        k0 = min(
+            range(len(term)), key=lambda k: (term[k] not in self._first, _COMMON.get(term[k], 0))
+        )
+        pos = self._where(term[k0]) - k0
+        pos = pos[(pos >= 0) & (pos <= n - len(term))]
+        for k, ch in enumerate(term):
+            if k != k0 and pos.size:
+                pos = pos[cp[pos + k] == ord(ch)]
+        return pos
+
+    def _is_word(self, values: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+        v = values.astype(np.int64)
+        return (v < _IS_LATIN.size) & _IS_LATIN[np.minimum(v, _IS_LATIN.size - 1)]
+
+    def latin_hits(self, term: str) -> npt.NDArray[np.int64]:
+        pos = self._find(term)
+        if pos.size:
+            cp = self.cp
+            before = pos > 0
+            before[before] = self._is_word(cp[pos[before] - 1])
+            end = pos + len(term)
+            after = end < cp.size
+            after[after] = self._is_word(cp[end[after]])
+            pos = pos[~before & ~after]
+        return pos
+
+    def cjk_hits(self, term: str) -> npt.NDArray[np.int64]:
+        return self._find(term)
+
+    def bin(self, column: npt.NDArray[np.int64], pos: npt.NDArray[np.int64]) -> None:
         if pos.size:
             doc = np.searchsorted(self.starts, pos, side="right") - 1
             column[self.idx] += np.bincount(doc, minlength=len(self.idx))
 
-    def add_hits(self, column: npt.NDArray[np.int64], pat: re.Pattern[str], term: str) -> None:
-        self._bin(column, np.fromiter((m.start() for m in pat.finditer(self.text)), np.int64))
 
-    def add_cjk_hits(self, out: npt.NDArray[np.int64], col: int, terms: tuple[str, ...]) -> None:
-        """CJK unigrams and bigrams (overlapping) from one scan for their characters."""
-        chars = sorted({c for t in terms for c in t})
-        where: dict[str, list[int]] = {c: [] for c in chars}
-        pat = re.compile("[" + "".join(re.escape(c) for c in chars) + "]")
-        for m in pat.finditer(self.text):
-            where[m.group()].append(m.start())
-        text = self.text
-        for k, term in enumerate(terms):
-            hits = where[term[0]]
-            if len(term) > 1:  # (query terms are unigrams and bigrams; longer would work too)
-                hits = [p for p in hits if text.startswith(term, p)]
-            self._bin(out[:, col + k], np.asarray(hits, dtype=np.int64))
+#: letters by how common they are in English and code (higher = more common); a term is
+#: anchored on its least common one, which keeps the first candidate list short
+_COMMON = {ch: i for i, ch in enumerate(reversed("etaoinsrlcdhupmfgybwvk_xjqz"))}
 
 
 _TF = TermFrequencies()

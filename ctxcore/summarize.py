@@ -20,6 +20,7 @@ the same input summarises nothing again.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterable
@@ -252,8 +253,13 @@ def _sentences(text: str) -> list[str]:
     return out
 
 
-def summarize_history(content: str, target_tokens: int) -> str:
-    """A structured summary of messages rendered as ``[builder:history:K] role: text``."""
+@functools.lru_cache(maxsize=16)
+def _history_notes(
+    content: str,
+) -> tuple[tuple[tuple[str, str, str], ...], dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """What a history summary is made from, whatever its size: the messages, the sentences
+    filed under each section, and the evidence ids (memoised: ``prefetch`` makes it while
+    tokens are being counted, the build then only picks lines)."""
     parts = _HIST_MSG.split(content)
     msgs: list[tuple[str, str, str]] = []
     for i in range(1, len(parts) - 1, 3):
@@ -279,6 +285,16 @@ def summarize_history(content: str, target_tokens: int) -> str:
                 sections["Open issues"].append(f"{_clip(s, 160)} ({mid})")
             elif role == "assistant" and _DECISION.search(s):
                 sections["Decisions"].append(f"{_clip(s, 160)} ({mid})")
+    return (
+        tuple(msgs),
+        {name: tuple(items) for name, items in sections.items()},
+        tuple(evidence),
+    )
+
+
+def summarize_history(content: str, target_tokens: int) -> str:
+    """A structured summary of messages rendered as ``[builder:history:K] role: text``."""
+    msgs, sections, evidence = _history_notes(content)
     budget = _budget_chars(target_tokens)
     head = f"Range covered: {msgs[0][0]} … {msgs[-1][0]} ({len(msgs)} messages)"
     out = [head]
@@ -344,6 +360,13 @@ class ExtractiveSummarizer:
     _memo: dict[tuple[str, str, int], str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     calls: int = 0
+
+    def prefetch(self, kind: str, content: str) -> None:
+        """Do now the part of summarizing ``content`` that does not depend on the target
+        size (the ``ctxscope`` preset calls it for the old history while tokens are
+        being counted on other threads)."""
+        if kind.lower() in HISTORY_KINDS:
+            _history_notes(content)
 
     def __call__(self, kind: str, content: str, target_tokens: int) -> str:
         key = (kind, content, target_tokens)

@@ -11,7 +11,9 @@ of the same input after a slider move counts nothing new.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import math
 import os
 import re
@@ -164,80 +166,87 @@ def _count_joined(enc: Any, texts: Sequence[str], sep: str, sep_id: int) -> list
     encodes every piece between them exactly as ``encode_ordinary`` encodes it alone (its
     regex never sees across a special token), so a text's count is the number of tokens
     between two separators. One call per batch instead of one per text: no Python per
-    text, and the GIL is taken once (which is what lets other work run meanwhile).
-    Callers keep texts that contain ``sep`` itself out of the batch."""
+    text, and the GIL is taken once (which is what lets other work run meanwhile). If a
+    text holds the separator itself, there are more separators than texts, and the batch
+    is counted again text by text."""
     if not texts:
         return []
     import numpy as np
 
     ids = enc.encode_to_numpy(sep.join(texts) + sep, allowed_special={sep}, disallowed_special=())
     ends = np.flatnonzero(ids == sep_id)
+    if ends.size != len(texts):
+        return [
+            len(enc.encode_to_numpy(t, allowed_special=set(), disallowed_special=())) for t in texts
+        ]
     counts: list[int] = (np.diff(ends, prepend=-1) - 1).tolist()
     return counts
 
 
-class PendingCounts:
-    """Exact counts of a batch being computed on background threads (see ``count_batch``).
+#: the runs a batch is cut into, as shares of its characters: a large one per thread
+#: first, then small ones that threads take as they finish (so that they finish together
+#: however uneven the work per character is: CJK, long lines, other work on the CPUs)
+def _shares(k: int) -> list[float]:
+    return [0.6 / k] * k + [0.4 / (4 * k)] * (4 * k) if k > 1 else [1.0]
 
-    ``result()`` waits and returns the counts in the batch's order (or raises what a
-    thread raised). tiktoken holds no GIL while it encodes, so the caller's own Python
-    runs meanwhile.
+
+class PendingCounts:
+    """Exact counts of a batch, being computed on background threads (see ``count_batch``).
+
+    The batch is cut into runs of texts, each counted by one tiktoken call on one of the
+    threads; ``result()`` waits and returns the counts in the batch's order (or raises
+    what a thread raised). tiktoken holds no GIL while it encodes, so the caller's own
+    Python runs meanwhile. A small batch is one run, counted by ``result()`` itself.
+
+    The calling thread never takes a run while threads count the rest: with the calling
+    thread and one fresh thread counting at once, every other batch ran at half speed on
+    this machine (two fresh threads, or one thread alone, never did; bench_engine.py).
     """
 
     def __init__(self, enc: Any, texts: Sequence[str], threads: int) -> None:
+        self._enc = enc
+        self._texts = texts
+        self._sep = _separator(enc)
         self._counts: list[int] = [0] * len(texts)
         self._error: BaseException | None = None
-        sep, sep_id = _separator(enc)
-        # a text holding the separator itself is counted on its own
-        lone = [i for i, t in enumerate(texts) if sep in t]
-        idx = [i for i in range(len(texts)) if sep not in texts[i]] if lone else None
-        plain = [texts[i] for i in idx] if idx is not None else texts
-        # contiguous ranges of about equal size, one tiktoken call each
-        total = sum(map(len, plain))
-        k = threads if total >= _PARALLEL_CHARS and len(plain) >= 2 else 1
+        ends = list(itertools.accumulate(map(len, texts)))
+        total = ends[-1] if ends else 0
+        k = threads if total >= _PARALLEL_CHARS and len(texts) >= 2 else 1
         bounds = [0]
-        acc = 0
-        step = total / k
-        for j, t in enumerate(plain):
-            acc += len(t)
-            if len(bounds) < k and acc >= step * len(bounds):
-                bounds.append(j + 1)
-        bounds.append(len(plain))
-        self._plan = (enc, texts, sep, sep_id, lone, idx, plain)
+        edge = 0.0
+        for share in _shares(k)[:-1]:
+            edge += share * total
+            bounds.append(max(bisect.bisect_left(ends, edge) + 1, bounds[-1]))
+        bounds.append(len(texts))
+        self._runs = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+        self._next = itertools.count()  # next() on it is atomic: threads take runs from it
         self._threads = [
-            threading.Thread(
-                target=self._run,
-                args=(bounds[a], bounds[a + 1]),
-                name="ctxscope-count",
-                daemon=True,
-            )
-            for a in range(len(bounds) - 1)
-            if bounds[a + 1] > bounds[a]
+            threading.Thread(target=self._work, name="ctxscope-count") for _ in range(k) if k > 1
         ]
         for th in self._threads:
             th.start()
-        self._lone_done = False
+        self._done = False
 
-    def _run(self, lo: int, hi: int) -> None:
-        enc, _, sep, sep_id, _, idx, plain = self._plan
+    def _work(self) -> None:
+        runs = self._runs
+        sep, sep_id = self._sep
         try:
-            counts = _count_joined(enc, plain[lo:hi], sep, sep_id)
-            if idx is None:
-                self._counts[lo:hi] = counts
-            else:
-                for j, c in zip(idx[lo:hi], counts, strict=True):
-                    self._counts[j] = c
+            while self._error is None:
+                r = next(self._next)
+                if r >= len(runs):
+                    return
+                lo, hi = runs[r]
+                self._counts[lo:hi] = _count_joined(self._enc, self._texts[lo:hi], sep, sep_id)
         except BaseException as exc:  # handed to result()
             self._error = exc
 
     def result(self) -> list[int]:
-        enc, texts, _, _, lone, _, _ = self._plan
-        if not self._lone_done:
-            for i in lone:
-                self._counts[i] = len(enc.encode_ordinary(texts[i]))
-            self._lone_done = True
-        for th in self._threads:
-            th.join()
+        if not self._done:
+            self._done = True
+            for th in self._threads:
+                th.join()
+            if not self._threads:
+                self._work()
         if self._error is not None:
             raise self._error
         return self._counts
@@ -246,9 +255,9 @@ class PendingCounts:
 def count_batch(enc: Any, texts: Sequence[str]) -> list[int]:
     """Exact token counts of many texts, as ``encode_ordinary`` counts each one.
 
-    The texts are cut into one contiguous run per CPU (``COUNT_THREADS``) and each run is
-    counted by a single tiktoken call on a thread (``_count_joined``); small batches run on
-    the calling thread. Tests check every count against ``encode_ordinary``."""
+    The texts are cut into runs counted by one thread per CPU (``COUNT_THREADS``), each run
+    by a single tiktoken call (``_count_joined``); a small batch is one run, on the calling
+    thread. Tests check every count against ``encode_ordinary``."""
     return PendingCounts(enc, texts, COUNT_THREADS).result()
 
 
@@ -293,7 +302,7 @@ class TokenCounter:
         """``count_many`` started now on background threads; call the result to wait.
 
         For an exact tokenizer the uncached texts are counted by tiktoken on threads while
-        the caller goes on (estimators count on the spot)."""
+        the caller goes on (``PendingCounts``); estimators count when the result is asked."""
         cache = self._cache
         missing = [t for t in dict.fromkeys(texts) if t not in cache]
         if not missing or self._fn is not None:

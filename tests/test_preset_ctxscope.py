@@ -398,6 +398,16 @@ def test_old_history_folds_into_a_structured_summary(corpus: Path) -> None:
     assert "source ids builder:history:0 … builder:history:5" in r.prompt
     # chronological: the summary comes before the recent messages
     assert r.prompt.index("builder:history:summary") < r.prompt.index("## builder:history:6")
+    # the default summarizer reads the old history while tokens are counted (prefetch);
+    # the same summarizer without that hook, on a fresh gather, writes the same summary
+    from ctxcore.pipeline.gather import PREPARED
+    from ctxcore.summarize import ExtractiveSummarizer, _history_notes
+
+    PREPARED.clear()
+    _history_notes.cache_clear()
+    plain = ExtractiveSummarizer()
+    again = build(inp, Config(history_limit=4), summarizer=lambda k, c, t: plain(k, c, t))
+    assert again.prompt == r.prompt
 
 
 def test_recent_message_shortened_with_marker(corpus: Path) -> None:
@@ -553,6 +563,15 @@ def test_rerun_counts_nothing_new_and_equal_copies_share_the_gather(big: Capture
     assert prepare(copy, counter) is prepare(big, counter)
     changed = copy.model_copy(update={"query": "something else"})
     assert prepare(changed, counter) is not prepare(big, counter)
+    # same query, time and sizes (its content is hashed up front), one packet different
+    packets = list(copy.packets)
+    packets[7] = packets[7].model_copy(update={"content": packets[7].content + " (edited)"})
+    edited = copy.model_copy(update={"packets": packets})
+    assert prepare(edited, counter) is not prepare(big, counter)
+    prep = prepare(edited, counter)
+    assert prep.items[prep.index_of[packets[7].id]].text.endswith("(edited)")
+    # and an equal copy of the edited one, made after it was cached, finds it
+    assert prepare(edited.model_copy(deep=True), counter) is prepare(edited, counter)
 
 
 def test_a_pluggable_summarizer_is_used_with_the_source_marker(corpus: Path) -> None:

@@ -72,14 +72,23 @@ class Timer:
 def make_report(
     decisions: list[Decision], budget: int, used: int, must_keep_ids: list[str]
 ) -> Report:
-    included = [d.packet_id for d in decisions if d.status in (Status.KEPT, Status.TRUNCATED)]
-    summarized = [d.packet_id for d in decisions if d.status == Status.SUMMARIZED]
-    dropped = [
-        d.packet_id
-        for d in decisions
-        if d.status in (Status.DROPPED, Status.FILTERED, Status.NOT_RENDERED)
-    ]
-    reasons = {d.packet_id: d.reason_text for d in decisions if d.status != Status.KEPT or d.notes}
+    included: list[str] = []
+    summarized: list[str] = []
+    dropped: list[str] = []
+    reasons: dict[str, str] = {}
+    kept, truncated, summ = Status.KEPT, Status.TRUNCATED, Status.SUMMARIZED
+    for d in decisions:  # one pass: this runs on every build of 1,000+ decisions
+        v = d.__dict__
+        status = v["status"]
+        pid = v["packet_id"]
+        if status == kept or status == truncated:
+            included.append(pid)
+        elif status == summ:
+            summarized.append(pid)
+        else:  # dropped, filtered, not rendered
+            dropped.append(pid)
+        if status != kept or v["notes"]:
+            reasons[pid] = v["reason_text"]
     return Report(
         budget=budget,
         used=used,

@@ -26,6 +26,7 @@ estimators also work), ``max_tokens`` (the window: input.window or 8,000),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,10 +43,12 @@ from ..models import (
     Status,
     Totals,
 )
+from ..scoring import QueryTerms
 from ..summarize import default_summarizer
 from ..tokens import TOKENIZERS, TokenCounter, is_exact
 from .common import Summarizer, Timer, finish
-from .gather import HISTORY_SUMMARY_ID, Prepared, prepare
+from .degrade import history_content
+from .gather import HISTORY_SUMMARY_ID, Item, Prepared, prepare
 from .reasons import describe, describe_summary
 from .select import REASONS, RUNGS, STATUSES, Knobs, Plan, plan
 from .structure import compress, render
@@ -145,83 +148,128 @@ def knobs(config: Config) -> Knobs:
     )
 
 
-def _summarizer(prep: Prepared, summarizer: Summarizer | None) -> Summarizer:
-    return summarizer if summarizer is not None else default_summarizer(prep.query_terms.latin)
+def _summarizer(input: CapturedInput, summarizer: Summarizer | None) -> Summarizer:
+    if summarizer is not None:
+        return summarizer
+    return default_summarizer(QueryTerms.of(input.query).latin)
+
+
+def _prefetch(kn: Knobs, summarizer: Summarizer) -> Callable[[list[Item]], None] | None:
+    """While gather counts tokens: let the summarizer read the history that is beyond the
+    history limit (the history rung summarizes exactly those messages)."""
+    prefetch = getattr(summarizer, "prefetch", None)
+    if prefetch is None or "history" not in kn.degrade:
+        return None
+
+    def run(items: list[Item]) -> None:
+        history = [it for it in items if it.history_pos is not None]
+        old = history[: max(len(history) - kn.history_limit, 0)]
+        if old:
+            prefetch("history", history_content(old))
+
+    return run
+
+
+def _item_notes(prep: Prepared) -> list[tuple[str, ...]]:
+    """The notes of each item's decision that depend only on the input (made once)."""
+    cached: list[tuple[str, ...]] | None = prep.__dict__.get("_item_notes")
+    if cached is None:
+        cached = []
+        for it in prep.items:
+            notes: list[str] = []
+            if it.caller_relevance is not None:
+                notes.append(f"caller relevance {it.caller_relevance:g} used")
+            if it.no_timestamp and not it.builder_made:
+                notes.append("no timestamp: recency 0.5")
+            if it.raw_tokens is not None and it.raw_tokens != it.tokens:
+                notes.append(
+                    f"caller said {it.raw_tokens:,} tokens; {prep.tokenizer} counts "
+                    f"{it.tokens:,} for the rendered item"
+                )
+            cached.append(tuple(notes))
+        prep.__dict__["_item_notes"] = cached
+    return cached
 
 
 def _decisions(prep: Prepared, pl: Plan, kn: Knobs) -> list[Decision]:
     out: list[Decision] = []
     items = prep.items
+    n = len(items)
     rel = np.round(prep.relevance, 4).tolist()
     rec = np.round(pl.recency, 4).tolist()
     sc = np.round(pl.score, 4).tolist()
+    status = [STATUSES[c] for c in pl.status]
+    reason = [REASONS[c] for c in pl.reason]
+    texts = [describe(prep, pl, kn, i) for i in range(n)]
+    base_notes = _item_notes(prep)
+    plan_notes = pl.notes
+    rank, tokens_after, budget_left = pl.rank, pl.tokens_after, pl.budget_left
     summary = pl.summary
+    at = summary.index if summary is not None else -1
     for i, it in enumerate(items):
-        if summary is not None and summary.index == i:
+        if i == at:
+            assert summary is not None
             out.append(
                 _decision(
-                    packet_id=HISTORY_SUMMARY_ID,
-                    kind="summary",
-                    status=Status.KEPT,
-                    reason=Reason.DEGRADED,
-                    reason_text=describe_summary(pl, kn),
-                    partition="[Context]",
-                    relevance=None,
-                    recency=None,
-                    score=None,
-                    rank=summary.rank,
-                    tokens_before=summary.tokens_before,
-                    tokens_after=summary.tokens,
-                    budget_left=summary.budget_left,
-                    notes=[],
+                    {
+                        "packet_id": HISTORY_SUMMARY_ID,
+                        "kind": "summary",
+                        "status": Status.KEPT,
+                        "reason": Reason.DEGRADED,
+                        "reason_text": describe_summary(pl, kn),
+                        "partition": "[Context]",
+                        "relevance": None,
+                        "recency": None,
+                        "score": None,
+                        "rank": summary.rank,
+                        "tokens_before": summary.tokens_before,
+                        "tokens_after": summary.tokens,
+                        "budget_left": summary.budget_left,
+                        "notes": [],
+                    }
                 )
             )
-        notes = list(pl.notes.get(i, ()))
-        if it.caller_relevance is not None:
-            notes.append(f"caller relevance {it.caller_relevance:g} used")
-        if it.no_timestamp and not it.builder_made:
-            notes.append("no timestamp: recency 0.5")
-        if it.raw_tokens is not None and it.raw_tokens != it.tokens:
-            notes.append(
-                f"caller said {it.raw_tokens:,} tokens; {prep.tokenizer} counts "
-                f"{it.tokens:,} for the rendered item"
-            )
+        extra = plan_notes.get(i)
         out.append(
             _decision(
-                packet_id=it.id,
-                kind=it.kind,
-                status=STATUSES[pl.status[i]],
-                reason=REASONS[pl.reason[i]],
-                reason_text=describe(prep, pl, kn, i),
-                partition=it.partition,
-                relevance=rel[i],
-                recency=rec[i],
-                score=sc[i],
-                rank=pl.rank[i] or None,
-                tokens_before=it.tokens,
-                tokens_after=pl.tokens_after[i],
-                budget_left=pl.budget_left[i],
-                notes=notes,
+                {
+                    "packet_id": it.id,
+                    "kind": it.kind,
+                    "status": status[i],
+                    "reason": reason[i],
+                    "reason_text": texts[i],
+                    "partition": it.partition,
+                    "relevance": rel[i],
+                    "recency": rec[i],
+                    "score": sc[i],
+                    "rank": rank[i] or None,
+                    "tokens_before": it.tokens,
+                    "tokens_after": tokens_after[i],
+                    "budget_left": budget_left[i],
+                    "notes": [*extra, *base_notes[i]] if extra else list(base_notes[i]),
+                }
             )
         )
     return out
 
 
 _DECISION_FIELDS = frozenset(Decision.model_fields)
+_new_decision = Decision.__new__
+_set = object.__setattr__
 
 
-def _decision(**values: Any) -> Decision:
+def _decision(values: dict[str, Any]) -> Decision:
     """A ``Decision`` without re-validation: every value here is built by this module.
 
     ``model_construct`` costs ~10 µs per call, too much for 1,000 decisions in a 20 ms
     re-run; this sets the same internals directly (a test checks the result equals a
     validated ``Decision``).
     """
-    d = Decision.__new__(Decision)
-    object.__setattr__(d, "__dict__", values)
-    object.__setattr__(d, "__pydantic_fields_set__", _DECISION_FIELDS)
-    object.__setattr__(d, "__pydantic_extra__", None)
-    object.__setattr__(d, "__pydantic_private__", None)
+    d = _new_decision(Decision)
+    _set(d, "__dict__", values)
+    _set(d, "__pydantic_fields_set__", _DECISION_FIELDS)
+    _set(d, "__pydantic_extra__", None)
+    _set(d, "__pydantic_private__", None)
     return d
 
 
@@ -248,11 +296,12 @@ def run(
 ) -> BuildResult:
     """gather → score/select/degrade → structure → compress → report."""
     timer = Timer()
-    with timer.stage("gather"):
-        prep = prepare(input, counter)
     kn = knobs(config)
+    summ = _summarizer(input, summarizer)
+    with timer.stage("gather"):
+        prep = prepare(input, counter, meanwhile=_prefetch(kn, summ))
     with timer.stage("select"):
-        pl = plan(prep, kn, _summarizer(prep, summarizer), counter)
+        pl = plan(prep, kn, summ, counter)
     with timer.stage("structure"):
         prompt = render(prep, pl)
     warnings = list(pl.warnings) + _drift_warning(prep)

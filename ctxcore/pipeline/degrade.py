@@ -13,11 +13,16 @@ from __future__ import annotations
 
 from ..tokens import TokenCounter
 from .common import Summarizer
-from .gather import HISTORY_SUMMARY_ID, Prepared, segment
+from .gather import HISTORY_SUMMARY_ID, Item, Prepared, segment
 
 
 def _fmt(n: int) -> str:
     return f"{n:,}"
+
+
+def history_content(items: list[Item]) -> str:
+    """The old history messages as the history summarizer reads them."""
+    return "\n\n".join(f"[{it.id}] {it.role}: {it.text}" for it in items)
 
 
 class Degrader:
@@ -70,7 +75,7 @@ class Degrader:
         if hit is not None:
             return hit[0], hit[1], sum(int(self.prep.tokens[i]) for i in idx)
         items = [self.prep.items[i] for i in idx]
-        content = "\n\n".join(f"[{it.id}] {it.role}: {it.text}" for it in items)
+        content = history_content(items)
         total = sum(it.tokens for it in items)
         target = min(max(total // 3, 120), 800)
         body = self.summarizer("history", content, target).rstrip()

@@ -21,6 +21,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,8 +222,16 @@ def _is_failure(meta: dict[str, Any]) -> bool:
     )
 
 
-def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
-    """Build every candidate, render its segment, count all segments in one batch."""
+def gather(
+    input: CapturedInput,
+    counter: TokenCounter,
+    meanwhile: Callable[[list[Item]], None] | None = None,
+) -> Prepared:
+    """Build every candidate, render its segment, count all segments in one batch.
+
+    ``meanwhile(items)``, if given, runs on this thread while the counts are being made
+    (the items' ``tokens`` are still 0): work a build will need that does not depend on
+    token counts."""
     items: list[Item] = []
     stamps: list[Any] = []
     prio: list[int] = []
@@ -293,10 +302,20 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
                 f"packets[{k}].id {p.id!r} is the id of a packet the ctxscope builder makes "
                 "itself; rename the packet (ids starting with 'builder:' are reserved)"
             )
+    # the segments first: counting them starts as soon as they exist, and everything
+    # else gather does (the packets' items, duplicates, relevance, ages) happens meanwhile
+    p_texts = [normalize(p.content) for p in input.packets]
+    p_segments = [segment(p.id, "", text) for p, text in zip(input.packets, p_texts, strict=True)]
+    task_segment = segment(QUERY_ID, "", normalize(input.query)) if input.query.strip() else ""
+    output_segment = OUTPUT_TEXT
+    heads = [header(p) for p in PARTITIONS]
+    texts = [it.segment for it in items] + p_segments + heads + [task_segment, output_segment]
+    # tiktoken holds no GIL while it encodes: count on background threads
+    pending = counter.count_many_started(texts)
+
     latest_failure: int | None = None
     flagged: int | None = None
-    for p in input.packets:
-        text = normalize(p.content)
+    for p, text, seg in zip(input.packets, p_texts, p_segments, strict=True):
         kind = p.kind
         must: str | None = None
         if p.must_keep:
@@ -311,7 +330,7 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
             p.id,
             kind,
             text,
-            segment(p.id, "", text),
+            seg,
             0,
             p.tokens,
             KIND_PARTITION.get(kind, CONTEXT),
@@ -341,15 +360,17 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
             if prev != it.id:
                 it.duplicate_of = prev
 
-    task_segment = segment(QUERY_ID, "", normalize(input.query)) if input.query.strip() else ""
-    output_segment = OUTPUT_TEXT
-    heads = [header(p) for p in PARTITIONS]
-    texts = [it.segment for it in items] + heads + [task_segment, output_segment]
     q = QueryTerms.of(input.query)
-    # tiktoken holds no GIL while it encodes: count on background threads and find the
-    # query's terms in the documents meanwhile
-    pending = counter.count_many_started(texts)
     tf = term_frequencies(q, [it.text for it in items])
+    now = input.now
+    ages = np.array(
+        [np.nan if ts is None else max((now - ts).total_seconds(), 0.0) / 3600.0 for ts in stamps],
+        dtype=np.float64,
+    )
+    for it, ts in zip(items, stamps, strict=True):
+        it.no_timestamp = ts is None
+    if meanwhile is not None:
+        meanwhile(items)
     counts = pending()
     n = len(items)
     for it, c in zip(items, counts[:n], strict=False):
@@ -362,13 +383,6 @@ def gather(input: CapturedInput, counter: TokenCounter) -> Prepared:
     for i, it in enumerate(items):
         if it.caller_relevance is not None:
             rel[i] = min(max(it.caller_relevance, 0.0), 1.0)
-    now = input.now
-    ages = np.array(
-        [np.nan if ts is None else max((now - ts).total_seconds(), 0.0) / 3600.0 for ts in stamps],
-        dtype=np.float64,
-    )
-    for it, ts in zip(items, stamps, strict=True):
-        it.no_timestamp = ts is None
     return Prepared(
         input=input,
         tokenizer=counter.name,
@@ -439,8 +453,10 @@ class _PreparedCache:
 
     Identity first (the entry keeps the object alive, so an id is never reused while
     cached): the sweep and a script re-running one input hit it for free. Then by content
-    (``content_key``), for equal copies of an input. A miss gathers again; counting is still
-    cached by text in the ``TokenCounter``.
+    (``content_key``), for equal copies of an input; the content is only hashed up front
+    when a cached input has the same query, time and sizes, else while gather waits for
+    its counts. A miss gathers again; counting is still cached by text in the
+    ``TokenCounter``.
     """
 
     def __init__(self, size: int = 8) -> None:
@@ -448,40 +464,75 @@ class _PreparedCache:
         self._by_content: OrderedDict[tuple[Any, ...], Prepared] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
+        self._fingerprints: set[tuple[Any, ...]] = set()
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
             self._by_content.clear()
+            self._fingerprints = set()
 
-    def get(self, input: CapturedInput, counter: TokenCounter) -> Prepared:
+    def get(
+        self,
+        input: CapturedInput,
+        counter: TokenCounter,
+        meanwhile: Callable[[list[Item]], None] | None = None,
+    ) -> Prepared:
         key = (id(input), counter.name)
         with self._lock:
             hit = self._data.get(key)
             if hit is not None and hit.input is input:
                 self._data.move_to_end(key)
                 return hit
-        ckey = content_key(input)
+            # hashing the content is only worth it when an entry could be equal to it
+            maybe = _fingerprint(input) in self._fingerprints
+        ckey = content_key(input) if maybe else None
         full = (ckey, counter.name) if ckey is not None else None
         with self._lock:
             hit = self._by_content.get(full) if full is not None else None
         if hit is None:
-            hit = gather(input, counter)
+            keys: list[tuple[Any, ...] | None] = []
+
+            def during(items: list[Item]) -> None:
+                if meanwhile is not None:
+                    meanwhile(items)
+                if not maybe:  # hashed now, while tokens are being counted
+                    keys.append(content_key(input))
+
+            hit = gather(input, counter, during)
+            if keys and keys[0] is not None:
+                full = (keys[0], counter.name)
         with self._lock:
             self._data[key] = hit
             self._data.move_to_end(key)
             if full is not None:
                 self._by_content[full] = hit
                 self._by_content.move_to_end(full)
-            for d in (self._data, self._by_content):
-                while len(d) > self._size:
-                    d.popitem(last=False)
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+            while len(self._by_content) > self._size:
+                self._by_content.popitem(last=False)
+            self._fingerprints = {_fingerprint_of_key(k[0]) for k in self._by_content}
         return hit
+
+
+def _fingerprint(input: CapturedInput) -> tuple[Any, ...]:
+    return (input.query, input.now, len(input.history), len(input.packets))
+
+
+def _fingerprint_of_key(ckey: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``_fingerprint`` of the input a ``content_key`` was made from."""
+    return (ckey[0], ckey[1], len(ckey[3]), len(ckey[4]))
 
 
 PREPARED = _PreparedCache()
 
 
-def prepare(input: CapturedInput, counter: TokenCounter) -> Prepared:
-    """The (cached) prepared form of ``input`` for ``counter``'s tokenizer."""
-    return PREPARED.get(input, counter)
+def prepare(
+    input: CapturedInput,
+    counter: TokenCounter,
+    meanwhile: Callable[[list[Item]], None] | None = None,
+) -> Prepared:
+    """The (cached) prepared form of ``input`` for ``counter``'s tokenizer (``meanwhile``:
+    see ``gather``; it only runs when the input is gathered, not on a cache hit)."""
+    return PREPARED.get(input, counter, meanwhile)

@@ -166,7 +166,7 @@ def _ctxscope_cell(
     assert cfg.tokenizer is not None
     counter = get_counter(cfg.tokenizer)
     prep = prepare(input, counter)
-    pl = plan(prep, knobs(cfg), _summarizer(prep, summarizer), counter)
+    pl = plan(prep, knobs(cfg), _summarizer(input, summarizer), counter)
     k = pl.count_status(KEPT)
     inc = k + pl.count_status(TRUNCATED) + pl.count_status(SUMMARIZED)
     w: bool | None = None
