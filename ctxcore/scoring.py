@@ -209,6 +209,9 @@ def _latin_table() -> npt.NDArray[np.bool_]:
 
 
 _IS_LATIN = _latin_table()
+#: code points from here up (CJK and the like) are few in any text: a group finds where
+#: they all are once, then each CJK character among them
+_WIDE = 0x2E80
 
 
 class _Group:
@@ -234,6 +237,7 @@ class _Group:
         lengths = np.fromiter((len(x) + 1 for x in parts), dtype=np.int64, count=len(parts))
         self.starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         self._first: dict[str, npt.NDArray[np.int64]] = {}
+        self._wide: tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None = None
 
     def _where(self, ch: str) -> npt.NDArray[np.int64]:
         hit = self._first.get(ch)
@@ -241,6 +245,12 @@ class _Group:
             c = ord(ch)
             if self.ascii and c > 127:
                 hit = np.zeros(0, dtype=np.int64)
+            elif c >= _WIDE:  # CJK: looked up among the wide characters only
+                if self._wide is None:
+                    at = np.flatnonzero(self.cp >= _WIDE)
+                    self._wide = (at, self.cp[at])
+                at, values = self._wide
+                hit = at[values == c]
             else:
                 hit = np.flatnonzero(self.cp == c)
             self._first[ch] = hit

@@ -187,7 +187,7 @@ def _count_joined(enc: Any, texts: Sequence[str], sep: str, sep_id: int) -> list
 #: first, then small ones that threads take as they finish (so that they finish together
 #: however uneven the work per character is: CJK, long lines, other work on the CPUs)
 def _shares(k: int) -> list[float]:
-    return [0.6 / k] * k + [0.4 / (4 * k)] * (4 * k) if k > 1 else [1.0]
+    return [0.6 / k] * k + [0.4 / (8 * k)] * (8 * k) if k > 1 else [1.0]
 
 
 class PendingCounts:
@@ -304,6 +304,20 @@ class TokenCounter:
         For an exact tokenizer the uncached texts are counted by tiktoken on threads while
         the caller goes on (``PendingCounts``); estimators count when the result is asked."""
         cache = self._cache
+        if self._fn is None and not cache:
+            # nothing to look up: start at once and hash the texts while they are counted
+            # (a text given twice is then counted twice, with the same result)
+            pending = PendingCounts(get_encoding(self.name), texts, COUNT_THREADS)
+            distinct = len(dict.fromkeys(texts))
+
+            def wait_all() -> list[int]:
+                counts = pending.result()
+                with self._lock:
+                    cache.update(zip(texts, counts, strict=True))
+                    self.misses += distinct
+                return counts
+
+            return wait_all
         missing = [t for t in dict.fromkeys(texts) if t not in cache]
         if not missing or self._fn is not None:
             return lambda: self.count_many(texts)

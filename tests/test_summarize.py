@@ -134,3 +134,26 @@ def test_summarizer_is_memoised_and_dispatches_on_kind(corpus: Path) -> None:
     assert a == b and s.calls == 1
     assert s("note", text, 200) != a  # generic head/tail for other kinds
     assert s.calls == 2
+
+
+def test_evidence_ids_equal_the_regex_on_the_whole_text(corpus: Path) -> None:
+    """``evidence_ids`` scans run by run; it must find exactly what the regex finds on the
+    whole text, in order: on every corpus file and on the edges of the run argument."""
+    from ctxcore.summarize import _EVIDENCE, evidence_ids
+
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(corpus.iterdir())]
+    texts += [
+        "-" * 3000 + " see a/b/c.py:12 and tool:call_1, xtool:y, (file_2.json) note:x.",
+        "path/to/ünïcode_模块.py:3 call_9 tool_result:a-b/c.d",
+        "tool:",
+        ".py",
+        "a.py.py/b.ts:1:2",
+        "::tool:x::file:y",
+        "日志 error in pkg/x.rs:10，见 note_1。",
+    ]
+    found = 0
+    for text in texts:
+        expected = _EVIDENCE.findall(text)
+        assert evidence_ids(text) == expected
+        found += len(expected)
+    assert found > 100  # the corpus really has ids to find

@@ -91,13 +91,17 @@ def test_batch_counts_equal_encode_ordinary_text_by_text(
     small = texts[:40] + texts[-12:]
     assert sum(map(len, small)) < tokens._PARALLEL_CHARS  # the inline path runs
     assert tokens.count_batch(enc, small) == expected[:40] + expected[-12:]
-    # started in the background, then collected: same counts, cached for the next call
+    # started in the background, then collected: same counts, cached for the next call;
+    # first on an empty cache (texts given twice are fine), then with some texts cached
     counter = TokenCounter(name)
-    wait = counter.count_many_started(texts)
-    assert wait() == expected
+    assert counter.count_many_started(texts + texts[:5])() == expected + expected[:5]
     assert counter.misses == len(set(texts))
     assert counter.count_many_started(texts)() == expected
     assert counter.misses == len(set(texts))
+    partly = TokenCounter(name)
+    partly.count_many(texts[::3])
+    assert partly.count_many_started(texts)() == expected
+    assert partly.misses == len(set(texts))
 
 
 def test_a_failing_count_thread_raises_in_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:

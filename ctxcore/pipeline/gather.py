@@ -452,25 +452,23 @@ class _PreparedCache:
     """A small LRU of ``Prepared`` values, by input identity and then by content.
 
     Identity first (the entry keeps the object alive, so an id is never reused while
-    cached): the sweep and a script re-running one input hit it for free. Then by content
-    (``content_key``), for equal copies of an input; the content is only hashed up front
-    when a cached input has the same query, time and sizes, else while gather waits for
-    its counts. A miss gathers again; counting is still cached by text in the
-    ``TokenCounter``.
+    cached): the sweep and a script re-running one input hit it for free. Then by content,
+    for equal copies of an input (a Streamlit cache returns copies): only entries with the
+    same query, time, sizes and tokenizer are compared, by ``content_key`` (about a
+    millisecond for 1,000 packets, made only then, so a cold input never pays it). A miss
+    gathers again; counting is still cached by text in the ``TokenCounter``.
     """
 
     def __init__(self, size: int = 8) -> None:
         self._data: OrderedDict[tuple[int, str], Prepared] = OrderedDict()
-        self._by_content: OrderedDict[tuple[Any, ...], Prepared] = OrderedDict()
+        self._recent: OrderedDict[int, tuple[tuple[Any, ...], Prepared]] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
-        self._fingerprints: set[tuple[Any, ...]] = set()
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
-            self._by_content.clear()
-            self._fingerprints = set()
+            self._recent.clear()
 
     def get(
         self,
@@ -479,50 +477,36 @@ class _PreparedCache:
         meanwhile: Callable[[list[Item]], None] | None = None,
     ) -> Prepared:
         key = (id(input), counter.name)
+        fp = (input.query, input.now, len(input.history), len(input.packets), counter.name)
         with self._lock:
             hit = self._data.get(key)
             if hit is not None and hit.input is input:
                 self._data.move_to_end(key)
                 return hit
-            # hashing the content is only worth it when an entry could be equal to it
-            maybe = _fingerprint(input) in self._fingerprints
-        ckey = content_key(input) if maybe else None
-        full = (ckey, counter.name) if ckey is not None else None
-        with self._lock:
-            hit = self._by_content.get(full) if full is not None else None
+            same = [prep for f, prep in self._recent.values() if f == fp]
+        if same:
+            ckey = content_key(input)
+            if ckey is not None:
+                hit = next((prep for prep in same if _content_key_of(prep) == ckey), None)
         if hit is None:
-            keys: list[tuple[Any, ...] | None] = []
-
-            def during(items: list[Item]) -> None:
-                if meanwhile is not None:
-                    meanwhile(items)
-                if not maybe:  # hashed now, while tokens are being counted
-                    keys.append(content_key(input))
-
-            hit = gather(input, counter, during)
-            if keys and keys[0] is not None:
-                full = (keys[0], counter.name)
+            hit = gather(input, counter, meanwhile)
         with self._lock:
             self._data[key] = hit
             self._data.move_to_end(key)
-            if full is not None:
-                self._by_content[full] = hit
-                self._by_content.move_to_end(full)
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
-            while len(self._by_content) > self._size:
-                self._by_content.popitem(last=False)
-            self._fingerprints = {_fingerprint_of_key(k[0]) for k in self._by_content}
+            self._recent[id(hit)] = (fp, hit)
+            self._recent.move_to_end(id(hit))
+            for d in (self._data, self._recent):
+                while len(d) > self._size:
+                    d.popitem(last=False)
         return hit
 
 
-def _fingerprint(input: CapturedInput) -> tuple[Any, ...]:
-    return (input.query, input.now, len(input.history), len(input.packets))
-
-
-def _fingerprint_of_key(ckey: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``_fingerprint`` of the input a ``content_key`` was made from."""
-    return (ckey[0], ckey[1], len(ckey[3]), len(ckey[4]))
+def _content_key_of(prep: Prepared) -> tuple[Any, ...] | None:
+    """``content_key`` of the input ``prep`` was gathered from (made once)."""
+    if "_content_key" not in prep.__dict__:
+        prep.__dict__["_content_key"] = content_key(prep.input)
+    ckey: tuple[Any, ...] | None = prep.__dict__["_content_key"]
+    return ckey
 
 
 PREPARED = _PreparedCache()
