@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers_store import make_trace, write_jsonl
@@ -223,21 +225,39 @@ def test_worker_processes_store_exactly_what_one_process_stores(
     spill_root = tmp_path / "tmp"
     spill_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(spill_root))
+    # chunks this process parses itself (while the workers start, when it helps)
+    here: list[int] = []
+    real = ingest_mod._prepare_chunk
+
+    @functools.wraps(real)  # the pool pickles it by name: workers run the real one
+    def counted(*args: Any) -> Any:
+        here.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(ingest_mod, "_prepare_chunk", counted)
     results = []
-    for workers in (1, 2):
+    for workers, helps in ((1, True), (2, False), (2, True)):
+        monkeypatch.setattr(ingest_mod, "HELP_WHILE_POOL_STARTS", helps)
         monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
         monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)
         monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", 4 * 40_000)  # ~10 chunks
         monkeypatch.setattr(ingest_mod, "POOL_CHUNK_BYTES", 4 * 40_000)
-        with TraceStore(tmp_path / f"w{workers}.duckdb", diagnose=False) as s:
+        here.clear()
+        with TraceStore(tmp_path / f"w{workers}{helps}.duckdb", diagnose=False) as s:
             c = ingest_paths(s, [f], workers=workers)
+        if workers == 2:
+            # without help every chunk is a worker's; with it, this process parsed some
+            # while the workers were still importing (a process takes far longer to start
+            # than finding ten chunk ends does), and the workers the rest
+            assert (len(here) > 0) == helps and len(here) < 10
+        with TraceStore(tmp_path / f"w{workers}{helps}.duckdb", diagnose=False) as s:
             cur = s._cur()
             dec = cur.execute(
                 "SELECT t.trace_id, d.ord, d.packet_id, d.status, d.content FROM decisions d "
                 "JOIN traces t USING (tseq) ORDER BY t.trace_id, d.ord"
             ).fetchall()
         results.append((c.traces_added, [(e.line, e.message) for e in c.error_rows], dec))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     added, errors, dec = results[0]
     assert added == 120 and [ln for ln, _ in errors] == [58, 91]
     assert len(dec) == 120 * 30
@@ -260,6 +280,35 @@ def test_redaction_on_ingest_when_configured(
     assert secret not in stored.to_json()
     assert secret not in (store.packet_content("t000001", "tool:call_2") or "")
     assert store.packet_content("t000001", "tool:call_1") == t.input.packets[1].content
+
+
+def test_a_worker_runs_without_pandas_and_cyclic_gc(tmp_path: Path) -> None:
+    """``_worker_init`` (the pool's initializer), in a fresh interpreter: pyarrow works and
+    never imports pandas, the collector is off, and a chunk is still parsed and collected
+    after."""
+    code = f"""
+import gc, sys
+import pyarrow as pa
+from ctxcore.ingest import _prepare_chunk, _worker_init
+_worker_init()
+assert "pandas" not in sys.modules and not gc.isenabled()
+try:
+    import pandas
+except ImportError:
+    pass
+else:
+    raise SystemExit("pandas was importable in a worker")
+data = open({str(tmp_path / "t.jsonl")!r}, "rb").read()
+spilled, errors, lines, n = _prepare_chunk({str(tmp_path / "t.jsonl")!r}, data, False,
+                                           {str(tmp_path)!r})
+assert spilled is not None and lines == [1, 2] and not errors
+assert "pandas" not in sys.modules and pa.array([1, 2]).to_pylist() == [1, 2]
+print("ok")
+"""
+    (tmp_path / "t.jsonl").write_text(line(1) + line(2), encoding="utf-8")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
 
 
 def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
