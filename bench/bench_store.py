@@ -223,6 +223,9 @@ def main() -> None:
     gen_s = time.perf_counter() - t
     rows = args.traces * args.packets
 
+    # The 616 MB just written are still being flushed to disk: both timings below start
+    # with nothing pending, or the kernel's write-back competes with the one being timed.
+    os.sync()
     store = TraceStore(work / "store.duckdb", diagnose=args.diagnose)
     # Both timings end with a CHECKPOINT: work DuckDB defers to its next checkpoint (an
     # append that went through the WAL is compressed then) is counted where it was caused.
@@ -241,6 +244,7 @@ def main() -> None:
     # from run to run on the shared machine, and the ratio hangs on it.
     bare_runs = []
     for k in range(3):
+        os.sync()
         bare = duckdb.connect(str(work / f"bare-{k}.duckdb"))
         bare.execute("CREATE TABLE decisions AS SELECT * FROM arrow LIMIT 0")
         t = time.perf_counter()
