@@ -238,10 +238,12 @@ _DECISION = re.compile(
     r"(?i)\b(decided|decide|will|let's|let us|plan|instead|going to|use|switch)\b"
     r"|决定|改为|采用|计划"
 )
+_EXTENSIONS = r"\.(?:py|ts|tsx|js|json|md|rs|go|java|toml|yaml|yml|txt|log|cfg)"
 _EVIDENCE = re.compile(
-    r"(?:[\w.\-]+/)*[\w\-]+\.(?:py|ts|tsx|js|json|md|rs|go|java|toml|yaml|yml|txt|log|cfg)"
-    r"(?::\d+)?|\b(?:tool|file|note|call)[:_][\w\-./]+"
+    rf"(?:[\w.\-]+/)*[\w\-]+{_EXTENSIONS}(?::\d+)?|\b(?:tool|file|note|call)[:_][\w\-./]+"
 )
+#: a file id holds a dot and one of the extensions: runs without one need no full match
+_HAS_EXTENSION = re.compile(_EXTENSIONS)
 
 
 #: the runs of characters an evidence id can be made of (every character either of
@@ -255,12 +257,18 @@ def evidence_ids(text: str) -> list[str]:
     An evidence id never spans two runs of ``_EVIDENCE_RUN`` characters, and the ``\b``
     before ``tool:``/``file:`` sees the same thing at the start of a run as in the text
     (the character before a run is not a word character), so the ids of the text are those
-    of its runs in order. Scanning run by run, and only runs that hold a dot or one of the
-    prefixes, keeps ``_EVIDENCE``'s backtracking inside short strings: on the whole text a
+    of its runs in order. Scanning run by run, and only runs that hold an extension or one
+    of the prefixes, keeps ``_EVIDENCE``'s backtracking inside short strings: on the whole text a
     long line of dashes made it quadratic (a test checks both agree on the corpus)."""
     out: list[str] = []
     for run in _EVIDENCE_RUN.findall(text):
-        if "." in run or "tool" in run or "file" in run or "note" in run or "call" in run:
+        if (
+            "tool" in run
+            or "file" in run
+            or "note" in run
+            or "call" in run
+            or ("." in run and _HAS_EXTENSION.search(run))
+        ):
             out.extend(_EVIDENCE.findall(run))
     return out
 

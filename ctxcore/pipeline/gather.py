@@ -146,27 +146,24 @@ class Prepared:
     rungs_memo: dict[tuple[str, ...], list[str | None]] = field(default_factory=dict)
     summarizers: dict[int, Any] = field(default_factory=dict)
 
+    #: the arrays that depend only on the items (``item_arrays``), made while counting
+    arrays: dict[str, Any] = field(default_factory=dict)
+
     def __post_init__(self) -> None:
-        items = self.items
-        n = len(items)
         # plain lists and masks the per-config plan reads (built once per input)
         self.tokens_list: list[int] = self.tokens.tolist()
         self.relevance_list: list[float] = self.relevance.tolist()
-        self.index_of: dict[str, int] = {it.id: i for i, it in enumerate(items)}
         self.partition_list: list[int] = self.partition.tolist()
-        self.must_keep_idx: list[int] = [i for i, it in enumerate(items) if it.must_keep]
-        self.is_must_keep = np.array([it.must_keep is not None for it in items], dtype=bool)
-        self.is_history = np.array([it.history_pos is not None for it in items], dtype=bool)
-        self.history_pos = np.array(
-            [it.history_pos if it.history_pos is not None else n for it in items],
-            dtype=np.int64,
-        )
-        self.n_history = int(self.is_history.sum())
-        self.is_empty = np.array([not it.text for it in items], dtype=bool)
-        self.is_duplicate = np.array([it.duplicate_of is not None for it in items], dtype=bool)
-        self.has_caller_relevance = np.array(
-            [it.caller_relevance is not None for it in items], dtype=bool
-        )
+        a = self.arrays or item_arrays(self.items)
+        self.index_of: dict[str, int] = a["index_of"]
+        self.must_keep_idx: list[int] = a["must_keep_idx"]
+        self.is_must_keep: npt.NDArray[np.bool_] = a["is_must_keep"]
+        self.is_history: npt.NDArray[np.bool_] = a["is_history"]
+        self.history_pos: npt.NDArray[np.int64] = a["history_pos"]
+        self.n_history = int(a["n_history"])
+        self.is_empty: npt.NDArray[np.bool_] = a["is_empty"]
+        self.is_duplicate: npt.NDArray[np.bool_] = a["is_duplicate"]
+        self.has_caller_relevance: npt.NDArray[np.bool_] = a["has_caller_relevance"]
 
     def rungs_for(self, ladder: tuple[str, ...]) -> list[str | None]:
         """The ladder rung that can shrink each item (None: it can only be dropped)."""
@@ -198,6 +195,34 @@ class Prepared:
             rec = np.where(np.isnan(ages), 0.5, np.exp(-np.nan_to_num(ages) / tau_hours))
             self.recency_memo[tau_hours] = rec
         return rec
+
+
+def item_arrays(items: list[Item]) -> dict[str, Any]:
+    """What ``Prepared`` keeps about the items besides their counts and scores."""
+    n = len(items)
+    is_history = np.array([it.history_pos is not None for it in items], dtype=bool)
+    return {
+        "index_of": {it.id: i for i, it in enumerate(items)},
+        "must_keep_idx": [i for i, it in enumerate(items) if it.must_keep],
+        "is_must_keep": np.array([it.must_keep is not None for it in items], dtype=bool),
+        "is_history": is_history,
+        "history_pos": np.array(
+            [it.history_pos if it.history_pos is not None else n for it in items],
+            dtype=np.int64,
+        ),
+        "n_history": int(is_history.sum()),
+        "is_empty": np.array([not it.text for it in items], dtype=bool),
+        "is_duplicate": np.array([it.duplicate_of is not None for it in items], dtype=bool),
+        "has_caller_relevance": np.array(
+            [it.caller_relevance is not None for it in items], dtype=bool
+        ),
+        "partition": np.asarray([PARTITION_INDEX[it.partition] for it in items], dtype=np.int64),
+        "caller": [
+            (i, min(max(it.caller_relevance, 0.0), 1.0))
+            for i, it in enumerate(items)
+            if it.caller_relevance is not None
+        ],
+    }
 
 
 def _tools_json(input: CapturedInput) -> str:
@@ -371,6 +396,8 @@ def gather(
         it.no_timestamp = ts is None
     if meanwhile is not None:
         meanwhile(items)
+    arrays = item_arrays(items)
+    priority = priority_norm(prio)
     counts = pending()
     n = len(items)
     for it, c in zip(items, counts[:n], strict=False):
@@ -380,9 +407,8 @@ def gather(
 
     tokens = np.asarray(counts[:n], dtype=np.int64)
     rel = bm25_from_tf(tf, tokens)
-    for i, it in enumerate(items):
-        if it.caller_relevance is not None:
-            rel[i] = min(max(it.caller_relevance, 0.0), 1.0)
+    for i, value in arrays["caller"]:
+        rel[i] = value
     return Prepared(
         input=input,
         tokenizer=counter.name,
@@ -390,14 +416,15 @@ def gather(
         tokens=tokens,
         relevance=rel,
         ages=ages,
-        priority=priority_norm(prio),
-        partition=np.asarray([PARTITION_INDEX[it.partition] for it in items], dtype=np.int64),
+        priority=priority,
+        partition=arrays["partition"],
         header_tokens=header_tokens,
         task_segment=task_segment,
         task_tokens=task_tokens,
         output_segment=output_segment,
         output_tokens=output_tokens,
         query_terms=q,
+        arrays=arrays,
     )
 
 
