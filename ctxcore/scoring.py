@@ -12,9 +12,9 @@ Relevance is Okapi BM25 of the query terms over the candidate set, with the docu
 measured in tokens (the counter already has them), normalised by the sum of the query's IDFs
 and clipped to [0, 1]: a document of average length containing every query term once scores
 about 1; one with none of them scores 0. Only the query's terms are looked up in each document
-(a batch of documents is joined and each Latin term found in one regex scan with its word
-boundaries, the CJK characters in one scan for all of them), so scoring 1 MB of candidates
-costs about 13 ms, and per-document term frequencies are memoised by (query terms, content)
+(a batch of documents is joined into one array of code points and each term found with numpy,
+its word boundaries checked on both sides; see ``_Group``), so scoring 1 MB of candidates
+costs about 8 ms, and per-document term frequencies are memoised by (query terms, content)
 so that re-runs score nothing new.
 """
 
@@ -219,11 +219,11 @@ class _Group:
     of code points (bytes when all are ASCII), and where each document starts.
 
     A term's hits are found with numpy instead of a regex per document: the positions of
-    its rarest-looking character, narrowed by comparing the other characters at their
-    offsets, then the word boundaries of ``_TERM`` checked on both sides (a Latin term is
-    a whole run of word characters, so its hits cannot overlap); CJK terms need no
-    boundary, and a bigram like 哈哈 is counted overlapping, as ``of`` counts it. Each hit
-    is binned to its document with one ``searchsorted``."""
+    one of its characters (``_find`` picks which), narrowed by comparing the other
+    characters at their offsets, then the word boundaries of ``_TERM`` checked on both
+    sides (a Latin term is a whole run of word characters, so its hits cannot overlap);
+    CJK terms need no boundary, and a bigram like 哈哈 is counted overlapping, as ``of``
+    counts it. Each hit is binned to its document with one ``searchsorted``."""
 
     def __init__(self, lows: list[str], idx: list[int]) -> None:
         self.idx = np.asarray(idx, dtype=np.int64)
@@ -260,8 +260,8 @@ class _Group:
         """Start positions of ``term`` (every occurrence, overlapping ones included)."""
         cp = self.cp
         n = cp.size
-        # anchor on the character that occurs least often among those already scanned,
-        # else on the term's least common-looking letter
+        # anchor on a character whose positions are already at hand, else on the term's
+        # least common-looking letter (a short list of candidates to narrow)
         k0 = min(
             range(len(term)), key=lambda k: (term[k] not in self._first, _COMMON.get(term[k], 0))
         )
