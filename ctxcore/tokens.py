@@ -304,30 +304,21 @@ class TokenCounter:
         For an exact tokenizer the uncached texts are counted by tiktoken on threads while
         the caller goes on (``PendingCounts``); estimators count when the result is asked."""
         cache = self._cache
-        if self._fn is None and not cache:
-            # nothing to look up: start at once and hash the texts while they are counted
-            # (a text given twice is then counted twice, with the same result)
-            pending = PendingCounts(get_encoding(self.name), texts, COUNT_THREADS)
-            distinct = len(dict.fromkeys(texts))
-
-            def wait_all() -> list[int]:
-                counts = pending.result()
-                with self._lock:
-                    cache.update(zip(texts, counts, strict=True))
-                    self.misses += distinct
-                return counts
-
-            return wait_all
-        missing = [t for t in dict.fromkeys(texts) if t not in cache]
-        if not missing or self._fn is not None:
+        if self._fn is not None:
             return lambda: self.count_many(texts)
-        pending = PendingCounts(get_encoding(self.name), missing, COUNT_THREADS)
+        # with nothing cached there is nothing to look up: counting starts at once and the
+        # texts are hashed meanwhile (a text given twice is then counted twice, alike)
+        todo = list(texts) if not cache else [t for t in dict.fromkeys(texts) if t not in cache]
+        if not todo:
+            return lambda: self.count_many(texts)
+        pending = PendingCounts(get_encoding(self.name), todo, COUNT_THREADS)
+        distinct = len(dict.fromkeys(todo))
 
         def wait() -> list[int]:
             counts = pending.result()
             with self._lock:
-                cache.update(zip(missing, counts, strict=True))
-                self.misses += len(missing)
+                cache.update(zip(todo, counts, strict=True))
+                self.misses += distinct
             return [cache[t] for t in texts]
 
         return wait

@@ -231,31 +231,26 @@ def _decisions(prep: Prepared, pl: Plan, kn: Knobs) -> list[Decision]:
             )
         extra = plan_notes.get(i)
         base = base_notes[i]
-        d = _new_decision(Decision)
-        _set(
-            d,
-            "__dict__",
-            {
-                "packet_id": it.id,
-                "kind": it.kind,
-                "status": status[i],
-                "reason": reason[i],
-                "reason_text": texts[i],
-                "partition": it.partition,
-                "relevance": rel[i],
-                "recency": rec[i],
-                "score": sc[i],
-                "rank": rank[i] or None,
-                "tokens_before": it.tokens,
-                "tokens_after": tokens_after[i],
-                "budget_left": budget_left[i],
-                "notes": [*extra, *base] if extra else [*base] if base else [],
-            },
+        out.append(
+            _decision(
+                {
+                    "packet_id": it.id,
+                    "kind": it.kind,
+                    "status": status[i],
+                    "reason": reason[i],
+                    "reason_text": texts[i],
+                    "partition": it.partition,
+                    "relevance": rel[i],
+                    "recency": rec[i],
+                    "score": sc[i],
+                    "rank": rank[i] or None,
+                    "tokens_before": it.tokens,
+                    "tokens_after": tokens_after[i],
+                    "budget_left": budget_left[i],
+                    "notes": [*extra, *base] if extra else [*base],
+                }
+            )
         )
-        _set(d, "__pydantic_fields_set__", _DECISION_FIELDS)
-        _set(d, "__pydantic_extra__", None)
-        _set(d, "__pydantic_private__", None)
-        out.append(d)
     return out
 
 

@@ -140,21 +140,20 @@ class Prepared:
     output_segment: str
     output_tokens: int
     query_terms: QueryTerms
+    #: the arrays that depend only on the items (``item_arrays``), made while counting
+    arrays: dict[str, Any]
     #: memo of degraded versions: (item index, rung, summarizer id, extra) → (text, tokens)
     degraded: dict[tuple[Any, ...], tuple[str, int]] = field(default_factory=dict)
     recency_memo: dict[float, npt.NDArray[np.float64]] = field(default_factory=dict)
     rungs_memo: dict[tuple[str, ...], list[str | None]] = field(default_factory=dict)
     summarizers: dict[int, Any] = field(default_factory=dict)
 
-    #: the arrays that depend only on the items (``item_arrays``), made while counting
-    arrays: dict[str, Any] = field(default_factory=dict)
-
     def __post_init__(self) -> None:
         # plain lists and masks the per-config plan reads (built once per input)
         self.tokens_list: list[int] = self.tokens.tolist()
         self.relevance_list: list[float] = self.relevance.tolist()
         self.partition_list: list[int] = self.partition.tolist()
-        a = self.arrays or item_arrays(self.items)
+        a = self.arrays
         self.index_of: dict[str, int] = a["index_of"]
         self.must_keep_idx: list[int] = a["must_keep_idx"]
         self.is_must_keep: npt.NDArray[np.bool_] = a["is_must_keep"]
