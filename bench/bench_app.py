@@ -88,10 +88,10 @@ def inspect_input(n_packets: int) -> Any:
 
 def build_store(db: Path, n_traces: int, n_packets: int) -> dict[str, Any]:
     """Fill ``db``; returns the ids the measurements need and how long building took."""
-    from ctxcore.ingest import ingest_paths
     from ctxcore.models import Config
     from ctxcore.pipeline import build_trace
     from ctxcore.store import TraceStore
+    from ctxcore.store.ingest import ingest_paths
 
     info: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _first_trace_id(files: list[Path]) -> str | None:
     """The id of the first trace in the demo files (the Playground bench opens it)."""
-    from ctxcore.importers import load_file
+    from ctxcore.formats.load import load_file
 
     for f in files:
         traces = load_file(f, "auto")

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_store.py [--traces 10000] [--packets 100] [--files 20]
 
 Generates N traces of P packets as JSONL (from a template, with real corpus text), ingests
-them through ``ctxcore.ingest.ingest_paths`` into a fresh store, then inserts the very same
+them through ``ctxcore.store.ingest.ingest_paths`` into a fresh store, then inserts the very same
 decision rows into a fresh DuckDB file with one bare Arrow insert, and times the queries the
 app runs most: the traces list (filter + sort + one page of 50), one trace's decisions, a
 full-text search, and how long the watcher takes to pick up a new file. Prints a table.
@@ -28,7 +28,6 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ctxcore.ingest import ingest_paths  # noqa: E402
 from ctxcore.models import (  # noqa: E402
     SCHEMA,
     Builder,
@@ -44,8 +43,9 @@ from ctxcore.models import (  # noqa: E402
     Totals,
     Trace,
 )
-from ctxcore.store import TraceFilter, TraceStore  # noqa: E402
-from ctxcore.watch import Watcher  # noqa: E402
+from ctxcore.store.ingest import ingest_paths  # noqa: E402
+from ctxcore.store.tracestore import TraceFilter, TraceStore  # noqa: E402
+from ctxcore.store.watch import Watcher  # noqa: E402
 
 STATUSES = [Status.KEPT, Status.KEPT, Status.SUMMARIZED, Status.DROPPED, Status.TRUNCATED]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from .errors import (
+from ctxcore.errors import (
     BudgetError,
     CtxscopeError,
     ImportFormatError,
@@ -19,7 +19,7 @@ from .errors import (
     StoreLockedError,
     TokenizerError,
 )
-from .models import (
+from ctxcore.models import (
     SCHEMA,
     BuildResult,
     CapturedInput,
@@ -33,18 +33,18 @@ from .models import (
     ToolDef,
     Trace,
 )
-from .pipeline import PRESET_NAMES, build, build_trace, resolve_config
-from .tokens import TokenCounter, get_counter
+from ctxcore.pipeline import PRESET_NAMES, build, build_trace, resolve_config
+from ctxcore.tokens import TokenCounter, get_counter
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Recorder": "ctxcore.capture",
+    "Recorder": "ctxcore.capture.recorder",
     "TraceFilter": "ctxcore.store",
     "TraceStore": "ctxcore.store",
     "diagnose": "ctxcore.diagnostics",
     "diagnose_session": "ctxcore.diagnostics",
-    "ingest_paths": "ctxcore.ingest",
+    "ingest_paths": "ctxcore.store.ingest",
     "sweep": "ctxcore.pipeline.sweep",
 }
 

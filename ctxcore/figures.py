@@ -18,7 +18,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from .models import PARTITIONS, Decision, Status, Trace
+from ctxcore.models import PARTITIONS, Decision, Status, Trace
 
 #: One colour per decision status, used by every figure so the legend means one thing.
 STATUS_COLORS: dict[str, str] = {

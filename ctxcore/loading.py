@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import InputError
-from .models import CapturedInput, Config, Trace
+from ctxcore.errors import InputError
+from ctxcore.models import CapturedInput, Config, Trace
 
 
 def _where(prefix: str) -> str:

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from ctxcore.settings import PresetName
+
 SCHEMA = "ctxscope.trace/1"
 SCHEMA_MAJOR = "ctxscope.trace/1"
 
@@ -45,7 +47,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-# Validator bodies as plain functions: ``ctxcore.fastdecode`` (ingest's fast path) runs the
+# Validator bodies as plain functions: ``ctxcore.store.fastdecode`` (ingest's fast path) runs the
 # very same checks on what it decodes.
 
 
@@ -143,7 +145,6 @@ class CapturedInput(_Model):
 
 # --------------------------------------------------------------------------- config
 
-PresetName = Literal["ctxscope", "hello-agents", "hello-agents-book"]
 FillMode = Literal["skip", "break", "optimal"]
 
 

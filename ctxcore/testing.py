@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .loading import input_from_obj, load_input_or_trace, trace_from_obj
-from .models import CapturedInput, Config, Decision, Finding, Status, Trace
+from ctxcore.errors import InputError
+from ctxcore.loading import input_from_obj, load_input_or_trace, trace_from_obj
+from ctxcore.models import CapturedInput, Config, Decision, Finding, Status, Trace
 
 TraceLike = Trace | CapturedInput | Mapping[str, Any] | str | Path
 ConfigLike = Config | Mapping[str, Any] | None
@@ -45,14 +45,14 @@ def _config_from(base: Config | None, config: ConfigLike) -> Config:
         if "preset" in patch and patch["preset"] != base.preset:
             data = {}  # another preset's resolved knobs do not carry over
     data.update(patch)
-    from .loading import config_from_obj
+    from ctxcore.loading import config_from_obj
 
     return config_from_obj(data, "config")
 
 
 def resolve_trace(trace_or_input: TraceLike, config: ConfigLike = None) -> Trace:
     """The built trace the assertions look at (see the module docstring for the rules)."""
-    from .pipeline import build_trace
+    from ctxcore.pipeline import build_trace
 
     trace: Trace | None = None
     inp: CapturedInput | None = None
@@ -195,7 +195,7 @@ def assert_no_findings(
     Returns the findings below the threshold (or ignored), for further checks.
     """
     __tracebackhide__ = True
-    from .diagnostics import DETECTOR_IDS, diagnose, severity_at_least
+    from ctxcore.diagnostics import DETECTOR_IDS, diagnose, severity_at_least
 
     ignored = set(ignore)
     unknown = ignored - set(DETECTOR_IDS)
@@ -222,7 +222,7 @@ def assert_no_findings(
 
 
 def _fix_hint(trace: Trace, packet_id: str) -> str | None:
-    from .diagnostics import smallest_fix
+    from ctxcore.diagnostics import smallest_fix
 
     cf = smallest_fix(trace, packet_id)
     return cf.sentence if cf is not None else None

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import TokenizerError
+from ctxcore.errors import TokenizerError
+from ctxcore.settings import DEFAULT_ENCODING, ENCODINGS
 
 _DATA = Path(__file__).parent / "data" / "encodings"
 _BLOB = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
@@ -34,7 +35,7 @@ _EXPECTED_SHA256 = {
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
 }
-ENCODINGS: tuple[str, ...] = tuple(_EXPECTED_SHA256)
+assert tuple(_EXPECTED_SHA256) == ENCODINGS
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -379,7 +380,7 @@ _counters: dict[str, TokenCounter] = {}
 _counters_lock = threading.Lock()
 
 
-def get_counter(name: str = "cl100k_base") -> TokenCounter:
+def get_counter(name: str = DEFAULT_ENCODING) -> TokenCounter:
     """The process-wide cached counter for a tokenizer name."""
     counter = _counters.get(name)
     if counter is None:

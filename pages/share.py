@@ -16,9 +16,9 @@ FORMATS = ["auto", "trace", "openai", "otlp"]
 
 def _export(t: Trace) -> None:
     st.subheader("Export")
-    share = state.import_optional("ctxcore.share")
+    share = state.import_optional("ctxcore.formats.share")
     if share is None:
-        st.info("Exporting needs ctxcore.share, which this build does not have yet.")
+        st.info("Exporting needs ctxcore.formats.share, which this build does not have yet.")
         return
     redact = st.toggle(
         "Redact secrets (API keys, tokens, passwords in URLs, private keys)",
@@ -60,9 +60,9 @@ def _export(t: Trace) -> None:
 
 def _import() -> None:
     st.subheader("Import")
-    imp = state.import_optional("ctxcore.importers")
+    imp = state.import_optional("ctxcore.formats.load")
     if imp is None or not hasattr(imp, "load_file"):
-        st.info("Importing needs ctxcore.importers, which this build does not have yet.")
+        st.info("Importing needs ctxcore.formats.load, which this build does not have yet.")
         return
     fmt = st.selectbox(
         "Format",

@@ -7,11 +7,12 @@ from datetime import UTC, datetime, time
 import pandas as pd
 import streamlit as st
 
+from ctxcore import settings
 from ctxcore.store import TraceFilter
 from ui import state
 
 ANY = "(any)"
-SORTS = ["created_at", "turn", "used", "budget", "dropped", "summarized", "session_id"]
+SORTS = list(settings.SORT_KEYS)
 #: filter widgets mirrored in the URL: query name -> session key
 _QP = {
     "session": "tr_session",

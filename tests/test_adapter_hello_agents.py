@@ -33,7 +33,7 @@ DRIVER = textwrap.dedent(
     from datetime import datetime, timedelta
     from hello_agents.context.builder import ContextBuilder, ContextConfig, ContextPacket
     from hello_agents.core.message import Message
-    from ctxcore.adapters.hello_agents import wrap
+    from ctxcore.capture.hello_agents import wrap
 
     out_dir = sys.argv[1]
     prompts = []
@@ -198,7 +198,7 @@ def test_adapter_captures_memory_tool_packets_and_never_breaks_the_agent(
 
 def test_ctxcore_imports_the_adapter_without_hello_agents() -> None:
     code = (
-        "import sys, ctxcore.adapters.hello_agents as a; "
+        "import sys, ctxcore.capture.hello_agents as a; "
         "assert 'hello_agents' not in sys.modules; print(a.wrap.__name__)"
     )
     proc = subprocess.run(
@@ -209,7 +209,7 @@ def test_ctxcore_imports_the_adapter_without_hello_agents() -> None:
 
 
 def test_wrap_rejects_something_that_is_not_a_builder(tmp_path: Path) -> None:
-    from ctxcore.adapters.hello_agents import wrap
+    from ctxcore.capture.hello_agents import wrap
 
     with pytest.raises(InputError, match="ContextBuilder"):
         wrap(object(), tmp_path)

@@ -9,7 +9,7 @@ import app_support as data
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ctxcore.importers import write_jsonl
+from ctxcore.formats.load import write_jsonl
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 

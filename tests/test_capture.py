@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from helpers_store import corpus_lines, make_trace
 
-from ctxcore.capture import Recorder, RecorderWarning
-from ctxcore.ingest import ingest_paths
+from ctxcore.capture.recorder import Recorder, RecorderWarning
 from ctxcore.models import CapturedInput, Config, Packet, Trace
 from ctxcore.pipeline import build
 from ctxcore.store import TraceStore
+from ctxcore.store.ingest import ingest_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,7 @@ WRITER = """
 import sys
 sys.path.insert(0, {tests!r})
 from helpers_store import make_trace
-from ctxcore.capture import Recorder
+from ctxcore.capture.recorder import Recorder
 wid, n, big = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rec = Recorder({dir!r}, session_id=f"w{{wid}}", file_name="shared.jsonl")
 for i in range(n):

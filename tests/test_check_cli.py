@@ -200,7 +200,7 @@ def test_captured_input_is_built_with_the_default_preset(
 def test_exported_snapshot_is_checked(
     corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ctxcore.share import snapshot_json
+    from ctxcore.formats.share import snapshot_json
 
     f = tmp_path / "shared.json"
     f.write_text(snapshot_json([trace(corpus, "snap", 2500, must_keep=True)]), encoding="utf-8")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxcore.corpus import (
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats.openai import captured_input_from_messages
+from ctxcore.formats.transcripts import (
     parse_aider,
     parse_mini_swe,
     parse_opencode,
@@ -20,8 +22,6 @@ from ctxcore.corpus import (
     parse_sharegpt,
     parse_sweagent,
 )
-from ctxcore.errors import ImportFormatError
-from ctxcore.importers.openai import captured_input_from_messages
 
 
 def _answered(messages: list[dict]) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctxcore.cli import main
-from ctxcore.demo import generate, trace_id_for
+from ctxcore.demo.build import generate, trace_id_for
 from ctxcore.loading import trace_from_obj
 from ctxcore.models import Status, Trace
 
@@ -232,7 +232,7 @@ def test_cli_demo_when_another_process_owns_the_store(
         [
             sys.executable,
             "-c",
-            "import sys; from ctxcore.store import TraceStore\n"
+            "import sys; from ctxcore.store.tracestore import TraceStore\n"
             f"s = TraceStore({str(db)!r}); print('ready', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,

@@ -960,7 +960,7 @@ def test_many_copies_of_one_observation_make_one_finding(corpus: Path) -> None:
 def test_an_imported_chat_has_no_sections_to_lose(corpus: Path) -> None:
     import json
 
-    from ctxcore.importers import traces_from_value
+    from ctxcore.formats.load import traces_from_value
 
     traj = json.loads((corpus / "a02_sweagent_function_calling_simple.traj.json").read_text())
     keys = ("role", "content", "tool_calls", "tool_call_id", "name")

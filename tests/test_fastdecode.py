@@ -13,9 +13,9 @@ import msgspec
 import pytest
 from pydantic import ValidationError
 
-from ctxcore import fastdecode
+from ctxcore.store import fastdecode
 from ctxcore import models as m
-from ctxcore.store_rows import prepare
+from ctxcore.store.rows import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = sorted((ROOT / "traces" / "demo").glob("*.jsonl"))

@@ -11,9 +11,9 @@ import pytest
 
 from ctxcore.cli import main
 from ctxcore.errors import ImportFormatError
-from ctxcore.importers import load_file
-from ctxcore.importers.derive import TASK_ID, TOOLS_ID, tools_text
-from ctxcore.importers.openai import (
+from ctxcore.formats.derive import TASK_ID, TOOLS_ID, tools_text
+from ctxcore.formats.load import load_file
+from ctxcore.formats.openai import (
     captured_input_from_messages,
     messages_from_sharegpt,
     trace_from_request,
@@ -259,7 +259,7 @@ def test_developer_and_parts_and_unknown_shapes() -> None:
     with pytest.raises(ImportFormatError, match="messages\\[0\\]: missing 'role'"):
         captured_input_from_messages([{"content": "x"}], now=NOW)
     with pytest.raises(ImportFormatError, match="not an OpenAI-style chat request"):
-        from ctxcore.importers.openai import requests_from_obj
+        from ctxcore.formats.openai import requests_from_obj
 
         requests_from_obj({"foo": 1})
 

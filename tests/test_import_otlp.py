@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from ctxcore.errors import ImportFormatError
-from ctxcore.importers import detect_format, load_file
-from ctxcore.importers.derive import TOOLS_ID, tools_text
-from ctxcore.importers.otlp import any_value, traces_from_otlp
+from ctxcore.formats.derive import TOOLS_ID, tools_text
+from ctxcore.formats.load import detect_format, load_file
+from ctxcore.formats.otlp import any_value, traces_from_otlp
 from ctxcore.models import Status
 from ctxcore.tokens import get_counter
 

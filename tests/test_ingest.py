@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from helpers_store import make_trace, write_jsonl
 
-from ctxcore.ingest import ingest_paths
 from ctxcore.store import TraceStore
+from ctxcore.store.ingest import ingest_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -213,7 +213,7 @@ def test_worker_processes_store_exactly_what_one_process_stores(
     their rows back as Arrow files in a spill folder that is gone afterwards."""
     import tempfile
 
-    import ctxcore.ingest as ingest_mod
+    import ctxcore.store.ingest as ingest_mod
 
     f = tmp_path / f"big{suffix}"
     bad = "{not json\n"
@@ -289,7 +289,7 @@ def test_a_worker_runs_without_pandas_and_cyclic_gc(tmp_path: Path) -> None:
     code = f"""
 import gc, sys
 import pyarrow as pa
-from ctxcore.ingest import _prepare_chunk, _worker_init
+from ctxcore.store.ingest import _prepare_chunk, _worker_init
 _worker_init()
 assert "pandas" not in sys.modules and not gc.isenabled()
 try:
@@ -315,7 +315,7 @@ def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
     """A file replaced between the owner's read and the worker's re-read is not
     half-ingested: the worker raises, the run's transaction rolls back."""
     from ctxcore.errors import InputError
-    from ctxcore.ingest import _prepare_chunk
+    from ctxcore.store.ingest import _prepare_chunk
 
     f = tmp_path / "t.jsonl"
     text = line(1) + line(2)
@@ -338,7 +338,7 @@ def test_appended_big_file_resumes_with_true_line_numbers(
     """A big file read in chunks (by workers, or here) and then appended to (a .gz gets a
     new gzip member): the second run starts at the stored offset, numbers lines from the
     file's start, leaves a half-written last line for later, and stores nothing twice."""
-    import ctxcore.ingest as ingest_mod
+    import ctxcore.store.ingest as ingest_mod
 
     monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)

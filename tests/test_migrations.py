@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ctxcore import migrations
+from ctxcore.store import migrations
 from ctxcore.models import Trace
 from ctxcore.store import TraceFilter, TraceStore
 

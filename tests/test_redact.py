@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxcore.importers.openai import trace_from_request
-from ctxcore.redact import redact_text, redact_trace
+from ctxcore.formats.openai import trace_from_request
+from ctxcore.formats.redact import redact_text, redact_trace
 
 RNG = random.Random(20240611)
 ALNUM = string.ascii_letters + string.digits

@@ -15,9 +15,9 @@ import duckdb
 import pytest
 from helpers_store import make_trace
 
-from ctxcore.ingest import ingest_paths
 from ctxcore.store import TraceStore
-from ctxcore.watch import Watcher
+from ctxcore.store.ingest import ingest_paths
+from ctxcore.store.watch import Watcher
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -106,7 +106,7 @@ def test_a_thousand_files_with_ten_percent_broken(tmp_path: Path) -> None:
 INGESTER = """
 import sys
 from ctxcore.store import TraceStore
-from ctxcore.ingest import ingest_paths
+from ctxcore.store.ingest import ingest_paths
 store = TraceStore(sys.argv[1], diagnose=False)
 def progress(done, total):
     print(done, total, flush=True)
@@ -180,7 +180,7 @@ APPENDER = """
 import sys, random
 sys.path.insert(0, {tests!r})
 from helpers_store import make_trace
-from ctxcore.capture import Recorder
+from ctxcore.capture.recorder import Recorder
 wid, n = int(sys.argv[1]), int(sys.argv[2])
 rng = random.Random(wid)
 shared = Recorder({dir!r}, session_id=f"w{{wid}}", file_name="shared.jsonl")

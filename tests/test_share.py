@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from ctxcore.cli import main
-from ctxcore.importers import load_file
-from ctxcore.importers.openai import trace_from_request
-from ctxcore.importers.otlp import traces_from_otlp
+from ctxcore.formats.load import load_file
+from ctxcore.formats.openai import trace_from_request
+from ctxcore.formats.otlp import traces_from_otlp
+from ctxcore.formats.share import html_report, otlp_export, script_json, snapshot_json
 from ctxcore.models import Trace
-from ctxcore.share import html_report, otlp_export, script_json, snapshot_json
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2025, 2, 3, 4, 5, 6, tzinfo=UTC)
@@ -297,8 +297,8 @@ def test_cli_export_session_from_store_all_formats(corpus: Path, tmp_path: Path)
 
 
 def test_snapshot_is_ingestible(corpus: Path, tmp_path: Path) -> None:
-    from ctxcore.ingest import ingest_paths
     from ctxcore.store import TraceStore
+    from ctxcore.store.ingest import ingest_paths
 
     traces = _session(corpus, 3)
     snap = tmp_path / "shared.json"

@@ -265,7 +265,7 @@ def test_second_process_gets_one_line_naming_the_holder(tmp_path: Path) -> None:
     with TraceStore(db):
         code = (
             "import sys\n"
-            "from ctxcore.store import TraceStore\n"
+            "from ctxcore.store.tracestore import TraceStore\n"
             "from ctxcore.errors import StoreLockedError\n"
             "try:\n"
             f"    TraceStore({str(db)!r})\n"
@@ -342,7 +342,7 @@ def test_two_stores_on_one_file_in_one_process_do_not_mix_rows(tmp_path: Path) -
 def test_bulk_text_columns_equal_arrows_own_conversion(values: list[str | None]) -> None:
     import pyarrow as pa
 
-    from ctxcore.store_rows import _bulk_array
+    from ctxcore.store.rows import _bulk_array
 
     assert _bulk_array(values, pa.string()).equals(pa.array(values, pa.string()))
     blobs = [v.encode() for v in values if v is not None]
@@ -351,7 +351,7 @@ def test_bulk_text_columns_equal_arrows_own_conversion(values: list[str | None])
 
 def test_compressed_json_round_trips_exactly(tmp_path: Path) -> None:
     """The stored JSON is the ingested text, byte for byte (zstd in the trace_zst column)."""
-    from ctxcore.ingest import ingest_paths
+    from ctxcore.store.ingest import ingest_paths
 
     raw = make_trace(1, turn=1, trace_id="zst-1").to_json().replace('"turn":1', '"turn": 1')
     f = tmp_path / "in.jsonl"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers_store import make_trace, write_jsonl
 
-from ctxcore.store import IngestCounts, TraceStore
-from ctxcore.watch import Watcher
+from ctxcore.store.tracestore import IngestCounts, TraceStore
+from ctxcore.store.watch import Watcher
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,7 +137,7 @@ def test_watcher_fills_in_deferred_diagnostics(tmp_path: Path) -> None:
 def test_progress_bar_draws_on_long_runs() -> None:
     import io
 
-    from ctxcore.ingest import ProgressBar
+    from ctxcore.cli.ingest import ProgressBar
 
     out = io.StringIO()
     bar = ProgressBar(out, after_s=0.0)
@@ -159,8 +159,8 @@ def test_many_small_ingests_leave_no_threads_behind(tmp_path: Path) -> None:
 
     import duckdb
 
-    from ctxcore.ingest import ingest_paths
     from ctxcore.store import TraceStore
+    from ctxcore.store.ingest import ingest_paths
 
     d = tmp_path / "in"
     d.mkdir()

@@ -19,7 +19,6 @@ import atexit
 import importlib
 import importlib.util
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,19 +28,20 @@ from typing import Any
 
 import streamlit as st
 
+from ctxcore import settings
 from ctxcore.errors import CtxscopeError
 from ctxcore.models import BuildResult, Config, Trace
-from ctxcore.store import TraceFilter, TracePage, TraceStore
+from ctxcore.store.tracestore import TraceFilter, TracePage, TraceStore
 
 # --------------------------------------------------------------------------- paths
 
 
 def db_path() -> str:
-    return str(Path(os.environ.get("CTXSCOPE_DB") or Path("traces") / "ctxscope.duckdb").resolve())
+    return str(settings.db_path().resolve())
 
 
 def traces_dir() -> str:
-    return str(Path(os.environ.get("CTXSCOPE_TRACES") or "traces").resolve())
+    return str(settings.traces_dir().resolve())
 
 
 def has_module(name: str) -> bool:
@@ -73,8 +73,8 @@ def guard() -> Iterator[None]:
 def _open_store(path: str, demo_dir: str) -> TraceStore:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     store = TraceStore(path)
-    if store.count() == 0 and Path(demo_dir).is_dir() and has_module("ctxcore.ingest"):
-        from ctxcore.ingest import ingest_paths
+    if store.count() == 0 and Path(demo_dir).is_dir() and has_module("ctxcore.store.ingest"):
+        from ctxcore.store.ingest import ingest_paths
 
         ingest_paths(store, [Path(demo_dir)])
     return store
@@ -146,11 +146,11 @@ def _warm_up() -> threading.Thread:
 def _start_watcher(path: str, folder: str) -> Any:
     # One watcher per (store, folder) for the app process: traces dropped into the folder
     # are ingested by it, and pages notice through store.latest_change().
-    if os.environ.get("CTXSCOPE_NO_WATCH") == "1":
+    if settings.watch_disabled():
         return None
-    if not has_module("ctxcore.watch"):
+    if not has_module("ctxcore.store.watch"):
         return None
-    from ctxcore.watch import Watcher
+    from ctxcore.store.watch import Watcher
 
     w = Watcher(_open_store(path, str(Path(folder) / "demo")), Path(folder))
     w.start()

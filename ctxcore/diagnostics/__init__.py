@@ -34,13 +34,10 @@ search); the Playground applies a fix with ``patched_config(trace.config, findin
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterable, Sequence
 
-from ..errors import InputError
-from ..models import Finding, Status, Trace
-from .context import LOST, SEVERITY_RANK, DiagnosticsOptions, TraceView
-from .counterfactual import (
+from ctxcore.diagnostics.context import LOST, SEVERITY_RANK, DiagnosticsOptions, TraceView
+from ctxcore.diagnostics.counterfactual import (
     BuildCache,
     Counterfactual,
     counterfactuals,
@@ -48,16 +45,18 @@ from .counterfactual import (
     rebuild,
     smallest_fix,
 )
-from .detectors import budget_flooded, greedy_waste, must_have_lost
-from .detectors_content import (
+from ctxcore.diagnostics.detectors import budget_flooded, greedy_waste, must_have_lost
+from ctxcore.diagnostics.detectors_content import (
     injection_like,
     relevance_blind_spot,
     stale_or_repeated,
     summary_coverage,
     unlabelled_evidence,
 )
-from .detectors_tokens import compression_damage, estimate_drift
-from .session import LostItem, SessionDiagnosis, TurnFindings, lost_items
+from ctxcore.diagnostics.detectors_tokens import compression_damage, estimate_drift
+from ctxcore.diagnostics.session import LostItem, SessionDiagnosis, TurnFindings, lost_items
+from ctxcore.errors import InputError
+from ctxcore.models import Finding, Status, Trace
 
 Detector = Callable[[TraceView], list[Finding]]
 
@@ -114,7 +113,7 @@ def ensure_built(trace: Trace) -> Trace:
     """The trace itself, or — for a trace recorded without a result — the trace re-built."""
     if trace.result is not None:
         return trace
-    from ..pipeline import build, resolve_config
+    from ctxcore.pipeline import build, resolve_config
 
     cfg = resolve_config(trace.config, trace.input)
     return trace.model_copy(update={"config": cfg, "result": build(trace.input, cfg)})
@@ -199,13 +198,6 @@ def diagnose_session(
         findings = diagnose(t, session_traces=ordered[:i], options=options)
         turns.append(TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=findings))
     return SessionDiagnosis(session_id=sessions[0], turns=turns, lost=lost_items(ordered, turns))
-
-
-def cli_check(args: argparse.Namespace) -> int:
-    """``ctxscope check FILE... [--fail-on SEVERITY]`` (see ``ctxcore.diagnostics.check``)."""
-    from .check import run_check
-
-    return run_check(list(args.files), args.fail_on)
 
 
 __all__ = [

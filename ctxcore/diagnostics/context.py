@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..errors import InputError
-from ..models import BuildResult, Decision, Finding, Reason, Severity, Status, Trace
-from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
-from ..tokens import TOKENIZERS, TokenCounter, get_counter, is_exact
+from ctxcore.errors import InputError
+from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Status, Trace
+from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
+from ctxcore.tokens import TOKENIZERS, TokenCounter, get_counter, is_exact
 
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 
@@ -189,7 +189,7 @@ class TraceView:
         """
         if not self.options.rerun:
             return None
-        from .counterfactual import rebuild
+        from ctxcore.diagnostics.counterfactual import rebuild
 
         again = rebuild(self.trace)
         return again if again is not None and again.prompt == self.prompt else None

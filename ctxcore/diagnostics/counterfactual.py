@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import CtxscopeError, InputError
-from ..models import BuildResult, Config, Decision, Reason, Status, Trace
-from ..tokens import get_counter
+from ctxcore.errors import CtxscopeError, InputError
+from ctxcore.models import BuildResult, Config, Decision, Reason, Status, Trace
+from ctxcore.tokens import get_counter
 
 KNOBS: tuple[str, ...] = (
     "max_tokens",
@@ -122,7 +122,7 @@ def rebuild(trace: Trace, patch: dict[str, Any] | None = None) -> BuildResult | 
     A preset that is not installed, a knob the preset rejects or a must-keep overflow all
     mean "this change is not a valid what-if", never a crash.
     """
-    from ..pipeline import build
+    from ctxcore.pipeline import build
 
     try:
         cfg = patched_config(trace.config, patch or {})

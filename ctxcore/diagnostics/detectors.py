@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..models import BuildResult, Decision, Finding, Reason, Severity, Status
-from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
-from .context import (
+from ctxcore.diagnostics.context import (
     IN_PROMPT,
     LOST,
     TRUSTED_KINDS,
@@ -23,9 +21,11 @@ from .context import (
     normalize_ws,
     short,
 )
-from .counterfactual import rebuild
-from .knapsack import knapsack
-from .text import NoiseProfile, constraint_sentences, strip_noise
+from ctxcore.diagnostics.counterfactual import rebuild
+from ctxcore.diagnostics.knapsack import knapsack
+from ctxcore.diagnostics.text import NoiseProfile, constraint_sentences, strip_noise
+from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Status
+from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 
 # --------------------------------------------------------------------------- must_have_lost
 

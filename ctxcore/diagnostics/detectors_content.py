@@ -11,10 +11,16 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from ..models import Finding, Reason, Severity, Status, Trace
-from ..pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
-from .context import IN_PROMPT, LOST, TRUSTED_KINDS, TraceView, finding, id_list, normalize_ws
-from .text import (
+from ctxcore.diagnostics.context import (
+    IN_PROMPT,
+    LOST,
+    TRUSTED_KINDS,
+    TraceView,
+    finding,
+    id_list,
+    normalize_ws,
+)
+from ctxcore.diagnostics.text import (
     cjk_relevance,
     cjk_share,
     cjk_terms,
@@ -23,6 +29,8 @@ from .text import (
     near_duplicate_pairs,
     shingles,
 )
+from ctxcore.models import Finding, Reason, Severity, Status, Trace
+from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 
 # --------------------------------------------------------------------------- stale_or_repeated
 
@@ -320,7 +328,7 @@ _WHITESPACE_PRESETS = frozenset({"hello-agents", "hello-agents-book"})
 def _bm25_scores(v: TraceView, ids: list[str]) -> dict[str, float]:
     """What the ctxscope preset's CJK-aware BM25 gives each packet (empty if unavailable)."""
     try:
-        from ..scoring import bm25_relevance
+        from ctxcore.scoring import bm25_relevance
     except ImportError:
         return {}
     texts = [v.content(i) for i in ids]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
-from ..models import Finding, Reason, Status
-from ..tokens import drift as rel_drift
-from .context import TraceView, finding, id_list, normalize_ws
-from .counterfactual import rebuild
+from ctxcore.diagnostics.context import TraceView, finding, id_list, normalize_ws
+from ctxcore.diagnostics.counterfactual import rebuild
+from ctxcore.models import Finding, Reason, Status
+from ctxcore.tokens import drift as rel_drift
 
 # --------------------------------------------------------------------------- compression_damage
 

@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..models import Finding, Status, Trace
-from ..pipeline.common import HISTORY_ID
-from .context import IN_PROMPT, LOST
+from ctxcore.diagnostics.context import IN_PROMPT, LOST
+from ctxcore.models import Finding, Status, Trace
+from ctxcore.pipeline.common import HISTORY_ID
 
 
 class _Model(BaseModel):

@@ -20,11 +20,11 @@ from datetime import datetime
 from importlib import import_module
 from typing import Any, Protocol, cast
 
-from ..models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Trace
-from ..tokens import TokenCounter, get_counter
-from .common import Summarizer
+from ctxcore.models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Trace
+from ctxcore.pipeline.common import Summarizer
+from ctxcore.settings import PRESET_NAMES
+from ctxcore.tokens import TokenCounter, get_counter
 
-PRESET_NAMES: tuple[str, ...] = ("ctxscope", "hello-agents", "hello-agents-book")
 _MODULES = {
     "ctxscope": "ctxcore.pipeline.ctxscope",
     "hello-agents": "ctxcore.pipeline.hello_agents",
@@ -48,7 +48,7 @@ class PresetModule(Protocol):
 
 
 def preset(name: str) -> PresetModule:
-    from ..errors import InputError
+    from ctxcore.errors import InputError
 
     if name not in _MODULES:
         raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESET_NAMES)}")

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from ..models import Decision, PartitionUsage, Reason, Status
-from ..tokens import TokenCounter, get_encoding, is_exact
+from ctxcore.models import Decision, PartitionUsage, Reason, Status
+from ctxcore.tokens import TokenCounter, get_encoding, is_exact
 
 CountFn = Callable[[str], int]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..models import (
+from ctxcore.models import (
     PARTITIONS,
     BuildResult,
     Decision,

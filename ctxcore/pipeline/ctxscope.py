@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..models import (
+from ctxcore.errors import InputError
+from ctxcore.models import (
     PARTITIONS,
     BuildResult,
     CapturedInput,
@@ -43,15 +43,15 @@ from ..models import (
     Status,
     Totals,
 )
-from ..scoring import QueryTerms
-from ..summarize import default_summarizer
-from ..tokens import TOKENIZERS, TokenCounter, is_exact
-from .common import Summarizer, Timer, finish
-from .degrade import history_content
-from .gather import HISTORY_SUMMARY_ID, Item, Prepared, prepare
-from .reasons import describe, describe_summary
-from .select import REASONS, RUNGS, STATUSES, Knobs, Plan, plan
-from .structure import compress, render
+from ctxcore.pipeline.common import Summarizer, Timer, finish
+from ctxcore.pipeline.degrade import history_content
+from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID, Item, Prepared, prepare
+from ctxcore.pipeline.reasons import describe, describe_summary
+from ctxcore.pipeline.select import REASONS, RUNGS, STATUSES, Knobs, Plan, plan
+from ctxcore.pipeline.structure import compress, render
+from ctxcore.scoring import QueryTerms
+from ctxcore.summarize import default_summarizer
+from ctxcore.tokens import TOKENIZERS, TokenCounter, is_exact
 
 NAME = "ctxscope"
 VERSION = "1.0.0"

@@ -11,9 +11,9 @@ cells ask for it.
 
 from __future__ import annotations
 
-from ..tokens import TokenCounter
-from .common import Summarizer
-from .gather import HISTORY_SUMMARY_ID, Item, Prepared, segment
+from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID, Item, Prepared, segment
+from ctxcore.tokens import TokenCounter
 
 
 def _fmt(n: int) -> str:

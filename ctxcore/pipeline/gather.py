@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InputError
-from ..models import PARTITIONS, CapturedInput
-from ..scoring import QueryTerms, bm25_from_tf, priority_norm, term_frequencies
-from ..summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
-from ..tokens import TokenCounter
-from .common import INSTRUCTIONS_ID, history_id
+from ctxcore.errors import InputError
+from ctxcore.models import PARTITIONS, CapturedInput
+from ctxcore.pipeline.common import INSTRUCTIONS_ID, history_id
+from ctxcore.scoring import QueryTerms, bm25_from_tf, priority_norm, term_frequencies
+from ctxcore.summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
+from ctxcore.tokens import TokenCounter
 
 TOOLS_ID = "builder:tools"
 HISTORY_SUMMARY_ID = "builder:history:summary"

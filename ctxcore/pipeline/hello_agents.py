@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..errors import InputError
-from ..models import (
+from ctxcore.errors import InputError
+from ctxcore.models import (
     BuildResult,
     CapturedInput,
     Config,
@@ -35,8 +35,7 @@ from ..models import (
     Status,
     Totals,
 )
-from ..tokens import TOKENIZERS, TokenCounter
-from ._hello_shared import (
+from ctxcore.pipeline._hello_shared import (
     PackageCounter,
     Renderer,
     Section,
@@ -48,7 +47,7 @@ from ._hello_shared import (
     partitions_from_sections,
     words,
 )
-from .common import (
+from ctxcore.pipeline.common import (
     HISTORY_ID,
     INSTRUCTIONS_ID,
     Candidate,
@@ -57,6 +56,7 @@ from .common import (
     Timer,
     finish_parts,
 )
+from ctxcore.tokens import TOKENIZERS, TokenCounter
 
 NAME = "hello-agents"
 VERSION = "0.2.8"

@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..errors import InputError
-from ..models import (
+from ctxcore.errors import InputError
+from ctxcore.models import (
     BuildResult,
     CapturedInput,
     Config,
@@ -35,8 +35,7 @@ from ..models import (
     Status,
     Totals,
 )
-from ..tokens import TOKENIZERS, TokenCounter
-from ._hello_shared import (
+from ctxcore.pipeline._hello_shared import (
     Renderer,
     Section,
     as_utc,
@@ -47,7 +46,7 @@ from ._hello_shared import (
     partitions_from_sections,
     words,
 )
-from .common import (
+from ctxcore.pipeline.common import (
     INSTRUCTIONS_ID,
     Candidate,
     ReportParts,
@@ -56,6 +55,7 @@ from .common import (
     finish_parts,
     history_id,
 )
+from ctxcore.tokens import TOKENIZERS, TokenCounter
 
 NAME = "hello-agents-book"
 VERSION = "book-ch9"

@@ -7,8 +7,8 @@ log summarized to 410 tokens (degrade step 3: tool_results)" — only when a bui
 
 from __future__ import annotations
 
-from .gather import HISTORY_SUMMARY_ID, PARTITION_INDEX, Prepared
-from .select import (
+from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID, PARTITION_INDEX, Prepared
+from ctxcore.pipeline.select import (
     R_AFTER_BREAK,
     R_BELOW,
     R_DEGRADED,

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import BudgetError
-from ..models import PARTITIONS, Reason, Status
-from ..summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
-from ..tokens import TokenCounter
-from .common import Summarizer
-from .degrade import Degrader
-from .fill import optimal_set
-from .gather import PARTITION_INDEX, Prepared
+from ctxcore.errors import BudgetError
+from ctxcore.models import PARTITIONS, Reason, Status
+from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.degrade import Degrader
+from ctxcore.pipeline.fill import optimal_set
+from ctxcore.pipeline.gather import PARTITION_INDEX, Prepared
+from ctxcore.summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
+from ctxcore.tokens import TokenCounter
 
 RUNGS: tuple[str, ...] = ("noise", "history", "tool_results", "files", "repo_map", "recent")
 RUNG_KINDS: dict[str, frozenset[str]] = {

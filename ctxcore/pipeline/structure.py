@@ -15,10 +15,10 @@ must-keep item and never a header, until the estimated count fits.
 
 from __future__ import annotations
 
-from ..models import PARTITIONS
-from ..tokens import TokenCounter
-from .gather import Prepared, header
-from .select import DROPPED, INCLUDED, R_REMOVED, Plan
+from ctxcore.models import PARTITIONS
+from ctxcore.pipeline.gather import Prepared, header
+from ctxcore.pipeline.select import DROPPED, INCLUDED, R_REMOVED, Plan
+from ctxcore.tokens import TokenCounter
 
 
 def render(prep: Prepared, plan: Plan) -> str:

@@ -25,11 +25,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
-from ..errors import InputError
-from ..models import BuildResult, CapturedInput, Config, Status
-from ..tokens import get_counter, is_exact
-from . import build, resolve_config
-from .common import Summarizer
+from ctxcore.errors import InputError
+from ctxcore.models import BuildResult, CapturedInput, Config, Status
+from ctxcore.pipeline import build, resolve_config
+from ctxcore.pipeline.common import Summarizer
+from ctxcore.tokens import get_counter, is_exact
 
 _IN = (Status.KEPT, Status.TRUNCATED, Status.SUMMARIZED)
 
@@ -159,9 +159,9 @@ def sweep(
 def _ctxscope_cell(
     input: CapturedInput, cfg: Config, watch: str | None, summarizer: Summarizer | None
 ) -> tuple[int, int, int, bool | None]:
-    from .ctxscope import _summarizer, knobs
-    from .gather import HISTORY_SUMMARY_ID, prepare
-    from .select import INCLUDED, KEPT, SUMMARIZED, TRUNCATED, plan
+    from ctxcore.pipeline.ctxscope import _summarizer, knobs
+    from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID, prepare
+    from ctxcore.pipeline.select import INCLUDED, KEPT, SUMMARIZED, TRUNCATED, plan
 
     assert cfg.tokenizer is not None
     counter = get_counter(cfg.tokenizer)

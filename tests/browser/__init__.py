@@ -248,8 +248,8 @@ def demo_trace_files() -> list[Path]:
 
 def fill_store(db: Path, files: list[Path]) -> None:
     """Ingest trace files into a fresh store (before the server opens it: DuckDB locks)."""
-    from ctxcore.ingest import ingest_paths
     from ctxcore.store import TraceStore
+    from ctxcore.store.ingest import ingest_paths
 
     with TraceStore(db) as store:
         counts = ingest_paths(store, [str(f) for f in files])

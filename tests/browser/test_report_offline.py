@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from test_share import _xss_trace
 
-from ctxcore.share import html_report
+from ctxcore.formats.share import html_report
 
 pytestmark = pytest.mark.browser
 

@@ -24,7 +24,7 @@ def _download(page, label: str, dest: Path) -> Path:
 
 
 def test_snapshot_download_reimports_as_the_same_trace(tab, browser_data, tmp_path) -> None:
-    from ctxcore.importers import load_file
+    from ctxcore.formats.load import load_file
 
     page = tab.page
     original = browser_data.traces[1]

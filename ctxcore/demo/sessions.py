@@ -1,6 +1,6 @@
 """The demo sessions themselves: which corpus runs, which turns, which presets, and why.
 
-``ctxcore.demo`` holds the machinery (turn and session types, the clock, judging helpers,
+``ctxcore.demo.build`` holds the machinery (turn and session types, the clock, judging helpers,
 generation and the CLI); this module holds the stories. Each builder reads one corpus file,
 rebuilds the captured input of every selected model call, adds what a harness would add
 (said in ``DemoTurn.enrichment``), and judges each built turn from what actually reached
@@ -27,15 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .corpus import (
-    Conversation,
-    parse_mini_swe,
-    parse_opencode,
-    parse_reason_tool_use,
-    parse_sharegpt,
-)
-from .corpus import parse_sweagent as parse_swe_agent
-from .demo import (
+from ctxcore.demo.build import (
     SYNTHETIC_START,
     DemoTurn,
     Session,
@@ -51,8 +43,16 @@ from .demo import (
     status_of,
     with_packets,
 )
-from .importers.openai import captured_input_from_messages
-from .models import Config, Packet, PresetName, Trace
+from ctxcore.formats.openai import captured_input_from_messages
+from ctxcore.formats.transcripts import (
+    Conversation,
+    parse_mini_swe,
+    parse_opencode,
+    parse_reason_tool_use,
+    parse_sharegpt,
+)
+from ctxcore.formats.transcripts import parse_sweagent as parse_swe_agent
+from ctxcore.models import Config, Packet, PresetName, Trace
 
 #: pytest's closing line, e.g. "==== 1 failed, 1 passed in 0.02s ===="
 _PYTEST_SUMMARY = re.compile(r"^=+ (?:\d+ \w+(?:, )?)+ in [\d.]+s =+$", re.M)

@@ -12,15 +12,16 @@ so a bad file never leaves half a report.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import InputError
-from ..loading import input_from_obj, parse_json, read_text, trace_from_obj
-from ..models import Config, Trace
-from .context import SEVERITY_RANK
+from ctxcore.diagnostics.context import SEVERITY_RANK
+from ctxcore.errors import InputError
+from ctxcore.loading import input_from_obj, parse_json, read_text, trace_from_obj
+from ctxcore.models import Config, Trace
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Checked:
 
 
 def _to_trace(obj: Any, where: str, default_id: str) -> Trace:
-    from ..pipeline import build_trace
+    from ctxcore.pipeline import build_trace
 
     if isinstance(obj, dict) and "schema" in obj:
         return trace_from_obj(obj, where)
@@ -60,7 +61,7 @@ def load_checked(paths: list[str]) -> list[Checked]:
             data = parse_json(text, str(path))
             if isinstance(data, dict) and "format" in data and "schema" not in data:
                 # a snapshot exported by `ctxscope export` (one or more traces)
-                from ..importers import traces_from_snapshot_or_trace
+                from ctxcore.formats.load import traces_from_snapshot_or_trace
 
                 out.extend(Checked(name, t) for t in traces_from_snapshot_or_trace(data, str(path)))
                 continue
@@ -88,7 +89,7 @@ def run_check(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    from . import diagnose, ensure_built
+    from ctxcore.diagnostics import diagnose, ensure_built
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -118,3 +119,8 @@ def run_check(
         file=err,
     )
     return 1 if failing else 0
+
+
+def cli_check(args: argparse.Namespace) -> int:
+    """``ctxscope check FILE... [--fail-on SEVERITY]``."""
+    return run_check(list(args.files), args.fail_on)

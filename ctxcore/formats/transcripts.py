@@ -1,6 +1,6 @@
 """Parsers that turn the vendored corpus files into turn-by-turn conversations.
 
-The demo sessions (``ctxcore.demo``), fixtures and benches replay real agent transcripts,
+The demo sessions (``ctxcore.demo.build``), fixtures and benches replay real agent transcripts,
 and every agent framework writes its own shape: SWE-agent trajectories (``history`` of
 OpenAI messages, or thought/action text with observations as user messages),
 mini-swe-agent trajectories (``messages`` whose observations are user messages and whose
@@ -10,7 +10,7 @@ LLaMA-Factory data (content parts, or ShareGPT turns). Each parser reduces one o
 ``tool`` messages answering them by ``tool_call_id``), the ``tools`` schemas, and one
 timestamp per message when the source has one. That shape is what the OpenAI importer
 reads, so a conversation prefix becomes a captured input with
-``ctxcore.importers.openai.captured_input_from_messages``.
+``ctxcore.formats.openai.captured_input_from_messages``.
 
 Nothing is invented except what a format lacks: tool-call ids for formats that have none
 (``call_<n>``, counted per conversation) and, for OpenCode exports, per-message times
@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .errors import ImportFormatError
+from ctxcore.errors import ImportFormatError
 
 OpenAIMessage = dict[str, Any]
 

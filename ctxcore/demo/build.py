@@ -22,10 +22,8 @@ a preset changes (``tests/test_demo.py`` checks that they match).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -34,15 +32,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from .corpus import (
+from ctxcore import settings
+from ctxcore.errors import InputError
+from ctxcore.formats.transcripts import (
     Conversation,
 )
-from .errors import InputError
-from .models import CapturedInput, Config, Outcome, Packet, Trace
-from .pipeline import build_trace
+from ctxcore.models import CapturedInput, Config, Outcome, Packet, Trace
+from ctxcore.pipeline import build_trace
 
-DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "corpus"
-DEFAULT_OUT = Path("traces") / "demo"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+DEFAULT_OUT = settings.DEFAULT_DEMO_DIR
 
 #: the synthetic clock for sources without timestamps: a fixed start, one minute per turn.
 SYNTHETIC_START = datetime(2026, 1, 12, 9, 0, tzinfo=UTC)
@@ -290,7 +289,7 @@ def _decision(trace: Trace, packet_id: str) -> Any:
 
 def sessions(corpus: Path) -> list[Session]:
     """Every demo session, in the order the files are written (see ``demo_sessions``)."""
-    from .demo_sessions import all_sessions
+    from ctxcore.demo.sessions import all_sessions
 
     return all_sessions(corpus)
 
@@ -362,41 +361,4 @@ def generate(corpus_dir: Path | None = None, out_dir: Path | None = None) -> lis
     return written
 
 
-def cli_demo(args: argparse.Namespace) -> int:
-    """``ctxscope demo [--out DIR] [--corpus DIR] [--db PATH]``.
-
-    Writes the session files, then loads them into the store. When the app owns the store,
-    the files are already where its watcher looks, so that is said and not an error.
-    """
-    corpus = Path(args.corpus) if getattr(args, "corpus", None) else DEFAULT_CORPUS
-    paths = generate(corpus, Path(args.out))
-    total = 0
-    for p in paths:
-        n = p.read_text(encoding="utf-8").count("\n")
-        total += n
-        print(f"{p}  {n} traces")
-    print(f"{total} traces in {len(paths)} sessions")
-    db = getattr(args, "db", None)
-    if not db:
-        return 0
-    from .errors import StoreLockedError
-    from .ingest import format_counts, format_error, ingest_paths
-    from .store import TraceStore
-
-    try:
-        with TraceStore(db) as store:
-            counts = ingest_paths(store, [str(p) for p in paths], complete_tail=True)
-    except StoreLockedError as exc:
-        print(
-            f"{exc}\nthe demo files are written to {args.out}: a running app ingests them "
-            "if that is inside its watched folder, else copy them there",
-            file=sys.stderr,
-        )
-        return 0
-    print(f"store {db}: {format_counts(counts)}")
-    for e in counts.error_rows:
-        print(format_error(e), file=sys.stderr)
-    return 1 if counts.errors else 0
-
-
-__all__ = ["DemoTurn", "Session", "cli_demo", "generate", "sessions", "trace_id_for"]
+__all__ = ["DemoTurn", "Session", "generate", "sessions", "trace_id_for"]

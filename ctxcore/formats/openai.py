@@ -31,10 +31,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import ImportFormatError
-from ..loading import error_message
-from ..models import CapturedInput, Message, Packet, ToolDef, Trace
-from .derive import make_trace, stable_id
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats.derive import make_trace, stable_id
+from ctxcore.loading import error_message
+from ctxcore.models import CapturedInput, Message, Packet, ToolDef, Trace
 
 BUILDER_NAME = "import/openai"
 

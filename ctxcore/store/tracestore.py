@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,16 +23,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from . import migrations
-from .errors import StoreError, StoreLockedError
-from .models import Trace
-from .store_rows import (
+from ctxcore import settings
+from ctxcore.errors import StoreError, StoreLockedError
+from ctxcore.models import Trace
+from ctxcore.settings import SortKey
+from ctxcore.store import migrations
+from ctxcore.store.rows import (
     _F64,
     _I64,
     _STR,
@@ -46,10 +47,8 @@ from .store_rows import (
     utc_naive,
 )
 
-DEFAULT_DB = Path("traces") / "ctxscope.duckdb"
 log = logging.getLogger("ctxscope.store")
 
-SortKey = Literal["created_at", "turn", "used", "budget", "dropped", "summarized", "session_id"]
 
 _SORT_SQL: dict[str, str] = {
     "created_at": "created_at",
@@ -223,7 +222,11 @@ class TraceStore:
     """Owns one DuckDB file; applies migrations on open; one cursor per thread."""
 
     def __init__(
-        self, path: str | Path = DEFAULT_DB, *, read_only: bool = False, diagnose: bool = True
+        self,
+        path: str | Path = settings.DEFAULT_DB,
+        *,
+        read_only: bool = False,
+        diagnose: bool = True,
     ) -> None:
         """``diagnose=False`` defers diagnostics: inserts are then several times faster, and
         ``diagnose_pending()`` (the watcher calls it when idle) fills the findings in."""
@@ -250,7 +253,7 @@ class TraceStore:
             raise _open_error(self.path, exc) from exc
         # DuckDB would cache up to 80% of RAM; the store shares the machine with an app and
         # agents, so it spills to disk past this instead (CTXSCOPE_DB_MEMORY, e.g. "2GB").
-        limit = os.environ.get("CTXSCOPE_DB_MEMORY", "256MB")
+        limit = settings.db_memory_limit()
         try:
             self._con.execute(f"SET memory_limit = '{limit}'")
         except duckdb.Error as exc:

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import CtxscopeError
-from .loading import config_from_obj, input_from_obj
-from .models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Message, Trace
+from ctxcore import settings
+from ctxcore.errors import CtxscopeError
+from ctxcore.loading import config_from_obj, input_from_obj
+from ctxcore.models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Message, Trace
 
 log = logging.getLogger("ctxscope.capture")
 
@@ -44,7 +45,7 @@ def _as_config(value: Config | dict[str, Any] | None) -> Config | None:
 
 
 def _default_redactor(trace: Trace) -> Trace:
-    from .redact import redact_trace
+    from ctxcore.formats.redact import redact_trace
 
     return redact_trace(trace)[0]
 
@@ -66,7 +67,7 @@ class Recorder:
         redact: bool | Redactor = False,
         tags: list[str] | None = None,
     ) -> None:
-        self.traces_dir = Path(traces_dir or os.environ.get("CTXSCOPE_TRACES", "traces"))
+        self.traces_dir = Path(traces_dir or settings.traces_dir())
         self.session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
         self.file_name = file_name or f"{self.session_id}.jsonl"
         self.path = self.traces_dir / self.file_name
@@ -95,7 +96,7 @@ class Recorder:
 
         Errors of the build itself (e.g. ``BudgetError``) are the caller's to handle, as
         they would be without a recorder; only recording failures are swallowed."""
-        from .pipeline import build_trace
+        from ctxcore.pipeline import build_trace
 
         kw.setdefault("session_id", self.session_id)
         kw["turn"] = self._next_turn(kw.get("turn"))
@@ -160,7 +161,7 @@ class Recorder:
         cfg = cfg or Config()
         if result is None:
             try:
-                from .pipeline import build, resolve_config
+                from ctxcore.pipeline import build, resolve_config
 
                 cfg = resolve_config(cfg, inp)
                 rebuilt = build(inp, cfg)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import __version__ as _ctxcore_version
-from ..models import (
+from ctxcore import __version__ as _ctxcore_version
+from ctxcore.models import (
     Builder,
     BuildResult,
     CapturedInput,
@@ -29,8 +29,8 @@ from ..models import (
     Totals,
     Trace,
 )
-from ..pipeline.common import INSTRUCTIONS_ID, Timer, finish, history_id, make_partitions
-from ..tokens import TokenCounter, get_counter
+from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish, history_id, make_partitions
+from ctxcore.tokens import TokenCounter, get_counter
 
 TOOLS_ID = "builder:tools"
 TASK_ID = "builder:task"
@@ -90,7 +90,7 @@ def import_config(input: CapturedInput, tokenizer: str) -> Config:
     """The ``ctxscope`` preset's config, resolved when the preset is available."""
     cfg = Config(preset="ctxscope", tokenizer=tokenizer)
     try:
-        from ..pipeline import resolve_config
+        from ctxcore.pipeline import resolve_config
 
         return resolve_config(cfg, input)
     except ModuleNotFoundError:

@@ -5,7 +5,7 @@ Formats (``--format``, or ``auto`` to detect from the content):
 - ``trace`` — ctxscope traces: one trace JSON, a JSONL file of traces, or a snapshot
   ``{"format": "ctxscope.snapshot/1", "traces": [...]}`` written by ``ctxscope export``;
 - ``openai`` — an OpenAI-style chat request ``{"messages", "tools"}`` (and the shapes
-  ``ctxcore.importers.openai.requests_from_obj`` accepts: a bare message list, a
+  ``ctxcore.formats.openai.requests_from_obj`` accepts: a bare message list, a
   SWE-agent trajectory, ShareGPT records), as JSON or JSONL (one conversation per line);
 - ``otlp`` — an OTLP JSON export of OpenTelemetry GenAI spans (or JSONL of exports).
 
@@ -16,17 +16,14 @@ them up. ``-o FILE`` writes JSONL and leaves the store alone.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import os
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import CtxscopeError, ImportFormatError, InputError, StoreLockedError
-from ..loading import parse_json, read_text, trace_from_obj
-from ..models import Trace
+from ctxcore.errors import ImportFormatError, InputError
+from ctxcore.loading import parse_json, read_text, trace_from_obj
+from ctxcore.models import Trace
 
 Format = Literal["auto", "trace", "openai", "otlp"]
 SNAPSHOT_FORMAT = "ctxscope.snapshot/1"
@@ -87,10 +84,10 @@ def traces_from_value(
     if kind == "trace":
         return traces_from_snapshot_or_trace(data, where)
     if kind == "otlp":
-        from .otlp import traces_from_otlp
+        from ctxcore.formats.otlp import traces_from_otlp
 
         return traces_from_otlp(data)
-    from .openai import traces_from_obj
+    from ctxcore.formats.openai import traces_from_obj
 
     return traces_from_obj(data, session_id=session_id, default_now=default_now)
 
@@ -159,72 +156,8 @@ def write_jsonl(traces: list[Trace], path: Path) -> None:
         raise InputError(f"{path}: cannot write ({exc.strerror})") from exc
 
 
-def watched_folder() -> Path:
-    """The folder the app watches (``CTXSCOPE_TRACES``, default ``traces/``)."""
-    return Path(os.environ.get("CTXSCOPE_TRACES") or "traces")
-
-
-def _drop_name(source: Path, traces: list[Trace]) -> str:
-    digest = hashlib.sha256("".join(t.trace_id for t in traces).encode()).hexdigest()[:10]
-    stem = source.name.split(".")[0] or "import"
-    return f"import-{stem}-{digest}.jsonl"
-
-
-def _to_store(traces: list[Trace], db: str, source: str) -> int:
-    from ..store import TraceStore
-
-    with TraceStore(db) as store:
-        return store.add_traces(traces, source=source)
-
-
-def cli_import(args: argparse.Namespace) -> int:
-    """``ctxscope import FILE [--format ...] [--db PATH] [-o FILE]``."""
-    from ..redact import redact_on_ingest, redact_trace
-
-    src = Path(args.file)
-    traces = load_file(src, args.format)
-    if redact_on_ingest():
-        traces = [redact_trace(t)[0] for t in traces]
-    warned = sum(1 for t in traces if t.result and t.result.warnings)
-    summary = f"{len(traces)} trace(s) from {src}"
-    if args.output:
-        out = Path(args.output)
-        write_jsonl(traces, out)
-        print(f"imported {summary} -> {out}")
-        return 0
-    db = getattr(args, "db", None) or os.environ.get("CTXSCOPE_DB") or "traces/ctxscope.duckdb"
-    reason = ""
-    try:
-        added = _to_store(traces, db, str(src))
-    except StoreLockedError as exc:
-        reason = f"the store is in use ({exc})"
-    except NotImplementedError:
-        reason = "the store is not available in this build"
-    except CtxscopeError:
-        raise
-    else:
-        print(f"imported {summary} into {db}: {added} new, {len(traces) - added} already there")
-        for t in traces[:3]:
-            print(f"  {t.trace_id}  (session {t.session_id}, turn {t.turn})")
-        if len(traces) > 3:
-            print(f"  ... and {len(traces) - 3} more")
-        if warned:
-            print(f"{warned} trace(s) carry warnings; open them in the app to see why")
-        return 0
-    folder = watched_folder()
-    out = folder / _drop_name(src, traces)
-    write_jsonl(traces, out)
-    print(
-        f"{reason}; wrote {summary} to {out} in the watched folder instead: "
-        "the running app ingests it from there",
-        file=sys.stderr,
-    )
-    return 0
-
-
 __all__ = [
     "SNAPSHOT_FORMAT",
-    "cli_import",
     "detect_format",
     "load_file",
     "traces_from_value",

@@ -10,9 +10,7 @@ A slow rescan of the whole folder catches anything the OS did not report.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,9 +19,9 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from .errors import CtxscopeError
-from .ingest import format_counts, format_error, ingest_paths, is_trace_file
-from .store import IngestCounts, TraceStore
+from ctxcore.errors import CtxscopeError
+from ctxcore.store.ingest import ingest_paths, is_trace_file
+from ctxcore.store.tracestore import IngestCounts, TraceStore
 
 log = logging.getLogger("ctxscope.watch")
 
@@ -189,26 +187,3 @@ class Watcher:
         t.error_rows = (t.error_rows + counts.error_rows)[-200:]
         if self.on_ingest is not None and (counts.traces_added or counts.errors):
             self.on_ingest(counts)
-
-
-def cli_watch(args: argparse.Namespace) -> int:
-    """``ctxscope watch DIR [--db PATH]``: ingest as files arrive until Ctrl-C."""
-
-    def report(c: IngestCounts) -> None:
-        print(f"{time.strftime('%H:%M:%S')} ingested {format_counts(c)}", flush=True)
-        for e in c.error_rows:
-            print(format_error(e), flush=True)
-
-    with TraceStore(args.db) as store:
-        watcher = Watcher(store, args.dir, on_ingest=report)
-        watcher.start()
-        print(f"watching {Path(args.dir).resolve()} into {args.db} (Ctrl-C to stop)", flush=True)
-        try:
-            while watcher.running:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            watcher.stop()
-    print(f"stopped; {format_counts(watcher.totals)}", file=sys.stderr)
-    return 0

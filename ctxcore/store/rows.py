@@ -19,8 +19,8 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from .errors import CtxscopeError
-from .models import Finding, Status, Trace
+from ctxcore.errors import CtxscopeError
+from ctxcore.models import Finding, Status, Trace
 
 log = logging.getLogger("ctxscope.store")
 
@@ -102,7 +102,7 @@ def unpack_json(blob: bytes, size: int) -> bytes:
     return cast(bytes, pa.decompress(blob, decompressed_size=size, codec=_CODEC, asbytes=True))
 
 
-#: A trace as ``RowBatch`` reads it: a ``models.Trace``, or the struct ``ctxcore.fastdecode``
+#: A trace as ``RowBatch`` reads it: a ``models.Trace``, or the struct ``ctxcore.store.fastdecode``
 #: decodes (same attribute names and value types).
 TraceView = Any
 

@@ -18,28 +18,24 @@
   blob. The captured input, config and the rest of the result travel as JSON strings
   (``ctxscope.input``, ``ctxscope.config``, ``ctxscope.result.*``).
 
-Everything exported is redacted (``ctxcore.redact``) unless the caller opts out.
+Everything exported is redacted (``ctxcore.formats.redact``) unless the caller opts out.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import html
 import json
-import os
 import secrets
-import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .errors import CtxscopeError, InputError, StoreError
-from .importers import SNAPSHOT_FORMAT, load_file, watched_folder
-from .importers.otlp import DECISION_FIELDS, DECISION_PREFIX, JSON_FIELDS, RESULT_JSON_FIELDS
-from .models import Message, Trace, utc_iso
-from .redact import redact_trace
+from ctxcore import __version__
+from ctxcore.errors import InputError
+from ctxcore.formats.load import SNAPSHOT_FORMAT
+from ctxcore.formats.otlp import DECISION_FIELDS, DECISION_PREFIX, JSON_FIELDS, RESULT_JSON_FIELDS
+from ctxcore.formats.redact import redact_trace
+from ctxcore.models import Message, Trace, utc_iso
 
 # --------------------------------------------------------------------------- redaction
 
@@ -290,7 +286,7 @@ def _num(v: float | int | None, digits: int = 3) -> str:
 
 
 def _trace_section(t: Trace, k: int, nonce: str) -> str:
-    from . import figures
+    from ctxcore import figures
 
     res = t.result
     out: list[str] = [f'<section id="trace-{k}"><h2>Trace {_e(t.trace_id)}</h2>']
@@ -442,113 +438,7 @@ def html_report(
 # --------------------------------------------------------------------------- CLI
 
 
-def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:
-    from .store import TraceFilter, TraceStore
-
-    with TraceStore(db, read_only=True) as store:
-        if trace_id:
-            t = store.get_trace(trace_id)
-            return [t] if t is not None else []
-        out: list[Trace] = []
-        offset = 0
-        while True:
-            page = store.list_traces(
-                TraceFilter(session_id=session),
-                sort="turn",
-                descending=False,
-                limit=200,
-                offset=offset,
-            )
-            for row in page.rows:
-                t = store.get_trace(row.trace_id)
-                if t is not None:
-                    out.append(t)
-            offset += len(page.rows)
-            if not page.rows or offset >= page.total:
-                return out
-
-
-def _from_folder(folder: Path, trace_id: str | None, session: str | None) -> list[Trace]:
-    """Look for the traces in the watched folder's files (when the store is unavailable)."""
-    found: dict[str, Trace] = {}
-    if not folder.is_dir():
-        return []
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file() and p.name.endswith((".jsonl", ".json", ".jsonl.gz"))
-    )
-    for path in files:
-        try:
-            traces = load_file(path, "trace")
-        except CtxscopeError:
-            continue  # not a trace file, or a broken one: ingest reports those
-        for t in traces:
-            if (trace_id and t.trace_id == trace_id) or (session and t.session_id == session):
-                found.setdefault(t.trace_id, t)
-    return sorted(found.values(), key=lambda t: (t.session_id, t.turn, t.created_at, t.trace_id))
-
-
-def find_traces(db: str, trace_id: str | None, session: str | None) -> tuple[list[Trace], str]:
-    """The traces to export, and where they came from (store, file or watched folder)."""
-    if trace_id and not session and Path(trace_id).is_file():
-        return load_file(trace_id), trace_id
-    try:
-        return _from_store(db, trace_id, session), db
-    except (StoreError, NotImplementedError) as exc:
-        why = str(exc) or "the store is not available in this build"
-        folder = watched_folder()
-        print(f"note: {why}; looking in {folder}/ instead", file=sys.stderr)
-        return _from_folder(folder, trace_id, session), str(folder)
-
-
-def cli_export(args: argparse.Namespace) -> int:
-    """``ctxscope export (TRACE_ID | --session ID) [--format json|html|otlp] [-o FILE]``."""
-    if bool(args.trace_id) == bool(args.session):
-        raise InputError("give exactly one of TRACE_ID or --session ID")
-    db = getattr(args, "db", None) or os.environ.get("CTXSCOPE_DB") or "traces/ctxscope.duckdb"
-    traces, where = find_traces(db, args.trace_id, args.session)
-    if not traces:
-        what = f"trace {args.trace_id!r}" if args.trace_id else f"session {args.session!r}"
-        raise InputError(
-            f"{what} not found in {where}; list what is there with the app's Traces page "
-            "or `ctxscope ingest` the file first"
-        )
-    counts: dict[str, int] = {}
-    if not args.no_redact:
-        traces, counts = redact_all(traces)
-    if args.format == "json":
-        text = snapshot_json(traces)
-    elif args.format == "otlp":
-        text = otlp_json(traces)
-    else:
-        text = html_report(traces, redactions=counts)
-    if args.output:
-        out = Path(args.output)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8", newline="\n")
-        except OSError as exc:
-            raise InputError(f"{out}: cannot write ({exc.strerror})") from exc
-        print(f"exported {len(traces)} trace(s) as {args.format} -> {out}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    if counts:
-        detail = ", ".join(f"{k}: {v}" for k, v in counts.items())
-        print(
-            f"redacted {sum(counts.values())} secret(s) ({detail}); --no-redact keeps them",
-            file=sys.stderr,
-        )
-    elif args.no_redact:
-        print(
-            "warning: not redacted (--no-redact); check for secrets before sharing", file=sys.stderr
-        )
-    return 0
-
-
 __all__ = [
-    "cli_export",
-    "find_traces",
     "html_report",
     "otlp_export",
     "otlp_json",

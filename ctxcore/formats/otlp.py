@@ -10,7 +10,7 @@ type ``text``, ``reasoning``, ``tool_call`` ``{id, name, arguments}`` and
 both are read. The older flattened ``gen_ai.prompt.<i>.role``/``.content`` attributes
 (OpenLLMetry) are read too.
 
-One span that carries a prompt becomes one trace. A span written by ``ctxcore.share``'s
+One span that carries a prompt becomes one trace. A span written by ``ctxcore.formats.share``'s
 OTLP export also carries ``ctxscope.*`` attributes (the captured input, config, result
 and one group of ``ctxscope.decision.<i>.*`` attributes per decision); those are read
 back as they were, so the decisions survive a round trip through a tracing backend.
@@ -23,17 +23,17 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import ImportFormatError, InputError
-from ..loading import trace_from_obj
-from ..models import Trace
-from .derive import make_trace
-from .openai import (
+from ctxcore.errors import ImportFormatError, InputError
+from ctxcore.formats.derive import make_trace
+from ctxcore.formats.openai import (
     NormMessage,
     captured_input_from_norm,
     normalize_message,
     parse_tools,
     text_of,
 )
+from ctxcore.loading import trace_from_obj
+from ctxcore.models import Trace
 
 BUILDER_NAME = "import/otlp"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -183,7 +183,7 @@ def _is_ctxscope_span(attrs: dict[str, Any]) -> bool:
 
 
 def trace_from_ctxscope_span(attrs: dict[str, Any], where: str) -> Trace:
-    """Rebuild a trace exported by ``ctxcore.share.otlp_export`` from its attributes."""
+    """Rebuild a trace exported by ``ctxcore.formats.share.otlp_export`` from its attributes."""
 
     def js(name: str) -> Any:
         raw = attrs.get(name)

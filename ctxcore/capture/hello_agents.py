@@ -28,8 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..models import Builder, CapturedInput, Config, Message, Packet, Trace
-from ..pipeline import build_trace
+from ctxcore.models import Builder, CapturedInput, Config, Message, Packet, Trace
+from ctxcore.pipeline import build_trace
 
 JSONL_NAME = "hello-agents.jsonl"
 UNTYPED = "untyped"
@@ -55,7 +55,7 @@ def _sink(recorder_or_dir: Any, session_id: str) -> Any:
     if hasattr(recorder_or_dir, "record"):
         return recorder_or_dir
     try:
-        from ..capture import Recorder
+        from ctxcore.capture.recorder import Recorder
     except ImportError:
         return _JsonlSink(recorder_or_dir)
     return Recorder(recorder_or_dir, session_id=session_id, file_name=JSONL_NAME)
@@ -107,8 +107,8 @@ def convert_packets(packets: list[Any], now: datetime, prefix: str = "packet") -
     ``token_count`` is kept only when it is not what the package itself counts for the
     content (a caller-supplied count): that is what the preset's notes should flag.
     """
-    from ..pipeline._hello_shared import PackageCounter
-    from ..tokens import get_counter
+    from ctxcore.pipeline._hello_shared import PackageCounter
+    from ctxcore.tokens import get_counter
 
     pc = PackageCounter.for_counter(get_counter("cl100k_base"))
     out: list[Packet] = []
@@ -257,7 +257,7 @@ class HelloAgentsCapture:
         assert trace.result is not None
         reproduced = trace.result.prompt == prompt
         metadata: dict[str, Any] = {
-            "adapter": "ctxcore.adapters.hello_agents",
+            "adapter": "ctxcore.capture.hello_agents",
             "reconstructed_by": trace.builder.name,
             "reproduced": reproduced,
             "tool_packets": len(tool_packets),
@@ -295,13 +295,13 @@ def wrap(
 ) -> HelloAgentsCapture:
     """Wrap a real ``hello_agents`` ``ContextBuilder`` so each build() writes a trace.
 
-    ``recorder_or_dir`` is anything with ``record(trace)`` (a ``ctxcore.capture.Recorder``)
+    ``recorder_or_dir`` is anything with ``record(trace)`` (a ``ctxcore.capture.recorder.Recorder``)
     or a folder, where traces are appended to ``hello-agents.jsonl`` (through
-    ``ctxcore.capture.Recorder`` when it is available). ``session_id`` defaults to the
+    ``ctxcore.capture.recorder.Recorder`` when it is available). ``session_id`` defaults to the
     recorder's, else ``"default"``.
     """
     if not callable(getattr(builder, "build", None)) or not hasattr(builder, "config"):
-        from ..errors import InputError
+        from ctxcore.errors import InputError
 
         raise InputError(
             f"wrap() expects a hello_agents ContextBuilder, got {type(builder).__name__}; "

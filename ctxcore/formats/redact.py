@@ -18,13 +18,12 @@ Token counts in decisions still describe the original build; only the text chang
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .models import Trace
+from ctxcore.models import Trace
 
 MARKER = "[REDACTED:{}]"
 _MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
@@ -226,13 +225,3 @@ def redact_trace(trace: Trace) -> tuple[Trace, dict[str, int]]:
         total[k] = total.get(k, 0) + v
     data["redactions"] = dict(sorted(total.items()))
     return Trace.model_validate(data), counts
-
-
-def redact_on_ingest() -> bool:
-    """Whether ingest should redact too (``CTXSCOPE_REDACT_ON_INGEST=1``)."""
-    return os.environ.get("CTXSCOPE_REDACT_ON_INGEST", "").strip().lower() in {
-        "1",
-        "true",
-        "yes",
-        "on",
-    }

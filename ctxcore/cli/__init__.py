@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import CtxscopeError, InputError
+from ctxcore import settings
+from ctxcore.errors import CtxscopeError, InputError
 
-DEFAULT_DB = os.path.join("traces", "ctxscope.duckdb")
-DEFAULT_TRACES = "traces"
+DEFAULT_DB = str(settings.DEFAULT_DB)
+DEFAULT_TRACES = str(settings.DEFAULT_TRACES_DIR)
 
 
 def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
@@ -43,9 +44,9 @@ def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .loading import config_from_obj, load_config, load_input_or_trace
-    from .models import Config
-    from .pipeline import build_trace
+    from ctxcore.loading import config_from_obj, load_config, load_input_or_trace
+    from ctxcore.models import Config
+    from ctxcore.pipeline import build_trace
 
     inp, trace_cfg, trace = load_input_or_trace(args.file)
     base: dict[str, Any] = {}
@@ -75,12 +76,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_app(args: argparse.Namespace) -> int:
     import subprocess
 
-    app = Path(__file__).resolve().parent.parent / "app.py"
+    app = Path(__file__).resolve().parents[2] / "app.py"
     if not app.exists():
         raise InputError(f"{app} not found; run `ctxscope app` from a ctxscope checkout")
     env = dict(os.environ)
-    env["CTXSCOPE_DB"] = str(Path(args.db).resolve())
-    env["CTXSCOPE_TRACES"] = str(Path(args.traces).resolve())
+    env[settings.ENV_DB] = str(Path(args.db).resolve())
+    env[settings.ENV_TRACES] = str(Path(args.traces).resolve())
     cmd = [
         sys.executable,
         "-m",
@@ -103,7 +104,9 @@ def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from importlib import import_module
 
-        fn: Callable[[argparse.Namespace], int] = getattr(import_module(f"ctxcore.{module}"), func)
+        fn: Callable[[argparse.Namespace], int] = getattr(
+            import_module(f"ctxcore.cli.{module}"), func
+        )
         return fn(args)
 
     return run
@@ -118,13 +121,13 @@ def make_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("app", help="start the debugger (binds 127.0.0.1)")
     a.add_argument("--db", default=DEFAULT_DB)
     a.add_argument("--traces", default=DEFAULT_TRACES)
-    a.add_argument("--port", type=int, default=8501)
-    a.add_argument("--host", default="127.0.0.1")
+    a.add_argument("--port", type=int, default=settings.DEFAULT_PORT)
+    a.add_argument("--host", default=settings.DEFAULT_HOST)
     a.set_defaults(func=cmd_app)
 
     b = sub.add_parser("build", help="run the pipeline on a captured input or trace")
     b.add_argument("file")
-    b.add_argument("--preset", choices=["ctxscope", "hello-agents", "hello-agents-book"])
+    b.add_argument("--preset", choices=list(settings.PRESET_NAMES))
     b.add_argument("--config")
     b.add_argument("--set", action="append", metavar="KEY=VALUE")
     b.set_defaults(func=cmd_build)
@@ -143,7 +146,7 @@ def make_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("watch", help="watch a folder and ingest new/appended files")
     w.add_argument("dir", nargs="?", default=DEFAULT_TRACES)
     w.add_argument("--db", default=DEFAULT_DB)
-    w.set_defaults(func=_lazy("watch", "cli_watch"))
+    w.set_defaults(func=_lazy("ingest", "cli_watch"))
 
     e = sub.add_parser("export", help="export a trace or session")
     e.add_argument("trace_id", nargs="?")
@@ -152,17 +155,17 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output")
     e.add_argument("--no-redact", action="store_true", help="keep secrets (not recommended)")
     e.add_argument("--db", default=DEFAULT_DB)
-    e.set_defaults(func=_lazy("share", "cli_export"))
+    e.set_defaults(func=_lazy("exchange", "cli_export"))
 
     im = sub.add_parser("import", help="import an OpenAI request, OTLP JSON or snapshot")
     im.add_argument("file")
     im.add_argument("--format", choices=["auto", "trace", "openai", "otlp"], default="auto")
     im.add_argument("--db", default=DEFAULT_DB)
     im.add_argument("-o", "--output", help="write the trace JSON here instead of the store")
-    im.set_defaults(func=_lazy("importers", "cli_import"))
+    im.set_defaults(func=_lazy("exchange", "cli_import"))
 
     d = sub.add_parser("demo", help="(re)generate the demo traces from the corpus")
-    d.add_argument("--out", default=os.path.join(DEFAULT_TRACES, "demo"))
+    d.add_argument("--out", default=str(settings.DEFAULT_DEMO_DIR))
     d.add_argument("--corpus", default=None)
     d.add_argument("--db", default=DEFAULT_DB)
     d.set_defaults(func=_lazy("demo", "cli_demo"))
@@ -170,7 +173,7 @@ def make_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="run the diagnostics; non-zero exit on findings")
     c.add_argument("files", nargs="+")
     c.add_argument("--fail-on", choices=["info", "warning", "error"], default="error")
-    c.set_defaults(func=_lazy("diagnostics", "cli_check"))
+    c.set_defaults(func=_lazy("check", "cli_check"))
     return p
 
 

@@ -33,7 +33,7 @@ import msgspec
 from pydantic import AwareDatetime, BaseModel
 from pydantic_core import PydanticUndefined
 
-from . import models as m
+from ctxcore import models as m
 
 _FLOAT_MAX = sys.float_info.max
 

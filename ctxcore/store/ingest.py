@@ -9,7 +9,7 @@ what to fix) and never stops the rest of the file.
 
 Each file's new traces commit in one transaction with its offset; a transaction holds
 whole files only (several, up to TX_BYTES of input), and a big file streams in chunks
-inside one. Lines are validated by ``ctxcore.fastdecode`` (msgspec) when the store does
+inside one. Lines are validated by ``ctxcore.store.fastdecode`` (msgspec) when the store does
 not diagnose at insert, else by the pydantic models. With ``workers``, chunks of big files
 are parsed, validated and turned into Arrow rows in worker processes; only the owning
 process touches DuckDB.
@@ -17,7 +17,6 @@ process touches DuckDB.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import gzip
@@ -29,7 +28,6 @@ import queue
 import shutil
 import sys
 import tempfile
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,12 +41,19 @@ from typing import IO, Any, cast
 import pyarrow as pa
 from pydantic import ValidationError
 
-from . import fastdecode
-from .errors import InputError
-from .loading import parse_json, trace_from_obj
-from .models import Trace
-from .store import FileOffset, IngestCounts, IngestErrorRow, TraceStore, insert_table
-from .store_rows import _SCHEMAS, Prepared, TraceView, prepare
+from ctxcore import settings
+from ctxcore.errors import InputError
+from ctxcore.loading import parse_json, trace_from_obj
+from ctxcore.models import Trace
+from ctxcore.store import fastdecode
+from ctxcore.store.rows import _SCHEMAS, Prepared, TraceView, prepare
+from ctxcore.store.tracestore import (
+    FileOffset,
+    IngestCounts,
+    IngestErrorRow,
+    TraceStore,
+    insert_table,
+)
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 #: bytes read per step of a big file.
@@ -98,30 +103,22 @@ def _fingerprint(data: bytes) -> str:
     return hashlib.blake2b(data[-_FP_BYTES:], digest_size=8).hexdigest()
 
 
-def _redact_on_ingest() -> bool:
-    try:
-        from .redact import redact_on_ingest
-    except ImportError:
-        return False
-    return redact_on_ingest()
-
-
 @dataclass
 class _FileRun:
     """What one file contributes: its traces, its errors and where reading stopped."""
 
     key: str
-    #: may lines skip pydantic (``ctxcore.fastdecode``)? Not when the store diagnoses at
+    #: may lines skip pydantic (``ctxcore.store.fastdecode``)? Not when the store diagnoses at
     #: insert or ingest redacts: both work on ``models.Trace``.
     fast: bool = False
     items: list[tuple[TraceView, bytes]] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     errors: list[tuple[str, int, str]] = field(default_factory=list)
-    redact: bool = field(default_factory=_redact_on_ingest)
+    redact: bool = field(default_factory=settings.redact_on_ingest)
 
     def keep(self, lineno: int, trace: Trace, raw: bytes) -> None:
         if self.redact:
-            from .redact import redact_trace
+            from ctxcore.formats.redact import redact_trace
 
             trace, found = redact_trace(trace)
             if found:  # what is stored is the redacted trace, and nothing else
@@ -804,7 +801,7 @@ def ingest_paths(
         ctx = get_context("forkserver")
         # The server imports what workers need once (on its first start; later pools fork
         # from it warm): workers start in a few ms instead of importing for ~0.3 s each.
-        ctx.set_forkserver_preload(["__main__", "ctxcore.ingest"])
+        ctx.set_forkserver_preload(["__main__", "ctxcore.store.ingest"])
         job.pool = ProcessPoolExecutor(
             max_workers=min(n_workers, MAX_WORKERS), mp_context=ctx, initializer=_worker_init
         )
@@ -845,35 +842,6 @@ def ingest_paths(
 # ---------------------------------------------------------------------------- CLI
 
 
-class ProgressBar:
-    """A one-line bar on stderr, drawn only once a run has taken more than a second."""
-
-    def __init__(self, stream: IO[str] | None = None, after_s: float = 1.0) -> None:
-        self.stream = stream or sys.stderr
-        self.start = time.monotonic()
-        self.after_s = after_s
-        self.drawn = False
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.start < self.after_s or now - self.last < 0.1 or total <= 0:
-            return
-        self.last = now
-        frac = min(1.0, done / total)
-        bar = "#" * int(frac * 30)
-        mb = done / 1e6
-        rate = mb / max(1e-6, now - self.start)
-        self.stream.write(f"\r[{bar:<30}] {frac:6.1%} {mb:,.1f} MB ({rate:,.1f} MB/s)")
-        self.stream.flush()
-        self.drawn = True
-
-    def finish(self) -> None:
-        if self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def format_counts(c: IngestCounts) -> str:
     return (
         f"{c.traces_added} new traces from {c.files} files "
@@ -885,37 +853,8 @@ def format_error(e: IngestErrorRow) -> str:
     return f"{e.file}:{e.line}: {e.message}"
 
 
-def cli_ingest(args: argparse.Namespace) -> int:
-    """``ctxscope ingest PATH... [--db PATH] [--defer-diagnostics]``: counts on stdout,
-    errors as file:line."""
-    bar = ProgressBar()
-    defer = bool(getattr(args, "defer_diagnostics", False))
-    with TraceStore(args.db, diagnose=not defer) as store:
-        try:
-            counts = ingest_paths(store, args.paths, bar, complete_tail=True, workers=None)
-        finally:
-            bar.finish()
-        waiting = store.undiagnosed() if defer else 0
-    print(f"ingested {format_counts(counts)}")
-    if waiting:
-        print(
-            f"{waiting:,} traces wait for diagnostics: the app computes their findings when "
-            "idle (run `ctxscope app` or `ctxscope watch` on this store)"
-        )
-    for e in counts.error_rows:
-        print(format_error(e))
-    for file, line in counts.pending:
-        print(
-            f"{file}:{line}: last line is not complete yet (no newline, not valid JSON); "
-            "it will be read when the writer finishes it",
-            file=sys.stderr,
-        )
-    return 1 if counts.errors else 0
-
-
 __all__ = [
     "SUFFIXES",
-    "cli_ingest",
     "find_files",
     "format_counts",
     "ingest_paths",

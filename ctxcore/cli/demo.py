@@ -1,0 +1,46 @@
+"""``ctxscope demo``: regenerate the demo traces from the corpus and load them into the store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ctxcore.demo.build import DEFAULT_CORPUS, generate
+
+
+def cli_demo(args: argparse.Namespace) -> int:
+    """``ctxscope demo [--out DIR] [--corpus DIR] [--db PATH]``.
+
+    Writes the session files, then loads them into the store. When the app owns the store,
+    the files are already where its watcher looks, so that is said and not an error.
+    """
+    corpus = Path(args.corpus) if getattr(args, "corpus", None) else DEFAULT_CORPUS
+    paths = generate(corpus, Path(args.out))
+    total = 0
+    for p in paths:
+        n = p.read_text(encoding="utf-8").count("\n")
+        total += n
+        print(f"{p}  {n} traces")
+    print(f"{total} traces in {len(paths)} sessions")
+    db = getattr(args, "db", None)
+    if not db:
+        return 0
+    from ctxcore.errors import StoreLockedError
+    from ctxcore.store import TraceStore
+    from ctxcore.store.ingest import format_counts, format_error, ingest_paths
+
+    try:
+        with TraceStore(db) as store:
+            counts = ingest_paths(store, [str(p) for p in paths], complete_tail=True)
+    except StoreLockedError as exc:
+        print(
+            f"{exc}\nthe demo files are written to {args.out}: a running app ingests them "
+            "if that is inside its watched folder, else copy them there",
+            file=sys.stderr,
+        )
+        return 0
+    print(f"store {db}: {format_counts(counts)}")
+    for e in counts.error_rows:
+        print(format_error(e), file=sys.stderr)
+    return 1 if counts.errors else 0

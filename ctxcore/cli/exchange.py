@@ -1,0 +1,176 @@
+"""``ctxscope import`` and ``ctxscope export``: files into the store or watched folder, and out."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+from ctxcore import settings
+from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
+from ctxcore.formats.load import load_file, write_jsonl
+from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
+from ctxcore.models import Trace
+
+
+def _drop_name(source: Path, traces: list[Trace]) -> str:
+    digest = hashlib.sha256("".join(t.trace_id for t in traces).encode()).hexdigest()[:10]
+    stem = source.name.split(".")[0] or "import"
+    return f"import-{stem}-{digest}.jsonl"
+
+
+def _to_store(traces: list[Trace], db: str, source: str) -> int:
+    from ctxcore.store import TraceStore
+
+    with TraceStore(db) as store:
+        return store.add_traces(traces, source=source)
+
+
+def cli_import(args: argparse.Namespace) -> int:
+    """``ctxscope import FILE [--format ...] [--db PATH] [-o FILE]``."""
+    from ctxcore.formats.redact import redact_trace
+
+    src = Path(args.file)
+    traces = load_file(src, args.format)
+    if settings.redact_on_ingest():
+        traces = [redact_trace(t)[0] for t in traces]
+    warned = sum(1 for t in traces if t.result and t.result.warnings)
+    summary = f"{len(traces)} trace(s) from {src}"
+    if args.output:
+        out = Path(args.output)
+        write_jsonl(traces, out)
+        print(f"imported {summary} -> {out}")
+        return 0
+    db = getattr(args, "db", None) or str(settings.db_path())
+    reason = ""
+    try:
+        added = _to_store(traces, db, str(src))
+    except StoreLockedError as exc:
+        reason = f"the store is in use ({exc})"
+    except NotImplementedError:
+        reason = "the store is not available in this build"
+    except CtxscopeError:
+        raise
+    else:
+        print(f"imported {summary} into {db}: {added} new, {len(traces) - added} already there")
+        for t in traces[:3]:
+            print(f"  {t.trace_id}  (session {t.session_id}, turn {t.turn})")
+        if len(traces) > 3:
+            print(f"  ... and {len(traces) - 3} more")
+        if warned:
+            print(f"{warned} trace(s) carry warnings; open them in the app to see why")
+        return 0
+    folder = settings.traces_dir()
+    out = folder / _drop_name(src, traces)
+    write_jsonl(traces, out)
+    print(
+        f"{reason}; wrote {summary} to {out} in the watched folder instead: "
+        "the running app ingests it from there",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:
+    from ctxcore.store import TraceFilter, TraceStore
+
+    with TraceStore(db, read_only=True) as store:
+        if trace_id:
+            t = store.get_trace(trace_id)
+            return [t] if t is not None else []
+        out: list[Trace] = []
+        offset = 0
+        while True:
+            page = store.list_traces(
+                TraceFilter(session_id=session),
+                sort="turn",
+                descending=False,
+                limit=200,
+                offset=offset,
+            )
+            for row in page.rows:
+                t = store.get_trace(row.trace_id)
+                if t is not None:
+                    out.append(t)
+            offset += len(page.rows)
+            if not page.rows or offset >= page.total:
+                return out
+
+
+def _from_folder(folder: Path, trace_id: str | None, session: str | None) -> list[Trace]:
+    """Look for the traces in the watched folder's files (when the store is unavailable)."""
+    found: dict[str, Trace] = {}
+    if not folder.is_dir():
+        return []
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and p.name.endswith((".jsonl", ".json", ".jsonl.gz"))
+    )
+    for path in files:
+        try:
+            traces = load_file(path, "trace")
+        except CtxscopeError:
+            continue  # not a trace file, or a broken one: ingest reports those
+        for t in traces:
+            if (trace_id and t.trace_id == trace_id) or (session and t.session_id == session):
+                found.setdefault(t.trace_id, t)
+    return sorted(found.values(), key=lambda t: (t.session_id, t.turn, t.created_at, t.trace_id))
+
+
+def find_traces(db: str, trace_id: str | None, session: str | None) -> tuple[list[Trace], str]:
+    """The traces to export, and where they came from (store, file or watched folder)."""
+    if trace_id and not session and Path(trace_id).is_file():
+        return load_file(trace_id), trace_id
+    try:
+        return _from_store(db, trace_id, session), db
+    except (StoreError, NotImplementedError) as exc:
+        why = str(exc) or "the store is not available in this build"
+        folder = settings.traces_dir()
+        print(f"note: {why}; looking in {folder}/ instead", file=sys.stderr)
+        return _from_folder(folder, trace_id, session), str(folder)
+
+
+def cli_export(args: argparse.Namespace) -> int:
+    """``ctxscope export (TRACE_ID | --session ID) [--format json|html|otlp] [-o FILE]``."""
+    if bool(args.trace_id) == bool(args.session):
+        raise InputError("give exactly one of TRACE_ID or --session ID")
+    db = getattr(args, "db", None) or str(settings.db_path())
+    traces, where = find_traces(db, args.trace_id, args.session)
+    if not traces:
+        what = f"trace {args.trace_id!r}" if args.trace_id else f"session {args.session!r}"
+        raise InputError(
+            f"{what} not found in {where}; list what is there with the app's Traces page "
+            "or `ctxscope ingest` the file first"
+        )
+    counts: dict[str, int] = {}
+    if not args.no_redact:
+        traces, counts = redact_all(traces)
+    if args.format == "json":
+        text = snapshot_json(traces)
+    elif args.format == "otlp":
+        text = otlp_json(traces)
+    else:
+        text = html_report(traces, redactions=counts)
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8", newline="\n")
+        except OSError as exc:
+            raise InputError(f"{out}: cannot write ({exc.strerror})") from exc
+        print(f"exported {len(traces)} trace(s) as {args.format} -> {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if counts:
+        detail = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        print(
+            f"redacted {sum(counts.values())} secret(s) ({detail}); --no-redact keeps them",
+            file=sys.stderr,
+        )
+    elif args.no_redact:
+        print(
+            "warning: not redacted (--no-redact); check for secrets before sharing", file=sys.stderr
+        )
+    return 0

@@ -1,0 +1,93 @@
+"""``ctxscope ingest`` and ``ctxscope watch``: ingest with progress, one line per error."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from ctxcore.store.ingest import format_counts, format_error, ingest_paths
+from ctxcore.store.tracestore import IngestCounts, TraceStore
+from ctxcore.store.watch import Watcher
+
+
+class ProgressBar:
+    """A one-line bar on stderr, drawn only once a run has taken more than a second."""
+
+    def __init__(self, stream: IO[str] | None = None, after_s: float = 1.0) -> None:
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self.after_s = after_s
+        self.drawn = False
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.start < self.after_s or now - self.last < 0.1 or total <= 0:
+            return
+        self.last = now
+        frac = min(1.0, done / total)
+        bar = "#" * int(frac * 30)
+        mb = done / 1e6
+        rate = mb / max(1e-6, now - self.start)
+        self.stream.write(f"\r[{bar:<30}] {frac:6.1%} {mb:,.1f} MB ({rate:,.1f} MB/s)")
+        self.stream.flush()
+        self.drawn = True
+
+    def finish(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def cli_ingest(args: argparse.Namespace) -> int:
+    """``ctxscope ingest PATH... [--db PATH] [--defer-diagnostics]``: counts on stdout,
+    errors as file:line."""
+    bar = ProgressBar()
+    defer = bool(getattr(args, "defer_diagnostics", False))
+    with TraceStore(args.db, diagnose=not defer) as store:
+        try:
+            counts = ingest_paths(store, args.paths, bar, complete_tail=True, workers=None)
+        finally:
+            bar.finish()
+        waiting = store.undiagnosed() if defer else 0
+    print(f"ingested {format_counts(counts)}")
+    if waiting:
+        print(
+            f"{waiting:,} traces wait for diagnostics: the app computes their findings when "
+            "idle (run `ctxscope app` or `ctxscope watch` on this store)"
+        )
+    for e in counts.error_rows:
+        print(format_error(e))
+    for file, line in counts.pending:
+        print(
+            f"{file}:{line}: last line is not complete yet (no newline, not valid JSON); "
+            "it will be read when the writer finishes it",
+            file=sys.stderr,
+        )
+    return 1 if counts.errors else 0
+
+
+def cli_watch(args: argparse.Namespace) -> int:
+    """``ctxscope watch DIR [--db PATH]``: ingest as files arrive until Ctrl-C."""
+
+    def report(c: IngestCounts) -> None:
+        print(f"{time.strftime('%H:%M:%S')} ingested {format_counts(c)}", flush=True)
+        for e in c.error_rows:
+            print(format_error(e), flush=True)
+
+    with TraceStore(args.db) as store:
+        watcher = Watcher(store, args.dir, on_ingest=report)
+        watcher.start()
+        print(f"watching {Path(args.dir).resolve()} into {args.db} (Ctrl-C to stop)", flush=True)
+        try:
+            while watcher.running:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            watcher.stop()
+    print(f"stopped; {format_counts(watcher.totals)}", file=sys.stderr)
+    return 0
