@@ -13,8 +13,8 @@ import msgspec
 import pytest
 from pydantic import ValidationError
 
-from ctxcore.store import fastdecode
 from ctxcore import models as m
+from ctxcore.store import fastdecode
 from ctxcore.store.rows import prepare
 
 ROOT = Path(__file__).resolve().parent.parent

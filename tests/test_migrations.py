@@ -8,9 +8,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ctxcore.store import migrations
 from ctxcore.models import Trace
-from ctxcore.store import TraceFilter, TraceStore
+from ctxcore.store import TraceFilter, TraceStore, migrations
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_VERSIONS = [(1, "base"), (2, "findings"), (3, "compressed_json")]

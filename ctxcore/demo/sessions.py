@@ -52,7 +52,8 @@ from ctxcore.formats.transcripts import (
     parse_sharegpt,
 )
 from ctxcore.formats.transcripts import parse_sweagent as parse_swe_agent
-from ctxcore.models import Config, Packet, PresetName, Trace
+from ctxcore.models import Config, Packet, Trace
+from ctxcore.settings import PresetName
 
 #: pytest's closing line, e.g. "==== 1 failed, 1 passed in 0.02s ===="
 _PYTEST_SUMMARY = re.compile(r"^=+ (?:\d+ \w+(?:, )?)+ in [\d.]+s =+$", re.M)
