@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from ctxcore.cli import main
-from ctxcore.demo.build import generate, trace_id_for
+from ctxcore.demo.build import generate
+from ctxcore.demo.turns import trace_id_for
 from ctxcore.loading import trace_from_obj
 from ctxcore.models import Status, Trace
 

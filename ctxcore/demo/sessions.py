@@ -1,8 +1,9 @@
 """The demo sessions themselves: which corpus runs, which turns, which presets, and why.
 
-``ctxcore.demo.build`` holds the machinery (turn and session types, the clock, judging helpers,
-generation and the CLI); this module holds the stories. Each builder reads one corpus file,
-rebuilds the captured input of every selected model call, adds what a harness would add
+``ctxcore.demo.turns`` holds the machinery (turn and session types, the clock, judging
+helpers) and ``ctxcore.demo.build`` the generation; this module holds the stories. Each
+builder reads one corpus file, rebuilds the captured input of every selected model call,
+adds what a harness would add
 (said in ``DemoTurn.enrichment``), and judges each built turn from what actually reached
 the prompt, so a verdict note stays true when a preset changes.
 
@@ -27,7 +28,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ctxcore.demo.build import (
+from ctxcore.demo.turns import (
     SYNTHETIC_START,
     DemoTurn,
     Session,
