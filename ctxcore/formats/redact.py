@@ -10,9 +10,11 @@ Each secret is replaced by a marker naming its type, e.g. ``[REDACTED:openai_key
 counted by type in ``Trace.redactions``. Markers never match a rule again, so redacting
 twice changes nothing: an exported snapshot re-imported and exported again is identical.
 
-Rules are specific formats (a provider prefix and the length/alphabet of its keys) or a
-secret-looking value next to a secret-looking name; plain hex digests, UUIDs and git SHAs
-are left alone on purpose, since traces are full of them and they are not credentials.
+Rules are specific formats (a provider prefix and the length/alphabet of its keys), or a
+secret-looking value next to a secret-looking name (quoted, ``NAME_PASSWORD=...`` in the
+environment style, or an unquoted ``password: ...`` whose value is not code). Plain hex
+digests, UUIDs and git SHAs are left alone on purpose, since traces are full of them and
+they are not credentials. Every string is redacted, ids and metadata keys included.
 Token counts in decisions still describe the original build; only the text changes.
 """
 
@@ -48,21 +50,50 @@ _GUARDS: dict[str, tuple[str, ...]] = {
     "gcp_service_account_key": ('"private_key"',),
     "private_key": ("private key",),
     "anthropic_key": ("sk-ant-",),
+    "anthropic_oauth_token": ("sk-ant-",),
+    "openrouter_key": ("sk-or-",),
     "openai_key": ("sk-",),
     "stripe_key": ("_live_", "_test_"),
     "google_api_key": ("aiza",),
+    "google_oauth_token": ("ya29.",),
+    "google_client_secret": ("gocspx-",),
     "aws_access_key_id": ("akia", "asia", "abia", "acca"),
     "aws_secret_access_key": ("secret",),
     "github_token": ("github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "gitlab_token": ("glpat-", "gldt-", "glptt-", "glrt-", "glsoat-", "glft-", "glcbt-"),
+    "npm_token": ("npm_",),
+    "pypi_token": ("pypi-ageicHlwaS5vcmc".lower(),),
     "slack_token": ("xox",),
     "slack_webhook": ("hooks.slack.com",),
-    "huggingface_token": ("hf_",),
+    "discord_webhook": ("/api/webhooks/",),
+    "telegram_bot_token": (":aa",),
+    "huggingface_token": ("hf_", "api_org_"),
+    "sendgrid_key": ("sg.",),
+    "twilio_key": ("sk",),
+    "mailgun_key": ("key-",),
+    "digitalocean_token": ("_v1_",),
+    "shopify_token": ("shpat_", "shpca_", "shppa_", "shpss_"),
+    "square_token": ("sq0atp-", "sq0csp-"),
+    "databricks_token": ("dapi",),
+    "doppler_token": ("dp.st.", "dp.ct.", "dp.sa.", "dp.scim.", "dp.audit."),
+    "linear_key": ("lin_api_",),
+    "postman_key": ("pmak-",),
+    "age_secret_key": ("age-secret-key-",),
+    "atlassian_token": ("atatt3",),
+    "groq_key": ("gsk_",),
+    "replicate_token": ("r8_",),
+    "xai_key": ("xai-",),
+    "perplexity_key": ("pplx-",),
+    "langsmith_key": ("lsv2_",),
+    "tavily_key": ("tvly-",),
     "azure_key": ("accountkey", "sharedaccess", "sig=", "api-key", "subscription-key"),
     "jwt": ("eyj",),
     "bearer_token": ("bearer",),
     "basic_auth": ("authorization",),
     "url_password": ("://",),
     "generic_secret": ("key", "secret", "token", "pass"),
+    "password": ("pass", "pwd"),
+    "env_secret": ("pass", "pwd", "secret", "token", "key", "credential"),
 }
 
 
@@ -70,8 +101,12 @@ def _r(name: str, regex: str, group: int = 0, flags: int = 0) -> Rule:
     return Rule(name, re.compile(regex, flags), group, _GUARDS[name])
 
 
+#: A value that is not itself a secret but names one: a shell or template variable, a
+#: placeholder, a masked value, a marker of ours. Unquoted ``NAME=value`` rules skip these.
+_NOT_A_VALUE = r"""(?![$%<*{\[]|(?:\*+|x{4,}|null|none|true|false|undefined|changeme|redacted)\b)"""
+
 # Order matters: specific formats before generic ones (sk-ant- before sk-, PEM blocks
-# before anything that could match inside them).
+# before anything that could match inside them, provider formats before NAME=value).
 RULES: tuple[Rule, ...] = (
     _r(
         "gcp_service_account_key",
@@ -87,11 +122,15 @@ RULES: tuple[Rule, ...] = (
         0,
         re.DOTALL,
     ),
+    _r("anthropic_oauth_token", r"\bsk-ant-(?:oat|ort)\d{2}-[A-Za-z0-9_\-]{20,}"),
     _r("anthropic_key", r"\bsk-ant-(?:api|admin|sid)\d{2}-[A-Za-z0-9_\-]{20,}"),
+    _r("openrouter_key", r"\bsk-or-v1-[a-f0-9]{64}\b"),
     _r("openai_key", r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{20,}"),
     _r("openai_key", r"\bsk-[A-Za-z0-9]{32,}\b"),
     _r("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}\b"),
     _r("google_api_key", r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])"),
+    _r("google_oauth_token", r"\bya29\.[0-9A-Za-z_\-]{20,}"),
+    _r("google_client_secret", r"\bGOCSPX-[A-Za-z0-9_\-]{28}(?![A-Za-z0-9_\-])"),
     _r("aws_access_key_id", r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),
     _r(
         "aws_secret_access_key",
@@ -101,12 +140,38 @@ RULES: tuple[Rule, ...] = (
     ),
     _r("github_token", r"\bgithub_pat_[A-Za-z0-9_]{40,}"),
     _r("github_token", r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    _r("gitlab_token", r"\bgl(?:pat|dt|ptt|rt|soat|ft|cbt)-[A-Za-z0-9_\-]{20,}"),
+    _r("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    _r("pypi_token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}"),
     _r("slack_token", r"\bxox[abposre]-[A-Za-z0-9\-]{10,}"),
     _r(
         "slack_webhook",
         r"https://hooks\.slack\.com/services/T[A-Za-z0-9]+/B[A-Za-z0-9]+/[A-Za-z0-9]+",
     ),
-    _r("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}\b"),
+    _r(
+        "discord_webhook",
+        r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_\-]{60,}",
+    ),
+    _r("telegram_bot_token", r"(?<![0-9])\d{8,10}:AA[A-Za-z0-9_\-]{33}(?![A-Za-z0-9_\-])"),
+    _r("huggingface_token", r"\b(?:hf|api_org)_[A-Za-z0-9]{30,}\b"),
+    _r("sendgrid_key", r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}(?![A-Za-z0-9_\-])"),
+    _r("twilio_key", r"\bSK[0-9a-fA-F]{32}\b"),
+    _r("mailgun_key", r"\bkey-[0-9a-f]{32}\b"),
+    _r("digitalocean_token", r"\bdo[opr]_v1_[a-f0-9]{64}\b"),
+    _r("shopify_token", r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"),
+    _r("square_token", r"\bsq0(?:atp|csp)-[A-Za-z0-9_\-]{22,}"),
+    _r("databricks_token", r"\bdapi[a-f0-9]{32}(?:-\d)?\b"),
+    _r("doppler_token", r"\bdp\.(?:st|ct|sa|scim|audit)\.[A-Za-z0-9_\-.]{40,}"),
+    _r("linear_key", r"\blin_api_[A-Za-z0-9]{40}\b"),
+    _r("postman_key", r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),
+    _r("age_secret_key", r"\bAGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}\b"),
+    _r("atlassian_token", r"\bATATT3[A-Za-z0-9_\-=]{180,}"),
+    _r("groq_key", r"\bgsk_[A-Za-z0-9]{48,}\b"),
+    _r("replicate_token", r"\br8_[A-Za-z0-9]{37,}\b"),
+    _r("xai_key", r"\bxai-[A-Za-z0-9]{70,}\b"),
+    _r("perplexity_key", r"\bpplx-[A-Za-z0-9]{40,}\b"),
+    _r("langsmith_key", r"\blsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}\b"),
+    _r("tavily_key", r"\btvly-(?:dev-|prod-)?[A-Za-z0-9]{32,}\b"),
     _r(
         "azure_key",
         r"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|sig)=([A-Za-z0-9+/%]{20,}={0,2})",
@@ -129,6 +194,25 @@ RULES: tuple[Rule, ...] = (
         "generic_secret",
         r"(?i)\b(?:api[_\-]?key|secret[_\-]?key|client[_\-]?secret|access[_\-]?token|"
         r"auth[_\-]?token|password|passwd)[\"']?\s*[:=]\s*[\"']([A-Za-z0-9_\-./+=!@#$%^&*]{12,})[\"']",
+        1,
+    ),
+    # An environment-style assignment: an upper-case name that says secret, any value.
+    _r(
+        "env_secret",
+        r"\b[A-Z0-9_]*(?:PASSWORD|PASSWD|_PWD|SECRET|SECRET_KEY|TOKEN|API_KEY|APIKEY|"
+        r"ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)\b[\"']?[ \t]*[=:][ \t]*[\"']?"
+        + _NOT_A_VALUE
+        + r"""((?=[^\s"'`,;]*[^\s"'`,;0-9])[^\s"'`,;]{6,})""",
+        1,
+    ),
+    # ``password: hunter2`` / ``password=s3cret!`` unquoted: a value with a digit or a symbol
+    # and nothing of code (calls, attributes, indexing), so ``password = getpass.getpass()``
+    # and ``password: str`` stay.
+    _r(
+        "password",
+        r"(?i)\b(?:password|passwd|pwd|passphrase)\b[ \t]*[=:][ \t]*"
+        + _NOT_A_VALUE
+        + r"""((?=[^\s"'`]*[0-9!@#&+?~^])[^\s"'`()\[\]{}.,;<>=]{6,})(?![^\s"'`,;])""",
         1,
     ),
 )
@@ -166,45 +250,21 @@ def redact_text(text: str) -> tuple[str, dict[str, int]]:
     return text, counts
 
 
-#: Fields that hold identifiers or codes, never free text: left as they are.
-_SKIP_KEYS = frozenset(
-    {
-        "schema",
-        "trace_id",
-        "session_id",
-        "source_trace_id",
-        "created_at",
-        "now",
-        "timestamp",
-        "id",
-        "packet_id",
-        "kind",
-        "status",
-        "reason",
-        "partition",
-        "preset",
-        "tokenizer",
-        "role",
-        "fill",
-        "verdict",
-        "name",
-        "version",
-    }
-)
-
-
-def _walk(node: Any, counts: dict[str, int], key: str | None = None) -> Any:
+def _walk(node: Any, counts: dict[str, int]) -> Any:
+    # Every string at every depth, ids and dictionary keys included: a secret can sit in a
+    # session id, a packet id or a metadata key as well as in content. The structural fields
+    # (schema, timestamps, statuses, reason codes, roles) are validated enums and times that no
+    # rule can match, so nothing needs skipping; ids that are rewritten are rewritten the same
+    # way everywhere (the function is deterministic), so decisions still name their packets.
     if isinstance(node, str):
-        if key in _SKIP_KEYS:
-            return node
         new, found = redact_text(node)
         for k, v in found.items():
             counts[k] = counts.get(k, 0) + v
         return new
     if isinstance(node, dict):
-        return {k: _walk(v, counts, k) for k, v in node.items()}
+        return {_walk(k, counts): _walk(v, counts) for k, v in node.items()}
     if isinstance(node, list):
-        return [_walk(v, counts, key) for v in node]
+        return [_walk(v, counts) for v in node]
     return node
 
 
