@@ -39,10 +39,18 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON (NaN and Infinity are not numbers in JSON)")
 
 
+def _finite_float(text: str) -> float:
+    # ``1e400`` parses to inf, which JSON cannot hold: written back out it would become null.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is too large for a 64-bit float (JSON cannot hold it)")
+    return value
+
+
 def parse_json(text: str, where: str = "") -> Any:
-    """``json.loads`` that rejects NaN/Infinity and reports line:column."""
+    """``json.loads`` that rejects NaN/Infinity (also ``1e400``) and reports line:column."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{_where(where)}malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"

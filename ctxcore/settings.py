@@ -34,6 +34,7 @@ ENV_DB_MEMORY = "CTXSCOPE_DB_MEMORY"
 ENV_REDACT_ON_INGEST = "CTXSCOPE_REDACT_ON_INGEST"
 ENV_NO_WATCH = "CTXSCOPE_NO_WATCH"
 ENV_CORPUS = "CTXSCOPE_CORPUS"
+ENV_TOKEN = "CTXSCOPE_TOKEN"
 
 #: name -> (default, meaning). The README's configuration table says the same.
 ENVIRONMENT: dict[str, tuple[str, str]] = {
@@ -43,6 +44,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ENV_REDACT_ON_INGEST: ("0", "1: redact secrets on ingest and import too, not only on export"),
     ENV_NO_WATCH: ("0", "1: the app does not watch its folder (tests and benches)"),
     ENV_CORPUS: ("corpus", "the transcripts the demo, golden files and benches are built from"),
+    ENV_TOKEN: ("", "the app's access token; required when it binds a non-loopback --host"),
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -75,6 +77,11 @@ def redact_on_ingest() -> bool:
 def watch_disabled() -> bool:
     """Whether the app skips its folder watcher (``CTXSCOPE_NO_WATCH=1``)."""
     return _env(ENV_NO_WATCH).lower() in _TRUE
+
+
+def app_token() -> str:
+    """The token the app asks for (``$CTXSCOPE_TOKEN``; empty: no token, loopback only)."""
+    return _env(ENV_TOKEN)
 
 
 def corpus_dir(default: Path) -> Path:
@@ -113,11 +120,13 @@ __all__ = [
     "ENV_DB_MEMORY",
     "ENV_NO_WATCH",
     "ENV_REDACT_ON_INGEST",
+    "ENV_TOKEN",
     "ENV_TRACES",
     "PRESET_NAMES",
     "SORT_KEYS",
     "PresetName",
     "SortKey",
+    "app_token",
     "corpus_dir",
     "db_memory_limit",
     "db_path",

@@ -13,6 +13,7 @@ import pytest
 from helpers_store import corpus_lines, make_trace
 
 from ctxcore.capture.recorder import Recorder, RecorderWarning
+from ctxcore.errors import InputError
 from ctxcore.models import CapturedInput, Config, Packet, Trace
 from ctxcore.pipeline import build
 from ctxcore.store import TraceStore
@@ -123,3 +124,32 @@ def test_concurrent_processes_never_tear_lines(tmp_path: Path) -> None:
     with TraceStore(tmp_path / "c.duckdb") as store:
         c = ingest_paths(store, [tmp_path / "shared.jsonl"])
         assert (c.traces_added, c.errors) == (100, 0)
+
+
+@pytest.mark.parametrize(
+    "session_id", ["../x", "../../etc/passwd", "/abs/olute", "a/b", ".hidden", ".."]
+)
+def test_session_ids_never_leave_the_traces_folder(tmp_path: Path, session_id: str) -> None:
+    folder = tmp_path / "traces"
+    rec = Recorder(folder, session_id=session_id)
+    assert rec.path.parent == folder
+    assert not rec.path.name.startswith(".")
+    rec.build(
+        CapturedInput(query="q", now=datetime(2026, 1, 1, tzinfo=UTC), packets=[]),
+        {"preset": "hello-agents"},
+    )
+    written = [p for p in tmp_path.rglob("*.jsonl")]
+    assert written == [rec.path]
+    # the trace keeps the session id it was given; only the file name is made safe
+    assert json.loads(rec.path.read_text().splitlines()[0])["session_id"] == session_id
+
+
+def test_two_unsafe_ids_that_clean_alike_get_two_files(tmp_path: Path) -> None:
+    a, b = Recorder(tmp_path, session_id="a/b"), Recorder(tmp_path, session_id="a:b")
+    assert a.path != b.path
+
+
+@pytest.mark.parametrize("file_name", ["../escape.jsonl", "sub/dir.jsonl", ".."])
+def test_a_file_name_with_a_path_is_refused(tmp_path: Path, file_name: str) -> None:
+    with pytest.raises(InputError, match="plain file name"):
+        Recorder(tmp_path, session_id="s", file_name=file_name)

@@ -332,11 +332,7 @@ def test_cli_import_into_store_is_idempotent(corpus: Path, tmp_path: Path, capsy
         assert store.count() == 1
 
 
-@pytest.mark.slow
-def test_import_while_store_is_locked_goes_to_watched_folder(corpus: Path, tmp_path: Path) -> None:
-    db = tmp_path / "locked.duckdb"
-    _store_with(db, [])
-    folder = tmp_path / "watched"
+def _hold_store(db: Path) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -349,9 +345,26 @@ def test_import_while_store_is_locked_goes_to_watched_folder(corpus: Path, tmp_p
         text=True,
         cwd=ROOT,
     )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    return holder
+
+
+@pytest.mark.slow
+def test_import_while_the_app_holds_the_store_goes_to_its_folder(
+    corpus: Path, tmp_path: Path
+) -> None:
+    from ctxcore.cli.app import write_note
+
+    db = tmp_path / "locked.duckdb"
+    _store_with(db, [])
+    folder = tmp_path / "watched"
+    folder.mkdir()
+    holder = _hold_store(db)
+    # what `ctxscope app` leaves beside the store while it runs: its pid and its folder
+    write_note(db.resolve(), folder, holder.pid)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        env = dict(os.environ, CTXSCOPE_TRACES=str(folder))
+        # CTXSCOPE_TRACES points elsewhere: the note, not the environment, says where to go
+        env = dict(os.environ, CTXSCOPE_TRACES=str(tmp_path / "nobody-watches-this"))
         src = corpus / "a02_sweagent_function_calling_simple.traj.json"
         proc = subprocess.run(
             [sys.executable, "-m", "ctxcore", "import", str(src), "--db", str(db)],
@@ -362,9 +375,10 @@ def test_import_while_store_is_locked_goes_to_watched_folder(corpus: Path, tmp_p
             timeout=120,
         )
         assert proc.returncode == 0, proc.stderr
-        assert "watched folder" in proc.stderr
+        assert "the folder that app watches" in proc.stderr
         files = list(folder.glob("import-*.jsonl"))
         assert len(files) == 1
+        assert not (tmp_path / "nobody-watches-this").exists()
         assert load_file(files[0])[0].input == load_file(src)[0].input
         # export finds it there too while the store is held
         out = tmp_path / "x.json"
@@ -373,7 +387,7 @@ def test_import_while_store_is_locked_goes_to_watched_folder(corpus: Path, tmp_p
             [sys.executable, "-m", "ctxcore", "export", tid, "--db", str(db), "-o", str(out)],
             capture_output=True,
             text=True,
-            env=env,
+            env=dict(env, CTXSCOPE_TRACES=str(folder)),
             cwd=ROOT,
             timeout=120,
         )
@@ -382,3 +396,70 @@ def test_import_while_store_is_locked_goes_to_watched_folder(corpus: Path, tmp_p
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.slow
+def test_import_into_a_store_held_by_another_process_is_an_error(
+    corpus: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "locked.duckdb"
+    _store_with(db, [])
+    folder = tmp_path / "traces"
+    holder = _hold_store(db)
+    try:
+        src = corpus / "a02_sweagent_function_calling_simple.traj.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "ctxcore", "import", str(src), "--db", str(db)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, CTXSCOPE_TRACES=str(folder)),
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert proc.returncode == 2
+        [line] = proc.stderr.strip().splitlines()
+        assert "no ctxscope app is serving this store" in line and "-o FILE" in line
+        assert not folder.exists() and list(tmp_path.rglob("import-*.jsonl")) == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.slow
+def test_export_to_a_full_disk_leaves_no_file(corpus: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tiny tmpfs needs root (CI runs as root)")
+    db = tmp_path / "s.duckdb"
+    src = corpus / "a02_sweagent_function_calling_simple.traj.json"
+    traces = load_file(src)
+    _store_with(db, traces)
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], check=True)
+    try:
+        out = full / "report.html"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ctxcore",
+                "export",
+                traces[0].trace_id,
+                "--format",
+                "html",
+                "--db",
+                str(db),
+                "-o",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert proc.returncode == 2
+        [line] = proc.stderr.strip().splitlines()
+        assert "No space left on device" in line and "nothing was written" in line
+        assert list(full.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(full)], check=False)

@@ -11,8 +11,10 @@ half a trace.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
+import re
 import threading
 import uuid
 import warnings
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxcore import settings
-from ctxcore.errors import CtxscopeError
+from ctxcore.errors import CtxscopeError, InputError
 from ctxcore.loading import config_from_obj, input_from_obj
 from ctxcore.models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Message, Trace
 
@@ -50,6 +52,20 @@ def _default_redactor(trace: Trace) -> Trace:
     return redact_trace(trace)[0]
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._@+=-]+")
+
+
+def safe_file_stem(session_id: str) -> str:
+    """A file name for a session id: path separators and other unsafe characters become
+    ``_``, a leading dot is dropped (``../x`` must not leave the traces folder, ``.x`` must
+    not hide), and long ids are cut and suffixed with a hash so that two stay apart."""
+    stem = _UNSAFE.sub("_", session_id).lstrip(".") or "session"
+    if len(stem) > 120 or stem != session_id:
+        digest = hashlib.blake2b(session_id.encode("utf-8"), digest_size=4).hexdigest()
+        stem = f"{stem[:120]}-{digest}"
+    return stem
+
+
 class Recorder:
     """Record every context build of one agent session into ``traces_dir``.
 
@@ -69,7 +85,12 @@ class Recorder:
     ) -> None:
         self.traces_dir = Path(traces_dir or settings.traces_dir())
         self.session_id = session_id or f"session-{uuid.uuid4().hex[:12]}"
-        self.file_name = file_name or f"{self.session_id}.jsonl"
+        self.file_name = file_name or f"{safe_file_stem(self.session_id)}.jsonl"
+        if Path(self.file_name).name != self.file_name or self.file_name in {".", ".."}:
+            raise InputError(
+                f"Recorder file_name {self.file_name!r} must be a plain file name: the recorder "
+                f"writes only inside its traces folder ({self.traces_dir})"
+            )
         self.path = self.traces_dir / self.file_name
         self.tags = list(tags or [])
         self._redact: Redactor | None = _default_redactor if redact is True else (redact or None)

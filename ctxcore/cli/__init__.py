@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ctxcore import settings
@@ -73,33 +71,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_app(args: argparse.Namespace) -> int:
-    import subprocess
-
-    app = Path(__file__).resolve().parents[2] / "app.py"
-    if not app.exists():
-        raise InputError(f"{app} not found; run `ctxscope app` from a ctxscope checkout")
-    env = dict(os.environ)
-    env[settings.ENV_DB] = str(Path(args.db).resolve())
-    env[settings.ENV_TRACES] = str(Path(args.traces).resolve())
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(app),
-        "--server.address",
-        args.host,
-        "--server.port",
-        str(args.port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
-    return subprocess.call(cmd, env=env)
-
-
 def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from importlib import import_module
@@ -123,7 +94,8 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("--traces", default=DEFAULT_TRACES)
     a.add_argument("--port", type=int, default=settings.DEFAULT_PORT)
     a.add_argument("--host", default=settings.DEFAULT_HOST)
-    a.set_defaults(func=cmd_app)
+    a.add_argument("--token", default=None, help="required with a non-loopback --host")
+    a.set_defaults(func=_lazy("app", "cmd_app"))
 
     b = sub.add_parser("build", help="run the pipeline on a captured input or trace")
     b.add_argument("file")

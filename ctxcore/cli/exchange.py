@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from ctxcore import settings
+from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
-from ctxcore.formats.load import load_file, write_jsonl
+from ctxcore.formats.load import load_file, write_jsonl, write_text_atomic
 from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
 
@@ -43,15 +44,16 @@ def cli_import(args: argparse.Namespace) -> int:
         print(f"imported {summary} -> {out}")
         return 0
     db = getattr(args, "db", None) or str(settings.db_path())
-    reason = ""
     try:
         added = _to_store(traces, db, str(src))
     except StoreLockedError as exc:
-        reason = f"the store is in use ({exc})"
-    except NotImplementedError:
-        reason = "the store is not available in this build"
-    except CtxscopeError:
-        raise
+        # Only a running app's folder is a safe detour: it ingests what lands there.
+        folder = app_folder(Path(db))
+        if folder is None:
+            raise InputError(
+                f"{exc}; no ctxscope app is serving this store, so there is no watched folder "
+                "to drop the traces into: stop that process, or write them with -o FILE"
+            ) from exc
     else:
         print(f"imported {summary} into {db}: {added} new, {len(traces) - added} already there")
         for t in traces[:3]:
@@ -61,12 +63,11 @@ def cli_import(args: argparse.Namespace) -> int:
         if warned:
             print(f"{warned} trace(s) carry warnings; open them in the app to see why")
         return 0
-    folder = settings.traces_dir()
     out = folder / _drop_name(src, traces)
     write_jsonl(traces, out)
     print(
-        f"{reason}; wrote {summary} to {out} in the watched folder instead: "
-        "the running app ingests it from there",
+        f"the store is in use by the ctxscope app; wrote {summary} to {out}, the folder "
+        "that app watches: it ingests them from there",
         file=sys.stderr,
     )
     return 0
@@ -125,8 +126,8 @@ def find_traces(db: str, trace_id: str | None, session: str | None) -> tuple[lis
         return load_file(trace_id), trace_id
     try:
         return _from_store(db, trace_id, session), db
-    except (StoreError, NotImplementedError) as exc:
-        why = str(exc) or "the store is not available in this build"
+    except StoreError as exc:
+        why = str(exc)
         folder = settings.traces_dir()
         print(f"note: {why}; looking in {folder}/ instead", file=sys.stderr)
         return _from_folder(folder, trace_id, session), str(folder)
@@ -155,11 +156,7 @@ def cli_export(args: argparse.Namespace) -> int:
         text = html_report(traces, redactions=counts)
     if args.output:
         out = Path(args.output)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8", newline="\n")
-        except OSError as exc:
-            raise InputError(f"{out}: cannot write ({exc.strerror})") from exc
+        write_text_atomic(out, [text])
         print(f"exported {len(traces)} trace(s) as {args.format} -> {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

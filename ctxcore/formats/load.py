@@ -16,12 +16,16 @@ them up. ``-o FILE`` writes JSONL and leaves the store alone.
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ctxcore.errors import ImportFormatError, InputError
+from ctxcore.errors import CtxscopeError, ImportFormatError, InputError
+from ctxcore.formats.openai import traces_from_obj
+from ctxcore.formats.otlp import traces_from_otlp
 from ctxcore.loading import parse_json, read_text, trace_from_obj
 from ctxcore.models import Trace
 
@@ -81,15 +85,23 @@ def traces_from_value(
 ) -> list[Trace]:
     """Convert one parsed JSON value with the given (or detected) importer."""
     kind = detect_format(data) if fmt == "auto" else fmt
-    if kind == "trace":
-        return traces_from_snapshot_or_trace(data, where)
-    if kind == "otlp":
-        from ctxcore.formats.otlp import traces_from_otlp
-
-        return traces_from_otlp(data)
-    from ctxcore.formats.openai import traces_from_obj
-
-    return traces_from_obj(data, session_id=session_id, default_now=default_now)
+    try:
+        if kind == "trace":
+            return traces_from_snapshot_or_trace(data, where)
+        if kind == "otlp":
+            return traces_from_otlp(data)
+        return traces_from_obj(data, session_id=session_id, default_now=default_now)
+    except CtxscopeError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        # A shape the importer did not anticipate (a field of another type): the file's
+        # error, in one line, rather than a traceback.
+        raise ImportFormatError(
+            f"{where or 'input'}: not a {kind} document this importer can read "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'})"
+        ) from exc
+    except RecursionError as exc:
+        raise ImportFormatError(f"{where or 'input'}: nested too deeply to import") from exc
 
 
 def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
@@ -142,18 +154,30 @@ def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
 # --------------------------------------------------------------------------- writing
 
 
-def write_jsonl(traces: list[Trace], path: Path) -> None:
-    """Write traces as JSONL atomically (temp file + rename: watchers see whole files)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
+    """Write ``chunks`` to ``path`` whole or not at all: a temp file beside it, flushed to
+    disk, then renamed over it. A full disk or a read-only folder leaves no empty or
+    half-written file behind (and a watcher never sees a partial one)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for t in traces:
-                fh.write(t.to_json() + "\n")
+            for chunk in chunks:
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise InputError(f"{path}: cannot write ({exc.strerror})") from exc
+        hint = "; free some space or write elsewhere" if exc.errno == errno.ENOSPC else ""
+        raise InputError(
+            f"{path}: cannot write ({exc.strerror}){hint}; nothing was written"
+        ) from exc
+
+
+def write_jsonl(traces: list[Trace], path: Path) -> None:
+    """Write traces as JSONL atomically (temp file + rename: watchers see whole files)."""
+    write_text_atomic(path, (t.to_json() + "\n" for t in traces))
 
 
 __all__ = [
@@ -162,4 +186,5 @@ __all__ = [
     "load_file",
     "traces_from_value",
     "write_jsonl",
+    "write_text_atomic",
 ]

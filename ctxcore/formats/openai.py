@@ -140,7 +140,12 @@ def normalize_message(msg: Any, index: int) -> NormMessage:
         texts.append(text_of(content))
     out.text = "\n".join(texts)
     out.reasoning = "\n".join(r for r in reasoning if r)
-    for j, call in enumerate(msg.get("tool_calls") or []):
+    calls = msg.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ImportFormatError(
+            f"{where}.tool_calls: expected a list of tool calls, got {type(calls).__name__}"
+        )
+    for j, call in enumerate(calls):
         out.tool_calls.append(_call_from_obj(call, f"{where}.tool_calls[{j}]"))
     if isinstance(msg.get("function_call"), dict):  # legacy single function call
         out.tool_calls.append(_call_from_obj(msg["function_call"], f"{where}.function_call"))
