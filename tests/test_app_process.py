@@ -1,4 +1,4 @@
-"""``ctxscope app`` as a process: its Streamlit child never outlives it, and the network needs a token.
+"""``ctxscope app`` as a process: its Streamlit child never outlives it; the network needs a token.
 
 Real processes: the command starts ``streamlit run`` on a free loopback port; the tests stop
 the command the ways a user or a supervisor does (SIGTERM, SIGINT, SIGKILL) and check that

@@ -184,17 +184,9 @@ def xss_packets(now: datetime) -> list[Any]:
 
 
 def default_preset() -> str:
-    """The ctxscope preset; hello-agents while the ctxscope preset module is not delivered.
-
-    ``CTXSCOPE_BROWSER_PRESET`` overrides it (to run the app tests while a preset is broken).
-    """
-    import importlib.util
-
-    if os.environ.get("CTXSCOPE_BROWSER_PRESET"):
-        return os.environ["CTXSCOPE_BROWSER_PRESET"]
-    if importlib.util.find_spec("ctxcore.pipeline.ctxscope") is not None:
-        return "ctxscope"
-    return "hello-agents"
+    """The preset the browser traces are built with: ``ctxscope`` (the default);
+    ``CTXSCOPE_BROWSER_PRESET`` overrides it, e.g. to run the app tests on another preset."""
+    return os.environ.get("CTXSCOPE_BROWSER_PRESET") or "ctxscope"
 
 
 def make_traces(now: datetime | None = None) -> list[Any]:
