@@ -15,7 +15,6 @@ input, byte for byte.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from dataclasses import dataclass
@@ -24,9 +23,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ctxcore import settings
 from ctxcore.models import CapturedInput, Message, Packet, ToolDef
 
-CORPUS = Path(os.environ.get("CTXSCOPE_CORPUS", Path(__file__).resolve().parent.parent / "corpus"))
+CORPUS = settings.corpus_dir(Path(__file__).resolve().parent.parent / "corpus")
 
 NOW = datetime(2026, 1, 24, 14, 0, 0, tzinfo=UTC)
 QUERY = (

@@ -1,7 +1,8 @@
-"""Deterministic, extractive summarizers: the rungs of the degradation ladder (DESIGN §4.1).
+"""Deterministic, extractive summarizers: the rungs of the degradation ladder.
 
-When a packet does not fit, the ``ctxscope`` preset shortens it before dropping it. Each
-summarizer here keeps the lines an engineer would look for and nothing it made up:
+When a packet does not fit, the ``ctxscope`` preset shortens it before dropping it
+(docs/design.md, "Degradation ladder"). Each summarizer here keeps the lines an engineer
+would look for and nothing it made up:
 
 - history → a structured summary (range covered, user constraints, completed, open issues,
   decisions, evidence ids);

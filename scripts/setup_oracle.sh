@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the real hello-agents 0.2.8 package into its own virtual environment (DESIGN §4.3).
+# Installs the real hello-agents 0.2.8 package into its own virtual environment
+# (docs/design.md, "hello-agents").
 # Its pins differ from ours, so it never shares our venv; tests and benches talk to it through
 # scripts/ha_oracle.py run with this venv's python.
 set -euo pipefail

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from ctxcore import settings
+
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("CTXSCOPE_CORPUS", ROOT / "corpus"))
+CORPUS = settings.corpus_dir(ROOT / "corpus")
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxcore import settings
 from ctxcore.cli import main
 from ctxcore.demo.build import generate
 from ctxcore.demo.turns import trace_id_for
@@ -27,7 +28,7 @@ LOST = {Status.DROPPED, Status.FILTERED, Status.SUMMARIZED, Status.NOT_RENDERED}
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    corpus = Path(__import__("os").environ.get("CTXSCOPE_CORPUS", ROOT / "corpus"))
+    corpus = settings.corpus_dir(ROOT / "corpus")
     if not corpus.exists():
         pytest.skip(f"corpus not found at {corpus}")
     return generate(corpus, tmp_path_factory.mktemp("demo"))

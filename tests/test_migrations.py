@@ -14,7 +14,7 @@ from ctxcore.store import TraceFilter, TraceStore, migrations
 ROOT = Path(__file__).resolve().parent.parent
 ALL_VERSIONS = [(1, "base"), (2, "findings"), (3, "compressed_json")]
 
-# The schema the app and the charts are written against (DESIGN §6).
+# The schema the app and the charts are written against (docs/design.md, "Store").
 FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
     "decisions": [
         ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"),

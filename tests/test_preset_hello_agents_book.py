@@ -1,4 +1,4 @@
-"""The ``hello-agents-book`` preset against the tutorial listing as DESIGN §4.2 describes it.
+"""The ``hello-agents-book`` preset against the listing (docs/design.md, "hello-agents-book").
 
 Expected numbers are worked out by hand in each test from the listing's rules (CJK chars +
 1.3 × words, Jaccard at exactly 0.5, exp(-0.1 × age_h / 24) clipped to [0.1, 1], break fill,

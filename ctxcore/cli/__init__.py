@@ -16,9 +16,6 @@ from typing import Any
 from ctxcore import settings
 from ctxcore.errors import CtxscopeError, InputError
 
-DEFAULT_DB = str(settings.DEFAULT_DB)
-DEFAULT_TRACES = str(settings.DEFAULT_TRACES_DIR)
-
 
 def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
     """``key=value`` pairs; values are read as JSON when they parse, else as strings."""
@@ -88,10 +85,12 @@ def make_parser() -> argparse.ArgumentParser:
         prog="ctxscope", description="See and fix what an LLM agent puts into its context."
     )
     sub = p.add_subparsers(dest="command", required=True)
+    # $CTXSCOPE_DB / $CTXSCOPE_TRACES, else traces/ctxscope.duckdb and traces/
+    db, traces = str(settings.db_path()), str(settings.traces_dir())
 
     a = sub.add_parser("app", help="start the debugger (binds 127.0.0.1)")
-    a.add_argument("--db", default=DEFAULT_DB)
-    a.add_argument("--traces", default=DEFAULT_TRACES)
+    a.add_argument("--db", default=db)
+    a.add_argument("--traces", default=traces)
     a.add_argument("--port", type=int, default=settings.DEFAULT_PORT)
     a.add_argument("--host", default=settings.DEFAULT_HOST)
     a.add_argument("--token", default=None, help="required with a non-loopback --host")
@@ -106,7 +105,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("ingest", help="ingest trace files into the store")
     i.add_argument("paths", nargs="+")
-    i.add_argument("--db", default=DEFAULT_DB)
+    i.add_argument("--db", default=db)
     i.add_argument(
         "--defer-diagnostics",
         action="store_true",
@@ -116,8 +115,8 @@ def make_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_lazy("ingest", "cli_ingest"))
 
     w = sub.add_parser("watch", help="watch a folder and ingest new/appended files")
-    w.add_argument("dir", nargs="?", default=DEFAULT_TRACES)
-    w.add_argument("--db", default=DEFAULT_DB)
+    w.add_argument("dir", nargs="?", default=traces)
+    w.add_argument("--db", default=db)
     w.set_defaults(func=_lazy("ingest", "cli_watch"))
 
     e = sub.add_parser("export", help="export a trace or session")
@@ -126,20 +125,20 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--format", choices=["json", "html", "otlp"], default="json")
     e.add_argument("-o", "--output")
     e.add_argument("--no-redact", action="store_true", help="keep secrets (not recommended)")
-    e.add_argument("--db", default=DEFAULT_DB)
+    e.add_argument("--db", default=db)
     e.set_defaults(func=_lazy("exchange", "cli_export"))
 
     im = sub.add_parser("import", help="import an OpenAI request, OTLP JSON or snapshot")
     im.add_argument("file")
     im.add_argument("--format", choices=["auto", "trace", "openai", "otlp"], default="auto")
-    im.add_argument("--db", default=DEFAULT_DB)
+    im.add_argument("--db", default=db)
     im.add_argument("-o", "--output", help="write the trace JSON here instead of the store")
     im.set_defaults(func=_lazy("exchange", "cli_import"))
 
     d = sub.add_parser("demo", help="(re)generate the demo traces from the corpus")
     d.add_argument("--out", default=str(settings.DEFAULT_DEMO_DIR))
     d.add_argument("--corpus", default=None)
-    d.add_argument("--db", default=DEFAULT_DB)
+    d.add_argument("--db", default=db)
     d.set_defaults(func=_lazy("demo", "cli_demo"))
 
     c = sub.add_parser("check", help="run the diagnostics; non-zero exit on findings")

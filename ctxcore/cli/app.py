@@ -128,7 +128,7 @@ def cmd_app(args: argparse.Namespace) -> int:
     app = Path(__file__).resolve().parents[2] / "app.py"
     if not app.exists():
         raise InputError(f"{app} not found; run `ctxscope app` from a ctxscope checkout")
-    token = args.token or os.environ.get(settings.ENV_TOKEN, "")
+    token = args.token or settings.app_token()
     if not is_loopback(args.host) and not token:
         raise InputError(
             f"--host {args.host} serves every trace (and any secret in them) to the network; "

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ctxcore import settings
 from ctxcore.demo.build import DEFAULT_CORPUS, generate
 
 
@@ -15,7 +16,9 @@ def cli_demo(args: argparse.Namespace) -> int:
     Writes the session files, then loads them into the store. When the app owns the store,
     the files are already where its watcher looks, so that is said and not an error.
     """
-    corpus = Path(args.corpus) if getattr(args, "corpus", None) else DEFAULT_CORPUS
+    corpus = (
+        Path(args.corpus) if getattr(args, "corpus", None) else settings.corpus_dir(DEFAULT_CORPUS)
+    )
     paths = generate(corpus, Path(args.out))
     total = 0
     for p in paths:

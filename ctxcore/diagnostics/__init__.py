@@ -210,7 +210,6 @@ __all__ = [
     "SEVERITIES",
     "SessionDiagnosis",
     "TurnFindings",
-    "cli_check",
     "counterfactuals",
     "diagnose",
     "diagnose_session",

@@ -29,8 +29,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ctxcore import settings
+
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path(os.environ.get("CTXSCOPE_CORPUS", ROOT / "corpus"))
+CORPUS = settings.corpus_dir(ROOT / "corpus")
 CHROMIUM = os.environ.get("CTXSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
