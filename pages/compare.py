@@ -24,7 +24,7 @@ def _b_side(a: Trace) -> Trace | None:
         return widgets.trace_picker("cmp_b", "Trace B", qp_name="b", default=default)
     presets = [p for p in PRESET_NAMES if p != a.config.preset] or list(PRESET_NAMES)
     preset = st.selectbox("Preset for B", presets, key="cmp_b_preset")
-    cfg = resolve_config(Config(preset=preset), a.input)  # type: ignore[arg-type]
+    cfg = resolve_config(Config(preset=preset), a.input)
     result = state.rebuild(a, cfg, views.config_json(cfg))
     return a.model_copy(
         update={"config": cfg, "result": result, "trace_id": f"{a.trace_id} ({preset})"}
@@ -49,11 +49,11 @@ def render() -> None:
             )
             return
         ca, cb = st.columns(2)
-        for col, label, t in ((ca, "A", a), (cb, "B", b)):
+        for col, label, t, result in ((ca, "A", a, a.result), (cb, "B", b, b.result)):
             with col:
                 st.subheader(f"{label} · preset {t.config.preset}")
                 st.text(t.trace_id)
-                widgets.metrics_line(t.result)
+                widgets.metrics_line(result)
                 st.plotly_chart(figures.window_bar(t), key=f"cmp_window_{label}")
         st.subheader("Budgets per partition")
         st.dataframe(views.budgets_frame({"A": a, "B": b}), hide_index=True, key="cmp_budgets")

@@ -3,39 +3,53 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
+import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from ctxcore import figures
+from ctxcore.diagnostics import patched_config
 from ctxcore.models import Trace
 from ui import state, views, widgets
 
 
-def _figs(t: Trace) -> dict:
+@dataclass(frozen=True)
+class _Figures:
+    """What Inspect draws for one build, made once per trace (a stored trace never changes)."""
+
+    window: go.Figure
+    budgets: go.Figure
+    scatter: go.Figure
+    drift: go.Figure
+    frame: pd.DataFrame
+
+
+def _figs(t: Trace) -> _Figures:
     assert t.result is not None
     result = t.result
     tok = result.totals.tokenizer
 
-    def make() -> dict:
-        return {
-            "window": figures.window_bar(t),
-            "budgets": figures.partition_budgets(t),
-            "scatter": figures.score_scatter(t),
-            "drift": figures.tokenizer_drift(
+    def make() -> _Figures:
+        return _Figures(
+            window=figures.window_bar(t),
+            budgets=figures.partition_budgets(t),
+            scatter=figures.score_scatter(t),
+            drift=figures.tokenizer_drift(
                 views.partition_token_rows(result.prompt, tok),
                 tok if tok in ("cl100k_base", "o200k_base") else "cl100k_base",
             ),
-            "frame": views.decisions_frame(result.decisions),
-        }
+            frame=views.decisions_frame(result.decisions),
+        )
 
     return state.derived("inspect", t.trace_id, "", make)
 
 
-def _open_fix(t: Trace, patch: dict, key: str, label: str) -> None:
+def _open_fix(t: Trace, patch: dict[str, Any], key: str, label: str) -> None:
     """One click from a verified fix to the Playground with those settings."""
     if st.button(label, key=key):
-        from ctxcore.diagnostics import patched_config
-
         cfg = patched_config(t.config, patch)
         state.switch("playground", trace=t.trace_id, **views.config_to_params(cfg))
 
@@ -45,19 +59,19 @@ def _findings(t: Trace) -> None:
     if not rows:
         st.caption("No findings: the diagnostics saw nothing suspicious in this build.")
     for i, f in enumerate(rows):
-        sev = str(f.get("severity", "info"))
+        sev = f.severity
         box = {"error": st.error, "warning": st.warning}.get(sev, st.info)
-        box(views.md(f"{sev.upper()} · {f.get('detector', '')}"), icon=":material/troubleshoot:")
-        st.text(str(f.get("message", "")))
-        ids = f.get("packet_ids") or []
+        box(views.md(f"{sev.upper()} · {f.detector}"), icon=":material/troubleshoot:")
+        st.text(f.message)
+        ids = f.packet_ids
         if ids:
-            st.text("packets: " + ", ".join(map(str, ids[:12])) + (" …" if len(ids) > 12 else ""))
-        evidence = f.get("evidence") or {}
-        if f.get("fix"):
-            st.text("would have kept it: " + str(evidence.get("fix") or json.dumps(f["fix"])))
+            st.text("packets: " + ", ".join(ids[:12]) + (" …" if len(ids) > 12 else ""))
+        evidence = f.evidence
+        if f.fix:
+            st.text("would have kept it: " + str(evidence.get("fix") or json.dumps(f.fix)))
             _open_fix(
                 t,
-                f["fix"],
+                f.fix,
                 f"in_fix_{i}",
                 f"Open '{views.md(evidence.get('fix_label') or 'fix')}' in Playground",
             )
@@ -88,9 +102,9 @@ def _what_would_keep(t: Trace) -> None:
         return
     for k, cf in enumerate(found):
         c1, c2 = st.columns([3, 1])
-        c1.text(str(cf["sentence"]))
+        c1.text(cf.sentence)
         with c2:
-            _open_fix(t, cf["patch"], f"in_cf_open_{k}", "Open in Playground")
+            _open_fix(t, cf.patch, f"in_cf_open_{k}", "Open in Playground")
 
 
 def render() -> None:
@@ -112,21 +126,21 @@ def render() -> None:
     if t.result.warnings:
         for w in t.result.warnings:
             st.warning(views.md(w), icon=":material/warning:")
-    st.plotly_chart(figs["window"], key="in_window")
+    st.plotly_chart(figs.window, key="in_window")
     c1, c2 = st.columns(2)
     with c1:
-        st.plotly_chart(figs["budgets"], key="in_budgets")
+        st.plotly_chart(figs.budgets, key="in_budgets")
     with c2:
-        st.plotly_chart(figs["drift"], key="in_drift")
+        st.plotly_chart(figs.drift, key="in_drift")
     part, box = widgets.section(
         ["Decisions", "Scores", "Prompt", "Debug report", "Findings", "Config"], "in_section"
     )
     with box:
         if part == "Decisions":
-            widgets.decisions_table(figs["frame"], "in")
+            widgets.decisions_table(figs.frame, "in")
         elif part == "Scores":
             # thousands of hoverable markers: drawn when asked for, not on every open
-            st.plotly_chart(figs["scatter"], key="in_scatter")
+            st.plotly_chart(figs.scatter, key="in_scatter")
         elif part == "Prompt":
             widgets.prompt_view(t.result.prompt, "in")
         elif part == "Debug report":

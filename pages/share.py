@@ -5,21 +5,21 @@ from __future__ import annotations
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import get_args
 
 import streamlit as st
 
+from ctxcore.formats.load import Format, load_file, traces_from_value
+from ctxcore.formats.share import html_report, redact_all, snapshot_json
+from ctxcore.loading import parse_json
 from ctxcore.models import Trace
 from ui import state, widgets
 
-FORMATS = ["auto", "trace", "openai", "otlp"]
+FORMATS: list[Format] = list(get_args(Format))
 
 
 def _export(t: Trace) -> None:
     st.subheader("Export")
-    share = state.import_optional("ctxcore.formats.share")
-    if share is None:
-        st.info("Exporting needs ctxcore.formats.share, which this build does not have yet.")
-        return
     redact = st.toggle(
         "Redact secrets (API keys, tokens, passwords in URLs, private keys)",
         value=True,
@@ -31,8 +31,8 @@ def _export(t: Trace) -> None:
         name = t.trace_id if scope == "this trace" else t.session_id
 
         def make() -> tuple[str, str, dict[str, int]]:
-            out, counts = share.redact_all(traces) if redact else (traces, {})
-            return share.snapshot_json(out), share.html_report(out, redactions=counts), counts
+            out, counts = redact_all(traces) if redact else (traces, {})
+            return snapshot_json(out), html_report(out, redactions=counts), counts
 
         snap, report, counts = state.derived(
             "export", t.trace_id, f"{scope}|{redact}|{len(traces)}", make
@@ -60,10 +60,6 @@ def _export(t: Trace) -> None:
 
 def _import() -> None:
     st.subheader("Import")
-    imp = state.import_optional("ctxcore.formats.load")
-    if imp is None or not hasattr(imp, "load_file"):
-        st.info("Importing needs ctxcore.formats.load, which this build does not have yet.")
-        return
     fmt = st.selectbox(
         "Format",
         FORMATS,
@@ -88,12 +84,10 @@ def _import() -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     path = Path(tmp) / Path(up.name).name
                     path.write_bytes(up.getvalue())
-                    traces += imp.load_file(path, fmt)
+                    traces += load_file(path, fmt)
             if pasted.strip():
-                from ctxcore.loading import parse_json
-
                 data = parse_json(pasted, "pasted JSON")
-                traces += imp.traces_from_value(
+                traces += traces_from_value(
                     data,
                     fmt,
                     where="pasted JSON",

@@ -6,6 +6,7 @@ import streamlit as st
 
 from ctxcore import figures
 from ctxcore.models import Trace
+from ctxcore.pipeline.sweep import SweepGrid
 from ui import knobs, state, views, widgets
 
 #: knobs a sweep can vary, with the range offered when the trace's value is v
@@ -55,7 +56,7 @@ def _label(v: object) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _clicked_cell(event: object, xv: list, yv: list) -> tuple[int, int] | None:
+def _clicked_cell(event: object, xv: list[float], yv: list[float]) -> tuple[int, int] | None:
     """The (i, j) of a heatmap cell the user clicked, if any."""
     points = getattr(getattr(event, "selection", None), "points", None) or []
     if not points:
@@ -69,10 +70,6 @@ def _clicked_cell(event: object, xv: list, yv: list) -> tuple[int, int] | None:
 
 def render() -> None:
     st.title("Sweep")
-    sweep_mod = state.import_optional("ctxcore.pipeline.sweep")
-    if sweep_mod is None:
-        st.info("The sweep engine (ctxcore.pipeline.sweep) is not installed in this build.")
-        return
     t = widgets.trace_picker("sw")
     if t is None:
         return
@@ -100,7 +97,8 @@ def render() -> None:
             base = knobs.loosen(t.config, t.input)  # reserve/safety follow max_tokens
             grid = state.sweep(t, base, x_name, tuple(xs), y_name, tuple(ys), watch_id)
             state.ss_set("sw_grid", (t.trace_id, x_name, y_name, watch_id, grid))
-    held = state.ss_get("sw_grid")
+    # (trace id, x knob, y knob, watched packet, grid) of the last run
+    held: tuple[str, str, str, str | None, SweepGrid] | None = state.ss_get("sw_grid")
     if not held or held[0] != t.trace_id:
         st.caption("Choose the ranges and run the sweep.")
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ctxcore import figures
+from ctxcore.diagnostics import DETECTORS
 from ctxcore.store import TraceFilter
 from ui import state
 
@@ -34,24 +35,23 @@ def _diagnostics(sid: str) -> None:
     diag = state.session_diagnosis(sid)
     if diag is None:
         return
-    from ctxcore.diagnostics import DETECTORS
-
+    turns = [turn.model_dump(mode="json") for turn in diag.turns]
     st.plotly_chart(
-        figures.findings_heatmap(diag["turns"], list(DETECTORS), "Diagnostics per turn"),
+        figures.findings_heatmap(turns, list(DETECTORS), "Diagnostics per turn"),
         key="tl_findings",
     )
-    lost = diag.get("lost") or []
+    lost = diag.lost
     if lost:
         st.markdown("**First turn where it was lost**")
         st.dataframe(
             [
                 {
-                    "item": x["item"][:120],
-                    "kind": x["kind"],
-                    "first in prompt": x["first_seen_turn"],
-                    "lost at turn": x["lost_turn"],
-                    "status": x["status"],
-                    "reason": x["reason"],
+                    "item": x.item[:120],
+                    "kind": x.kind,
+                    "first in prompt": x.first_seen_turn,
+                    "lost at turn": x.lost_turn,
+                    "status": x.status,
+                    "reason": x.reason,
                 }
                 for x in lost
             ],

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, time
+from typing import get_args
 
 import pandas as pd
 import streamlit as st
 
-from ctxcore import settings
+from ctxcore.settings import SortKey
 from ctxcore.store import TraceFilter
+from ctxcore.store.tracestore import TraceRow
 from ui import state
 
 ANY = "(any)"
-SORTS = list(settings.SORT_KEYS)
+SORTS: list[SortKey] = list(get_args(SortKey))
 #: filter widgets mirrored in the URL: query name -> session key
 _QP = {
     "session": "tr_session",
@@ -108,7 +110,7 @@ def _filters() -> TraceFilter:
     )
 
 
-def _frame(rows: list) -> pd.DataFrame:
+def _frame(rows: list[TraceRow]) -> pd.DataFrame:
     # What an engineer scans first sits on the left: which turn, how it went, what was lost.
     return pd.DataFrame(
         {
@@ -122,8 +124,8 @@ def _frame(rows: list) -> pd.DataFrame:
             "summarized": [r.n_summarized for r in rows],
             "dropped": [r.n_dropped + r.n_filtered for r in rows],
             "lost must-keep": [r.lost_must_keep for r in rows],
-            "findings": [getattr(r, "n_findings", 0) for r in rows],
-            "worst": [getattr(r, "max_severity", None) or "" for r in rows],
+            "findings": [r.n_findings for r in rows],
+            "worst": [r.max_severity or "" for r in rows],
             "warnings": [r.n_warnings for r in rows],
             "preset": [r.preset for r in rows],
             "created": [r.created_at for r in rows],

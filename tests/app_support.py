@@ -7,13 +7,13 @@ real agent, and a clock that moves one minute per turn.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from datetime import timedelta
 from pathlib import Path
 
 from ctxcore.models import Config, Trace
 from ctxcore.pipeline import build_trace
+from ctxcore.settings import DEFAULT_PRESET
 from ctxcore.store import TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,20 +21,6 @@ if str(ROOT / "bench") not in sys.path:
     sys.path.insert(0, str(ROOT / "bench"))
 
 from corpus_input import corpus_input  # noqa: E402
-
-
-def available_presets() -> list[str]:
-    mods = {
-        "ctxscope": "ctxcore.pipeline.ctxscope",
-        "hello-agents": "ctxcore.pipeline.hello_agents",
-        "hello-agents-book": "ctxcore.pipeline.hello_agents_book",
-    }
-    return [p for p, m in mods.items() if importlib.util.find_spec(m) is not None]
-
-
-def default_preset() -> str:
-    presets = available_presets()
-    return "ctxscope" if "ctxscope" in presets else presets[0]
 
 
 def session(
@@ -57,7 +43,7 @@ def session(
                 "now": base.now + timedelta(minutes=k),
             }
         )
-        cfg = Config(preset=preset or default_preset(), **(config or {}))  # type: ignore[arg-type]
+        cfg = Config(preset=preset or DEFAULT_PRESET, **(config or {}))  # type: ignore[arg-type]
         out.append(
             build_trace(
                 inp,
@@ -93,7 +79,7 @@ def hostile_trace(session_id: str = "sess-evil") -> Trace:
     inp = base.model_copy(update={"packets": [*base.packets, *bait], "query": f"{EVIL} why?"})
     return build_trace(
         inp,
-        Config(preset=default_preset()),  # type: ignore[arg-type]
+        Config(preset=DEFAULT_PRESET),
         trace_id=f"evil-{EVIL_IMG}",
         session_id=session_id,
         turn=0,

@@ -81,7 +81,7 @@ def _all_keys() -> list[str]:
 
 
 def preset_defaults(preset: str, inp: CapturedInput) -> Config:
-    return resolve_config(Config(preset=preset), inp)  # type: ignore[arg-type]
+    return resolve_config(Config(preset=preset), inp)
 
 
 def load(cfg: Config, inp: CapturedInput) -> None:
@@ -161,10 +161,10 @@ def _widget(name: str, default: Any, tied: bool, max_tokens_top: int) -> None:
     label = LABELS[name]
     if kind == "ratio":
         hi = 0.95 if name == "reserve_ratio" else 1.0
-        cb: dict[str, Any] = {}
         if name in ("relevance_weight", "recency_weight"):
-            cb = {"on_change": _tie, "args": (name,)}
-        st.slider(label, 0.0, hi, step=0.01, key=k, **cb)
+            st.slider(label, 0.0, hi, step=0.01, key=k, on_change=_tie, args=(name,))
+        else:
+            st.slider(label, 0.0, hi, step=0.01, key=k)
     elif kind == "int":
         if name in AUTO:
             auto = st.toggle(
@@ -197,7 +197,7 @@ def current(inp: CapturedInput) -> Config:
     """The config the widgets describe (validated; errors name the knob)."""
     preset = str(state.ss_get(PREFIX + "preset"))
     defaults = preset_defaults(preset, inp).model_dump(exclude_none=True)
-    data: dict[str, Any] = {"preset": preset}
+    data: dict[str, object] = {"preset": preset}
     for name in views.KNOBS:
         if name in AUTO and state.ss_get(PREFIX + "auto_" + name):
             continue  # None: the preset derives it from max_tokens

@@ -16,22 +16,41 @@ rules in one place:
 from __future__ import annotations
 
 import atexit
-import importlib
-import importlib.util
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import astuple
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import streamlit as st
 
 from ctxcore import settings
+from ctxcore.diagnostics import (
+    INGEST_OPTIONS,
+    Counterfactual,
+    SessionDiagnosis,
+    diagnose,
+    diagnose_session,
+)
+from ctxcore.diagnostics import counterfactuals as search_counterfactuals
 from ctxcore.errors import CtxscopeError
-from ctxcore.models import BuildResult, Config, Trace
-from ctxcore.store.tracestore import TraceFilter, TracePage, TraceStore
+from ctxcore.models import BuildResult, Config, Finding, Trace
+from ctxcore.pipeline import build
+from ctxcore.pipeline.sweep import SweepGrid
+from ctxcore.pipeline.sweep import sweep as run_sweep
+from ctxcore.settings import SortKey
+from ctxcore.store.ingest import ingest_paths
+from ctxcore.store.tracestore import (
+    IngestErrorRow,
+    SessionRow,
+    TraceFilter,
+    TracePage,
+    TraceStore,
+)
+from ctxcore.store.watch import Watcher
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- paths
 
@@ -42,14 +61,6 @@ def db_path() -> str:
 
 def traces_dir() -> str:
     return str(settings.traces_dir().resolve())
-
-
-def has_module(name: str) -> bool:
-    """Whether an optional ctxcore module (written by another issue) is importable."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # --------------------------------------------------------------------------- errors
@@ -73,9 +84,7 @@ def guard() -> Iterator[None]:
 def _open_store(path: str, demo_dir: str) -> TraceStore:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     store = TraceStore(path)
-    if store.count() == 0 and Path(demo_dir).is_dir() and has_module("ctxcore.store.ingest"):
-        from ctxcore.store.ingest import ingest_paths
-
+    if store.count() == 0 and Path(demo_dir).is_dir():
         ingest_paths(store, [Path(demo_dir)])
     return store
 
@@ -143,15 +152,11 @@ def _warm_up() -> threading.Thread:
 
 
 @st.cache_resource(show_spinner=False)
-def _start_watcher(path: str, folder: str) -> Any:
+def _start_watcher(path: str, folder: str) -> Watcher | None:
     # One watcher per (store, folder) for the app process: traces dropped into the folder
     # are ingested by it, and pages notice through store.latest_change().
     if settings.watch_disabled():
         return None
-    if not has_module("ctxcore.store.watch"):
-        return None
-    from ctxcore.store.watch import Watcher
-
     w = Watcher(_open_store(path, str(Path(folder) / "demo")), Path(folder))
     w.start()
     # Stop the watcher thread (and its DuckDB cursor) before the interpreter tears down.
@@ -168,26 +173,21 @@ def latest_change() -> int:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _list(
-    db: str, flt: tuple[Any, ...], sort: str, descending: bool, limit: int, offset: int, ver: int
+    db: str, flt: TraceFilter, sort: SortKey, descending: bool, limit: int, offset: int, ver: int
 ) -> TracePage:
-    return store().list_traces(
-        TraceFilter(*flt),
-        sort=sort,
-        descending=descending,
-        limit=limit,
-        offset=offset,  # type: ignore[arg-type]
-    )
+    # Streamlit hashes a dataclass argument by its fields: equal filters share an entry.
+    return store().list_traces(flt, sort=sort, descending=descending, limit=limit, offset=offset)
 
 
 def list_traces(
     flt: TraceFilter,
     *,
-    sort: str = "created_at",
+    sort: SortKey = "created_at",
     descending: bool = True,
     limit: int = 50,
     offset: int = 0,
 ) -> TracePage:
-    return _list(db_path(), astuple(flt), sort, descending, limit, offset, latest_change())
+    return _list(db_path(), flt, sort, descending, limit, offset, latest_change())
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -200,11 +200,11 @@ def facets() -> dict[str, list[str]]:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _sessions(db: str, ver: int) -> list[Any]:
+def _sessions(db: str, ver: int) -> list[SessionRow]:
     return store().sessions()
 
 
-def sessions() -> list[Any]:
+def sessions() -> list[SessionRow]:
     return _sessions(db_path(), latest_change())
 
 
@@ -239,15 +239,6 @@ def get_trace(trace_id: str) -> Trace | None:
     return t
 
 
-@st.cache_data(max_entries=48, show_spinner=False)
-def _findings(db: str, trace_id: str, ver: int) -> list[dict[str, Any]]:
-    return store().findings(trace_id)
-
-
-def findings(trace_id: str) -> list[dict[str, Any]]:
-    return _findings(db_path(), trace_id, latest_change())
-
-
 def recent_trace_ids(limit: int = 200) -> list[str]:
     return [r.trace_id for r in list_traces(TraceFilter(), limit=limit).rows]
 
@@ -256,11 +247,11 @@ def recent_trace_ids(limit: int = 200) -> list[str]:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
-def _derived(db: str, kind: str, trace_id: str, key: str, _make: Callable[[], Any]) -> Any:
+def _derived(db: str, kind: str, trace_id: str, key: str, _make: Callable[[], T]) -> T:
     return _make()
 
 
-def derived(kind: str, trace_id: str, key: str, make: Callable[[], Any]) -> Any:
+def derived(kind: str, trace_id: str, key: str, make: Callable[[], T]) -> T:
     """Something expensive computed from one immutable trace (figures, frames, counts).
 
     ``make`` is not hashed: (store, kind, trace_id, key) identifies the value.
@@ -270,8 +261,6 @@ def derived(kind: str, trace_id: str, key: str, make: Callable[[], Any]) -> Any:
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def _rebuild(db: str, trace_id: str, cfg_json: str, _trace: Trace, _cfg: Config) -> BuildResult:
-    from ctxcore.pipeline import build
-
     return build(_trace.input, _cfg)
 
 
@@ -337,28 +326,19 @@ def switch(page: str, **params: str) -> None:
     st.switch_page(f"pages/{page}.py", query_params={k: v for k, v in params.items() if v})
 
 
-def import_optional(name: str) -> Any | None:
-    """The module if another issue has delivered it, else None (the page says so)."""
-    if not has_module(name):
-        return None
-    return importlib.import_module(name)
-
-
 @st.cache_resource(max_entries=8, show_spinner="Running the sweep…")
 def _sweep(
     db: str,
     trace_id: str,
     cfg_json: str,
     x: str,
-    xs: tuple[Any, ...],
+    xs: tuple[float, ...],
     y: str,
-    ys: tuple[Any, ...],
+    ys: tuple[float, ...],
     watch: str | None,
     _trace: Trace,
     _cfg: Config,
-) -> Any:
-    from ctxcore.pipeline.sweep import sweep as run_sweep
-
+) -> SweepGrid:
     return run_sweep(_trace.input, _cfg, x, list(xs), y, list(ys), watch_packet=watch)
 
 
@@ -366,11 +346,11 @@ def sweep(
     t: Trace,
     cfg: Config,
     x: str,
-    xs: tuple[Any, ...],
+    xs: tuple[float, ...],
     y: str,
-    ys: tuple[Any, ...],
+    ys: tuple[float, ...],
     watch: str | None,
-) -> Any:
+) -> SweepGrid:
     """A sweep grid over two knobs of ``cfg`` on a trace's input (cached per grid)."""
     return _sweep(db_path(), t.trace_id, cfg.model_dump_json(), x, xs, y, ys, watch, t, cfg)
 
@@ -385,11 +365,11 @@ def session_traces(session_id: str, limit: int = 500) -> list[Trace]:
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def _ingest_errors(db: str, ver: int) -> list[Any]:
+def _ingest_errors(db: str, ver: int) -> list[IngestErrorRow]:
     return store().ingest_errors()
 
 
-def ingest_errors() -> list[Any]:
+def ingest_errors() -> list[IngestErrorRow]:
     return _ingest_errors(db_path(), latest_change())
 
 
@@ -397,42 +377,30 @@ def ingest_errors() -> list[Any]:
 
 
 @st.cache_data(max_entries=16, show_spinner="Diagnosing the session…")
-def _session_diagnosis(db: str, session_id: str, ver: int) -> dict[str, Any] | None:
-    diag = import_optional("ctxcore.diagnostics")
+def _session_diagnosis(db: str, session_id: str, ver: int) -> SessionDiagnosis | None:
     traces = session_traces(session_id)
-    if diag is None or not traces:
+    if not traces:
         return None
-    result = diag.diagnose_session(traces, options=diag.INGEST_OPTIONS)
-    out: dict[str, Any] = result.model_dump(mode="json")
-    return out
+    return diagnose_session(traces, options=INGEST_OPTIONS)
 
 
-def session_diagnosis(session_id: str) -> dict[str, Any] | None:
+def session_diagnosis(session_id: str) -> SessionDiagnosis | None:
     """Findings per turn and the first turn each item was lost (no fix search: bulk)."""
     return _session_diagnosis(db_path(), session_id, latest_change())
 
 
-def trace_findings(t: Trace) -> list[dict[str, Any]]:
+def trace_findings(t: Trace) -> list[Finding]:
     """Findings of one trace with the earlier turns of its session and verified fixes."""
 
-    def make() -> list[dict[str, Any]]:
-        diag = import_optional("ctxcore.diagnostics")
-        if diag is None:
-            return findings(t.trace_id)
+    def make() -> list[Finding]:
         earlier = [s for s in session_traces(t.session_id) if s.turn < t.turn]
-        return [f.model_dump(mode="json") for f in diag.diagnose(t, session_traces=earlier)]
+        return diagnose(t, session_traces=earlier)
 
-    out: list[dict[str, Any]] = derived("diagnose", t.trace_id, "full", make)
-    return out
+    return derived("diagnose", t.trace_id, "full", make)
 
 
-def counterfactuals(t: Trace, packet_id: str) -> list[dict[str, Any]]:
+def counterfactuals(t: Trace, packet_id: str) -> list[Counterfactual]:
     """Every verified single-knob change that would have kept ``packet_id``."""
-
-    def make() -> list[dict[str, Any]]:
-        from ctxcore.diagnostics import counterfactuals as search
-
-        return [c.model_dump(mode="json") for c in search(t, packet_id)]
-
-    out: list[dict[str, Any]] = derived("counterfactual", t.trace_id, packet_id, make)
-    return out
+    return derived(
+        "counterfactual", t.trace_id, packet_id, lambda: search_counterfactuals(t, packet_id)
+    )

@@ -12,12 +12,15 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ctxcore.errors import InputError
 from ctxcore.models import PARTITIONS, BuildResult, Config, Decision, Trace
+from ctxcore.pipeline.sweep import SweepGrid
 from ctxcore.tokens import ESTIMATORS, get_counter
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&])")
@@ -133,9 +136,10 @@ def flipped(recorded: BuildResult | None, variant: BuildResult) -> pd.DataFrame:
     before = {d.packet_id: d for d in (recorded.decisions if recorded else [])}
     after = {d.packet_id: d for d in variant.decisions}
     order = list(before) + [p for p in after if p not in before]
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, str | int | None]] = []
     for pid in order:
         b, a = before.get(pid), after.get(pid)
+        either = a or b
         sb = b.status.value if b else "—"
         sa = a.status.value if a else "—"
         tb = b.tokens_after if b else None
@@ -154,7 +158,7 @@ def flipped(recorded: BuildResult | None, variant: BuildResult) -> pd.DataFrame:
         rows.append(
             {
                 "packet_id": pid,
-                "kind": (a or b).kind if (a or b) else "",
+                "kind": either.kind if either else "",
                 "status_before": sb,
                 "status_now": sa,
                 "tokens_before": tb,
@@ -204,7 +208,7 @@ def prompt_diff(a: str, b: str, name_a: str = "A", name_b: str = "B", context: i
 
 def budgets_frame(traces: Mapping[str, Trace]) -> pd.DataFrame:
     """Per partition, budget and used for each named trace (Compare's budget table)."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, dict[str, str | int | None]] = {}
     for label, t in traces.items():
         if t.result is None:
             continue
@@ -277,11 +281,19 @@ def marked_prompt(prompt: str) -> str:
     return "\n".join(out)
 
 
-def partition_token_rows(prompt: str, tokenizer: str) -> list[dict[str, Any]]:
+class TokenRow(TypedDict):
+    """One partition of a prompt as ``figures.tokenizer_drift`` draws it."""
+
+    partition: str
+    exact: int  # the real tokenizer's count
+    estimates: dict[str, int]  # estimator name -> its count
+
+
+def partition_token_rows(prompt: str, tokenizer: str) -> list[TokenRow]:
     """Per partition of the prompt: the real count and every seed estimator's count."""
     exact_name = tokenizer if tokenizer in ("cl100k_base", "o200k_base") else "cl100k_base"
     counter = get_counter(exact_name)
-    rows = []
+    rows: list[TokenRow] = []
     for seg in prompt_segments(prompt):
         rows.append(
             {
@@ -337,12 +349,12 @@ def config_to_params(cfg: Config) -> dict[str, str]:
     return out
 
 
-def params_to_config_dict(params: Mapping[str, str]) -> dict[str, Any]:
+def params_to_config_dict(params: Mapping[str, str]) -> dict[str, object]:
     """The inverse of ``config_to_params``; unknown keys are ignored (they belong to pages).
 
     Raises ``InputError`` naming the parameter when a value does not parse.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if "preset" in params:
         out["preset"] = params["preset"]
     for name, kind in KNOBS.items():
@@ -385,7 +397,7 @@ def config_json(cfg: Config) -> str:
     return json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
 
 
-def trace_summary(t: Trace) -> dict[str, Any]:
+def trace_summary(t: Trace) -> dict[str, int | None]:
     """The few numbers shown as metrics at the top of Inspect/Playground."""
     if t.result is None:
         return {"budget": None, "used": None, "kept": 0, "dropped": 0}
@@ -403,7 +415,9 @@ def trace_summary(t: Trace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- sweep
 
 
-def _grid(values: Any, nx: int, ny: int) -> list[list[float | None]]:
+def _grid(
+    values: npt.NDArray[np.int64] | npt.NDArray[np.bool_], nx: int, ny: int
+) -> list[list[float | None]]:
     rows = [list(r) for r in values] if values is not None else []
     if len(rows) == nx and nx != ny and all(len(r) == ny for r in rows):
         rows = [list(col) for col in zip(*rows, strict=True)]  # (x, y) -> (y, x)
@@ -411,11 +425,11 @@ def _grid(values: Any, nx: int, ny: int) -> list[list[float | None]]:
 
 
 def sweep_arrays(
-    grid: Any,
+    grid: SweepGrid,
 ) -> tuple[list[list[float | None]], list[list[float | None]], list[list[float | None]] | None]:
     """Tokens used, items kept and watch-in as ``z[y][x]`` lists for the heatmaps."""
     nx, ny = len(grid.x_values), len(grid.y_values)
-    watch = getattr(grid, "watch_in", None)
+    watch = grid.watch_in
     return (
         _grid(grid.tokens_used, nx, ny),
         _grid(grid.items_kept, nx, ny),

@@ -6,10 +6,9 @@ Packet text is untrusted: it is drawn with ``st.code``, ``st.text`` and datafram
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from ctxcore import figures
 from ctxcore.models import BuildResult, Trace
@@ -83,7 +82,7 @@ def metrics(result: BuildResult, before: BuildResult | None = None, per_row: int
         )
 
 
-def _summary(r: BuildResult) -> dict[str, Any]:
+def _summary(r: BuildResult) -> dict[str, int]:
     counts = views.status_counts(r.decisions)
     return {
         "budget": r.totals.available,
@@ -129,7 +128,7 @@ def decisions_table(frame: pd.DataFrame, prefix: str) -> None:
     )
 
 
-def section(options: list[str], key: str) -> tuple[str, Any]:
+def section(options: list[str], key: str) -> tuple[str, DeltaGenerator]:
     """Tabs that run lazily: only the open tab's content is computed and sent (a 2,000-packet
     prompt, JSON or scatter costs nothing while unseen). Returns (label, container)."""
     tabs = st.tabs(options, key=key, on_change="rerun")

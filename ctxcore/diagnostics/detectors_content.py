@@ -31,6 +31,7 @@ from ctxcore.diagnostics.text import (
 )
 from ctxcore.models import Finding, Reason, Severity, Status, Trace
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
+from ctxcore.scoring import bm25_relevance
 
 # --------------------------------------------------------------------------- stale_or_repeated
 
@@ -326,11 +327,7 @@ _WHITESPACE_PRESETS = frozenset({"hello-agents", "hello-agents-book"})
 
 
 def _bm25_scores(v: TraceView, ids: list[str]) -> dict[str, float]:
-    """What the ctxscope preset's CJK-aware BM25 gives each packet (empty if unavailable)."""
-    try:
-        from ctxcore.scoring import bm25_relevance
-    except ImportError:
-        return {}
+    """What the ctxscope preset's CJK-aware BM25 gives each packet."""
     texts = [v.content(i) for i in ids]
     scores = bm25_relevance(v.input.query, texts, v.exact_counter.count_many(texts))
     return {i: round(float(s), 4) for i, s in zip(ids, scores, strict=True)}

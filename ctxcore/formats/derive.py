@@ -29,6 +29,7 @@ from ctxcore.models import (
     Totals,
     Trace,
 )
+from ctxcore.pipeline import resolve_config
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish, history_id, make_partitions
 from ctxcore.tokens import TokenCounter, get_counter
 
@@ -87,16 +88,8 @@ def stable_id(*parts: Any) -> str:
 
 
 def import_config(input: CapturedInput, tokenizer: str) -> Config:
-    """The ``ctxscope`` preset's config, resolved when the preset is available."""
-    cfg = Config(preset="ctxscope", tokenizer=tokenizer)
-    try:
-        from ctxcore.pipeline import resolve_config
-
-        return resolve_config(cfg, input)
-    except ModuleNotFoundError:
-        # TODO(issue 3): the ctxscope preset is being written in parallel; until it lands
-        # the trace stores the unresolved config (preset + tokenizer).
-        return cfg
+    """The ``ctxscope`` preset's config, resolved for this input."""
+    return resolve_config(Config(preset="ctxscope", tokenizer=tokenizer), input)
 
 
 @dataclass
