@@ -20,14 +20,13 @@ or RAG tool adds inside ``build`` are captured by briefly wrapping the builder's
 from __future__ import annotations
 
 import json
-import os
 import uuid
 import warnings
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from ctxcore.capture.recorder import Recorder
 from ctxcore.models import Builder, CapturedInput, Config, Message, Packet, Trace
 from ctxcore.pipeline import build_trace
 
@@ -35,29 +34,9 @@ JSONL_NAME = "hello-agents.jsonl"
 UNTYPED = "untyped"
 
 
-class _JsonlSink:
-    """Fallback writer: one JSON line per trace, appended with a single write."""
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.path = Path(directory) / JSONL_NAME
-
-    def record(self, trace: Trace) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = (trace.to_json() + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-
-
 def _sink(recorder_or_dir: Any, session_id: str) -> Any:
     if hasattr(recorder_or_dir, "record"):
         return recorder_or_dir
-    try:
-        from ctxcore.capture.recorder import Recorder
-    except ImportError:
-        return _JsonlSink(recorder_or_dir)
     return Recorder(recorder_or_dir, session_id=session_id, file_name=JSONL_NAME)
 
 

@@ -186,7 +186,7 @@ class Recorder:
 
                 cfg = resolve_config(cfg, inp)
                 rebuilt = build(inp, cfg)
-            except (CtxscopeError, ImportError) as exc:
+            except CtxscopeError as exc:
                 metadata = {**metadata, "reconstruction_error": str(exc)}
                 rebuilt = None
             if rebuilt is not None and prompt is not None:

@@ -127,7 +127,7 @@ def rebuild(trace: Trace, patch: dict[str, Any] | None = None) -> BuildResult | 
     try:
         cfg = patched_config(trace.config, patch or {})
         return build(trace.input, cfg, counter=get_counter(cfg.tokenizer or "cl100k_base"))
-    except (CtxscopeError, ImportError):
+    except CtxscopeError:
         return None
 
 
