@@ -3,9 +3,11 @@ accepts decodes to the same data and the same store rows."""
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import json
 import random
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from pydantic import ValidationError
 
 from ctxcore import models as m
 from ctxcore.store import fastdecode
-from ctxcore.store.rows import prepare
+from ctxcore.store.rows import TraceLike, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = sorted((ROOT / "traces" / "demo").glob("*.jsonl"))
@@ -70,6 +72,47 @@ def test_demo_traces_take_the_fast_path_and_give_identical_rows() -> None:
         assert assert_agrees(raw), raw[:200]
         trace = m.Trace.model_validate_json(raw)
         assert rows(fastdecode.decode(raw), raw) == rows(trace, raw)
+
+
+def like_members(proto: type) -> dict[str, Any]:
+    """name -> return type of the read-only members of a ``rows.*Like`` protocol."""
+    return {
+        name: typing.get_type_hints(member.fget)["return"]
+        for name, member in vars(proto).items()
+        if isinstance(member, property)
+    }
+
+
+def visit(obj: Any, proto: type, seen: set[tuple[str, str]]) -> None:
+    """Read every member ``proto`` names from ``obj``, and from the objects they hold."""
+    for name, tp in like_members(proto).items():
+        value = getattr(obj, name)  # an AttributeError names what the struct lacks
+        seen.add((proto.__name__, name))
+        if value is None:
+            continue
+        inner = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+        many = typing.get_origin(tp) is collections.abc.Sequence
+        for sub in inner:
+            if getattr(sub, "_is_protocol", False):
+                for item in value if many else [value]:
+                    visit(item, sub, seen)
+
+
+def test_the_fast_path_struct_has_every_member_rows_read() -> None:
+    """``rows.TraceLike`` is the seam mypy checks ``models.Trace`` against; fastdecode's
+    struct is typed ``Any``, so this reads every member from real decoded traces."""
+    every: set[tuple[str, str]] = set()
+    todo: list[type] = [TraceLike]
+    while todo:
+        proto = todo.pop()
+        for name, tp in like_members(proto).items():
+            every.add((proto.__name__, name))
+            todo += [a for a in (tp, *typing.get_args(tp)) if getattr(a, "_is_protocol", False)]
+    seen: set[tuple[str, str]] = set()
+    for raw in demo_lines():
+        visit(fastdecode.decode(raw), TraceLike, seen)
+        visit(m.Trace.model_validate_json(raw), TraceLike, seen)
+    assert seen == every
 
 
 # Timestamps: msgspec must not accept one pydantic refuses (it may refuse more).

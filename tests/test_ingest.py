@@ -214,6 +214,7 @@ def test_worker_processes_store_exactly_what_one_process_stores(
     import tempfile
 
     import ctxcore.store.ingest as ingest_mod
+    import ctxcore.store.workers as workers_mod
 
     f = tmp_path / f"big{suffix}"
     bad = "{not json\n"
@@ -227,17 +228,17 @@ def test_worker_processes_store_exactly_what_one_process_stores(
     monkeypatch.setattr(tempfile, "tempdir", str(spill_root))
     # chunks this process parses itself (while the workers start, when it helps)
     here: list[int] = []
-    real = ingest_mod._prepare_chunk
+    real = workers_mod._prepare_chunk
 
     @functools.wraps(real)  # the pool pickles it by name: workers run the real one
     def counted(*args: Any) -> Any:
         here.append(1)
         return real(*args)
 
-    monkeypatch.setattr(ingest_mod, "_prepare_chunk", counted)
+    monkeypatch.setattr(workers_mod, "_prepare_chunk", counted)
     results = []
     for workers, helps in ((1, True), (2, False), (2, True)):
-        monkeypatch.setattr(ingest_mod, "HELP_WHILE_POOL_STARTS", helps)
+        monkeypatch.setattr(workers_mod, "HELP_WHILE_POOL_STARTS", helps)
         monkeypatch.setattr(ingest_mod, "POOL_MIN_BYTES", 0)
         monkeypatch.setattr(ingest_mod, "SMALL_FILE_BYTES", 0)
         monkeypatch.setattr(ingest_mod, "CHUNK_BYTES", 4 * 40_000)  # ~10 chunks
@@ -289,7 +290,7 @@ def test_a_worker_runs_without_pandas_and_cyclic_gc(tmp_path: Path) -> None:
     code = f"""
 import gc, sys
 import pyarrow as pa
-from ctxcore.store.ingest import _prepare_chunk, _worker_init
+from ctxcore.store.workers import _prepare_chunk, _worker_init
 _worker_init()
 assert "pandas" not in sys.modules and not gc.isenabled()
 try:
@@ -315,7 +316,7 @@ def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
     """A file replaced between the owner's read and the worker's re-read is not
     half-ingested: the worker raises, the run's transaction rolls back."""
     from ctxcore.errors import InputError
-    from ctxcore.store.ingest import _prepare_chunk
+    from ctxcore.store.workers import _prepare_chunk
 
     f = tmp_path / "t.jsonl"
     text = line(1) + line(2)

@@ -15,6 +15,8 @@ from helpers_store import T0, make_trace
 from ctxcore.errors import StoreError, StoreLockedError
 from ctxcore.models import Status, Trace
 from ctxcore.store import TraceFilter, TraceStore
+from ctxcore.store.rows import RowTables, prepare
+from ctxcore.store.tracestore import FileOffset
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -370,3 +372,117 @@ def test_threads_are_set_for_a_while_and_restored(tmp_path: Path) -> None:
         with s.threads(1):
             assert s.read_cursor().execute("SELECT current_setting('threads')").fetchall() == [(1,)]
         assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == before
+
+
+# ---- the bulk writer (what ingest loads through)
+
+
+def row_tables(traces: list[Trace], source: str = "in.jsonl") -> RowTables:
+    items = [(t, t.to_json().encode()) for t in traces]
+    return prepare(items, [source] * len(items), diagnose=False)
+
+
+def committed(s: TraceStore) -> tuple[int, int, int, int]:
+    """(traces, decisions, ingest errors, file offsets) as another cursor sees them."""
+    cur = s.read_cursor()
+    try:
+        return tuple(  # type: ignore[return-value]
+            cur.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            for table in ("traces", "decisions", "ingest_errors", "file_offsets")
+        )
+    finally:
+        cur.close()
+
+
+def offset(name: str) -> FileOffset:
+    return FileOffset(name, 10, 1, 10, 0.0, "fp")
+
+
+def test_bulk_writer_commits_everything_at_once(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "b.duckdb", diagnose=False) as s:
+        w = s.bulk_writer()
+        w.begin()
+        res = w.add(row_tables([make_trace(i, n_packets=4) for i in range(3)]))
+        assert (res.added, res.skipped, res.conflicts) == (3, 0, [])
+        w.add(row_tables([make_trace(3, n_packets=2)]))
+        w.add_errors([("in.jsonl", 7, "malformed JSON")])
+        w.add_offsets([offset("in.jsonl")])
+        assert w.in_transaction and committed(s) == (0, 0, 0, 0)
+        errors = w.commit()
+        assert [(e.file, e.line, e.message) for e in errors] == [("in.jsonl", 7, "malformed JSON")]
+        assert not w.in_transaction and committed(s) == (4, 14, 1, 1)
+        assert w.commit() == []  # nothing open: nothing to do
+        w.close()
+        t = s.get_trace(make_trace(1).trace_id)
+        assert t is not None and t == make_trace(1, n_packets=4)
+        assert len(s.decisions(make_trace(3).trace_id)) == 2
+        assert s.file_offset("in.jsonl") == offset("in.jsonl")
+
+
+def test_bulk_writer_abort_leaves_nothing(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "b.duckdb", diagnose=False) as s:
+        w = s.bulk_writer()
+        assert w.add(row_tables([make_trace(i) for i in range(5)])).added == 5
+        w.add_errors([("in.jsonl", 1, "bad")])
+        w.add_offsets([offset("in.jsonl")])
+        w.abort()
+        assert not w.in_transaction and committed(s) == (0, 0, 0, 0)
+        assert s.file_offset("in.jsonl") is None
+        # nothing of the aborted transaction is remembered: the same traces are new again
+        assert w.add(row_tables([make_trace(i) for i in range(5)])).added == 5
+        w.commit()
+        w.close()
+        assert committed(s) == (5, 25, 0, 0)
+
+
+def test_bulk_writer_dedupes_within_a_transaction(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "b.duckdb", diagnose=False) as s:
+        with s.bulk_writer() as w:
+            assert w.add(row_tables([make_trace(0), make_trace(1), make_trace(0)])).added == 2
+            res = w.add(row_tables([make_trace(1), make_trace(2, n_packets=3), make_trace(2)]))
+            # the same content is skipped; the same id with other content too, and reported
+            assert (res.added, res.skipped) == (1, 1)
+            assert res.conflicts == [(2, make_trace(2).trace_id, "in.jsonl")]
+        assert committed(s)[:2] == (3, 5 + 5 + 3)
+
+
+def test_bulk_writer_dedupes_against_the_store(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "b.duckdb", diagnose=False) as s:
+        with s.bulk_writer() as w:
+            w.add(row_tables([make_trace(i) for i in range(3)], "first.jsonl"))
+        with s.bulk_writer() as w:
+            res = w.add(row_tables([make_trace(0), make_trace(1, n_packets=2), make_trace(3)]))
+            assert (res.added, res.skipped) == (1, 1)
+            assert res.conflicts == [(1, make_trace(1).trace_id, "first.jsonl")]
+        assert s.count() == 4
+        assert len(s.decisions(make_trace(1).trace_id)) == 5  # the stored one is kept
+
+
+def test_bulk_writer_aborts_on_an_exception_and_releases_the_lock(tmp_path: Path) -> None:
+    with TraceStore(tmp_path / "b.duckdb", diagnose=False) as s:
+        with pytest.raises(RuntimeError, match="boom"), s.bulk_writer() as w:
+            w.add(row_tables([make_trace(i, n_packets=50) for i in range(20)]))
+            raise RuntimeError("boom")
+        assert committed(s) == (0, 0, 0, 0)
+        # the write lock is free: another thread can write
+        done = threading.Event()
+
+        def write() -> None:
+            s.add_traces([make_trace(99)])
+            done.set()
+
+        t = threading.Thread(target=write)
+        t.start()
+        t.join(timeout=30)
+        assert done.is_set() and s.count() == 1
+        # nothing is left running: no writer thread
+        assert not [th for th in threading.enumerate() if th.name.startswith("ctxscope-ingest")]
+
+
+def test_bulk_writer_refuses_a_read_only_store(tmp_path: Path) -> None:
+    TraceStore(tmp_path / "b.duckdb").close()
+    with TraceStore(tmp_path / "b.duckdb", read_only=True) as s:
+        w = s.bulk_writer()
+        with pytest.raises(StoreError, match="read-only"):
+            w.add(row_tables([make_trace(1)]))
+        w.close()

@@ -2,7 +2,9 @@
 
 ``TraceStore`` (``tracestore``) owns the connection and every SQL statement; ``rows`` turns
 validated traces into the Arrow rows it inserts; ``ingest`` reads trace files into it through
-its bulk writer; ``watch`` runs ingest on a folder's changes. See docs/design.md, "Store".
+its bulk writer (``readers`` finds the files and their new lines, ``workers`` parses them,
+in worker processes for big runs); ``watch`` runs ingest on a folder's changes. See
+docs/design.md, "Store".
 """
 
 from ctxcore.store.tracestore import TraceFilter, TraceStore

@@ -1,24 +1,26 @@
 """Trace -> Arrow rows: the per-column data the store bulk-inserts.
 
-Kept apart from ``store`` (the only module with SQL) because it is pure and picklable:
-ingest prepares batches in worker processes with ``prepare`` and the owning process only
-assigns ``tseq`` and inserts them (``TraceStore.insert_prepared``).
+Kept apart from ``tracestore`` (the only module with SQL) because it is pure and picklable:
+ingest turns batches of traces into ``RowTables`` in worker processes with ``prepare``, and
+the owning process only assigns ``tseq`` and inserts them (``TraceStore.bulk_writer``).
+A trace is read through ``TraceLike``: a ``models.Trace``, or the struct
+``ctxcore.store.fastdecode`` decodes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pyarrow as pa
 
+from ctxcore import diagnostics
 from ctxcore.errors import CtxscopeError
 from ctxcore.models import Finding, Status, Trace
 
@@ -102,28 +104,169 @@ def unpack_json(blob: bytes, size: int) -> bytes:
     return cast(bytes, pa.decompress(blob, decompressed_size=size, codec=_CODEC, asbytes=True))
 
 
-#: A trace as ``RowBatch`` reads it: a ``models.Trace``, or the struct ``ctxcore.store.fastdecode``
-#: decodes (same attribute names and value types).
-TraceView = Any
+class PacketLike(Protocol):
+    """A packet as ``RowBatch`` reads it (``models.Packet`` or its fastdecode struct)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def tokens(self) -> int | None: ...
+    @property
+    def relevance(self) -> float | None: ...
+    @property
+    def must_keep(self) -> bool: ...
 
 
-def diagnose_trace(trace: TraceView, raw: bytes) -> list[Finding] | None:
-    """Findings from ``ctxcore.diagnostics`` (another module, optional at import time)."""
+class MessageLike(Protocol):
+    """A history message as ``RowBatch`` reads it."""
+
+    @property
+    def content(self) -> str: ...
+
+
+class InputLike(Protocol):
+    """A captured input as ``RowBatch`` reads it."""
+
+    @property
+    def system_instructions(self) -> str: ...
+    @property
+    def history(self) -> Sequence[MessageLike]: ...
+    @property
+    def packets(self) -> Sequence[PacketLike]: ...
+
+
+class DecisionLike(Protocol):
+    """A decision as ``RowBatch`` reads it; ``status`` and ``reason`` are the StrEnums of
+    ``models`` or, from fastdecode, their plain values (Arrow stores either as the string)."""
+
+    @property
+    def packet_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def reason_text(self) -> str: ...
+    @property
+    def partition(self) -> str | None: ...
+    @property
+    def relevance(self) -> float | None: ...
+    @property
+    def recency(self) -> float | None: ...
+    @property
+    def score(self) -> float | None: ...
+    @property
+    def rank(self) -> int | None: ...
+    @property
+    def tokens_before(self) -> int: ...
+    @property
+    def tokens_after(self) -> int: ...
+    @property
+    def budget_left(self) -> int | None: ...
+
+
+class PartitionLike(Protocol):
+    """A partition's usage as ``RowBatch`` reads it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def budget(self) -> int | None: ...
+    @property
+    def used(self) -> int: ...
+    @property
+    def items(self) -> int: ...
+
+
+class ReportLike(Protocol):
+    """A build report as ``RowBatch`` reads it."""
+
+    @property
+    def budget(self) -> int: ...
+    @property
+    def used(self) -> int: ...
+
+
+class ResultLike(Protocol):
+    """A build result as ``RowBatch`` reads it."""
+
+    @property
+    def decisions(self) -> Sequence[DecisionLike]: ...
+    @property
+    def partitions(self) -> Sequence[PartitionLike]: ...
+    @property
+    def report(self) -> ReportLike: ...
+    @property
+    def warnings(self) -> Sequence[str]: ...
+
+
+class ConfigLike(Protocol):
+    """A trace's config as ``RowBatch`` reads it."""
+
+    @property
+    def preset(self) -> str: ...
+
+
+class BuilderLike(Protocol):
+    """A trace's builder as ``RowBatch`` reads it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+
+
+class OutcomeLike(Protocol):
+    """A trace's outcome as ``RowBatch`` reads it."""
+
+    @property
+    def verdict(self) -> str: ...
+
+
+class TraceLike(Protocol):
+    """A trace as ``RowBatch`` reads it: a ``models.Trace``, or the struct
+    ``ctxcore.store.fastdecode`` decodes (same attribute names and value types; the fast
+    path skips pydantic, see that module). Read-only members, so that the models' narrower
+    types (a StrEnum for ``str``, a list for a ``Sequence``) satisfy them."""
+
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def turn(self) -> int: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def builder(self) -> BuilderLike: ...
+    @property
+    def tags(self) -> Sequence[str]: ...
+    @property
+    def source_trace_id(self) -> str | None: ...
+    @property
+    def input(self) -> InputLike: ...
+    @property
+    def config(self) -> ConfigLike: ...
+    @property
+    def result(self) -> ResultLike | None: ...
+    @property
+    def outcome(self) -> OutcomeLike | None: ...
+
+
+def diagnose_trace(trace: TraceLike, raw: bytes) -> list[Finding]:
+    """Findings of ``ctxcore.diagnostics`` for one trace, with the bulk options (no
+    counterfactual fix search; Inspect adds fixes on demand)."""
+    full = trace if isinstance(trace, Trace) else Trace.model_validate_json(raw)
     try:
-        module = importlib.import_module("ctxcore.diagnostics")
-    except ImportError:
-        return None
-    diagnose: Callable[..., list[Finding]] | None = getattr(module, "diagnose", None)
-    if diagnose is None:
-        return None
-    # Bulk options skip the counterfactual fix search; Inspect adds fixes on demand.
-    options = getattr(module, "INGEST_OPTIONS", None)
-    if not isinstance(trace, Trace):
-        trace = Trace.model_validate_json(raw)
-    try:
-        return diagnose(trace) if options is None else diagnose(trace, options=options)
+        return diagnostics.diagnose(full, options=diagnostics.INGEST_OPTIONS)
     except CtxscopeError as exc:  # e.g. a captured input the preset cannot build
-        log.warning("diagnostics skipped trace %s: %s", trace.trace_id, exc)
+        log.warning("diagnostics skipped trace %s: %s", full.trace_id, exc)
         return []
 
 
@@ -138,7 +281,7 @@ class RowBatch:
 
     def add(
         self,
-        trace: TraceView,
+        trace: TraceLike,
         raw: bytes,
         blob: bytes,
         digest: str,
@@ -149,7 +292,7 @@ class RowBatch:
         tid = trace.trace_id
         packets = {p.id: p for p in trace.input.packets}
         d = self.cols["decisions"]
-        counts = dict.fromkeys(Status, 0)
+        counts: dict[str, int] = dict.fromkeys(Status, 0)
         lost = 0
         result = trace.result
         if result is not None:
@@ -314,10 +457,10 @@ def _bulk_array(values: list[Any], typ: pa.DataType) -> pa.Array:
 
 
 @dataclass
-class Prepared:
-    """Rows of a batch of traces, ready to insert; ``tseq`` holds the index in the batch
-    until ``TraceStore.insert_prepared`` assigns the real one. Picklable, so ingest can
-    prepare batches in worker processes."""
+class RowTables:
+    """The rows of a batch of traces, ready to insert; ``tseq`` holds the index in the batch
+    until the store assigns the real one. Picklable, so ingest can make them in worker
+    processes."""
 
     ids: list[str]
     digests: list[str]
@@ -326,8 +469,8 @@ class Prepared:
 
 
 def prepare(
-    items: Sequence[tuple[TraceView, bytes]], sources: Sequence[str | None], diagnose: bool = True
-) -> Prepared:
+    items: Sequence[tuple[TraceLike, bytes]], sources: Sequence[str | None], diagnose: bool = True
+) -> RowTables:
     """Turn (trace, its UTF-8 JSON) pairs into Arrow tables (and findings, when ``diagnose``)."""
     batch = RowBatch(diagnose)
     ids: list[str] = []
@@ -341,4 +484,4 @@ def prepare(
         batch.add(trace, raw, blob, digest, k, src)
         ids.append(trace.trace_id)
         digests.append(digest)
-    return Prepared(ids, digests, list(sources), batch.tables())
+    return RowTables(ids, digests, list(sources), batch.tables())

@@ -9,16 +9,22 @@ Concurrency: DuckDB lets one process open a file read-write. Inside that process
 thread gets its own cursor (``_cur``), and writes are serialised by one lock so that the
 watcher thread and the app never race on the same ``trace_id``. A second process gets
 ``StoreLockedError`` naming the holder's PID.
+
+Bulk loads (ingest) go through ``BulkWriter`` (``TraceStore.bulk_writer``): it owns their
+transactions, dedupes trace ids and streams decision rows into one INSERT while the caller
+prepares the next batch.
 """
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import json
 import logging
+import queue
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,10 +43,11 @@ from ctxcore.store import migrations
 from ctxcore.store.rows import (
     _F64,
     _I64,
+    _SCHEMAS,
     _STR,
     _TS,
-    Prepared,
     RowBatch,
+    RowTables,
     diagnose_trace,
     prepare,
     unpack_json,
@@ -163,8 +170,8 @@ class InsertResult:
     conflicts: list[tuple[int, str, str]]
 
 
-# Ingest contract (ctxcore/ingest.py): ``ingest_paths(store, paths) -> IngestCounts`` reads
-# .jsonl/.json/.jsonl.gz files (or folders of them), idempotent, per-file offsets.
+# Ingest contract (ctxcore/store/ingest.py): ``ingest_paths(store, paths) -> IngestCounts``
+# reads .jsonl/.json/.jsonl.gz files (or folders of them), idempotent, per-file offsets.
 
 _ROW_FIELDS = (
     "trace_id", "session_id", "turn", "created_at", "preset", "builder", "budget", "used",
@@ -326,7 +333,7 @@ class TraceStore:
         """Insert traces in one transaction; returns how many were new.
 
         Findings (``ctxcore.models.Finding``) are computed at insert time by
-        ``ctxcore.diagnostics.diagnose(trace)`` when that module is importable and stored in
+        ``ctxcore.diagnostics.diagnose(trace)`` (unless ``diagnose=False``) and stored in
         a ``findings`` table (trace_id, detector, severity, packet_ids, message), so the
         Traces page can filter on them (``TraceFilter.finding``)."""
         items = [(t, t.to_json().encode("utf-8", "surrogatepass")) for t in traces]
@@ -347,15 +354,15 @@ class TraceStore:
         Same ``trace_id`` and same JSON is skipped (idempotent); same id with different
         content is skipped too and returned in ``conflicts`` for the caller to report."""
         srcs = list(sources) if sources is not None else [source] * len(items)
-        return self.insert_prepared(cur, prepare(items, srcs, self.diagnose))
-
-    def insert_prepared(self, cur: duckdb.DuckDBPyConnection, prep: Prepared) -> InsertResult:
-        """Insert rows made by ``prepare`` (possibly in another process): decide which
-        traces are new, give them their ``tseq`` and bulk-insert every table."""
-        tables, res = self.plan_insert(cur, prep)
+        tables, res = self._plan_insert(cur, prepare(items, srcs, self.diagnose))
         for name, table in tables.items():
             insert_table(cur, name, table)
         return res
+
+    def bulk_writer(self) -> BulkWriter:
+        """A writer for bulk loads of prepared rows (``rows.prepare``, possibly made in
+        another process): see ``BulkWriter``."""
+        return BulkWriter(self)
 
     @contextmanager
     def threads(self, n: int) -> Iterator[None]:
@@ -379,10 +386,10 @@ class TraceStore:
             raise StoreError(f"{self.path}: the store is closed")
         return self._con.cursor()
 
-    def plan_insert(
+    def _plan_insert(
         self,
         cur: duckdb.DuckDBPyConnection,
-        prep: Prepared,
+        prep: RowTables,
         pending: dict[str, tuple[str, str | None]] | None = None,
     ) -> tuple[dict[str, pa.Table], InsertResult]:
         """Which traces of ``prep`` are new, and their rows with ``tseq`` assigned.
@@ -455,12 +462,8 @@ class TraceStore:
 
     def diagnose_pending(self, max_traces: int = 200) -> int:
         """Compute findings for traces stored with ``diagnose=False``; returns how many
-        were diagnosed (0 when none wait or ``ctxcore.diagnostics`` is not installed)."""
+        were diagnosed (0 when none wait)."""
         if self.read_only:
-            return 0
-        try:
-            importlib.import_module("ctxcore.diagnostics")
-        except ImportError:
             return 0
         rows = (
             self._cur()
@@ -478,7 +481,7 @@ class TraceStore:
         for tseq, size, blob in rows:
             raw = unpack_json(blob, size)
             trace = Trace.model_validate_json(raw)
-            found = diagnose_trace(trace, raw) or []
+            found = diagnose_trace(trace, raw)
             sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
             updates.append((int(tseq), len(found), sev))
         with self.transaction() as cur:
@@ -784,3 +787,203 @@ class TraceStore:
         )
         row = _first(row)
         return int(row[0]) if row else 0
+
+
+class _DecisionStream:
+    """One ``INSERT INTO decisions`` per transaction, fed batch by batch while the caller
+    prepares the next ones. DuckDB pulls the rows from a queue (without holding the GIL while
+    it writes), and one append this size goes to disk once: separate inserts of a few hundred
+    thousand rows each left DuckDB a rewrite of about a second at its next checkpoint."""
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, thread: ThreadPoolExecutor) -> None:
+        self._q: queue.Queue[pa.Table | None] = queue.Queue(maxsize=8)
+        schema = _SCHEMAS["decisions"]
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            while True:
+                table = self._q.get()
+                if table is None:
+                    return
+                yield from table.cast(schema).to_batches()
+
+        def run() -> None:
+            insert_table(cur, "decisions", pa.RecordBatchReader.from_batches(schema, batches()))
+
+        self._job: Future[None] = thread.submit(run)
+
+    def put(self, table: pa.Table | None) -> None:
+        while True:
+            if self._job.done():  # the INSERT failed: raise its error here
+                self._job.result()
+                raise RuntimeError("the decisions insert stopped before its input ended")
+            try:
+                self._q.put(table, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """End the input; returns once the INSERT has every row (raising what it raised)."""
+        self.put(None)
+        self._job.result()
+
+    def abort(self) -> None:
+        """End the INSERT, whatever it holds (the transaction is rolled back after)."""
+        with contextlib.suppress(Exception):
+            self.put(None)
+        with contextlib.suppress(Exception):
+            self._job.result()
+
+
+class BulkWriter:
+    """Bulk loads into the store, one transaction at a time: the ingest of many files.
+
+    ``begin()`` opens a transaction (``add``, ``add_errors`` and ``add_offsets`` open one
+    when none is open); ``commit()`` makes everything added since durable at once and
+    ``abort()`` drops it. Trace ids are deduped against the store and within the open
+    transaction: a trace already stored with the same content is skipped, with different
+    content it is skipped and reported (``InsertResult.conflicts``).
+
+    Decision rows (most of the bytes) stream into one INSERT on a thread of the writer's
+    own while the caller prepares the next batch; the other tables and the errors and file
+    offsets are inserted at the commit (they are small). Because that INSERT holds the
+    transaction's cursor, the ids already stored are looked up through a read cursor (it
+    sees committed rows) plus the ids this transaction added.
+
+    One writer serves a whole run, transaction after transaction, from one thread (the one
+    that holds the write lock). As a context manager it commits at the end, aborts on an
+    exception, and ``close()``s: ``close`` aborts what is not committed and ends the
+    writer's thread and read cursor.
+    """
+
+    def __init__(self, store: TraceStore) -> None:
+        self._store = store
+        self._cur: duckdb.DuckDBPyConnection | None = None  # the open transaction's
+        self._read_cur: duckdb.DuckDBPyConnection | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._stream: _DecisionStream | None = None
+        #: trace_id -> (digest, source) of the traces the open transaction added
+        self._added: dict[str, tuple[str, str | None]] = {}
+        self._tables: dict[str, list[pa.Table]] = {}
+        self._errors: list[tuple[str, int, str]] = []
+        self._offsets: list[FileOffset] = []
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._cur is not None
+
+    def begin(self) -> None:
+        """Open a transaction (taking the store's write lock) unless one is open."""
+        self._open()
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """The open transaction's cursor, after opening one if none is open."""
+        if self._cur is not None:
+            return self._cur
+        store = self._store
+        if store.read_only:
+            raise StoreError(f"{store.path} was opened read-only; it cannot be written")
+        store._write_lock.acquire()
+        try:
+            cur = store._cur()
+            cur.execute("BEGIN TRANSACTION")
+        except BaseException:
+            store._write_lock.release()
+            raise
+        self._cur = cur
+        return cur
+
+    def add(self, rows: RowTables) -> InsertResult:
+        """Insert the new traces of ``rows`` in the open transaction (their decision rows
+        at once, the rest at the commit); which were new, skipped or conflicting."""
+        cur = self._open()
+        if self._read_cur is None:
+            self._read_cur = self._store.read_cursor()
+        tables, res = self._store._plan_insert(self._read_cur, rows, self._added)
+        decisions = tables.pop("decisions", None)
+        if decisions is not None:
+            if self._stream is None:
+                if self._thread is None:
+                    self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
+                self._stream = _DecisionStream(cur, self._thread)
+            self._stream.put(decisions)
+        for name, table in tables.items():
+            self._tables.setdefault(name, []).append(table)
+        return res
+
+    def add_errors(self, errors: Sequence[tuple[str, int, str]]) -> None:
+        """(file, line, message) rows for ``ingest_errors``, written at the commit."""
+        self.begin()
+        self._errors += errors
+
+    def add_offsets(self, offsets: Sequence[FileOffset]) -> None:
+        """How far files were read, written at the commit: with the traces they held."""
+        self.begin()
+        self._offsets += offsets
+
+    def commit(self) -> list[IngestErrorRow]:
+        """Write what waits and commit; returns the errors written (none without an open
+        transaction). On failure the transaction is rolled back and the error raised."""
+        cur = self._cur
+        if cur is None:
+            return []
+        try:
+            if self._stream is not None:
+                stream, self._stream = self._stream, None
+                stream.close()  # the decisions INSERT has every row once this returns
+            for name in ("traces", "partitions", "findings"):
+                parts = self._tables.pop(name, [])
+                if parts:
+                    insert_table(cur, name, pa.concat_tables(parts))
+            errors = self._store.insert_errors(cur, self._errors)
+            self._store.set_file_offsets(cur, self._offsets)
+            cur.execute("COMMIT")
+        except BaseException:
+            self.abort()
+            raise
+        self._end()
+        return errors
+
+    def abort(self) -> None:
+        """Roll the open transaction back: nothing added since it began is stored."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.abort()
+        cur = self._cur
+        if cur is None:
+            return
+        try:
+            # the error on its way up (if any) says more than a failed rollback
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        self._cur = None
+        self._added, self._tables, self._errors, self._offsets = {}, {}, [], []
+        self._store._write_lock.release()
+
+    def close(self) -> None:
+        """Abort what is not committed, end the writer's thread and close its read cursor
+        (the watcher ingests often: nothing is left open)."""
+        try:
+            self.abort()
+        finally:
+            if self._thread is not None:
+                self._thread.shutdown()
+                self._thread = None
+            if self._read_cur is not None:
+                with contextlib.suppress(duckdb.Error):
+                    self._read_cur.close()
+                self._read_cur = None
+
+    def __enter__(self) -> BulkWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.close()

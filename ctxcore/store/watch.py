@@ -20,7 +20,8 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from ctxcore.errors import CtxscopeError
-from ctxcore.store.ingest import ingest_paths, is_trace_file
+from ctxcore.store.ingest import ingest_paths
+from ctxcore.store.readers import is_trace_file
 from ctxcore.store.tracestore import IngestCounts, TraceStore
 
 log = logging.getLogger("ctxscope.watch")

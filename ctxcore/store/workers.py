@@ -1,0 +1,296 @@
+"""Ingest's parse step: lines -> validated traces -> Arrow rows, here or in worker processes.
+
+``FileRun`` parses one file's lines (msgspec's fast path, ``ctxcore.store.fastdecode``,
+when the store does not diagnose at insert and ingest does not redact; else the pydantic
+models) and keeps the traces, the errors and their line numbers. The ingesting process uses
+it for small files; for a big file ``ParsePool`` hands chunks to worker processes, which
+parse them, turn them into ``RowTables`` and spill these to Arrow files the owner maps.
+Only the ingesting process touches DuckDB.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.abc
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+from pydantic import ValidationError
+
+from ctxcore import settings
+from ctxcore.errors import InputError
+from ctxcore.loading import parse_json, trace_from_obj
+from ctxcore.models import Trace
+from ctxcore.store import fastdecode
+from ctxcore.store.rows import RowTables, TraceLike, prepare
+
+#: A line this long is refused unread: no valid trace gets near it (content <= 10 MB/packet).
+MAX_LINE_BYTES = 256 * 1024 * 1024
+#: parse chunks in the ingesting process while the workers start (they import for ~0.3 s)
+HELP_WHILE_POOL_STARTS = True
+
+
+@dataclass
+class FileRun:
+    """What one file contributes: its traces, its errors and their line numbers."""
+
+    key: str
+    #: may lines skip pydantic (``ctxcore.store.fastdecode``)? Not when the store diagnoses at
+    #: insert or ingest redacts: both work on ``models.Trace``.
+    fast: bool = False
+    items: list[tuple[TraceLike, bytes]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    errors: list[tuple[str, int, str]] = field(default_factory=list)
+    redact: bool = field(default_factory=settings.redact_on_ingest)
+
+    def keep(self, lineno: int, trace: Trace, raw: bytes) -> None:
+        if self.redact:
+            from ctxcore.formats.redact import redact_trace
+
+            trace, found = redact_trace(trace)
+            if found:  # what is stored is the redacted trace, and nothing else
+                raw = trace.to_json().encode("utf-8", "surrogatepass")
+        self.items.append((trace, raw))
+        self.lines.append(lineno)
+
+    def line(self, lineno: int, raw: bytes) -> None:
+        """Parse one line of a .jsonl file (numbered ``lineno``)."""
+        if raw[:1].isspace() or raw[-1:].isspace():  # (strip copies the line)
+            raw = raw.strip()
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES:
+            self.errors.append(
+                (self.key, lineno, f"line is {len(raw):,} bytes, over the {MAX_LINE_BYTES:,}"
+                 " byte limit; capture slices or summaries of big tool outputs")
+            )  # fmt: skip
+            return
+        if self.fast and not self.redact:
+            view = fastdecode.decode(raw)  # strict JSON: NaN and Infinity are refused
+            if view is not None:
+                self.items.append((view, raw))
+                self.lines.append(lineno)
+                return
+        if b"NaN" not in raw and b"Infinity" not in raw:
+            # pydantic parses and validates in one pass. (Its JSON parser takes NaN, which
+            # JSON does not, so lines that may hold one take the strict path.)
+            try:
+                trace = Trace.model_validate_json(raw)
+            except ValidationError:
+                pass
+            else:
+                self.keep(lineno, trace, raw)
+                return
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.errors.append(
+                (self.key, lineno, f"invalid UTF-8 at byte {exc.start} of the line "
+                 f"({raw[exc.start : exc.start + 4]!r}); write the trace as UTF-8")
+            )  # fmt: skip
+            return
+        try:
+            trace = trace_from_obj(parse_json(text))
+        except InputError as exc:
+            self.errors.append((self.key, lineno, str(exc)))
+            return
+        self.keep(lineno, trace, raw)
+
+    def obj(self, lineno: int, data: Any, where: str) -> None:
+        """Validate one trace of a .json file (already parsed; ``where`` in the file)."""
+        try:
+            trace = trace_from_obj(data, where)
+        except InputError as exc:
+            self.errors.append((self.key, lineno, str(exc)))
+            return
+        self.keep(
+            lineno, trace, json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        )
+
+
+@dataclass
+class Spilled:
+    """A worker's ``RowTables`` with its Arrow tables in files: sending them down the pool's
+    pipe copied every byte three times and cost more CPU than building them."""
+
+    ids: list[str]
+    digests: list[str]
+    sources: list[str | None]
+    paths: dict[str, str]
+
+    @staticmethod
+    def save(rows: RowTables, folder: str) -> Spilled:
+        fd, base = tempfile.mkstemp(dir=folder)
+        os.close(fd)
+        os.unlink(base)
+        paths: dict[str, str] = {}
+        for name, table in rows.tables.items():
+            paths[name] = f"{base}.{name}.arrow"
+            with pa.OSFile(paths[name], "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+                w.write_table(table)
+        return Spilled(rows.ids, rows.digests, rows.sources, paths)
+
+    def load(self) -> RowTables:
+        """The tables, memory-mapped (no copy); the files are gone once read."""
+        tables: dict[str, pa.Table] = {}
+        for name, path in self.paths.items():
+            tables[name] = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+            os.unlink(path)  # the mapping outlives the name
+        return RowTables(self.ids, self.digests, self.sources, tables)
+
+
+class ParsedChunk(NamedTuple):
+    """A chunk of lines, parsed: its rows (spilled when a worker made them), its errors and
+    the numbers of the lines its traces were on, counted from 1 within the chunk."""
+
+    rows: Spilled | RowTables | None
+    errors: list[tuple[str, int, str]]
+    lines: list[int]
+    #: how many lines the chunk held
+    n_lines: int
+
+
+#: The lines of a chunk, or (offset, length, last bytes) of them in the file.
+Payload = bytes | tuple[int, int, bytes]
+#: What to do with a chunk once parsed (its rows inserted, its line numbers made the file's).
+Then = Callable[[ParsedChunk], None]
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import finder that answers "no such module" for pandas (see ``_worker_init``)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"no {name} in an ingest worker", name=name)
+        return None
+
+
+def _worker_init() -> None:
+    """Set up an ingest worker process (the pool's initializer).
+
+    - Nothing a worker does needs pandas, but pyarrow imports it the first time it builds
+      an array, to recognise pandas objects: 0.2-0.3 s of CPU per worker. A worker's
+      imports do not find it, and pyarrow carries on without it.
+    - The cyclic garbage collector is off: decoding a chunk allocates hundreds of thousands
+      of objects, none in cycles (all freed by reference counting), and the collections
+      they set off cost 13% of a worker's time. Everything imported is frozen first, and
+      ``_prepare_chunk`` collects what little is left after each chunk.
+    """
+    sys.meta_path.insert(0, _NoPandas())
+    pa.array([0])  # pyarrow's pandas check, now settled without pandas
+    gc.freeze()
+    gc.disable()
+
+
+def _prepare_chunk(
+    key: str, payload: Payload, diagnose: bool, spill_dir: str | None
+) -> ParsedChunk:
+    """Worker-process half of ingest: complete lines -> validated traces -> Arrow rows.
+
+    ``payload``: the lines, or (offset, length, last bytes) of them in the file ``key``.
+    ``spill_dir``: where a worker spills the rows; None when the ingesting process parses."""
+    if isinstance(payload, bytes):
+        data = payload
+    else:
+        start, length, tail = payload
+        with open(key, "rb") as f:
+            f.seek(start)
+            data = f.read(length)
+        if len(data) != length or not data.endswith(tail):
+            raise InputError(f"{key} changed while it was being read; ingest it again")
+    run = FileRun(key, fast=not diagnose)
+    lines = data.split(b"\n")[:-1]
+    del data
+    for lineno, raw in enumerate(lines, 1):
+        run.line(lineno, raw)
+    n_lines = len(lines)
+    del lines
+    if not run.items:
+        return ParsedChunk(None, run.errors, run.lines, n_lines)
+    rows = prepare(run.items, [key] * len(run.items), diagnose)
+    run.items.clear()
+    if spill_dir is None:
+        return ParsedChunk(rows, run.errors, run.lines, n_lines)
+    out = Spilled.save(rows, spill_dir)
+    del rows
+    if not gc.isenabled():  # a pool worker (see _worker_init): collect after each chunk
+        gc.collect()
+    return ParsedChunk(out, run.errors, run.lines, n_lines)
+
+
+class ParsePool:
+    """Worker processes that parse the chunks of big files; chunks come back in order.
+
+    Workers start with multiprocessing's forkserver, whose server imports what workers need
+    once (on its first start; later pools fork from it warm): workers start in a few ms
+    instead of importing for ~0.3 s each. The forkserver re-imports the ``__main__``
+    script: only start a pool from a script guarded by ``if __name__ == "__main__"``.
+    While the workers start, the ingesting process parses chunks itself.
+    """
+
+    def __init__(self, n_workers: int, diagnose: bool) -> None:
+        self.diagnose = diagnose
+        self.max_inflight = n_workers + 1
+        self._ready = False  # a worker has finished a chunk (they have started)
+        self._inflight: deque[tuple[Future[ParsedChunk], Then]] = deque()
+        self.spill_dir = tempfile.mkdtemp(prefix="ctxscope-ingest-")
+        ctx = get_context("forkserver")
+        ctx.set_forkserver_preload(["__main__", __name__])
+        self._pool = ProcessPoolExecutor(
+            max_workers=n_workers, mp_context=ctx, initializer=_worker_init
+        )
+        # Start the workers now, and meanwhile let pyarrow import pandas here (it does on
+        # its first array, to recognise pandas objects): inside the first chunk's insert,
+        # with the workers busy, that import stalled the pipeline for up to a second.
+        self._pool.submit(int)
+        pa.array([0])
+
+    def submit(self, key: str, payload: Payload, then: Then) -> None:
+        """Parse a chunk of the file ``key``, then call ``then`` with it. Chunks are handed
+        on in the order they were submitted: here, as far as needed to keep at most
+        ``max_inflight`` in flight, and the rest in ``drain``."""
+        inflight = self._inflight
+        if HELP_WHILE_POOL_STARTS and not self._ready and len(inflight) >= self.max_inflight:
+            # The workers are still starting (importing): this process, idle until their
+            # first chunk, parses this one itself meanwhile.
+            fut: Future[ParsedChunk] = Future()
+            try:
+                fut.set_result(_prepare_chunk(key, payload, self.diagnose, None))
+            except Exception as exc:
+                fut.set_exception(exc)
+        else:
+            fut = self._pool.submit(_prepare_chunk, key, payload, self.diagnose, self.spill_dir)
+        inflight.append((fut, then))
+        while len(inflight) > self.max_inflight:
+            if not self._ready:
+                self._ready = any(f.done() for f, _ in inflight)
+                if not self._ready and len(inflight) < 4 * self.max_inflight:
+                    return
+            self._take()
+
+    def drain(self) -> None:
+        """Hand on every chunk still in flight, in order."""
+        while self._inflight:
+            self._take()
+
+    def _take(self) -> None:
+        fut, then = self._inflight.popleft()
+        then(fut.result())
+
+    def close(self) -> None:
+        """Stop the workers (chunks not started are cancelled) and remove the spill files."""
+        self._inflight.clear()
+        try:
+            self._pool.shutdown(cancel_futures=True)
+        finally:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
