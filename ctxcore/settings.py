@@ -101,6 +101,10 @@ ENCODINGS: tuple[str, ...] = ("cl100k_base", "o200k_base")
 #: The encoding used when a trace names none (the hello-agents package's own).
 DEFAULT_ENCODING = "cl100k_base"
 
+ImportFormat = Literal["auto", "trace", "openai", "anthropic", "otlp"]
+#: What ``ctxscope import --format`` accepts (``auto`` detects it from the file).
+IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
+
 SortKey = Literal["created_at", "turn", "used", "budget", "dropped", "summarized", "session_id"]
 #: The columns the trace list can be sorted by, the default first.
 SORT_KEYS: tuple[str, ...] = get_args(SortKey)
@@ -122,6 +126,8 @@ __all__ = [
     "ENV_REDACT_ON_INGEST",
     "ENV_TOKEN",
     "ENV_TRACES",
+    "IMPORT_FORMATS",
+    "ImportFormat",
     "PRESET_NAMES",
     "SORT_KEYS",
     "PresetName",

@@ -102,7 +102,16 @@ def _otlp_doc() -> dict[str, Any]:
 def _seeds() -> list[tuple[str, Any]]:
     corpus = Path(__file__).resolve().parent.parent / "corpus"
     a02 = json.loads((corpus / "a02_sweagent_function_calling_simple.traj.json").read_text())
-    return [("openai-request", _openai_request()), ("otlp-spans", _otlp_doc()), ("swe-agent", a02)]
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "imports"
+    anthropic = json.loads(
+        (fixtures / "anthropic-messages/openinference-tool-use-in-input.request.json").read_text()
+    )
+    return [
+        ("openai-request", _openai_request()),
+        ("otlp-spans", _otlp_doc()),
+        ("swe-agent", a02),
+        ("anthropic-messages", anthropic),
+    ]
 
 
 def _mutants(doc: Any, seed: int) -> Iterator[tuple[str, Any]]:

@@ -252,7 +252,7 @@ def test_developer_and_parts_and_unknown_shapes() -> None:
         now=NOW,
     )
     assert inp.system_instructions == "You are terse."
-    assert inp.query == "look\n[image_url]"
+    assert inp.query == "look\n[image_url: x]"
     assert [(p.id, p.kind, p.must_keep) for p in inp.packets] == [("policy:msg-2", "policy", True)]
     assert [m.content for m in inp.history] == ["hi", "hello"]
     assert inp.tools[0].name == "bash"

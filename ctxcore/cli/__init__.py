@@ -130,7 +130,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     im = sub.add_parser("import", help="import an OpenAI request, OTLP JSON or snapshot")
     im.add_argument("file")
-    im.add_argument("--format", choices=["auto", "trace", "openai", "otlp"], default="auto")
+    im.add_argument("--format", choices=list(settings.IMPORT_FORMATS), default="auto")
     im.add_argument("--db", default=db)
     im.add_argument("-o", "--output", help="write the trace JSON here instead of the store")
     im.set_defaults(func=_lazy("exchange", "cli_import"))

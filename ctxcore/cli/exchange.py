@@ -10,6 +10,7 @@ from pathlib import Path
 from ctxcore import settings
 from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
+from ctxcore.formats.accounting import describe
 from ctxcore.formats.load import load_file, write_jsonl, write_text_atomic
 from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
@@ -38,6 +39,10 @@ def cli_import(args: argparse.Namespace) -> int:
         traces = [redact_trace(t)[0] for t in traces]
     warned = sum(1 for t in traces if t.result and t.result.warnings)
     summary = f"{len(traces)} trace(s) from {src}"
+    for line in describe(traces[:20]):
+        print(line)
+    if len(traces) > 20:
+        print(f"  … and {len(traces) - 20} more trace(s)")
     if args.output:
         out = Path(args.output)
         write_jsonl(traces, out)

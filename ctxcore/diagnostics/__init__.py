@@ -47,6 +47,7 @@ from ctxcore.diagnostics.counterfactual import (
 )
 from ctxcore.diagnostics.detectors import budget_flooded, greedy_waste, must_have_lost
 from ctxcore.diagnostics.detectors_content import (
+    import_loss,
     injection_like,
     relevance_blind_spot,
     stale_or_repeated,
@@ -94,6 +95,10 @@ DETECTORS: dict[str, tuple[Detector, str]] = {
     ),
     "estimate_drift": (estimate_drift, "a heuristic token count >10% off the real tokenizer"),
     "summary_coverage": (summary_coverage, "identifiers, paths and numbers a summary lost"),
+    "import_loss": (
+        import_loss,
+        "parts of an imported request or log of types ctxscope does not read (kept as text)",
+    ),
 }
 DETECTOR_IDS: tuple[str, ...] = tuple(DETECTORS)
 

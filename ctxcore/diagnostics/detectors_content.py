@@ -467,3 +467,33 @@ def summary_coverage(v: TraceView) -> list[Finding]:
             )
         )
     return out
+
+
+# --------------------------------------------------------------------------- import_loss
+
+
+def import_loss(v: TraceView) -> list[Finding]:
+    """Parts of an imported source that the importer does not read (kept as JSON text).
+
+    Importers never drop what they do not know: they keep its JSON as text in its message
+    and list its path in ``metadata.import.kept_as_text`` (``ctxcore.formats.accounting``).
+    The tokens are counted, but what the part means (a server tool call, a search result)
+    is not mapped to packets, so the decisions cannot speak about it."""
+    meta = v.trace.metadata.get("import") if isinstance(v.trace.metadata, dict) else None
+    if not isinstance(meta, dict):
+        return []
+    paths = [str(p) for p in meta.get("kept_as_text") or []]
+    total = int(meta.get("kept_as_text_total") or len(paths))
+    if not total:
+        return []
+    shown = ", ".join(paths[:5]) + (f" and {total - 5} more" if total > 5 else "")
+    return [
+        finding(
+            "import_loss",
+            "warning",
+            f"{total} part(s) of the imported {meta.get('format', 'source')} are of types "
+            f"ctxscope does not read ({shown}); they are kept as JSON text in their messages, "
+            "so their tokens count but they are not mapped to packets",
+            evidence={"paths": paths, "total": total, "format": meta.get("format")},
+        )
+    ]

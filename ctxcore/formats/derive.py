@@ -141,9 +141,28 @@ def _items(input: CapturedInput) -> list[_Item]:
 
 
 def render_prompt(messages: list[Message], tools_json: str) -> str:
-    """A readable flat form of a chat request: one ``[role]`` block per message."""
+    """A readable flat form of a chat request: one ``[role]`` block per message.
+
+    Consecutive system parts (several system or developer messages, or Anthropic's list of
+    system blocks) make one block, joined by a blank line: exactly the system instructions
+    of the captured input, so the prompt can be searched for them."""
     blocks = [f"[tools]\n{tools_json}"] if tools_json else []
-    blocks.extend(f"[{m.role}]\n{m.content}" for m in messages)
+    k = 0
+    while k < len(messages):
+        m = messages[k]
+        if m.role not in ("system", "developer"):
+            blocks.append(f"[{m.role}]\n{m.content}")
+            k += 1
+            continue
+        run = [m]
+        while k + len(run) < len(messages) and messages[k + len(run)].role in (
+            "system",
+            "developer",
+        ):
+            run.append(messages[k + len(run)])
+        label = "/".join(dict.fromkeys(r.role for r in run))
+        blocks.append(f"[{label}]\n" + "\n\n".join(r.content for r in run))
+        k += len(run)
     return "\n\n".join(blocks)
 
 

@@ -24,16 +24,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ctxcore.errors import CtxscopeError, ImportFormatError, InputError
+from ctxcore.formats import anthropic
 from ctxcore.formats.openai import traces_from_obj
 from ctxcore.formats.otlp import traces_from_otlp
 from ctxcore.loading import parse_json, read_text, trace_from_obj
 from ctxcore.models import Trace
+from ctxcore.settings import ImportFormat
 
-Format = Literal["auto", "trace", "openai", "otlp"]
+Format = ImportFormat
 SNAPSHOT_FORMAT = "ctxscope.snapshot/1"
 
 
-def detect_format(data: Any) -> Literal["trace", "openai", "otlp"]:
+def detect_format(data: Any) -> Literal["trace", "openai", "anthropic", "otlp"]:
     """Which importer a parsed JSON value belongs to."""
     if isinstance(data, dict):
         fmt = data.get("format")
@@ -52,6 +54,13 @@ def detect_format(data: Any) -> Literal["trace", "openai", "otlp"]:
         )
     ):
         return "trace"
+    if anthropic.looks_like(data) or (
+        isinstance(data, list) and data and all(anthropic.looks_like(x) for x in data)
+    ):
+        return "anthropic"
+    if isinstance(data, dict) and isinstance(data.get("request"), dict):
+        if anthropic.looks_like(data["request"]):
+            return "anthropic"
     return "openai"
 
 
@@ -90,6 +99,8 @@ def traces_from_value(
             return traces_from_snapshot_or_trace(data, where)
         if kind == "otlp":
             return traces_from_otlp(data)
+        if kind == "anthropic":
+            return anthropic.traces_from_obj(data, default_now=default_now)
         return traces_from_obj(data, session_id=session_id, default_now=default_now)
     except CtxscopeError:
         raise

@@ -32,11 +32,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ctxcore.errors import ImportFormatError
+from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace, stable_id
 from ctxcore.loading import error_message
 from ctxcore.models import CapturedInput, Message, Packet, ToolDef, Trace
 
 BUILDER_NAME = "import/openai"
+FORMAT = "openai-chat"
 
 
 @dataclass
@@ -59,6 +61,12 @@ class NormMessage:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None  # for tool results
     name: str | None = None
+    #: the message id in the trace (default ``msg-<index>``)
+    id: str | None = None
+    #: images, audio, documents: what each was (type, media type, size), kept in metadata
+    media: list[dict[str, Any]] = field(default_factory=list)
+    #: anything else worth keeping beside the text (cache_control marks, is_error, …)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _args_text(args: Any) -> str:
@@ -101,8 +109,58 @@ def _call_from_obj(obj: Any, where: str) -> ToolCall:
     )
 
 
-def normalize_message(msg: Any, index: int) -> NormMessage:
-    """Reduce one message of any supported shape to a ``NormMessage``."""
+_MEDIA_PARTS = frozenset(
+    {
+        "image_url",
+        "input_image",
+        "image",
+        "input_audio",
+        "audio",
+        "file",
+        "input_file",
+        "blob",
+        "uri",
+    }
+)
+
+
+def _media_part(part: dict[str, Any], ptype: str, path: str) -> tuple[str, dict[str, Any]]:
+    """A placeholder line for an image/audio/file part, and what it was (no payload)."""
+    info: dict[str, Any] = {"type": ptype, "path": path}
+    nested = part.get(ptype)
+    inner: dict[str, Any] = nested if isinstance(nested, dict) else part
+    for key in ("mime_type", "media_type", "format", "filename", "file_id", "detail"):
+        if isinstance(inner.get(key), str):
+            info[key] = inner[key]
+    url = inner.get("url") if isinstance(inner.get("url"), str) else part.get("image_url")
+    if isinstance(url, str):
+        if url.startswith("data:"):
+            info["bytes"] = len(url.partition(",")[2]) * 3 // 4
+            info["media_type"] = url[5:].partition(";")[0]
+        else:
+            info["url"] = url
+    data = inner.get("data") if isinstance(inner.get("data"), str) else inner.get("file_data")
+    if isinstance(data, str):
+        info["bytes"] = len(data) * 3 // 4
+    desc = " ".join(
+        str(x)
+        for x in (
+            info.get("media_type") or info.get("mime_type") or info.get("format"),
+            f"{info['bytes']:,} bytes" if "bytes" in info else None,
+            info.get("url"),
+            info.get("filename"),
+        )
+        if x
+    )
+    return f"[{ptype}{': ' + desc if desc else ''}]", info
+
+
+def normalize_message(msg: Any, index: int, tally: Tally | None = None) -> NormMessage:
+    """Reduce one message of any supported shape to a ``NormMessage``.
+
+    ``tally`` (when given) counts what the message holds and records parts of unknown
+    types, which are kept as their JSON text rather than dropped."""
+    tally = tally if tally is not None else Tally("openai-chat")
     where = f"messages[{index}]"
     if not isinstance(msg, dict):
         raise ImportFormatError(f"{where}: a message must be an object, got {type(msg).__name__}")
@@ -110,6 +168,11 @@ def normalize_message(msg: Any, index: int) -> NormMessage:
     if not isinstance(role, str) or not role:
         raise ImportFormatError(f"{where}: missing 'role' (expected system/user/assistant/tool)")
     out = NormMessage(index=index, role=role, text="")
+    tally.add("messages")
+    if role in ("system", "developer"):
+        tally.add("system_parts")
+    elif role in ("tool", "function", "ipython"):
+        tally.add("tool_results")
     content = msg.get("content")
     if "parts" in msg and content is None:
         content = msg["parts"]
@@ -124,6 +187,9 @@ def normalize_message(msg: Any, index: int) -> NormMessage:
             if not isinstance(part, dict):
                 raise ImportFormatError(f"{pw}: a content part must be an object or a string")
             ptype = part.get("type", "text")
+            if not isinstance(ptype, str):
+                texts.append(tally.keep_unknown(pw, part))
+                continue
             value = part.get("text", part.get("content", part.get("value")))
             if ptype in ("text", "input_text", "output_text", "refusal"):
                 texts.append(text_of(value if ptype != "refusal" else part.get("refusal", value)))
@@ -131,11 +197,19 @@ def normalize_message(msg: Any, index: int) -> NormMessage:
                 reasoning.append(text_of(value if value is not None else part.get("thinking")))
             elif ptype == "tool_call":
                 out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
+                tally.add("tool_calls")
             elif ptype == "tool_call_response":
                 out.tool_call_id = str(part["id"]) if part.get("id") else out.tool_call_id
                 texts.append(text_of(part.get("response", part.get("result", value))))
-            else:  # images, audio, files: a placeholder keeps the shape visible
-                texts.append(f"[{ptype}]")
+                if role not in ("tool", "function", "ipython"):
+                    tally.add("tool_results")
+            elif ptype in _MEDIA_PARTS:
+                line, info = _media_part(part, str(ptype), pw)
+                texts.append(line)
+                out.media.append(info)
+                tally.add("media")
+            else:  # a part we do not know: kept whole, as JSON text, and reported
+                texts.append(tally.keep_unknown(pw, part))
     elif content is not None:
         texts.append(text_of(content))
     out.text = "\n".join(texts)
@@ -147,8 +221,10 @@ def normalize_message(msg: Any, index: int) -> NormMessage:
         )
     for j, call in enumerate(calls):
         out.tool_calls.append(_call_from_obj(call, f"{where}.tool_calls[{j}]"))
+        tally.add("tool_calls")
     if isinstance(msg.get("function_call"), dict):  # legacy single function call
         out.tool_calls.append(_call_from_obj(msg["function_call"], f"{where}.function_call"))
+        tally.add("tool_calls")
     tcid = msg.get("tool_call_id")
     if tcid is None and isinstance(msg.get("tool_call_ids"), list) and msg["tool_call_ids"]:
         tcid = msg["tool_call_ids"][0]  # SWE-agent trajectories
@@ -248,17 +324,18 @@ def _captured_input_from_norm(
     seen_conversation = False
     for m in msgs:
         try:
-            mid = f"msg-{m.index}"
+            mid = m.id or f"msg-{m.index}"
+            side = _side_metadata(m)
             late_developer = seen_conversation and m.role == "developer"
             if m.role in ("system", "developer") and not late_developer:
                 system.append(m.text)
-                flat.append(Message(role=m.role, content=m.text, id=mid))
+                flat.append(Message(role=m.role, content=m.text, id=mid, metadata=side))
                 continue
             if m.role == "developer":
                 packets.append(
                     Packet(id=f"policy:{mid}", kind="policy", content=m.text, must_keep=True)
                 )
-                flat.append(Message(role=m.role, content=m.text, id=mid))
+                flat.append(Message(role=m.role, content=m.text, id=mid, metadata=side))
                 continue
             seen_conversation = True
             if m.role in ("tool", "function", "ipython"):
@@ -276,19 +353,24 @@ def _captured_input_from_norm(
                     pid = f"tool:{cid}#{n}"
                     n += 1
                 seen_ids.add(pid)
-                meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid}
+                meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid, **side}
                 name = m.name or (call.name if call else None)
                 if name:
                     meta["name"] = name
                 packets.append(Packet(id=pid, kind="tool_result", content=m.text, metadata=meta))
                 flat.append(
-                    Message(role="tool", content=m.text, id=mid, metadata={"tool_call_id": cid})
+                    Message(
+                        role="tool",
+                        content=m.text,
+                        id=mid,
+                        metadata={"tool_call_id": cid, **side},
+                    )
                 )
                 continue
             if m.index == last_user:
-                flat.append(Message(role="user", content=m.text, id=mid))
+                flat.append(Message(role="user", content=m.text, id=mid, metadata=side))
                 continue
-            meta = {}
+            meta = dict(side)
             content = m.text
             if m.tool_calls:
                 calls = []
@@ -311,7 +393,7 @@ def _captured_input_from_norm(
         except ValidationError as exc:
             raise ImportFormatError(f"messages[{m.index}] ({m.role}): {_first_error(exc)}") from exc
     if query is None:
-        query = next((m.text for m in msgs if m.index == last_user), "")
+        query = next((m.text for m in msgs if m.index == last_user and m.role == "user"), "")
     inp = CapturedInput(
         query=query,
         now=now,
@@ -323,6 +405,13 @@ def _captured_input_from_norm(
         output_reserve=output_reserve,
     )
     return inp, flat
+
+
+def _side_metadata(m: NormMessage) -> dict[str, Any]:
+    side: dict[str, Any] = dict(m.extra)
+    if m.media:
+        side["media"] = list(m.media)
+    return side
 
 
 def captured_input_from_messages(
@@ -390,8 +479,10 @@ def trace_from_request(
                 else type(request).__name__
             )
         )
-    norm = [normalize_message(m, i) for i, m in enumerate(request["messages"])]
+    tally = Tally(FORMAT)
+    norm = [normalize_message(m, i, tally) for i, m in enumerate(request["messages"])]
     tools = parse_tools(request.get("tools"))
+    tally.add("tools", len(tools))
     when = now or _created(request) or default_now or datetime.now(UTC)
     window = request.get("window") if isinstance(request.get("window"), int) else None
     reserve = request.get("max_completion_tokens", request.get("max_tokens"))
@@ -424,6 +515,7 @@ def trace_from_request(
         created_at=when,
         usage=usage,
         output=output,
+        metadata={"import": tally.to_metadata()},
     )
 
 

@@ -1,0 +1,121 @@
+"""What an import found in its source, so that nothing is lost without a word.
+
+Every importer counts what the source holds (messages, system parts, tool calls, tool
+results, tool definitions, images and documents) while it reads, and records every part it
+does not know: such a part is never dropped; its JSON is kept as text in the message it
+belongs to, and its path is listed (``messages[3].content[1].type='server_tool_use'``).
+The tally travels in the trace as ``metadata["import"]``; ``ctxscope import`` prints it
+against what reached the trace, and the ``import_loss`` detector reports the unknown parts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxcore.models import Trace
+
+#: What is counted on both sides, in the order ``ctxscope import`` prints it.
+COUNTED: tuple[str, ...] = (
+    "messages",
+    "system_parts",
+    "tool_calls",
+    "tool_results",
+    "tools",
+    "media",
+)
+LABELS = {
+    "messages": "messages",
+    "system_parts": "system parts",
+    "tool_calls": "tool calls",
+    "tool_results": "tool results",
+    "tools": "tool definitions",
+    "media": "images/documents",
+}
+#: How many unknown-part paths one trace lists (the total is always kept).
+MAX_LISTED = 50
+#: Longest JSON text kept for one unknown part (its size is said when cut).
+MAX_UNKNOWN_CHARS = 20_000
+
+
+@dataclass
+class Tally:
+    """Counts of what a source holds, and the parts an importer kept only as text."""
+
+    format: str
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
+    unknown: list[str] = field(default_factory=list)
+    unknown_total: int = 0
+    cache_control: list[str] = field(default_factory=list)
+
+    def add(self, what: str, n: int = 1) -> None:
+        self.counts[what] += n
+
+    def keep_unknown(self, path: str, part: Any) -> str:
+        """Record a part of a type this importer does not know and return the text that
+        keeps it in its message: the part's JSON (cut past ``MAX_UNKNOWN_CHARS``)."""
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind is None and isinstance(part, dict) and len(part) == 1:
+            kind = next(iter(part))  # Bedrock/Gemini style: {"toolUse": {...}}
+        self.unknown_total += 1
+        if len(self.unknown) < MAX_LISTED:
+            self.unknown.append(f"{path}.type={kind!r}" if kind else path)
+        text = json.dumps(part, ensure_ascii=False, default=str)
+        if len(text) > MAX_UNKNOWN_CHARS:
+            text = text[:MAX_UNKNOWN_CHARS] + f"… [{len(text):,} chars of JSON, cut]"
+        return text
+
+    def to_metadata(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"format": self.format, "source": dict(self.counts)}
+        if self.unknown_total:
+            out["kept_as_text"] = list(self.unknown)
+            out["kept_as_text_total"] = self.unknown_total
+        if self.cache_control:
+            out["cache_control"] = list(self.cache_control[:MAX_LISTED])
+        return out
+
+
+def imported_counts(trace: Trace) -> dict[str, int]:
+    """The same counts, read from what reached the trace."""
+    messages = (trace.result.messages if trace.result is not None else None) or []
+    # A source message may become several (an Anthropic user message holding tool results
+    # becomes one tool message per result, then the text): ids ``msg-<i>`` / ``msg-<i>.<j>``
+    # name the source message each came from.
+    sources = {(m.id or "").split(".")[0] for m in messages if (m.id or "").startswith("msg-")}
+    return {
+        "messages": len(sources),
+        "system_parts": sum(1 for m in messages if m.role in ("system", "developer")),
+        "tool_calls": sum(len(m.metadata.get("tool_calls") or []) for m in messages),
+        "tool_results": sum(1 for p in trace.input.packets if p.kind == "tool_result"),
+        "tools": len(trace.input.tools),
+        "media": sum(len(m.metadata.get("media") or []) for m in messages),
+    }
+
+
+def describe(traces: list[Trace]) -> list[str]:
+    """Lines for ``ctxscope import``: per format, source counts against what came through,
+    and every part kept only as text."""
+    lines: list[str] = []
+    for t in traces:
+        meta = t.metadata.get("import") if isinstance(t.metadata, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("source"), dict):
+            continue
+        src: dict[str, int] = meta["source"]
+        got = imported_counts(t)
+        parts = []
+        for key in COUNTED:
+            a, b = int(src.get(key, 0)), got[key]
+            if a or b:
+                parts.append(f"{a} {LABELS[key]}" if a == b else f"{LABELS[key]} {a} → {b}")
+        where = f"turn {t.turn}" if len(traces) > 1 else "source"
+        lines.append(f"  {where} ({meta.get('format')}): " + (", ".join(parts) or "empty"))
+        for path in meta.get("kept_as_text") or []:
+            lines.append(f"    kept as JSON text (a part this importer does not know): {path}")
+        more = int(meta.get("kept_as_text_total", 0) or 0) - len(meta.get("kept_as_text") or [])
+        if more > 0:
+            lines.append(f"    … and {more} more part(s) kept as JSON text")
+    return lines
+
+
+__all__ = ["COUNTED", "LABELS", "Tally", "describe", "imported_counts"]
