@@ -39,7 +39,7 @@ def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ctxcore.loading import config_from_obj, load_config, load_input_or_trace
+    from ctxcore.loading import config_from_obj, input_from_obj, load_config, load_input_or_trace
     from ctxcore.models import Config
     from ctxcore.pipeline import build_trace
 
@@ -54,7 +54,15 @@ def cmd_build(args: argparse.Namespace) -> int:
             # Another preset's resolved knobs do not carry over; start from its defaults.
             base = {}
         base["preset"] = args.preset
-    base.update(parse_set(args.set or []))
+    sets = parse_set(args.set or [])
+    # the window and output reserve are facts of the model call (the captured input), not
+    # builder knobs, but --set is where a user looks for them
+    facts = {k: sets.pop(k) for k in ("window", "output_reserve") if k in sets}
+    if facts:
+        inp = input_from_obj({**inp.model_dump(mode="json"), **facts}, "input (after --set)")
+        if "window" in facts and "max_tokens" not in sets:
+            base.pop("max_tokens", None)  # the budget follows the new window
+    base.update(sets)
     cfg: Config = config_from_obj(base, "config (after --config/--preset/--set)")
     out = build_trace(
         inp,
@@ -129,10 +137,12 @@ def make_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_lazy("exchange", "cli_export"))
 
     im = sub.add_parser("import", help="import an OpenAI request, OTLP JSON or snapshot")
-    im.add_argument("file")
+    im.add_argument("paths", nargs="+", metavar="PATH", help="files, folders or glob patterns")
     im.add_argument("--format", choices=list(settings.IMPORT_FORMATS), default="auto")
     im.add_argument("--db", default=db)
     im.add_argument("-o", "--output", help="write the trace JSON here instead of the store")
+    im.add_argument("--window", type=int, help="the model's context window, if the file lacks it")
+    im.add_argument("--model", help="the model that served the request (sets the window)")
     im.set_defaults(func=_lazy("exchange", "cli_import"))
 
     d = sub.add_parser("demo", help="(re)generate the demo traces from the corpus")

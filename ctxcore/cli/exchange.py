@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from ctxcore import settings
 from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
 from ctxcore.formats.accounting import describe
+from ctxcore.formats.derive import with_window
 from ctxcore.formats.load import load_file, write_jsonl, write_text_atomic
 from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
@@ -29,12 +31,55 @@ def _to_store(traces: list[Trace], db: str, source: str) -> int:
         return store.add_traces(traces, source=source)
 
 
+def import_sources(specs: list[str]) -> list[Path]:
+    """The files named: files as they are, every regular file below a folder (hidden ones
+    skipped), and glob patterns the shell did not expand (``'logs/*.jsonl'``)."""
+    out: list[Path] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            if not found:
+                raise InputError(f"{path}: the folder holds no files to import")
+            out.extend(found)
+        elif not path.exists() and any(ch in spec for ch in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+            if not matches:
+                raise InputError(f"{spec}: no file matches this pattern")
+            out.extend(matches)
+        else:
+            out.append(path)
+    return list(dict.fromkeys(out))
+
+
 def cli_import(args: argparse.Namespace) -> int:
-    """``ctxscope import FILE [--format ...] [--db PATH] [-o FILE]``."""
+    """``ctxscope import PATH... [--format ...] [--window N] [--model M] [--db PATH] [-o FILE]``."""
     from ctxcore.formats.redact import redact_trace
 
-    src = Path(args.file)
-    traces = load_file(src, args.format)
+    sources = import_sources(list(args.paths))
+    traces: list[Trace] = []
+    failed: list[str] = []
+    for path in sources:
+        try:
+            traces.extend(load_file(path, args.format))
+        except CtxscopeError as exc:
+            if len(sources) == 1:
+                raise
+            # one unreadable file among many: said, and the others still imported
+            failed.append(str(exc))
+            print(f"ctxscope import: error: {exc}", file=sys.stderr)
+    if not traces:
+        raise InputError(f"nothing imported: all {len(sources)} file(s) failed (see above)")
+    if args.window is not None and args.window <= 0:
+        raise InputError(f"--window {args.window}: a context window is a positive token count")
+    if args.window is not None or args.model:
+        traces = [with_window(t, window=args.window, model=args.model) for t in traces]
+    src = sources[0] if len(sources) == 1 else Path(f"{len(sources)} files")
     if settings.redact_on_ingest():
         traces = [redact_trace(t)[0] for t in traces]
     warned = sum(1 for t in traces if t.result and t.result.warnings)
@@ -47,7 +92,7 @@ def cli_import(args: argparse.Namespace) -> int:
         out = Path(args.output)
         write_jsonl(traces, out)
         print(f"imported {summary} -> {out}")
-        return 0
+        return 1 if failed else 0
     db = getattr(args, "db", None) or str(settings.db_path())
     try:
         added = _to_store(traces, db, str(src))
@@ -67,7 +112,7 @@ def cli_import(args: argparse.Namespace) -> int:
             print(f"  ... and {len(traces) - 3} more")
         if warned:
             print(f"{warned} trace(s) carry warnings; open them in the app to see why")
-        return 0
+        return 1 if failed else 0
     out = folder / _drop_name(src, traces)
     write_jsonl(traces, out)
     print(
@@ -75,7 +120,7 @@ def cli_import(args: argparse.Namespace) -> int:
         "that app watches: it ingests them from there",
         file=sys.stderr,
     )
-    return 0
+    return 1 if failed else 0
 
 
 def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:

@@ -195,6 +195,13 @@ class TraceView:
         return again if again is not None and again.prompt == self.prompt else None
 
     @property
+    def window_known(self) -> bool:
+        """False for an imported prompt whose model's window nobody knows: its totals use the
+        prompt's own size, so shares of "the window" and overflow mean nothing."""
+        meta = self.trace.metadata.get("import") if isinstance(self.trace.metadata, dict) else None
+        return not (isinstance(meta, dict) and meta.get("window_known") is False)
+
+    @property
     def budget(self) -> int:
         totals = self.result.totals
         return totals.available if totals.available > 0 else totals.window

@@ -194,9 +194,11 @@ _ROOM = frozenset({Reason.NO_ROOM, Reason.AFTER_BREAK, Reason.PARTITION_FULL})
 def budget_flooded(v: TraceView) -> list[Finding]:
     out: list[Finding] = []
     budget = v.budget
-    if budget <= 0:
-        return out
     kept = [d for d in v.decisions if d.status in IN_PROMPT]
+    if budget <= 0 or not v.window_known:
+        # no window to be flooded (an import of an unknown model): only the noise check
+        out.extend(_noise(v, kept))
+        return out
     starved = [d for d in v.decisions if d.status in LOST and d.reason in _ROOM]
     for d in kept:
         share = d.tokens_after / budget

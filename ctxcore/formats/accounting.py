@@ -108,7 +108,7 @@ def describe(traces: list[Trace]) -> list[str]:
             a, b = int(src.get(key, 0)), got[key]
             if a or b:
                 parts.append(f"{a} {LABELS[key]}" if a == b else f"{LABELS[key]} {a} → {b}")
-        where = f"turn {t.turn}" if len(traces) > 1 else "source"
+        where = f"{t.session_id} turn {t.turn}" if len(traces) > 1 else "source"
         lines.append(f"  {where} ({meta.get('format')}): " + (", ".join(parts) or "empty"))
         for path in meta.get("kept_as_text") or []:
             lines.append(f"    kept as JSON text (a part this importer does not know): {path}")

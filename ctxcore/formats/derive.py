@@ -171,7 +171,6 @@ def derive_result(
     messages: list[Message],
     counter: TokenCounter,
     *,
-    window_fallback: int | None = None,
     warnings: list[str] | None = None,
 ) -> BuildResult:
     """Decisions, partitions and totals for a prompt that was sent as it is."""
@@ -182,12 +181,12 @@ def derive_result(
     used = sum(counts)
     reserve = input.output_reserve or 0
     warns = list(warnings or [])
-    window = input.window or window_fallback
+    window = input.window
     if window is None:
         window = used + reserve
         warns.append(
             "the model's context window is unknown; the totals use the prompt's own size "
-            "(pass --window or set input.window to see the free space)"
+            "(pass ctxscope import --window N or --model NAME to see the free space)"
         )
     available = max(window - reserve, 0)
     if used > available:
@@ -239,9 +238,27 @@ def derive_result(
     )
 
 
+def reported_prompt_tokens(usage: dict[str, int]) -> int | None:
+    """The whole prompt as the provider counted it. OpenAI's ``prompt_tokens`` (and Gemini's
+    ``promptTokenCount``) include cached tokens; Anthropic's ``input_tokens`` excludes what
+    was read from or written to the cache, so those are added back."""
+    for key in ("prompt_tokens", "promptTokenCount", "prompt_token_count"):
+        if isinstance(usage.get(key), int):
+            return usage[key]
+    if isinstance(usage.get("input_tokens"), int):
+        cached = sum(
+            int(usage.get(k, 0) or 0)
+            for k in ("cache_read_input_tokens", "cache_creation_input_tokens")
+        )
+        return usage["input_tokens"] + cached
+    if isinstance(usage.get("inputTokens"), int):  # Bedrock Converse
+        return usage["inputTokens"]
+    return None
+
+
 def usage_warning(usage: dict[str, int], used: int, tokenizer: str) -> str | None:
     """A warning when the provider's prompt count and ours differ by more than 10%."""
-    reported = usage.get("prompt_tokens", usage.get("input_tokens"))
+    reported = reported_prompt_tokens(usage)
     if reported is None or reported <= 0:
         return None
     diff = (used - reported) / reported
@@ -269,17 +286,40 @@ def make_trace(
     metadata: dict[str, Any] | None = None,
     tags: list[str] | None = None,
 ) -> Trace:
-    """Wrap an imported input and its derived result in a ``ctxscope.trace/1`` trace."""
+    """Wrap an imported input and its derived result in a ``ctxscope.trace/1`` trace.
+
+    The model's window, when the request does not say it but the model is well known,
+    goes into the captured input (so ``build``, the Playground and Compare budget against
+    it, not a default); where it stays unknown the trace says so
+    (``metadata.import.window_known = false``) and no detector measures against it."""
     tok = tokenizer_for_model(model)
+    meta = dict(metadata or {})
+    imp = dict(meta.get("import") or {}) if isinstance(meta.get("import"), dict) else {}
+    if input.window is not None:
+        imp.setdefault("window_source", "the request")
+    elif known_window(model) is not None:
+        input = input.model_copy(update={"window": known_window(model)})
+        imp["window_source"] = f"the context window of {model} (ctxscope's model table)"
+    else:
+        imp["window_known"] = False
     cfg = import_config(input, tok)
     counter = get_counter(cfg.tokenizer or tok)
-    result = derive_result(input, messages, counter, window_fallback=known_window(model))
+    result = derive_result(input, messages, counter)
     usage = dict(usage or {})
+    reported = reported_prompt_tokens(usage)
+    if reported is not None:
+        imp["prompt_tokens"] = {
+            "reported": reported,
+            "counted": result.totals.used,
+            "difference": result.totals.used - reported,
+            "tokenizer": counter.name,
+        }
     warn = usage_warning(usage, result.totals.used, counter.name)
     if warn is not None:
         result = result.model_copy(update={"warnings": [*result.warnings, warn]})
     outcome = Outcome(output=output, usage=usage) if (usage or output is not None) else None
-    meta = dict(metadata or {})
+    if imp:
+        meta["import"] = imp
     if model:
         meta.setdefault("model", model)
     return Trace(
@@ -294,4 +334,39 @@ def make_trace(
         config=cfg,
         result=result,
         outcome=outcome,
+    )
+
+
+def with_window(trace: Trace, *, window: int | None = None, model: str | None = None) -> Trace:
+    """The same imported trace re-derived with the window (or the model) the user knows,
+    e.g. ``ctxscope import --window 200000`` or ``--model claude-sonnet-4``."""
+    if trace.result is None:
+        return trace
+    meta = dict(trace.metadata)
+    imp = dict(meta.get("import") or {}) if isinstance(meta.get("import"), dict) else {}
+    imp.pop("window_known", None)
+    imp.pop("window_source", None)
+    inp = trace.input
+    if window is not None:
+        inp = inp.model_copy(update={"window": window})
+        imp["window_source"] = "--window"
+    elif model is not None:
+        inp = inp.model_copy(update={"window": None})
+    if model is not None:
+        meta["model"] = model
+    meta["import"] = imp
+    outcome = trace.outcome
+    return make_trace(
+        inp,
+        list(trace.result.messages or []),
+        builder=trace.builder.name,
+        model=model or (meta.get("model") if isinstance(meta.get("model"), str) else None),
+        trace_id=trace.trace_id,
+        session_id=trace.session_id,
+        turn=trace.turn,
+        created_at=trace.created_at,
+        usage=dict(outcome.usage) if outcome is not None and outcome.usage else None,
+        output=outcome.output if outcome is not None else None,
+        metadata=meta,
+        tags=list(trace.tags),
     )

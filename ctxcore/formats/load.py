@@ -29,7 +29,7 @@ from ctxcore.formats.openai import traces_from_obj
 from ctxcore.formats.otlp import traces_from_otlp
 from ctxcore.loading import parse_json, read_text, trace_from_obj
 from ctxcore.models import Trace
-from ctxcore.settings import ImportFormat
+from ctxcore.settings import IMPORT_FORMATS, ImportFormat
 
 Format = ImportFormat
 SNAPSHOT_FORMAT = "ctxscope.snapshot/1"
@@ -102,6 +102,15 @@ def traces_from_value(
         if kind == "anthropic":
             return anthropic.traces_from_obj(data, default_now=default_now)
         return traces_from_obj(data, session_id=session_id, default_now=default_now)
+    except ImportFormatError as exc:
+        if fmt != "auto" or kind != "openai":
+            raise
+        # OpenAI chat is what detection falls back to: nothing recognised the file
+        tried = ", ".join(f for f in IMPORT_FORMATS if f != "auto")
+        raise ImportFormatError(
+            f"{where + ': ' if where else ''}not a format ctxscope reads (tried {tried}); "
+            f"closest, an OpenAI chat request: {str(exc).removeprefix(where + ': ')}"
+        ) from exc
     except CtxscopeError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
