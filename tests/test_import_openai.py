@@ -11,7 +11,7 @@ import pytest
 
 from ctxcore.cli import main
 from ctxcore.errors import ImportFormatError
-from ctxcore.formats.derive import TASK_ID, TOOLS_ID, tools_text
+from ctxcore.formats.derive import FORMAT_ID, TASK_ID, TOOLS_ID, tools_text
 from ctxcore.formats.load import load_file
 from ctxcore.formats.openai import (
     captured_input_from_messages,
@@ -48,8 +48,14 @@ def check_sums(trace: Trace) -> None:
     if trace.input.tools:
         assert decisions[TOOLS_ID].tokens_before == counter.count(tools_text(trace.input.tools))
         assert decisions[TOOLS_ID].tokens_before > 0
-    # one decision per packet, per history message, plus instructions/tools/task
-    expected = len(trace.input.packets) + len(trace.input.history) + 1
+    # the chat format's own tokens: 3 per message (system counted once) + 3 for the reply
+    n_messages = sum(
+        1 for m in trace.result.messages or [] if m.role not in ("system", "developer")
+    )
+    n_messages += bool(trace.input.system_instructions)
+    assert decisions[FORMAT_ID].tokens_before == 3 * n_messages + 3
+    # one decision per packet, per history message, plus instructions/tools/task/format
+    expected = len(trace.input.packets) + len(trace.input.history) + 2
     expected += bool(trace.input.system_instructions) + bool(trace.input.tools)
     assert len(decisions) == expected
 
@@ -173,7 +179,8 @@ def test_long_trajectories(corpus: Path, name: str) -> None:
     counter = get_counter("cl100k_base")
     all_text = [_text(m["content"]) for m in src]
     assert trace.result is not None
-    assert trace.result.totals.used == sum(counter.count_many(all_text))
+    # every message's text, plus the chat format's 3 tokens per message and 3 for the reply
+    assert trace.result.totals.used == sum(counter.count_many(all_text)) + 3 * len(src) + 3
 
 
 def test_b01_provider_usage_kept_beside_our_count(corpus: Path) -> None:
@@ -272,7 +279,7 @@ def test_trace_id_is_stable_and_instructions_reported_must_keep(corpus: Path) ->
     d = {x.packet_id: x for x in a.result.decisions}  # type: ignore[union-attr]
     assert d[INSTRUCTIONS_ID].reason.value == "FITS"
     assert INSTRUCTIONS_ID in a.result.report.mustKeep  # type: ignore[union-attr]
-    assert d[INSTRUCTIONS_ID].partition == "[Role & Policies]"
+    assert d[INSTRUCTIONS_ID].partition == "system"
 
 
 def test_cli_import_to_file(

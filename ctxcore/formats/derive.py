@@ -24,17 +24,32 @@ from ctxcore.models import (
     Decision,
     Message,
     Outcome,
+    PartitionUsage,
     Reason,
     Status,
     Totals,
     Trace,
 )
 from ctxcore.pipeline import resolve_config
-from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish, history_id, make_partitions
+from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish, history_id
 from ctxcore.tokens import TokenCounter, get_counter
 
 TOOLS_ID = "builder:tools"
 TASK_ID = "builder:task"
+FORMAT_ID = "builder:format"
+FORMAT_TOKENS_PER_MESSAGE = 3
+FORMAT_TOKENS_REPLY = 3
+
+#: The partitions of an imported prompt: what a chat request really holds, in prompt order
+#: (not the six sections of a ctxscope build, which another system's prompt does not have).
+IMPORT_PARTITIONS: tuple[str, ...] = (
+    "system",
+    "tool definitions",
+    "history",
+    "tool results",
+    "current message",
+    "format overhead",
+)
 
 #: Which tiktoken encoding a model family uses; anything unknown counts with cl100k_base.
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
@@ -110,7 +125,7 @@ def _items(input: CapturedInput) -> list[_Item]:
                 INSTRUCTIONS_ID,
                 "instructions",
                 input.system_instructions,
-                "[Role & Policies]",
+                "system",
                 True,
             )
         )
@@ -120,23 +135,21 @@ def _items(input: CapturedInput) -> list[_Item]:
                 TOOLS_ID,
                 "tools",
                 tools_text(input.tools),
-                "[Role & Policies]",
+                "tool definitions",
                 notes=[f"{len(input.tools)} tool definitions, counted as compact JSON"],
             )
         )
     for p in input.packets:
         if p.kind in ("instructions", "policy"):
-            part = "[Role & Policies]"
-        elif p.kind in ("tool_result", "evidence", "retrieval", "knowledge", "file"):
-            part = "[Evidence]"
-        elif p.kind in ("state", "note"):
-            part = "[State]"
+            part = "system"
+        elif p.kind == "tool_result":
+            part = "tool results"
         else:
-            part = "[Context]"
+            part = "history"
         items.append(_Item(p.id, p.kind, p.content, part, p.must_keep))
     for k, m in enumerate(input.history):
-        items.append(_Item(history_id(k), "history", m.content, "[Context]"))
-    items.append(_Item(TASK_ID, "task", input.query, "[Task]", True))
+        items.append(_Item(history_id(k), "history", m.content, "history"))
+    items.append(_Item(TASK_ID, "task", input.query, "current message", True))
     return items
 
 
@@ -178,6 +191,26 @@ def derive_result(
     with timer.stage("gather"):
         items = _items(input)
         counts = counter.count_many([it.content for it in items])
+        # The chat format's own tokens: role markers around every message and the reply
+        # primer (3 + 3 in OpenAI's published accounting for its chat models). Providers
+        # differ a little; the reported usage, where the source has it, shows by how much.
+        n_messages = sum(1 for m in messages if m.role not in ("system", "developer")) + (
+            1 if input.system_instructions else 0
+        )
+        overhead = FORMAT_TOKENS_PER_MESSAGE * n_messages + FORMAT_TOKENS_REPLY
+        items.append(
+            _Item(
+                FORMAT_ID,
+                "format",
+                "",
+                "format overhead",
+                notes=[
+                    f"{FORMAT_TOKENS_PER_MESSAGE} tokens of chat format per message × "
+                    f"{n_messages} + {FORMAT_TOKENS_REPLY} to prime the reply"
+                ],
+            )
+        )
+        counts.append(overhead)
     used = sum(counts)
     reserve = input.output_reserve or 0
     warns = list(warnings or [])
@@ -230,7 +263,11 @@ def derive_result(
         prompt=render_prompt(messages, tools_text(input.tools) if input.tools else ""),
         messages=messages,
         decisions=decisions,
-        partitions=make_partitions(p_used, p_items),
+        partitions=[
+            PartitionUsage(name=n, budget=None, used=p_used[n], items=p_items[n])
+            for n in IMPORT_PARTITIONS
+            if n in p_items
+        ],
         totals=totals,
         must_keep_ids=[it.id for it in items if it.must_keep],
         warnings=warns,
