@@ -195,6 +195,11 @@ class TraceView:
         return again if again is not None and again.prompt == self.prompt else None
 
     @property
+    def imported(self) -> bool:
+        """A prompt another system assembled, imported as it was sent (``ctxcore.formats``)."""
+        return self.trace.builder.name.startswith("import/")
+
+    @property
     def window_known(self) -> bool:
         """False for an imported prompt whose model's window nobody knows: its totals use the
         prompt's own size, so shares of "the window" and overflow mean nothing."""

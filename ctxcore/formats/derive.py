@@ -61,6 +61,7 @@ USAGE_TOLERANCE = 0.10
 #: Context windows of well-known model families (longest prefix wins), used when a request
 #: does not say; an unknown model leaves the window unknown rather than guessing.
 KNOWN_WINDOWS: dict[str, int] = {
+    "gpt-5": 400_000,
     "gpt-4o": 128_000,
     "gpt-4-turbo": 128_000,
     "gpt-4.1": 1_047_576,
@@ -70,9 +71,16 @@ KNOWN_WINDOWS: dict[str, int] = {
     "o1": 200_000,
     "o3": 200_000,
     "o4-mini": 200_000,
+    "o3-mini": 200_000,
     "claude-3": 200_000,
     "claude-sonnet-4": 200_000,
     "claude-opus-4": 200_000,
+    "claude-haiku-4": 200_000,
+    "gemini-1.5-pro": 2_097_152,
+    "gemini-1.5-flash": 1_048_576,
+    "gemini-2.0-flash": 1_048_576,
+    "gemini-2.5-pro": 1_048_576,
+    "gemini-2.5-flash": 1_048_576,
 }
 
 
