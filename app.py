@@ -1,7 +1,8 @@
 """ctxscope — the Streamlit debugger (``ctxscope app`` runs this with ``streamlit run``).
 
-Thin on purpose: it sets the page up, declares the pages (one file each under ``pages/``)
-and shows our own errors (``CtxscopeError``) as a one-line message instead of a traceback
+Thin on purpose: it sets the page up, declares the pages (one file each under ``pages/``),
+asks for the access token when the app was started with one (``ui.boot.unlocked``) and
+shows our own errors (``CtxscopeError``) as a one-line message instead of a traceback
 (``ui.boot.in_app``).
 """
 
@@ -16,9 +17,11 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:  # `pages` and `ui` import from the checkout
     sys.path.insert(0, str(ROOT))
 
-from ui.boot import in_app  # noqa: E402
+from ui.boot import in_app, unlocked  # noqa: E402
 
-st.set_page_config(page_title="ctxscope", page_icon=":material/troubleshoot:", layout="wide")
+# An emoji icon: Streamlit draws it as a data: URL. A :material/...: page icon would be
+# fetched from Google's font CDN by every browser that opens the app.
+st.set_page_config(page_title="ctxscope", page_icon="🔍", layout="wide")
 
 PAGES = [
     st.Page(
@@ -38,8 +41,12 @@ PAGES = [
     ),
 ]
 
-page = st.navigation(PAGES)
-with st.sidebar:
-    st.caption("ctxscope — where every token of the context window went, and why.")
-with in_app():  # our errors (CtxscopeError) become one short message
-    page.run()
+allowed = unlocked()  # before anything of a page is drawn
+# Navigation runs either way (it decides how URLs map to pages), but shows no page names
+# until the token has been given.
+page = st.navigation(PAGES, position="sidebar" if allowed else "hidden")
+if allowed:
+    with st.sidebar:
+        st.caption("ctxscope — where every token of the context window went, and why.")
+    with in_app():  # our errors (CtxscopeError) become one short message
+        page.run()

@@ -147,7 +147,8 @@ def render() -> None:
             st.json(t.result.report.model_dump(mode="json"), expanded=1)
             if t.result.timings:
                 st.caption(
-                    "timings (ms): " + ", ".join(f"{k} {v:g}" for k, v in t.result.timings.items())
+                    "timings (ms): "
+                    + ", ".join(f"{views.md(k)} {v:g}" for k, v in t.result.timings.items())
                 )
         elif part == "Findings":
             _findings(t)

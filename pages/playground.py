@@ -126,7 +126,9 @@ def render() -> None:
                         _save(t, cfg)
                 saved = state.ss_get("pg_saved")
                 if saved:
-                    st.success(views.md(f"Saved as trace {saved} (linked to {t.trace_id})."))
+                    st.success(
+                        f"Saved as trace {views.code(saved)} (linked to {views.code(t.trace_id)})."
+                    )
                     if st.button("Open the saved variant", key="pg_open_saved"):
                         state.switch("inspect", trace=saved)
 

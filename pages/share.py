@@ -1,4 +1,10 @@
-"""Share / Import: export a snapshot or HTML report; bring in snapshots, OpenAI requests, OTLP."""
+"""Share / Import: export a snapshot or HTML report; bring in snapshots, OpenAI requests, OTLP.
+
+An upload is bounded twice: Streamlit refuses a file over ``server.maxUploadSize`` (MB, set
+in ``.streamlit/config.toml``), and a ``.gz`` is unpacked here in chunks, into a file, and
+refused past the same number of bytes unpacked, since a few MB of gzip can unpack to
+gigabytes. The importer then reads a file path, never a string the page decompressed.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from ctxcore.formats.load import Format, load_file, traces_from_value
 from ctxcore.formats.share import html_report, redact_all, snapshot_json
 from ctxcore.loading import parse_json
 from ctxcore.models import Trace
-from ui import state, widgets
+from ui import state, views, widgets
 
 FORMATS: list[Format] = list(get_args(Format))
 
@@ -28,7 +34,7 @@ def _export(t: Trace) -> None:
     scope = st.radio("What", ["this trace", "its whole session"], key="sh_scope", horizontal=True)
     with state.guard():
         traces = [t] if scope == "this trace" else state.session_traces(t.session_id)
-        name = t.trace_id if scope == "this trace" else t.session_id
+        name = views.file_stem(t.trace_id if scope == "this trace" else t.session_id)
 
         def make() -> tuple[str, str, dict[str, int]]:
             out, counts = redact_all(traces) if redact else (traces, {})
@@ -58,8 +64,14 @@ def _export(t: Trace) -> None:
         )
 
 
+def upload_limit_mb() -> int:
+    """Streamlit's upload limit in force (``server.maxUploadSize``, MB)."""
+    return int(st.get_option("server.maxUploadSize"))
+
+
 def _import() -> None:
     st.subheader("Import")
+    limit = upload_limit_mb()
     fmt = st.selectbox(
         "Format",
         FORMATS,
@@ -70,6 +82,11 @@ def _import() -> None:
         "Upload a snapshot, trace JSONL, OpenAI request or OTLP JSON",
         type=["json", "jsonl", "gz"],
         key="sh_upload",
+        help=f"Up to {limit:,} MB per file; a .gz up to {limit:,} MB once unpacked.",
+    )
+    st.caption(
+        f"Files up to {limit:,} MB (a `.gz`: up to {limit:,} MB unpacked). For larger ones "
+        "use `ctxscope import` or drop trace files into the watched folder."
     )
     pasted = st.text_area(
         "…or paste JSON",
@@ -82,8 +99,7 @@ def _import() -> None:
             traces: list[Trace] = []
             if up is not None:
                 with tempfile.TemporaryDirectory() as tmp:
-                    path = Path(tmp) / Path(up.name).name
-                    path.write_bytes(up.getvalue())
+                    path = views.saved_upload(up, up.name, Path(tmp), limit << 20)
                     traces += load_file(path, fmt)
             if pasted.strip():
                 data = parse_json(pasted, "pasted JSON")

@@ -11,7 +11,7 @@ import streamlit as st
 from ctxcore.settings import SortKey
 from ctxcore.store import TraceFilter
 from ctxcore.store.tracestore import TraceRow
-from ui import state
+from ui import state, views
 
 ANY = "(any)"
 SORTS: list[SortKey] = list(get_args(SortKey))
@@ -146,7 +146,8 @@ def _live() -> None:
     elif change != seen:
         state.ss_set("tr_seen_change", change)
         st.rerun()
-    st.caption(f"Live · watching `{state.traces_dir()}` · store `{state.db_path()}`")
+    where, db = views.code(state.traces_dir()), views.code(state.db_path())
+    st.caption(f"Live · watching {where} · store {db}")
 
 
 def render() -> None:

@@ -4,7 +4,7 @@ Starts ``streamlit run app.py`` against a fresh store filled from ``traces/demo`
 browser tests' corpus session when the demo folder is empty), opens each page in Debian's
 Chromium and writes full-page PNGs. Same harness as the browser tests (``tests/browser``).
 
-    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--width 1400]
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--width 1440] [--height 900]
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "test-artifacts" / "screenshots" / "demo"))
     ap.add_argument("--width", type=int, default=1400)
+    ap.add_argument("--height", type=int, default=900, help="the viewport before it grows")
     args = ap.parse_args(argv)
     reason = browser_missing_reason()
     if reason:
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(work / "ctxscope.duckdb", work / "traces", work)
     try:
         with launch_browser() as browser:
-            page = new_page(browser, width=args.width)
+            page = new_page(browser, width=args.width, height=args.height)
             for path in PAGES:
                 goto(page, f"{server.url}/{path}")
                 tmp = _shot(page, f"shot-{slug(path or 'traces')}")

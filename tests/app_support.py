@@ -85,3 +85,24 @@ def hostile_trace(session_id: str = "sess-evil") -> Trace:
         turn=0,
         tags=[EVIL_LINK],
     )
+
+
+#: Strings markdown would make a link or bold (GFM autolinks the first even when escaped).
+LINKS = ("https://evil.example/x", "[click](https://evil.example)", "**bold**", "<b>x</b>")
+
+
+def link_trace() -> Trace:
+    """A real build whose session id, tags, packet ids and metadata values are ``LINKS``."""
+    from ctxcore.models import Packet
+
+    base = corpus_input(12, seed=0)
+    bait = [Packet(id=s, kind="note", content=f"mentions {s}", must_keep=True) for s in LINKS]
+    return build_trace(
+        base.model_copy(update={"packets": [*base.packets, *bait]}),
+        Config(preset=DEFAULT_PRESET),
+        trace_id="link-probe",
+        session_id=LINKS[0],
+        turn=0,
+        tags=list(LINKS),
+        metadata={f"m{i}": s for i, s in enumerate(LINKS)},
+    )

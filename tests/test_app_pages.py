@@ -16,6 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ctxcore.models import Status, Trace
+from ui import views
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = ["traces", "inspect", "timeline", "playground", "compare", "sweep", "share"]
@@ -166,11 +167,19 @@ def test_inspect_unknown_trace_is_a_message_not_a_crash(db: Path) -> None:
     assert any("No trace with id" in w.value for w in at.warning)
 
 
+#: an inline code span (inert: its text is shown as typed); not one opened by an escaped "`"
+_CODE_SPAN = re.compile(r"(?<![`\\])(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+
+
+def outside_code(s: str) -> str:
+    return _CODE_SPAN.sub(" ", s)
+
+
 def test_hostile_packets_stay_text(db: Path, built) -> None:
     evil = built["evil"][0]
     for page in ("inspect", "playground", "compare", "share", "traces"):
         at = open_page(page, trace=evil.trace_id, a=evil.trace_id)
-        for s in shown_text(at):
+        for s in map(outside_code, shown_text(at)):
             assert "<script" not in s and "<img" not in s and "](javascript" not in s, (page, s)
     at = open_page("inspect", trace=evil.trace_id)
     at.session_state["in_section"] = "Prompt"
@@ -180,6 +189,34 @@ def test_hostile_packets_stay_text(db: Path, built) -> None:
     at.run()
     frame = frame_with(at, "reason_text")
     assert f"tool:{data.EVIL}" in set(frame["packet_id"])  # shown, verbatim, as data
+
+
+def test_ids_and_tags_never_form_links_or_bold(db: Path) -> None:
+    """Markdown (captions, alerts) shows ids and tags in code spans, or escaped with the
+    autolinks broken; ``www``/``://``/``**`` never reach the renderer as they were."""
+    probe = data.link_trace()
+    data.fill(db, [probe])
+    url = data.LINKS[0]
+    opened = [
+        ("inspect", {"trace": probe.trace_id}),
+        ("playground", {"trace": probe.trace_id}),
+        ("compare", {"a": probe.trace_id}),
+        ("share", {"trace": probe.trace_id}),
+        ("sweep", {"trace": probe.trace_id}),
+        ("timeline", {"session": url}),
+        ("traces", {"session": url}),
+        ("inspect", {"trace": url}),  # unknown: the id is echoed in a warning
+    ]
+    for page, params in opened:
+        at = open_page(page, **params)
+        for s in map(outside_code, shown_text(at)):
+            for bad in ("**bold**", "<b>", "[click]"):  # escaped, these have backslashes
+                assert bad not in s, (page, bad, s)
+            # what GFM autolinks is looked for in the text as shown (escapes resolved)
+            assert not re.search(r"(?i)[a-z0-9]://|www\.", re.sub(r"\\(.)", r"\1", s)), s
+        if page == "inspect" and params["trace"] == probe.trace_id:
+            caption = next(c.value for c in at.caption if c.value.startswith("session"))
+            assert all(views.code(p) in caption for p in data.LINKS), caption
 
 
 def test_timeline_turn_opens_inspect(db: Path, built) -> None:

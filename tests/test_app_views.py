@@ -1,8 +1,13 @@
-"""The app's pure view helpers (ui/views.py): prompt marks, flips, permalinks, escaping."""
+"""The app's pure view helpers (ui/views.py): prompt marks, flips, permalinks, escaping,
+uploads."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import re
+import tracemalloc
+from pathlib import Path
 
 import app_support as data
 import pytest
@@ -101,7 +106,41 @@ def test_md_escapes_markdown_and_html(text: str) -> None:
     for i, ch in enumerate(out):
         if ch in "<>[]()!:*`&_#|~$" and (i == 0 or out[i - 1] != "\\"):
             raise AssertionError(f"unescaped {ch!r} at {i} in {out!r}")
-    assert re.sub(r"\\(.)", r"\1", out) == text  # what is shown is the original text
+    shown = re.sub(r"\\(.)", r"\1", out).replace(views.WORD_JOINER, "")
+    assert shown == text  # what is shown is the original text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://evil.example/x",
+        "see HTTP://evil.example and ftp://x.y/z",
+        "www.evil.example/x",
+        "WWW.evil.example",
+        "mail me: a.b+c@evil.example",
+        "mailto:a@evil.example",
+    ],
+)
+def test_md_breaks_autolinks(text: str) -> None:
+    # GFM autolinks text after escapes are resolved: the shown text itself must not match.
+    shown = re.sub(r"\\(.)", r"\1", views.md(text))
+    assert shown.replace(views.WORD_JOINER, "") == text
+    assert not re.search(r"(?i)[a-z0-9]://|www\.|@[-\w]", shown), shown
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("https://evil.example/x", "` https://evil.example/x `"),
+        ("**bold** <b>x</b>", "` **bold** <b>x</b> `"),
+        ("a`b``c", "``` a`b``c ```"),
+        ("`edge`", "`` `edge` ``"),
+        ("two\nlines", "` two lines `"),
+        ("", ""),
+    ],
+)
+def test_code_is_an_exact_code_span(text: str, want: str) -> None:
+    assert views.code(text) == want
 
 
 def test_start_up_warm_up_runs_the_real_figures() -> None:
@@ -112,3 +151,72 @@ def test_start_up_warm_up_runs_the_real_figures() -> None:
 
     state._warm_figures()
     assert {"cl100k_base", "o200k_base"} <= set(tokens._encodings)
+
+
+# --------------------------------------------------------------------------- uploads
+
+MB = 1 << 20
+
+
+def _gz(chunks: int, chunk: bytes = b" " * MB) -> io.BytesIO:
+    """``chunks`` MB of ``chunk`` gzipped, written piece by piece (the bomb stays small)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb") as gz:
+        for _ in range(chunks):
+            gz.write(chunk)
+    buf.seek(0)
+    return buf
+
+
+def test_upload_is_copied_under_its_bare_name(tmp_path: Path) -> None:
+    body = b'{"messages": []}'
+    path = views.saved_upload(io.BytesIO(body), "../../etc/req.json", tmp_path, MB)
+    assert path == tmp_path / "req.json" and path.read_bytes() == body
+    for name in ("..", ".", ""):
+        assert views.saved_upload(io.BytesIO(body), name, tmp_path, MB) == tmp_path / "upload"
+
+
+def test_gz_upload_is_unpacked_to_a_file(tmp_path: Path) -> None:
+    line = b'{"schema": "ctxscope.trace/1"}\n'
+    path = views.saved_upload(_gz(1, line * 100), "s.jsonl.gz", tmp_path, MB)
+    assert path == tmp_path / "s.jsonl" and path.read_bytes() == line * 100
+
+
+def test_gz_bomb_stops_at_the_limit_in_bounded_memory(tmp_path: Path) -> None:
+    bomb = _gz(256)  # 256 MB unpacked from a few hundred KB
+    assert len(bomb.getvalue()) < 2 * MB
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"bomb\.json\.gz unpacks to more than 8 MB"):
+            views.saved_upload(bomb, "bomb.json.gz", tmp_path, 8 * MB)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * MB, f"unpacking held {peak / MB:.0f} MB at once"
+    assert (tmp_path / "bomb.json").stat().st_size <= 8 * MB + MB
+
+
+def test_gz_inside_gz_is_not_unpacked_again(tmp_path: Path) -> None:
+    inner = _gz(64).getvalue()  # would be 64 MB if unpacked once more
+    outer = io.BytesIO(gzip.compress(inner))
+    path = views.saved_upload(outer, "x.json.gz.gz", tmp_path, MB)
+    assert path == tmp_path / "x.json" and path.read_bytes() == inner
+
+
+def test_broken_gz_is_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a valid gzip file"):
+        views.saved_upload(io.BytesIO(b"not gzip at all"), "t.jsonl.gz", tmp_path, MB)
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("browser-t1", "browser-t1"),
+        ("https://evil.example/../x", "https_evil.example_.._x"),
+        ("会话-1", "会话-1"),
+        ("..", "ctxscope"),
+        ("<b>x</b>", "b_x_b"),
+    ],
+)
+def test_file_stem_names_no_folder(name: str, want: str) -> None:
+    assert views.file_stem(name) == want

@@ -10,16 +10,54 @@ process to the normal mode for good (as ``st.navigation`` would) and reruns, so 
 
 AppTest resets that mode before every run and then runs page files directly (after the
 first run); a rerun there would swallow the button click that caused the run, so under
-AppTest the page renders in place, with the same error handling as ``app.py``.
+AppTest the page renders in place, with the same error handling (and token gate) as
+``app.py``.
+
+The token gate: ``ctxscope app`` off loopback must be started with a token, which it hands
+to the app as ``$CTXSCOPE_TOKEN`` (docs/design.md, "The app"). With a token set, a browser
+session sees nothing but one short message until a URL carries ``?token=<token>``; the
+session then remembers that (so navigation and links work) and the token leaves the
+address bar, so it is not handed on with a copied permalink.
 """
 
 from __future__ import annotations
 
 import contextvars
+import hmac
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _IN_APP: contextvars.ContextVar[bool] = contextvars.ContextVar("ctxscope_in_app", default=False)
+#: session-state key: this session gave the right token once
+_TOKEN_OK = "_ctxscope_token_ok"
+TOKEN_PARAM = "token"
+LOCKED_MESSAGE = (
+    "This ctxscope app needs its access token: open it with `?token=` and the token it was "
+    "started with (`ctxscope app --token`) at the end of the address."
+)
+
+
+def unlocked() -> bool:
+    """Whether this session may see the app; if not, the only thing drawn is a message.
+
+    No token configured: always. Otherwise the session must have given it once, or give
+    it now in the URL; the comparison takes the same time whatever the guess.
+    """
+    from ctxcore import settings
+    from ui import state
+
+    want = settings.app_token()
+    if not want:
+        return True
+    given = state.qp_pop(TOKEN_PARAM)  # off the address bar, right or wrong
+    if given is not None and hmac.compare_digest(given.encode(), want.encode()):
+        state.ss_set(_TOKEN_OK, True)
+    if state.ss_get(_TOKEN_OK) is True:
+        return True
+    import streamlit as st
+
+    st.info(LOCKED_MESSAGE, icon=":material/lock:")
+    return False
 
 
 @contextmanager
@@ -50,7 +88,8 @@ def run_page(render: Callable[[], None]) -> None:
     # AppTest patches the module attribute (st.get_option is bound to the original).
     if config.get_option("global.appTest"):
         with in_app():
-            render()
+            if unlocked():
+                render()
         return
     from streamlit.runtime.pages_manager import PagesManager
 

@@ -314,6 +314,14 @@ def qp_all() -> dict[str, str]:
     return {k: st.query_params[k] for k in st.query_params}
 
 
+def qp_pop(name: str) -> str | None:
+    """Remove one query parameter from the URL (the browser's address bar too)."""
+    v = qp_get(name)
+    if v is not None:
+        del st.query_params[name]
+    return v
+
+
 def qp_set(params: Mapping[str, str | None]) -> None:
     """Make the URL carry exactly ``params`` (None values are left out)."""
     want = {k: str(v) for k, v in params.items() if v not in (None, "")}

@@ -1,4 +1,5 @@
-"""Pure data preparation for the app's pages: tables, diffs, prompt segments, permalinks.
+"""Pure data preparation for the app's pages: tables, diffs, prompt segments, permalinks,
+uploads.
 
 Nothing here imports Streamlit, so each piece is tested directly; the pages only feed
 widget values in and draw what comes out. Packet text stays plain strings here and is
@@ -8,11 +9,15 @@ shown by the pages with ``st.code``/``st.text``/dataframes, never as HTML.
 from __future__ import annotations
 
 import difflib
+import gzip
 import json
 import re
+import shutil
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from pathlib import Path
+from typing import IO, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -24,12 +29,31 @@ from ctxcore.pipeline.sweep import SweepGrid
 from ctxcore.tokens import ESTIMATORS, get_counter
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&])")
+#: Where GFM would autolink a bare address: a scheme before "://", "www" before ".",
+#: the "@" of an e-mail address. Streamlit's markdown autolinks the text *after* escapes
+#: are resolved, so backslashes cannot stop it; an invisible WORD JOINER can.
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z0-9])(?=://)|(?<=www)(?=\.)|(?<=@)")
+WORD_JOINER = "\u2060"
 
 
 def md(text: object) -> str:
     """Untrusted text made inert for Streamlit markdown (alerts, captions): every markdown
-    or HTML-significant character is backslash-escaped, so no link, image or tag forms."""
-    return _MD_SPECIAL.sub(r"\\\1", str(text)).replace("\n", "  \n")
+    or HTML-significant character is backslash-escaped, so no link, image or tag forms,
+    and a word joiner (invisible) breaks what GFM would autolink (``https://``, ``www.``,
+    ``a@b.c``). For an id on its own, ``code`` shows it exactly, with nothing added."""
+    defused = _AUTOLINK.sub(WORD_JOINER, str(text))
+    return _MD_SPECIAL.sub(r"\\\1", defused).replace("\n", "  \n")
+
+
+def code(text: object) -> str:
+    """Untrusted text as a markdown code span: shown exactly as typed (in a monospace
+    chip), never a link, tag, emphasis or directive. The fence is one backtick longer
+    than the longest run inside; the padding spaces are stripped again by CommonMark."""
+    s = str(text).replace("\r", " ").replace("\n", " ")
+    if not s.strip(" "):
+        return md(s) if s else ""
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", s)), default=0) + 1)
+    return f"{fence} {s} {fence}"
 
 
 # --------------------------------------------------------------------------- decisions
@@ -435,3 +459,56 @@ def sweep_arrays(
         _grid(grid.items_kept, nx, ny),
         _grid(watch, nx, ny) if watch is not None else None,
     )
+
+
+# --------------------------------------------------------------------------- files
+
+_UNSAFE_FILE_CHARS = re.compile(r"[^\w.-]+")
+
+
+def file_stem(name: str, limit: int = 80) -> str:
+    """A trace or session id made a download's file name: letters (any script), digits,
+    ``.``, ``-`` and ``_`` only, so an id like ``https://x/../y`` names no folder."""
+    stem = _UNSAFE_FILE_CHARS.sub("_", name).strip("._")[:limit]
+    return stem or "ctxscope"
+
+
+# --------------------------------------------------------------------------- uploads
+
+_CHUNK = 1 << 20
+
+
+def saved_upload(data: IO[bytes], name: str, folder: Path, limit_bytes: int) -> Path:
+    """An uploaded file written into ``folder`` for the importer, a ``.gz`` unpacked.
+
+    Unpacking stops with an ``InputError`` once more than ``limit_bytes`` came out; a
+    gzip inside the gzip is not unpacked again (its name loses every ``.gz``).
+    """
+    name = Path(name).name  # the browser's name: no folder part, never "." or ".."
+    if name in ("", ".", ".."):
+        name = "upload"
+    data.seek(0)
+    if not name.endswith(".gz"):
+        path = folder / name
+        with path.open("wb") as out:
+            shutil.copyfileobj(data, out, _CHUNK)
+        return path
+    stem = name
+    while stem.endswith(".gz"):
+        stem = stem[: -len(".gz")]
+    path = folder / (stem or "upload")
+    total = 0
+    try:
+        with gzip.GzipFile(fileobj=data, mode="rb") as src, path.open("wb") as out:
+            while chunk := src.read(_CHUNK):
+                total += len(chunk)
+                if total > limit_bytes:
+                    raise InputError(
+                        f"{name} unpacks to more than {limit_bytes // (1 << 20):,} MB, more "
+                        "than the app imports; import it with ctxscope import (or ingest) "
+                        "on the command line"
+                    )
+                out.write(chunk)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{name}: not a valid gzip file ({exc})") from exc
+    return path

@@ -1,7 +1,8 @@
 """Rendering pieces several pages share: the trace picker, metrics, decisions, the prompt.
 
 Packet text is untrusted: it is drawn with ``st.code``, ``st.text`` and dataframes only.
-``st.markdown``/``st.caption`` are used for our own fixed strings, and for numbers.
+``st.markdown``/``st.caption`` are used for our own fixed strings and numbers; an id, tag
+or name inside them goes through ``views.code`` (or ``views.md`` inside a sentence).
 """
 
 from __future__ import annotations
@@ -45,18 +46,19 @@ def trace_picker(
     trace_id: str = st.selectbox(label, ids, key=key)
     t = state.get_trace(trace_id)
     if t is None:
-        st.warning(views.md(f"No trace with id {trace_id!r} in the store at {state.db_path()}."))
+        db = views.code(state.db_path())
+        st.warning(f"No trace with id {views.code(trace_id)} in the store at {db}.")
     return t
 
 
 def trace_caption(t: Trace) -> None:
+    """Where a trace comes from, on one line; its ids and tags as code spans (inert)."""
+    c = views.code
     st.caption(
-        views.md(
-            f"session {t.session_id} · turn {t.turn} · {t.created_at:%Y-%m-%d %H:%M:%S %Z} · "
-            f"preset {t.config.preset} · builder {t.builder.name} {t.builder.version}"
-            + (f" · variant of {t.source_trace_id}" if t.source_trace_id else "")
-            + (f" · tags: {', '.join(t.tags)}" if t.tags else "")
-        )
+        f"session {c(t.session_id)} · turn {t.turn} · {t.created_at:%Y-%m-%d %H:%M:%S %Z} · "
+        f"preset {t.config.preset} · builder {c(f'{t.builder.name} {t.builder.version}')}"
+        + (f" · variant of {c(t.source_trace_id)}" if t.source_trace_id else "")
+        + (f" · tags: {', '.join(c(tag) for tag in t.tags)}" if t.tags else "")
     )
 
 

@@ -54,6 +54,11 @@ XSS_SCRIPT = "<script>alert(1)</script>"
 XSS_IMG = "<img src=x onerror=alert(1)>"
 XSS_LINK = "[click](javascript:alert(1))"
 XSS_TRACE_ID = "xss-probe"
+#: Strings that markdown or autolinking would turn into links or bold text; the link probe
+#: trace carries them as its session id, tags, packet ids and metadata values.
+LINK_PAYLOADS = ("https://evil.example/x", "[click](https://evil.example)", "**bold**", "<b>x</b>")
+LINK_TRACE_ID = "link-probe"
+LINK_SESSION = LINK_PAYLOADS[0]
 BROWSER_SESSION = "browser-session"
 
 _SETTLED_JS = """
@@ -185,6 +190,37 @@ def xss_packets(now: datetime) -> list[Any]:
     ]
 
 
+def link_probe_trace(now: datetime) -> Any:
+    """A real build whose session id, tags, packet ids and metadata are ``LINK_PAYLOADS``.
+
+    A day older than the other browser traces, so that no page picks it by default."""
+    from ctxcore.models import Config, Packet
+    from ctxcore.pipeline import build_trace
+
+    when = now - timedelta(days=1)
+    bait = [
+        Packet(
+            id=payload,
+            kind="tool_output",
+            content=f"output mentioning {payload} once",
+            timestamp=when - timedelta(minutes=1),
+            relevance=0.99,
+            priority=5,
+            must_keep=True,
+        )
+        for payload in LINK_PAYLOADS
+    ]
+    return build_trace(
+        corpus_input(when, extra_packets=bait),
+        Config(preset=default_preset(), max_tokens=6000),
+        trace_id=LINK_TRACE_ID,
+        session_id=LINK_SESSION,
+        turn=0,
+        tags=list(LINK_PAYLOADS),
+        metadata={f"m{i}": payload for i, payload in enumerate(LINK_PAYLOADS)},
+    )
+
+
 def default_preset() -> str:
     """The preset the browser traces are built with: ``ctxscope`` (the default);
     ``CTXSCOPE_BROWSER_PRESET`` overrides it, e.g. to run the app tests on another preset."""
@@ -285,10 +321,15 @@ class AppServer:
             self.proc.wait(timeout=15)
 
 
-def start_server(db: Path, traces_dir: Path, workdir: Path) -> AppServer:
-    """Start the app on a free port and wait for /_stcore/health; raise with the log if not."""
+def start_server(
+    db: Path, traces_dir: Path, workdir: Path, extra_env: dict[str, str] | None = None
+) -> AppServer:
+    """Start the app on a free port and wait for /_stcore/health; raise with the log if not.
+
+    ``extra_env`` is added to the server's environment (e.g. ``CTXSCOPE_TOKEN``)."""
     port = free_port()
     env = dict(os.environ)
+    env.pop("CTXSCOPE_TOKEN", None)  # a token only when a test asks for one
     env.update(
         CTXSCOPE_DB=str(db),
         CTXSCOPE_TRACES=str(traces_dir),
@@ -296,6 +337,7 @@ def start_server(db: Path, traces_dir: Path, workdir: Path) -> AppServer:
         STREAMLIT_BROWSER_GATHER_USAGE_STATS="false",
         PYTHONUNBUFFERED="1",
     )
+    env.update(extra_env or {})
     log = workdir / f"streamlit-{port}.log"
     cmd = [
         sys.executable,

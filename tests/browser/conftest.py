@@ -23,6 +23,7 @@ from . import (
     demo_trace_files,
     fill_store,
     launch_browser,
+    link_probe_trace,
     make_traces,
     new_page,
     slug,
@@ -70,7 +71,12 @@ def browser_data(browser_available: None, tmp_path_factory: pytest.TempPathFacto
     traces_dir = work / "traces"
     db = work / "ctxscope.duckdb"
     traces = make_traces()
-    files = [write_jsonl(traces, traces_dir / "browser.jsonl")]
+    probe = link_probe_trace(traces[0].created_at)
+    files = [
+        write_jsonl(traces, traces_dir / "browser.jsonl"),
+        write_jsonl([probe], traces_dir / "link-probe.jsonl"),
+    ]
+    traces.append(probe)
     demo = demo_trace_files()
     fill_store(db, files + demo)
     return BrowserData(db=db, traces_dir=traces_dir, workdir=work, traces=traces, demo_files=demo)

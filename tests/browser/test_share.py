@@ -2,7 +2,9 @@
 
 The snapshot a user downloads must import again as the same trace (through the importer the
 CLI uses, and through the page's own uploader); the HTML report of the XSS probe, opened as a
-page of its own, must not run the payloads either.
+page of its own, must not run the payloads either. Uploads are bounded: past
+``server.maxUploadSize`` (64 MB) the uploader refuses the file, and a small ``.gz`` that
+unpacks past it is refused by the page instead of filling the app's memory.
 """
 
 from __future__ import annotations
@@ -73,3 +75,38 @@ def test_html_report_of_the_probe_is_inert(tab, chromium, tmp_path) -> None:
         assert XSS_SCRIPT in viewer.locator("body").inner_text(), "the payload is not shown"
     finally:
         viewer.context.close()
+
+
+def _upload(page, path: Path) -> None:
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(path))
+
+
+def test_gz_that_unpacks_past_the_limit_is_refused(tab, tmp_path) -> None:
+    import gzip
+
+    page = tab.page
+    goto(page, f"{tab.url}/share")
+    assert "64 MB" in page.locator('[data-testid="stMain"]').inner_text(), "limit not stated"
+    bomb = tmp_path / "bomb.jsonl.gz"
+    with gzip.open(bomb, "wb") as gz:  # 200 MB of spaces in ~200 KB
+        block = b" " * (1 << 20)
+        for _ in range(200):
+            gz.write(block)
+    _upload(page, bomb)
+    page.get_by_role("button", name=f"Remove {bomb.name}").wait_for()
+    settle(page)
+    rerun_and_settle(page, lambda: page.get_by_role("button", name="Import", exact=True).click())
+    assert exceptions_text(page) == []
+    error = page.locator('[data-testid="stAlert"]').filter(has_text="unpacks to more than 64 MB")
+    assert error.count() == 1, page.locator('[data-testid="stMain"]').inner_text()[:600]
+
+
+def test_file_over_the_upload_limit_is_refused_by_the_uploader(tab, tmp_path) -> None:
+    page = tab.page
+    goto(page, f"{tab.url}/share")
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:
+        fh.truncate(65 * (1 << 20))  # sparse: 65 MB without writing them
+    _upload(page, big)
+    page.get_by_text("File must be 64.0MB or smaller.").wait_for()
+    assert exceptions_text(page) == []
