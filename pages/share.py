@@ -15,6 +15,7 @@ from typing import get_args
 
 import streamlit as st
 
+from ctxcore.formats.accounting import describe
 from ctxcore.formats.load import Format, load_file, traces_from_value
 from ctxcore.formats.share import html_report, redact_all, snapshot_json
 from ctxcore.loading import parse_json
@@ -76,10 +77,12 @@ def _import() -> None:
         "Format",
         FORMATS,
         key="sh_format",
-        help="auto detects snapshots/traces, OTLP JSON and OpenAI requests.",
+        help="auto detects the format: ctxscope traces and snapshots, OpenAI chat and "
+        "Responses requests, Anthropic Messages, Gemini, Bedrock Converse, LangChain "
+        "messages, agent session logs and OpenTelemetry exports.",
     )
     up = st.file_uploader(
-        "Upload a snapshot, trace JSONL, OpenAI request or OTLP JSON",
+        "Upload a snapshot, trace JSONL, a model request, a session log or an OTLP export",
         type=["json", "jsonl", "gz"],
         key="sh_upload",
         help=f"Up to {limit:,} MB per file; a .gz up to {limit:,} MB once unpacked.",
@@ -116,6 +119,14 @@ def _import() -> None:
             added = state.add_traces(traces, source=up.name if up is not None else "paste")
             state.ss_set("sh_imported", [x.trace_id for x in traces])
             st.success(f"Imported {len(traces)} trace(s), {added} new.")
+            # what came through against the source, as `ctxscope import` prints it (as text:
+            # paths and type names come from the file)
+            lines = describe(traces[:20])
+            if lines:
+                st.text("\n".join(lines))
+            warned = [w for x in traces if x.result for w in x.result.warnings]
+            for w in list(dict.fromkeys(warned))[:5]:
+                st.text(f"warning: {w}")
     done = state.ss_get("sh_imported") or []
     if done:
         pick = st.selectbox("Imported", done, key="sh_imported_pick")

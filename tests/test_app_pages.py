@@ -277,6 +277,25 @@ def test_share_exports_snapshot_and_imports_pasted_request(db: Path, built) -> N
     assert at.title[0].value == "Inspect" and at.query_params["trace"] == new_id
 
 
+def test_share_import_shows_what_came_through_and_what_was_kept_as_text(db: Path) -> None:
+    fixture = Path(__file__).resolve().parent / "fixtures" / "imports" / "anthropic-messages"
+    req = json.loads((fixture / "openinference-tool-use-in-input.request.json").read_text())
+    req["messages"][0] = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": req["messages"][0]["content"]},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+        ],
+    }
+    at = open_page("share")
+    at.text_area(key="sh_paste").input(json.dumps(req)).run()
+    at.button(key="sh_import").click().run()
+    assert not at.exception
+    shown = "\n".join(t.value for t in at.text)
+    assert "(anthropic-messages): 3 messages, 1 tool calls, 1 tool results" in shown
+    assert "messages[0].content[1].type='server_tool_use'" in shown
+
+
 def test_share_bad_paste_is_one_line_error(db: Path) -> None:
     at = open_page("share")
     at.text_area(key="sh_paste").input('{"messages": [').run()
