@@ -207,7 +207,8 @@ def test_cli_demo_missing_corpus(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 @pytest.mark.slow
 def test_every_detector_fires_somewhere_in_the_demo(traces: list[Trace]) -> None:
-    """Issue 5: the demo sessions show each diagnostics detector at least once."""
+    """The demo sessions show each diagnostics detector about builds at least once
+    (``import_loss`` is about imported files: tests/test_import_formats.py shows it)."""
     from ctxcore.diagnostics import DETECTORS, diagnose_session
     from ctxcore.diagnostics.context import DiagnosticsOptions
 
@@ -219,7 +220,7 @@ def test_every_detector_fires_somewhere_in_the_demo(traces: list[Trace]) -> None
     for session in by_session.values():
         for turn in diagnose_session(session, options=opts).turns:
             seen.update(f.detector for f in turn.findings)
-    assert set(DETECTORS) - seen == set()
+    assert set(DETECTORS) - seen == {"import_loss"}
 
 
 @pytest.mark.slow

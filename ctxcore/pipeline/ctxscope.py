@@ -3,8 +3,9 @@
 budget = window − output reserve − safety margin; must-keep items first and never silently
 lost; per-partition budgets; CJK-aware BM25 relevance that respects caller relevance; a fill
 that skips what does not fit (or an ``optimal`` knapsack fill, or the seeds' ``break``);
-the degradation ladder of DESIGN §4.1 before any drop; all six partitions with headers and
-the ``[Output]`` block charged to the budget; every cut marked in the prompt.
+the degradation ladder before any drop; all six partitions with headers and the ``[Output]``
+block charged to the budget; every cut marked in the prompt (docs/design.md, "ctxscope" and
+"Degradation ladder").
 
 The stages live in their own modules — ``gather`` (candidates, exact counts, relevance),
 ``select`` (score, must-keep, filter, fill, degrade) with ``fill`` (the optimal knapsack) and

@@ -1,12 +1,12 @@
-"""The degraded versions of items, for the ladder of the ``ctxscope`` preset (DESIGN §4.1).
+"""The degraded versions of items, for the ladder of the ``ctxscope`` preset.
 
-A ``Degrader`` makes the shortened segment of an item for one rung — a tool-log summary, a
-file outline, a compact repo map, a shortened message, or one structured summary of the old
-history — renders it with the marker that points back to the source id ("[… 1,234 tokens of
-tool:call_12 summarized; source id tool:call_12 …]"), counts it with the real tokenizer,
-cuts it (token-exact) if the summarizer overshot, and memoises the result in the
-``Prepared`` input: a degraded version is made once per input, however many builds or sweep
-cells ask for it.
+The rungs are described in docs/design.md, "Degradation ladder". A ``Degrader`` makes the
+shortened segment of an item for one rung — a tool-log summary, a file outline, a compact
+repo map, a shortened message, or one structured summary of the old history — renders it
+with the marker that points back to the source id ("[… 1,234 tokens of tool:call_12
+summarized; source id tool:call_12 …]"), counts it with the real tokenizer, cuts it
+(token-exact) if the summarizer overshot, and memoises the result in the ``Prepared`` input:
+a degraded version is made once per input, however many builds or sweep cells ask for it.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from ctxcore.pipeline.budget import Budget
+
 
 def knapsack(values: list[float], weights: list[int], capacity: int) -> list[int]:
     """0/1 knapsack by dynamic programming over a capacity grid of at most 4,000 cells.
@@ -47,38 +49,31 @@ def optimal_set(
     order: list[int],
     tok: list[int],
     part: list[int],
-    hdr: list[int],
-    opened: list[bool],
-    left: int,
     score: npt.NDArray[np.float64],
-    caps: list[int],
-    part_used: list[int],
+    budget: Budget,
 ) -> set[int]:
     """The set that maximises total score, never worse than the skip fill's set.
 
     Headers of partitions not yet opened are reserved up front (a slight under-use of the
-    budget, never an overflow). Partition caps are enforced by simulating the placement;
-    the skip fill's set is simulated too and the better of the two is returned.
+    budget, never an overflow). Partition caps are enforced by simulating the placement on
+    a copy of ``budget``; the skip fill's set is simulated too and the better of the two is
+    returned.
     """
     order = [i for i in order if i >= 0]
-    hdr_cost = sum(hdr[p] for p in {part[i] for i in order} if not opened[p])
+    hdr_cost = budget.unopened_headers(part[i] for i in order)
     cands = [i for i in order if score[i] > 0]
-    picked = knapsack([float(score[i]) for i in cands], [tok[i] for i in cands], left - hdr_cost)
+    picked = knapsack(
+        [float(score[i]) for i in cands], [tok[i] for i in cands], budget.left - hdr_cost
+    )
     dp_set = [cands[k] for k in picked]
 
     def simulate(candidates: list[int]) -> tuple[float, set[int]]:
-        lft = left
-        op = list(opened)
-        pu = list(part_used)
+        trial = budget.copy()
         kept: set[int] = set()
         total = 0.0
         for i in candidates:
-            p = part[i]
-            c = tok[i] + (0 if op[p] else hdr[p])
-            if c <= lft and pu[p] + c <= caps[p]:
-                lft -= c
-                pu[p] += c
-                op[p] = True
+            if trial.fits(tok[i], part[i]):
+                trial.charge(tok[i], part[i])
                 kept.add(i)
                 total += float(score[i])
         return total, kept

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ctxcore.errors import InputError
-from ctxcore.models import PARTITIONS, CapturedInput
+from ctxcore.models import PARTITIONS, CapturedInput, Packet
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, history_id
 from ctxcore.scoring import QueryTerms, bm25_from_tf, priority_norm, term_frequencies
 from ctxcore.summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
@@ -246,6 +246,37 @@ def _is_failure(meta: dict[str, Any]) -> bool:
     )
 
 
+@dataclass
+class _Candidates:
+    """The items gather has made so far, with what ``Prepared`` derives from them later."""
+
+    items: list[Item] = field(default_factory=list)
+    stamps: list[Any] = field(default_factory=list)  # datetime or None
+    priorities: list[int] = field(default_factory=list)
+
+    def add(self, item: Item, timestamp: Any, priority: int = 0) -> Item:
+        self.items.append(item)
+        self.stamps.append(timestamp)
+        self.priorities.append(priority)
+        return item
+
+    def add_made(
+        self,
+        item_id: str,
+        kind: str,
+        label: str,
+        text: str,
+        partition: str,
+        timestamp: Any,
+        must_keep: str | None = None,
+    ) -> Item:
+        """Add an item the builder makes itself (instructions, tools, a message)."""
+        seg = segment(item_id, label, text)
+        order = len(self.items)
+        item = Item(item_id, kind, text, seg, 0, None, partition, order, must_keep, True)
+        return self.add(item, timestamp)
+
+
 def gather(
     input: CapturedInput,
     counter: TokenCounter,
@@ -256,76 +287,8 @@ def gather(
     ``meanwhile(items)``, if given, runs on this thread while the counts are being made
     (the items' ``tokens`` are still 0): work a build will need that does not depend on
     token counts."""
-    items: list[Item] = []
-    stamps: list[Any] = []
-    prio: list[int] = []
-
-    def add(item: Item, ts: Any, priority: int = 0) -> None:
-        items.append(item)
-        stamps.append(ts)
-        prio.append(priority)
-
-    if input.system_instructions.strip():
-        text = normalize(input.system_instructions)
-        add(
-            Item(
-                INSTRUCTIONS_ID,
-                "instructions",
-                text,
-                segment(INSTRUCTIONS_ID, "", text),
-                0,
-                None,
-                ROLE,
-                len(items),
-                "system instructions",
-                builder_made=True,
-            ),
-            input.now,
-        )
-    if input.tools:
-        text = _tools_json(input)
-        add(
-            Item(
-                TOOLS_ID,
-                "tools",
-                text,
-                segment(TOOLS_ID, f"{len(input.tools)} tools", text),
-                0,
-                None,
-                ROLE,
-                len(items),
-                "tool definitions",
-                builder_made=True,
-            ),
-            input.now,
-        )
-    for k, msg in enumerate(input.history):
-        hid = history_id(k)
-        text = normalize(msg.content)
-        add(
-            Item(
-                hid,
-                "history",
-                text,
-                segment(hid, msg.role, text),
-                0,
-                None,
-                CONTEXT,
-                len(items),
-                None,
-                builder_made=True,
-                history_pos=k,
-                role=msg.role,
-            ),
-            msg.timestamp,
-        )
-    made = {it.id for it in items} | {HISTORY_SUMMARY_ID, QUERY_ID}
-    for k, p in enumerate(input.packets):
-        if p.id in made:
-            raise InputError(
-                f"packets[{k}].id {p.id!r} is the id of a packet the ctxscope builder makes "
-                "itself; rename the packet (ids starting with 'builder:' are reserved)"
-            )
+    cands = _builder_items(input)
+    _check_reserved_ids(input, cands.items)
     # the segments first: counting them starts as soon as they exist, and everything
     # else gather does (the packets' items, duplicates, relevance, ages) happens meanwhile
     p_texts = [normalize(p.content) for p in input.packets]
@@ -333,81 +296,33 @@ def gather(
     task_segment = segment(QUERY_ID, "", normalize(input.query)) if input.query.strip() else ""
     output_segment = OUTPUT_TEXT
     heads = [header(p) for p in PARTITIONS]
-    texts = [it.segment for it in items] + p_segments + heads + [task_segment, output_segment]
+    texts = [it.segment for it in cands.items] + p_segments + heads + [task_segment, output_segment]
     # tiktoken holds no GIL while it encodes: count on background threads
     pending = counter.count_many_started(texts)
 
-    latest_failure: int | None = None
-    flagged: int | None = None
-    for p, text, seg in zip(input.packets, p_texts, p_segments, strict=True):
-        kind = p.kind
-        must: str | None = None
-        if p.must_keep:
-            must = "marked must_keep"
-        elif kind in ("task", "goal"):
-            must = "current task"
-        elif kind in ("constraint", "policy"):
-            must = "explicit constraint"
-        elif kind == "plan" or (kind in _STATE_KINDS and p.metadata.get("active")):
-            must = "active plan"
-        item = Item(
-            p.id,
-            kind,
-            text,
-            seg,
-            0,
-            p.tokens,
-            KIND_PARTITION.get(kind, CONTEXT),
-            len(items),
-            must,
-            caller_relevance=p.relevance,
-        )
-        if p.metadata.get("latest_failure") is True:
-            flagged = len(items)  # the caller says which failure is the latest
-        if kind in _TOOL_KINDS and _is_failure(p.metadata):
-            if latest_failure is None or (
-                p.timestamp is not None
-                and (stamps[latest_failure] is None or p.timestamp >= stamps[latest_failure])
-            ):
-                latest_failure = len(items)
-        add(item, p.timestamp, p.priority)
-    if flagged is not None:
-        latest_failure = flagged
-    if latest_failure is not None and items[latest_failure].must_keep is None:
-        items[latest_failure].must_keep = "latest failure"
-
-    # duplicates (same normalized content as an earlier candidate) and empties
-    first: dict[str, str] = {}
-    for it in items:
-        if it.text and not it.builder_made:
-            prev = first.setdefault(it.text, it.id)
-            if prev != it.id:
-                it.duplicate_of = prev
-
+    _add_packets(input, p_texts, p_segments, cands)
+    items, stamps = cands.items, cands.stamps
+    _mark_duplicates(items)
     q = QueryTerms.of(input.query)
     tf = term_frequencies(q, [it.text for it in items])
-    now = input.now
-    ages = np.array(
-        [np.nan if ts is None else max((now - ts).total_seconds(), 0.0) / 3600.0 for ts in stamps],
-        dtype=np.float64,
-    )
+    ages = _ages_hours(input, stamps)
     for it, ts in zip(items, stamps, strict=True):
         it.no_timestamp = ts is None
     if meanwhile is not None:
         meanwhile(items)
     arrays = item_arrays(items)
-    priority = priority_norm(prio)
+    priority = priority_norm(cands.priorities)
+
     counts = pending()
     n = len(items)
     for it, c in zip(items, counts[:n], strict=False):
         it.tokens = c
     header_tokens = dict(zip(PARTITIONS, counts[n : n + len(PARTITIONS)], strict=True))
     task_tokens, output_tokens = counts[-2], counts[-1]
-
     tokens = np.asarray(counts[:n], dtype=np.int64)
     rel = bm25_from_tf(tf, tokens)
     for i, value in arrays["caller"]:
-        rel[i] = value
+        rel[i] = value  # a caller's relevance wins over BM25
     return Prepared(
         input=input,
         tokenizer=counter.name,
@@ -424,6 +339,108 @@ def gather(
         output_tokens=output_tokens,
         query_terms=q,
         arrays=arrays,
+    )
+
+
+def _builder_items(input: CapturedInput) -> _Candidates:
+    """The items the builder makes itself: instructions, tool definitions, each message."""
+    cands = _Candidates()
+    now = input.now
+    if input.system_instructions.strip():
+        text = normalize(input.system_instructions)
+        cands.add_made(INSTRUCTIONS_ID, "instructions", "", text, ROLE, now, "system instructions")
+    if input.tools:
+        label = f"{len(input.tools)} tools"
+        cands.add_made(TOOLS_ID, "tools", label, _tools_json(input), ROLE, now, "tool definitions")
+    for k, msg in enumerate(input.history):
+        text = normalize(msg.content)
+        item = cands.add_made(history_id(k), "history", msg.role, text, CONTEXT, msg.timestamp)
+        item.history_pos = k
+        item.role = msg.role
+    return cands
+
+
+def _check_reserved_ids(input: CapturedInput, builder_items: list[Item]) -> None:
+    made = {it.id for it in builder_items} | {HISTORY_SUMMARY_ID, QUERY_ID}
+    for k, p in enumerate(input.packets):
+        if p.id in made:
+            raise InputError(
+                f"packets[{k}].id {p.id!r} is the id of a packet the ctxscope builder makes "
+                "itself; rename the packet (ids starting with 'builder:' are reserved)"
+            )
+
+
+def _add_packets(
+    input: CapturedInput, texts: list[str], segments: list[str], cands: _Candidates
+) -> None:
+    """One item per caller packet; the latest failure becomes must-keep."""
+    first = len(cands.items)
+    for p, text, seg in zip(input.packets, texts, segments, strict=True):
+        item = Item(
+            p.id,
+            p.kind,
+            text,
+            seg,
+            0,
+            p.tokens,
+            KIND_PARTITION.get(p.kind, CONTEXT),
+            len(cands.items),
+            _must_keep_reason(p),
+            caller_relevance=p.relevance,
+        )
+        cands.add(item, p.timestamp, p.priority)
+    k = _latest_failure(input.packets)
+    if k is not None and cands.items[first + k].must_keep is None:
+        cands.items[first + k].must_keep = "latest failure"
+
+
+def _must_keep_reason(p: Packet) -> str | None:
+    kind = p.kind
+    if p.must_keep:
+        return "marked must_keep"
+    if kind in ("task", "goal"):
+        return "current task"
+    if kind in ("constraint", "policy"):
+        return "explicit constraint"
+    if kind == "plan" or (kind in _STATE_KINDS and p.metadata.get("active")):
+        return "active plan"
+    return None
+
+
+def _latest_failure(packets: list[Packet]) -> int | None:
+    """The packet the caller flags as the latest failure, else the failed tool result with
+    the latest timestamp (the first one when none has a timestamp)."""
+    latest: int | None = None
+    flagged: int | None = None
+    for k, p in enumerate(packets):
+        if p.metadata.get("latest_failure") is True:
+            flagged = k
+        if p.kind in _TOOL_KINDS and _is_failure(p.metadata):
+            if latest is None:
+                latest = k
+                continue
+            then = packets[latest].timestamp
+            if p.timestamp is not None and (then is None or p.timestamp >= then):
+                latest = k
+    return flagged if flagged is not None else latest
+
+
+def _mark_duplicates(items: list[Item]) -> None:
+    """A caller packet with the same normalized content as an earlier one is a duplicate."""
+    first: dict[str, str] = {}
+    for it in items:
+        if it.text and not it.builder_made:
+            prev = first.setdefault(it.text, it.id)
+            if prev != it.id:
+                it.duplicate_of = prev
+
+
+def _ages_hours(input: CapturedInput, stamps: list[Any]) -> npt.NDArray[np.float64]:
+    """Each item's age in hours at ``input.now`` (NaN without a timestamp, 0 if later)."""
+    now = input.now
+    return np.array(
+        [np.nan if ts is None else max((now - ts).total_seconds(), 0.0) / 3600.0 for ts in stamps],
+        dtype=np.float64,
     )
 
 

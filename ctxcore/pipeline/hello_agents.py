@@ -16,47 +16,34 @@ the decisions, because seeing them is why a user picks this preset:
 - compression keeps whole lines while they fit and stops at the first that does not — no
   marker, and ``[Task]`` or ``[Output]`` can be lost.
 
-``budget_left`` in a decision is the budget remaining once that decision was applied.
+The flow and the report are ``_hello_shared.HelloBuilder``'s; ``Package`` holds the rules
+(docs/design.md, "hello-agents").
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
-from ctxcore.errors import InputError
-from ctxcore.models import (
-    BuildResult,
-    CapturedInput,
-    Config,
-    Decision,
-    Reason,
-    Status,
-    Totals,
-)
+from ctxcore.models import BuildResult, CapturedInput, Config, Reason, Status
 from ctxcore.pipeline._hello_shared import (
+    Compressed,
+    Gathered,
+    HelloBuilder,
     PackageCounter,
     Renderer,
     Section,
+    Selected,
+    Selection,
     as_utc,
-    classify_span,
-    decision,
     fmt_tokens,
-    lost_sections,
-    partitions_from_sections,
+    history_cut,
+    packet_candidate,
+    resolve_updates,
     words,
 )
-from ctxcore.pipeline.common import (
-    HISTORY_ID,
-    INSTRUCTIONS_ID,
-    Candidate,
-    ReportParts,
-    Summarizer,
-    Timer,
-    finish_parts,
-)
-from ctxcore.tokens import TOKENIZERS, TokenCounter
+from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID, Candidate, Summarizer
+from ctxcore.tokens import TokenCounter
 
 NAME = "hello-agents"
 VERSION = "0.2.8"
@@ -93,14 +80,6 @@ PARTITION_OF = {
     "history": "[Context]",
     **{t: "[Evidence]" for t in EVIDENCE_TYPES},
 }
-PARTITION_NAMES = (
-    "[Role & Policies]",
-    "[Task]",
-    "[State]",
-    "[Evidence]",
-    "[Context]",
-    "[Output]",
-)
 _INDENT = " " * 28
 OUTPUT_BLOCK = (
     "[Output]\n"
@@ -117,369 +96,16 @@ OUTPUT_BLOCK = (
 
 def resolve(config: Config, input: CapturedInput) -> Config:
     """Fill the package's defaults; reject knobs the package does not have."""
-    given = [k for k in UNSUPPORTED if getattr(config, k) is not None]
-    if given:
-        raise InputError(
+
+    def refusal(given: list[str]) -> str:
+        return (
             f"preset hello-agents has no {', '.join(given)} (the 0.2.8 package fixes "
             "score = 0.7 × relevance + 0.3 × recency and a skip fill); remove "
             f"{'it' if len(given) == 1 else 'them'} from the config or use preset ctxscope"
         )
-    if config.tokenizer is not None and config.tokenizer not in TOKENIZERS:
-        raise InputError(
-            f"unknown tokenizer {config.tokenizer!r} in config; choose one of "
-            f"{', '.join(TOKENIZERS)}"
-        )
-    updates: dict[str, object] = {k: v for k, v in DEFAULTS.items() if getattr(config, k) is None}
-    if config.tokenizer is None:
-        updates["tokenizer"] = "cl100k_base"
+
+    updates = resolve_updates(config, DEFAULTS, UNSUPPORTED, refusal, "cl100k_base")
     return config.model_copy(update=updates)
-
-
-def budget_of(config: Config) -> int:
-    assert config.max_tokens is not None and config.reserve_ratio is not None
-    return int(config.max_tokens * (1 - config.reserve_ratio))
-
-
-# --------------------------------------------------------------------------- gather
-
-
-@dataclass(frozen=True, slots=True)
-class Gathered:
-    """Candidates in the package's gather order, plus history messages cut by the limit."""
-
-    cands: list[Candidate]
-    history_cut: list[Decision]
-    notes: dict[str, list[str]]
-
-
-def gather(input: CapturedInput, config: Config, pc: PackageCounter) -> Gathered:
-    assert config.history_limit is not None
-    now = input.now
-    cands: list[Candidate] = []
-    notes: dict[str, list[str]] = {}
-    history_cut: list[Decision] = []
-
-    def add(c: Candidate) -> None:
-        cands.append(c)
-
-    kept = input.history[max(len(input.history) - config.history_limit, 0) :]
-    history_text = "\n".join(f"[{m.role}] {m.content}" for m in kept)
-    # Count everything the package counts in one batch (cached by content).
-    texts = [input.system_instructions, history_text]
-    texts += [p.content for p in input.packets if not p.tokens]
-    counted = dict(zip(texts, pc.count_many(texts), strict=True))
-
-    if input.system_instructions:
-        add(
-            Candidate(
-                id=INSTRUCTIONS_ID,
-                kind="instructions",
-                content=input.system_instructions,
-                tokens=counted[input.system_instructions],
-                timestamp=now,
-                order=len(cands),
-                builder_made=True,
-            )
-        )
-    history = input.history
-    if history:
-        limit = config.history_limit
-        keep_from = max(len(history) - limit, 0)
-        for i, m in enumerate(history[:keep_from]):
-            line = f"[{m.role}] {m.content}"
-            history_cut.append(
-                decision(
-                    packet_id=m.id or f"history:{i}",
-                    kind="history",
-                    status=Status.DROPPED,
-                    reason=Reason.HISTORY_LIMIT,
-                    reason_text=(
-                        f"message {i + 1} of {len(history)} is older than the last "
-                        f"{limit} the package keeps"
-                    ),
-                    partition="[Context]",
-                    relevance=None,
-                    recency=None,
-                    score=None,
-                    rank=None,
-                    tokens_before=pc.count(line),
-                    tokens_after=0,
-                    budget_left=None,
-                    notes=[],
-                )
-            )
-        if kept:
-            add(
-                Candidate(
-                    id=HISTORY_ID,
-                    kind="history",
-                    content=history_text,
-                    tokens=counted[history_text],
-                    timestamp=now,
-                    order=len(cands),
-                    builder_made=True,
-                    metadata={"count": len(kept)},
-                )
-            )
-        if limit != PACKAGE_HISTORY_LIMIT:
-            notes.setdefault(HISTORY_ID, []).append(
-                f"history_limit {limit} differs from the package's fixed "
-                f"{PACKAGE_HISTORY_LIMIT}: the package would keep other messages"
-            )
-    for p in input.packets:
-        tokens = p.tokens if p.tokens else counted[p.content]
-        if p.tokens == 0:
-            notes.setdefault(p.id, []).append("tokens 0 given: the package recounts it")
-        elif p.tokens is not None:
-            real = pc.count(p.content)
-            notes.setdefault(p.id, []).append(
-                f"{fmt_tokens(p.tokens)} tokens given by the caller are used as is"
-                + ("" if real == p.tokens else f" (the content counts {fmt_tokens(real)})")
-            )
-        add(
-            Candidate(
-                id=p.id,
-                kind=p.kind,
-                content=p.content,
-                tokens=tokens,
-                timestamp=p.timestamp or now,
-                relevance=p.relevance,
-                priority=p.priority,
-                must_keep=p.must_keep,
-                order=len(cands),
-                metadata=p.metadata,
-            )
-        )
-    if pc.specials:
-        for c in cands:
-            tok = pc.special_in(c.content)
-            if tok is not None and c.tokens == counted.get(c.content):
-                notes.setdefault(c.id, []).append(
-                    f"content spells the special token {tok}: the package's tiktoken "
-                    f"encode() raises and it falls back to len(text)//4 = "
-                    f"{fmt_tokens(c.tokens)} tokens (tiktoken would count "
-                    f"{fmt_tokens(pc.counter.count(c.content))})"
-                )
-    if any(m.must_keep for m in input.packets):
-        for p in input.packets:
-            if p.must_keep:
-                notes.setdefault(p.id, []).append(
-                    "must_keep is ignored: the package has no notion of it"
-                )
-    return Gathered(cands, history_cut, notes)
-
-
-# --------------------------------------------------------------------------- score
-
-
-@dataclass(frozen=True, slots=True)
-class Scored:
-    relevance: list[float]
-    recency: list[float]
-    score: list[float]
-    rank: list[int]  # 1-based position in the package's sort over ALL packets
-    overlap: list[int]
-    n_query: int
-
-
-def score(cands: list[Candidate], query: str, now: datetime) -> Scored:
-    query_words = set(query.lower().split())
-    nq = len(query_words)
-    now_utc = as_utc(now)
-    rel: list[float] = []
-    rec: list[float] = []
-    sc: list[float] = []
-    ov: list[int] = []
-    for c in cands:
-        if nq > 0:
-            overlap = len(query_words & words(c.content))
-            r = overlap / nq
-        else:
-            overlap, r = 0, 0.0
-        assert c.timestamp is not None
-        delta = max((now_utc - as_utc(c.timestamp)).total_seconds(), 0)
-        t = math.exp(-delta / TAU_SECONDS)
-        rel.append(r)
-        rec.append(t)
-        sc.append(RELEVANCE_WEIGHT * r + RECENCY_WEIGHT * t)
-        ov.append(overlap)
-    order = sorted(range(len(cands)), key=lambda i: sc[i], reverse=True)
-    rank = [0] * len(cands)
-    for pos, i in enumerate(order):
-        rank[i] = pos + 1
-    return Scored(rel, rec, sc, rank, ov, nq)
-
-
-# --------------------------------------------------------------------------- select
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    status: Status
-    reason: Reason
-    text: str
-    budget_left: int
-
-
-@dataclass
-class Selection:
-    selected: list[int]  # candidate indices in the package's selected order
-    outcomes: dict[int, Outcome] = field(default_factory=dict)
-    used: int = 0
-
-
-def select(cands: list[Candidate], s: Scored, budget: int, min_relevance: float) -> Selection:
-    sel = Selection(selected=[])
-    used = 0
-    system = [i for i, c in enumerate(cands) if c.kind == "instructions"]
-    order = sorted(range(len(cands)), key=lambda i: s.score[i], reverse=True)
-    remaining = [i for i in order if cands[i].kind != "instructions"]
-    for i in system:
-        c = cands[i]
-        left = budget - used
-        if used + c.tokens <= budget:
-            sel.selected.append(i)
-            used += c.tokens
-            sel.outcomes[i] = Outcome(
-                Status.KEPT,
-                Reason.FITS,
-                f"instructions are placed first: {fmt_tokens(c.tokens)} tokens, "
-                f"{fmt_tokens(budget - used)} left",
-                budget - used,
-            )
-        else:
-            sel.outcomes[i] = Outcome(
-                Status.DROPPED,
-                Reason.NO_ROOM,
-                f"instructions need {fmt_tokens(c.tokens)} tokens, {fmt_tokens(left)} left: "
-                "the package leaves them out without a warning",
-                left,
-            )
-    for i in remaining:
-        c = cands[i]
-        if s.relevance[i] < min_relevance:
-            sel.outcomes[i] = Outcome(
-                Status.FILTERED,
-                Reason.BELOW_MIN_RELEVANCE,
-                f"relevance {s.relevance[i]:.2f} ({s.overlap[i]} of {s.n_query} query words) "
-                f"is below min_relevance {min_relevance:.2f}",
-                budget - used,
-            )
-            continue
-        left = budget - used
-        if used + c.tokens > budget:
-            sel.outcomes[i] = Outcome(
-                Status.DROPPED,
-                Reason.NO_ROOM,
-                f"needs {fmt_tokens(c.tokens)} tokens, {fmt_tokens(left)} left; skipped "
-                "(the package keeps trying the next ones)",
-                left,
-            )
-            continue
-        sel.selected.append(i)
-        used += c.tokens
-        if c.kind in PARTITION_OF:
-            sel.outcomes[i] = Outcome(
-                Status.KEPT,
-                Reason.FITS,
-                f"fits: {fmt_tokens(c.tokens)} tokens, {fmt_tokens(budget - used)} left",
-                budget - used,
-            )
-        else:
-            sel.outcomes[i] = Outcome(
-                Status.NOT_RENDERED,
-                Reason.TYPE_NOT_RENDERED,
-                f"selected and charged {fmt_tokens(c.tokens)} tokens, but the package renders "
-                f"no section for type {c.kind!r}: it appears nowhere in the prompt",
-                budget - used,
-            )
-    sel.used = used
-    return sel
-
-
-# --------------------------------------------------------------------------- structure
-
-
-def structure(
-    cands: list[Candidate], selected: list[int], query: str
-) -> tuple[str, tuple[Section, ...]]:
-    chosen = [cands[i] for i in selected]
-    r = Renderer("\n\n")
-    role = [c for c in chosen if c.kind == "instructions"]
-    if role:
-        with r.section("[Role & Policies]"):
-            r.text("[Role & Policies]\n")
-            for j, c in enumerate(role):
-                if j:
-                    r.text("\n")
-                r.packet(c.id, c.content)
-    with r.section("[Task]"):
-        r.text(f"[Task]\n用户问题：{query}")
-    state = [c for c in chosen if c.kind == "task_state"]
-    if state:
-        with r.section("[State]"):
-            r.text("[State]\n关键进展与未决问题：\n")
-            for j, c in enumerate(state):
-                if j:
-                    r.text("\n")
-                r.packet(c.id, c.content)
-    evidence = [c for c in chosen if c.kind in EVIDENCE_TYPES]
-    if evidence:
-        with r.section("[Evidence]"):
-            r.text("[Evidence]\n事实与引用：\n")
-            for c in evidence:
-                r.text("\n")
-                r.packet(c.id, c.content)
-                r.text("\n")
-    context = [c for c in chosen if c.kind == "history"]
-    if context:
-        with r.section("[Context]"):
-            r.text("[Context]\n对话历史与背景：\n")
-            for j, c in enumerate(context):
-                if j:
-                    r.text("\n")
-                r.packet(c.id, c.content)
-    with r.section("[Output]"):
-        r.text(OUTPUT_BLOCK)
-    return r.result()
-
-
-# --------------------------------------------------------------------------- compress
-
-
-@dataclass(frozen=True, slots=True)
-class Compressed:
-    prompt: str
-    cut: int  # the final prompt is structured[:cut]
-    before: int  # tokens of the structured prompt (the package's count)
-    ran: bool
-    stop_tokens: int | None  # tokens of the first line that did not fit
-    stop_left: int | None  # budget the line loop had left at that line
-    lines_kept: int
-    lines_total: int
-
-
-def compress(text: str, budget: int, enabled: bool, pc: PackageCounter) -> Compressed:
-    before = pc.count(text)
-    if not enabled or before <= budget:
-        return Compressed(text, len(text), before, False, None, None, 0, 0)
-    lines = text.split("\n")
-    used = 0
-    kept = 0
-    cut = 0
-    stop_tokens: int | None = None
-    for line in lines:
-        n = pc.count(line)
-        if used + n > budget:
-            stop_tokens = n
-            break
-        cut = cut + len(line) + (1 if kept else 0)
-        kept += 1
-        used += n
-    return Compressed(text[:cut], cut, before, True, stop_tokens, budget - used, kept, len(lines))
-
-
-# --------------------------------------------------------------------------- run
 
 
 def run(
@@ -490,151 +116,317 @@ def run(
 ) -> BuildResult:
     """The package's build() on a captured input, with a decision for every candidate."""
     del summarizer  # the package never summarizes
-    assert config.min_relevance is not None and config.enable_compression is not None
-    assert config.max_tokens is not None
-    timer = Timer()
-    pc = PackageCounter.for_counter(counter)
-    budget = budget_of(config)
-    with timer.stage("gather"):
-        g = gather(input, config, pc)
-    cands = g.cands
-    with timer.stage("score"):
-        s = score(cands, input.query, input.now)
-    with timer.stage("select"):
-        sel = select(cands, s, budget, config.min_relevance)
-    with timer.stage("structure"):
-        structured, sections = structure(cands, sel.selected, input.query)
-    with timer.stage("compress"):
-        comp = compress(structured, budget, config.enable_compression, pc)
-    with timer.stage("report"):
-        parts = report(input, config, pc, budget, g, s, sel, sections, comp)
-    return finish_parts(parts, timer)
+    return Package(config, counter).run(input)
 
 
-def report(
-    input: CapturedInput,
-    config: Config,
-    pc: PackageCounter,
-    budget: int,
-    g: Gathered,
-    s: Scored,
-    sel: Selection,
-    sections: tuple[Section, ...],
-    comp: Compressed,
-) -> ReportParts:
-    """Decisions, partitions, totals and warnings from what the stages did."""
-    cands = g.cands
-    warnings: list[str] = []
-    spans = {sp.packet_id: sp for sec in sections for sp in sec.spans}
-    decisions: list[Decision] = []
-    items: dict[str, int] = {}
-    history_done = False
-    for i, c in enumerate(cands):
-        if c.id == HISTORY_ID:
-            decisions.extend(g.history_cut)
-            history_done = True
-        out = sel.outcomes[i]
-        notes = list(g.notes.get(c.id, []))
-        if c.relevance is not None:
-            notes.append(
-                f"caller relevance {c.relevance:g} overwritten with {s.relevance[i]:.4g} "
-                "(the package recomputes relevance for every packet)"
+@dataclass(frozen=True, slots=True)
+class PackageScores:
+    """The package's scores of every candidate, and its sort over all of them."""
+
+    relevance: list[float]
+    recency: list[float]
+    score: list[float]
+    order: list[int]  # candidate indices by score, descending (the package's sort)
+    rank: list[int]  # 1-based position in that sort
+    overlap: list[int]  # query words found in the content
+    n_query: int
+    notes: dict[int, list[str]]
+
+
+class Package(HelloBuilder[PackageScores]):
+    """The rules of hello-agents 0.2.8's ContextBuilder."""
+
+    WHO = "the package"
+    CUT_NOTE = "; the package cuts at a line without a marker"
+    REMOVED_NOTE = "; the package cuts the prompt at a line without a marker"
+
+    def __init__(self, config: Config, counter: TokenCounter) -> None:
+        self.pc = PackageCounter.for_counter(counter)
+        super().__init__(config, self.pc.count)
+
+    def budget(self) -> int:
+        assert self.config.max_tokens is not None and self.config.reserve_ratio is not None
+        return int(self.config.max_tokens * (1 - self.config.reserve_ratio))
+
+    def partition_of(self, kind: str) -> str | None:
+        return PARTITION_OF.get(kind)
+
+    def history_cut_at(self, cands: list[Candidate]) -> int:
+        # where the history packet is (after the instructions), even when it is empty
+        for i, c in enumerate(cands):
+            if c.id == HISTORY_ID:
+                return i
+        return 1 if cands and cands[0].id == INSTRUCTIONS_ID else 0
+
+    # ------------------------------------------------------------------------- gather
+
+    def gather(self, input: CapturedInput) -> Gathered:
+        limit = self.config.history_limit
+        assert limit is not None
+        pc, now, history = self.pc, input.now, input.history
+        cands: list[Candidate] = []
+        notes: dict[str, list[str]] = {}
+        kept = history[max(len(history) - limit, 0) :]
+        history_text = "\n".join(f"[{m.role}] {m.content}" for m in kept)
+        # Count everything the package counts in one batch (cached by content).
+        texts = [input.system_instructions, history_text]
+        texts += [p.content for p in input.packets if not p.tokens]
+        counted = dict(zip(texts, pc.count_many(texts), strict=True))
+
+        if input.system_instructions:
+            cands.append(
+                Candidate(
+                    id=INSTRUCTIONS_ID,
+                    kind="instructions",
+                    content=input.system_instructions,
+                    tokens=counted[input.system_instructions],
+                    timestamp=now,
+                    order=len(cands),
+                    builder_made=True,
+                )
             )
-        status, reason, text, left = out.status, out.reason, out.text, out.budget_left
-        after = c.tokens if status == Status.KEPT else 0
-        partition = PARTITION_OF.get(c.kind)
-        span = spans.get(c.id)
-        if span is not None and status == Status.KEPT and comp.ran:
-            fate = classify_span(span, c.content, comp.cut)
-            if fate.status != Status.KEPT:
-                left = comp.stop_left if comp.stop_left is not None else left
-                need = (
-                    f"line needs {fmt_tokens(comp.stop_tokens)} tokens, {fmt_tokens(left)} left"
-                    if comp.stop_tokens is not None
-                    else "budget reached"
+        cut = history_cut(
+            history, limit, "history", self.WHO, lambda m: pc.count(f"[{m.role}] {m.content}")
+        )
+        if history:
+            if kept:
+                cands.append(
+                    Candidate(
+                        id=HISTORY_ID,
+                        kind="history",
+                        content=history_text,
+                        tokens=counted[history_text],
+                        timestamp=now,
+                        order=len(cands),
+                        builder_made=True,
+                        metadata={"count": len(kept)},
+                    )
                 )
-            if fate.status == Status.TRUNCATED:
-                after = pc.count(fate.kept_text)
-                status, reason = Status.TRUNCATED, Reason.TRUNCATED_BY_COMPRESS
-                text = (
-                    f"cut by compression to {fmt_tokens(after)} of {fmt_tokens(c.tokens)} "
-                    f"tokens ({need}); the package cuts at a line without a marker"
+            if limit != PACKAGE_HISTORY_LIMIT:
+                notes.setdefault(HISTORY_ID, []).append(
+                    f"history_limit {limit} differs from the package's fixed "
+                    f"{PACKAGE_HISTORY_LIMIT}: the package would keep other messages"
                 )
-            elif fate.status == Status.DROPPED:
-                after = 0
-                status, reason = Status.DROPPED, Reason.REMOVED_BY_COMPRESS
-                text = (
-                    f"selected ({fmt_tokens(c.tokens)} tokens) but removed by compression "
-                    f"({need}); the package cuts the prompt at a line without a marker"
+        for p in input.packets:
+            if p.tokens == 0:
+                notes.setdefault(p.id, []).append("tokens 0 given: the package recounts it")
+            elif p.tokens is not None:
+                real = pc.count(p.content)
+                notes.setdefault(p.id, []).append(
+                    f"{fmt_tokens(p.tokens)} tokens given by the caller are used as is"
+                    + ("" if real == p.tokens else f" (the content counts {fmt_tokens(real)})")
                 )
-        if status in (Status.KEPT, Status.TRUNCATED) and partition is not None:
-            items[partition] = items.get(partition, 0) + 1
-        decisions.append(
-            decision(
-                packet_id=c.id,
-                kind=c.kind,
-                status=status,
-                reason=reason,
-                reason_text=text,
-                partition=partition,
-                relevance=s.relevance[i],
-                recency=s.recency[i],
-                score=s.score[i],
-                rank=s.rank[i],
-                tokens_before=c.tokens,
-                tokens_after=after,
-                budget_left=left,
-                notes=notes,
+            tokens = p.tokens if p.tokens else counted[p.content]
+            cands.append(packet_candidate(p, tokens, len(cands), now))
+        if pc.specials:
+            for c in cands:
+                tok = pc.special_in(c.content)
+                if tok is not None and c.tokens == counted.get(c.content):
+                    notes.setdefault(c.id, []).append(
+                        f"content spells the special token {tok}: the package's tiktoken "
+                        f"encode() raises and it falls back to len(text)//4 = "
+                        f"{fmt_tokens(c.tokens)} tokens (tiktoken would count "
+                        f"{fmt_tokens(pc.counter.count(c.content))})"
+                    )
+        for p in input.packets:
+            if p.must_keep:
+                notes.setdefault(p.id, []).append(
+                    "must_keep is ignored: the package has no notion of it"
+                )
+        return Gathered(cands, cut, notes)
+
+    # ------------------------------------------------------------------------- score
+
+    def score(self, input: CapturedInput, cands: list[Candidate]) -> PackageScores:
+        query_words = set(input.query.lower().split())
+        nq = len(query_words)
+        now_utc = as_utc(input.now)
+        rel: list[float] = []
+        rec: list[float] = []
+        sc: list[float] = []
+        ov: list[int] = []
+        notes: dict[int, list[str]] = {}
+        for i, c in enumerate(cands):
+            if nq > 0:
+                overlap = len(query_words & words(c.content))
+                r = overlap / nq
+            else:
+                overlap, r = 0, 0.0
+            assert c.timestamp is not None
+            delta = max((now_utc - as_utc(c.timestamp)).total_seconds(), 0)
+            t = math.exp(-delta / TAU_SECONDS)
+            rel.append(r)
+            rec.append(t)
+            sc.append(RELEVANCE_WEIGHT * r + RECENCY_WEIGHT * t)
+            ov.append(overlap)
+            if c.relevance is not None:
+                notes[i] = [
+                    f"caller relevance {c.relevance:g} overwritten with {r:.4g} "
+                    "(the package recomputes relevance for every packet)"
+                ]
+        order = sorted(range(len(cands)), key=lambda i: sc[i], reverse=True)
+        rank = [0] * len(cands)
+        for pos, i in enumerate(order):
+            rank[i] = pos + 1
+        return PackageScores(rel, rec, sc, order, rank, ov, nq, notes)
+
+    # ------------------------------------------------------------------------- select
+
+    def select(self, cands: list[Candidate], s: PackageScores, budget: int) -> Selected:
+        """Instructions first, in their own order; the rest by score, filtered by
+        min_relevance, skipping what does not fit."""
+        min_relevance = self.config.min_relevance
+        assert min_relevance is not None
+        sel = Selected(indices=[])
+        used = 0
+        for i in (i for i, c in enumerate(cands) if c.kind == "instructions"):
+            c = cands[i]
+            left = budget - used
+            if used + c.tokens <= budget:
+                sel.indices.append(i)
+                used += c.tokens
+                sel.selections[i] = Selection(
+                    Status.KEPT,
+                    Reason.FITS,
+                    f"instructions are placed first: {fmt_tokens(c.tokens)} tokens, "
+                    f"{fmt_tokens(budget - used)} left",
+                    budget - used,
+                    s.rank[i],
+                )
+            else:
+                sel.selections[i] = Selection(
+                    Status.DROPPED,
+                    Reason.NO_ROOM,
+                    f"instructions need {fmt_tokens(c.tokens)} tokens, {fmt_tokens(left)} "
+                    "left: the package leaves them out without a warning",
+                    left,
+                    s.rank[i],
+                )
+        for i in (i for i in s.order if cands[i].kind != "instructions"):
+            c = cands[i]
+            left = budget - used
+            if s.relevance[i] < min_relevance:
+                sel.selections[i] = Selection(
+                    Status.FILTERED,
+                    Reason.BELOW_MIN_RELEVANCE,
+                    f"relevance {s.relevance[i]:.2f} ({s.overlap[i]} of {s.n_query} query "
+                    f"words) is below min_relevance {min_relevance:.2f}",
+                    left,
+                    s.rank[i],
+                )
+            elif used + c.tokens > budget:
+                sel.selections[i] = Selection(
+                    Status.DROPPED,
+                    Reason.NO_ROOM,
+                    f"needs {fmt_tokens(c.tokens)} tokens, {fmt_tokens(left)} left; skipped "
+                    "(the package keeps trying the next ones)",
+                    left,
+                    s.rank[i],
+                )
+            else:
+                sel.indices.append(i)
+                used += c.tokens
+                sel.selections[i] = self._placed(c, budget - used, s.rank[i])
+        return sel
+
+    @staticmethod
+    def _placed(c: Candidate, left: int, rank: int) -> Selection:
+        if c.kind in PARTITION_OF:
+            return Selection(
+                Status.KEPT,
+                Reason.FITS,
+                f"fits: {fmt_tokens(c.tokens)} tokens, {fmt_tokens(left)} left",
+                left,
+                rank,
             )
+        return Selection(
+            Status.NOT_RENDERED,
+            Reason.TYPE_NOT_RENDERED,
+            f"selected and charged {fmt_tokens(c.tokens)} tokens, but the package renders "
+            f"no section for type {c.kind!r}: it appears nowhere in the prompt",
+            left,
+            rank,
         )
-    if not history_done and g.history_cut:
-        at = 1 if cands and cands[0].id == INSTRUCTIONS_ID else 0
-        decisions[at:at] = g.history_cut
-    used = pc.count(comp.prompt)
-    instr = [c for c in cands if c.kind == "instructions"]
-    instr_tokens = sum(c.tokens for c in instr)
-    if instr_tokens > budget:
-        warnings.append(
-            f"system instructions alone exceed the budget ({fmt_tokens(instr_tokens)} > "
-            f"{fmt_tokens(budget)} tokens)"
+
+    def selection_warnings(self, cands: list[Candidate], sel: Selected, budget: int) -> list[str]:
+        out: list[str] = []
+        instr_tokens = sum(c.tokens for c in cands if c.kind == "instructions")
+        if instr_tokens > budget:
+            out.append(
+                f"system instructions alone exceed the budget ({fmt_tokens(instr_tokens)} > "
+                f"{fmt_tokens(budget)} tokens)"
+            )
+        unrendered = [i for i, o in sel.selections.items() if o.status == Status.NOT_RENDERED]
+        if unrendered:
+            wasted = sum(cands[i].tokens for i in unrendered)
+            out.append(
+                f"{len(unrendered)} selected packet(s) of types the package never renders used "
+                f"{fmt_tokens(wasted)} tokens of budget and appear nowhere in the prompt"
+            )
+        return out
+
+    # ------------------------------------------------------------------------- structure
+
+    def structure(self, chosen: list[Candidate], query: str) -> tuple[str, tuple[Section, ...]]:
+        r = Renderer("\n\n")
+        r.listing(
+            "[Role & Policies]",
+            "[Role & Policies]\n",
+            [c for c in chosen if c.kind == "instructions"],
+            "\n",
         )
-    if any(sel.outcomes[i].status == Status.NOT_RENDERED for i in range(len(cands))):
-        n = sum(1 for o in sel.outcomes.values() if o.status == Status.NOT_RENDERED)
-        wasted = sum(
-            cands[i].tokens for i, o in sel.outcomes.items() if o.status == Status.NOT_RENDERED
+        r.block("[Task]", f"[Task]\n用户问题：{query}")
+        r.listing(
+            "[State]",
+            "[State]\n关键进展与未决问题：\n",
+            [c for c in chosen if c.kind == "task_state"],
+            "\n",
         )
-        warnings.append(
-            f"{n} selected packet(s) of types the package never renders used "
-            f"{fmt_tokens(wasted)} tokens of budget and appear nowhere in the prompt"
+        # each evidence packet between blank lines
+        r.listing(
+            "[Evidence]",
+            "[Evidence]\n事实与引用：\n\n",
+            [c for c in chosen if c.kind in EVIDENCE_TYPES],
+            "\n\n",
+            tail="\n",
         )
-    if input.tools:
-        warnings.append(
-            f"{len(input.tools)} tool definition(s) are not in the prompt: the package has no "
-            "notion of tools, though they cost tokens in the real request"
+        r.listing(
+            "[Context]",
+            "[Context]\n对话历史与背景：\n",
+            [c for c in chosen if c.kind == "history"],
+            "\n",
         )
-    if comp.ran:
-        warnings.append(
-            f"context over budget ({fmt_tokens(comp.before)} > {fmt_tokens(budget)} tokens): "
-            f"the package cut it to the first {comp.lines_kept} of {comp.lines_total} lines, "
-            "without a marker"
+        r.block("[Output]", OUTPUT_BLOCK)
+        return r.result()
+
+    # ------------------------------------------------------------------------- compress
+
+    def compress(self, text: str, budget: int) -> Compressed:
+        """Whole lines while they fit; stop at the first that does not (no marker)."""
+        before = self.pc.count(text)
+        if not self.config.enable_compression or before <= budget:
+            return Compressed(text, len(text), before, False)
+        lines = text.split("\n")
+        used = 0
+        kept = 0
+        cut = 0
+        why = "budget reached"
+        for line in lines:
+            n = self.pc.count(line)
+            if used + n > budget:
+                why = f"line needs {fmt_tokens(n)} tokens, {fmt_tokens(budget - used)} left"
+                break
+            cut = cut + len(line) + (1 if kept else 0)
+            kept += 1
+            used += n
+        return Compressed(
+            text[:cut],
+            cut,
+            before,
+            True,
+            stop_left=budget - used,
+            why=why,
+            what=(
+                f"the package cut it to the first {kept} of {len(lines)} lines, without a marker"
+            ),
         )
-        warnings.extend(lost_sections(sections, comp.cut, ("[Task]", "[Output]")))
-    if used > budget:
-        warnings.append(
-            f"the final prompt has {fmt_tokens(used)} tokens, over the budget of "
-            f"{fmt_tokens(budget)}"
-        )
-    assert config.max_tokens is not None
-    partitions = partitions_from_sections(
-        sections, comp.prompt, comp.cut, pc.count, PARTITION_NAMES, items
-    )
-    assert config.tokenizer is not None
-    totals = Totals(
-        window=config.max_tokens,
-        output_reserve=config.max_tokens - budget,
-        safety_margin=0,
-        available=budget,
-        used=used,
-        tokenizer=config.tokenizer,
-    )
-    return ReportParts(comp.prompt, decisions, partitions, totals, [], warnings)

@@ -21,10 +21,12 @@
    shortened); the old history beyond ``history_limit`` competes as one structured summary.
    A degraded version is made once per input and memoised, so it costs nothing in a sweep.
 
-The result is a ``Plan`` of plain per-item codes and numbers (cheap enough for 400 sweep
-cells); the sentences people read are written from them by ``reasons.describe`` only when a build
-reports. Budgets are charged per rendered segment, headers included, which for tiktoken
-encodings is exactly the token count of the final prompt (see ``gather``).
+Each step is a function of its own (``_score``, ``_place_must_keep``, ``_filter``,
+``_rank``, ``_fill``) writing into one ``Plan``. The result is plain per-item codes and
+numbers (cheap enough for 400 sweep cells); the sentences people read are written from them
+by ``reasons.describe`` only when a build reports. Every placement is charged to a
+``Budget`` per rendered segment, headers included, which for tiktoken encodings is exactly
+the token count of the final prompt (see ``gather`` and ``budget``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy.typing as npt
 
 from ctxcore.errors import BudgetError
 from ctxcore.models import PARTITIONS, Reason, Status
+from ctxcore.pipeline.budget import Budget
 from ctxcore.pipeline.common import Summarizer
 from ctxcore.pipeline.degrade import Degrader
 from ctxcore.pipeline.fill import optimal_set
@@ -147,10 +150,10 @@ class Plan:
     need: list[int]  # tokens an item needed when it was turned away
     room: list[int]  # partition room at that moment (PARTITION_FULL)
     why: list[int]  # for DEGRADED items: the reason the full version did not fit
-    used: int
-    part_used: list[int]
-    part_items: list[int]
     must_keep: list[int]
+    used: int = 0
+    part_used: list[int] = field(default_factory=list)
+    part_items: list[int] = field(default_factory=list)
     segments: dict[int, str] = field(default_factory=dict)  # degraded segments
     rung: dict[int, str] = field(default_factory=dict)
     notes: dict[int, list[str]] = field(default_factory=dict)
@@ -180,112 +183,168 @@ def _fmt(n: int) -> str:
     return f"{n:,}"
 
 
+#: the place of the old history's summary in the fill order (item indexes are ≥ 0)
+SUMMARY_SLOT = -1
+
+
 def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounter) -> Plan:
     """Score, place must-keep items, filter, fill and degrade (see the module docstring)."""
-    items = prep.items
-    n = len(items)
-    rec = prep.recency(kn.recency_tau_hours)
+    score, recency = _score(prep, kn)
+    budget = _open_budget(prep, kn)
+    pl = _empty_plan(prep, score, recency, budget.left)
+    deg = Degrader(prep, summarizer, counter)
+    _place_must_keep(prep, kn, pl, budget, deg)
+    eligible, old = _filter(prep, kn, pl)
+    order = _rank(prep, kn, pl, eligible, old)
+    _fill(prep, kn, pl, budget, deg, order, old)
+    for j in old:
+        if pl.status[j] == FILTERED:  # the history rung is not in the ladder
+            pl.status[j], pl.reason[j] = DROPPED, R_HIST_LIMIT
+    pl.used = kn.available - budget.left
+    pl.part_used = budget.used
+    pl.part_items = budget.items
+    return pl
+
+
+def _score(prep: Prepared, kn: Knobs) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The weighted score of every item, and the recency it used."""
+    recency = prep.recency(kn.recency_tau_hours)
     score = (
         kn.relevance_weight * prep.relevance
-        + kn.recency_weight * rec
+        + kn.recency_weight * recency
         + kn.priority_weight * prep.priority
     )
-    tok: list[int] = prep.tokens_list
-    part: list[int] = prep.partition_list
-    hdr = [prep.header_tokens[p] for p in PARTITIONS]
-    caps = list(kn.caps)
-    deg = Degrader(prep, summarizer, counter)
-    status = [FILTERED] * n
-    reason = [R_BELOW] * n
-    tokens_after = [0] * n
-    rank = [0] * n
-    need = [0] * n
-    room = [0] * n
-    why = [0] * n
-    segments: dict[int, str] = {}
-    rungs: dict[int, str] = {}
-    notes: dict[int, list[str]] = {}
-    warnings: list[str] = []
+    return score, recency
 
-    part_used = [0] * 6
-    part_items = [0] * 6
-    opened = [False] * 6
-    for p, extra in ((TASK_I, prep.task_tokens), (OUTPUT_I, prep.output_tokens)):
-        opened[p] = True
-        part_used[p] = hdr[p] + extra
-    fixed = part_used[TASK_I] + part_used[OUTPUT_I]
-    left = kn.available - fixed
-    budget_left = [left] * n
-    if left < 0:
+
+def _open_budget(prep: Prepared, kn: Knobs) -> Budget:
+    """The budget with [Task] and [Output] charged (they are always in the prompt)."""
+    budget = Budget(kn.available, list(kn.caps), [prep.header_tokens[p] for p in PARTITIONS])
+    budget.reserve(prep.task_tokens, TASK_I)
+    budget.reserve(prep.output_tokens, OUTPUT_I)
+    if budget.left < 0:
+        fixed = kn.available - budget.left
         raise BudgetError(
             f"the [Task] and [Output] blocks alone need {_fmt(fixed)} tokens but only "
             f"{_fmt(kn.available)} are available; raise max_tokens or lower output_reserve "
             "/ safety_margin"
         )
+    return budget
 
-    # ---------------------------------------------------------------- must-keep
-    mk = prep.must_keep_idx
-    sizes = {i: tok[i] for i in mk}
 
-    def mk_total() -> int:
-        seen = {p for p in range(6) if opened[p]}
-        total = 0
-        for i in mk:
-            p = part[i]
-            total += sizes[i] + (0 if p in seen else hdr[p])
-            seen.add(p)
-        return total
+def _empty_plan(
+    prep: Prepared,
+    score: npt.NDArray[np.float64],
+    recency: npt.NDArray[np.float64],
+    left: int,
+) -> Plan:
+    """Every item filtered until a step says otherwise."""
+    n = len(prep.items)
+    return Plan(
+        score=score,
+        recency=recency,
+        status=[FILTERED] * n,
+        reason=[R_BELOW] * n,
+        tokens_after=[0] * n,
+        budget_left=[left] * n,
+        rank=[0] * n,
+        need=[0] * n,
+        room=[0] * n,
+        why=[0] * n,
+        must_keep=list(prep.must_keep_idx),
+    )
 
-    if mk and mk_total() > left:
-        for rung in kn.degrade:
-            kinds = RUNG_KINDS.get(rung)
-            if kinds is None or mk_total() <= left:
-                continue
-            for i in sorted(mk, key=lambda j: -tok[j]):
-                if items[i].kind in kinds and mk_total() > left:
-                    seg, t = deg.item(i, rung)
-                    if t < tok[i]:
-                        sizes[i] = t
-                        segments[i] = seg
-                        rungs[i] = rung
-        if mk_total() > left:
-            names = ", ".join(
-                f"{items[i].id} ({_fmt(sizes[i])}"
-                + (f", summarized from {_fmt(tok[i])})" if i in rungs else ")")
-                for i in mk
-            )
-            raise BudgetError(
-                f"must-keep items alone need {_fmt(mk_total())} tokens but only {_fmt(left)} "
-                f"are left (available {_fmt(kn.available)} minus {_fmt(fixed)} for [Task] and "
-                f"[Output]): {names}. Raise max_tokens, lower output_reserve/safety_margin, or "
-                "unset must_keep on some of them",
-                packet_ids=[items[i].id for i in mk],
-            )
+
+# --------------------------------------------------------------------------- must-keep
+
+
+def _place_must_keep(prep: Prepared, kn: Knobs, pl: Plan, budget: Budget, deg: Degrader) -> None:
+    """Place every must-keep item, shrunk by the ladder if they overflow together."""
+    mk = pl.must_keep
+    if not mk:
+        return
+    part = prep.partition_list
+    sizes = {i: prep.tokens_list[i] for i in mk}
+    if _must_keep_cost(mk, sizes, part, budget) > budget.left:
+        _shrink_must_keep(prep, kn, pl, budget, deg, sizes)
     for i in mk:
-        t = sizes[i]
         p = part[i]
-        c = t if opened[p] else t + hdr[p]
-        opened[p] = True
-        part_used[p] += c
-        part_items[p] += 1
-        left -= c
-        status[i] = SUMMARIZED if i in rungs else KEPT
-        reason[i] = R_DEGRADED if i in rungs else R_MUST
-        tokens_after[i] = t
-        budget_left[i] = left
-        if part_used[p] > caps[p]:
-            notes.setdefault(i, []).append(
-                f"over the {PARTITIONS[p]} cap of {_fmt(caps[p])} (must keep)"
+        left = budget.charge(sizes[i], p)
+        shrunk = i in pl.rung
+        pl.status[i] = SUMMARIZED if shrunk else KEPT
+        pl.reason[i] = R_DEGRADED if shrunk else R_MUST
+        pl.tokens_after[i] = sizes[i]
+        pl.budget_left[i] = left
+        if budget.over_cap(p):
+            pl.notes.setdefault(i, []).append(
+                f"over the {PARTITIONS[p]} cap of {_fmt(budget.caps[p])} (must keep)"
             )
     over = [
         PARTITIONS[p]
-        for p in range(6)
-        if p not in (TASK_I, OUTPUT_I) and part_used[p] > caps[p] and mk
+        for p in range(len(PARTITIONS))
+        if p not in (TASK_I, OUTPUT_I) and budget.over_cap(p)
     ]
     if over:
-        warnings.append(f"must-keep items exceed the partition budget of {', '.join(over)}")
+        pl.warnings.append(f"must-keep items exceed the partition budget of {', '.join(over)}")
 
-    # ---------------------------------------------------------------- filter (numpy)
+
+def _must_keep_cost(mk: list[int], sizes: dict[int, int], part: list[int], budget: Budget) -> int:
+    return budget.cost_of((sizes[i], part[i]) for i in mk)
+
+
+def _shrink_must_keep(
+    prep: Prepared,
+    kn: Knobs,
+    pl: Plan,
+    budget: Budget,
+    deg: Degrader,
+    sizes: dict[int, int],
+) -> None:
+    """Degrade must-keep tool logs/files/repo maps, rung by rung and largest first, until
+    they fit; ``BudgetError`` naming every must-keep item if they still do not."""
+    items, tok, part, mk = prep.items, prep.tokens_list, prep.partition_list, pl.must_keep
+    left = budget.left
+
+    def too_big() -> bool:
+        return _must_keep_cost(mk, sizes, part, budget) > left
+
+    for rung in kn.degrade:
+        kinds = RUNG_KINDS.get(rung)
+        if kinds is None or not too_big():
+            continue
+        for i in sorted(mk, key=lambda j: -tok[j]):
+            if items[i].kind in kinds and too_big():
+                seg, t = deg.item(i, rung)
+                if t < tok[i]:
+                    sizes[i] = t
+                    pl.segments[i] = seg
+                    pl.rung[i] = rung
+    if too_big():
+        fixed = kn.available - left
+        names = ", ".join(
+            f"{items[i].id} ({_fmt(sizes[i])}"
+            + (f", summarized from {_fmt(tok[i])})" if i in pl.rung else ")")
+            for i in mk
+        )
+        raise BudgetError(
+            f"must-keep items alone need {_fmt(_must_keep_cost(mk, sizes, part, budget))} "
+            f"tokens but only {_fmt(left)} are left (available {_fmt(kn.available)} minus "
+            f"{_fmt(fixed)} for [Task] and [Output]): {names}. Raise max_tokens, lower "
+            "output_reserve/safety_margin, or unset must_keep on some of them",
+            packet_ids=[items[i].id for i in mk],
+        )
+
+
+# --------------------------------------------------------------------------- filter
+
+
+def _filter(prep: Prepared, kn: Knobs, pl: Plan) -> tuple[npt.NDArray[np.intp], list[int]]:
+    """Which items compete for the rest of the budget, and the history beyond the limit.
+
+    Empty and duplicate items are noise (when the ladder has that rung); relevance below
+    ``min_relevance`` filters everything but history messages (they are ranked, not
+    filtered) and packets scored without query terms or a caller relevance."""
+    n = len(prep.items)
     noise = "noise" in kn.degrade
     is_mk = prep.is_must_keep
     old_mask = prep.is_history & (prep.history_pos < prep.n_history - kn.history_limit) & ~is_mk
@@ -301,140 +360,151 @@ def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounte
         & (prep.has_caller_relevance | (not query_empty))
         & (prep.relevance < kn.min_relevance)
     )
-    eligible = rest & ~empty & ~dup & ~below
     for mask, code in ((empty, R_EMPTY), (dup, R_DUP)):
         for i in np.flatnonzero(mask).tolist():
-            reason[i] = code
-    old = np.flatnonzero(old_mask).tolist()
+            pl.reason[i] = code
     if query_empty:
-        warnings.append(
+        pl.warnings.append(
             "the query has no searchable terms: relevance is 0 for every packet without a "
             "caller relevance, and min_relevance is not applied to them"
         )
+    eligible = np.flatnonzero(rest & ~empty & ~dup & ~below)
+    return eligible, np.flatnonzero(old_mask).tolist()
 
-    # ---------------------------------------------------------------- fill + degrade
-    el = np.flatnonzero(eligible)
+
+def _rank(
+    prep: Prepared, kn: Knobs, pl: Plan, eligible: npt.NDArray[np.intp], old: list[int]
+) -> list[int]:
+    """The fill order: eligible items by score (ties by gather order), with the old
+    history's summary (``SUMMARY_SLOT``) ranked by the best score among the messages it
+    folds. Sets each item's rank."""
+    score, el = pl.score, eligible
     order: list[int] = el[np.lexsort((el, -score[el]))].tolist() if el.size else []
-    ladder = kn.degrade
-    rung_of = prep.rungs_for(ladder)
-    if old and "history" in ladder:
-        # The summary of the old history competes like one more candidate, ranked by the
-        # best score among the messages it folds.
+    if old and "history" in kn.degrade:
         best = max(old, key=lambda j: (float(score[j]), -j))
         sb = score[best]
         se = score[el]
-        pos = int(np.count_nonzero((se > sb) | ((se == sb) & (el < best))))
-        order.insert(pos, -1)
+        order.insert(int(np.count_nonzero((se > sb) | ((se == sb) & (el < best)))), SUMMARY_SLOT)
+    rank = pl.rank
     for r, i in enumerate(order, start=1):
         if i >= 0:
             rank[i] = r
-    summary: Summary | None = None
-    summary_need = 0
-    stopped: str | None = None
+    return order
+
+
+# --------------------------------------------------------------------------- fill + degrade
+
+
+def _fill(
+    prep: Prepared,
+    kn: Knobs,
+    pl: Plan,
+    budget: Budget,
+    deg: Degrader,
+    order: list[int],
+    old: list[int],
+) -> None:
+    """Place items in ``order`` while they fit; shrink or drop the ones that do not.
+
+    ``optimal`` places the knapsack's set first, then gives what it left to the others in
+    order; ``break`` turns every item after the first that overflows the budget away.
+
+    This loop runs for every candidate of every sweep cell, so the per-item lists are
+    locals and the test is ``Budget.fits`` written out (a method call per candidate made
+    ``plan`` a third slower); everything it places still goes through ``budget.charge``."""
+    items, tok, part = prep.items, prep.tokens_list, prep.partition_list
+    status, reason, tokens_after = pl.status, pl.reason, pl.tokens_after
+    budget_left, need, room = pl.budget_left, pl.need, pl.room
+    due, free, charge = budget.due, budget.free, budget.charge
+    rung_of = prep.rungs_for(kn.degrade)
     optimal = kn.fill == "optimal"
     brk = kn.fill == "break"
-    chosen = (
-        optimal_set(order, tok, part, hdr, opened, left, score, caps, part_used)
-        if optimal
-        else None
-    )
-    for phase in (0, 1) if optimal else (1,):
+    chosen = optimal_set(order, tok, part, pl.score, budget) if optimal else None
+    for phase in (0, 1) if chosen is not None else (1,):
         for i in order:
             if chosen is not None and (phase == 0) != (i in chosen):
                 continue
-            if i == -1:
-                if stopped is not None:
-                    for j in old:
-                        status[j], reason[j], budget_left[j] = DROPPED, R_AFTER_BREAK, left
-                    continue
-                seg, t, total = deg.history(old)
-                c = t if opened[CONTEXT_I] else t + hdr[CONTEXT_I]
-                if c <= left and part_used[CONTEXT_I] + c <= caps[CONTEXT_I]:
-                    opened[CONTEXT_I] = True
-                    part_used[CONTEXT_I] += c
-                    part_items[CONTEXT_I] += 1
-                    left -= c
-                    summary = Summary(seg, t, total, old[0], left, order.index(-1) + 1)
-                    for j in old:
-                        status[j], reason[j], budget_left[j] = SUMMARIZED, R_DEGRADED, left
-                        rungs[j] = "history"
-                else:
-                    summary_need = c
-                    for j in old:
-                        status[j], reason[j], budget_left[j] = DROPPED, R_HIST_LIMIT, left
+            if i == SUMMARY_SLOT:
+                _place_history_summary(pl, budget, deg, order, old)
                 continue
-            if stopped is not None:
-                status[i], reason[i], budget_left[i] = DROPPED, R_AFTER_BREAK, left
+            if pl.stopped_at is not None:
+                status[i], reason[i], budget_left[i] = DROPPED, R_AFTER_BREAK, budget.left
                 continue
-            t = tok[i]
-            p = part[i]
-            c = t if opened[p] else t + hdr[p]
-            if c <= left and part_used[p] + c <= caps[p]:
-                opened[p] = True
-                part_used[p] += c
-                part_items[p] += 1
-                left -= c
-                status[i], reason[i], tokens_after[i], budget_left[i] = KEPT, R_FITS, t, left
+            t, p = tok[i], part[i]
+            cost = t + due[p]
+            left = budget.left
+            if cost <= left and cost <= free[p]:
+                status[i], reason[i], tokens_after[i] = KEPT, R_FITS, t
+                budget_left[i] = charge(t, p)
                 if phase == 1 and chosen is not None:
-                    notes.setdefault(i, []).append(
+                    pl.notes.setdefault(i, []).append(
                         "added after the knapsack, with the room it left"
                     )
                 continue
-            code = R_NO_ROOM if c > left else R_PART_FULL
-            need[i] = c
-            free = caps[p] - part_used[p]
-            room[i] = free if free > 0 else 0
-            budget_left[i] = left
-            rung_i = rung_of[i]
-            if rung_i is not None and left >= MIN_DEGRADED and room[i] >= MIN_DEGRADED:
-                seg, t2 = deg.item(i, rung_i)
-                c2 = t2 if opened[p] else t2 + hdr[p]
-                if t2 < t and c2 <= left and part_used[p] + c2 <= caps[p]:
-                    opened[p] = True
-                    part_used[p] += c2
-                    part_items[p] += 1
-                    left -= c2
-                    status[i] = TRUNCATED if rung_i == "recent" else SUMMARIZED
-                    reason[i], tokens_after[i], budget_left[i], why[i] = (
-                        R_DEGRADED,
-                        t2,
-                        left,
-                        code,
-                    )
-                    segments[i] = seg
-                    rungs[i] = rung_i
-                    continue
-                notes.setdefault(i, []).append(
-                    f"{kn.label(rung_i)}: the shortened version needs {_fmt(c2)} tokens and "
-                    "does not fit either"
-                )
+            # turned away: by the whole budget or by its partition's cap
+            code = R_NO_ROOM if cost > left else R_PART_FULL
+            need[i], budget_left[i] = cost, left
+            room[i] = cap_left = free[p] if free[p] > 0 else 0
+            rung = rung_of[i]
+            if (
+                rung is not None
+                and left >= MIN_DEGRADED
+                and cap_left >= MIN_DEGRADED
+                and _place_degraded(kn, pl, budget, deg, i, t, p, rung, code)
+            ):
+                continue
             status[i] = DROPPED
-            reason[i] = R_NOT_OPT if chosen is not None else code
+            reason[i] = R_NOT_OPT if optimal else code
             if brk and code == R_NO_ROOM:
-                stopped = items[i].id
-    for j in old:
-        if status[j] == FILTERED:  # the history rung is not in the ladder
-            status[j], reason[j] = DROPPED, R_HIST_LIMIT
-    return Plan(
-        score=score,
-        recency=rec,
-        status=status,
-        reason=reason,
-        tokens_after=tokens_after,
-        budget_left=budget_left,
-        rank=rank,
-        need=need,
-        room=room,
-        why=why,
-        used=kn.available - left,
-        part_used=part_used,
-        part_items=part_items,
-        must_keep=list(mk),
-        segments=segments,
-        rung=rungs,
-        notes=notes,
-        summary=summary,
-        summary_need=summary_need,
-        stopped_at=stopped,
-        warnings=warnings,
+                pl.stopped_at = items[i].id
+
+
+def _place_degraded(
+    kn: Knobs,
+    pl: Plan,
+    budget: Budget,
+    deg: Degrader,
+    i: int,
+    full: int,
+    partition: int,
+    rung: str,
+    why: int,
+) -> bool:
+    """Place the shortened version of item ``i`` (``full`` tokens, turned away for ``why``)
+    that ``rung`` makes, if it is smaller and fits; else note what it needed and return
+    False."""
+    seg, tokens = deg.item(i, rung)
+    if tokens < full and budget.fits(tokens, partition):
+        pl.status[i] = TRUNCATED if rung == "recent" else SUMMARIZED
+        pl.reason[i], pl.tokens_after[i], pl.why[i] = R_DEGRADED, tokens, why
+        pl.budget_left[i] = budget.charge(tokens, partition)
+        pl.segments[i] = seg
+        pl.rung[i] = rung
+        return True
+    pl.notes.setdefault(i, []).append(
+        f"{kn.label(rung)}: the shortened version needs {budget.cost(tokens, partition):,} "
+        "tokens and does not fit either"
     )
+    return False
+
+
+def _place_history_summary(
+    pl: Plan, budget: Budget, deg: Degrader, order: list[int], old: list[int]
+) -> None:
+    """The old history competes as one structured summary in [Context]."""
+    status, reason, budget_left = pl.status, pl.reason, pl.budget_left
+    if pl.stopped_at is not None:
+        for j in old:
+            status[j], reason[j], budget_left[j] = DROPPED, R_AFTER_BREAK, budget.left
+        return
+    seg, t, total = deg.history(old)
+    if budget.fits(t, CONTEXT_I):
+        left = budget.charge(t, CONTEXT_I)
+        pl.summary = Summary(seg, t, total, old[0], left, order.index(SUMMARY_SLOT) + 1)
+        for j in old:
+            status[j], reason[j], budget_left[j] = SUMMARIZED, R_DEGRADED, left
+            pl.rung[j] = "history"
+    else:
+        pl.summary_need = budget.cost(t, CONTEXT_I)
+        for j in old:
+            status[j], reason[j], budget_left[j] = DROPPED, R_HIST_LIMIT, budget.left
