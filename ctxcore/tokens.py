@@ -1,9 +1,14 @@
-"""Exact token counting (tiktoken), offline, plus the seeds' heuristics as named estimators.
+"""Exact token counting (tiktoken's counts, offline), plus the seeds' heuristics as estimators.
 
 tiktoken is the counter of record. Its encodings are normally downloaded on first use;
 this machine (and many CI runners) has no internet, so ctxcore ships ``cl100k_base`` and
 ``o200k_base`` rank files and seeds tiktoken's own cache with them. tiktoken still
 verifies them against its pinned SHA-256, so the counts are tiktoken's, not ours.
+
+Counts are made by a ``CountingBackend``: toktok-rs (a Rust counter that never builds the
+ids, about ten times tiktoken's speed here) where it is installed at a version verified
+against tiktoken for that encoding and passes a self-check when it loads; tiktoken
+otherwise. Either way a count is the number ``tiktoken``'s ``encode_ordinary`` gives.
 
 Counting goes through a ``TokenCounter`` that caches by (tokenizer, content): a re-run
 of the same input after a slider move counts nothing new.
@@ -23,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ctxcore.errors import TokenizerError
 from ctxcore.settings import DEFAULT_ENCODING, ENCODINGS
@@ -262,6 +267,294 @@ def count_batch(enc: Any, texts: Sequence[str]) -> list[int]:
     return PendingCounts(enc, texts, COUNT_THREADS).result()
 
 
+# --------------------------------------------------------------------------- backends
+
+
+class Pending(Protocol):
+    """Counts being made for a batch; ``result()`` waits for them, in the batch's order."""
+
+    def result(self) -> list[int]: ...
+
+
+class CountingBackend(Protocol):
+    """What makes the exact counts of one encoding: each count is ``encode_ordinary``'s.
+
+    tiktoken is the reference and the fallback; a faster backend stands in for it only
+    where it was verified (docs/design.md, The pipeline)."""
+
+    @property
+    def label(self) -> str: ...
+
+    def start(self, texts: Sequence[str], threads: int) -> Pending: ...
+
+
+class TiktokenBackend:
+    """Counts with tiktoken itself: joined runs on threads (``PendingCounts``)."""
+
+    def __init__(self, enc: Any) -> None:
+        import tiktoken
+
+        self.enc = enc
+        self.label = f"tiktoken {tiktoken.__version__}"
+
+    def start(self, texts: Sequence[str], threads: int) -> Pending:
+        if len(texts) == 1:
+            return _Done([len(self.enc.encode_ordinary(texts[0]))])
+        return PendingCounts(self.enc, texts, threads)
+
+
+class _Done:
+    def __init__(self, counts: list[int]) -> None:
+        self._counts = counts
+
+    def result(self) -> list[int]:
+        return self._counts
+
+
+class _Background:
+    """``fn(texts, threads)`` run on one background thread when the batch is large enough
+    to be worth threads (``fn`` spreads it over them itself), else ``fn(texts, 1)`` run by
+    ``result()``: for a few short texts a pool costs more than it saves."""
+
+    def __init__(
+        self, fn: Callable[[list[str], int], list[int]], texts: Sequence[str], threads: int
+    ) -> None:
+        self._fn = fn
+        self._texts = list(texts)
+        self._threads = 1
+        self._counts: list[int] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if sum(map(len, self._texts)) >= _PARALLEL_CHARS:
+            self._threads = threads
+            self._thread = threading.Thread(target=self._work, name="ctxscope-count")
+            self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            self._counts = self._fn(self._texts, self._threads)
+        except BaseException as exc:  # handed to result()
+            self._error = exc
+
+    def result(self) -> list[int]:
+        if self._thread is not None:
+            self._thread.join()
+        elif self._counts is None and self._error is None:
+            self._work()
+        if self._error is not None:
+            raise self._error
+        assert self._counts is not None
+        return self._counts
+
+
+def _as_tiktoken_reads(text: str) -> str:
+    """``text`` as tiktoken encodes it: tiktoken turns a string that is not valid UTF-8
+    (lone surrogates) into UTF-16 and back with replacement before encoding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+#: code points toktok-rs 0.3.0 reads as letters, digits or marks and tiktoken 0.14 does not:
+#: those Unicode 17 assigned (toktok's character tables are Unicode 17, tiktoken's regex
+#: engine's are older), found by counting every code point in context with both
+#: (tests/test_tokens_backends.py). A text holding one is counted by tiktoken.
+TOKTOK_DIFFERS: tuple[tuple[int, int], ...] = (
+    (0x088F, 0x088F),
+    (0x0C5C, 0x0C5C),
+    (0x0CDC, 0x0CDC),
+    (0x1ACF, 0x1AEB),
+    (0xA7CE, 0xA7CF),
+    (0xA7D2, 0xA7D2),
+    (0xA7D4, 0xA7D4),
+    (0xA7F1, 0xA7F1),
+    (0x10940, 0x10959),
+    (0x10EC5, 0x10EC7),
+    (0x10EFA, 0x10EFB),
+    (0x11B60, 0x11B67),
+    (0x11DB0, 0x11DDB),
+    (0x11DE0, 0x11DE9),
+    (0x16EA0, 0x16ED3),
+    (0x16FF2, 0x16FF6),
+    (0x187F8, 0x187FF),
+    (0x18D09, 0x18D1E),
+    (0x18D80, 0x18DF2),
+    (0x1E6C0, 0x1E6FF),
+    (0x2B73A, 0x2B73F),
+    (0x2CEA2, 0x2CEAD),
+    (0x323B0, 0x33479),
+)
+_DIFFERS_RE = re.compile("[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in TOKTOK_DIFFERS) + "]")
+
+
+def _bmp_utf8_prefixes() -> tuple[bytes, ...]:
+    """UTF-8 prefixes covering every BMP code point in ``TOKTOK_DIFFERS``: a range's first
+    two bytes (its block of 64), a lone code point's three, less those a shorter one
+    covers. A superset: a byte search is ~100x faster than a regex on text, and a hit
+    only sends the batch to the exact check."""
+    found = {
+        chr(c).encode()[: 3 if a == b else 2]
+        for a, b in TOKTOK_DIFFERS
+        if b <= 0xFFFF
+        for c in range(a, b + 1)
+    }
+    return tuple(sorted(p for p in found if not any(p != q and p.startswith(q) for q in found)))
+
+
+_DIFFERS_BMP_UTF8 = _bmp_utf8_prefixes()
+
+
+def _may_differ(text: str) -> bool:
+    """Whether ``text`` might hold a code point of ``TOKTOK_DIFFERS`` (never False if it does).
+
+    Every astral one is U+10000-U+3FFFF outside the emoji plane U+1F000-U+1FFFF, so its
+    UTF-8 starts with F0 not followed by 9F."""
+    if text.isascii():
+        return False
+    raw = text.encode("utf-8", "surrogatepass")
+    if raw.count(b"\xf0") != raw.count(b"\xf0\x9f"):
+        return True
+    return any(p in raw for p in _DIFFERS_BMP_UTF8)
+
+
+class ToktokBackend:
+    """Counts with toktok-rs: a Rust BPE counter with tiktoken's ids that never builds
+    them, releases the GIL and spreads a batch over ``threads`` CPUs.
+
+    Only made by ``get_backend``, after ``self_check`` passed for this encoding; texts
+    holding a code point it classes differently (``TOKTOK_DIFFERS``) go to tiktoken."""
+
+    def __init__(self, tok: Any, enc: Any, version: str) -> None:
+        self.tok = tok
+        self.enc = enc
+        self.label = f"toktok-rs {version}"
+
+    def _toktok(self, texts: list[str], threads: int) -> list[int]:
+        counts: list[int] = self.tok.count_batch(texts, threads, False)
+        return counts
+
+    def count(self, texts: list[str], threads: int) -> list[int]:
+        try:
+            if not _may_differ("".join(texts)):
+                return self._toktok(texts, threads)
+            odd = [i for i, t in enumerate(texts) if _DIFFERS_RE.search(t)]
+            counts = self._toktok(texts, threads)
+        except UnicodeEncodeError:
+            # lone surrogates: count the text tiktoken reads, where a surrogate pair has
+            # become the character it spells (which may be one of TOKTOK_DIFFERS)
+            return self.count([_as_tiktoken_reads(t) for t in texts], threads)
+        for i in odd:
+            counts[i] = len(self.enc.encode_ordinary(texts[i]))
+        return counts
+
+    def start(self, texts: Sequence[str], threads: int) -> Pending:
+        return _Background(self.count, texts, threads)
+
+
+#: toktok-rs versions and the encodings each was verified on, text for text, against
+#: tiktoken (tests/test_tokens_backends.py, in CI): any other version or encoding counts
+#: with tiktoken. Adding a version here means running that test on it first.
+TOKTOK_VERIFIED: dict[str, tuple[str, ...]] = {"0.3.0": ("cl100k_base", "o200k_base")}
+
+#: texts the self-check counts with both backends: what BPE pre-tokenisers get wrong first
+#: (contractions and case, digit runs, whitespace before and at the end of a text, CRLF,
+#: scripts with combining marks, emoji sequences, special-token text, lone surrogates)
+SELF_CHECK_SAMPLE: tuple[str, ...] = (
+    "",
+    " ",
+    "hello world",
+    "I'm sure they've said it's what we'd do; THEY'LL SAY IT'S 'OK'.",
+    "HelloWorld camelCase ABCdef XMLHttpRequest snake_case_name __init__",
+    "1 12 123 1234 12345 3.14159 1,000,000 0x1F 2026-11-30T23:59:59Z",
+    "def f(x: int) -> list[int]:\n    return [i ** 2 for i in range(x)]  # squares\n",
+    "line one\r\nline two\r\n\r\n\ttabbed\t\t\n   \n  trailing   ",
+    "\n\n\n",
+    "a" * 3000,
+    " " * 513 + "x" + "\n" * 257,
+    "结论：测试失败。日本語のテキスト、한국어 문장입니다.",
+    "नमस्ते दुनिया — عربي مرحبا بالعالم — ελληνικά — кириллица",
+    "e\u0301 n\u0303 \u00e9 \ufb01 \u2028 \u00a0nbsp \u200bzero-width",
+    "👩‍👩‍👧‍👦 🏳️‍🌈 🧠🧠 \U0001f600",
+    "<|endoftext|> a <|fim_prefix|><|fim_middle|><|fim_suffix|> <|endofprompt|><|im_start|>",
+    "\x00\x01\x7f\x80\xff control bytes",
+    "lone \ud800 surrogate \udfff",
+    '{"role": "tool", "content": "ERROR: test_x.py::test_y FAILED (AssertionError)"}',
+)
+
+
+def self_check(tok: Any, enc: Any) -> str | None:
+    """Why ``tok`` must not stand in for the tiktoken encoding ``enc``, or None if it may.
+
+    Its vocabulary must be tiktoken's, byte for byte and rank for rank (tiktoken loaded it
+    from the file ctxscope ships, checked against its pinned SHA-256), its special tokens
+    the same, and its counts of ``SELF_CHECK_SAMPLE`` tiktoken's."""
+    ranks: dict[bytes, int] = enc._mergeable_ranks
+    values: list[bytes] = tok.token_byte_values()
+    if len(values) != len(ranks) or any(ranks.get(b) != i for i, b in enumerate(values)):
+        return "its vocabulary differs from the rank file ctxscope ships"
+    if dict(tok.special_tokens()) != enc._special_tokens:
+        return "its special tokens differ from tiktoken's"
+    sample = [_as_tiktoken_reads(t) for t in SELF_CHECK_SAMPLE]
+    want = [len(enc.encode_ordinary(t)) for t in SELF_CHECK_SAMPLE]
+    if tok.count_batch(sample, 1, False) != want:
+        return "its counts of the self-check sample differ from tiktoken's"
+    return None
+
+
+_backends: dict[str, CountingBackend] = {}
+#: why the fast backend is not counting an encoding (shown by ``backend_label``)
+_fallback_reasons: dict[str, str] = {}
+_backend_lock = threading.Lock()
+
+
+def _load_toktok(name: str, enc: Any) -> ToktokBackend | str:
+    """The toktok-rs backend for ``name``, or why it cannot be used."""
+    try:
+        import toktok
+    except ImportError:
+        return "toktok-rs is not installed"
+    version = str(toktok.__version__)
+    if name not in TOKTOK_VERIFIED.get(version, ()):
+        return f"toktok-rs {version} was not verified on {name}"
+    try:
+        # the vocabulary is compiled into toktok's extension: nothing is read or downloaded
+        tok = toktok._encoding(name)
+        problem = self_check(tok, enc)
+    except Exception as exc:  # a broken build must not stop counting: tiktoken counts
+        return f"toktok-rs could not load or check {name} ({type(exc).__name__}: {exc})"
+    if problem is not None:
+        return f"toktok-rs {version} failed its self-check on {name}: {problem}"
+    return ToktokBackend(tok, enc, version)
+
+
+def get_backend(name: str) -> CountingBackend:
+    """The backend that counts the exact encoding ``name`` in this process (loaded once)."""
+    backend = _backends.get(name)
+    if backend is not None:
+        return backend
+    enc = get_encoding(name)
+    with _backend_lock:
+        backend = _backends.get(name)
+        if backend is None:
+            fast = _load_toktok(name, enc)
+            if isinstance(fast, str):
+                _fallback_reasons[name] = fast
+                backend = TiktokenBackend(enc)
+            else:
+                backend = fast
+            _backends[name] = backend
+    return backend
+
+
+def backend_label(name: str) -> str:
+    """Which backend counts ``name`` and, if it is tiktoken, why the fast one does not."""
+    label = get_backend(name).label
+    reason = _fallback_reasons.get(name)
+    return f"{label} ({reason})" if reason else label
+
+
 @dataclass
 class TokenCounter:
     """Counts tokens with one tokenizer, caching by content.
@@ -281,7 +574,7 @@ class TokenCounter:
         if self.name in ESTIMATORS:
             self._fn = ESTIMATORS[self.name]
         elif self.name in ENCODINGS:
-            get_encoding(self.name)  # fail now, with the actionable message
+            get_backend(self.name)  # fail now, with the actionable message
         else:
             raise TokenizerError(
                 f"unknown tokenizer {self.name!r}; choose one of {', '.join(TOKENIZERS)}"
@@ -294,16 +587,13 @@ class TokenCounter:
     def _raw_many(self, texts: list[str]) -> list[int]:
         if self._fn is not None:
             return [self._fn(t) for t in texts]
-        enc = get_encoding(self.name)
-        if len(texts) == 1:
-            return [len(enc.encode_ordinary(texts[0]))]
-        return count_batch(enc, texts)
+        return get_backend(self.name).start(texts, COUNT_THREADS).result()
 
     def count_many_started(self, texts: Sequence[str]) -> Callable[[], list[int]]:
         """``count_many`` started now on background threads; call the result to wait.
 
-        For an exact tokenizer the uncached texts are counted by tiktoken on threads while
-        the caller goes on (``PendingCounts``); estimators count when the result is asked."""
+        For an exact tokenizer the uncached texts are counted on threads while the caller
+        goes on (``CountingBackend.start``); estimators count when the result is asked."""
         cache = self._cache
         if self._fn is not None:
             return lambda: self.count_many(texts)
@@ -312,7 +602,7 @@ class TokenCounter:
         todo = list(texts) if not cache else [t for t in dict.fromkeys(texts) if t not in cache]
         if not todo:
             return lambda: self.count_many(texts)
-        pending = PendingCounts(get_encoding(self.name), todo, COUNT_THREADS)
+        pending = get_backend(self.name).start(todo, COUNT_THREADS)
         distinct = len(dict.fromkeys(todo))
 
         def wait() -> list[int]:
