@@ -3,6 +3,11 @@
 pydantic's errors are precise but long; an engineer wants one line: which file and line,
 which packet (by id, not just by index) and which field, and what was wrong. Everything
 that reads user-supplied JSON goes through here: the CLI, ingest, importers, the app.
+
+Files are read with bounded memory whatever they hold (docs/design.md, "Ingest and the
+watcher"): JSONL line by line, each line refused past ``MAX_LINE_BYTES`` while it is read;
+a single JSON document refused past ``MAX_DOCUMENT_BYTES`` (unpacked, for a ``.gz``); and a
+FIFO or a device is refused before it is opened for reading (it would block).
 """
 
 from __future__ import annotations
@@ -10,13 +15,22 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import stat
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from pydantic import ValidationError
 
 from ctxcore.errors import InputError
 from ctxcore.models import CapturedInput, Config, Trace
+from ctxcore.settings import MAX_DOCUMENT_BYTES, MAX_JSON_DEPTH, MAX_LINE_BYTES
+
+#: bytes read per step when streaming a file's lines
+_READ_BYTES = 1024 * 1024
 
 
 def _where(prefix: str) -> str:
@@ -47,16 +61,30 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: One decoder for every call: ``json.loads`` with hooks builds a new one each time, which
+#: was a third of the cost of wording the error of a short bad line (a file of millions).
+_JSON = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+
 def parse_json(text: str, where: str = "") -> Any:
     """``json.loads`` that rejects NaN/Infinity (also ``1e400``) and reports line:column."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return _JSON.decode(text)
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{_where(where)}malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from exc
     except ValueError as exc:
         raise InputError(f"{_where(where)}{exc}") from exc
+    except RecursionError as exc:
+        raise InputError(f"{_where(where)}{TOO_DEEP}") from exc
+
+
+#: The error for JSON nested beyond what Python's parser can read at all.
+TOO_DEEP = (
+    "JSON nested too deeply to read (hundreds of levels); metadata and tool parameters may "
+    f"nest at most {MAX_JSON_DEPTH} levels: store a deeper structure as a JSON string"
+)
 
 
 def _loc_to_text(loc: tuple[Any, ...], data: Any) -> str:
@@ -116,6 +144,13 @@ def error_message(err: Any) -> str:
         msg = "must be a finite number (NaN and Infinity are not allowed)"
     if err["type"] == "timezone_aware":
         msg += " (add an offset such as +00:00 or Z)"
+    bound = (err.get("ctx") or {}).get("ge" if err["type"] == "greater_than_equal" else "le")
+    if err["type"] in ("greater_than_equal", "less_than_equal") and _is_time(bound):
+        side = "before" if err["type"] == "greater_than_equal" else "after"
+        msg = (
+            f"is {side} {bound} once converted to UTC, outside the years 1 to 9999 that "
+            "timestamps can hold"
+        )
     if err["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling against the ctxscope.trace/1 schema)"
     return msg
@@ -123,13 +158,21 @@ def error_message(err: Any) -> str:
 
 def explain(exc: ValidationError, data: Any, where: str = "") -> InputError:
     """One InputError naming every problem (first three) with packet id and field."""
+    return explain_errors(exc.errors(include_url=False), data, where)
+
+
+def explain_errors(errors: list[Any], data: Any, where: str = "") -> InputError:
+    """``explain`` of pydantic's error list (``ValidationError.errors()``)."""
     msgs = []
-    errors = exc.errors(include_url=False)
     for err in errors[:3]:
         msg = error_message(err)
         msgs.append(f"{_loc_to_text(tuple(err['loc']), data)}: {msg}")
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
     return InputError(f"{_where(where)}" + "; ".join(msgs) + more)
+
+
+def _is_time(bound: Any) -> bool:
+    return isinstance(bound, str) and bound[:4].isdigit() and "T" in bound and ":" in bound
 
 
 def _check_floats(node: Any, where: str) -> None:
@@ -169,19 +212,129 @@ def config_from_obj(data: Any, where: str = "") -> Config:
         raise explain(exc, data, where) from exc
 
 
-def read_text(path: str | Path) -> str:
-    """A user's file as text: strict UTF-8, gunzipped when it ends in .gz, one-line errors."""
+def open_regular(path: str | Path) -> IO[bytes]:
+    """A regular file opened for reading; a FIFO, socket or device is refused without
+    blocking (opening a FIFO for reading waits for a writer). The caller closes it."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
-    if p.suffix == ".gz":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{p}: not a valid gzip file ({exc})") from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{p}: is a folder; pass the trace files in it")
+        if not stat.S_ISREG(mode):
+            raise InputError(
+                f"{p}: not a regular file (a FIFO, socket or device); ctxscope reads files only"
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def gzip_error(exc: BaseException) -> str:
+    """What a failed read of a .gz means, in words (it is the file's fault, not a bug)."""
+    if isinstance(exc, EOFError):
+        return "the gzip stream ends early: the file is truncated (or still being written)"
+    text = str(exc)
+    if isinstance(exc, gzip.BadGzipFile) and text.startswith("Not a gzipped file"):
+        return "not a gzip file (it ends in .gz but is not gzip data); rename or re-compress it"
+    return f"the gzip data is corrupt ({text or type(exc).__name__}); re-compress the file"
+
+
+#: What a .gz raises when its data is broken (the file's fault).
+GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+@contextmanager
+def open_stream(path: str | Path) -> Iterator[IO[bytes]]:
+    """A file's bytes, unpacked on the fly when it ends in .gz (refused unless regular)."""
+    p = Path(path)
+    f = open_regular(p)
+    try:
+        if p.suffix == ".gz":
+            with gzip.GzipFile(fileobj=f, mode="rb") as gz:
+                yield cast(IO[bytes], gz)
+        else:
+            yield f
+    finally:
+        f.close()
+
+
+def _read(f: IO[bytes], n: int, p: Path) -> bytes:
+    try:
+        return f.read(n)
+    except GZIP_ERRORS as exc:
+        raise InputError(f"{p}: {gzip_error(exc)}") from exc
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+
+
+def read_text(path: str | Path, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """A user's single-document file as text: strict UTF-8, gunzipped when it ends in .gz,
+    one-line errors. Past ``limit`` bytes (unpacked) it is refused unread: the whole
+    document is parsed at once, so its size is what bounds memory."""
+    p = Path(path)
+    with open_stream(p) as f:
+        raw = _read(f, limit + 1, p)
+    if len(raw) > limit:
+        raise InputError(
+            f"{p}: over {limit:,} bytes{' unpacked' if p.suffix == '.gz' else ''}, the limit "
+            "for a single JSON document; write the traces as JSONL (one per line), which "
+            "has no size limit"
+        )
     return decode_utf8(raw, str(p))
+
+
+def iter_lines(path: str | Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of every line of a file (gunzipped on the fly), streamed: memory
+    holds one line at most. A line longer than ``limit`` is refused while it is read."""
+    p = Path(path)
+    with open_stream(p) as f:
+        lineno = 0
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            chunk = _read(f, _READ_BYTES, p)
+            if not chunk:
+                break
+            start = 0
+            while True:
+                end = chunk.find(b"\n", start)
+                if end < 0:
+                    break
+                lineno += 1
+                if parts:
+                    parts.append(chunk[start:end])
+                    line, parts, size = b"".join(parts), [], 0
+                else:
+                    line = chunk[start:end]
+                yield lineno, line
+                start = end + 1
+            if start < len(chunk):
+                parts.append(chunk[start:])
+                size += len(chunk) - start
+                if size > limit:
+                    raise InputError(
+                        f"{p}:{lineno + 1}: the line is over {limit:,} bytes, the limit for "
+                        "one line; capture slices or summaries of big tool outputs"
+                    )
+        if parts:
+            yield lineno + 1, b"".join(parts)
+
+
+def decode_line(raw: bytes, where: str) -> str:
+    """One line as text; invalid UTF-8 is named by its byte in the line."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{where}: invalid UTF-8 at byte {exc.start} of the line "
+            f"({raw[exc.start : exc.start + 4]!r}); re-save the file as UTF-8"
+        ) from exc
 
 
 def load_input_or_trace(path: str | Path) -> tuple[CapturedInput, Config | None, Trace | None]:

@@ -6,16 +6,27 @@ a file or shown in the UI goes through these models (``extra="forbid"``, frozen)
 typo in a field name is an error rather than silently ignored data. Loading helpers that
 turn pydantic's errors into one sentence naming the packet and field live in
 ``ctxcore.loading``.
+
+Validation means "the store can hold it": whatever these models accept, ingest stores and
+every reader (Inspect, export, the app's charts) reads back. So integers are bounded by the
+column that keeps them (``MAX_INT32`` for turns, ranks and item counts, ``MAX_TOKENS`` for
+token counts and budgets, 64 bits for the rest), a timestamp must stay within the years
+1-9999 once converted to UTC, and free JSON (metadata, tool parameters) may nest at most
+``MAX_JSON_DEPTH`` levels and hold only what JSON can (finite numbers, whole UTF-16
+pairs). The limits live in ``ctxcore.settings`` (docs/design.md, "The trace contract").
 """
 
 from __future__ import annotations
 
 import math
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from annotated_types import Ge, Le
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -23,14 +34,28 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from ctxcore.settings import PresetName
+from ctxcore import settings
+from ctxcore.settings import MAX_INT32, MAX_JSON_DEPTH, MAX_TOKENS, PresetName
 
 SCHEMA = "ctxscope.trace/1"
 SCHEMA_MAJOR = "ctxscope.trace/1"
 
 #: A packet larger than this is almost certainly a capture bug (a whole log file, a binary).
-MAX_CONTENT_CHARS = 10 * 1024 * 1024
+MAX_CONTENT_CHARS = settings.MAX_CONTENT_CHARS
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN = -MAX_INT32 - 1
+#: The instants Python can convert to UTC (``utc_iso``, the store's columns): an offset can
+#: push a time at either end of the calendar outside it.
+UTC_MIN = datetime.min.replace(tzinfo=UTC)
+UTC_MAX = datetime.max.replace(tzinfo=UTC)
+
+# Bounds are checked natively by pydantic (and mirrored by ``ctxcore.store.fastdecode``):
+# no Python validator runs per packet.
+Int64 = Annotated[int, Ge(INT64_MIN), Le(INT64_MAX)]
+Timestamp = Annotated[AwareDatetime, Ge(UTC_MIN), Le(UTC_MAX)]
 
 PARTITIONS: tuple[str, ...] = (
     "[Role & Policies]",
@@ -45,6 +70,43 @@ PARTITIONS: tuple[str, ...] = (
 class _Model(BaseModel):
     # allow_inf_nan=False: NaN/Infinity are rejected natively for every float field.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+_DEFAULTED: dict[type[BaseModel], frozenset[str]] = {}
+
+
+def null_is_default(cls: type[BaseModel], data: Any) -> Any:
+    """Drop the ``null``s given for fields that have a non-null default: callers write
+    ``"system_instructions": null`` for "none" (hello-agents' own API takes ``None``), and
+    that means the default. Fields whose default is ``None`` keep their ``null``."""
+    if type(data) is not dict:
+        return data
+    for v in data.values():
+        if v is None:
+            break
+    else:
+        return data
+    names = _DEFAULTED.get(cls)
+    if names is None:
+        names = frozenset(
+            key
+            for name, f in cls.model_fields.items()
+            if not f.is_required() and f.default is not None
+            for key in (name, f.alias)
+            if key
+        )
+        _DEFAULTED[cls] = names
+    return {k: v for k, v in data.items() if v is not None or k not in names}
+
+
+class _NullIsDefault(_Model):
+    """A model people write by hand or export from other tools: ``null`` for an optional
+    field means its default (``null_is_default``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        return null_is_default(cls, data)
 
 
 # Validator bodies as plain functions: ``ctxcore.store.fastdecode`` (ingest's fast path) runs the
@@ -82,6 +144,58 @@ def check_schema(v: str) -> str:
     return v
 
 
+#: a UTF-16 surrogate without its pair: Python's parser lets one through, UTF-8 cannot hold it
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_free_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Refuse free JSON the store could not give back as it came: nested deeper than
+    MAX_JSON_DEPTH levels (the object itself is one level; every dict or list inside adds
+    one), a number too large for a 64-bit float (``1e400``: written back out it would be
+    ``null``), or a lone UTF-16 surrogate in a string. Iterative: a deep value must not
+    exhaust Python's stack while it is being refused."""
+    if not value:
+        return value
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            if isinstance(key, str) and not key.isascii() and _LONE_SURROGATE.search(key):
+                raise _free_json_error(_SURROGATE_ERROR)
+            if isinstance(child, dict | list):
+                if depth >= MAX_JSON_DEPTH:
+                    raise _free_json_error(
+                        f"nested more than {MAX_JSON_DEPTH} levels deep, the limit for "
+                        "metadata and tool parameters; store a deeper structure as a JSON string"
+                    )
+                todo.append((child, depth + 1))
+            elif isinstance(child, float) and not math.isfinite(child):
+                raise _free_json_error(
+                    f"holds the number {child!r}, which JSON cannot hold (too large for a "
+                    "64-bit float, or not a number)"
+                )
+            elif isinstance(child, str) and not child.isascii() and _LONE_SURROGATE.search(child):
+                raise _free_json_error(_SURROGATE_ERROR)
+    return value
+
+
+def _free_json_error(message: str) -> PydanticCustomError:
+    # A custom error (a ValueError) rather than a plain ValueError: pydantic keeps no
+    # exception object for it, whose traceback would keep the caller's frames alive.
+    return PydanticCustomError("free_json", message)
+
+
+_SURROGATE_ERROR = (
+    "holds a lone UTF-16 surrogate (half of a broken pair, e.g. \\ud800), which UTF-8 cannot "
+    "store; fix the text where it was cut"
+)
+
+
+#: Free JSON: any object JSON can hold, nested at most MAX_JSON_DEPTH levels.
+JsonObject = Annotated[dict[str, Any], AfterValidator(check_free_json)]
+
+
 def _finite(value: float | None, name: str) -> float | None:
     if value is not None and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
@@ -91,17 +205,17 @@ def _finite(value: float | None, name: str) -> float | None:
 # --------------------------------------------------------------------------- input
 
 
-class Message(_Model):
+class Message(_NullIsDefault):
     """One message of the conversation history."""
 
     role: str
     content: str = Field(max_length=MAX_CONTENT_CHARS)
-    timestamp: AwareDatetime | None = None
+    timestamp: Timestamp | None = None
     id: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
-class Packet(_Model):
+class Packet(_NullIsDefault):
     """A candidate item for the context window, with a stable source id."""
 
     id: str = Field(min_length=1)
@@ -109,33 +223,33 @@ class Packet(_Model):
     # Size and finiteness are checked natively (no Python validator per packet: ingest
     # validates millions of packets); ctxcore.loading words the errors.
     content: str = Field(max_length=MAX_CONTENT_CHARS)
-    timestamp: AwareDatetime | None = None
+    timestamp: Timestamp | None = None
     relevance: float | None = None
-    priority: int = 0
+    priority: int = Field(default=0, ge=INT64_MIN, le=INT64_MAX)
     must_keep: bool = False
-    tokens: int | None = Field(default=None, ge=0)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
-class ToolDef(_Model):
+class ToolDef(_NullIsDefault):
     """A tool definition offered to the model; its JSON costs tokens too."""
 
     name: str = Field(min_length=1)
     description: str = ""
-    parameters: dict[str, Any] = Field(default_factory=dict)
+    parameters: JsonObject = Field(default_factory=dict)
 
 
-class CapturedInput(_Model):
+class CapturedInput(_NullIsDefault):
     """Everything a builder saw: enough to re-run the build exactly."""
 
     query: str = Field(max_length=MAX_CONTENT_CHARS)
-    now: AwareDatetime
+    now: Timestamp
     system_instructions: str = Field(default="", max_length=MAX_CONTENT_CHARS)
     history: list[Message] = Field(default_factory=list)
     packets: list[Packet] = Field(default_factory=list)
     tools: list[ToolDef] = Field(default_factory=list)
-    window: int | None = Field(default=None, gt=0)
-    output_reserve: int | None = Field(default=None, ge=0)
+    window: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    output_reserve: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _unique_ids(self) -> CapturedInput:
@@ -148,7 +262,7 @@ class CapturedInput(_Model):
 FillMode = Literal["skip", "break", "optimal"]
 
 
-class Config(_Model):
+class Config(_NullIsDefault):
     """A builder configuration: the preset and every knob that changes what it keeps.
 
     ``None`` means "the preset's default"; ``ctxcore.pipeline.resolve_config`` fills them in
@@ -158,10 +272,10 @@ class Config(_Model):
 
     preset: PresetName = "ctxscope"
     tokenizer: str | None = None
-    max_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     reserve_ratio: float | None = Field(default=None, ge=0, lt=1)
-    output_reserve: int | None = Field(default=None, ge=0)
-    safety_margin: int | None = Field(default=None, ge=0)
+    output_reserve: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
+    safety_margin: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
     min_relevance: float | None = Field(default=None, ge=0, le=1)
     relevance_weight: float | None = Field(default=None, ge=0, le=1)
     recency_weight: float | None = Field(default=None, ge=0, le=1)
@@ -169,9 +283,16 @@ class Config(_Model):
     recency_tau_hours: float | None = Field(default=None, gt=0)
     enable_compression: bool | None = None
     fill: FillMode | None = None
-    history_limit: int | None = Field(default=None, ge=0)
+    history_limit: int | None = Field(default=None, ge=0, le=MAX_INT32)
     partition_budgets: dict[str, float] | None = None
     degrade: list[str] | None = None
+    #: the ctxscope preset's signal weights (``ctxcore.pipeline.signals``)
+    current_turn_weight: float | None = Field(default=None, ge=0, le=1)
+    error_weight: float | None = Field(default=None, ge=0, le=1)
+    mention_weight: float | None = Field(default=None, ge=0, le=1)
+    reference_weight: float | None = Field(default=None, ge=0, le=1)
+    metadata_weight: float | None = Field(default=None, ge=0, le=1)
+    lexical_weight: float | None = Field(default=None, ge=0, le=1)
 
     @field_validator(
         "reserve_ratio",
@@ -180,6 +301,12 @@ class Config(_Model):
         "recency_weight",
         "priority_weight",
         "recency_tau_hours",
+        "current_turn_weight",
+        "error_weight",
+        "mention_weight",
+        "reference_weight",
+        "metadata_weight",
+        "lexical_weight",
     )
     @classmethod
     def _finite_knobs(cls, v: float | None) -> float | None:
@@ -234,35 +361,35 @@ class Decision(_Model):
     relevance: float | None = None
     recency: float | None = None
     score: float | None = None
-    rank: int | None = None
-    tokens_before: int
-    tokens_after: int
-    budget_left: int | None = None
+    rank: int | None = Field(default=None, ge=INT32_MIN, le=MAX_INT32)
+    tokens_before: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    tokens_after: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    budget_left: int | None = Field(default=None, ge=-MAX_TOKENS, le=MAX_TOKENS)
     #: quirks and side facts worth showing (e.g. "caller relevance 0.9 overwritten").
     notes: list[str] = Field(default_factory=list)
 
 
 class PartitionUsage(_Model):
     name: str
-    budget: int | None
-    used: int
-    items: int
+    budget: int | None = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    used: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    items: int = Field(ge=INT32_MIN, le=MAX_INT32)
 
 
 class Totals(_Model):
-    window: int
-    output_reserve: int
-    safety_margin: int
-    available: int
-    used: int
+    window: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    output_reserve: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    safety_margin: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    available: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    used: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
     tokenizer: str
 
 
 class Report(_Model):
     """The seed's debug report shape (budget/used/mustKeep/included/summarized/dropped)."""
 
-    budget: int
-    used: int
+    budget: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
+    used: int = Field(ge=-MAX_TOKENS, le=MAX_TOKENS)
     mustKeep: list[str] = Field(default_factory=list)  # noqa: N815 - the seed's key
     included: list[str] = Field(default_factory=list)
     summarized: list[str] = Field(default_factory=list)
@@ -307,26 +434,26 @@ class Builder(_Model):
     version: str
 
 
-class Outcome(_Model):
+class Outcome(_NullIsDefault):
     verdict: Literal["good", "bad", "unknown"] = "unknown"
     note: str = ""
     output: str | None = None
-    usage: dict[str, int] = Field(default_factory=dict)
+    usage: dict[str, Int64] = Field(default_factory=dict)
 
 
-class Trace(_Model):
+class Trace(_NullIsDefault):
     """One context build: ``schema`` ``ctxscope.trace/1``."""
 
     schema_: str = Field(default=SCHEMA, alias="schema")
     trace_id: str = Field(min_length=1)
     session_id: str = "default"
-    turn: int = 0
-    created_at: AwareDatetime
+    turn: int = Field(default=0, ge=INT32_MIN, le=MAX_INT32)
+    created_at: Timestamp
     builder: Builder
     tags: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     source_trace_id: str | None = None
-    redactions: dict[str, int] = Field(default_factory=dict)
+    redactions: dict[str, Int64] = Field(default_factory=dict)
     input: CapturedInput
     config: Config
     result: BuildResult | None = None

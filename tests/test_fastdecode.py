@@ -198,6 +198,28 @@ BAD_EDITS: list[tuple[tuple[Any, ...], Any]] = [
     (("result", "decisions", 0, "tokens_after"), None),
     (("result", "totals", "window"), "big"),
     (("result", "timings", "gather"), "1 ms"),
+    # what the store cannot hold (issue 11): the bounds are the models', mirrored
+    (("turn",), 2**31),
+    (("turn",), -(2**31) - 1),
+    (("created_at",), "0001-01-01T00:00:00+00:01"),
+    (("created_at",), "9999-12-31T23:59:59-00:01"),
+    (("input", "now"), "0001-01-01T00:00:00+01:00"),
+    (("input", "packets", 0, "timestamp"), "9999-12-31T23:30:00-01:00"),
+    (("input", "history", 0, "timestamp"), "0001-01-01T00:00:00+23:59"),
+    (("input", "packets", 0, "tokens"), 2**40 + 1),
+    (("input", "packets", 0, "priority"), 2**63),
+    (("input", "window"), 2**70),
+    (("config", "max_tokens"), 2**40 + 1),
+    (("result", "decisions", 0, "rank"), 2**31),
+    (("result", "decisions", 0, "budget_left"), -(2**41)),
+    (("result", "partitions", 0, "items"), 2**31),
+    (("result", "report", "budget"), 2**70),
+    (("result", "totals", "available"), 2**41),
+    (("outcome",), {"usage": {"total_tokens": 2**63}}),
+    (("redactions",), {"aws": 2**64}),
+    (("metadata",), {"a": json.loads("[" * 64 + "]" * 64)}),  # 65 levels
+    (("input", "packets", 0, "metadata"), {"deep": json.loads("[" * 70 + "]" * 70)}),
+    (("input", "tools"), [{"name": "t", "parameters": json.loads('{"a":' * 65 + "{}" + "}" * 65)}]),
 ]
 
 

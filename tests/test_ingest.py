@@ -291,7 +291,7 @@ def test_a_worker_runs_without_pandas_and_cyclic_gc(tmp_path: Path) -> None:
 import gc, sys
 import pyarrow as pa
 from ctxcore.store.workers import _prepare_chunk, _worker_init
-_worker_init()
+_worker_init({os.getpid()})
 assert "pandas" not in sys.modules and not gc.isenabled()
 try:
     import pandas
@@ -300,8 +300,8 @@ except ImportError:
 else:
     raise SystemExit("pandas was importable in a worker")
 data = open({str(tmp_path / "t.jsonl")!r}, "rb").read()
-spilled, errors, lines, n = _prepare_chunk({str(tmp_path / "t.jsonl")!r}, data, False,
-                                           {str(tmp_path)!r})
+chunk = _prepare_chunk({str(tmp_path / "t.jsonl")!r}, data, False, {str(tmp_path)!r})
+spilled, errors, lines = chunk.rows, chunk.errors, chunk.lines
 assert spilled is not None and lines == [1, 2] and not errors
 assert "pandas" not in sys.modules and pa.array([1, 2]).to_pylist() == [1, 2]
 print("ok")
@@ -314,7 +314,7 @@ print("ok")
 
 def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
     """A file replaced between the owner's read and the worker's re-read is not
-    half-ingested: the worker raises, the run's transaction rolls back."""
+    half-ingested: the worker raises, and the file fails (tried again, as it changed)."""
     from ctxcore.errors import InputError
     from ctxcore.store.workers import _prepare_chunk
 
@@ -322,7 +322,7 @@ def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
     text = line(1) + line(2)
     f.write_text(text, encoding="utf-8")
     n = len(text.encode())
-    spilled, errors, lines, n_lines = _prepare_chunk(
+    spilled, errors, lines, n_lines, *_ = _prepare_chunk(
         str(f), (0, n, text.encode()[-64:]), False, str(tmp_path)
     )
     assert spilled is not None and errors == [] and lines == [1, 2] and n_lines == 2

@@ -12,7 +12,7 @@ from ctxcore.models import Trace
 from ctxcore.store import TraceFilter, TraceStore, migrations
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_VERSIONS = [(1, "base"), (2, "findings"), (3, "compressed_json")]
+ALL_VERSIONS = [(1, "base"), (2, "findings"), (3, "compressed_json"), (4, "file_state")]
 
 # The schema the app and the charts are written against (docs/design.md, "Store").
 FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
@@ -27,6 +27,7 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
     "file_offsets": [
         ("file", "VARCHAR"), ("offset", "BIGINT"), ("line", "BIGINT"), ("size", "BIGINT"),
         ("mtime", "DOUBLE"), ("updated_at", "TIMESTAMP"), ("fingerprint", "VARCHAR"),
+        ("inode", "UBIGINT"), ("head", "VARCHAR"), ("failed", "VARCHAR"),
     ],
     "findings": [
         ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"),
@@ -128,6 +129,7 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
         assert row.n_findings == 0 and row.max_severity is None
         off = store.file_offset("f.jsonl")
         assert off is not None and off.offset == 10 and off.fingerprint is None
+        assert (off.inode, off.head, off.failed) == (None, None, None)
     assert schema_of(db) == FRESH_SCHEMA
     assert versions(db) == ALL_VERSIONS
 
@@ -158,5 +160,5 @@ def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> N
     con = duckdb.connect(str(db))
     migrations.apply(con, upto=1)
     con.close()
-    with pytest.raises(StoreError, match="version 1.*needs 3.*without read_only"):
+    with pytest.raises(StoreError, match="version 1.*needs 4.*without read_only"):
         TraceStore(db, read_only=True)

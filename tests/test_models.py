@@ -196,3 +196,71 @@ def test_models_are_frozen() -> None:
     p = Packet(id="a", kind="note", content="x")
     with pytest.raises(Exception, match="frozen"):
         p.content = "y"  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- what the store holds
+
+#: store column <- the model field that fills it (the other integer columns are counts)
+_COLUMNS = [
+    ("traces", "turn", Trace, "turn"),
+    ("traces", "budget", Report, "budget"),
+    ("traces", "used", Report, "used"),
+    ("decisions", "rank", Decision, "rank"),
+    ("decisions", "tokens_before", Decision, "tokens_before"),
+    ("decisions", "tokens_before", Packet, "tokens"),  # a trace without a result
+    ("decisions", "tokens_after", Decision, "tokens_after"),
+    ("decisions", "budget_left", Decision, "budget_left"),
+    ("partitions", "budget", PartitionUsage, "budget"),
+    ("partitions", "used", PartitionUsage, "used"),
+    ("partitions", "items", PartitionUsage, "items"),
+]
+
+
+def _bounds(model: type, name: str) -> tuple[int, int]:
+    import annotated_types as at
+
+    lo = hi = None
+    for c in model.model_fields[name].metadata:  # type: ignore[attr-defined]
+        if isinstance(c, at.Ge | at.Gt):
+            lo = c.ge if isinstance(c, at.Ge) else c.gt + 1
+        if isinstance(c, at.Le | at.Lt):
+            hi = c.le if isinstance(c, at.Le) else c.lt - 1
+    assert lo is not None and hi is not None, f"{model.__name__}.{name} is unbounded"
+    return lo, hi
+
+
+def test_every_integer_a_column_holds_fits_its_column() -> None:
+    """Validation is what the store can hold: a model's bounds fit the Arrow (and DuckDB)
+    column its value goes to, so an accepted trace never overflows an insert."""
+    import pyarrow as pa
+
+    from ctxcore.store.rows import _SCHEMAS
+
+    for table, column, model, name in _COLUMNS:
+        typ = _SCHEMAS[table].field(column).type
+        width = 32 if typ == pa.int32() else 64
+        lo, hi = _bounds(model, name)
+        assert -(2 ** (width - 1)) <= lo and hi <= 2 ** (width - 1) - 1, (table, column)
+
+
+def test_no_integer_field_is_unbounded() -> None:
+    """Every integer a trace holds has bounds (a column's, or 64 bits), checked natively."""
+    import typing
+
+    from ctxcore import models as m
+
+    seen = 0
+    for model in vars(m).values():
+        if not (isinstance(model, type) and issubclass(model, m.BaseModel)) or model is m.BaseModel:
+            continue
+        for name, info in model.model_fields.items():
+            args = typing.get_args(info.annotation) or (info.annotation,)
+            if int in args:
+                _bounds(model, name)
+                seen += 1
+    assert seen >= 20
+    big = {"usage": {"n": 2**63}}
+    with pytest.raises(ValueError):
+        Outcome.model_validate(big)
+    with pytest.raises(ValueError):
+        Trace.model_validate({**make_trace().to_dict(), "redactions": {"aws": 2**63}})

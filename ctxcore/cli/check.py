@@ -7,7 +7,9 @@ cross-turn detectors see the earlier turns. Every finding is printed on one line
 ``file:trace_id: severity detector: message (fix: …) [packet ids]``; the exit code is 0 when no
 finding reaches ``--fail-on``, 1 when some do, and 2 on bad input (one line on stderr,
 printed by ``ctxcore.cli``). All files are read and validated before anything is printed,
-so a bad file never leaves half a report.
+so a bad file never leaves half a report. JSONL is streamed line by line and a JSON
+document is refused past MAX_DOCUMENT_BYTES (``ctxcore.loading``), so a huge or hostile
+file costs one error line, not the machine's memory.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from typing import Any, TextIO
 
 from ctxcore.diagnostics.context import SEVERITY_RANK
 from ctxcore.errors import InputError
-from ctxcore.loading import input_from_obj, parse_json, read_text, trace_from_obj
+from ctxcore.loading import (
+    decode_line,
+    input_from_obj,
+    iter_lines,
+    parse_json,
+    read_text,
+    trace_from_obj,
+)
 from ctxcore.models import Config, Trace
 
 
@@ -48,17 +57,17 @@ def load_checked(paths: list[str]) -> list[Checked]:
         path = Path(name)
         if path.is_dir():
             raise InputError(f"{path}: is a folder; pass the trace files (e.g. {path}/*.jsonl)")
-        text = read_text(path)
         stem = path.name
         if path.name.removesuffix(".gz").endswith(".jsonl"):
-            for lineno, line in enumerate(text.splitlines(), start=1):
-                if not line.strip():
+            # streamed: a huge file, or a huge line, costs one error, not all the memory
+            for lineno, raw in iter_lines(path):
+                if not raw.strip():
                     continue
                 where = f"{path}:{lineno}"
-                obj = parse_json(line, where)
+                obj = parse_json(decode_line(raw, where), where)
                 out.append(Checked(name, _to_trace(obj, where, f"{stem}:{lineno}")))
         else:
-            data = parse_json(text, str(path))
+            data = parse_json(read_text(path), str(path))
             if isinstance(data, dict) and "format" in data and "schema" not in data:
                 # a snapshot exported by `ctxscope export` (one or more traces)
                 from ctxcore.formats.load import traces_from_snapshot_or_trace

@@ -5,7 +5,14 @@ lines) it consumed, in the same transaction as the traces they held: after a cra
 next run starts exactly where the last committed one stopped, with nothing lost or
 duplicated. A last line without its newline is a writer still writing; it is left for the
 next call. A bad line becomes a row in ``ingest_errors`` (file, line, a sentence saying
-what to fix) and never stops the rest of the file.
+what to fix) and never stops the rest of the file; a file keeps at most
+MAX_ERRORS_PER_FILE rows per run, and one more row counts the rest.
+
+A file that cannot be read at all (a FIFO, a broken ``.gz``, no permission, a document over
+MAX_DOCUMENT_BYTES, or any unexpected exception while it is read) costs that file only:
+it gets an error row and its offset row says why (``FileOffset.failed``; the app shows
+``TraceStore.failing_files``), and it is not tried again until its size, mtime or inode
+change. Only a failure of the store itself stops a run.
 
 Each file's new traces commit in one transaction with its offset; a transaction holds
 whole files only (several, up to TX_BYTES of input), and a big file streams in chunks
@@ -19,16 +26,27 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
 
+from ctxcore.errors import InputError, StoreError
+from ctxcore.loading import open_regular
+from ctxcore.settings import MAX_DOCUMENT_BYTES
 from ctxcore.store import readers
-from ctxcore.store.readers import SUFFIXES, ReadState, find_files
+from ctxcore.store.readers import SUFFIXES, ReadState, find_files, too_long
 from ctxcore.store.rows import RowTables, prepare
 from ctxcore.store.tracestore import FileOffset, IngestCounts, IngestErrorRow, TraceStore
-from ctxcore.store.workers import FileRun, ParsedChunk, ParsePool, Spilled
+from ctxcore.store.workers import (
+    FileRun,
+    ParsedChunk,
+    ParsePool,
+    Spilled,
+    clean_stale_spills,
+    clip,
+)
 
 #: bytes read per step of a big file.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -93,6 +111,8 @@ class _Ingest:
         except OSError:
             return 0
         prev = self.offsets.get(str(path.resolve()))
+        if prev is not None and prev.failed is not None and _same_file(prev, st):
+            return 0  # not tried again until it changes
         read = prev.offset if prev is not None and not path.name.endswith(".gz") else 0
         return max(0, st.st_size - read)
 
@@ -159,7 +179,8 @@ class _Ingest:
         errors: list[tuple[str, int, str]],
     ) -> None:
         """New traces go to the writer (their decision rows into the transaction's INSERT
-        at once); a trace_id stored with other content becomes an error."""
+        at once); a trace_id stored with other content, or a trace whose rows could not be
+        built, becomes an error on its line."""
         if rows is not None:
             # A worker's rows are mapped only now: two batches in memory (waiting and
             # inserting) were most of this process's peak.
@@ -168,18 +189,17 @@ class _Ingest:
             self.counts.traces_skipped += res.skipped
             for idx, tid, src in res.conflicts:
                 errors.append(
-                    (*where[idx], f"trace_id {tid!r} is already stored (from {src}) with "
-                     "different content; give this trace its own trace_id")
+                    (*where[idx], clip(f"trace_id {tid!r} is already stored (from {src}) "
+                     "with different content; give this trace its own trace_id"))
                 )  # fmt: skip
+            errors += [(*where[idx], why) for idx, why in res.rejected]
         self.writer.add_errors(errors)
 
-    def apply_chunk(self, key: str, line_before: int, chunk: ParsedChunk) -> None:
-        """A parsed chunk of ``key``, whose lines it numbered from 1."""
-        self.apply(
-            chunk.rows,
-            [(key, line_before + ln) for ln in chunk.lines],
-            [(k, line_before + ln, msg) for k, ln, msg in chunk.errors],
-        )
+    def apply_chunk(self, run: FileRun, line_before: int, chunk: ParsedChunk) -> None:
+        """A parsed chunk of ``run``'s file, whose lines it numbered from 1."""
+        run.absorb(chunk, line_before)
+        errors, run.errors = run.errors, []
+        self.apply(chunk.rows, [(run.key, line_before + ln) for ln in chunk.lines], errors)
 
     def done_with(self, offsets: Sequence[FileOffset], nbytes: int) -> None:
         """Files fully read: their offsets join the open transaction (written at commit),
@@ -202,18 +222,27 @@ class _Ingest:
     def file(self, path: Path) -> None:
         key = str(path.resolve())
         try:
-            st = path.stat()
+            st = os.stat(path)
         except FileNotFoundError:
             return  # a temp file renamed away between listing and reading
+        except OSError as exc:
+            self.fail(key, None, None, f"cannot read ({exc.strerror}); check permissions")
+            return
         prev = self.offsets.get(key)
         name = path.name
-        if prev is not None and prev.size == st.st_size and prev.mtime == st.st_mtime:
+        gz = name.endswith(".jsonl.gz")
+        if prev is not None and _same_file(prev, st):
+            if prev.failed is not None:
+                return  # it failed as it is: tried again once it changes
             # Unchanged. A waiting last line is only worth another look in complete_tail mode.
-            if not self.complete_tail or name.endswith(".gz") or prev.offset >= st.st_size:
+            if not self.complete_tail or gz or prev.offset >= st.st_size:
                 return
         self.counts.files += 1
+        if not stat.S_ISREG(st.st_mode):
+            why = "not a regular file (a FIFO, socket or device); ingest reads files only"
+            self.fail(key, st, prev, why)
+            return
         run = FileRun(key, fast=not self.store.diagnose)
-        gz = name.endswith(".jsonl.gz")
         left = st.st_size - (prev.offset if prev is not None and not gz else 0)
         try:
             if left > SMALL_FILE_BYTES and not name.endswith(".json"):
@@ -225,20 +254,37 @@ class _Ingest:
             if name.endswith((".jsonl.gz", ".jsonl")):
                 off = self.lines(run, st, prev, gz)
             elif name.endswith(".json"):
-                off = self.whole(run, st, path)
+                off = self.whole(run, st)
             else:
-                run.errors.append((key, 0, f"not a trace file (expected {', '.join(SUFFIXES)})"))
-                off = FileOffset(key, st.st_size, 0, st.st_size, st.st_mtime)
+                run.error(0, f"not a trace file (expected {', '.join(SUFFIXES)})")
+                off = FileOffset(key, st.st_size, 0, st.st_size, st.st_mtime, inode=st.st_ino)
+            _list_the_rest(run)
         except FileNotFoundError:
             return
-        except OSError as exc:
-            run = FileRun(key)
-            run.errors.append((key, 0, f"cannot read ({exc.strerror}); check permissions"))
-            off = None
+        except StoreError:
+            raise  # the store failed, not this file: the run stops
+        except Exception as exc:
+            self.fail(key, st, prev, _why(key, exc))
+            return
         self.group.append((run, off))
         self.group_bytes += max(left, 0)
         if self.group_bytes >= GROUP_BYTES or len(self.group) >= GROUP_FILES:
             self.flush_group()
+
+    def fail(self, key: str, st: os.stat_result | None, prev: FileOffset | None, why: str) -> None:
+        """The file ``key`` cannot be read: an error row, and (with its stat) an offset row
+        saying why, so that it is not tried again until it changes. What it had been read
+        up to stays (a later read goes on from there if the file is still the same)."""
+        if self.pool is not None:
+            self.pool.discard()  # chunks of it still in flight
+        self.writer.add_errors([(key, 0, clip(why))])
+        if st is not None:
+            base = prev or FileOffset(key, 0, 0, 0, 0.0)
+            off = FileOffset(
+                key, base.offset, base.line, st.st_size, st.st_mtime, base.fingerprint,
+                st.st_ino, base.head, clip(why),
+            )  # fmt: skip
+            self.writer.add_offsets([off])
 
     def big_file(
         self, run: FileRun, st: os.stat_result, prev: FileOffset | None, gz: bool
@@ -248,35 +294,38 @@ class _Ingest:
         pool = self.pool
         if pool is None:
             off = self.lines(run, st, prev, gz, each_block=lambda: self.flush([run]))
+            _list_the_rest(run)
             self.flush([run])
             return off
         if gz:
             # A .gz cannot seek: its bytes travel down the pool's pipe, each block numbered
             # from the line before it, which the reader counted.
             def submit(data: bytes, line_before: int) -> None:
-                pool.submit(run.key, data, partial(self.apply_chunk, run.key, line_before))
+                pool.submit(run.key, data, partial(self.apply_chunk, run, line_before))
 
             off = self.lines(run, st, prev, gz, submit=submit)
             pool.drain()
+            _list_the_rest(run)
             self.flush([run])  # the last line, read in this process (complete_tail)
             return off
         # A plain file: this process only finds where chunks end (a few kB read per chunk);
         # each worker reads its byte range itself, from the page cache.
-        with open(run.key, "rb") as f:
+        with open_regular(run.key) as f:
             state = readers.resume(f, st, prev, False)
 
             def count_lines(chunk: ParsedChunk) -> None:
                 # Workers number lines within their range; ranges come back in order.
                 line_before, state.line = state.line, state.line + chunk.n_lines
-                self.apply_chunk(run.key, line_before, chunk)
+                self.apply_chunk(run, line_before, chunk)
 
             for start, length, tail in readers.line_ranges(f, state, st.st_size, self.chunk_bytes):
                 pool.submit(run.key, (start, length, tail), count_lines)
                 self.tick(length)
         pool.drain()
         self.last_line(run, state)
+        _list_the_rest(run)
         self.flush([run])
-        return state.file_offset(run.key, st)
+        return state.file_offset(run.key, st, state.error)
 
     def lines(
         self,
@@ -288,7 +337,8 @@ class _Ingest:
         each_block: Callable[[], None] | None = None,
         submit: Callable[[bytes, int], None] | None = None,
     ) -> FileOffset:
-        """Read complete lines from the stored offset on; returns the new offset.
+        """Read complete lines from the stored offset on; returns the new offset (which
+        says why, when a .gz broke off: the lines before the damage are read).
 
         Lines go to ``run`` (and ``each_block`` is called after each block of them), or,
         with ``submit``, each block is handed over whole (with the number of the line
@@ -304,33 +354,88 @@ class _Ingest:
                     for lineno, raw in enumerate(block.split(b"\n")[:-1], first + 1):
                         run.line(lineno, raw)
                 del block  # not kept alive while the rows are inserted
+                _long_lines(run, state)
                 if each_block is not None:
                     each_block()
+        _long_lines(run, state)
         self.last_line(run, state)
-        return state.file_offset(run.key, st)
+        return state.file_offset(run.key, st, state.error)
 
     def last_line(self, run: FileRun, state: ReadState) -> None:
         """A last line without its newline: read when ``complete_tail`` and it is a whole
-        JSON value, else left for the next run (reported in ``pending``)."""
+        JSON value, else left for the next run (reported in ``pending``). After a broken
+        .gz, what follows the damage is not a line: the damage is the error."""
+        if state.error is not None:
+            run.error(state.line + 1, state.error)
+            return
+        if state.rest_over:
+            run.error(state.line + 1, too_long())  # the same words once it ends
+            return
         rest = state.rest
         if not rest.strip():
             return
-        if self.complete_tail and not state.truncated and readers.is_json(rest):
+        if self.complete_tail and readers.is_json(rest):
             run.line(state.line + 1, rest)
             state.advance(rest, 1)
         else:
             self.counts.pending.append((run.key, state.line + 1))
 
-    def whole(self, run: FileRun, st: os.stat_result, path: Path) -> FileOffset:
-        """A .json file, read whole."""
-        data = path.read_bytes()
+    def whole(self, run: FileRun, st: os.stat_result) -> FileOffset:
+        """A .json file, read whole (up to MAX_DOCUMENT_BYTES: it is parsed at once)."""
+        with open_regular(run.key) as f:
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
         self.tick(len(data))
+        if len(data) > MAX_DOCUMENT_BYTES:
+            why = (
+                f"over {MAX_DOCUMENT_BYTES:,} bytes, the limit for a single JSON document; "
+                "write the traces as JSONL (one per line), which has no size limit"
+            )
+            run.error(0, why)
+            return FileOffset(run.key, 0, 0, st.st_size, st.st_mtime, None, st.st_ino, None, why)
         values, error = readers.json_values(data)
         if error is not None:
-            run.errors.append((run.key, *error))
+            run.error(*error)
         for line, value, where in values:
             run.obj(line, value, where)
-        return FileOffset(run.key, len(data), 0, st.st_size, st.st_mtime, readers.fingerprint(data))
+        return FileOffset(
+            run.key, len(data), 0, st.st_size, st.st_mtime, readers.fingerprint(data), st.st_ino
+        )
+
+
+def _same_file(prev: FileOffset, st: os.stat_result) -> bool:
+    """Is the file as it was when ``prev`` was stored (size, mtime and inode)?"""
+    return (
+        prev.size == st.st_size
+        and prev.mtime == st.st_mtime
+        and (prev.inode is None or prev.inode == st.st_ino)
+    )
+
+
+def _long_lines(run: FileRun, state: ReadState) -> None:
+    """Lines the reader skipped for their length become errors."""
+    for lineno, _size in state.long_lines:
+        run.error(lineno, too_long())
+    state.long_lines.clear()
+
+
+def _list_the_rest(run: FileRun) -> None:
+    """The file is read: one more row counts the errors past MAX_ERRORS_PER_FILE."""
+    row = run.unlisted()
+    if row is not None:
+        run.errors.append(row)
+
+
+def _why(key: str, exc: Exception) -> str:
+    """Why a file could not be read, in words (an unexpected exception is named)."""
+    if isinstance(exc, InputError):
+        return str(exc).removeprefix(f"{key}: ")
+    if isinstance(exc, OSError):
+        return f"cannot read ({exc.strerror or exc}); check permissions"
+    detail = str(exc).strip().splitlines()
+    return (
+        f"could not be read ({type(exc).__name__}: {detail[0][:300] if detail else 'no detail'})"
+        "; the other files were read. This is a bug in ctxscope: please report it"
+    )
 
 
 def ingest_paths(
@@ -353,6 +458,7 @@ def ingest_paths(
     (the CLI is).
     """
     files = find_files(paths)
+    clean_stale_spills()
     with _Ingest(store, files, progress, complete_tail=complete_tail, workers=workers) as job:
         return job.run()
 

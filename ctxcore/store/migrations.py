@@ -222,10 +222,21 @@ def m003_compressed_json(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE traces_v3 RENAME TO traces")
 
 
+def m004_file_state(con: duckdb.DuckDBPyConnection) -> None:
+    """What ingest needs to tell a file it read from another one at the same path, and to
+    remember a file it could not read: the inode, a fingerprint of the file's first bytes
+    (a replaced file whose bytes before the offset happen to match is still caught), and
+    ``failed``, why it could not be read (it is not tried again until it changes)."""
+    con.execute("ALTER TABLE file_offsets ADD COLUMN inode UBIGINT")
+    con.execute("ALTER TABLE file_offsets ADD COLUMN head VARCHAR")
+    con.execute("ALTER TABLE file_offsets ADD COLUMN failed VARCHAR")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "findings", m002_findings),
     Step(3, "compressed_json", m003_compressed_json),
+    Step(4, "file_state", m004_file_state),
 )
 
 LATEST = MIGRATIONS[-1].version

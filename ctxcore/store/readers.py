@@ -1,11 +1,17 @@
 """Reading trace files for ingest: which files, where the last run stopped, complete lines.
 
 Agents append JSONL while ingest reads it, so a file is read on from the offset the last
-committed run stored, once the bytes just before it are found to be the ones read then (a
-fingerprint of the last FP_BYTES); a file that shrank or changed there was replaced and is
-read again from its start. Only complete lines are handed on: a last line without its
-newline is a writer still writing. A ``.jsonl.gz`` cannot seek: it is decompressed from
-its start, the bytes before the offset skipped. Nothing here parses a trace (``workers``
+committed run stored, once it is found to be the file read then: the same inode, at least
+as long, the same first bytes (a fingerprint of up to HEAD_BYTES) and the same bytes just
+before the offset (FP_BYTES). A file that was replaced (renamed over, truncated, rewritten)
+is read again from its start; the traces already stored are skipped. Only complete lines
+are handed on: a last line without its newline is a writer still writing. A ``.jsonl.gz``
+cannot seek: it is decompressed from its start, the bytes before the offset skipped.
+
+Memory stays bounded on any input: a line longer than MAX_LINE_BYTES is dropped while it
+is read (its number and size are kept for one error row), never held whole. A ``.gz``
+that is not gzip, is corrupt or ends early is the file's error (``ReadState.error``),
+after the complete lines before the damage. Nothing here parses a trace (``workers``
 does) or writes the store (``ingest`` does, through ``TraceStore.bulk_writer``).
 """
 
@@ -15,22 +21,35 @@ import gzip
 import hashlib
 import json
 import os
-import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 from ctxcore.errors import InputError
-from ctxcore.store.tracestore import FileOffset
+from ctxcore.loading import GZIP_ERRORS, gzip_error, open_regular
+from ctxcore.settings import MAX_LINE_BYTES
+from ctxcore.store.records import FileOffset
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
 #: bytes of a file just before its offset that must be unchanged to read on from there.
 FP_BYTES = 64
+#: bytes at the start of a file that must be unchanged to read on from the offset.
+HEAD_BYTES = 64 * 1024
 #: bytes read per step when skipping into a .gz.
 _SKIP_BYTES = 8 * 1024 * 1024
 #: bytes read per step when looking for a chunk's last newline.
 _WINDOW = 64 * 1024
+
+
+def too_long(limit: int = MAX_LINE_BYTES) -> str:
+    """The error of a line over the limit (the same words whether or not it has ended, so
+    that a line reported while still being written is not reported again)."""
+    return (
+        f"the line is over {limit:,} bytes, the limit for one line; it was skipped unread: "
+        "capture slices or summaries of big tool outputs"
+    )
 
 
 def is_trace_file(path: str | Path) -> bool:
@@ -40,13 +59,21 @@ def is_trace_file(path: str | Path) -> bool:
 
 
 def find_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand folders (recursively) into trace files; explicit files are kept as given."""
+    """Expand folders (recursively) into trace files; explicit files are kept as given.
+
+    A path given explicitly that is not a regular file (a FIFO, a device) is refused at
+    once: reading it would block. Inside a folder such an entry with a trace file's name is
+    kept, for ingest to report it once."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(f for f in p.rglob("*") if f.is_file() and is_trace_file(f))
-        elif p.exists():
+            out += sorted(f for f in p.rglob("*") if is_trace_file(f) and not f.is_dir())
+        elif p.is_file():
             out.append(p)
+        elif p.exists():
+            raise InputError(
+                f"{p}: not a regular file (a FIFO, socket or device); ingest reads files only"
+            )
         else:
             raise InputError(f"{p}: no such file or folder")
     return list(dict.fromkeys(out))
@@ -54,7 +81,11 @@ def find_files(paths: Iterable[str | Path]) -> list[Path]:
 
 def fingerprint(data: bytes) -> str:
     """The fingerprint of the bytes just before an offset (the last FP_BYTES of ``data``)."""
-    return hashlib.blake2b(data[-FP_BYTES:], digest_size=8).hexdigest()
+    return digest(data[-FP_BYTES:])
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 @dataclass
@@ -66,113 +97,253 @@ class ReadState:
     line: int
     #: the bytes just before ``offset`` (up to FP_BYTES), for its fingerprint
     tail: bytes
+    #: the file's first bytes (up to HEAD_BYTES, never past ``offset``)
+    head: bytes = b""
     #: what follows the last complete line read (set once the file was read to its end)
     rest: bytes = b""
-    #: a .gz whose stream ends early: still being written, its last line is not final
-    truncated: bool = False
+    #: the unfinished last line is already longer than the limit (its size so far)
+    rest_over: int = 0
+    #: why the file's bytes could not be read on (a broken .gz), after ``offset``
+    error: str | None = None
+    #: (line number, size) of lines over the limit, skipped unread; the caller reports them
+    long_lines: list[tuple[int, int]] = field(default_factory=list)
 
     def advance(self, data: bytes, lines: int) -> None:
         """``data`` (holding ``lines`` lines) was consumed."""
+        if len(self.head) < HEAD_BYTES:
+            self.head += data[: HEAD_BYTES - len(self.head)]
         self.offset += len(data)
         self.line += lines
         self.tail = (self.tail + data[-FP_BYTES:])[-FP_BYTES:]
 
-    def file_offset(self, key: str, st: os.stat_result) -> FileOffset:
+    def skip_line(self, first: bytes, last: bytes, size: int) -> None:
+        """A line of ``size`` bytes (newline included) over the limit was dropped unread;
+        ``first`` and ``last`` are its first and last bytes, for the fingerprints."""
+        if len(self.head) < HEAD_BYTES:
+            self.head += first[: HEAD_BYTES - len(self.head)]
+        self.long_lines.append((self.line + 1, size))
+        self.offset += size
+        self.line += 1
+        self.tail = (self.tail + last[-FP_BYTES:])[-FP_BYTES:]
+
+    def file_offset(self, key: str, st: os.stat_result, failed: str | None = None) -> FileOffset:
         """The offset to store for the file ``key`` (``st``: its stat when reading began)."""
         fp = fingerprint(self.tail) if self.offset else None
-        return FileOffset(key, self.offset, self.line, st.st_size, st.st_mtime, fp)
+        head = digest(self.head) if self.offset else None
+        return FileOffset(
+            key, self.offset, self.line, st.st_size, st.st_mtime, fp, st.st_ino, head, failed
+        )
 
 
-def open_file(key: str, gz: bool) -> IO[bytes]:
-    """The file's bytes (decompressed, for a .gz); the caller closes it."""
-    if gz:
-        return cast(IO[bytes], gzip.open(key, "rb"))
-    return open(key, "rb")  # noqa: SIM115 - closed by the caller
+@contextmanager
+def open_file(key: str, gz: bool) -> Iterator[IO[bytes]]:
+    """The file's bytes (decompressed, for a .gz). Anything but a regular file is refused
+    without blocking (``InputError``)."""
+    with open_regular(key) as f:
+        if gz:
+            with gzip.GzipFile(fileobj=f, mode="rb") as z:
+                yield cast(IO[bytes], z)
+        else:
+            yield f
 
 
 def resume(f: IO[bytes], st: os.stat_result, prev: FileOffset | None, gz: bool) -> ReadState:
     """Where to go on reading ``f`` (left positioned there): the stored offset when the
-    bytes before it are the ones read last time, else the start."""
-    offset, lineno = (prev.offset, prev.line) if prev is not None else (0, 0)
-    tail = b""
-    if offset and (gz or offset <= st.st_size):
+    file is the one read last time (same inode, first bytes and bytes before the offset),
+    else the start."""
+    state = _resume(f, st, prev, gz)
+    if state is None:
+        f.seek(0)
+        return ReadState(0, 0, b"")
+    return state
+
+
+def _resume(
+    f: IO[bytes], st: os.stat_result, prev: FileOffset | None, gz: bool
+) -> ReadState | None:
+    if prev is None or prev.offset <= 0:
+        return None
+    offset = prev.offset
+    if prev.inode is not None and prev.inode != st.st_ino:
+        return None  # another file now has this name (renamed over it)
+    if not gz and offset > st.st_size:
+        return None  # the file shrank: it was truncated or replaced
+    try:
+        head = f.read(min(offset, HEAD_BYTES))
+        if len(head) < min(offset, HEAD_BYTES):
+            return None
+        if prev.head is not None and digest(head) != prev.head:
+            return None
         if gz:
-            ok = _skip(f, offset - FP_BYTES)
-            tail = f.read(min(offset, FP_BYTES)) if ok else b""
+            last = _skip(f, offset - len(head))
+            if last is None:
+                return None
+            tail = (head + last)[-FP_BYTES:]
         else:
             f.seek(max(0, offset - FP_BYTES))
             tail = f.read(min(offset, FP_BYTES))
-        if prev is None or fingerprint(tail) != prev.fingerprint:
-            offset, lineno, tail = 0, 0, b""
-    elif offset:
-        offset, lineno = 0, 0  # the file shrank: it was replaced; read it again
-    if offset == 0:
-        f.seek(0)
-    return ReadState(offset, lineno, tail)
+    except GZIP_ERRORS:
+        return None  # read from the start: the broken part is reported there
+    if fingerprint(tail) != prev.fingerprint:
+        return None
+    if not gz:
+        f.seek(offset)
+    return ReadState(offset, prev.line, tail, head)
+
+
+class Readable(Protocol):
+    """What ``LineBlocks`` reads from: a file, a GzipFile or a ``RangeReader``."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 class LineBlocks:
     """The complete lines of ``f`` from ``state.offset`` on, one block (about chunk_bytes)
     at a time: iterating gives (the number of the line before the block, the block), with
-    ``state`` already past the block. At the end ``state.rest`` holds what follows the
-    last newline (and ``state.truncated`` says whether a .gz ended early).
+    ``state`` already past the block. A line longer than ``max_line`` is dropped while it
+    is read (``state.long_lines``). At the end ``state.rest`` holds what follows the last
+    newline, and ``state.error`` says why a .gz could not be read to its end.
 
     An iterator class rather than a generator: a suspended generator would keep the last
     block alive while the caller works on it (the caller drops it before it inserts)."""
 
     def __init__(
         self,
-        f: IO[bytes],
+        f: Readable,
         state: ReadState,
         chunk_bytes: int,
         on_read: Callable[[int], None] | None = None,
+        max_line: int = MAX_LINE_BYTES,
     ) -> None:
-        """``on_read`` is told the size of every read (progress)."""
+        """``on_read`` is told the size of every read (progress). ``chunk_bytes`` is at
+        most ``max_line``: a line inside one read is then never over the limit, and only
+        the line a read continues needs measuring."""
+        if chunk_bytes > max_line:
+            raise ValueError("LineBlocks reads at most max_line bytes at a time")
         self.state = state
         self._f = f
         self._chunk_bytes = chunk_bytes
         self._on_read = on_read
-        self._buf = b""
+        self._max_line = max_line
+        #: the start of an unfinished line, and its size
+        self._parts: list[bytes] = []
+        self._size = 0
+        #: inside a line over the limit: its first bytes, last bytes and size so far
+        self._skipping: tuple[bytes, bytes, int] | None = None
         self._done = False
 
     def __iter__(self) -> LineBlocks:
         return self
 
+    def _read(self) -> bytes:
+        try:
+            if isinstance(self._f, gzip.GzipFile):
+                # read1: what one step of decompression gives. A .gz that breaks off then
+                # loses only that step; ``read`` would drop all it had gathered for a chunk.
+                return self._f.read1(self._chunk_bytes)
+            return self._f.read(self._chunk_bytes)
+        except GZIP_ERRORS as exc:
+            self.state.error = gzip_error(exc)
+            return b""
+
+    def _skip(self, chunk: bytes) -> bytes:
+        """Drop the bytes of the over-long line; what follows its end (if it ended)."""
+        assert self._skipping is not None
+        first, last, size = self._skipping
+        end = chunk.find(b"\n")
+        piece = chunk if end < 0 else chunk[: end + 1]
+        if len(first) < HEAD_BYTES:
+            first += piece[: HEAD_BYTES - len(first)]
+        if end < 0:
+            self._skipping = (first, (last + chunk[-FP_BYTES:])[-FP_BYTES:], size + len(chunk))
+            return b""
+        self.state.skip_line(first, last + piece, size + end + 1)
+        self._skipping = None
+        return chunk[end + 1 :]
+
+    def _start_skipping(self) -> None:
+        first = b""
+        for part in self._parts:
+            if len(first) >= HEAD_BYTES:
+                break
+            first += part[: HEAD_BYTES - len(first)]
+        last = b""
+        for part in reversed(self._parts):
+            if len(last) >= FP_BYTES:
+                break
+            last = part[-FP_BYTES:] + last
+        self._skipping = (first, last[-FP_BYTES:], self._size)
+        self._parts, self._size = [], 0
+
     def __next__(self) -> tuple[int, bytes]:
         state = self.state
         while not self._done:
-            try:
-                chunk = self._f.read(self._chunk_bytes)
-            except (EOFError, gzip.BadGzipFile, zlib.error):
-                state.truncated = True  # a .gz still being written: wait for the rest
-                chunk = b""
+            chunk = self._read()
             if not chunk:
                 self._done = True
-                state.rest, self._buf = self._buf, b""
+                if self._skipping is not None:
+                    state.rest_over = self._skipping[2]
+                    self._skipping = None
+                state.rest = b"".join(self._parts)
+                self._parts, self._size = [], 0
                 break
             if self._on_read is not None:
                 self._on_read(len(chunk))
-            buf = self._buf + chunk
-            end = buf.rfind(b"\n")
+            if self._skipping is not None:
+                chunk = self._skip(chunk)
+                if not chunk:
+                    continue
+            end = chunk.rfind(b"\n")
             if end < 0:
-                self._buf = buf
+                self._parts.append(chunk)
+                self._size += len(chunk)
+                if self._size > self._max_line:
+                    self._start_skipping()
                 continue
-            block, self._buf = buf[: end + 1], buf[end + 1 :]
-            del buf
+            first_end = chunk.find(b"\n")
+            if self._parts and self._size + first_end > self._max_line:
+                # the line that was waiting for its end ends here, over the limit
+                self._start_skipping()
+                chunk = self._skip(chunk)
+                end = chunk.rfind(b"\n")
+                if end < 0:
+                    self._parts, self._size = ([chunk], len(chunk)) if chunk else ([], 0)
+                    continue
+            block = b"".join([*self._parts, chunk[: end + 1]])
+            rest = chunk[end + 1 :]
+            self._parts, self._size = ([rest], len(rest)) if rest else ([], 0)
+            del chunk
             first = state.line
             state.advance(block, block.count(b"\n"))
             return first, block
         raise StopIteration
 
 
+class RangeReader:
+    """``length`` bytes of a file from ``start`` on, read like a file (what a worker reads
+    of a big file, through ``LineBlocks``: a line longer than the limit is never held)."""
+
+    def __init__(self, f: IO[bytes], start: int, length: int) -> None:
+        f.seek(start)
+        self._f = f
+        self._left = length
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._f.read(n) if n > 0 else b""
+        self._left -= len(data)
+        return data
+
+
 def line_ranges(
-    f: IO[bytes], state: ReadState, size: int, chunk_bytes: int
+    f: IO[bytes], state: ReadState, size: int, chunk_bytes: int, max_line: int = MAX_LINE_BYTES
 ) -> Iterator[tuple[int, int, bytes]]:
     """(start, length, last FP_BYTES bytes) of consecutive ranges of about ``chunk_bytes``
     of complete lines of a plain file, from ``state.offset`` on, found with small reads
     near each range's end (the lines themselves are read by whoever parses the range).
-    At the end ``state.offset`` and ``state.tail`` are past the last range and
-    ``state.rest`` holds what follows it; ``state.line`` is the caller's to count."""
+    At the end ``state.offset``, ``state.head`` and ``state.tail`` are past the last range
+    and ``state.rest`` holds what follows it (unless it is already over ``max_line``:
+    ``state.rest_over``); ``state.line`` is the caller's to count."""
     pos = state.offset
     while pos < size:
         end = _chunk_end(f, pos, min(pos + chunk_bytes, size), size)
@@ -181,10 +352,15 @@ def line_ranges(
         f.seek(max(pos, end - FP_BYTES))
         yield pos, end - pos, f.read(min(end - pos, FP_BYTES))
         pos = end
-    f.seek(pos)
-    state.rest = f.read(size - pos)
+    if size - pos > max_line:
+        state.rest_over = size - pos
+    else:
+        f.seek(pos)
+        state.rest = f.read(size - pos)
     f.seek(max(0, pos - FP_BYTES))
     state.offset, state.tail = pos, f.read(min(pos, FP_BYTES))
+    f.seek(0)
+    state.head = f.read(min(pos, HEAD_BYTES))
 
 
 def _chunk_end(f: IO[bytes], pos: int, target: int, size: int) -> int:
@@ -211,21 +387,24 @@ def _chunk_end(f: IO[bytes], pos: int, target: int, size: int) -> int:
     return -1
 
 
-def _skip(f: IO[bytes], n: int) -> bool:
-    """Read and discard ``n`` bytes (gzip streams cannot seek cheaply); False if shorter."""
+def _skip(f: IO[bytes], n: int) -> bytes | None:
+    """Read and discard ``n`` bytes (gzip streams cannot seek cheaply); the last FP_BYTES
+    of them, or None if the stream is shorter."""
+    last = b""
     while n > 0:
         got = f.read(min(n, _SKIP_BYTES))
         if not got:
-            return False
+            return None
         n -= len(got)
-    return True
+        last = (last + got[-FP_BYTES:])[-FP_BYTES:]
+    return last
 
 
 def is_json(buf: bytes) -> bool:
     """Is ``buf`` one complete JSON value (a last line the writer did not end yet)?"""
     try:
         json.loads(buf)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -247,10 +426,15 @@ def json_values(data: bytes) -> tuple[list[tuple[int, Any, str]], tuple[int, str
         return [], (exc.lineno, f"malformed JSON at column {exc.colno}: {exc.msg}")
     except ValueError as exc:
         return [], (1, str(exc))
+    except RecursionError:
+        return [], (1, "JSON nested too deeply to read (hundreds of levels)")
     if isinstance(obj, list):
         return [(0, item, f"traces[{k}]") for k, item in enumerate(obj)], None
     if isinstance(obj, dict) and "traces" in obj and "schema" not in obj:
-        return [(0, item, f"traces[{k}]") for k, item in enumerate(obj["traces"] or [])], None
+        traces = obj["traces"] or []
+        if not isinstance(traces, list):
+            return [], (1, "'traces' must be a list of traces")
+        return [(0, item, f"traces[{k}]") for k, item in enumerate(traces)], None
     return [(1, obj, "")], None
 
 

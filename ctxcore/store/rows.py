@@ -5,6 +5,11 @@ ingest turns batches of traces into ``RowTables`` in worker processes with ``pre
 the owning process only assigns ``tseq`` and inserts them (``TraceStore.bulk_writer``).
 A trace is read through ``TraceLike``: a ``models.Trace``, or the struct
 ``ctxcore.store.fastdecode`` decodes.
+
+One trace whose rows cannot be built (a value the models should have refused, a bug in a
+detector) never costs the others: ``prepare`` then builds the batch trace by trace and
+hands back the ones that failed, with why (``RowTables.rejected``), for the caller to
+report on their lines.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
@@ -458,7 +463,7 @@ def _bulk_array(values: list[Any], typ: pa.DataType) -> pa.Array:
 
 @dataclass
 class RowTables:
-    """The rows of a batch of traces, ready to insert; ``tseq`` holds the index in the batch
+    """The rows of a batch of traces, ready to insert; ``tseq`` holds the index in ``ids``
     until the store assigns the real one. Picklable, so ingest can make them in worker
     processes."""
 
@@ -466,12 +471,29 @@ class RowTables:
     digests: list[str]
     sources: list[str | None]
     tables: dict[str, pa.Table]
+    #: where each trace was in the batch given to ``prepare`` (``ids[k]`` was item
+    #: ``positions[k]``): the same unless some were rejected
+    positions: list[int] = field(default_factory=list)
+    #: (position in that batch, why) of the traces whose rows could not be built
+    rejected: list[tuple[int, str]] = field(default_factory=list)
 
 
-def prepare(
-    items: Sequence[tuple[TraceLike, bytes]], sources: Sequence[str | None], diagnose: bool = True
+def unexpected(exc: BaseException) -> str:
+    """An unexpected exception while one trace was processed, as that trace's error."""
+    detail = str(exc).strip().splitlines()
+    text = detail[0][:300] if detail else "no detail"
+    return (
+        f"could not be stored ({type(exc).__name__}: {text}); the rest of the file was "
+        "read. This is a bug in ctxscope: please report it with this line"
+    )
+
+
+def _prepare(
+    items: Sequence[tuple[TraceLike, bytes]],
+    sources: Sequence[str | None],
+    diagnose: bool,
+    positions: list[int],
 ) -> RowTables:
-    """Turn (trace, its UTF-8 JSON) pairs into Arrow tables (and findings, when ``diagnose``)."""
     batch = RowBatch(diagnose)
     ids: list[str] = []
     digests: list[str] = []
@@ -484,4 +506,29 @@ def prepare(
         batch.add(trace, raw, blob, digest, k, src)
         ids.append(trace.trace_id)
         digests.append(digest)
-    return RowTables(ids, digests, list(sources), batch.tables())
+    return RowTables(ids, digests, list(sources), batch.tables(), positions)
+
+
+def prepare(
+    items: Sequence[tuple[TraceLike, bytes]], sources: Sequence[str | None], diagnose: bool = True
+) -> RowTables:
+    """Turn (trace, its UTF-8 JSON) pairs into Arrow tables (and findings, when ``diagnose``).
+
+    Any exception while the batch is built sends it trace by trace: the traces that fail
+    alone are left out and listed in ``rejected``, the rest are built as one batch."""
+    try:
+        return _prepare(items, sources, diagnose, list(range(len(items))))
+    except Exception:  # one trace (or more) is at fault: find which below
+        log.debug("a batch of %d traces failed; building them one by one", len(items))
+    good: list[int] = []
+    rejected: list[tuple[int, str]] = []
+    for k, item in enumerate(items):
+        try:
+            _prepare([item], [sources[k]], diagnose, [k])
+        except Exception as exc:
+            rejected.append((k, unexpected(exc)))
+        else:
+            good.append(k)
+    rows = _prepare([items[k] for k in good], [sources[k] for k in good], diagnose, good)
+    rows.rejected = rejected
+    return rows

@@ -1,4 +1,4 @@
-"""TraceStore: the one owner of the DuckDB file and the only module with SQL.
+"""TraceStore: the one owner of the DuckDB file; with its bulk writer, the only SQL.
 
 The app, the watcher and the CLI all go through this class. What the UI filters, sorts
 and charts on are real columns (``traces``, ``decisions``, ``partitions``, ``findings``),
@@ -10,9 +10,13 @@ thread gets its own cursor (``_cur``), and writes are serialised by one lock so 
 watcher thread and the app never race on the same ``trace_id``. A second process gets
 ``StoreLockedError`` naming the holder's PID.
 
-Bulk loads (ingest) go through ``BulkWriter`` (``TraceStore.bulk_writer``): it owns their
-transactions, dedupes trace ids and streams decision rows into one INSERT while the caller
-prepares the next batch.
+Bulk loads (ingest) go through ``BulkWriter`` (``store/writer.py``, from
+``TraceStore.bulk_writer``): it owns their transactions, dedupes trace ids and streams
+decision rows into one INSERT while the caller prepares the next batch.
+
+Faults of the file itself (damaged, truncated, a full disk, a read-only folder) come out
+as one ``StoreError`` saying what happened and what to do (``store_fault``); only a live
+lock held by another process is ``StoreLockedError``.
 """
 
 from __future__ import annotations
@@ -20,30 +24,38 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import queue
-import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
 from ctxcore import settings
-from ctxcore.errors import StoreError, StoreLockedError
+from ctxcore.errors import InputError, StoreError
 from ctxcore.models import Trace
 from ctxcore.settings import SortKey
 from ctxcore.store import migrations
+from ctxcore.store.faults import store_fault
+from ctxcore.store.records import (
+    FailingFile,
+    FileOffset,
+    IngestCounts,
+    IngestErrorRow,
+    InsertResult,
+    SessionRow,
+    TraceFilter,
+    TracePage,
+    TraceRow,
+)
 from ctxcore.store.rows import (
     _F64,
     _I64,
-    _SCHEMAS,
     _STR,
     _TS,
     RowBatch,
@@ -53,6 +65,24 @@ from ctxcore.store.rows import (
     unpack_json,
     utc_naive,
 )
+
+if TYPE_CHECKING:
+    from ctxcore.store.writer import BulkWriter
+
+__all__ = [
+    "FailingFile",
+    "FileOffset",
+    "IngestCounts",
+    "IngestErrorRow",
+    "InsertResult",
+    "SessionRow",
+    "TraceFilter",
+    "TracePage",
+    "TraceRow",
+    "TraceStore",
+    "insert_table",
+    "store_fault",
+]
 
 log = logging.getLogger("ctxscope.store")
 
@@ -68,108 +98,6 @@ _SORT_SQL: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class TraceFilter:
-    """Everything the Traces page can filter on; all optional (None = no filter)."""
-
-    session_id: str | None = None
-    preset: str | None = None
-    tags: tuple[str, ...] = ()  # every tag must be present
-    verdict: str | None = None  # good | bad | unknown
-    since: datetime | None = None
-    until: datetime | None = None
-    has_warnings: bool | None = None
-    lost_must_keep: bool | None = None  # a must_keep packet dropped/filtered/summarized
-    search: str | None = None  # full-text over packet content
-    finding: str | None = None  # a diagnostics detector id (issue 5)
-
-
-@dataclass(frozen=True)
-class TraceRow:
-    """One row of the traces list (all real columns)."""
-
-    trace_id: str
-    session_id: str
-    turn: int
-    created_at: datetime
-    preset: str
-    builder: str
-    budget: int
-    used: int
-    n_packets: int
-    n_kept: int
-    n_truncated: int
-    n_summarized: int
-    n_dropped: int
-    n_filtered: int
-    n_not_rendered: int
-    n_warnings: int
-    lost_must_keep: int
-    verdict: str
-    tags: tuple[str, ...] = ()
-    source_trace_id: str | None = None
-    n_findings: int = 0
-    max_severity: str | None = None
-
-
-@dataclass(frozen=True)
-class TracePage:
-    rows: list[TraceRow]
-    total: int  # rows matching the filter, across all pages
-    offset: int
-    limit: int
-
-
-@dataclass(frozen=True)
-class IngestErrorRow:
-    file: str
-    line: int
-    message: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class SessionRow:
-    session_id: str
-    traces: int
-    first_turn: int
-    last_turn: int
-    first_at: datetime
-    last_at: datetime
-
-
-@dataclass
-class IngestCounts:
-    files: int = 0
-    traces_added: int = 0
-    traces_skipped: int = 0  # already present (idempotent on trace_id)
-    errors: int = 0
-    error_rows: list[IngestErrorRow] = field(default_factory=list)
-    #: (file, line) of last lines without their newline yet: read when the writer ends them.
-    pending: list[tuple[str, int]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class FileOffset:
-    """How far ingest has read one file (bytes and lines), and what the file looked like."""
-
-    file: str
-    offset: int
-    line: int
-    size: int
-    mtime: float
-    fingerprint: str | None = None
-
-
-@dataclass(frozen=True)
-class InsertResult:
-    added: int
-    skipped: int
-    #: (index in the batch, trace_id, where the stored one came from) for ids already
-    #: stored with different content: the caller reports them, nothing is overwritten.
-    conflicts: list[tuple[int, str, str]]
-
-
 # Ingest contract (ctxcore/store/ingest.py): ``ingest_paths(store, paths) -> IngestCounts``
 # reads .jsonl/.json/.jsonl.gz files (or folders of them), idempotent, per-file offsets.
 
@@ -179,6 +107,13 @@ _ROW_FIELDS = (
     "n_not_rendered", "n_warnings", "lost_must_keep", "verdict", "tags", "source_trace_id",
     "n_findings", "max_severity",
 )  # fmt: skip
+
+
+def _comparable(trace: Trace) -> str:
+    """A trace's canonical JSON without its stage timings."""
+    if trace.result is not None and trace.result.timings:
+        trace = trace.model_copy(update={"result": trace.result.model_copy(update={"timings": {}})})
+    return trace.to_json()
 
 
 def _first(rows: list[Any]) -> Any:
@@ -201,6 +136,18 @@ def _aware(dt: datetime) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
 
+_OFFSET_SQL = (
+    'SELECT file, "offset", line, size, mtime, fingerprint, inode, head, failed FROM file_offsets'
+)
+
+
+def _file_offset(row: Sequence[Any]) -> FileOffset:
+    inode = None if row[6] is None else int(row[6])
+    return FileOffset(
+        row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), row[5], inode, *row[7:]
+    )
+
+
 @dataclass
 class _Shared:
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -209,20 +156,6 @@ class _Shared:
 
 _SHARED: dict[str, _Shared] = {}
 _SHARED_LOCK = threading.Lock()
-
-_LOCK_RE = re.compile(r"held in (?P<prog>.+?) \(PID (?P<pid>\d+)\)")
-
-
-def _open_error(path: Path, exc: duckdb.Error) -> StoreError:
-    msg = str(exc)
-    if "lock" in msg.lower():
-        m = _LOCK_RE.search(msg)
-        holder = f"PID {m['pid']} ({Path(m['prog']).name})" if m else "another process"
-        return StoreLockedError(
-            f"{path} is in use by {holder}; only one process can write the store: drop your "
-            f"trace files into the folder that process watches (e.g. {path.parent}/) instead"
-        )
-    return StoreError(f"{path}: cannot open the trace store ({msg.splitlines()[0]})")
 
 
 class TraceStore:
@@ -253,11 +186,14 @@ class TraceStore:
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; run `ctxscope ingest` first")
         if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise store_fault(self.path, exc) from exc
         try:
             self._con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as exc:
-            raise _open_error(self.path, exc) from exc
+            raise store_fault(self.path, exc) from exc
         # DuckDB would cache up to 80% of RAM; the store shares the machine with an app and
         # agents, so it spills to disk past this instead (CTXSCOPE_DB_MEMORY, e.g. "2GB").
         limit = settings.db_memory_limit()
@@ -269,10 +205,22 @@ class TraceStore:
                 f"CTXSCOPE_DB_MEMORY={limit!r} is not a memory size DuckDB understands "
                 "(use e.g. 512MB or 2GB)"
             ) from exc
+        try:
+            self._check_schema(read_only)
+        except duckdb.Error as exc:
+            self._con.close()
+            raise store_fault(self.path, exc) from exc
+        except BaseException:
+            self._con.close()
+            raise
+        self._closed = False
+
+    def _check_schema(self, read_only: bool) -> None:
+        """Bring the schema up to date (refuse an old one read-only), and read a table: a
+        damaged file is found on open, not in the middle of the first ingest."""
         if read_only:
             have = migrations.applied_readonly(self._con)
             if have < migrations.LATEST:
-                self._con.close()
                 raise StoreError(
                     f"{self.path} is at schema version {have}, this ctxscope needs "
                     f"{migrations.LATEST}; open it once without read_only to upgrade it"
@@ -280,7 +228,7 @@ class TraceStore:
         else:
             with self._write_lock:
                 migrations.apply(self._con)
-        self._closed = False
+        self._con.execute("SELECT count(*) FROM file_offsets").fetchall()
 
     def close(self) -> None:
         if self._closed:
@@ -315,30 +263,58 @@ class TraceStore:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One write transaction on this thread's cursor (writes are serialised)."""
+        """One write transaction on this thread's cursor (writes are serialised). A DuckDB
+        failure is rolled back and raised as one ``StoreError`` (``store_fault``)."""
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only; it cannot be written")
         with self._write_lock:
             cur = self._cur()
-            cur.execute("BEGIN TRANSACTION")
             try:
-                yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            cur.execute("COMMIT")
+                cur.execute("BEGIN TRANSACTION")
+                try:
+                    yield cur
+                except BaseException:
+                    # the error on its way up says more than a failed rollback
+                    with contextlib.suppress(duckdb.Error):
+                        cur.execute("ROLLBACK")
+                    raise
+                cur.execute("COMMIT")
+            except duckdb.Error as exc:
+                raise store_fault(self.path, exc) from exc
 
     # ---- writing
     def add_traces(self, traces: Iterable[Trace], *, source: str | None = None) -> int:
         """Insert traces in one transaction; returns how many were new.
 
+        A trace already stored with the same content is skipped; with different content it
+        is an error (``InputError`` naming it) and nothing is stored: a stored trace is never
+        overwritten, and an import does not half happen.
+
         Findings (``ctxcore.models.Finding``) are computed at insert time by
         ``ctxcore.diagnostics.diagnose(trace)`` (unless ``diagnose=False``) and stored in
         a ``findings`` table (trace_id, detector, severity, packet_ids, message), so the
         Traces page can filter on them (``TraceFilter.finding``)."""
-        items = [(t, t.to_json().encode("utf-8", "surrogatepass")) for t in traces]
+        items: list[tuple[Trace, bytes]] = []
+        for t in traces:
+            try:
+                items.append((t, t.to_json().encode("utf-8")))
+            except (ValueError, UnicodeError) as exc:  # a trace built without validation
+                raise InputError(
+                    f"{source or 'import'}: trace_id {t.trace_id!r} cannot be written as JSON "
+                    f"({str(exc).splitlines()[0]}); nothing was stored"
+                ) from exc
         with self.transaction() as cur:
             res = self.insert(cur, items, source=source)
+            problems = [
+                f"trace_id {tid!r} is already stored (from {src}) with different content"
+                for _, tid, src in res.conflicts
+            ] + [f"trace_id {items[k][0].trace_id!r} {why}" for k, why in res.rejected]
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise InputError(
+                    f"{source or 'import'}: {problems[0]}{more}; nothing was stored: give "
+                    "each trace its own trace_id"
+                )
         return res.added
 
     def insert(
@@ -352,7 +328,8 @@ class TraceStore:
         """Bulk-insert (trace, its JSON) pairs inside the caller's transaction.
 
         Same ``trace_id`` and same JSON is skipped (idempotent); same id with different
-        content is skipped too and returned in ``conflicts`` for the caller to report."""
+        content is skipped too and returned in ``conflicts`` for the caller to report, as
+        are traces whose rows could not be built (``rejected``)."""
         srcs = list(sources) if sources is not None else [source] * len(items)
         tables, res = self._plan_insert(cur, prepare(items, srcs, self.diagnose))
         for name, table in tables.items():
@@ -362,6 +339,8 @@ class TraceStore:
     def bulk_writer(self) -> BulkWriter:
         """A writer for bulk loads of prepared rows (``rows.prepare``, possibly made in
         another process): see ``BulkWriter``."""
+        from ctxcore.store.writer import BulkWriter
+
         return BulkWriter(self)
 
     @contextmanager
@@ -398,7 +377,7 @@ class TraceStore:
         the ones inserted in the open transaction when ``cur`` cannot see them (a read
         cursor); it is updated with the new ones."""
         if not prep.ids:
-            return {}, InsertResult(0, 0, [])
+            return {}, InsertResult(0, 0, [], prep.rejected)
         known: dict[str, tuple[str, str | None]] = {}
         for chunk in range(0, len(prep.ids), 2000):
             part = list(dict.fromkeys(prep.ids[chunk : chunk + 2000]))
@@ -428,7 +407,8 @@ class TraceStore:
                 ):
                     skipped += 1
                 else:
-                    conflicts.append((k, tid, prev[1] or "an earlier insert"))
+                    where = prep.positions[k] if prep.positions else k
+                    conflicts.append((where, tid, prev[1] or "an earlier insert"))
                 continue
             keep.append(k)
             known[tid] = (digest, prep.sources[k])
@@ -451,7 +431,7 @@ class TraceStore:
                 table = table.set_column(col, "tseq", pa.array(tseq, _I64))
                 if table.num_rows:
                     out[name] = table
-        return out, InsertResult(len(keep), skipped, conflicts)
+        return out, InsertResult(len(keep), skipped, conflicts, prep.rejected)
 
     def undiagnosed(self) -> int:
         """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
@@ -479,9 +459,16 @@ class TraceStore:
         batch = RowBatch()
         updates: list[tuple[int, int, str | None]] = []
         for tseq, size, blob in rows:
-            raw = unpack_json(blob, size)
-            trace = Trace.model_validate_json(raw)
-            found = diagnose_trace(trace, raw)
+            try:
+                raw = unpack_json(blob, size)
+                trace = Trace.model_validate_json(raw)
+                found = diagnose_trace(trace, raw)
+            except Exception:
+                # One trace the detectors cannot take is left without findings (and not
+                # tried again every idle moment); the rest go on.
+                log.exception("diagnostics failed on the trace stored as tseq %s", tseq)
+                updates.append((int(tseq), 0, None))
+                continue
             sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
             updates.append((int(tseq), len(found), sev))
         with self.transaction() as cur:
@@ -498,10 +485,20 @@ class TraceStore:
         return len(updates)
 
     def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace_id: str, raw: bytes) -> bool:
+        """Is ``raw`` the stored trace, written differently (spacing, key order, another
+        codec's digest)? Compared as canonical JSON: model equality alone would call
+        ``1`` and ``1.0`` (or ``true``) in metadata the same. The stage timings are left out:
+        they are measurements, and building or importing the same input twice differs there."""
         stored = self._trace_json(cur, trace_id)
         if stored is None:  # added earlier in this very batch: compare is not worth it
             return False
-        return bool(Trace.model_validate_json(stored) == Trace.model_validate_json(raw))
+        if stored == raw:
+            return True
+        try:
+            new = Trace.model_validate_json(raw)
+        except ValueError:
+            return False
+        return _comparable(Trace.model_validate_json(stored)) == _comparable(new)
 
     @staticmethod
     def _trace_json(cur: duckdb.DuckDBPyConnection, trace_id: str) -> bytes | None:
@@ -556,35 +553,38 @@ class TraceStore:
         return [IngestErrorRow(f, ln, m, now.replace(tzinfo=UTC)) for f, ln, m in errors]
 
     def file_offset(self, file: str) -> FileOffset | None:
-        row = (
+        rows = self._cur().execute(f"{_OFFSET_SQL} WHERE file = ?", [file]).fetchall()
+        row = _first(rows)
+        return None if row is None else _file_offset(row)
+
+    def file_offsets(self) -> dict[str, FileOffset]:
+        try:
+            rows = self._cur().execute(_OFFSET_SQL).fetchall()
+        except duckdb.Error as exc:
+            raise store_fault(self.path, exc) from exc
+        return {r[0]: _file_offset(r) for r in rows}
+
+    def failing_files(self, limit: int = 100) -> list[FailingFile]:
+        """The files ingest (or the watcher) could not read, newest first, with why: for
+        the app's banner. A file leaves the list once it is read after it changed."""
+        rows = (
             self._cur()
             .execute(
-                'SELECT file, "offset", line, size, mtime, fingerprint FROM file_offsets '
-                "WHERE file = ?",
-                [file],
+                "SELECT file, failed, updated_at FROM file_offsets WHERE failed IS NOT NULL "
+                "ORDER BY updated_at DESC, file LIMIT ?",
+                [int(limit)],
             )
             .fetchall()
         )
-        row = _first(row)
-        if row is None:
-            return None
-        return FileOffset(row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), row[5])
-
-    def file_offsets(self) -> dict[str, FileOffset]:
-        rows = (
-            self._cur()
-            .execute('SELECT file, "offset", line, size, mtime, fingerprint FROM file_offsets')
-            .fetchall()
-        )
-        return {
-            r[0]: FileOffset(r[0], int(r[1]), int(r[2]), int(r[3]), float(r[4]), r[5]) for r in rows
-        }
+        return [FailingFile(r[0], r[1], _aware(r[2])) for r in rows]
 
     def set_file_offset(self, cur: duckdb.DuckDBPyConnection, off: FileOffset) -> None:
         """Record how far a file was read, in the caller's transaction (with its traces)."""
         self.set_file_offsets(cur, [off])
 
     def set_file_offsets(self, cur: duckdb.DuckDBPyConnection, offs: Sequence[FileOffset]) -> None:
+        """Record several files' offsets; a file given twice keeps its last one."""
+        offs = list({o.file: o for o in offs}.values())
         if not offs:
             return
         now = utc_naive(datetime.now(UTC))
@@ -597,13 +597,15 @@ class TraceStore:
                 "mtime": pa.array([o.mtime for o in offs], _F64),
                 "updated_at": pa.array([now] * len(offs), _TS),
                 "fingerprint": pa.array([o.fingerprint for o in offs], _STR),
+                "inode": pa.array([o.inode for o in offs], pa.uint64()),
+                "head": pa.array([o.head for o in offs], _STR),
+                "failed": pa.array([o.failed for o in offs], _STR),
             }
         )
         # ``table`` is scanned by name from this frame (see ``insert_table``)
+        cols = '"offset", line, size, mtime, updated_at, fingerprint, inode, head, failed'
         cur.execute(
-            'INSERT OR REPLACE INTO file_offsets (file, "offset", line, size, mtime, '
-            'updated_at, fingerprint) SELECT file, "offset", line, size, mtime, '
-            'updated_at, fingerprint FROM "table"'
+            f'INSERT OR REPLACE INTO file_offsets (file, {cols}) SELECT file, {cols} FROM "table"'
         )
 
     # ---- reading
@@ -787,203 +789,3 @@ class TraceStore:
         )
         row = _first(row)
         return int(row[0]) if row else 0
-
-
-class _DecisionStream:
-    """One ``INSERT INTO decisions`` per transaction, fed batch by batch while the caller
-    prepares the next ones. DuckDB pulls the rows from a queue (without holding the GIL while
-    it writes), and one append this size goes to disk once: separate inserts of a few hundred
-    thousand rows each left DuckDB a rewrite of about a second at its next checkpoint."""
-
-    def __init__(self, cur: duckdb.DuckDBPyConnection, thread: ThreadPoolExecutor) -> None:
-        self._q: queue.Queue[pa.Table | None] = queue.Queue(maxsize=8)
-        schema = _SCHEMAS["decisions"]
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            while True:
-                table = self._q.get()
-                if table is None:
-                    return
-                yield from table.cast(schema).to_batches()
-
-        def run() -> None:
-            insert_table(cur, "decisions", pa.RecordBatchReader.from_batches(schema, batches()))
-
-        self._job: Future[None] = thread.submit(run)
-
-    def put(self, table: pa.Table | None) -> None:
-        while True:
-            if self._job.done():  # the INSERT failed: raise its error here
-                self._job.result()
-                raise RuntimeError("the decisions insert stopped before its input ended")
-            try:
-                self._q.put(table, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def close(self) -> None:
-        """End the input; returns once the INSERT has every row (raising what it raised)."""
-        self.put(None)
-        self._job.result()
-
-    def abort(self) -> None:
-        """End the INSERT, whatever it holds (the transaction is rolled back after)."""
-        with contextlib.suppress(Exception):
-            self.put(None)
-        with contextlib.suppress(Exception):
-            self._job.result()
-
-
-class BulkWriter:
-    """Bulk loads into the store, one transaction at a time: the ingest of many files.
-
-    ``begin()`` opens a transaction (``add``, ``add_errors`` and ``add_offsets`` open one
-    when none is open); ``commit()`` makes everything added since durable at once and
-    ``abort()`` drops it. Trace ids are deduped against the store and within the open
-    transaction: a trace already stored with the same content is skipped, with different
-    content it is skipped and reported (``InsertResult.conflicts``).
-
-    Decision rows (most of the bytes) stream into one INSERT on a thread of the writer's
-    own while the caller prepares the next batch; the other tables and the errors and file
-    offsets are inserted at the commit (they are small). Because that INSERT holds the
-    transaction's cursor, the ids already stored are looked up through a read cursor (it
-    sees committed rows) plus the ids this transaction added.
-
-    One writer serves a whole run, transaction after transaction, from one thread (the one
-    that holds the write lock). As a context manager it commits at the end, aborts on an
-    exception, and ``close()``s: ``close`` aborts what is not committed and ends the
-    writer's thread and read cursor.
-    """
-
-    def __init__(self, store: TraceStore) -> None:
-        self._store = store
-        self._cur: duckdb.DuckDBPyConnection | None = None  # the open transaction's
-        self._read_cur: duckdb.DuckDBPyConnection | None = None
-        self._thread: ThreadPoolExecutor | None = None
-        self._stream: _DecisionStream | None = None
-        #: trace_id -> (digest, source) of the traces the open transaction added
-        self._added: dict[str, tuple[str, str | None]] = {}
-        self._tables: dict[str, list[pa.Table]] = {}
-        self._errors: list[tuple[str, int, str]] = []
-        self._offsets: list[FileOffset] = []
-
-    @property
-    def in_transaction(self) -> bool:
-        return self._cur is not None
-
-    def begin(self) -> None:
-        """Open a transaction (taking the store's write lock) unless one is open."""
-        self._open()
-
-    def _open(self) -> duckdb.DuckDBPyConnection:
-        """The open transaction's cursor, after opening one if none is open."""
-        if self._cur is not None:
-            return self._cur
-        store = self._store
-        if store.read_only:
-            raise StoreError(f"{store.path} was opened read-only; it cannot be written")
-        store._write_lock.acquire()
-        try:
-            cur = store._cur()
-            cur.execute("BEGIN TRANSACTION")
-        except BaseException:
-            store._write_lock.release()
-            raise
-        self._cur = cur
-        return cur
-
-    def add(self, rows: RowTables) -> InsertResult:
-        """Insert the new traces of ``rows`` in the open transaction (their decision rows
-        at once, the rest at the commit); which were new, skipped or conflicting."""
-        cur = self._open()
-        if self._read_cur is None:
-            self._read_cur = self._store.read_cursor()
-        tables, res = self._store._plan_insert(self._read_cur, rows, self._added)
-        decisions = tables.pop("decisions", None)
-        if decisions is not None:
-            if self._stream is None:
-                if self._thread is None:
-                    self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
-                self._stream = _DecisionStream(cur, self._thread)
-            self._stream.put(decisions)
-        for name, table in tables.items():
-            self._tables.setdefault(name, []).append(table)
-        return res
-
-    def add_errors(self, errors: Sequence[tuple[str, int, str]]) -> None:
-        """(file, line, message) rows for ``ingest_errors``, written at the commit."""
-        self.begin()
-        self._errors += errors
-
-    def add_offsets(self, offsets: Sequence[FileOffset]) -> None:
-        """How far files were read, written at the commit: with the traces they held."""
-        self.begin()
-        self._offsets += offsets
-
-    def commit(self) -> list[IngestErrorRow]:
-        """Write what waits and commit; returns the errors written (none without an open
-        transaction). On failure the transaction is rolled back and the error raised."""
-        cur = self._cur
-        if cur is None:
-            return []
-        try:
-            if self._stream is not None:
-                stream, self._stream = self._stream, None
-                stream.close()  # the decisions INSERT has every row once this returns
-            for name in ("traces", "partitions", "findings"):
-                parts = self._tables.pop(name, [])
-                if parts:
-                    insert_table(cur, name, pa.concat_tables(parts))
-            errors = self._store.insert_errors(cur, self._errors)
-            self._store.set_file_offsets(cur, self._offsets)
-            cur.execute("COMMIT")
-        except BaseException:
-            self.abort()
-            raise
-        self._end()
-        return errors
-
-    def abort(self) -> None:
-        """Roll the open transaction back: nothing added since it began is stored."""
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            stream.abort()
-        cur = self._cur
-        if cur is None:
-            return
-        try:
-            # the error on its way up (if any) says more than a failed rollback
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-        finally:
-            self._end()
-
-    def _end(self) -> None:
-        self._cur = None
-        self._added, self._tables, self._errors, self._offsets = {}, {}, [], []
-        self._store._write_lock.release()
-
-    def close(self) -> None:
-        """Abort what is not committed, end the writer's thread and close its read cursor
-        (the watcher ingests often: nothing is left open)."""
-        try:
-            self.abort()
-        finally:
-            if self._thread is not None:
-                self._thread.shutdown()
-                self._thread = None
-            if self._read_cur is not None:
-                with contextlib.suppress(duckdb.Error):
-                    self._read_cur.close()
-                self._read_cur = None
-
-    def __enter__(self) -> BulkWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        try:
-            if exc_type is None:
-                self.commit()
-        finally:
-            self.close()

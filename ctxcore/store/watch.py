@@ -6,6 +6,12 @@ closes and renames (writers that write a temp file and rename it land in ``on_mo
 events are debounced per file so that an agent appending line by line costs one ingest
 per burst, not one per line, but never waits longer than ``max_wait`` while writes go on.
 A slow rescan of the whole folder catches anything the OS did not report.
+
+The watcher never wedges on a bad file: ingest turns a file it cannot read into an error
+row and a failed offset row (``TraceStore.failing_files``, for the app's banner), reads
+the other files, and does not try that file again until it changes. A failure of the
+store itself (a full disk) is logged and kept in ``last_error``; the next event or rescan
+tries again.
 """
 
 from __future__ import annotations
@@ -154,7 +160,8 @@ class Watcher:
                     self._pending.clear()
                 self._ingest([self.folder])
                 continue
-            due = [p for p in self._due() if p.exists()]
+            # a FIFO or a device in the folder is reported by the rescan (once), not here
+            due = [p for p in self._due() if p.is_file()]
             if due:
                 self._ingest(due)
             elif now - last_diag >= 2.0:

@@ -6,22 +6,35 @@ models) and keeps the traces, the errors and their line numbers. The ingesting p
 it for small files; for a big file ``ParsePool`` hands chunks to worker processes, which
 parse them, turn them into ``RowTables`` and spill these to Arrow files the owner maps.
 Only the ingesting process touches DuckDB.
+
+One bad line never costs a good one: whatever goes wrong while one line is decoded,
+validated or redacted becomes that line's error (``FileRun.line``), and a file keeps at
+most MAX_ERRORS_PER_FILE error rows (the rest are counted in one more). Workers end with
+the ingesting process, also when it is killed (they watch it), and a run cleans up the
+spill folders that killed runs left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import importlib.abc
 import json
 import os
+import select
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -29,15 +42,33 @@ from pydantic import ValidationError
 
 from ctxcore import settings
 from ctxcore.errors import InputError
-from ctxcore.loading import parse_json, trace_from_obj
+from ctxcore.loading import explain_errors, open_regular, parse_json, trace_from_obj
 from ctxcore.models import Trace
+from ctxcore.settings import MAX_ERRORS_PER_FILE, MAX_LINE_BYTES
 from ctxcore.store import fastdecode
-from ctxcore.store.rows import RowTables, TraceLike, prepare
+from ctxcore.store.readers import FP_BYTES, LineBlocks, RangeReader, ReadState, too_long
+from ctxcore.store.rows import RowTables, TraceLike, prepare, unexpected
 
-#: A line this long is refused unread: no valid trace gets near it (content <= 10 MB/packet).
-MAX_LINE_BYTES = 256 * 1024 * 1024
 #: parse chunks in the ingesting process while the workers start (they import for ~0.3 s)
 HELP_WHILE_POOL_STARTS = True
+#: An error message longer than this is cut: messages may quote what was in the line.
+MAX_MESSAGE_CHARS = 2000
+#: The spill folders of ingest runs: ``ctxscope-ingest-<pid of the run>-<random>``.
+SPILL_PREFIX = "ctxscope-ingest-"
+
+
+def clip(message: str) -> str:
+    """An error message, cut to MAX_MESSAGE_CHARS."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def unlisted_errors(more: int) -> str:
+    return (
+        f"{more:,} more bad lines in this file from this one on are not listed (only the "
+        f"first {MAX_ERRORS_PER_FILE:,} are); fix what writes the file"
+    )
 
 
 @dataclass
@@ -52,6 +83,34 @@ class FileRun:
     lines: list[int] = field(default_factory=list)
     errors: list[tuple[str, int, str]] = field(default_factory=list)
     redact: bool = field(default_factory=settings.redact_on_ingest)
+    #: errors seen in the file so far (listed or not), and the line of the first not listed
+    n_errors: int = 0
+    first_unlisted: int = 0
+
+    def error(self, lineno: int, message: str) -> None:
+        """An error on line ``lineno``; past MAX_ERRORS_PER_FILE it is only counted."""
+        self.n_errors += 1
+        if self.n_errors <= MAX_ERRORS_PER_FILE:
+            self.errors.append((self.key, lineno, clip(message)))
+        elif not self.first_unlisted:
+            self.first_unlisted = lineno
+
+    def unlisted(self) -> tuple[str, int, str] | None:
+        """The row that counts the errors not listed (None when all were)."""
+        more = self.n_errors - MAX_ERRORS_PER_FILE
+        if more <= 0:
+            return None
+        return (self.key, self.first_unlisted, unlisted_errors(more))
+
+    def absorb(self, chunk: ParsedChunk, line_before: int) -> None:
+        """A worker's chunk of this file: its errors join the file's (and its cap)."""
+        for _, lineno, message in chunk.errors:
+            self.error(line_before + lineno, message)
+        hidden = chunk.n_errors - len(chunk.errors)
+        if hidden > 0:
+            if not self.first_unlisted:
+                self.first_unlisted = line_before + chunk.first_unlisted
+            self.n_errors += hidden
 
     def keep(self, lineno: int, trace: Trace, raw: bytes) -> None:
         if self.redact:
@@ -64,16 +123,20 @@ class FileRun:
         self.lines.append(lineno)
 
     def line(self, lineno: int, raw: bytes) -> None:
-        """Parse one line of a .jsonl file (numbered ``lineno``)."""
+        """Parse one line of a .jsonl file (numbered ``lineno``). Any exception on the
+        way (decode, validate, redact) is this line's error, never the file's."""
+        try:
+            self._line(lineno, raw)
+        except Exception as exc:
+            self.error(lineno, unexpected(exc))
+
+    def _line(self, lineno: int, raw: bytes) -> None:
         if raw[:1].isspace() or raw[-1:].isspace():  # (strip copies the line)
             raw = raw.strip()
         if not raw:
             return
         if len(raw) > MAX_LINE_BYTES:
-            self.errors.append(
-                (self.key, lineno, f"line is {len(raw):,} bytes, over the {MAX_LINE_BYTES:,}"
-                 " byte limit; capture slices or summaries of big tool outputs")
-            )  # fmt: skip
+            self.error(lineno, too_long())
             return
         if self.fast and not self.redact:
             view = fastdecode.decode(raw)  # strict JSON: NaN and Infinity are refused
@@ -81,41 +144,53 @@ class FileRun:
                 self.items.append((view, raw))
                 self.lines.append(lineno)
                 return
+        refused: list[Any] | None = None
         if b"NaN" not in raw and b"Infinity" not in raw:
             # pydantic parses and validates in one pass. (Its JSON parser takes NaN, which
             # JSON does not, so lines that may hold one take the strict path.)
             try:
                 trace = Trace.model_validate_json(raw)
-            except ValidationError:
-                pass
+            except ValidationError as exc:
+                # Its errors without their context: that holds a validator's exception,
+                # whose traceback ties this frame (and the ingest holding the store) into a
+                # cycle through pydantic's objects that the collector cannot break.
+                refused = exc.errors(include_url=False, include_context=False)
             else:
                 self.keep(lineno, trace, raw)
                 return
+        # The strict path words the error (or takes a line with NaN in its text).
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            self.errors.append(
-                (self.key, lineno, f"invalid UTF-8 at byte {exc.start} of the line "
-                 f"({raw[exc.start : exc.start + 4]!r}); write the trace as UTF-8")
+            self.error(
+                lineno, f"invalid UTF-8 at byte {exc.start} of the line "
+                f"({raw[exc.start : exc.start + 4]!r}); write the trace as UTF-8",
             )  # fmt: skip
             return
         try:
-            trace = trace_from_obj(parse_json(text))
+            data = parse_json(text)
+            trace = trace_from_obj(data)
         except InputError as exc:
-            self.errors.append((self.key, lineno, str(exc)))
+            self.error(lineno, str(exc))
+            return
+        if refused is not None:
+            # Python's parser took what pydantic's refused: stored, the line could not be
+            # read back (Inspect and export read it with pydantic's).
+            self.error(lineno, str(explain_errors(refused, data)))
             return
         self.keep(lineno, trace, raw)
 
     def obj(self, lineno: int, data: Any, where: str) -> None:
-        """Validate one trace of a .json file (already parsed; ``where`` in the file)."""
+        """Validate one trace of a .json file (already parsed; ``where`` in the file);
+        as with lines, any exception is this trace's error."""
         try:
             trace = trace_from_obj(data, where)
+            raw = json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass")
+            self.keep(lineno, trace, raw)
         except InputError as exc:
-            self.errors.append((self.key, lineno, str(exc)))
-            return
-        self.keep(
-            lineno, trace, json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        )
+            self.error(lineno, str(exc))
+        except Exception as exc:
+            self.error(lineno, f"{where + ': ' if where else ''}{unexpected(exc)}")
 
 
 @dataclass
@@ -127,6 +202,8 @@ class Spilled:
     digests: list[str]
     sources: list[str | None]
     paths: dict[str, str]
+    positions: list[int] = field(default_factory=list)
+    rejected: list[tuple[int, str]] = field(default_factory=list)
 
     @staticmethod
     def save(rows: RowTables, folder: str) -> Spilled:
@@ -138,7 +215,7 @@ class Spilled:
             paths[name] = f"{base}.{name}.arrow"
             with pa.OSFile(paths[name], "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
                 w.write_table(table)
-        return Spilled(rows.ids, rows.digests, rows.sources, paths)
+        return Spilled(rows.ids, rows.digests, rows.sources, paths, rows.positions, rows.rejected)
 
     def load(self) -> RowTables:
         """The tables, memory-mapped (no copy); the files are gone once read."""
@@ -146,7 +223,15 @@ class Spilled:
         for name, path in self.paths.items():
             tables[name] = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
             os.unlink(path)  # the mapping outlives the name
-        return RowTables(self.ids, self.digests, self.sources, tables)
+        return RowTables(
+            self.ids, self.digests, self.sources, tables, self.positions, self.rejected
+        )
+
+    def discard(self) -> None:
+        """Remove the files unread (a chunk of a file that failed)."""
+        for path in self.paths.values():
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 class ParsedChunk(NamedTuple):
@@ -158,6 +243,9 @@ class ParsedChunk(NamedTuple):
     lines: list[int]
     #: how many lines the chunk held
     n_lines: int
+    #: errors in the chunk, listed or not, and the line of the first one not listed
+    n_errors: int = 0
+    first_unlisted: int = 0
 
 
 #: The lines of a chunk, or (offset, length, last bytes) of them in the file.
@@ -175,9 +263,46 @@ class _NoPandas(importlib.abc.MetaPathFinder):
         return None
 
 
-def _worker_init() -> None:
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(owner: int) -> None:
+    """End this worker as soon as the ingesting process ``owner`` is gone, even killed
+    with SIGKILL. A worker's parent is the forkserver, which lives on while any worker
+    holds its pipe, and a worker waiting for its next chunk holds the pool's queue: so the
+    worker watches the owner itself (a pidfd where Linux has them, else a poll), and dies
+    with the forkserver too (``PR_SET_PDEATHSIG``). Then the forkserver, its last client
+    gone, exits by itself."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        fd: int | None = os.pidfd_open(owner)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        fd = None
+
+    def watch() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(0.5)
+                try:
+                    os.kill(owner, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    continue
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ctxscope-owner-watch", daemon=True).start()
+
+
+def _worker_init(owner: int) -> None:
     """Set up an ingest worker process (the pool's initializer).
 
+    - It ends with the ingesting process ``owner`` (``_die_with``).
     - Nothing a worker does needs pandas, but pyarrow imports it the first time it builds
       an array, to recognise pandas objects: 0.2-0.3 s of CPU per worker. A worker's
       imports do not find it, and pyarrow carries on without it.
@@ -186,10 +311,31 @@ def _worker_init() -> None:
       they set off cost 13% of a worker's time. Everything imported is frozen first, and
       ``_prepare_chunk`` collects what little is left after each chunk.
     """
+    _die_with(owner)
     sys.meta_path.insert(0, _NoPandas())
     pa.array([0])  # pyarrow's pandas check, now settled without pandas
     gc.freeze()
     gc.disable()
+
+
+#: bytes a worker reads of its range at a time
+_RANGE_READ_BYTES = 4 * 1024 * 1024
+
+
+def _parse_range(run: FileRun, start: int, length: int, tail: bytes) -> int:
+    """Parse the lines in ``length`` bytes of ``run.key`` from ``start``; how many lines
+    there were. Read through ``LineBlocks``: a line over the limit is never held whole."""
+    with open_regular(run.key) as f:
+        state = ReadState(0, 0, b"")
+        for first, block in LineBlocks(RangeReader(f, start, length), state, _RANGE_READ_BYTES):
+            for lineno, raw in enumerate(block.split(b"\n")[:-1], first + 1):
+                run.line(lineno, raw)
+            del block
+    if state.offset != length or state.rest or state.tail != tail[-FP_BYTES:]:
+        raise InputError(f"{run.key} changed while it was being read; ingest it again")
+    for lineno, _size in state.long_lines:
+        run.error(lineno, too_long())
+    return state.line
 
 
 def _prepare_chunk(
@@ -199,33 +345,50 @@ def _prepare_chunk(
 
     ``payload``: the lines, or (offset, length, last bytes) of them in the file ``key``.
     ``spill_dir``: where a worker spills the rows; None when the ingesting process parses."""
-    if isinstance(payload, bytes):
-        data = payload
-    else:
-        start, length, tail = payload
-        with open(key, "rb") as f:
-            f.seek(start)
-            data = f.read(length)
-        if len(data) != length or not data.endswith(tail):
-            raise InputError(f"{key} changed while it was being read; ingest it again")
     run = FileRun(key, fast=not diagnose)
-    lines = data.split(b"\n")[:-1]
-    del data
-    for lineno, raw in enumerate(lines, 1):
-        run.line(lineno, raw)
-    n_lines = len(lines)
-    del lines
+    if isinstance(payload, bytes):
+        lines = payload.split(b"\n")[:-1]
+        for lineno, raw in enumerate(lines, 1):
+            run.line(lineno, raw)
+        n_lines = len(lines)
+        del lines
+    else:
+        n_lines = _parse_range(run, *payload)
+    counted = (n_lines, run.n_errors, run.first_unlisted)
     if not run.items:
-        return ParsedChunk(None, run.errors, run.lines, n_lines)
+        return ParsedChunk(None, run.errors, run.lines, *counted)
     rows = prepare(run.items, [key] * len(run.items), diagnose)
     run.items.clear()
     if spill_dir is None:
-        return ParsedChunk(rows, run.errors, run.lines, n_lines)
+        return ParsedChunk(rows, run.errors, run.lines, *counted)
     out = Spilled.save(rows, spill_dir)
     del rows
     if not gc.isenabled():  # a pool worker (see _worker_init): collect after each chunk
         gc.collect()
-    return ParsedChunk(out, run.errors, run.lines, n_lines)
+    return ParsedChunk(out, run.errors, run.lines, *counted)
+
+
+#: temp folders already cleaned by this process (the watcher ingests often)
+_CLEANED: set[str] = set()
+
+
+def clean_stale_spills() -> None:
+    """Remove the spill folders of ingest runs that are gone (killed: they could not clean
+    up), once per process and temp folder; a live run's folder is left alone."""
+    folder = tempfile.gettempdir()
+    if folder in _CLEANED:
+        return
+    _CLEANED.add(folder)
+    for path in Path(folder).glob(f"{SPILL_PREFIX}*"):
+        pid = path.name[len(SPILL_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            continue
 
 
 class ParsePool:
@@ -235,7 +398,8 @@ class ParsePool:
     once (on its first start; later pools fork from it warm): workers start in a few ms
     instead of importing for ~0.3 s each. The forkserver re-imports the ``__main__``
     script: only start a pool from a script guarded by ``if __name__ == "__main__"``.
-    While the workers start, the ingesting process parses chunks itself.
+    While the workers start, the ingesting process parses chunks itself. Workers end with
+    this process, however it ends (``_die_with``).
     """
 
     def __init__(self, n_workers: int, diagnose: bool) -> None:
@@ -243,11 +407,14 @@ class ParsePool:
         self.max_inflight = n_workers + 1
         self._ready = False  # a worker has finished a chunk (they have started)
         self._inflight: deque[tuple[Future[ParsedChunk], Then]] = deque()
-        self.spill_dir = tempfile.mkdtemp(prefix="ctxscope-ingest-")
+        self.spill_dir = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-")
         ctx = get_context("forkserver")
         ctx.set_forkserver_preload(["__main__", __name__])
         self._pool = ProcessPoolExecutor(
-            max_workers=n_workers, mp_context=ctx, initializer=_worker_init
+            max_workers=n_workers,
+            mp_context=ctx,
+            initializer=_worker_init,
+            initargs=(os.getpid(),),
         )
         # Start the workers now, and meanwhile let pyarrow import pandas here (it does on
         # its first array, to recognise pandas objects): inside the first chunk's insert,
@@ -282,6 +449,18 @@ class ParsePool:
         """Hand on every chunk still in flight, in order."""
         while self._inflight:
             self._take()
+
+    def discard(self) -> None:
+        """Drop every chunk in flight unused (their file failed): wait for each, remove
+        what it spilled."""
+        while self._inflight:
+            fut, _ = self._inflight.popleft()
+            try:
+                chunk = fut.result()
+            except Exception:
+                continue
+            if isinstance(chunk.rows, Spilled):
+                chunk.rows.discard()
 
     def _take(self) -> None:
         fut, then = self._inflight.popleft()

@@ -1,0 +1,242 @@
+"""The store's bulk writer: ingest's transactions, one after another, from one thread.
+
+Kept apart from ``tracestore`` (which owns the rest of the SQL) because only bulk loads use
+it: ``TraceStore.bulk_writer`` hands one out. It owns the transactions of an ingest run,
+dedupes trace ids against the store and within the open transaction, and streams decision
+rows (most of the bytes) into one INSERT while the caller prepares the next batch. A
+DuckDB failure (a full disk, a damaged file) comes out as one ``StoreError`` saying what
+happened and what to do, with the open transaction rolled back. See docs/design.md,
+"Store".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import duckdb
+import pyarrow as pa
+
+from ctxcore.errors import StoreError
+from ctxcore.store.rows import _SCHEMAS, RowTables
+from ctxcore.store.tracestore import (
+    FileOffset,
+    IngestErrorRow,
+    InsertResult,
+    TraceStore,
+    insert_table,
+    store_fault,
+)
+
+
+class _DecisionStream:
+    """One ``INSERT INTO decisions`` per transaction, fed batch by batch while the caller
+    prepares the next ones. DuckDB pulls the rows from a queue (without holding the GIL while
+    it writes), and one append this size goes to disk once: separate inserts of a few hundred
+    thousand rows each left DuckDB a rewrite of about a second at its next checkpoint."""
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection, thread: ThreadPoolExecutor) -> None:
+        self._q: queue.Queue[pa.Table | None] = queue.Queue(maxsize=8)
+        schema = _SCHEMAS["decisions"]
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            while True:
+                table = self._q.get()
+                if table is None:
+                    return
+                yield from table.cast(schema).to_batches()
+
+        def run() -> None:
+            insert_table(cur, "decisions", pa.RecordBatchReader.from_batches(schema, batches()))
+
+        self._job: Future[None] = thread.submit(run)
+
+    def put(self, table: pa.Table | None) -> None:
+        while True:
+            if self._job.done():  # the INSERT failed: raise its error here
+                self._job.result()
+                raise RuntimeError("the decisions insert stopped before its input ended")
+            try:
+                self._q.put(table, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """End the input; returns once the INSERT has every row (raising what it raised)."""
+        self.put(None)
+        self._job.result()
+
+    def abort(self) -> None:
+        """End the INSERT, whatever it holds (the transaction is rolled back after)."""
+        with contextlib.suppress(Exception):
+            self.put(None)
+        with contextlib.suppress(Exception):
+            self._job.result()
+
+
+class BulkWriter:
+    """Bulk loads into the store, one transaction at a time: the ingest of many files.
+
+    ``begin()`` opens a transaction (``add``, ``add_errors`` and ``add_offsets`` open one
+    when none is open); ``commit()`` makes everything added since durable at once and
+    ``abort()`` drops it. Trace ids are deduped against the store and within the open
+    transaction: a trace already stored with the same content is skipped, with different
+    content it is skipped and reported (``InsertResult.conflicts``).
+
+    Decision rows (most of the bytes) stream into one INSERT on a thread of the writer's
+    own while the caller prepares the next batch; the other tables and the errors and file
+    offsets are inserted at the commit (they are small). Because that INSERT holds the
+    transaction's cursor, the ids already stored are looked up through a read cursor (it
+    sees committed rows) plus the ids this transaction added.
+
+    One writer serves a whole run, transaction after transaction, from one thread (the one
+    that holds the write lock). As a context manager it commits at the end, aborts on an
+    exception, and ``close()``s: ``close`` aborts what is not committed and ends the
+    writer's thread and read cursor. Any failure of ``add`` or ``commit`` aborts the open
+    transaction; a DuckDB one is raised as ``StoreError`` (``store_fault``).
+    """
+
+    def __init__(self, store: TraceStore) -> None:
+        self._store = store
+        self._cur: duckdb.DuckDBPyConnection | None = None  # the open transaction's
+        self._read_cur: duckdb.DuckDBPyConnection | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._stream: _DecisionStream | None = None
+        #: trace_id -> (digest, source) of the traces the open transaction added
+        self._added: dict[str, tuple[str, str | None]] = {}
+        self._tables: dict[str, list[pa.Table]] = {}
+        self._errors: list[tuple[str, int, str]] = []
+        self._offsets: list[FileOffset] = []
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._cur is not None
+
+    def begin(self) -> None:
+        """Open a transaction (taking the store's write lock) unless one is open."""
+        self._open()
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """The open transaction's cursor, after opening one if none is open."""
+        if self._cur is not None:
+            return self._cur
+        store = self._store
+        if store.read_only:
+            raise StoreError(f"{store.path} was opened read-only; it cannot be written")
+        store._write_lock.acquire()
+        try:
+            cur = store._cur()
+            cur.execute("BEGIN TRANSACTION")
+        except BaseException as exc:
+            store._write_lock.release()
+            if isinstance(exc, duckdb.Error):
+                raise store_fault(store.path, exc) from exc
+            raise
+        self._cur = cur
+        return cur
+
+    def add(self, rows: RowTables) -> InsertResult:
+        """Insert the new traces of ``rows`` in the open transaction (their decision rows
+        at once, the rest at the commit); which were new, skipped or conflicting."""
+        cur = self._open()
+        try:
+            if self._read_cur is None:
+                self._read_cur = self._store.read_cursor()
+            tables, res = self._store._plan_insert(self._read_cur, rows, self._added)
+            decisions = tables.pop("decisions", None)
+            if decisions is not None:
+                if self._stream is None:
+                    if self._thread is None:
+                        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
+                    self._stream = _DecisionStream(cur, self._thread)
+                self._stream.put(decisions)
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, duckdb.Error):
+                raise store_fault(self._store.path, exc) from exc
+            raise
+        for name, table in tables.items():
+            self._tables.setdefault(name, []).append(table)
+        return res
+
+    def add_errors(self, errors: Sequence[tuple[str, int, str]]) -> None:
+        """(file, line, message) rows for ``ingest_errors``, written at the commit."""
+        self.begin()
+        self._errors += errors
+
+    def add_offsets(self, offsets: Sequence[FileOffset]) -> None:
+        """How far files were read, written at the commit: with the traces they held."""
+        self.begin()
+        self._offsets += offsets
+
+    def commit(self) -> list[IngestErrorRow]:
+        """Write what waits and commit; returns the errors written (none without an open
+        transaction). On failure the transaction is rolled back and the error raised."""
+        cur = self._cur
+        if cur is None:
+            return []
+        try:
+            if self._stream is not None:
+                stream, self._stream = self._stream, None
+                stream.close()  # the decisions INSERT has every row once this returns
+            for name in ("traces", "partitions", "findings"):
+                parts = self._tables.pop(name, [])
+                if parts:
+                    insert_table(cur, name, pa.concat_tables(parts))
+            errors = self._store.insert_errors(cur, self._errors)
+            self._store.set_file_offsets(cur, self._offsets)
+            cur.execute("COMMIT")
+        except BaseException as exc:
+            self.abort()
+            if isinstance(exc, duckdb.Error):
+                raise store_fault(self._store.path, exc) from exc
+            raise
+        self._end()
+        return errors
+
+    def abort(self) -> None:
+        """Roll the open transaction back: nothing added since it began is stored."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.abort()
+        cur = self._cur
+        if cur is None:
+            return
+        try:
+            # the error on its way up (if any) says more than a failed rollback
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        self._cur = None
+        self._added, self._tables, self._errors, self._offsets = {}, {}, [], []
+        self._store._write_lock.release()
+
+    def close(self) -> None:
+        """Abort what is not committed, end the writer's thread and close its read cursor
+        (the watcher ingests often: nothing is left open)."""
+        try:
+            self.abort()
+        finally:
+            if self._thread is not None:
+                self._thread.shutdown()
+                self._thread = None
+            if self._read_cur is not None:
+                with contextlib.suppress(duckdb.Error):
+                    self._read_cur.close()
+                self._read_cur = None
+
+    def __enter__(self) -> BulkWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self.close()
