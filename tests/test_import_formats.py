@@ -48,11 +48,65 @@ def _plant_openai(req: dict[str, Any]) -> str:
     return f"messages[{k}].content[{len(msg['content']) - 1}]"
 
 
+def _plant_responses(req: dict[str, Any]) -> str:
+    k = max(i for i, item in enumerate(req["input"]) if item.get("role") == "user")
+    item = req["input"][k]
+    if isinstance(item["content"], str):
+        item["content"] = [{"type": "input_text", "text": item["content"]}]
+    item["content"].append(copy.deepcopy(UNKNOWN))
+    return f"input[{k}].content[{len(item['content']) - 1}]"
+
+
+def _plant_gemini(req: dict[str, Any]) -> str:
+    k = max(
+        i
+        for i, c in enumerate(req["contents"])
+        if c.get("role", "user") == "user" and any("text" in p for p in c["parts"])
+    )
+    parts = req["contents"][k]["parts"]
+    parts.append(copy.deepcopy(UNKNOWN))
+    return f"contents[{k}].parts[{len(parts) - 1}]"
+
+
+def _plant_bedrock(req: dict[str, Any]) -> str:
+    k = max(
+        i
+        for i, m in enumerate(req["messages"])
+        if m["role"] == "user" and not all("toolResult" in b for b in m["content"])
+    )
+    content = req["messages"][k]["content"]
+    content.append(copy.deepcopy(UNKNOWN))
+    return f"messages[{k}].content[{len(content) - 1}]"
+
+
+def _plant_langchain(state: dict[str, Any]) -> str:
+    k = max(i for i, m in enumerate(state["messages"]) if m["id"][-1].startswith("HumanMessage"))
+    kwargs = state["messages"][k]["kwargs"]
+    if isinstance(kwargs["content"], str):
+        kwargs["content"] = [{"type": "text", "text": kwargs["content"]}]
+    kwargs["content"].append(copy.deepcopy(UNKNOWN))
+    return f"messages[{k}].content[{len(kwargs['content']) - 1}]"
+
+
+def _plant_otlp_attributes(attrs: dict[str, Any]) -> str:
+    key = "gen_ai.input.messages" if "gen_ai.input.messages" in attrs else "gen_ai.prompt"
+    messages = json.loads(attrs[key])
+    k = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    messages[k]["parts"].append(copy.deepcopy(UNKNOWN))
+    attrs[key] = json.dumps(messages)
+    return f"messages[{k}].content[{len(messages[k]['parts']) - 1}]"
+
+
 #: format directory → (the name detect_format gives, how to plant an unknown block).
 #: An importer for a new format adds its row here; its fixtures are then tested like these.
 FORMATS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "anthropic-messages": ("anthropic", _plant_anthropic),
     "openai-chat": ("openai", _plant_openai),
+    "openai-responses": ("openai-responses", _plant_responses),
+    "gemini": ("gemini", _plant_gemini),
+    "bedrock-converse": ("bedrock-converse", _plant_bedrock),
+    "langchain": ("langchain", _plant_langchain),
+    "otlp-traces": ("otlp", _plant_otlp_attributes),
 }
 
 
@@ -60,7 +114,10 @@ def _requests() -> list[str]:
     return sorted(
         name
         for name, exp in EXPECTED.items()
-        if name.split("/")[0] in FORMATS and exp.get("kind") == "request"
+        # a LangGraph state is the request its next model call starts from, a span's
+        # attributes the request of the call it records
+        if name.split("/")[0] in FORMATS
+        and exp.get("kind") in ("request", "state", "span-attributes")
     )
 
 

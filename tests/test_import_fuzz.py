@@ -20,6 +20,7 @@ from test_import_otlp import otlp, span
 
 from ctxcore.errors import CtxscopeError
 from ctxcore.formats.load import traces_from_value
+from ctxcore.settings import IMPORT_FORMATS
 
 SWAPS: list[Any] = [None, 0, -1, 2**70, 1.5, "", "x", True, [], [1, "a"], {}, {"k": "v"}]
 PATHS_PER_SEED = 160
@@ -106,11 +107,85 @@ def _seeds() -> list[tuple[str, Any]]:
     anthropic = json.loads(
         (fixtures / "anthropic-messages/openinference-tool-use-in-input.request.json").read_text()
     )
+    # one real request per request format, named by its --format (and tried with it)
+    requests = [
+        (fmt, json.loads((fixtures / fmt / stem).read_text()))
+        for fmt, stem in (
+            ("openai-responses", "openllmetry-agents-function-call.request.json"),
+            ("gemini", "openinference-automatic-tool-calling.request.json"),
+            ("bedrock-converse", "openinference-converse-stream-tool-result.request.json"),
+            ("langchain", "vercel-ai-langgraph-response-2.state.json"),
+        )
+    ]
     return [
         ("openai-request", _openai_request()),
         ("otlp-spans", _otlp_doc()),
+        *_otlp_seeds(fixtures),
         ("swe-agent", a02),
         ("anthropic-messages", anthropic),
+        *requests,
+        *_session_seeds(fixtures, corpus),
+    ]
+
+
+def _session_seeds(fixtures: Path, corpus: Path) -> list[tuple[str, Any]]:
+    """One real sample per session format, named by its --format. A JSONL log is given as
+    the list of its events (what the importer reads line by line)."""
+
+    def lines(name: str) -> list[Any]:
+        return [json.loads(x) for x in (fixtures / name).read_text().splitlines() if x.strip()]
+
+    return [
+        ("claude-code", lines("claude-code/claude-code-log-compact-after-rewind.jsonl")),
+        ("codex", lines("codex/localpush-rollout-1319-unfinished.jsonl")),
+        (
+            "openhands",
+            json.loads((fixtures / "openhands/runtime-traj-wrong-initial-state.json").read_text()),
+        ),
+        (
+            "mini-swe-agent",
+            json.loads((corpus / "a03_mini-swe-agent_github_issue.traj.json").read_text()),
+        ),
+    ]
+
+
+def _otlp_seeds(fixtures: Path) -> list[tuple[str, Any]]:
+    """One real sample per OpenTelemetry variant (the protobuf files decode to the same JSON
+    and are fuzzed byte by byte in test_import_otlp_variants)."""
+
+    def lines(name: str) -> list[Any]:
+        return [json.loads(x) for x in (fixtures / name).read_text().splitlines() if x.strip()]
+
+    traces, logs = lines("otlp-logs/openai-v2-events.otlp.jsonl")
+    return [
+        ("otlp-logs", {**traces, **logs}),  # spans and their log records in one export
+        ("otlp-span-events", lines("otlp-span-events/openai-v2-span-events.otlp.jsonl")[0]),
+        (
+            "otlp-attributes",
+            json.loads(
+                (
+                    fixtures / "otlp-traces/openinference-genai-otel-client-span-tool-calls"
+                    ".attributes.json"
+                ).read_text()
+            ),
+        ),
+        (
+            "openinference",
+            json.loads(
+                (
+                    fixtures / "openinference/openinference-genai-client-span-tool-calls"
+                    ".attributes.json"
+                ).read_text()
+            ),
+        ),
+        (
+            "vercel-ai",
+            json.loads(
+                (
+                    fixtures / "vercel-ai/vercel-otel-snapshot-streamText-two-steps.spans.json"
+                ).read_text()
+            ),
+        ),
     ]
 
 
@@ -130,7 +205,7 @@ def test_type_swapped_fields_give_one_line_errors_only(name: str, seed_doc: Any)
     bugs: list[str] = []
     tried = 0
     for label, doc in _mutants(seed_doc, seed=hash(name) & 0xFFFF):
-        for fmt in ("auto", "openai", "otlp", "trace"):
+        for fmt in ("auto", "openai", "otlp", "trace", *([name] if name in IMPORT_FORMATS else [])):
             tried += 1
             try:
                 traces_from_value(doc, fmt)  # type: ignore[arg-type]

@@ -60,6 +60,11 @@ def check_sums(trace: Trace) -> None:
     assert len(decisions) == expected
 
 
+def _steps(src: list[dict[str, Any]]) -> list[int]:
+    """The positions of a trajectory's model calls: one per assistant message."""
+    return [i for i, m in enumerate(src) if m["role"] == "assistant"]
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -68,31 +73,49 @@ def check_sums(trace: Trace) -> None:
     ],
 )
 def test_sweagent_function_calling(corpus: Path, name: str) -> None:
-    src = json.loads((corpus / name).read_text(encoding="utf-8"))["history"]
-    (trace,) = load_file(corpus / name)
-    check_sums(trace)
-    tool_msgs = [m for m in src if m["role"] == "tool"]
-    users = [m for m in src if m["role"] == "user"]
-    assistants = [m for m in src if m["role"] == "assistant"]
-    # every tool result is a packet named after its tool call id, content unchanged
-    # (a01's replay reuses one call id: the second result gets the suffix "#2")
-    expected_ids: list[str] = []
-    for m in tool_msgs:
-        pid, n = f"tool:{m['tool_call_ids'][0]}", 2
-        while pid in expected_ids:
-            pid, n = f"tool:{m['tool_call_ids'][0]}#{n}", n + 1
-        expected_ids.append(pid)
-    assert [p.id for p in trace.input.packets] == expected_ids
-    assert [p.content for p in trace.input.packets] == [m["content"] for m in tool_msgs]
-    assert {p.kind for p in trace.input.packets} == {"tool_result"}
-    assert trace.input.query == users[-1]["content"]
-    assert trace.input.system_instructions == "\n\n".join(
-        m["content"] for m in src if m["role"] == "system"
-    )
-    assert len(trace.input.history) == len(assistants) + len(users) - 1
+    data = json.loads((corpus / name).read_text(encoding="utf-8"))
+    src = data["history"]
+    traces = load_file(corpus / name)
+    steps = _steps(src)
+    # one trace per model call (turn = step), one session
+    assert len(traces) == len(steps)
+    assert [t.turn for t in traces] == list(range(len(steps)))
+    assert len({t.session_id for t in traces}) == 1
+    for t in traces:
+        check_sums(t)
+        assert t.builder.name == "import/swe-agent"
+        assert t.config.preset == "ctxscope"
+        assert t.input.system_instructions == "\n\n".join(
+            m["content"] for m in src if m["role"] == "system"
+        )
+    # call k sees everything before its reply: the results of the k calls before it
+    recorded = "trajectory" in data  # a01 keeps the messages each step sent
+    for k, (t, at) in enumerate(zip(traces, steps, strict=True)):
+        before = src[:at]
+        tool_msgs = [m for m in before if m["role"] == "tool"]
+        expected_ids: list[str] = []
+        for m in tool_msgs:
+            pid, n = f"tool:{m['tool_call_ids'][0]}", 2
+            while pid in expected_ids:  # a01's replay reuses one call id: "#2"
+                pid, n = f"tool:{m['tool_call_ids'][0]}#{n}", n + 1
+            expected_ids.append(pid)
+        assert [p.id for p in t.input.packets] == expected_ids
+        assert {p.kind for p in t.input.packets} <= {"tool_result"}
+        if not recorded:
+            assert [p.content for p in t.input.packets] == [m["content"] for m in tool_msgs]
+        users = [m for m in before if m["role"] == "user"]
+        assert t.input.query == users[-1]["content"]
+        assert len(t.input.history) == k + len(users) - 1
+        # the reply this call produced, and its tool calls, are the trace's output
+        reply = src[at]
+        assert t.outcome is not None and t.outcome.output is not None
+        assert [c["id"] for c in t.metadata["session_log"]["tool_calls"]] == [
+            c["id"] for c in reply["tool_calls"]
+        ] or recorded
     # the assistant's tool calls are part of its history message, compactly
-    by_id = {m.id: m for m in trace.input.history}
-    for i, m in enumerate(src):
+    last = traces[-1]
+    by_id = {m.id: m for m in last.input.history}
+    for i, m in enumerate(src[: steps[-1]]):
         if m["role"] != "assistant":
             continue
         hist = by_id[f"msg-{i}"]
@@ -104,22 +127,45 @@ def test_sweagent_function_calling(corpus: Path, name: str) -> None:
                 hist.metadata["tool_calls"]
             )
     # the tool name travels with the result
-    first_call = assistants[0]["tool_calls"][0]
-    assert trace.input.packets[0].metadata["name"] == first_call["function"]["name"]
-    assert trace.builder.name == "import/openai"
-    assert trace.config.preset == "ctxscope"
+    first_call = src[steps[0]]["tool_calls"][0]
+    assert last.input.packets[0].metadata["name"] == first_call["function"]["name"]
+    # what came after the last call (the submission's output) is said, not dropped
+    assert last.metadata["session_log"]["after_last_call"] == {"messages": 1, "tool_results": 1}
+
+
+def test_a01_steps_keep_what_the_model_saw(corpus: Path) -> None:
+    """SWE-agent elides old outputs before each call; its steps record what was sent."""
+    data = json.loads(
+        (corpus / "a01_sweagent_marshmallow-1867_function-calling.traj.json").read_text()
+    )
+    traces = load_file(corpus / "a01_sweagent_marshmallow-1867_function-calling.traj.json")
+    for step, t in zip(data["trajectory"], traces, strict=True):
+        sent = step["messages"][
+            : max(i for i, m in enumerate(step["messages"]) if m["role"] == "assistant")
+        ]
+        assert [p.content for p in t.input.packets] == [
+            m["content"] for m in sent if m["role"] == "tool"
+        ]
+    elided = [p for p in traces[-1].input.packets if p.content.startswith("Old environment output")]
+    assert elided, "a01's later steps see elided observations"
+    assert "tool definitions" in traces[0].metadata["import"]["reconstructed"]
 
 
 def test_a03_bare_message_list(corpus: Path) -> None:
     src = json.loads((corpus / "a03_mini-swe-agent_github_issue.traj.json").read_text())
-    (trace,) = load_file(corpus / "a03_mini-swe-agent_github_issue.traj.json")
-    check_sums(trace)
-    last_user = max(i for i, m in enumerate(src) if m["role"] == "user")
-    assert trace.input.query == src[last_user]["content"]
-    kept = [m for i, m in enumerate(src) if m["role"] != "system" and i != last_user]
-    assert [m.content for m in trace.input.history] == [m["content"] for m in kept]
-    assert [m.role for m in trace.input.history] == [m["role"] for m in kept]
-    assert trace.input.packets == []
+    traces = load_file(corpus / "a03_mini-swe-agent_github_issue.traj.json")
+    steps = _steps(src)
+    assert len(traces) == len(steps) and traces[0].builder.name == "import/mini-swe-agent"
+    for k, (t, at) in enumerate(zip(traces, steps, strict=True)):
+        check_sums(t)
+        assert t.turn == k
+        # the task is the first user message; each later one is a result (a bash block's)
+        assert t.input.query == src[1]["content"]
+        assert len(t.input.packets) == k
+        assert [p.content for p in t.input.packets] == [
+            m["content"] for m in src[2:at] if m["role"] == "user"
+        ]
+        assert len(t.input.history) == k
 
 
 def test_a04_jsonl_parts_parallel_calls_and_tools(corpus: Path) -> None:
@@ -170,17 +216,28 @@ def test_a04_jsonl_parts_parallel_calls_and_tools(corpus: Path) -> None:
 def test_long_trajectories(corpus: Path, name: str) -> None:
     data = json.loads((corpus / name).read_text(encoding="utf-8"))
     src = data.get("messages") or data["history"]
-    (trace,) = load_file(corpus / name)
-    check_sums(trace)
-    users = [m for m in src if m["role"] == "user"]
-    assert trace.input.query == _text(users[-1]["content"])
-    non_system = [m for m in src if m["role"] != "system"]
-    assert len(trace.input.history) == len(non_system) - 1
+    traces = load_file(corpus / name)
+    steps = _steps(src)
+    assert len(traces) == len(steps)
+    assert [t.turn for t in traces] == list(range(len(steps)))
     counter = get_counter("cl100k_base")
-    all_text = [_text(m["content"]) for m in src]
-    assert trace.result is not None
-    # every message's text, plus the chat format's 3 tokens per message and 3 for the reply
-    assert trace.result.totals.used == sum(counter.count_many(all_text)) + 3 * len(src) + 3
+    counts = counter.count_many([_text(m["content"]) for m in src])
+    for t, at in zip(traces, steps, strict=True):
+        check_sums(t)
+        # the call's context is every message before its reply (the bash action of a reply
+        # is a tool call line, so the totals are compared on a plain-text reply only)
+        assert len(t.result.messages or []) == at  # type: ignore[union-attr]
+        if not any(m["role"] == "assistant" for m in src[:at]):
+            assert t.result.totals.used == sum(counts[:at]) + 3 * (at - 1) + 3 + 3  # type: ignore[union-attr]
+    # each call's usage is its own response's (mini-swe-agent keeps them)
+    if "messages" in data:
+        for t, at in zip(traces, steps, strict=True):
+            response = src[at]["extra"]["response"]
+            assert t.outcome is not None
+            assert t.outcome.usage["prompt_tokens"] == response["usage"]["prompt_tokens"]
+            assert t.created_at == datetime.fromtimestamp(response["created"], tz=UTC)
+            assert t.metadata["model"] == response["model"]
+        assert {t.session_id for t in traces} == {data["instance_id"]}
 
 
 def test_b01_provider_usage_kept_beside_our_count(corpus: Path) -> None:
@@ -291,14 +348,14 @@ def test_cli_import_to_file(
     )
     assert rc == 0
     lines = out.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 1
-    (again,) = load_file(out)
-    (direct,) = load_file(corpus / "a02_sweagent_function_calling_simple.traj.json")
+    assert len(lines) == 5  # one trace per model call of the trajectory
+    again = load_file(out)
+    direct = load_file(corpus / "a02_sweagent_function_calling_simple.traj.json")
     # identical but for the stage timings, which are measurements
-    assert again.to_dict()["result"].pop("timings") is not None
+    assert again[0].to_dict()["result"].pop("timings") is not None
     strip = lambda t: {**t.to_dict(), "result": {**t.to_dict()["result"], "timings": {}}}  # noqa: E731
-    assert strip(again) == strip(direct)
-    assert "1 trace(s)" in capsys.readouterr().out
+    assert [strip(t) for t in again] == [strip(t) for t in direct]
+    assert "5 trace(s)" in capsys.readouterr().out
 
 
 def test_cli_import_bad_file_is_one_line(

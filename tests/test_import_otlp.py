@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -256,3 +257,207 @@ def test_collector_file_exporter_jsonl(tmp_path: Path) -> None:
     assert [(t.session_id, t.turn, t.input.query) for t in traces] == [
         ("c1", i, f"question {i}") for i in range(3)
     ]
+
+
+# ---- the other places instrumentations put a prompt (synthetic spans, one feature each)
+
+
+def _event(name: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "attributes": [{"key": k, "value": av(v)} for k, v in attrs.items()]}
+
+
+def test_span_events_with_the_body_in_attributes_or_as_json() -> None:
+    """Azure AI Inference writes the body as JSON in gen_ai.event.content (Azure AI Agents
+    nests text as {"text": {"value": ...}}); others put the body fields on the event."""
+    s = span({"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"})
+    s["events"] = [
+        _event("gen_ai.system.message", {"gen_ai.event.content": '{"content": "Be terse."}'}),
+        _event(
+            "gen_ai.user.message",
+            {"gen_ai.event.content": '{"content": {"text": {"value": "first"}}, "role": "user"}'},
+        ),
+        _event(
+            "gen_ai.assistant.message",
+            {
+                "gen_ai.event.content": json.dumps(
+                    {
+                        "tool_calls": [
+                            {"id": "c1", "function": {"name": "ls", "arguments": '{"p": "/"}'}}
+                        ]
+                    }
+                )
+            },
+        ),
+        _event("gen_ai.tool.message", {"content": "a b c", "id": "c1"}),
+        _event("gen_ai.user.message", {"content": "and now?"}),
+        _event(
+            "gen_ai.choice",
+            {"gen_ai.event.content": '{"index": 0, "message": {"content": "done"}}'},
+        ),
+    ]
+    (trace,) = traces_from_otlp(otlp(s))
+    assert trace.input.system_instructions == "Be terse."
+    assert [m.content for m in trace.input.history] == ["first", 'ls({"p": "/"})']
+    assert [(p.id, p.content) for p in trace.input.packets] == [("tool:c1", "a b c")]
+    assert trace.input.query == "and now?"
+    assert trace.outcome is not None and trace.outcome.output == "done"
+    assert trace.metadata["otlp"]["messages_from"] == "gen_ai.*.message events"
+
+
+def test_content_prompt_events_and_details_span_events() -> None:
+    """Conventions 1.26-1.27 (gen_ai.content.prompt with gen_ai.prompt), and the current
+    details event carried as a span event with JSON-string attributes."""
+    old = span({"gen_ai.system": "openai"}, i=0)
+    old["events"] = [
+        _event(
+            "gen_ai.content.prompt",
+            {"gen_ai.prompt": json.dumps([{"role": "user", "content": "old style"}])},
+        ),
+        _event(
+            "gen_ai.content.completion",
+            {"gen_ai.completion": '[{"role": "assistant", "content": "old answer"}]'},
+        ),
+    ]
+    new = span({"gen_ai.operation.name": "chat"}, i=1)
+    new["events"] = [
+        _event(
+            "gen_ai.client.inference.operation.details",
+            {
+                "gen_ai.system_instructions": '[{"type": "text", "content": "sys"}]',
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": "new style"}]}]
+                ),
+                "gen_ai.tool.definitions": '[{"type": "function", "name": "grep"}]',
+            },
+        )
+    ]
+    a, b = traces_from_otlp(otlp(old, new))
+    assert a.input.query == "old style"
+    assert a.outcome is not None and a.outcome.output == "old answer"
+    assert (b.input.query, b.input.system_instructions) == ("new style", "sys")
+    assert [t.name for t in b.input.tools] == ["grep"]
+
+
+def test_openllmetry_flattened_tool_calls_and_functions() -> None:
+    attrs = {
+        "gen_ai.system": "openai",
+        "gen_ai.prompt.0.role": "user",
+        "gen_ai.prompt.0.content": "list files",
+        "gen_ai.prompt.1.role": "assistant",
+        "gen_ai.prompt.1.tool_calls.0.id": "t1",
+        "gen_ai.prompt.1.tool_calls.0.name": "ls",
+        "gen_ai.prompt.1.tool_calls.0.arguments": "{}",
+        "gen_ai.prompt.2.role": "tool",
+        "gen_ai.prompt.2.tool_call_id": "t1",
+        "gen_ai.prompt.2.content": "README.md",
+        "gen_ai.prompt.3.role": "user",
+        "gen_ai.prompt.3.content": "thanks",
+        "llm.request.functions.0.name": "ls",
+        "llm.request.functions.0.parameters": '{"type": "object"}',
+        "gen_ai.completion.0.content": "you're welcome",
+    }
+    (trace,) = traces_from_otlp(otlp(span(attrs)))
+    assert [(p.id, p.content) for p in trace.input.packets] == [("tool:t1", "README.md")]
+    assert [(t.name, t.parameters) for t in trace.input.tools] == [("ls", {"type": "object"})]
+    assert trace.outcome is not None and trace.outcome.output == "you're welcome"
+
+
+def _chat(i: int, parent: str, **attrs: Any) -> dict[str, Any]:
+    msgs = [{"role": "user", "parts": [{"type": "text", "content": f"q{i}"}]}]
+    s = span({"gen_ai.input.messages": json.dumps(msgs), **attrs}, i=i)
+    s["parentSpanId"] = parent
+    return s
+
+
+def test_sessions_are_inherited_from_ancestors_else_the_trace_id() -> None:
+    root = span({"session.id": "user-42-chat"}, i=10)
+    agent = span({"gen_ai.operation.name": "invoke_agent"}, i=11)
+    agent["parentSpanId"] = root["spanId"]
+    own = _chat(0, agent["spanId"], **{"gen_ai.conversation.id": "conv-own"})
+    inherited = _chat(1, agent["spanId"])
+    other = _chat(
+        2,
+        "",
+    )
+    other["traceId"] = "cd" * 16
+    traces = traces_from_otlp(otlp(root, agent, own, inherited, other))
+    assert [(t.session_id, t.turn) for t in traces] == [
+        ("conv-own", 0),
+        ("user-42-chat", 0),
+        ("cd" * 16, 0),
+    ]
+    assert traces[1].metadata["otlp"]["session_from"] == "session.id of span 'chat x'"
+
+
+def test_ids_in_base64_and_python_span_dumps() -> None:
+    """protobuf's JSON mapping writes ids in base64; Python's span.to_json() as 0x-hex with
+    flat attributes and an ISO start time."""
+    s = _chat(0, "")
+    s["traceId"] = base64.b64encode(bytes.fromhex("ab" * 16)).decode()
+    s["spanId"] = base64.b64encode(bytes.fromhex("01" * 8)).decode()
+    (trace,) = traces_from_otlp(otlp(s))
+    assert trace.trace_id == f"{'ab' * 16}-{'01' * 8}"
+    dumped = [
+        {
+            "name": "chat gpt-4o",
+            "context": {"trace_id": "0x" + "ef" * 16, "span_id": "0x" + "02" * 8},
+            "parent_id": None,
+            "start_time": "2025-03-04T05:06:07.000000Z",
+            "attributes": {
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", '
+                '"content": "hi"}]}]',
+            },
+            "events": [],
+        }
+    ]
+    assert detect_format(dumped) == "otlp"
+    (trace,) = traces_from_otlp(dumped)
+    assert trace.session_id == "ef" * 16 and trace.created_at == START
+
+
+def test_log_records_named_by_attribute_and_other_logs_ignored() -> None:
+    """Older SDKs named an event by its event.name attribute; an application's own log lines
+    (no gen_ai.* name) are not part of any prompt."""
+    chat = span({"gen_ai.operation.name": "chat"})
+    logs = {
+        "resourceLogs": [
+            {
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            {
+                                "traceId": chat["traceId"],
+                                "spanId": chat["spanId"],
+                                "attributes": [
+                                    {"key": "event.name", "value": av("gen_ai.user.message")}
+                                ],
+                                "body": av({"content": "from an old SDK"}),
+                            },
+                            {"spanId": "99" * 8, "body": av("GET /health 200")},
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    (trace,) = traces_from_otlp({**otlp(chat), **logs})
+    assert trace.input.query == "from an old SDK"
+
+
+@pytest.mark.parametrize(
+    ("attrs", "says"),
+    [
+        ({"openinference.span.kind": "LLM", "llm.model_name": "m"}, "OPENINFERENCE_HIDE_INPUTS"),
+        ({"ai.operationId": "ai.generateText.doGenerate"}, "recordInputs: true"),
+        ({"traceloop.span.kind": "llm", "gen_ai.system": "openai"}, "TRACELOOP_TRACE_CONTENT"),
+        (
+            {"gen_ai.operation.name": "chat"},
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only",
+        ),
+    ],
+)
+def test_the_hint_names_what_the_instrumentation_needs(attrs: dict[str, Any], says: str) -> None:
+    with pytest.raises(ImportFormatError, match="none of the 1 spans carries a prompt") as err:
+        traces_from_otlp(otlp(span(attrs)))
+    assert says in str(err.value) and "\n" not in str(err.value)

@@ -115,6 +115,8 @@ def describe(traces: list[Trace]) -> list[str]:
         more = int(meta.get("kept_as_text_total", 0) or 0) - len(meta.get("kept_as_text") or [])
         if more > 0:
             lines.append(f"    … and {more} more part(s) kept as JSON text")
+        for error in meta.get("skipped") or []:  # broken records of the same file
+            lines.append(f"    not imported: {error}")
     return lines
 
 

@@ -162,85 +162,95 @@ def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
             f"system: expected a string or a list of blocks, got {type(system).__name__}"
         )
     for i, msg in enumerate(request["messages"]):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise ImportFormatError(f"{where}: a message must be an object")
-        role = msg.get("role")
-        if role not in ("user", "assistant"):
-            raise ImportFormatError(f"{where}: role must be 'user' or 'assistant', got {role!r}")
-        tally.add("messages")
-        content = msg.get("content")
-        if isinstance(content, str):
-            out.append(NormMessage(index=i, role=role, text=content))
-            continue
-        if not isinstance(content, list):
-            raise ImportFormatError(
-                f"{where}.content: expected a string or a list of blocks, got "
-                f"{type(content).__name__}"
-            )
-        main = NormMessage(index=i, role=role, text="")
-        texts: list[str] = []
-        reasoning: list[str] = []
-        results: list[NormMessage] = []
-        for j, block in enumerate(content):
-            path = f"{where}.content[{j}]"
-            if isinstance(block, str):
-                texts.append(block)
-                continue
-            if not isinstance(block, dict):
-                texts.append(tally.keep_unknown(path, block))
-                continue
-            _cache_mark(block, path, tally)
-            btype = block.get("type")
-            if btype == "text":
-                texts.append(str(block.get("text", "")))
-            elif btype == "thinking":
-                reasoning.append(str(block.get("thinking", "")))
-            elif btype == "redacted_thinking":
-                reasoning.append("[redacted thinking]")
-            elif btype == "tool_use" and role == "assistant":
-                name = block.get("name")
-                if not isinstance(name, str) or not name:
-                    raise ImportFormatError(f"{path}: tool_use without a name")
-                main.tool_calls.append(
-                    ToolCall(
-                        id=str(block["id"]) if block.get("id") else None,
-                        name=name,
-                        arguments=json.dumps(
-                            block.get("input", {}), ensure_ascii=False, separators=(",", ":")
-                        ),
-                    )
-                )
-                tally.add("tool_calls")
-            elif btype == "tool_result":
-                media: list[dict[str, Any]] = []
-                text = _result_text(block.get("content"), path, tally, media)
-                extra = {"is_error": True} if block.get("is_error") else {}
-                tid = block.get("tool_use_id")
-                results.append(
-                    NormMessage(
-                        index=i,
-                        role="tool",
-                        text=text,
-                        tool_call_id=str(tid) if tid else None,
-                        id=f"msg-{i}.{j}",
-                        media=media,
-                        extra=extra,
-                    )
-                )
-                tally.add("tool_results")
-            elif btype in ("image", "document"):
-                line, info = _media(block, path, tally)
-                texts.append(line)
-                main.media.append(info)
-            else:
-                texts.append(tally.keep_unknown(path, block))
-        main.text = "\n".join(texts)
-        main.reasoning = "\n".join(r for r in reasoning if r)
-        out.extend(results)
-        if main.text or main.tool_calls or main.reasoning or main.media or not results:
-            out.append(main)
+        out.extend(normalize_message(msg, i, tally))
     return out
+
+
+def normalize_message(
+    msg: Any, index: int, tally: Tally, where: str | None = None
+) -> list[NormMessage]:
+    """One Messages API message as normalised messages: the tool results it holds first (one
+    tool message each, ids ``msg-<index>.<j>``), then its text, reasoning and tool calls.
+
+    ``where`` names the message in errors and kept-as-text paths (default
+    ``messages[<index>]``); session logs pass the file line the message came from."""
+    i = index
+    where = where or f"messages[{i}]"
+    if not isinstance(msg, dict):
+        raise ImportFormatError(f"{where}: a message must be an object")
+    role = msg.get("role")
+    if role not in ("user", "assistant"):
+        raise ImportFormatError(f"{where}: role must be 'user' or 'assistant', got {role!r}")
+    tally.add("messages")
+    content = msg.get("content")
+    if isinstance(content, str):
+        return [NormMessage(index=i, role=role, text=content)]
+    if not isinstance(content, list):
+        raise ImportFormatError(
+            f"{where}.content: expected a string or a list of blocks, got {type(content).__name__}"
+        )
+    main = NormMessage(index=i, role=role, text="")
+    texts: list[str] = []
+    reasoning: list[str] = []
+    results: list[NormMessage] = []
+    for j, block in enumerate(content):
+        path = f"{where}.content[{j}]"
+        if isinstance(block, str):
+            texts.append(block)
+            continue
+        if not isinstance(block, dict):
+            texts.append(tally.keep_unknown(path, block))
+            continue
+        _cache_mark(block, path, tally)
+        btype = block.get("type")
+        if btype == "text":
+            texts.append(str(block.get("text", "")))
+        elif btype == "thinking":
+            reasoning.append(str(block.get("thinking", "")))
+        elif btype == "redacted_thinking":
+            reasoning.append("[redacted thinking]")
+        elif btype == "tool_use" and role == "assistant":
+            name = block.get("name")
+            if not isinstance(name, str) or not name:
+                raise ImportFormatError(f"{path}: tool_use without a name")
+            main.tool_calls.append(
+                ToolCall(
+                    id=str(block["id"]) if block.get("id") else None,
+                    name=name,
+                    arguments=json.dumps(
+                        block.get("input", {}), ensure_ascii=False, separators=(",", ":")
+                    ),
+                )
+            )
+            tally.add("tool_calls")
+        elif btype == "tool_result":
+            media: list[dict[str, Any]] = []
+            text = _result_text(block.get("content"), path, tally, media)
+            extra = {"is_error": True} if block.get("is_error") else {}
+            tid = block.get("tool_use_id")
+            results.append(
+                NormMessage(
+                    index=i,
+                    role="tool",
+                    text=text,
+                    tool_call_id=str(tid) if tid else None,
+                    id=f"msg-{i}.{j}",
+                    media=media,
+                    extra=extra,
+                )
+            )
+            tally.add("tool_results")
+        elif btype in ("image", "document"):
+            line, info = _media(block, path, tally)
+            texts.append(line)
+            main.media.append(info)
+        else:
+            texts.append(tally.keep_unknown(path, block))
+    main.text = "\n".join(texts)
+    main.reasoning = "\n".join(r for r in reasoning if r)
+    if main.text or main.tool_calls or main.reasoning or main.media or not results:
+        return [*results, main]
+    return results
 
 
 def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
@@ -352,4 +362,11 @@ def traces_from_obj(
     return out
 
 
-__all__ = ["FORMAT", "looks_like", "normalize", "trace_from_request", "traces_from_obj"]
+__all__ = [
+    "FORMAT",
+    "looks_like",
+    "normalize",
+    "normalize_message",
+    "trace_from_request",
+    "traces_from_obj",
+]

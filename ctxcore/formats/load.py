@@ -7,7 +7,15 @@ Formats (``--format``, or ``auto`` to detect from the content):
 - ``openai`` — an OpenAI-style chat request ``{"messages", "tools"}`` (and the shapes
   ``ctxcore.formats.openai.requests_from_obj`` accepts: a bare message list, a
   SWE-agent trajectory, ShareGPT records), as JSON or JSONL (one conversation per line);
-- ``otlp`` — an OTLP JSON export of OpenTelemetry GenAI spans (or JSONL of exports).
+- ``otlp`` — OpenTelemetry traces and logs of model calls: OTLP JSON (or JSONL of exports,
+  traces and logs in one file), OTLP protobuf, a list of spans, or one span's attributes
+  (GenAI, OpenInference and Vercel AI SDK conventions; ``ctxcore.formats.otlp``);
+- ``anthropic``, ``openai-responses``, ``gemini``, ``bedrock-converse`` — a request to that
+  API (or ``{"request": ..., "response": ...}``, or a list of either);
+- ``langchain`` — serialized LangChain messages, or a LangGraph state holding them;
+- ``claude-code``, ``codex`` (JSONL session logs, read as a stream), ``openhands``,
+  ``swe-agent``, ``mini-swe-agent`` (trajectories) — one trace per model call, one session
+  per log (``ctxcore.formats.sessions``).
 
 ``ctxscope import FILE`` writes the traces into the store; if another process (the app)
 holds the store, it drops them into the watched folder instead, where that process picks
@@ -18,24 +26,63 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
 from ctxcore.errors import CtxscopeError, ImportFormatError, InputError
-from ctxcore.formats import anthropic
+from ctxcore.formats import anthropic, bedrock, gemini, langchain, responses, sessions
 from ctxcore.formats.openai import traces_from_obj
-from ctxcore.formats.otlp import traces_from_otlp
-from ctxcore.loading import parse_json, read_text, trace_from_obj
+from ctxcore.formats.otlp import looks_like as otlp_looks_like
+from ctxcore.formats.otlp import traces_from_exports, traces_from_otlp, traces_from_protobuf
+from ctxcore.formats.otlp_proto import SUFFIXES as PROTOBUF_SUFFIXES
+from ctxcore.formats.otlp_proto import looks_binary, read_protobuf
+from ctxcore.loading import (
+    GZIP_ERRORS,
+    decode_line,
+    iter_lines,
+    open_stream,
+    parse_json,
+    read_text,
+    trace_from_obj,
+)
 from ctxcore.models import Trace
 from ctxcore.settings import IMPORT_FORMATS, ImportFormat
 
 Format = ImportFormat
+#: Request formats whose JSONL files hold one request of a conversation per line.
+_ONE_PER_LINE = frozenset({"openai", "openai-responses", "gemini", "bedrock-converse"})
 SNAPSHOT_FORMAT = "ctxscope.snapshot/1"
 
 
-def detect_format(data: Any) -> Literal["trace", "openai", "anthropic", "otlp"]:
+def _each_looks_like(looks_like: Callable[[Any], bool], data: Any) -> bool:
+    """Whether a request, a ``{"request": ...}`` pair, or every item of a list, passes."""
+
+    def one(x: Any) -> bool:
+        return looks_like(x) or (isinstance(x, dict) and looks_like(x.get("request")))
+
+    return bool(data) and all(one(x) for x in data) if isinstance(data, list) else one(data)
+
+
+def detect_format(
+    data: Any,
+) -> Literal[
+    "trace",
+    "openai",
+    "anthropic",
+    "otlp",
+    "openai-responses",
+    "gemini",
+    "bedrock-converse",
+    "langchain",
+    "claude-code",
+    "codex",
+    "openhands",
+    "swe-agent",
+    "mini-swe-agent",
+]:
     """Which importer a parsed JSON value belongs to."""
     if isinstance(data, dict):
         fmt = data.get("format")
@@ -54,6 +101,21 @@ def detect_format(data: Any) -> Literal["trace", "openai", "anthropic", "otlp"]:
         )
     ):
         return "trace"
+    session = sessions.detect(data)  # agent logs and trajectories: one trace per model call
+    if session is not None:
+        return session
+    if otlp_looks_like(data):  # OTLP JSON (traces or logs), a span list, span attributes
+        return "otlp"
+    # most specific first: a LangGraph state has 'messages' as a chat request does, and a
+    # Converse request a 'system' list as an Anthropic one does
+    if langchain.looks_like(data):
+        return "langchain"
+    if _each_looks_like(bedrock.looks_like, data):
+        return "bedrock-converse"
+    if _each_looks_like(gemini.looks_like, data):
+        return "gemini"
+    if _each_looks_like(responses.looks_like, data):
+        return "openai-responses"
     if anthropic.looks_like(data) or (
         isinstance(data, list) and data and all(anthropic.looks_like(x) for x in data)
     ):
@@ -98,9 +160,23 @@ def traces_from_value(
         if kind == "trace":
             return traces_from_snapshot_or_trace(data, where)
         if kind == "otlp":
-            return traces_from_otlp(data)
+            return traces_from_otlp(
+                data, where=where, session_id=session_id, default_now=default_now
+            )
         if kind == "anthropic":
             return anthropic.traces_from_obj(data, default_now=default_now)
+        if kind == "openai-responses":
+            return responses.traces_from_obj(data, session_id=session_id, default_now=default_now)
+        if kind == "gemini":
+            return gemini.traces_from_obj(data, session_id=session_id, default_now=default_now)
+        if kind == "bedrock-converse":
+            return bedrock.traces_from_obj(data, session_id=session_id, default_now=default_now)
+        if kind == "langchain":
+            return langchain.traces_from_obj(data, session_id=session_id, default_now=default_now)
+        if kind in sessions.FORMATS:
+            return sessions.traces_from_value(
+                data, kind, where=where, session_id=session_id, default_now=default_now
+            )
         return traces_from_obj(data, session_id=session_id, default_now=default_now)
     except ImportFormatError as exc:
         if fmt != "auto" or kind != "openai":
@@ -124,36 +200,74 @@ def traces_from_value(
         raise ImportFormatError(f"{where or 'input'}: nested too deeply to import") from exc
 
 
+def _maybe_protobuf(p: Path) -> bool:
+    """Whether a file may be OTLP protobuf, by its name or its first bytes: only then is it
+    read whole (as protobuf is); a text file is streamed by ``read_values``."""
+    if p.name.lower().removesuffix(".gz").endswith(PROTOBUF_SUFFIXES):
+        return True
+    try:
+        with open_stream(p) as f:
+            return looks_binary(f.read(4096))
+    except GZIP_ERRORS:
+        return False  # not readable as gzip: the streaming reader says why
+
+
+def read_values(p: Path) -> tuple[bool, list[tuple[str, Any]]]:
+    """Whether a file is JSONL, and the JSON values it holds with where each is.
+
+    JSONL (a first non-blank line that is a whole JSON object, and more lines) is streamed
+    line by line, each line refused past MAX_LINE_BYTES while it is read; anything else is
+    one document, read whole up to MAX_DOCUMENT_BYTES (``ctxcore.loading``): a huge file
+    costs one error line, not all the memory."""
+    lines = ((n, raw) for n, raw in iter_lines(p) if raw.strip())
+    first = next(lines, None)
+    if first is None:
+        raise ImportFormatError(f"{p}: the file is empty")
+    second = next(lines, None)
+    head = decode_line(first[1], f"{p}:{first[0]}").strip()
+    jsonl = second is not None and head.startswith("{") and head.endswith("}")
+    if jsonl:
+        try:
+            parse_json(head)
+        except InputError:
+            jsonl = False
+    if not jsonl:
+        lines.close()
+        return False, [(str(p), parse_json(read_text(p), str(p)))]
+    values: list[tuple[str, Any]] = []
+    for n, raw in chain([first], [second] if second is not None else [], lines):
+        where = f"{p}:{n}"
+        values.append((where, parse_json(decode_line(raw, where), where)))
+    return True, values
+
+
 def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
     """Every trace a file holds (JSON, or JSONL with one value per line)."""
     p = Path(path)
-    text = read_text(p)
     # The clock an imported prompt saw is unknown; the file's time is the best stand-in
     # and keeps re-imports of the same file identical.
     mtime = datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
     session = p.name.split(".")[0] or "import"
-    stripped = text.strip()
-    if not stripped:
-        raise ImportFormatError(f"{p}: the file is empty")
-    lines = [ln for ln in stripped.splitlines() if ln.strip()]
-    jsonl = len(lines) > 1 and lines[0].lstrip().startswith("{") and lines[0].rstrip().endswith("}")
-    if jsonl:
-        try:
-            parse_json(lines[0])
-        except InputError:
-            jsonl = False
-    values: list[tuple[str, Any]]
-    if jsonl:
-        values = [(f"{p}:{i + 1}", parse_json(ln, f"{p}:{i + 1}")) for i, ln in enumerate(lines)]
-    else:
-        values = [(str(p), parse_json(text, str(p)))]
+    if fmt in ("auto", "otlp") and _maybe_protobuf(p) and (raw := read_protobuf(p)) is not None:
+        return traces_from_protobuf(raw, str(p), session_id=session, default_now=mtime)
+    log = fmt if fmt in sessions.LOG_FORMATS else sessions.sniff(p) if fmt == "auto" else None
+    if log is not None:
+        # a session log: read line by line; a broken line is that line's error (in the
+        # next trace's metadata.import.skipped) and the rest is imported
+        stream = sessions.iter_file(p, log, default_now=mtime)
+        traces = stream.collect()
+        if not traces:
+            why = stream.errors[0] if stream.errors else "no model call in it"
+            raise ImportFormatError(f"{p}: a {log} log with no call ctxscope can read ({why})")
+        return traces
+    jsonl, values = read_values(p)
     if len(values) > 1 and all(
         (detect_format(v) if fmt == "auto" else fmt) == "otlp" for _, v in values
     ):
-        # An OpenTelemetry collector's file exporter writes one export per line: read them
-        # as one export so that turns are numbered across the whole file.
-        spans = [rs for _, v in values for rs in (v.get("resourceSpans") or [])]
-        values = [(str(p), {"resourceSpans": spans})]
+        # An OpenTelemetry file exporter writes one export per line (traces and logs may
+        # share the file): read them as one, so that log records join their spans and turns
+        # are numbered across the whole file.
+        return traces_from_exports(values, where=str(p), session_id=session, default_now=mtime)
     out: list[Trace] = []
     for n, (where, value) in enumerate(values):
         try:
@@ -164,7 +278,7 @@ def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
             msg = str(exc)
             raise ImportFormatError(msg if msg.startswith(str(p)) else f"{where}: {msg}") from exc
         kind = detect_format(value) if fmt == "auto" else fmt
-        if jsonl and kind == "openai" and len(traces) == 1:
+        if jsonl and kind in _ONE_PER_LINE and len(traces) == 1:
             # one conversation per line: number the turns in file order
             traces = [traces[0].model_copy(update={"turn": n})]
         out.extend(traces)

@@ -1,36 +1,54 @@
-"""Import OpenTelemetry GenAI spans (OTLP JSON) as ctxscope traces.
+"""Import OpenTelemetry traces of model calls as ctxscope traces, as instrumentations emit them.
 
-Agents instrumented with OpenTelemetry already record each model call as a span. The GenAI
-semantic conventions put the prompt on span attributes: ``gen_ai.system_instructions``
-(a list of parts), ``gen_ai.input.messages`` (``[{role, parts: [...]}]`` with parts of
-type ``text``, ``reasoning``, ``tool_call`` ``{id, name, arguments}`` and
-``tool_call_response`` ``{id, response}``), ``gen_ai.tool.definitions``,
-``gen_ai.usage.input_tokens``/``output_tokens``, ``gen_ai.request.model``,
-``gen_ai.conversation.id``. Values may be structured OTLP ``AnyValue``s or JSON strings;
-both are read. The older flattened ``gen_ai.prompt.<i>.role``/``.content`` attributes
-(OpenLLMetry) are read too.
+Agents instrumented with OpenTelemetry already record each model call as a span, but where
+the prompt is depends on the instrumentation and its version, and the envelope on the
+exporter. This module ties the parts together:
 
-One span that carries a prompt becomes one trace. A span written by ``ctxcore.formats.share``'s
-OTLP export also carries ``ctxscope.*`` attributes (the captured input, config, result
-and one group of ``ctxscope.decision.<i>.*`` attributes per decision); those are read
-back as they were, so the decisions survive a round trip through a tracing backend.
+- ``otlp_records`` reads the envelope (OTLP JSON traces and logs, a collector's JSONL file,
+  a span list, one span's attributes as a flat object) into spans with their events, log
+  records joined to their span by trace and span id; ``otlp_proto`` decodes OTLP protobuf
+  files (a bare export request, or the collector's length-prefixed stream) into the same;
+- a convention reader finds the prompt in each span: ``otlp_vercel`` (Vercel AI SDK,
+  ``ai.prompt.messages``), ``otlp_openinference`` (``llm.input_messages.<i>.*``), else
+  ``otlp_genai`` (the GenAI conventions: ``gen_ai.input.messages`` on the span or on a
+  details event, ``gen_ai.*.message`` events as log records or span events, the older
+  flattened and JSON-string prompts);
+- one span that carries a prompt becomes one trace (spans that carry none, such as agent
+  and tool spans, are skipped); a span whose prompt is broken is skipped with its error
+  (file:line, span), the rest imported, and the error listed in the first trace's
+  ``metadata.import.skipped``;
+- the session is ``gen_ai.conversation.id`` or ``session.id`` (or the AI SDK's
+  ``ai.telemetry.metadata.sessionId``) of the span or its nearest ancestor that has one,
+  else the trace id; turns count in start-time order within a session;
+- when no span carries a prompt, the error says what the instrumentations in the file need
+  to record one (``no_prompt_hint``).
+
+A span written by ``ctxcore.formats.share``'s OTLP export also carries ``ctxscope.*``
+attributes (the captured input, config, result and one group of ``ctxscope.decision.<i>.*``
+attributes per decision); those are read back as they were, so the decisions survive a round
+trip through a tracing backend.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 from ctxcore.errors import ImportFormatError, InputError
-from ctxcore.formats.derive import make_trace
-from ctxcore.formats.openai import (
-    NormMessage,
-    captured_input_from_norm,
-    normalize_message,
-    parse_tools,
-    text_of,
+from ctxcore.formats import otlp_genai, otlp_openinference, otlp_vercel
+from ctxcore.formats.derive import make_trace, stable_id
+from ctxcore.formats.openai import captured_input_from_norm
+from ctxcore.formats.otlp_proto import exports_from_bytes
+from ctxcore.formats.otlp_records import (
+    Prompt,
+    SpanRecord,
+    ancestors,
+    any_value,
+    attributes,
+    looks_like,
+    records_from_exports,
+    records_from_value,
+    structured,
 )
 from ctxcore.loading import trace_from_obj
 from ctxcore.models import Trace
@@ -66,116 +84,24 @@ RESULT_JSON_FIELDS: tuple[str, ...] = (
     "warnings",
     "timings",
 )
+#: Attributes that name a conversation, the first found wins (on the span, then upwards).
+SESSION_KEYS: tuple[str, ...] = (
+    "gen_ai.conversation.id",
+    "session.id",
+    "ai.telemetry.metadata.sessionId",
+)
+#: Span attributes kept in ``metadata.otlp`` when present.
+_KEPT_ATTRIBUTES: tuple[str, ...] = (
+    "gen_ai.provider.name",
+    "gen_ai.system",
+    "gen_ai.operation.name",
+    "gen_ai.response.id",
+    "openinference.span.kind",
+    "ai.operationId",
+)
 
 
-def any_value(v: Any) -> Any:
-    """An OTLP JSON ``AnyValue`` as a plain Python value."""
-    if not isinstance(v, dict):
-        return v
-    if "stringValue" in v:
-        return v["stringValue"]
-    if "boolValue" in v:
-        return bool(v["boolValue"])
-    if "intValue" in v:
-        return int(v["intValue"])  # int64 travels as a JSON string
-    if "doubleValue" in v:
-        return float(v["doubleValue"])
-    if "arrayValue" in v:
-        return [any_value(x) for x in (v["arrayValue"] or {}).get("values", [])]
-    if "kvlistValue" in v:
-        return {
-            kv["key"]: any_value(kv.get("value"))
-            for kv in (v["kvlistValue"] or {}).get("values", [])
-        }
-    if "bytesValue" in v:
-        return base64.b64decode(v["bytesValue"]).decode("utf-8", "replace")
-    return None
-
-
-def attributes(items: Any) -> dict[str, Any]:
-    """OTLP ``[{key, value}]`` attributes as a dict of plain values."""
-    out: dict[str, Any] = {}
-    for kv in items if isinstance(items, list) else []:
-        if isinstance(kv, dict) and "key" in kv:
-            out[str(kv["key"])] = any_value(kv.get("value"))
-    return out
-
-
-def _structured(value: Any, name: str, where: str) -> Any:
-    """Attributes may hold structured values or the same value as a JSON string."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ImportFormatError(f"{where}: {name} is not valid JSON ({exc.msg})") from exc
-    return value
-
-
-def iter_spans(data: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(resource attributes, span) for every span of an OTLP JSON export."""
-    if not isinstance(data, dict) or not isinstance(data.get("resourceSpans"), list):
-        raise ImportFormatError(
-            "not OTLP JSON: expected an object with 'resourceSpans' "
-            "(the OTLP/HTTP JSON export of a trace)"
-        )
-    out = []
-    for i, rs in enumerate(data["resourceSpans"]):
-        if not isinstance(rs, dict):
-            raise ImportFormatError(f"resourceSpans[{i}]: expected an object")
-        resource = rs.get("resource")
-        res = attributes(resource.get("attributes") if isinstance(resource, dict) else None)
-        scopes = rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []
-        for ss in scopes if isinstance(scopes, list) else []:
-            spans = ss.get("spans") if isinstance(ss, dict) else None
-            for span in spans if isinstance(spans, list) else []:
-                if isinstance(span, dict):
-                    out.append((res, span))
-    return out
-
-
-def _span_time(span: dict[str, Any]) -> datetime | None:
-    try:
-        ns = int(span.get("startTimeUnixNano") or 0)
-    except (TypeError, ValueError):
-        return None
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC) if ns > 0 else None
-
-
-def _legacy_prompt(attrs: dict[str, Any]) -> list[dict[str, Any]]:
-    """OpenLLMetry's ``gen_ai.prompt.<i>.role``/``.content`` flattened messages."""
-    rows: dict[int, dict[str, Any]] = {}
-    for key, value in attrs.items():
-        if not key.startswith("gen_ai.prompt."):
-            continue
-        idx, _, field = key[len("gen_ai.prompt.") :].partition(".")
-        if idx.isdigit() and field in ("role", "content", "tool_call_id"):
-            rows.setdefault(int(idx), {})[field] = value
-    return [rows[i] for i in sorted(rows) if "role" in rows[i]]
-
-
-def _system_text(value: Any, where: str) -> str:
-    value = _structured(value, "gen_ai.system_instructions", where)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        msg = normalize_message({"role": "system", "content": value}, 0)
-        return msg.text
-    return text_of(value)
-
-
-def _output_text(value: Any, where: str) -> str | None:
-    value = _structured(value, "gen_ai.output.messages", where)
-    if not isinstance(value, list) or not value:
-        return None
-    return normalize_message(value[0], 0).text or None
-
-
-def _usage(attrs: dict[str, Any]) -> dict[str, int]:
-    usage: dict[str, int] = {}
-    for key, value in attrs.items():
-        if key.startswith("gen_ai.usage.") and isinstance(value, int | float):
-            usage[key[len("gen_ai.usage.") :]] = int(value)
-    return usage
+# --------------------------------------------------------------------------- ctxscope spans
 
 
 def _is_ctxscope_span(attrs: dict[str, Any]) -> bool:
@@ -187,7 +113,7 @@ def trace_from_ctxscope_span(attrs: dict[str, Any], where: str) -> Trace:
 
     def js(name: str) -> Any:
         raw = attrs.get(name)
-        return None if raw is None else _structured(raw, name, where)
+        return None if raw is None else structured(raw, name, where)
 
     data: dict[str, Any] = {
         "schema": attrs.get("ctxscope.schema"),
@@ -220,96 +146,238 @@ def trace_from_ctxscope_span(attrs: dict[str, Any], where: str) -> Trace:
         raise ImportFormatError(f"{exc} (the ctxscope.* attributes of this span)") from exc
 
 
-def trace_from_span(
-    span: dict[str, Any],
-    resource: dict[str, Any] | None = None,
+# --------------------------------------------------------------------------- one span
+
+
+def read_prompt(span: SpanRecord) -> Prompt | None:
+    """The prompt a span carries, read by the convention its attributes follow."""
+    if otlp_vercel.is_vercel(span.attrs):
+        found = otlp_vercel.prompt_from_span(span)
+        if found is not None:
+            return found
+    if otlp_openinference.is_openinference(span.attrs):
+        found = otlp_openinference.prompt_from_span(span)
+        if found is not None:
+            return found
+    return otlp_genai.prompt_from_span(span)
+
+
+def session_of(
+    span: SpanRecord, spans: dict[tuple[str, str], SpanRecord], fallback: str = "otlp"
+) -> tuple[str, str]:
+    """The span's session and where it came from: an attribute of the span or of an
+    ancestor, else the trace id, else ``fallback`` (the file's name when importing one)."""
+    for holder in (span, *ancestors(span, spans)):
+        for key in SESSION_KEYS:
+            value = holder.attrs.get(key)
+            if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+                return str(value), f"{key} of span {holder.name or holder.span_id!r}"
+    if span.trace_id:
+        return span.trace_id, "trace id"
+    return fallback, "no session attribute and no trace id"
+
+
+def trace_from_record(
+    span: SpanRecord,
     *,
-    where: str = "span",
+    session: str = "otlp",
+    session_from: str = "",
     turn: int = 0,
+    default_now: datetime | None = None,
 ) -> Trace | None:
-    """One GenAI span → one trace; ``None`` for spans that carry no prompt."""
-    attrs = attributes(span.get("attributes"))
-    if _is_ctxscope_span(attrs):
-        return trace_from_ctxscope_span(attrs, where)
-    raw_msgs = attrs.get("gen_ai.input.messages")
-    if raw_msgs is not None:
-        messages = _structured(raw_msgs, "gen_ai.input.messages", where)
-        if not isinstance(messages, list):
-            raise ImportFormatError(f"{where}: gen_ai.input.messages must be a list of messages")
-    else:
-        messages = _legacy_prompt(attrs)
-        if not messages:
-            return None
-    norm: list[NormMessage] = []
-    system = attrs.get("gen_ai.system_instructions")
-    offset = 0
-    if system is not None:
-        norm.append(NormMessage(index=0, role="system", text=_system_text(system, where)))
-        offset = 1
-    for i, m in enumerate(messages):
-        try:
-            norm.append(normalize_message(m, i + offset))
-        except ImportFormatError as exc:
-            raise ImportFormatError(f"{where}: gen_ai.input.{exc}") from exc
-    tools_raw = attrs.get("gen_ai.tool.definitions")
-    tools = (
-        parse_tools(_structured(tools_raw, "gen_ai.tool.definitions", where)) if tools_raw else []
+    """One span → one trace; ``None`` for spans that carry no prompt."""
+    if _is_ctxscope_span(span.attrs):
+        return trace_from_ctxscope_span(span.attrs, span.where)
+    prompt = read_prompt(span)
+    if prompt is None:
+        return None
+    when = span.start or default_now or datetime.now(UTC)
+    try:
+        inp, flat = captured_input_from_norm(
+            prompt.messages, tools=prompt.tools, now=when, output_reserve=prompt.output_reserve
+        )
+    except ImportFormatError as exc:
+        raise ImportFormatError(f"{span.where}: {exc}") from exc
+    otlp: dict[str, Any] = {"trace_id": span.trace_id, "span_id": span.span_id}
+    if span.name:
+        otlp["span_name"] = span.name
+    if span.scope:
+        otlp["scope"] = span.scope
+    for key in _KEPT_ATTRIBUTES:
+        if isinstance(span.attrs.get(key), str):
+            otlp[key] = span.attrs[key]
+    if isinstance(span.resource.get("service.name"), str):
+        otlp["service.name"] = span.resource["service.name"]
+    otlp.update(prompt.notes)
+    if session_from:
+        otlp["session_from"] = session_from
+    trace_id = (
+        f"{span.trace_id}-{span.span_id}"
+        if span.trace_id and span.span_id
+        else stable_id(BUILDER_NAME, span.order, span.name, span.attrs)
     )
-    when = _span_time(span) or datetime.now(UTC)
-    max_out = attrs.get("gen_ai.request.max_tokens")
-    inp, flat = captured_input_from_norm(
-        norm,
-        tools=tools,
-        now=when,
-        output_reserve=max_out if isinstance(max_out, int) and max_out >= 0 else None,
-    )
-    model = attrs.get("gen_ai.request.model") or attrs.get("gen_ai.response.model")
-    trace_hex = str(span.get("traceId") or "")
-    span_hex = str(span.get("spanId") or "")
-    session = attrs.get("gen_ai.conversation.id") or trace_hex or "otlp"
-    meta: dict[str, Any] = {"otlp": {"trace_id": trace_hex, "span_id": span_hex}}
-    if span.get("name"):
-        meta["otlp"]["span_name"] = span["name"]
-    for key in ("gen_ai.provider.name", "gen_ai.system", "gen_ai.operation.name"):
-        if isinstance(attrs.get(key), str):
-            meta["otlp"][key] = attrs[key]
-    if resource and isinstance(resource.get("service.name"), str):
-        meta["otlp"]["service.name"] = resource["service.name"]
-    out_raw = attrs.get("gen_ai.output.messages")
     return make_trace(
         inp,
         flat,
         builder=BUILDER_NAME,
-        model=model if isinstance(model, str) else None,
-        trace_id=f"{trace_hex}-{span_hex}" if trace_hex and span_hex else f"otlp-{where}",
-        session_id=str(session),
+        model=prompt.model,
+        trace_id=trace_id,
+        session_id=session,
         turn=turn,
         created_at=when,
-        usage=_usage(attrs),
-        output=_output_text(out_raw, where) if out_raw is not None else None,
-        metadata=meta,
+        usage=prompt.usage,
+        output=prompt.output,
+        metadata={"otlp": otlp, "import": prompt.tally.to_metadata()},
     )
 
 
-def traces_from_otlp(data: Any) -> list[Trace]:
-    """Every GenAI span of an OTLP JSON export, as traces (turn = order in its session)."""
-    spans = iter_spans(data)
-    ordered = sorted(enumerate(spans), key=lambda p: (_span_time(p[1][1]) or _EPOCH, p[0]))
+# --------------------------------------------------------------------------- many spans
+
+
+def no_prompt_hint(spans: list[SpanRecord]) -> str:
+    """Why no span carried a prompt, and what the instrumentations in the file need to
+    record one (one line)."""
+    said = [f"none of the {len(spans)} spans carries a prompt"]
+    kinds = {
+        "vercel": any(otlp_vercel.is_vercel(s.attrs) for s in spans),
+        "openinference": any(otlp_openinference.is_openinference(s.attrs) for s in spans),
+        "traceloop": any(k.startswith("traceloop.") for s in spans for k in s.attrs),
+    }
+    if any(otlp_genai.events_without_content(s) for s in spans):
+        said.append(
+            "its gen_ai.*.message events were recorded without content: set "
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true for the OpenTelemetry "
+            "GenAI instrumentations (opentelemetry-instrumentation-openai-v2 up to 2.3b0 and "
+            "the others on semantic conventions 1.30)"
+        )
+    elif not any(kinds.values()) or any(otlp_genai.has_genai(s) for s in spans):
+        said.append(
+            "turn on content capture: the OpenTelemetry GenAI instrumentations record none by "
+            "default; OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true puts the messages "
+            "in log records (gen_ai.*.message events: export the logs too, e.g. both signals "
+            "into one collector file), and with "
+            "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental (current "
+            "opentelemetry-instrumentation-openai-v2) "
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only puts them on the spans "
+            "(event_only or span_and_event: in gen_ai.client.inference.operation.details log "
+            "records)"
+        )
+    if kinds["openinference"]:
+        said.append(
+            "OpenInference spans hide their inputs when OPENINFERENCE_HIDE_INPUTS or "
+            "OPENINFERENCE_HIDE_INPUT_MESSAGES is true: unset them"
+        )
+    if kinds["vercel"]:
+        said.append(
+            "the Vercel AI SDK records the prompt on its doGenerate/doStream spans with "
+            "experimental_telemetry: { isEnabled: true, recordInputs: true }"
+        )
+    if kinds["traceloop"]:
+        said.append("OpenLLMetry records content unless TRACELOOP_TRACE_CONTENT=false")
+    return "; ".join(said)
+
+
+def traces_from_records(
+    spans: list[SpanRecord],
+    *,
+    where: str = "",
+    session_id: str = "otlp",
+    default_now: datetime | None = None,
+) -> list[Trace]:
+    """Every span that carries a prompt, as traces (turn = order in its session).
+    ``session_id`` names the session of spans that have neither a session attribute nor a
+    trace id; ``where`` (the file) begins an error that is about no span in particular."""
+    by_id = {(s.trace_id, s.span_id): s for s in spans if s.span_id}
+    ordered = sorted(spans, key=lambda s: (s.start or _EPOCH, s.order))
     turns: dict[str, int] = {}
     out: list[Trace] = []
-    for i, (res, span) in ordered:
-        attrs = attributes(span.get("attributes"))
-        session = str(attrs.get("gen_ai.conversation.id") or span.get("traceId") or "otlp")
-        trace = trace_from_span(
-            span, res, where=f"span {i} ({span.get('name', '?')})", turn=turns.get(session, 0)
-        )
+    skipped: list[str] = []
+    for span in ordered:
+        session, session_from = session_of(span, by_id, session_id)
+        try:
+            trace = trace_from_record(
+                span,
+                session=session,
+                session_from=session_from,
+                turn=turns.get(session, 0),
+                default_now=default_now,
+            )
+        except ImportFormatError as exc:
+            skipped.append(str(exc))
+            continue
         if trace is not None:
             turns[session] = turns.get(session, 0) + 1
             out.append(trace)
     if not out:
+        if skipped:
+            more = f" (and {len(skipped) - 1} more broken span(s))" if len(skipped) > 1 else ""
+            raise ImportFormatError(skipped[0] + more)
         raise ImportFormatError(
-            f"none of the {len(spans)} spans carries a prompt (gen_ai.input.messages); "
-            "enable content capture in your GenAI instrumentation "
-            "(e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)"
+            f"{where}: {no_prompt_hint(spans)}" if where else no_prompt_hint(spans)
         )
+    if skipped:
+        first = out[0]
+        meta = dict(first.metadata)
+        imp = dict(meta.get("import") or {})
+        imp["skipped"] = skipped
+        meta["import"] = imp
+        out[0] = first.model_copy(update={"metadata": meta})
     return out
+
+
+def traces_from_otlp(
+    data: Any,
+    *,
+    where: str = "",
+    session_id: str = "otlp",
+    default_now: datetime | None = None,
+) -> list[Trace]:
+    """Every model call an OpenTelemetry JSON value holds (see the module docstring)."""
+    return traces_from_records(
+        records_from_value(data, where), session_id=session_id, default_now=default_now
+    )
+
+
+def traces_from_exports(
+    exports: list[tuple[str, Any]],
+    *,
+    where: str = "",
+    session_id: str = "otlp",
+    default_now: datetime | None = None,
+) -> list[Trace]:
+    """Several OTLP exports read as one (the lines of a collector's JSONL file, each with
+    its ``file:line``): log records join their spans across lines, turns count across them."""
+    return traces_from_records(
+        records_from_exports(exports), where=where, session_id=session_id, default_now=default_now
+    )
+
+
+def traces_from_protobuf(
+    raw: bytes, where: str, *, session_id: str = "otlp", default_now: datetime | None = None
+) -> list[Trace]:
+    """An OTLP protobuf file (see ``otlp_proto``)."""
+    return traces_from_exports(
+        exports_from_bytes(raw, where), where=where, session_id=session_id, default_now=default_now
+    )
+
+
+__all__ = [
+    "BUILDER_NAME",
+    "DECISION_FIELDS",
+    "DECISION_PREFIX",
+    "JSON_FIELDS",
+    "RESULT_JSON_FIELDS",
+    "SESSION_KEYS",
+    "any_value",
+    "attributes",
+    "looks_like",
+    "no_prompt_hint",
+    "read_prompt",
+    "session_of",
+    "trace_from_ctxscope_span",
+    "trace_from_record",
+    "traces_from_exports",
+    "traces_from_otlp",
+    "traces_from_protobuf",
+    "traces_from_records",
+]

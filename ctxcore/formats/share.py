@@ -4,10 +4,13 @@
   one trace per line inside the list. Self-contained (a trace carries its input and
   config, so a colleague can re-run it), re-importable with ``ctxscope import``, and
   byte-identical after export → import → export.
-- **HTML report** (``--format html``): one file that opens with no network: plotly's JS is
-  inlined, the figures are those of ``ctxcore.figures``, and every piece of trace content
-  is escaped (packets are untrusted). A Content-Security-Policy lets only our own scripts
-  (by nonce) run and blocks every network request.
+- **HTML report** (``--format html``): one file that opens with no network and runs no
+  script: the charts are inline SVG drawn here from the numbers ``ctxcore.figures`` uses
+  (plotly.js alone would be 4.8 MB; one trace's report stays well under 1.5 MB), every
+  piece of trace content is escaped (packets are untrusted), and a Content-Security-Policy
+  of ``default-src 'none'`` blocks scripts and every network request. It carries the why:
+  each trace's findings with their verified fixes, and for a session the timeline of
+  statuses and the per-turn usage.
 - **OTLP JSON** (``--format otlp``): one span per trace with the GenAI semantic-convention
   attributes (``gen_ai.input.messages``, ...) so tracing backends show the prompt, plus
   ``ctxscope.*`` attributes so ``ctxscope import`` restores the trace exactly. Decisions
@@ -26,16 +29,16 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import secrets
 from collections.abc import Iterable
 from typing import Any
 
 from ctxcore import __version__
+from ctxcore.diagnostics.counterfactual import Counterfactual, counterfactuals, searched_knobs
 from ctxcore.errors import InputError
 from ctxcore.formats.load import SNAPSHOT_FORMAT
 from ctxcore.formats.otlp import DECISION_FIELDS, DECISION_PREFIX, JSON_FIELDS, RESULT_JSON_FIELDS
 from ctxcore.formats.redact import redact_trace
-from ctxcore.models import Message, Trace, utc_iso
+from ctxcore.models import Finding, Message, Trace, utc_iso
 
 # --------------------------------------------------------------------------- redaction
 
@@ -247,7 +250,11 @@ pre{background:#f8f8f8;border:1px solid #e3e3e3;padding:.6rem;white-space:pre-wr
 word-break:break-word;font-size:.8rem;max-height:40rem;overflow:auto}
 .kept{color:#2e7d32}.dropped,.filtered{color:#c62828}.summarized{color:#1565c0}
 .truncated{color:#b8860b}.not_rendered{color:#7b1fa2}.warn{color:#b71c1c}.muted{color:#777}
-details{margin:.3rem 0}summary{cursor:pointer}
+details{margin:.3rem 0}summary{cursor:pointer}.error{color:#b71c1c}.warning{color:#b8860b}
+.info{color:#1565c0}.legend{font-size:.8rem;margin:.2rem 0 1rem}
+.key{margin-right:1rem;white-space:nowrap}
+.key i{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;vertical-align:middle}
+svg text{font-family:system-ui,sans-serif}
 """
 
 
@@ -269,27 +276,219 @@ def script_json(value: Any) -> str:
     )
 
 
-def _figure(fig: Any, div_id: str, nonce: str) -> str:
-    spec = fig.to_plotly_json()
-    payload = script_json({"data": spec.get("data", []), "layout": spec.get("layout", {})})
-    return (
-        f'<div id="{div_id}" class="fig"></div>\n<script nonce="{nonce}">'
-        f"(function(){{var f={payload};Plotly.newPlot({json.dumps(div_id)},f.data,f.layout,"
-        '{"displaylogo":false,"responsive":true});})();</script>\n'
-    )
-
-
 def _num(v: float | int | None, digits: int = 3) -> str:
     if v is None:
         return ""
     return f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
 
 
-def _trace_section(t: Trace, k: int, nonce: str) -> str:
+def _svg_stack(segments: list[tuple[str, int, str]], total: int, label: str) -> str:
+    """One stacked horizontal bar (inline SVG, no script) with a legend under it."""
+    width, height = 1000, 34
+    total = max(total, sum(n for _, n, _ in segments), 1)
+    x = 0.0
+    rects: list[str] = []
+    legend: list[str] = []
+    for name, n, color in segments:
+        w = width * n / total
+        rects.append(
+            f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="{height}" fill="{_e(color)}" '
+            f'stroke="#fff"><title>{_e(name)}: {n:,} tokens</title></rect>'
+        )
+        x += w
+        legend.append(
+            f'<span class="key"><i style="background:{_e(color)}"></i>{_e(name)} {n:,}</span>'
+        )
+    return (
+        f'<div class="fig"><p class="muted">{_e(label)}</p>'
+        f'<svg viewBox="0 0 {width} {height}" width="100%" role="img" '
+        f'aria-label="{_e(label)}">{"".join(rects)}</svg>'
+        f'<p class="legend">{"".join(legend)}</p></div>'
+    )
+
+
+def _window_fig(t: Trace) -> str:
     from ctxcore import figures
 
+    assert t.result is not None
+    tt = t.result.totals
+    label = (
+        f"Context window: {tt.window:,} tokens · available {tt.available:,} · used "
+        f"{tt.used:,} · tokenizer {tt.tokenizer}"
+    )
+    return _svg_stack(figures.window_segments(t), figures.window_extent(t), label)
+
+
+def _partitions_fig(t: Trace) -> str:
+    """Budget vs used per partition as a table with bars; says when caps overlap."""
+    assert t.result is not None
+    parts = t.result.partitions
+    top = max([p.used for p in parts] + [p.budget or 0 for p in parts] + [1])
+    rows = []
+    for p in parts:
+        over = p.budget is not None and p.used > p.budget
+        bar = (
+            f'<svg viewBox="0 0 300 12" width="300" height="12">'
+            f'<rect width="{300 * p.used / top:.1f}" height="12" '
+            f'fill="{"#b22222" if over else "#4c72b0"}"/>'
+            + (
+                f'<rect x="{300 * p.budget / top:.1f}" width="2" height="12" fill="#222"/>'
+                if p.budget is not None
+                else ""
+            )
+            + "</svg>"
+        )
+        rows.append(
+            f"<tr><td>{_e(p.name)}</td><td class=n>{_num(p.budget)}</td>"
+            f"<td class=n>{p.used:,}</td><td>{bar}</td></tr>"
+        )
+    caps = [p.budget for p in parts if p.budget is not None]
+    avail = t.result.totals.available
+    note = ""
+    if caps and avail > 0 and sum(caps) > avail:
+        note = (
+            f'<p class="muted">The partition caps add up to {sum(caps):,} tokens, '
+            f"{100 * sum(caps) / avail:.0f}% of the {avail:,} available: they overlap, so "
+            "not every partition can reach its cap at once.</p>"
+        )
+    return (
+        '<div class="fig"><p class="muted">Partitions: budget (black mark) vs used</p>'
+        "<table><tr><th>partition</th><th>budget</th><th>used</th><th></th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + note
+        + "</div>"
+    )
+
+
+def _findings_html(findings: list[Finding]) -> str:
+    if not findings:
+        return '<h3>Findings</h3><p class="muted">No findings: nothing suspicious.</p>'
+    out = ["<h3>Findings</h3><ul>"]
+    for f in findings:
+        line = f'<li><b class="{_e(f.severity)}">{_e(f.severity.upper())}</b> · '
+        line += f"{_e(f.detector)}: {_e(f.message)}"
+        if f.packet_ids:
+            more = " …" if len(f.packet_ids) > 12 else ""
+            line += f'<br><span class="muted">packets: {_e(", ".join(f.packet_ids[:12]))}{more}'
+            line += "</span>"
+        if f.fix:
+            why = f.evidence.get("fix") or json.dumps(f.fix, ensure_ascii=False)
+            line += f"<br>what would have kept it (verified by re-running): {_e(why)}"
+        out.append(line + "</li>")
+    out.append("</ul>")
+    return "".join(out)
+
+
+def _counterfactuals_html(found: list[Counterfactual], searched: list[str]) -> str:
+    if not searched:
+        return ""
+    out = [
+        "<h3>What would have kept it?</h3>",
+        f'<p class="muted">Searched knobs: {_e(", ".join(searched))}; single changes, then '
+        "pairs; each verified by re-running the pipeline.</p>",
+    ]
+    if not found:
+        out.append(
+            '<p class="muted">No single change or pair of these knobs keeps the '
+            "packets the findings name.</p>"
+        )
+        return "".join(out)
+    out.append("<ul>")
+    out.extend(f"<li>{_e(cf.sentence)}</li>" for cf in found)
+    out.append("</ul>")
+    return "".join(out)
+
+
+def report_counterfactuals(
+    traces: list[Trace], findings: list[list[Finding]], per_trace: int = 3
+) -> list[list[Counterfactual]]:
+    """For the packets the findings name (lost or summarized, up to ``per_trace`` per
+    trace), the smallest verified change over every knob that keeps each one."""
+    out: list[list[Counterfactual]] = []
+    for t, fs in zip(traces, findings, strict=True):
+        found: list[Counterfactual] = []
+        if t.result is not None:
+            by_id = {d.packet_id: d for d in t.result.decisions}
+            ids = [
+                pid
+                for f in fs
+                for pid in f.packet_ids
+                if pid in by_id and by_id[pid].status.value in _LOST_STATUSES
+            ]
+            for pid in list(dict.fromkeys(ids))[:per_trace]:
+                best = counterfactuals(t, pid, knobs=searched_knobs(t), pairs=True, max_builds=60)
+                found.extend(best[:1])
+        out.append(found)
+    return out
+
+
+_LOST_STATUSES = frozenset({"dropped", "filtered", "summarized", "truncated"})
+
+
+def _session_html(traces: list[Trace]) -> str:
+    """A session's turns at a glance: usage per turn and the statuses of its packets."""
+    from ctxcore import figures
+
+    built = sorted((t for t in traces if t.result is not None), key=lambda t: t.turn)
+    if len(built) < 2:
+        return ""
+    top = max(max(t.result.totals.window, t.result.totals.used) for t in built if t.result)
+    bar_h, gap = 16, 4
+    height = len(built) * (bar_h + gap)
+    bars: list[str] = []
+    prev: int | None = None
+    for i, t in enumerate(built):
+        assert t.result is not None
+        tt = t.result.totals
+        y = i * (bar_h + gap)
+        jump = prev is not None and t.turn != prev + 1
+        prev = t.turn
+        bars.append(
+            f'<text x="0" y="{y + 12}" font-size="11">{"⋯ " if jump else ""}turn {t.turn}</text>'
+            f'<rect x="90" y="{y}" width="{800 * tt.available / top:.1f}" height="{bar_h}" '
+            f'fill="#eee"/><rect x="90" y="{y}" width="{800 * tt.used / top:.1f}" '
+            f'height="{bar_h}" fill="#4c72b0"><title>turn {t.turn}: {tt.used:,} of '
+            f"{tt.available:,} available</title></rect>"
+            f'<text x="{95 + 800 * max(tt.used, tt.available) / top:.1f}" y="{y + 12}" '
+            f'font-size="11">{tt.used:,} / {tt.available:,}</text>'
+        )
+    usage = (
+        '<div class="fig"><p class="muted">Tokens used per turn (blue) of the budget '
+        "available (grey); ⋯ marks a gap between non-consecutive turns</p>"
+        f'<svg viewBox="0 0 1000 {height}" width="100%">{"".join(bars)}</svg></div>'
+    )
+    head = "".join(f"<th>{_e(s)}</th>" for s in figures.STATUS_ORDER)
+    rows = []
+    prev = None
+    for t in built:
+        assert t.result is not None
+        counts: dict[str, int] = {}
+        for d in t.result.decisions:
+            counts[d.status.value] = counts.get(d.status.value, 0) + 1
+        if prev is not None and t.turn != prev + 1:
+            rows.append(
+                f'<tr><td colspan="{len(figures.STATUS_ORDER) + 2}" class="muted">'
+                f"⋯ turns {prev + 1}–{t.turn - 1} not in this export</td></tr>"
+            )
+        prev = t.turn
+        cells = "".join(
+            f'<td class="n {s}">{counts.get(s, 0):,}</td>' for s in figures.STATUS_ORDER
+        )
+        rows.append(
+            f'<tr><td><a href="#turn-{t.turn}">turn {t.turn}</a></td>'
+            f"<td class=n>{t.result.totals.used:,}</td>{cells}</tr>"
+        )
+    timeline = (
+        "<h3>Timeline: packets per status, turn by turn</h3><table><tr><th>turn</th>"
+        f"<th>used</th>{head}</tr>{''.join(rows)}</table>"
+    )
+    return f'<section id="session"><h2>Session</h2>{usage}{timeline}</section>'
+
+
+def _trace_section(t: Trace, k: int, findings: list[Finding], fixes: list[Counterfactual]) -> str:
     res = t.result
-    out: list[str] = [f'<section id="trace-{k}"><h2>Trace {_e(t.trace_id)}</h2>']
+    out: list[str] = [f'<section id="trace-{k}"><h2 id="turn-{t.turn}">Trace {_e(t.trace_id)}</h2>']
     rows = [
         ("session", t.session_id),
         ("turn", t.turn),
@@ -319,11 +518,11 @@ def _trace_section(t: Trace, k: int, nonce: str) -> str:
             out.append("<h3>Warnings</h3><ul>")
             out.extend(f'<li class="warn">{_e(w)}</li>' for w in res.warnings)
             out.append("</ul>")
+        out.append(_findings_html(findings))
+        out.append(_counterfactuals_html(fixes, searched_knobs(t)))
         out.append("<h3>Where the tokens went</h3>")
-        for j, fig in enumerate(
-            (figures.window_bar(t), figures.partition_budgets(t), figures.score_scatter(t))
-        ):
-            out.append(_figure(fig, f"fig-{k}-{j}", nonce))
+        out.append(_window_fig(t))
+        out.append(_partitions_fig(t))
         out.append("<h3>Decisions</h3><table><tr>")
         heads = (
             "rank",
@@ -392,36 +591,53 @@ def _trace_section(t: Trace, k: int, nonce: str) -> str:
     return "\n".join(out)
 
 
+def report_findings(traces: list[Trace]) -> list[list[Finding]]:
+    """Each trace's findings with the earlier turns of its session in the export and
+    verified fixes (what the Inspect page shows)."""
+    from ctxcore.diagnostics import diagnose
+
+    out: list[list[Finding]] = []
+    for t in traces:
+        if t.result is None:
+            out.append([])
+            continue
+        earlier = [s for s in traces if s.session_id == t.session_id and s.turn < t.turn]
+        out.append(diagnose(t, session_traces=earlier))
+    return out
+
+
 def html_report(
-    traces: list[Trace], *, redactions: dict[str, int] | None = None, nonce: str | None = None
+    traces: list[Trace],
+    *,
+    redactions: dict[str, int] | None = None,
+    findings: list[list[Finding]] | None = None,
+    fixes: list[list[Counterfactual]] | None = None,
 ) -> str:
-    """A self-contained, offline HTML report of one or more traces.
+    """A self-contained, offline HTML report of one or more traces (no script at all).
 
-    Only scripts carrying this document's random nonce may run (CSP), so even a packet
-    that slipped past escaping could not execute; ``connect-src``/``default-src 'none'``
-    keep the page from touching the network.
+    ``findings`` (one list per trace) defaults to ``report_findings(traces)``, ``fixes``
+    to ``report_counterfactuals`` of them. The CSP
+    (``default-src 'none'``) forbids every script and every request, so even a packet
+    that slipped past escaping could neither run nor phone home.
     """
-    from plotly.offline import get_plotlyjs
-
     if not traces:
         raise InputError("nothing to export: no traces")
-    nonce = nonce or secrets.token_hex(16)
+    if findings is None:
+        findings = report_findings(traces)
+    if fixes is None:
+        fixes = report_counterfactuals(traces, findings)
     title = (
         f"ctxscope report: trace {traces[0].trace_id}"
         if len(traces) == 1
         else f"ctxscope report: session {traces[0].session_id} ({len(traces)} traces)"
     )
-    csp = (
-        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
-        "img-src data:; font-src data:"
-    )
+    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_CSS}</style>",
-        f'<script nonce="{nonce}">{get_plotlyjs()}</script>',
         "</head><body>",
         f"<h1>{_e(title)}</h1>",
         f'<p class="muted">Exported by ctxscope {_e(__version__)}. '
@@ -430,7 +646,11 @@ def html_report(
     if redactions:
         detail = ", ".join(f"{_e(k)}: {v}" for k, v in sorted(redactions.items()))
         parts.append(f"<p><b>Redacted on export:</b> {detail}</p>")
-    parts.extend(_trace_section(t, k, nonce) for k, t in enumerate(traces))
+    parts.append(_session_html(traces))
+    parts.extend(
+        _trace_section(t, k, fs, cfs)
+        for k, (t, fs, cfs) in enumerate(zip(traces, findings, fixes, strict=True))
+    )
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -440,6 +660,8 @@ def html_report(
 
 __all__ = [
     "html_report",
+    "report_counterfactuals",
+    "report_findings",
     "otlp_export",
     "otlp_json",
     "otlp_span",

@@ -82,35 +82,67 @@ def _call(cid: str, name: str, arguments: Any) -> dict[str, Any]:
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
 
 
-def _expect(cond: bool, path: Path, what: str) -> None:
+def _expect(cond: bool, where: Path | str, what: str) -> None:
     if not cond:
-        raise ImportFormatError(f"{path}: {what}")
+        raise ImportFormatError(f"{where}: {what}")
 
 
 # --------------------------------------------------------------------------- SWE-agent
 
 
 def parse_sweagent(path: Path) -> Conversation:
-    """A SWE-agent ``.traj``: its ``history`` (a01/a02 function calling, b03 thought/action).
+    """A SWE-agent ``.traj`` file (see ``sweagent_conversation``)."""
+    return sweagent_conversation(_load_json(path), path.name, path, untitled=path.stem)
+
+
+def sweagent_conversation(
+    data: Any, source: str, where: Path | str = "", *, untitled: str | None = None
+) -> Conversation:
+    """A SWE-agent trajectory's ``history`` (a01/a02 function calling, b03 thought/action).
 
     Function-calling trajectories already are OpenAI messages (``tool_call_ids`` becomes
     ``tool_call_id``). In the older format (b03) the action is text in the assistant
     message and the observation is the next user message: the action becomes a tool call
     ``call_<n>`` and the observation its ``tool`` answer. Demonstration messages
-    (``is_demo``) stay user messages.
+    (``is_demo``) stay user messages. Each source message becomes one message.
     """
-    data = _load_json(path)
+    where = where or source
     _expect(
         isinstance(data, dict) and isinstance(data.get("history"), list),
-        path,
+        where,
         "not a SWE-agent trajectory (expected an object with a 'history' list)",
     )
+    out, synth = sweagent_messages(data["history"], where, "history")
+    # the last user message naming an issue: b03 shows a demonstration's issue first
+    task = next(
+        (m["content"] for m in reversed(out) if m["role"] == "user" and "ISSUE:" in m["content"]),
+        "",
+    )
+    title = (
+        task.split("ISSUE:", 1)[1].strip().splitlines()[0]
+        if "ISSUE:" in task
+        else untitled or source
+    )
+    return Conversation(
+        source=source,
+        title=title,
+        messages=out,
+        times=[None] * len(out),
+        meta={"format": "swe-agent", "synthetic_call_ids": synth > 0},
+    )
+
+
+def sweagent_messages(
+    history: list[Any], where: Path | str, key: str = "history"
+) -> tuple[list[OpenAIMessage], int]:
+    """SWE-agent messages as OpenAI messages, one for one, and how many call ids were made
+    up (``call_<n>``, for actions written in the assistant's text)."""
     out: list[OpenAIMessage] = []
     pending: str | None = None
     synth = 0
     seen_user_task = False
-    for i, m in enumerate(data["history"]):
-        _expect(isinstance(m, dict) and "role" in m, path, f"history[{i}] has no role")
+    for i, m in enumerate(history):
+        _expect(isinstance(m, dict) and "role" in m, where, f"{key}[{i}] has no role")
         role, content = m["role"], m.get("content") or ""
         if isinstance(content, list):  # multimodal SWE-agent content parts
             content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -133,19 +165,7 @@ def parse_sweagent(path: Path) -> Conversation:
             if role == "user" and not m.get("is_demo"):
                 seen_user_task = True
             out.append({"role": role, "content": content})
-    # the last user message naming an issue: b03 shows a demonstration's issue first
-    task = next(
-        (m["content"] for m in reversed(out) if m["role"] == "user" and "ISSUE:" in m["content"]),
-        "",
-    )
-    title = task.split("ISSUE:", 1)[1].strip().splitlines()[0] if "ISSUE:" in task else path.stem
-    return Conversation(
-        source=path.name,
-        title=title,
-        messages=out,
-        times=[None] * len(out),
-        meta={"format": "swe-agent", "synthetic_call_ids": synth > 0},
-    )
+    return out, synth
 
 
 # --------------------------------------------------------------------------- mini-swe-agent
@@ -154,6 +174,13 @@ _BASH_BLOCK = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
 
 
 def parse_mini_swe(path: Path) -> Conversation:
+    """A mini-swe-agent trajectory file (see ``mini_swe_conversation``)."""
+    return mini_swe_conversation(_load_json(path), path.name, path, untitled=path.stem)
+
+
+def mini_swe_conversation(
+    data: Any, source: str, where: Path | str = "", *, untitled: str | None = None
+) -> Conversation:
     """A mini-swe-agent trajectory (b01/b02 ``{"messages": ...}``, a03 a bare list).
 
     Every assistant message is one step whose single bash block is the action: it becomes
@@ -161,13 +188,13 @@ def parse_mini_swe(path: Path) -> Conversation:
     the text; every later user message is that action's observation and becomes the
     ``tool`` answer. The times are the provider's ``created`` stamps of each response when
     the trajectory kept them (``extra.response.created``); an observation takes its
-    action's time.
+    action's time. Each source message becomes one message.
     """
-    data = _load_json(path)
+    where = where or source
     raw = data.get("messages") if isinstance(data, dict) else data
     _expect(
         isinstance(raw, list) and all(isinstance(m, dict) and "role" in m for m in raw),
-        path,
+        where,
         "not a mini-swe-agent trajectory (expected 'messages': [{role, content}, ...])",
     )
     assert isinstance(raw, list)
@@ -208,12 +235,12 @@ def parse_mini_swe(path: Path) -> Conversation:
             times.append(None)
     instance = data.get("instance_id") if isinstance(data, dict) else None
     task = next((m["content"] for m in out if m["role"] == "user"), "")
-    title = instance or (task.strip().splitlines()[0] if task.strip() else path.stem)
+    title = instance or (task.strip().splitlines()[0] if task.strip() else untitled or source)
     pr = re.search(r"<pr_description>\s*Consider the following PR description:\s*\n(.+)", task)
     if pr:
         title = pr.group(1).strip()
     return Conversation(
-        source=path.name,
+        source=source,
         title=title,
         messages=out,
         times=times,
@@ -566,10 +593,13 @@ def parse_sharegpt(path: Path) -> list[Conversation]:
 
 __all__ = [
     "Conversation",
+    "mini_swe_conversation",
     "parse_aider",
     "parse_mini_swe",
     "parse_opencode",
     "parse_reason_tool_use",
     "parse_sharegpt",
     "parse_sweagent",
+    "sweagent_conversation",
+    "sweagent_messages",
 ]

@@ -1,0 +1,457 @@
+"""Import Gemini ``generateContent`` requests (Google AI and Vertex AI) as ctxscope traces.
+
+What the google-genai SDKs, Vertex AI and ADK agents send. The REST body (camelCase), the
+same body in snake_case (proto JSON, the Python SDK's dumps) and the Python SDK's call shape
+(``{"model", "contents", "config": {...}}``) are all read, and mapped onto the same
+normalised messages as an OpenAI chat request (``ctxcore.formats.openai``):
+
+- ``systemInstruction`` (``system_instruction``, or ``config.system_instruction``) → the
+  system instructions, one system part per part;
+- ``contents[]`` → messages; role ``model`` is the assistant, ``user``/``function`` the user.
+  Parts: ``text`` → text (``thought: true`` → the message's reasoning, kept in metadata,
+  not counted); ``functionCall {name, args, id?}`` → a tool call of the model message;
+  ``functionResponse {name, response, id?}`` → a ``tool:<call id>`` packet (a response
+  without an id answers the oldest open call of the same name); ``inlineData``/``fileData``
+  → a placeholder line naming the media type and size, recorded in ``metadata.media``;
+  ``executableCode``/``codeExecutionResult`` (the built-in code tool) → kept as text in
+  their message and counted in ``metadata.import.code_parts``; any other part → its JSON
+  kept as text and listed in ``metadata.import.kept_as_text``;
+- ``tools[].functionDeclarations`` → the tool definitions (built-in tools such as
+  ``googleSearch`` or ``codeExecution`` by name); ``generationConfig.maxOutputTokens``
+  → the output reserve.
+
+Calls without an id get ``call_<content>_<part>`` (counted in
+``metadata.import.synthesized_call_ids``): the packet ids stay stable across imports.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats.accounting import Tally
+from ctxcore.formats.derive import make_trace, stable_id
+from ctxcore.formats.openai import (
+    NormMessage,
+    ToolCall,
+    captured_input_from_norm,
+    text_of,
+    usage_from_obj,
+)
+from ctxcore.models import ToolDef, Trace
+
+BUILDER_NAME = "import/gemini"
+FORMAT = "gemini"
+
+_ROLES = {"model": "assistant", "user": "user", "function": "user", "tool": "user"}
+
+
+def _get(obj: dict[str, Any], camel: str) -> Any:
+    """A field under its camelCase (REST) or snake_case (proto, Python SDK) name."""
+    if camel in obj:
+        return obj[camel]
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+    return obj.get(snake)
+
+
+def _config(request: dict[str, Any]) -> dict[str, Any]:
+    """The generation settings: ``generationConfig`` (REST) or the SDK's ``config``."""
+    for key in ("generationConfig", "generation_config", "config"):
+        if isinstance(request.get(key), dict):
+            cfg: dict[str, Any] = request[key]
+            return cfg
+    return {}
+
+
+def looks_like(data: Any) -> bool:
+    """Whether a JSON value is a Gemini ``generateContent`` request."""
+    if not isinstance(data, dict) or "messages" in data:
+        return False
+    contents = data.get("contents")
+    return isinstance(contents, list | str)
+
+
+def _media(part: dict[str, Any], path: str) -> tuple[str, dict[str, Any]] | None:
+    """A placeholder line for an ``inlineData``/``fileData`` part, and what it was."""
+    inline, file = _get(part, "inlineData"), _get(part, "fileData")
+    blob = inline if isinstance(inline, dict) else file if isinstance(file, dict) else None
+    if blob is None:
+        return None
+    kind = "inlineData" if blob is inline else "fileData"
+    info: dict[str, Any] = {"type": kind, "path": path}
+    mime = _get(blob, "mimeType")
+    if isinstance(mime, str):
+        info["media_type"] = mime
+    data, uri, name = blob.get("data"), _get(blob, "fileUri"), _get(blob, "displayName")
+    if isinstance(data, str):
+        info["bytes"] = len(data) * 3 // 4
+    if isinstance(uri, str):
+        info["url"] = uri
+    if isinstance(name, str):
+        info["name"] = name
+    if isinstance(_get(part, "videoMetadata"), dict):
+        info["video_metadata"] = _get(part, "videoMetadata")
+    desc = " ".join(
+        str(x)
+        for x in (
+            info.get("media_type"),
+            f"{info['bytes']:,} bytes" if "bytes" in info else None,
+            info.get("url"),
+            info.get("name"),
+        )
+        if x
+    )
+    return f"[{kind}{': ' + desc if desc else ''}]", info
+
+
+def _code_text(part: dict[str, Any]) -> str | None:
+    """The built-in code tool's parts as the text the model sees: code, then its output."""
+    code = _get(part, "executableCode")
+    if isinstance(code, dict):
+        lang = str(code.get("language") or "").lower()
+        lang = "" if lang == "language_unspecified" else lang
+        return f"```{lang}\n{text_of(code.get('code'))}\n```"
+    result = _get(part, "codeExecutionResult")
+    if isinstance(result, dict):
+        return f"[code execution: {result.get('outcome', '')}]\n{text_of(result.get('output'))}"
+    return None
+
+
+class _Calls:
+    """Open function calls, so that responses without ids find theirs by name, in order."""
+
+    def __init__(self) -> None:
+        self.open: list[ToolCall] = []
+        self.synthesized = 0
+
+    def add(self, call: ToolCall) -> None:
+        self.open.append(call)
+
+    def answer(self, name: str | None, cid: str | None) -> str | None:
+        if cid is not None:
+            self.open = [c for c in self.open if c.id != cid]
+            return cid
+        call = next((c for c in self.open if c.name == name), None)
+        if call is None:
+            return None
+        self.open.remove(call)
+        return call.id
+
+
+def _system(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
+    raw = _get(request, "systemInstruction")
+    if raw is None:
+        raw = _get(_config(request), "systemInstruction")
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        parts: Any = [{"text": raw}]
+    elif isinstance(raw, dict):
+        parts = raw.get("parts")
+    else:
+        parts = raw
+    if not isinstance(parts, list):
+        raise ImportFormatError("systemInstruction: expected a content with a 'parts' list")
+    out: list[NormMessage] = []
+    for k, part in enumerate(parts):
+        path = f"systemInstruction.parts[{k}]"
+        if isinstance(part, str):
+            text = part
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            text = part["text"]
+        else:
+            text = tally.keep_unknown(path, part)
+        out.append(NormMessage(index=-1, role="system", text=text, id=f"system-{k}"))
+        tally.add("system_parts")
+    return out
+
+
+def normalize(request: dict[str, Any], tally: Tally) -> tuple[list[NormMessage], dict[str, Any]]:
+    """The request's system instruction and contents as normalised messages (function
+    responses split out of their content, in order), and notes for the import metadata:
+    the code-tool parts counted, and how many call ids were made up."""
+    out = _system(request, tally)
+    contents = request.get("contents")
+    if isinstance(contents, str):
+        contents = [{"role": "user", "parts": [{"text": contents}]}]
+    if not isinstance(contents, list):
+        raise ImportFormatError("contents: expected a list of contents")
+    calls = _Calls()
+    code = {"executable_code": 0, "code_execution_result": 0}
+    for i, content in enumerate(contents):
+        where = f"contents[{i}]"
+        if isinstance(content, str):
+            content = {"role": "user", "parts": [{"text": content}]}
+        if not isinstance(content, dict):
+            raise ImportFormatError(f"{where}: a content must be an object")
+        role = content.get("role", "user")
+        if not isinstance(role, str):
+            raise ImportFormatError(f"{where}.role: expected a string, got {type(role).__name__}")
+        parts = content.get("parts")
+        if not isinstance(parts, list):
+            raise ImportFormatError(f"{where}: a content needs a 'parts' list")
+        tally.add("messages")
+        main = NormMessage(index=i, role=_ROLES.get(role, "user"), text="")
+        if role not in ("user", "model"):
+            # a function-role content (older API) or an unknown role: read as the user's
+            main.extra["source_role"] = role
+        texts: list[str] = []
+        reasoning: list[str] = []
+        results: list[NormMessage] = []
+        for j, part in enumerate(parts):
+            path = f"{where}.parts[{j}]"
+            if not isinstance(part, dict):
+                texts.append(tally.keep_unknown(path, part))
+                continue
+            if _get(part, "thoughtSignature") is not None:
+                # opaque to all but Gemini, which wants it back: counted, not kept
+                main.extra["thought_signatures"] = main.extra.get("thought_signatures", 0) + 1
+            fcall, fresp = _get(part, "functionCall"), _get(part, "functionResponse")
+            media = _media(part, path)
+            code_text = _code_text(part)
+            if isinstance(part.get("text"), str):
+                (reasoning if part.get("thought") is True else texts).append(part["text"])
+            elif isinstance(fcall, dict) and role == "model":
+                name = fcall.get("name")
+                if not isinstance(name, str) or not name:
+                    raise ImportFormatError(f"{path}.functionCall: a call needs a name")
+                cid = fcall.get("id")
+                if not isinstance(cid, str) or not cid:
+                    cid = f"call_{i}_{j}"
+                    calls.synthesized += 1
+                call = ToolCall(
+                    id=cid,
+                    name=name,
+                    arguments=json.dumps(
+                        fcall.get("args", {}), ensure_ascii=False, separators=(",", ":")
+                    ),
+                )
+                main.tool_calls.append(call)
+                calls.add(call)
+                tally.add("tool_calls")
+            elif isinstance(fresp, dict):
+                name = fresp.get("name")
+                rid = fresp.get("id")
+                result = NormMessage(
+                    index=i,
+                    role="tool",
+                    text=json.dumps(fresp.get("response"), ensure_ascii=False),
+                    tool_call_id=calls.answer(
+                        name if isinstance(name, str) else None,
+                        rid if isinstance(rid, str) and rid else None,
+                    ),
+                    name=name if isinstance(name, str) else None,
+                    id=f"msg-{i}.{j}",
+                )
+                inner = fresp.get("parts")
+                if isinstance(inner, list):  # multimodal function responses
+                    lines = [result.text]
+                    for k, sub in enumerate(inner):
+                        sub_media = (
+                            _media(sub, f"{path}.parts[{k}]") if isinstance(sub, dict) else None
+                        )
+                        if sub_media is None:
+                            lines.append(tally.keep_unknown(f"{path}.parts[{k}]", sub))
+                            continue
+                        lines.append(sub_media[0])
+                        result.media.append(sub_media[1])
+                        tally.add("media")
+                    result.text = "\n".join(lines)
+                results.append(result)
+                tally.add("tool_results")
+            elif media is not None:
+                texts.append(media[0])
+                main.media.append(media[1])
+                tally.add("media")
+            elif code_text is not None:
+                texts.append(code_text)
+                key = (
+                    "executable_code"
+                    if _get(part, "executableCode") is not None
+                    else "code_execution_result"
+                )
+                code[key] += 1
+            elif set(part) <= {"thoughtSignature", "thought_signature", "thought"}:
+                continue  # a bare signature: counted above
+            else:
+                texts.append(tally.keep_unknown(path, part))
+        main.text = "\n".join(texts)
+        main.reasoning = "\n".join(r for r in reasoning if r)
+        out.extend(results)
+        if main.text or main.tool_calls or main.reasoning or main.media or not results:
+            out.append(main)
+    notes: dict[str, Any] = {}
+    if any(code.values()):
+        notes["code_parts"] = {k: v for k, v in code.items() if v}
+    if calls.synthesized:
+        notes["synthesized_call_ids"] = calls.synthesized
+    return out, notes
+
+
+def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
+    """Function declarations, and built-in tools (``googleSearch``, ``codeExecution``…)
+    named by their key."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ImportFormatError("tools: expected a list of tools")
+    out: list[ToolDef] = []
+    for k, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ImportFormatError(f"tools[{k}]: a tool must be an object")
+        for key, value in tool.items():
+            if key in ("functionDeclarations", "function_declarations"):
+                if not isinstance(value, list):
+                    raise ImportFormatError(f"tools[{k}].{key}: expected a list")
+                for n, decl in enumerate(value):
+                    name = decl.get("name") if isinstance(decl, dict) else None
+                    if not isinstance(decl, dict) or not isinstance(name, str) or not name:
+                        raise ImportFormatError(
+                            f"tools[{k}].{key}[{n}]: a declaration needs a name"
+                        )
+                    params = _get(decl, "parameters")
+                    if params is None:
+                        params = _get(decl, "parametersJsonSchema")
+                    out.append(
+                        ToolDef(
+                            name=name,
+                            description=str(decl.get("description") or ""),
+                            parameters=params if isinstance(params, dict) else {},
+                        )
+                    )
+                    tally.add("tools")
+            else:
+                out.append(
+                    ToolDef(
+                        name=key, parameters=value if isinstance(value, dict) else {"value": value}
+                    )
+                )
+                tally.add("tools")
+    return out
+
+
+def _output(response: dict[str, Any]) -> str | None:
+    """The first candidate's text (thoughts left out), and its calls as ``name(args)``."""
+    candidates = response.get("candidates")
+    if not isinstance(candidates, list) or not candidates or not isinstance(candidates[0], dict):
+        return None
+    content = candidates[0].get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list):
+        return None
+    lines: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        call = _get(part, "functionCall")
+        if isinstance(part.get("text"), str) and part.get("thought") is not True:
+            lines.append(part["text"])
+        elif isinstance(call, dict) and isinstance(call.get("name"), str):
+            lines.append(f"{call['name']}({json.dumps(call.get('args', {}), ensure_ascii=False)})")
+    return "\n".join(lines) or None
+
+
+def _created(response: dict[str, Any]) -> datetime | None:
+    raw = _get(response, "createTime")
+    if not isinstance(raw, str):
+        return None
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def trace_from_request(
+    request: dict[str, Any],
+    *,
+    session_id: str | None = None,
+    turn: int = 0,
+    now: datetime | None = None,
+    default_now: datetime | None = None,
+    response: dict[str, Any] | None = None,
+) -> Trace:
+    """One ``generateContent`` request (and, if given, its response) → a trace."""
+    if not isinstance(request, dict) or "contents" not in request:
+        raise ImportFormatError("a Gemini generateContent request is an object with 'contents'")
+    tally = Tally(FORMAT)
+    norm, notes = normalize(request, tally)
+    cfg = _config(request)
+    tools_raw = request.get("tools")
+    tools = parse_tools(tools_raw if tools_raw is not None else cfg.get("tools"), tally)
+    response = response if isinstance(response, dict) else None
+    when = now or (_created(response) if response else None) or default_now or datetime.now(UTC)
+    reserve = _get(cfg, "maxOutputTokens")
+    inp, flat = captured_input_from_norm(
+        norm,
+        tools=tools,
+        now=when,
+        output_reserve=reserve
+        if isinstance(reserve, int) and not isinstance(reserve, bool) and reserve >= 0
+        else None,
+    )
+    imp = tally.to_metadata()
+    imp.update(notes)
+    meta: dict[str, Any] = {"import": imp}
+    cached = _get(request, "cachedContent")
+    if isinstance(cached, str):
+        # context cached at Google: it is part of the prompt but not of this request
+        meta["cached_content"] = cached
+    usage: dict[str, int] = {}
+    output = None
+    model = request.get("model")
+    if response is not None:
+        usage = usage_from_obj(_get(response, "usageMetadata"))
+        output = _output(response)
+        rid = _get(response, "responseId")
+        if isinstance(rid, str):
+            meta["response_id"] = rid
+        if not isinstance(model, str):
+            model = _get(response, "modelVersion")
+    return make_trace(
+        inp,
+        flat,
+        builder=BUILDER_NAME,
+        model=model if isinstance(model, str) else None,
+        trace_id=stable_id(
+            BUILDER_NAME,
+            _get(request, "systemInstruction"),
+            request["contents"],
+            request.get("tools"),
+        ),
+        session_id=session_id or "import",
+        turn=turn,
+        created_at=when,
+        usage=usage,
+        output=output,
+        metadata=meta,
+    )
+
+
+def traces_from_obj(
+    data: Any, *, session_id: str | None = None, default_now: datetime | None = None
+) -> list[Trace]:
+    """A request, a ``{"request": ..., "response": ...}`` pair, or a list of either."""
+    items = data if isinstance(data, list) else [data]
+    out: list[Trace] = []
+    for n, item in enumerate(items):
+        if isinstance(item, dict) and isinstance(item.get("request"), dict):
+            out.append(
+                trace_from_request(
+                    item["request"],
+                    response=item.get("response"),
+                    session_id=session_id,
+                    turn=n,
+                    default_now=default_now,
+                )
+            )
+        else:
+            out.append(
+                trace_from_request(item, session_id=session_id, turn=n, default_now=default_now)
+            )
+    return out
+
+
+__all__ = ["FORMAT", "looks_like", "normalize", "trace_from_request", "traces_from_obj"]

@@ -1,0 +1,440 @@
+"""Import OpenAI Responses API requests (``POST /v1/responses``) as ctxscope traces.
+
+What the OpenAI Agents SDK and Codex send. A Responses request is not a list of chat
+messages but a list of *items*, so it gets its own reader; the items are mapped onto the
+same normalised messages as a chat request (``ctxcore.formats.openai``), so the context
+looks the same whichever API carried it:
+
+- ``instructions`` → the system instructions (one system part); ``message`` items (and bare
+  ``{role, content}`` items) → messages: ``system``/``developer`` ones become system parts,
+  the last ``user`` message the query, the rest history. Content is a string or parts:
+  ``input_text``/``output_text``/``refusal`` → text, ``input_image``/``input_file``/
+  ``input_audio`` → a placeholder line, recorded in ``metadata.media`` (no payload);
+- ``function_call`` items ``{call_id, name, arguments}`` → tool calls of an assistant turn
+  (consecutive calls make one turn, as parallel calls do in a chat request);
+  ``function_call_output`` ``{call_id, output}`` → a ``tool:<call_id>`` packet;
+- ``reasoning`` items → the reasoning of the assistant turn that follows (summary and
+  reasoning text; ``encrypted_content`` is only measured): kept in metadata, not counted;
+- any other item (``web_search_call``, ``file_search_call``, ``computer_call``,
+  ``custom_tool_call(_output)``, ``mcp_*``, ``item_reference``, …) and any unknown part →
+  its JSON kept as text and listed in ``metadata.import.kept_as_text``;
+- ``tools`` (flat function tools; built-in tools by ``type``) → the tool definitions;
+  ``max_output_tokens`` → the output reserve; ``previous_response_id`` and
+  ``prompt_cache_key`` (the hint that requests belong to one conversation) →
+  ``metadata.session_hint``, and ``prompt_cache_key`` names the session.
+
+Source messages keep ids ``msg-<i>`` (``i`` = the item's position in ``input``); items
+that are not messages (calls, outputs, reasoning) get ``item-<i>``, so the import's counts
+agree with the source's (``ctxcore.formats.accounting``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats.accounting import Tally
+from ctxcore.formats.derive import make_trace, stable_id
+from ctxcore.formats.openai import (
+    NormMessage,
+    ToolCall,
+    captured_input_from_norm,
+    text_of,
+    usage_from_obj,
+)
+from ctxcore.models import ToolDef, Trace
+
+BUILDER_NAME = "import/openai-responses"
+FORMAT = "openai-responses"
+
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+_MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio"})
+#: Item types only a Responses input holds: enough to tell a list of items from chat messages.
+_ITEM_TYPES = frozenset(
+    {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
+)
+#: Top-level fields only a Responses request has.
+_REQUEST_KEYS = frozenset(
+    {"instructions", "previous_response_id", "max_output_tokens", "prompt_cache_key", "store"}
+)
+
+
+def looks_like(data: Any) -> bool:
+    """Whether a JSON value is a Responses API request (``input`` and no ``messages``)."""
+    if not isinstance(data, dict) or "messages" in data or "contents" in data:
+        return False
+    items = data.get("input")
+    if isinstance(items, str):
+        return "model" in data or any(k in data for k in _REQUEST_KEYS)
+    if not isinstance(items, list):
+        return False
+    if any(k in data for k in _REQUEST_KEYS):
+        return True
+    return bool(items) and all(
+        isinstance(it, str)
+        or (isinstance(it, dict) and (str(it.get("type")) in _ITEM_TYPES or "role" in it))
+        for it in items[:50]
+    )
+
+
+def _media(part: dict[str, Any], ptype: str, path: str) -> tuple[str, dict[str, Any]]:
+    """A placeholder line for an image, file or audio part, and what it was (no payload)."""
+    info: dict[str, Any] = {"type": ptype, "path": path}
+    for key in ("file_id", "filename", "detail"):
+        if isinstance(part.get(key), str):
+            info[key] = part[key]
+    url = part.get("image_url", part.get("file_url"))
+    data = part.get("file_data")
+    audio = part.get("input_audio")
+    if isinstance(audio, dict):
+        data = audio.get("data")
+        if isinstance(audio.get("format"), str):
+            info["format"] = audio["format"]
+    if isinstance(url, str) and url.startswith("data:"):
+        data = url
+    elif isinstance(url, str):
+        info["url"] = url
+    if isinstance(data, str):
+        if data.startswith("data:"):
+            info["media_type"] = data[5:].partition(";")[0]
+            data = data.partition(",")[2]
+        info["bytes"] = len(data) * 3 // 4
+    desc = " ".join(
+        str(x)
+        for x in (
+            info.get("media_type") or info.get("format"),
+            f"{info['bytes']:,} bytes" if "bytes" in info else None,
+            info.get("url"),
+            info.get("filename") or info.get("file_id"),
+        )
+        if x
+    )
+    return f"[{ptype}{': ' + desc if desc else ''}]", info
+
+
+def _content(content: Any, path: str, tally: Tally, into: NormMessage) -> str:
+    """The text of a message's content (or a tool output): a string or a list of parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ImportFormatError(
+            f"{path}: expected a string or a list of content parts, got {type(content).__name__}"
+        )
+    texts: list[str] = []
+    for j, part in enumerate(content):
+        ppath = f"{path}[{j}]"
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        ptype = str(part.get("type")) if isinstance(part, dict) else None
+        if isinstance(part, dict) and ptype in _TEXT_PARTS:
+            texts.append(text_of(part.get("text")))
+        elif isinstance(part, dict) and ptype == "refusal":
+            texts.append(text_of(part.get("refusal")))
+        elif isinstance(part, dict) and ptype in _MEDIA_PARTS:
+            line, info = _media(part, str(ptype), ppath)
+            texts.append(line)
+            into.media.append(info)
+            tally.add("media")
+        else:
+            texts.append(tally.keep_unknown(ppath, part))
+    return "\n".join(texts)
+
+
+def _reasoning(item: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """A reasoning item's readable text (summary, then reasoning text) and what else it had."""
+    texts: list[str] = []
+    for key in ("summary", "content"):
+        parts = item.get(key)
+        if parts is None:
+            continue
+        if not isinstance(parts, list):
+            raise ImportFormatError(f"{where}.{key}: expected a list of parts")
+        for part in parts:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            elif isinstance(part, str):
+                texts.append(part)
+    info: dict[str, Any] = {}
+    if isinstance(item.get("id"), str):
+        info["id"] = item["id"]
+    encrypted = item.get("encrypted_content")
+    if isinstance(encrypted, str) and encrypted:
+        # opaque to everyone but the provider: its size says what the model gets back
+        info["encrypted_chars"] = len(encrypted)
+    return "\n".join(t for t in texts if t), info
+
+
+def _call(item: dict[str, Any], where: str) -> ToolCall:
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise ImportFormatError(f"{where}: function_call without a name")
+    cid = item.get("call_id", item.get("id"))
+    args = item.get("arguments", "")
+    return ToolCall(
+        id=str(cid) if isinstance(cid, str | int) and cid != "" else None,
+        name=name,
+        arguments=args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+    )
+
+
+def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
+    """The request's instructions and input items as normalised messages, in order."""
+    out: list[NormMessage] = []
+    instructions = request.get("instructions")
+    if isinstance(instructions, str):
+        if instructions:
+            out.append(NormMessage(index=-1, role="system", text=instructions, id="instructions"))
+            tally.add("system_parts")
+    elif instructions is not None:
+        raise ImportFormatError(
+            f"instructions: expected a string, got {type(instructions).__name__}"
+        )
+    items = request.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise ImportFormatError(
+            f"input: expected a string or a list of items, got {type(items).__name__}"
+        )
+    reasoning: list[str] = []
+    reasoning_items: list[dict[str, Any]] = []
+    calls: NormMessage | None = None  # the assistant turn consecutive function_calls join
+
+    def attach_reasoning(msg: NormMessage) -> None:
+        if reasoning:
+            msg.reasoning = "\n".join([*reasoning, msg.reasoning] if msg.reasoning else reasoning)
+        if reasoning_items:
+            msg.extra["reasoning_items"] = list(reasoning_items)
+        reasoning.clear()
+        reasoning_items.clear()
+
+    def flush_reasoning(index: int) -> None:
+        # reasoning with no assistant output after it still belongs to the context
+        if reasoning or reasoning_items:
+            msg = NormMessage(index=index, role="assistant", text="", id=f"item-{index}")
+            attach_reasoning(msg)
+            out.append(msg)
+
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if isinstance(item, str):
+            item = {"role": "user", "content": item}
+        if not isinstance(item, dict):
+            raise ImportFormatError(f"{where}: an input item must be an object")
+        itype = item.get("type", "message" if "role" in item else None)
+        if itype == "function_call":
+            if calls is None:
+                calls = NormMessage(index=i, role="assistant", text="", id=f"item-{i}")
+                attach_reasoning(calls)
+                out.append(calls)
+            calls.tool_calls.append(_call(item, where))
+            tally.add("tool_calls")
+            continue
+        calls = None
+        if itype == "reasoning":
+            text, info = _reasoning(item, where)
+            if text:
+                reasoning.append(text)
+            if info:
+                reasoning_items.append(info)
+            continue
+        if itype == "message":
+            role = item.get("role")
+            if not isinstance(role, str) or not role:
+                raise ImportFormatError(f"{where}: a message item needs a 'role'")
+            msg = NormMessage(index=i, role=role, text="")
+            msg.text = _content(item.get("content"), f"{where}.content", tally, msg)
+            if isinstance(item.get("id"), str):
+                msg.extra["item_id"] = item["id"]
+            tally.add("messages")
+            if role in ("system", "developer"):
+                tally.add("system_parts")
+            if role == "assistant":
+                attach_reasoning(msg)
+            else:
+                flush_reasoning(i)
+            out.append(msg)
+            continue
+        flush_reasoning(i)
+        if itype == "function_call_output":
+            cid = item.get("call_id")
+            msg = NormMessage(
+                index=i,
+                role="tool",
+                text="",
+                tool_call_id=str(cid) if isinstance(cid, str | int) and cid != "" else None,
+                id=f"item-{i}",
+            )
+            msg.text = _content(item.get("output"), f"{where}.output", tally, msg)
+            tally.add("tool_results")
+            out.append(msg)
+            continue
+        # a built-in tool's call or output, an MCP item, a reference to a stored item…:
+        # kept whole as the assistant's, in place
+        out.append(
+            NormMessage(
+                index=i, role="assistant", text=tally.keep_unknown(where, item), id=f"item-{i}"
+            )
+        )
+    flush_reasoning(len(items))
+    return out
+
+
+def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
+    """Function tools (flat, or chat-style nested) and built-in tools, named by their type."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ImportFormatError("tools: expected a list of tool definitions")
+    out: list[ToolDef] = []
+    for k, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ImportFormatError(f"tools[{k}]: a tool definition must be an object")
+        nested = tool.get("function")
+        fn: dict[str, Any] = nested if isinstance(nested, dict) else tool
+        name = fn.get("name") or tool.get("server_label") or tool.get("type")
+        if not isinstance(name, str) or not name:
+            raise ImportFormatError(f"tools[{k}]: a tool needs a name or a type")
+        params = fn.get("parameters")
+        if not isinstance(params, dict):
+            # a built-in tool (web_search, file_search, mcp, custom…): its settings are its schema
+            params = {key: v for key, v in tool.items() if key not in ("name", "description")}
+        out.append(
+            ToolDef(name=name, description=str(fn.get("description") or ""), parameters=params)
+        )
+        tally.add("tools")
+    return out
+
+
+def time_from_epoch(value: Any) -> datetime | None:
+    """A Unix time in seconds as a UTC datetime; None for anything else or out of range."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(float(value), tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _output(response: dict[str, Any]) -> str | None:
+    """The reply's text, and its function calls as ``name(args)`` lines."""
+    items = response.get("output")
+    if not isinstance(items, list):
+        return None
+    lines: list[str] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message" and isinstance(item.get("content"), list):
+            for part in item["content"]:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    lines.append(part["text"])
+        elif item.get("type") == "function_call" and isinstance(item.get("name"), str):
+            lines.append(f"{item['name']}({text_of(item.get('arguments'))})")
+    return "\n".join(lines) or None
+
+
+def trace_from_request(
+    request: dict[str, Any],
+    *,
+    session_id: str | None = None,
+    turn: int = 0,
+    now: datetime | None = None,
+    default_now: datetime | None = None,
+    response: dict[str, Any] | None = None,
+) -> Trace:
+    """One Responses API request (and, if given, its response) → a trace."""
+    if not isinstance(request, dict) or "input" not in request:
+        raise ImportFormatError("an OpenAI Responses request is an object with an 'input'")
+    tally = Tally(FORMAT)
+    norm = normalize(request, tally)
+    tools = parse_tools(request.get("tools"), tally)
+    response = response if isinstance(response, dict) else None
+    created = time_from_epoch(response.get("created_at")) if response else None
+    when = now or created or default_now or datetime.now(UTC)
+    reserve = request.get("max_output_tokens")
+    inp, flat = captured_input_from_norm(
+        norm,
+        tools=tools,
+        now=when,
+        output_reserve=reserve
+        if isinstance(reserve, int) and not isinstance(reserve, bool) and reserve >= 0
+        else None,
+    )
+    meta: dict[str, Any] = {"import": tally.to_metadata()}
+    hint = {
+        key: request[key]
+        for key in ("previous_response_id", "prompt_cache_key")
+        if isinstance(request.get(key), str) and request[key]
+    }
+    if hint:
+        meta["session_hint"] = hint
+    if isinstance(request.get("prompt"), dict):
+        # a stored prompt template: its text lives at OpenAI, only the reference is here
+        meta["prompt_template"] = request["prompt"]
+    usage: dict[str, int] = {}
+    output = None
+    if response is not None:
+        usage = usage_from_obj(response.get("usage"))
+        output = _output(response)
+        if isinstance(response.get("id"), str):
+            meta["response_id"] = response["id"]
+    model = request.get("model")
+    if not isinstance(model, str) and response is not None:
+        model = response.get("model")
+    cache_key = hint.get("prompt_cache_key")
+    return make_trace(
+        inp,
+        flat,
+        builder=BUILDER_NAME,
+        model=model if isinstance(model, str) else None,
+        trace_id=stable_id(
+            BUILDER_NAME, request.get("instructions"), request["input"], request.get("tools")
+        ),
+        session_id=cache_key or session_id or "import",
+        turn=turn,
+        created_at=when,
+        usage=usage,
+        output=output,
+        metadata=meta,
+    )
+
+
+def traces_from_obj(
+    data: Any, *, session_id: str | None = None, default_now: datetime | None = None
+) -> list[Trace]:
+    """A request, a ``{"request": ..., "response": ...}`` pair, or a list of either."""
+    items = data if isinstance(data, list) else [data]
+    out: list[Trace] = []
+    for n, item in enumerate(items):
+        if isinstance(item, dict) and isinstance(item.get("request"), dict):
+            out.append(
+                trace_from_request(
+                    item["request"],
+                    response=item.get("response"),
+                    session_id=session_id,
+                    turn=n,
+                    default_now=default_now,
+                )
+            )
+        else:
+            out.append(
+                trace_from_request(item, session_id=session_id, turn=n, default_now=default_now)
+            )
+    return out
+
+
+__all__ = [
+    "FORMAT",
+    "looks_like",
+    "normalize",
+    "parse_tools",
+    "time_from_epoch",
+    "trace_from_request",
+    "traces_from_obj",
+]

@@ -1,0 +1,201 @@
+"""Agent session logs as traces: one trace per model call, one session per log, turns in order.
+
+A request importer sees one prompt; a session log (Claude Code, OpenAI Codex CLI, OpenHands,
+SWE-agent, mini-swe-agent) records a whole run, and each model call in it saw the conversation
+up to that call. Each reader here turns its log into ``calls.Call``s (the context as
+normalised messages, the usage the log reports for that call, what the log does not record),
+and ``calls.CallTraces`` turns those into traces, sharing what consecutive calls have in
+common so that a long session imports as a stream (docs/design.md, "Capture, import, export,
+redaction").
+
+- ``claude-code``, ``codex``: JSONL logs, read line by line (``iter_file``); a broken line is
+  an error naming ``file:line`` and the rest of the log is imported;
+- ``openhands``, ``swe-agent``, ``mini-swe-agent``: one JSON value (``traces_from_value``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats.sessions import claude_code, codex, openhands, trajectories
+from ctxcore.formats.sessions.calls import Call, CallTraces
+from ctxcore.formats.sessions.lines import LogLine, first_values, read_lines
+from ctxcore.models import Trace
+
+#: Formats read line by line from a JSONL file.
+LOG_FORMATS: tuple[str, ...] = (claude_code.FORMAT, codex.FORMAT)
+#: Formats held in one JSON value.
+VALUE_FORMATS: tuple[str, ...] = (
+    openhands.FORMAT,
+    trajectories.SWE_AGENT,
+    trajectories.MINI_SWE_AGENT,
+)
+FORMATS: tuple[str, ...] = LOG_FORMATS + VALUE_FORMATS
+SessionFormat = Literal["claude-code", "codex", "openhands", "swe-agent", "mini-swe-agent"]
+
+
+def detect_lines(values: list[Any]) -> SessionFormat | None:
+    """The log format of a file's first parsed lines, if they are a session log's."""
+    for v in values:
+        if claude_code.looks_like(v):
+            return "claude-code"
+        if codex.looks_like(v):
+            return "codex"
+    return None
+
+
+def sniff(path: str | Path) -> SessionFormat | None:
+    """Which session-log format a JSONL file holds (None: not a session log)."""
+    values, lines = first_values(Path(path))
+    return detect_lines(values) if lines > 1 else None
+
+
+def detect(data: Any) -> SessionFormat | None:
+    """Which session format a parsed JSON value is (None: none of them)."""
+    if isinstance(data, list) and len(data) > 1 and isinstance(data[0], dict):
+        fmt = detect_lines(data[:5])
+        if fmt is not None:
+            return fmt
+    if openhands.looks_like(data):
+        return "openhands"
+    return trajectories.detect(data)
+
+
+class SessionImport:
+    """The traces of one log, as a stream; ``errors`` (``file:line: why``) and the counts
+    grow while it is read. Iterate it once.
+
+    ``window``/``model`` stand for what the log does not say (``ctxscope import --window N``
+    or ``--model NAME``): a model without a window takes its window from the model table."""
+
+    def __init__(
+        self,
+        fmt: str,
+        calls: Callable[[], Iterable[Call]],
+        reader: Any,
+        *,
+        window: int | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.format = fmt
+        self._calls = calls
+        self._reader = reader
+        self.window = window
+        self.model = model
+        builder = {
+            claude_code.FORMAT: claude_code.BUILDER_NAME,
+            codex.FORMAT: codex.BUILDER_NAME,
+        }.get(fmt, f"import/{fmt}")
+        self.traces = CallTraces(fmt=fmt, builder=builder)
+
+    def __iter__(self) -> Iterator[Trace]:
+        return self.traces.traces(self._overridden(self._calls()))
+
+    def _overridden(self, calls: Iterable[Call]) -> Iterator[Call]:
+        for call in calls:
+            if self.model:
+                call.model, call.window, call.window_source = self.model, None, None
+            if self.window is not None:
+                call.window, call.window_source = self.window, "--window"
+            yield call
+
+    @property
+    def errors(self) -> list[str]:
+        """Every record of the log that could not be read (``file:line: why``)."""
+        errors: list[str] = getattr(self._reader, "errors", [])
+        return errors
+
+    def collect(self) -> list[Trace]:
+        """All the traces, as a list; records that broke after the last call go on the last
+        trace (``metadata.import.skipped``), as the earlier ones went on the next trace."""
+        traces = list(self)
+        late = self.errors[getattr(self._reader, "reported", len(self.errors)) :]
+        if traces and late:
+            last = traces[-1]
+            meta = dict(last.metadata)
+            imp = dict(meta.get("import") or {})
+            imp["skipped"] = [*(imp.get("skipped") or []), *late]
+            meta["import"] = imp
+            traces[-1] = last.model_copy(update={"metadata": meta})
+        return traces
+
+
+def _reader(fmt: str, name: str, session: str, now: datetime) -> Any:
+    if fmt == claude_code.FORMAT:
+        return claude_code.Reader(name, session, now)
+    if fmt == codex.FORMAT:
+        return codex.Reader(name, session, now)
+    raise ImportFormatError(f"{fmt!r} is not a session-log format ({', '.join(LOG_FORMATS)})")
+
+
+def iter_file(
+    path: str | Path,
+    fmt: str,
+    *,
+    default_now: datetime | None = None,
+    window: int | None = None,
+    model: str | None = None,
+) -> SessionImport:
+    """The traces of a JSONL session log, read as a stream."""
+    p = Path(path)
+    now = default_now or datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
+    session = p.name.split(".")[0] or "import"
+    reader = _reader(fmt, str(p), session, now)
+    return SessionImport(
+        fmt, lambda: reader.calls(read_lines(p)), reader, window=window, model=model
+    )
+
+
+def _value_lines(data: list[Any]) -> Iterator[LogLine]:
+    for i, v in enumerate(data, start=1):
+        yield LogLine(i, v)
+
+
+def traces_from_value(
+    data: Any,
+    fmt: str,
+    *,
+    where: str = "",
+    session_id: str = "import",
+    default_now: datetime | None = None,
+) -> list[Trace]:
+    """The traces of a session held in one JSON value (a log's events as a JSON list, an
+    OpenHands trajectory, a SWE-agent or mini-swe-agent trajectory)."""
+    now = default_now or datetime.now(UTC)
+    name = where or "input"
+    if fmt in LOG_FORMATS:
+        if not isinstance(data, list):
+            raise ImportFormatError(f"{name}: a {fmt} log held in JSON is a list of its events")
+        reader = _reader(fmt, name, session_id, now)
+        imp = SessionImport(fmt, lambda: reader.calls(_value_lines(data)), reader)
+    elif fmt == openhands.FORMAT:
+        calls = openhands.calls(data, name, session_id, now)
+        imp = SessionImport(fmt, lambda: calls, None)
+    elif fmt in (trajectories.SWE_AGENT, trajectories.MINI_SWE_AGENT):
+        calls = trajectories.calls(data, fmt, name, session_id, now)
+        imp = SessionImport(fmt, lambda: calls, None)
+    else:
+        raise ImportFormatError(f"{fmt!r} is not a session format ({', '.join(FORMATS)})")
+    traces = imp.collect()
+    if not traces:
+        why = imp.errors[0] if imp.errors else "it records none"
+        raise ImportFormatError(f"{name}: a {fmt} log with no model call ctxscope can read ({why})")
+    return traces
+
+
+__all__ = [
+    "FORMATS",
+    "LOG_FORMATS",
+    "SessionFormat",
+    "SessionImport",
+    "VALUE_FORMATS",
+    "detect",
+    "detect_lines",
+    "iter_file",
+    "sniff",
+    "traces_from_value",
+]

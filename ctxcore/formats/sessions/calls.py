@@ -1,0 +1,833 @@
+"""One trace per model call of a session log, built incrementally.
+
+A session log records a conversation once, and every model call saw a prefix of it (plus the
+call's own new messages). Building each call's trace from scratch, as a request importer does
+(``derive.make_trace``), costs the whole context per call: quadratic in the session's length,
+and a long session re-validates millions of messages. Here each source message is read and
+normalised once into a ``Segment`` (its normalised messages go through
+``captured_input_from_norm``, as a request's do), and each call's trace shares, by reference,
+the messages, packets and decisions of the context it has in common with the previous call of
+its session: only what is new is built, and every distinct text is counted once (the
+``TokenCounter`` caches by content; new texts are counted in batches on the counting threads
+while the log is being read).
+
+The result is the one ``make_trace`` derives for the same captured input (same items, tokens,
+partitions, totals and warnings; ``tests/test_import_sessions.py`` compares them), with two
+differences a session needs: decisions are in prompt order, and a conversation message's
+decision is named after the message (``msg-<line>``) rather than by its position, so that the
+Timeline follows one message from call to call. The messages a compaction replaced appear
+as ``summarized`` decisions (reason ``DEGRADED``) in the first call after it, and every later
+call names the compaction in ``metadata.import.compaction`` (docs/design.md, "Capture,
+import, export, redaction").
+
+Memory holds each message once, whatever the number of calls; a trace's lists (history,
+packets, decisions) are its own, their items shared. What stays per call is the rendered
+prompt, a string as long as the context: bounded by the model's window in a real session,
+whose agent compacts before it overflows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ctxcore import __version__ as _ctxcore_version
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats.accounting import COUNTED, MAX_LISTED
+from ctxcore.formats.derive import (
+    FORMAT_ID,
+    FORMAT_TOKENS_PER_MESSAGE,
+    FORMAT_TOKENS_REPLY,
+    IMPORT_PARTITIONS,
+    TASK_ID,
+    TOOLS_ID,
+    import_config,
+    known_window,
+    reported_prompt_tokens,
+    stable_id,
+    tokenizer_for_model,
+    tools_text,
+    usage_warning,
+)
+from ctxcore.formats.openai import NormMessage, captured_input_from_norm
+from ctxcore.models import (
+    Builder,
+    CapturedInput,
+    Config,
+    Decision,
+    Message,
+    Outcome,
+    Packet,
+    PartitionUsage,
+    Reason,
+    Status,
+    ToolDef,
+    Totals,
+    Trace,
+)
+from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
+from ctxcore.tokens import TokenCounter, get_counter
+
+#: What an imported decision says (the same words as ``derive``'s).
+KEPT_TEXT = "present in the imported prompt (imports keep everything they saw)"
+#: Counted per item kind into the import partitions (``derive``'s mapping).
+_PARTITION = {
+    "instructions": "system",
+    "policy": "system",
+    "tools": "tool definitions",
+    "tool_result": "tool results",
+    "history": "history",
+    "task": "current message",
+    "format": "format overhead",
+}
+#: New texts are counted together once this many characters (or calls) are waiting.
+BATCH_CHARS = 2_000_000
+BATCH_CALLS = 256
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _partition(kind: str) -> str:
+    return _PARTITION.get(kind, "history")
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    """One flat message of a segment and the item it is in a captured input."""
+
+    flat: Message
+    kind: str  # "system", "history", "tool_result" or "policy"
+    item_id: str
+    content: str
+    packet: Packet | None
+    history: Message | None
+    user: bool
+    notes: list[str]
+    #: a tool result: the call id its source named (None: it named none)
+    call_id: str | None = None
+    #: an assistant message: the (id, name) of the tool calls it made
+    calls: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(eq=False)
+class Segment:
+    """Messages a log holds at one place (a line, one reply spread over several lines, the
+    items between two calls), normalised once and shared by every call whose context holds
+    them. ``counts`` is what the source holds there (``accounting.COUNTED``, without tools);
+    ``unknown`` the parts kept only as JSON text; ``note`` goes on its decisions."""
+
+    label: str
+    norm: list[NormMessage]
+    counts: dict[str, int]
+    unknown: list[str] = field(default_factory=list)
+    note: str | None = None
+    _entries: list[_Entry] | None = None
+
+    def entries(self) -> list[_Entry]:
+        """Its flat messages and items, from ``captured_input_from_norm`` (computed once; an
+        ``ImportFormatError`` here is the segment's, and names its messages)."""
+        if self._entries is None:
+            self._entries = _entries_of(self)
+        return self._entries
+
+
+def _entries_of(seg: Segment) -> list[_Entry]:
+    # query="" keeps every user message in the history: which one is the call's query is
+    # known only per call (the last user message of its context)
+    inp, flat = captured_input_from_norm(seg.norm, tools=[], now=_EPOCH, query="")
+    return _split(inp, flat, [seg])[0]
+
+
+def _split(inp: CapturedInput, flat: list[Message], segs: list[Segment]) -> list[list[_Entry]]:
+    """The entries of each segment, from one captured_input_from_norm over their messages:
+    it writes one flat message per normalised message, in order, so the segments' shares
+    follow from their message counts."""
+    hist = iter(inp.history)
+    next_hist = next(hist, None)
+    packets = list(inp.packets)
+    out: list[list[_Entry]] = []
+    pos = 0
+    for seg in segs:
+        notes = [seg.note] if seg.note else []
+        entries: list[_Entry] = []
+        for nm in seg.norm:
+            m = flat[pos]
+            pos += 1
+            if next_hist is not None and m is next_hist:
+                e = _Entry(m, "history", m.id or "", m.content, None, m, m.role == "user", notes)
+                e.calls = tuple(
+                    (str(c["id"]), str(c["name"])) for c in m.metadata.get("tool_calls") or []
+                )
+                entries.append(e)
+                next_hist = next(hist, None)
+            elif m.role == "tool" or (
+                m.role == "developer" and packets and packets[0].id == f"policy:{m.id}"
+            ):
+                p = packets.pop(0)
+                e = _Entry(m, p.kind, p.id, p.content, p, None, False, notes)
+                e.call_id = nm.tool_call_id
+                entries.append(e)
+            else:
+                entries.append(_Entry(m, "system", m.id or "", m.content, None, None, False, notes))
+        out.append(entries)
+    return out
+
+
+def _alike_alone(segs: list[Segment]) -> bool:
+    """Whether one captured_input_from_norm over these segments gives each the entries it
+    gets alone: no developer message (a late one is a policy packet), every tool call and
+    result with its id (no made-up id, no oldest-pending match), no tool-call id twice (no
+    ``#n``). A result answering an earlier segment's call then only gains the call's name,
+    which ``_Context._place`` gives it anyway."""
+    ids: set[str] = set()
+    for seg in segs:
+        for m in seg.norm:
+            if m.role == "developer" or any(c.id is None for c in m.tool_calls):
+                return False
+            if m.role in ("tool", "function", "ipython"):
+                if m.tool_call_id is None or m.tool_call_id in ids:
+                    return False
+                ids.add(m.tool_call_id)
+    return True
+
+
+def prepare(segs: list[Segment]) -> list[tuple[Segment, ImportFormatError]]:
+    """Make the entries of new segments (a call's), together when that gives each the same
+    entries as alone (one captured input instead of one per segment); returns the segments
+    whose messages cannot be imported, with the error naming them."""
+    todo = [seg for seg in segs if seg._entries is None]
+    if len(todo) > 1 and _alike_alone(todo):
+        try:
+            inp, flat = captured_input_from_norm(
+                [m for seg in todo for m in seg.norm], tools=[], now=_EPOCH, query=""
+            )
+        except ImportFormatError:
+            pass  # each alone, below: the error then names its own segment
+        else:
+            for seg, entries in zip(todo, _split(inp, flat, todo), strict=True):
+                seg._entries = entries
+            return []
+    failed: list[tuple[Segment, ImportFormatError]] = []
+    for seg in todo:
+        try:
+            seg.entries()
+        except ImportFormatError as exc:
+            failed.append((seg, exc))
+    return failed
+
+
+@dataclass(eq=False)
+class Compaction:
+    """A place where the log replaced the context by a summary: ``replaced`` is the context
+    it replaced (the calls after it show those messages as summarized), ``label`` names it
+    in the decisions' reason."""
+
+    label: str
+    replaced: list[Segment]
+    info: dict[str, Any] = field(default_factory=dict)
+    _items: list[_Item] | None = None
+
+
+@dataclass(eq=False)
+class Call:
+    """One model call a log records: its context, what it produced and what it cost.
+
+    ``recorded``/``reconstructed`` say which parts of the input the log holds and which it
+    does not (the trace lacks those); ``metadata`` is merged into the trace's."""
+
+    session_id: str
+    turn: int
+    key: str
+    context: list[Segment]
+    created_at: datetime
+    model: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    output: str | None = None
+    window: int | None = None
+    window_source: str | None = None
+    output_reserve: int | None = None
+    tools: list[ToolDef] = field(default_factory=list)
+    compaction: Compaction | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    recorded: list[str] = field(default_factory=list)
+    reconstructed: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: the log's records that could not be read (``file:line: why``) since the previous call
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    """An entry at its place in one session's context (a late developer message becomes a
+    policy packet there, a repeated packet id gets a ``#n`` suffix), with its token count and
+    the decision last made for it (reused while its rank and budget stay the same)."""
+
+    entry: _Entry
+    kind: str
+    item_id: str
+    packet: Packet | None
+    flat: Message
+    #: the (id, name) of the tool call this result answers
+    answered: tuple[str, str] | None = None
+    #: its block of the rendered prompt (``[role]`` and its text)
+    block: str | None = None
+    #: tokenizer name -> tokens; ``pending`` is the tokenizer it is being counted with
+    tokens: dict[str, int] = field(default_factory=dict)
+    pending: str = ""
+    #: running sums up to it (``_sums``) and the tokenizer they were counted with
+    sums: tuple[int, ...] = ()
+    sums_tok: str = ""
+    key: tuple[Any, ...] = ()
+    decision: Decision | None = None
+    task_key: tuple[Any, ...] = ()
+    task: Decision | None = None
+
+
+class _Context:
+    """One session's context as of its last call: segments, items, and prefix counts."""
+
+    def __init__(self) -> None:
+        self.segs: list[Segment] = []
+        self.ends: list[int] = []  # items after each segment
+        self.counts: list[tuple[int, ...]] = []  # source counts up to each segment
+        self.items: list[_Item] = []
+        self.ids: dict[str, int] = {}
+        self.first_conv: int | None = None
+        #: tool calls without a result yet, oldest first (id, name)
+        self.pending: list[tuple[str, str]] = []
+        #: the compaction whose lost messages a call has shown (the first call after it)
+        self.compacted_by: Compaction | None = None
+
+    def stitch(self, ctx: list[Segment]) -> None:
+        """Make this the context ``ctx``: keep the longest common prefix, add the rest."""
+        p = 0
+        n = min(len(self.segs), len(ctx))
+        while p < n and self.segs[p] is ctx[p]:
+            p += 1
+        if p < len(self.segs):
+            keep = self.ends[p - 1] if p else 0
+            for it in self.items[keep:]:
+                self.ids.pop(it.item_id, None)
+            del self.items[keep:], self.segs[p:], self.ends[p:], self.counts[p:]
+            if self.first_conv is not None and self.first_conv >= keep:
+                self.first_conv = None
+            self.pending = []
+            for it in self.items:  # the calls still unanswered at the new end
+                if it.answered is not None:
+                    self.pending.remove(it.answered)
+                self.pending.extend(it.entry.calls)
+        for seg in ctx[p:]:
+            for e in seg.entries():
+                self._place(e)
+            prev = self.counts[-1] if self.counts else (0,) * len(COUNTED)
+            got = seg.counts
+            self.counts.append(
+                tuple([a + got.get(k, 0) for a, k in zip(prev, COUNTED, strict=True)])
+            )
+            self.segs.append(seg)
+            self.ends.append(len(self.items))
+
+    def _place(self, e: _Entry) -> None:
+        """Add an entry at the end, with what captured_input_from_norm decides from the
+        messages before it: a developer message after the conversation started is a policy
+        packet; a tool result answers the oldest pending call of its id (its name goes on
+        the packet; with no id, the oldest pending call); a repeated id gets ``#n``."""
+        kind, item_id, packet, flat = e.kind, e.item_id, e.packet, e.flat
+        answered = None
+        if kind == "system" and flat.role == "developer" and self.first_conv is not None:
+            kind, item_id = "policy", f"policy:{e.item_id}"
+            packet = Packet(id=item_id, kind="policy", content=e.content, must_keep=True)
+        if kind == "tool_result" and packet is not None:
+            if e.call_id is not None:
+                answered = next((c for c in self.pending if c[0] == e.call_id), None)
+            elif self.pending:
+                answered = self.pending[0]
+            if answered is not None:
+                self.pending.remove(answered)
+                if e.call_id is None:  # named after the call it answers
+                    item_id = f"tool:{answered[0]}"
+                    flat = flat.model_copy(
+                        update={"metadata": {**flat.metadata, "tool_call_id": answered[0]}}
+                    )
+                    packet = packet.model_copy(
+                        update={
+                            "id": item_id,
+                            "metadata": {**packet.metadata, "tool_call_id": answered[0]},
+                        }
+                    )
+                if "name" not in packet.metadata:
+                    meta = {**packet.metadata, "name": answered[1]}
+                    packet = packet.model_copy(update={"metadata": meta})
+        if item_id in self.ids:
+            n = 2
+            while f"{item_id}#{n}" in self.ids:
+                n += 1
+            item_id = f"{item_id}#{n}"
+            if packet is not None:
+                packet = packet.model_copy(update={"id": item_id})
+        if kind != "system" and self.first_conv is None:
+            self.first_conv = len(self.items)
+        self.ids[item_id] = len(self.items)
+        self.items.append(_Item(e, kind, item_id, packet, flat, answered))
+        self.pending.extend(e.calls)
+
+
+@dataclass(eq=False)
+class _Prepared:
+    """A call whose context is stitched (its items fixed), waiting for new texts' counts."""
+
+    call: Call
+    items: list[_Item]
+    source: tuple[int, ...]
+    unknown: list[str]
+    unknown_total: int
+    tok: str
+    #: the first call after a compaction: its trace shows what the compaction replaced
+    summarize: bool
+
+
+@dataclass(eq=False)
+class _Counting:
+    """Texts of one tokenizer being counted; ``wait`` gives their counts in order."""
+
+    counter: TokenCounter
+    items: list[_Item]
+    wait: Callable[[], list[int]]
+
+
+def _start_counting(todo: dict[str, list[_Item]]) -> list[_Counting]:
+    """Start counting the new items' texts (``TokenCounter.count_many_started``: the
+    counting backend's threads, while the caller goes on reading the log)."""
+    out = []
+    for tok, items in todo.items():
+        counter = get_counter(tok)
+        wait = counter.count_many_started([it.entry.content for it in items])
+        out.append(_Counting(counter, items, wait))
+    return out
+
+
+class CallTraces:
+    """Turns a log's calls into traces, one session context per session id.
+
+    ``tokens_counted`` adds up each message's tokens once (when it is first counted),
+    ``tokens_in_calls`` every call's whole prompt: their ratio is what sharing saves."""
+
+    def __init__(self, *, fmt: str, builder: str) -> None:
+        self.fmt = fmt
+        self.builder = Builder(name=builder, version=_ctxcore_version)
+        self._contexts: dict[str, _Context] = {}
+        self._configs: dict[tuple[str, int | None, int | None], Config] = {}
+        #: tokens counted (each message once) and tokens in all calls' prompts
+        self.tokens_counted = 0
+        self.tokens_in_calls = 0
+
+    # ------------------------------------------------------------------ preparing
+
+    def _prepare(self, call: Call) -> tuple[_Prepared, list[_Item]]:
+        ctx = self._contexts.get(call.session_id)
+        if ctx is None:
+            ctx = self._contexts[call.session_id] = _Context()
+        ctx.stitch(call.context)
+        tok = tokenizer_for_model(call.model)
+        items = list(ctx.items)
+        comp = call.compaction
+        summarize = comp is not None and comp is not ctx.compacted_by
+        replaced: list[_Item] = []
+        if comp is not None and summarize:
+            ctx.compacted_by = comp
+            if comp._items is None:
+                scratch = _Context()
+                scratch.stitch(comp.replaced)
+                comp._items = [it for it in scratch.items if it.kind != "system"]
+            replaced = comp._items
+        fresh = [it for it in (*items, *replaced) if tok not in it.tokens and it.pending != tok]
+        for it in fresh:
+            it.pending = tok
+        unknown: list[str] = []
+        total = 0
+        for seg in ctx.segs:
+            if seg.unknown:
+                total += len(seg.unknown)
+                unknown.extend(seg.unknown[: MAX_LISTED - len(unknown)])
+        source = ctx.counts[-1] if ctx.counts else (0,) * len(COUNTED)
+        prep = _Prepared(call, items, source, unknown, total, tok, summarize)
+        return prep, fresh
+
+    def traces(self, calls: Iterable[Call]) -> Iterator[Trace]:
+        """The traces of ``calls`` (in order). New texts are counted in batches, on the
+        counting threads, while the next batch of calls is read from the log."""
+        batch: list[_Prepared] = []
+        todo: dict[str, list[_Item]] = {}
+        chars = 0
+        waiting: tuple[list[_Prepared], list[_Counting]] | None = None
+        for call in calls:
+            prep, fresh = self._prepare(call)
+            batch.append(prep)
+            if fresh:
+                todo.setdefault(prep.tok, []).extend(fresh)
+                chars += sum(len(it.entry.content) for it in fresh)
+            if chars >= BATCH_CHARS or len(batch) >= BATCH_CALLS:
+                started = _start_counting(todo)
+                if waiting is not None:
+                    yield from self._finish_batch(*waiting)
+                waiting = (batch, started)
+                batch, todo, chars = [], {}, 0
+        started = _start_counting(todo)
+        if waiting is not None:
+            yield from self._finish_batch(*waiting)
+        yield from self._finish_batch(batch, started)
+
+    def _finish_batch(self, batch: list[_Prepared], started: list[_Counting]) -> Iterator[Trace]:
+        for c in started:
+            for it, n in zip(c.items, c.wait(), strict=True):
+                it.tokens[c.counter.name] = n
+                self.tokens_counted += n
+        for prep in batch:
+            yield self._trace(prep)
+
+    # ------------------------------------------------------------------ one trace
+
+    def _config(self, inp: CapturedInput, tok: str) -> Config:
+        key = (tok, inp.window, inp.output_reserve)
+        cfg = self._configs.get(key)
+        if cfg is None:
+            cfg = self._configs[key] = import_config(inp, tok)
+        return cfg
+
+    def _trace(self, prep: _Prepared) -> Trace:
+        call, items, tok = prep.call, prep.items, prep.tok
+        timer = Timer()
+        counter = get_counter(tok)
+        with timer.stage("gather"):
+            last = _sums(items, tok, counter)
+            query_at = last[S_LAST_USER] if last[S_LAST_USER] >= 0 else None
+            flat = [it.flat for it in items]
+            history = [it.entry.history for it in items if it.entry.history is not None]
+            query = ""
+            if query_at is not None:
+                query = history.pop(items[query_at].sums[S_HIST] - 1).content
+            packets = [it.packet for it in items if it.packet is not None]
+            system = "\n\n".join(it.entry.content for it in items if it.kind == "system")
+            n_messages = last[S_MESSAGES] + (1 if system else 0)
+            window, source = call.window, call.window_source
+            if window is None and known_window(call.model) is not None:
+                window = known_window(call.model)
+                source = f"the context window of {call.model} (ctxscope's model table)"
+            inp = CapturedInput(
+                query=query,
+                now=call.created_at,
+                system_instructions=system,
+                history=history,
+                packets=packets,
+                tools=call.tools,
+                window=window,
+                output_reserve=call.output_reserve,
+            )
+            instr = counter.count(system) if system else 0
+            tools_json = tools_text(call.tools) if call.tools else ""
+            tools_n = counter.count(tools_json) if tools_json else 0
+            overhead = FORMAT_TOKENS_PER_MESSAGE * n_messages + FORMAT_TOKENS_REPLY
+        used = instr + tools_n + last[S_CONV] + overhead
+        reserve = inp.output_reserve or 0
+        warns: list[str] = []
+        if window is None:
+            window = used + reserve
+            warns.append(
+                "the model's context window is unknown; the totals use the prompt's own size "
+                "(pass ctxscope import --window N or --model NAME to see the free space)"
+            )
+        available = max(window - reserve, 0)
+        if used > available:
+            warns.append(
+                f"the imported prompt uses {used:,} tokens, more than the {available:,} available"
+            )
+        with timer.stage("select"):
+            decisions, partitions, must = self._decisions(
+                prep, last, query_at, bool(system), instr, tools_n, overhead, n_messages, available
+            )
+        totals = Totals(
+            window=window,
+            output_reserve=reserve,
+            safety_margin=0,
+            available=available,
+            used=used,
+            tokenizer=counter.name,
+        )
+        warn = usage_warning(call.usage, used, counter.name)
+        warns.extend(call.warnings)
+        if call.skipped:
+            warns.append(
+                f"{len(call.skipped)} record(s) of the log could not be read (the first: "
+                f"{call.skipped[0]}); this call and the later ones may miss what they held"
+            )
+        if warn is not None:
+            warns.append(warn)
+        result = finish(
+            prompt=_prompt(items, tools_json),
+            messages=flat,
+            decisions=decisions,
+            partitions=partitions,
+            totals=totals,
+            must_keep_ids=must,
+            warnings=warns,
+            timer=timer,
+        )
+        self.tokens_in_calls += used
+        return Trace(
+            trace_id=stable_id(self.builder.name, call.session_id, call.key),
+            session_id=call.session_id,
+            turn=call.turn,
+            created_at=call.created_at,
+            builder=self.builder,
+            tags=["imported"],
+            metadata=self._metadata(prep, window, source, used, counter.name),
+            input=inp,
+            config=self._config(inp, tok),
+            result=result,
+            outcome=Outcome(output=call.output, usage=call.usage)
+            if (call.usage or call.output is not None)
+            else None,
+        )
+
+    def _decisions(
+        self,
+        prep: _Prepared,
+        last: tuple[int, ...],
+        query_at: int | None,
+        has_system: bool,
+        instr: int,
+        tools_n: int,
+        overhead: int,
+        n_messages: int,
+        available: int,
+    ) -> tuple[list[Decision], list[PartitionUsage], list[str]]:
+        """``derive_result``'s decisions, partitions and must-keep ids, decisions in prompt
+        order. A conversation item's rank and budget follow from the items before it, so
+        its decision is made once and reused while the head (instructions, tools, what a
+        compaction replaced) stays the same; only the query's and the format's are new."""
+        call, items, tok = prep.call, prep.items, prep.tok
+        head: list[Decision] = []
+        left = available
+        if has_system:
+            left -= instr
+            head.append(_kept(INSTRUCTIONS_ID, "instructions", 0, instr, left))
+        if call.tools:
+            left -= tools_n
+            note = [f"{len(call.tools)} tool definitions, counted as compact JSON"]
+            head.append(_kept(TOOLS_ID, "tools", len(head), tools_n, left, note))
+        if prep.summarize and call.compaction is not None:
+            head.extend(_summarized(call.compaction, len(head), left, tok))
+        rank0 = len(head)
+        key = (rank0, left, tok)
+        conv = [it for it in items if it.kind != "system"]
+        for it in conv:
+            if it.key != key:
+                s, n = it.sums, it.tokens[tok]
+                rank = rank0 + s[S_ITEMS] - 1
+                it.decision = _kept(it.item_id, it.kind, rank, n, left - s[S_CONV], it.entry.notes)
+                it.key = key
+        out = head + [it.decision for it in conv if it.decision is not None]
+        must = [INSTRUCTIONS_ID] if has_system else []
+        if last[S_SYS_N]:
+            must += [it.item_id for it in conv if it.packet is not None and it.packet.must_keep]
+        must.append(TASK_ID)
+        q = 0
+        if query_at is not None:
+            it = items[query_at]
+            q, s = it.tokens[tok], it.sums
+            if it.task_key != key or it.task is None:
+                rank = rank0 + s[S_ITEMS] - 1
+                it.task = _kept(TASK_ID, "task", rank, q, left - s[S_CONV], it.entry.notes)
+                it.task_key = key
+            out[rank0 + s[S_ITEMS] - 1] = it.task
+        else:  # no user message: an empty task, as derive has one
+            out.append(_kept(TASK_ID, "task", len(out), 0, left - last[S_CONV]))
+        note = [
+            f"{FORMAT_TOKENS_PER_MESSAGE} tokens of chat format per message × "
+            f"{n_messages} + {FORMAT_TOKENS_REPLY} to prime the reply"
+        ]
+        end = left - last[S_CONV] - overhead
+        out.append(_kept(FORMAT_ID, "format", len(out), overhead, end, note))
+        one = 1 if query_at is not None else 0
+        usage = {
+            "system": (instr + last[S_SYS], int(has_system) + last[S_SYS_N]),
+            "tool definitions": (tools_n, 1 if call.tools else 0),
+            "history": (last[S_HIST_USED] - q, last[S_HIST_N] - one),
+            "tool results": (last[S_TOOL], last[S_TOOL_N]),
+            "current message": (q, 1),
+            "format overhead": (overhead, 1),
+        }
+        partitions = [
+            PartitionUsage(name=name, budget=None, used=usage[name][0], items=usage[name][1])
+            for name in IMPORT_PARTITIONS
+            if usage.get(name, (0, 0))[1]
+        ]
+        return out, partitions, must
+
+    def _metadata(
+        self, prep: _Prepared, window: int, source: str | None, used: int, tok: str
+    ) -> dict[str, Any]:
+        call = prep.call
+        counts = dict(zip(COUNTED, prep.source, strict=True))
+        counts["tools"] = len(call.tools)
+        imp: dict[str, Any] = {"format": self.fmt, "source": counts}
+        if prep.unknown_total:
+            imp["kept_as_text"] = prep.unknown
+            imp["kept_as_text_total"] = prep.unknown_total
+        if source is not None:
+            imp["window_source"] = source
+        elif call.window is None:
+            imp["window_known"] = False
+        reported = reported_prompt_tokens(call.usage)
+        if reported is not None:
+            imp["prompt_tokens"] = {
+                "reported": reported,
+                "counted": used,
+                "difference": used - reported,
+                "tokenizer": tok,
+            }
+        imp["recorded"] = list(call.recorded)
+        imp["reconstructed"] = list(call.reconstructed)
+        if call.skipped:
+            imp["skipped"] = list(call.skipped)
+        if call.compaction is not None:
+            imp["compaction"] = {
+                "at": call.compaction.label,
+                "summarized": len(call.compaction._items or []),
+                **call.compaction.info,
+            }
+        meta: dict[str, Any] = {"import": imp}
+        if call.model:
+            meta["model"] = call.model
+        meta.update(call.metadata)
+        return meta
+
+
+#: The running sums an item keeps (``_Item.sums``, up to and including it), by position.
+S_CONV, S_HIST_USED, S_TOOL, S_SYS, S_HIST_N, S_TOOL_N, S_SYS_N = 0, 1, 2, 3, 4, 5, 6
+S_MESSAGES, S_ITEMS, S_HIST, S_LAST_USER = 7, 8, 9, 10
+_NO_SUMS = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1)
+
+
+def _sums(items: list[_Item], tok: str, counter: TokenCounter) -> tuple[int, ...]:
+    """The running sums of the last item (tokens per partition, items, messages, the last
+    user message): an item's are made once, from the item before it, since the items before
+    an item never change (a different context is new items)."""
+    k = len(items)
+    while k > 0 and items[k - 1].sums_tok != tok:
+        k -= 1
+    prev = items[k - 1].sums if k else _NO_SUMS
+    for pos in range(k, len(items)):
+        it = items[pos]
+        n = it.tokens.get(tok)
+        if n is None:  # counted for another call's tokenizer only
+            n = it.tokens[tok] = counter.count(it.entry.content)
+        c, hu, tu, su, hn, tn, sn, msgs, ni, nh, lu = prev
+        if it.flat.role not in ("system", "developer"):
+            msgs += 1
+        if it.kind != "system":
+            c += n
+            ni += 1
+            if it.kind == "tool_result":
+                tu, tn = tu + n, tn + 1
+            elif it.kind == "policy":
+                su, sn = su + n, sn + 1
+            else:
+                hu, hn = hu + n, hn + 1
+        if it.entry.history is not None:
+            nh += 1
+            if it.entry.user:
+                lu = pos
+        prev = it.sums = (c, hu, tu, su, hn, tn, sn, msgs, ni, nh, lu)
+        it.sums_tok = tok
+    return prev
+
+
+def _kept(
+    pid: str, kind: str, rank: int, n: int, left: int, notes: list[str] | None = None
+) -> Decision:
+    return Decision(
+        packet_id=pid,
+        kind=kind,
+        status=Status.KEPT,
+        # what the source builder thought is unknown: it simply fit
+        reason=Reason.FITS,
+        reason_text=KEPT_TEXT,
+        partition=_partition(kind),
+        rank=rank,
+        tokens_before=n,
+        tokens_after=n,
+        budget_left=left,
+        notes=list(notes or []),
+    )
+
+
+def _block(it: _Item) -> str | None:
+    """An item's block of the rendered prompt (None for a system/developer message: those
+    are joined with their neighbours into one block)."""
+    if it.flat.role in ("system", "developer"):
+        return None
+    it.block = f"[{it.flat.role}]\n{it.flat.content}"
+    return it.block
+
+
+def _prompt(items: list[_Item], tools_json: str) -> str:
+    """``derive.render_prompt`` of the items' flat messages, with each message's block made
+    once (the calls of a session render the same messages again and again)."""
+    blocks = [it.block if it.block is not None else _block(it) for it in items]
+    if None in blocks:  # runs of system/developer messages make one block each
+        joined: list[str | None] = []
+        k = 0
+        while k < len(items):
+            if blocks[k] is not None:
+                joined.append(blocks[k])
+                k += 1
+                continue
+            j = k + 1
+            while j < len(items) and blocks[j] is None:
+                j += 1
+            run = [x.flat for x in items[k:j]]
+            label = "/".join(dict.fromkeys(m.role for m in run))
+            joined.append(f"[{label}]\n" + "\n\n".join(m.content for m in run))
+            k = j
+        blocks = joined
+    if tools_json:
+        blocks.insert(0, f"[tools]\n{tools_json}")
+    return "\n\n".join(b for b in blocks if b is not None)
+
+
+def _summarized(comp: Compaction, rank: int, left: int, tok: str) -> list[Decision]:
+    """The messages a compaction replaced: summarized, with no tokens left in the prompt."""
+    counter = get_counter(tok)
+    out: list[Decision] = []
+    for it in comp._items or []:
+        if tok not in it.tokens:
+            it.tokens[tok] = counter.count(it.entry.content)
+        out.append(
+            Decision(
+                packet_id=it.item_id,
+                kind=it.kind,
+                status=Status.SUMMARIZED,
+                reason=Reason.DEGRADED,
+                reason_text=f"replaced by the summary of {comp.label}: the model saw the "
+                "summary, not this message",
+                partition=_partition(it.kind),
+                rank=rank + len(out),
+                tokens_before=it.tokens[tok],
+                tokens_after=0,
+                budget_left=left,
+            )
+        )
+    return out
+
+
+__all__ = [
+    "BATCH_CHARS",
+    "Call",
+    "CallTraces",
+    "Compaction",
+    "KEPT_TEXT",
+    "Segment",
+    "prepare",
+]

@@ -1,0 +1,483 @@
+"""Claude Code session logs (``~/.claude/projects/<project>/<session>.jsonl``), one trace per call.
+
+Each line is an event: ``user`` and ``assistant`` lines carry ``message`` in the Anthropic
+Messages shape (read by ``ctxcore.formats.anthropic``'s block handling: tool_use, tool_result,
+thinking, images, anything unknown kept as text), chained by ``uuid``/``parentUuid``. A model
+call's context is the chain from the root to the line before its reply, so a rewind (two
+children of one line) gives the later calls the branch they really saw. One API response is
+written over several ``assistant`` lines sharing ``message.id``: they are one call (its
+usage is the last line's, whose ``output_tokens`` is final) and one assistant message.
+
+Sub-agents (the Task tool) write ``isSidechain`` lines: each sidechain is its own session,
+``<session>/<agent>`` (``agentId``, else the id of the Task call whose prompt started it),
+with the parent named in ``metadata.session_log.parent``. Compaction: a ``compact_boundary``
+system line starts a new chain (its ``logicalParentUuid`` is the last line before it) and the
+``isCompactSummary`` user line after it holds the summary; the calls after it see the summary
+instead of the older messages, which appear as ``summarized`` decisions. ``summary`` lines
+(session titles) are kept in ``metadata.session_log.titles``.
+
+The log does not record the system prompt, the tool definitions or ``max_tokens``: each trace
+says so (``metadata.import.reconstructed`` and a warning), and the provider's prompt count
+(``input_tokens`` + cache reads + cache writes) is kept beside ours.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats import anthropic
+from ctxcore.formats.accounting import Tally
+from ctxcore.formats.openai import NormMessage, usage_from_obj
+from ctxcore.formats.sessions.calls import Call, Compaction, Segment, prepare
+from ctxcore.formats.sessions.lines import LogLine, parse_time, unexpected
+
+FORMAT = "claude-code"
+BUILDER_NAME = "import/claude-code"
+LINE_TYPES = frozenset(
+    {"user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation"}
+)
+#: The tools that start a sub-agent (its prompt is the sidechain's first message).
+_AGENT_TOOLS = frozenset({"Task", "Agent"})
+RECONSTRUCTED = ["system prompt", "tool definitions", "max_tokens"]
+WARNING = (
+    "reconstructed from a Claude Code session log, which does not record the system prompt "
+    "or the tool definitions: this input lacks them, the provider's prompt count includes them"
+)
+
+
+def looks_like(obj: Any) -> bool:
+    """Whether one parsed line is a Claude Code session event."""
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    if not isinstance(kind, str) or kind not in LINE_TYPES:
+        return False
+    if obj.get("type") == "summary":
+        return "leafUuid" in obj
+    return "sessionId" in obj or ("uuid" in obj and "parentUuid" in obj)
+
+
+@dataclass(eq=False, slots=True)
+class _Node:
+    uuid: str
+    parent: _Node | None
+    line: int
+    kind: str
+    session: _Session
+    norm: list[NormMessage] | None = None
+    counts: dict[str, int] | None = None
+    unknown: list[str] | None = None
+    msg_id: str | None = None
+    compact: bool = False
+    logical_parent: str | None = None
+    summary: bool = False
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A call whose reply lines are still coming."""
+
+    msg_id: str
+    nodes: list[_Node]
+    context: list[Segment]
+    compaction: Compaction | None
+    created_at: datetime
+    obj: dict[str, Any]
+    fork: dict[str, Any] | None
+
+
+@dataclass(eq=False)
+class _Session:
+    id: str
+    parent: dict[str, Any] | None = None
+    turns: int = 0
+    pending: _Pending | None = None
+    last: _Node | None = None
+    path: list[_Node] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+    segs: list[Segment] = field(default_factory=list)
+    seg_end: list[int] = field(default_factory=list)
+    seg_cache: dict[tuple[str, str], Segment | None] = field(default_factory=dict)
+    compactions: dict[str, Compaction] = field(default_factory=dict)
+    #: what the session's lines after its latest call hold (messages, tool results)
+    since_call: dict[str, int] = field(default_factory=dict)
+
+
+class Reader:
+    """Reads a Claude Code log line by line and yields its calls as they complete."""
+
+    def __init__(self, name: str, default_session: str, default_now: datetime) -> None:
+        self.name = name
+        self.default_session = default_session
+        self.default_now = default_now
+        self.nodes: dict[str, _Node] = {}
+        self.sessions: dict[str, _Session] = {}
+        self.main: _Session | None = None
+        self.last_main: _Node | None = None
+        self.last_side: _Node | None = None
+        self.agents: dict[str, tuple[str, int]] = {}  # Task prompt -> (tool_use id, line)
+        self.titles: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.reported = 0  # errors already on a call
+        self.lines_by_type: dict[str, int] = {}
+        self.meta: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ lines
+
+    def calls(self, lines: Iterable[LogLine]) -> Iterator[Call]:
+        for ln in lines:
+            if ln.error is not None:
+                self.errors.append(ln.error)
+                continue
+            call = None
+            try:
+                call = self._line(ln.number, ln.value)
+            except ImportFormatError as exc:
+                self.errors.append(f"{self.name}:{ln.number}: {exc}")
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+                # a field of a type the reader did not expect: this line's error, one line
+                self.errors.append(f"{self.name}:{ln.number}: {unexpected(exc)}")
+            if call is not None:
+                yield call
+        for s in sorted(
+            (s for s in self.sessions.values() if s.pending is not None),
+            key=lambda s: s.pending.nodes[0].line if s.pending else 0,
+        ):
+            yield self._emit(s, last=True)
+
+    def _line(self, n: int, obj: Any) -> Call | None:
+        if not isinstance(obj, dict):
+            raise ImportFormatError(f"expected an event object, got {type(obj).__name__}")
+        kind = obj.get("type")
+        kind = kind if isinstance(kind, str) else "?"
+        self.lines_by_type[kind] = self.lines_by_type.get(kind, 0) + 1
+        if kind == "summary":
+            self.titles.append({"summary": obj.get("summary"), "leafUuid": obj.get("leafUuid")})
+            return None
+        uuid = obj.get("uuid")
+        if not isinstance(uuid, str) or not uuid:
+            return None  # a snapshot or queue event: not part of the conversation
+        if uuid in self.nodes:
+            raise ImportFormatError(f"uuid {uuid!r} repeats line {self.nodes[uuid].line}")
+        side = bool(obj.get("isSidechain"))
+        pid = obj.get("parentUuid")
+        parent = self.nodes.get(pid) if isinstance(pid, str) else None
+        if isinstance(pid, str) and parent is None:
+            parent = self.last_side if side else self.last_main
+            self.errors.append(
+                f"{self.name}:{n}: its parent line ({pid}) is not in the file (a line that "
+                "could not be read?); "
+                + (f"continued from line {parent.line}" if parent else "read as a new start")
+            )
+        session = parent.session if parent is not None else self._new_session(obj, side, n)
+        node = _Node(uuid, parent, n, kind, session)
+        message = obj.get("message")
+        if kind in ("user", "assistant"):
+            try:
+                if not isinstance(message, dict):
+                    raise ImportFormatError(f"a {kind} line needs a 'message' object")
+                self._normalize(node, message, n)
+                if kind == "user":  # what a later call will see (or none, at the end)
+                    for key in ("messages", "tool_results"):
+                        v = (node.counts or {}).get(key, 0)
+                        session.since_call[key] = session.since_call.get(key, 0) + v
+            except ImportFormatError as exc:
+                # the line stays in the chain (its children still find their parent), its
+                # message is left out and the error says why
+                self.errors.append(f"{self.name}:{n}: {exc}")
+                node.norm = node.msg_id = None
+            node.summary = bool(obj.get("isCompactSummary"))
+        elif kind == "system" and obj.get("subtype") == "compact_boundary":
+            node.compact = True
+            lp = obj.get("logicalParentUuid")
+            node.logical_parent = lp if isinstance(lp, str) else None
+            meta = obj.get("compactMetadata")
+            session.compactions[uuid] = self._compaction(
+                node, meta if isinstance(meta, dict) else {}
+            )
+        self.nodes[uuid] = node
+        session.last = node
+        if side:
+            self.last_side = node
+        else:
+            self.last_main = node
+        for key in ("cwd", "version", "gitBranch"):
+            if isinstance(obj.get(key), str) and obj[key]:
+                self.meta[key] = obj[key]
+        if kind != "assistant" or node.msg_id is None:
+            return None
+        if isinstance(message, dict) and message.get("model") == "<synthetic>":
+            return None  # a message Claude Code wrote itself (an API error), not a model call
+        pending = session.pending
+        if pending is not None and pending.msg_id == node.msg_id:
+            pending.nodes.append(node)
+            pending.obj = obj
+            return None
+        out = self._emit(session) if pending is not None else None
+        session.pending = self._start(session, node, obj)
+        return out
+
+    def _new_session(self, obj: dict[str, Any], side: bool, n: int) -> _Session:
+        if self.main is None:
+            sid = obj.get("sessionId")
+            self.main = _Session(sid if isinstance(sid, str) and sid else self.default_session)
+            self.sessions[self.main.id] = self.main
+        if not side:
+            return self.main
+        agent = obj.get("agentId")
+        parent: dict[str, Any] = {"session": self.main.id}
+        if not (isinstance(agent, str) and agent):
+            prompt = _prompt_text(obj.get("message"))
+            found = self.agents.pop(prompt, None) if prompt is not None else None
+            if found is not None:
+                agent = found[0]
+                parent.update(tool_use_id=found[0], line=found[1])
+            else:
+                agent = f"sidechain-{n}"
+        sid = f"{self.main.id}/{agent}"
+        if sid in self.sessions:
+            sid = f"{sid}-{n}"
+        s = self.sessions[sid] = _Session(sid, parent=parent)
+        return s
+
+    def _normalize(self, node: _Node, message: dict[str, Any], n: int) -> None:
+        tally = Tally(FORMAT)
+        node.norm = anthropic.normalize_message(message, n, tally, where=f"line {n}: message")
+        node.counts = dict(tally.counts)
+        node.unknown = list(tally.unknown)
+        if node.kind == "assistant":
+            mid = message.get("id")
+            node.msg_id = mid if isinstance(mid, str) and mid else f"line-{n}"
+            if node.session is self.main:
+                for m in node.norm:
+                    for c in m.tool_calls:
+                        if c.name in _AGENT_TOOLS and c.id:
+                            prompt = _json_field(c.arguments, "prompt")
+                            if prompt is not None:
+                                self.agents[prompt] = (c.id, n)
+
+    # ------------------------------------------------------------------ context
+
+    def _compaction(self, boundary: _Node, meta: dict[str, Any]) -> Compaction:
+        info: dict[str, Any] = {k: meta[k] for k in ("trigger", "preTokens") if k in meta}
+        desc = ", ".join(
+            [str(info["trigger"])] * ("trigger" in info)
+            + [f"{info['preTokens']:,} tokens before it"] * isinstance(info.get("preTokens"), int)
+        )
+        label = f"the compaction at line {boundary.line}" + (f" ({desc})" if desc else "")
+        last = self.nodes.get(boundary.logical_parent or "")
+        replaced: list[Segment] = []
+        if last is not None:
+            path: list[_Node] = []
+            node: _Node | None = last
+            while node is not None:
+                path.append(node)
+                node = node.parent
+            path.reverse()
+            replaced = self._segments(boundary.session, path, 0, [], [])
+        else:
+            info["replaced"] = "not in this file"
+        info["line"] = boundary.line
+        return Compaction(label=label, replaced=replaced, info=info)
+
+    def _path(self, s: _Session, node: _Node | None) -> tuple[int, list[_Node]]:
+        """Move the session's path to the chain ending at ``node``; returns how many of the
+        old path's nodes it kept, and the nodes it dropped (a rewind)."""
+        walked: list[_Node] = []
+        while node is not None and node.uuid not in s.index:
+            walked.append(node)
+            node = node.parent
+        keep = s.index[node.uuid] + 1 if node is not None else 0
+        dropped = s.path[keep:]
+        for d in dropped:
+            del s.index[d.uuid]
+        del s.path[keep:]
+        for w in reversed(walked):
+            s.index[w.uuid] = len(s.path)
+            s.path.append(w)
+        return keep, dropped
+
+    def _segments(
+        self, s: _Session, path: list[_Node], start: int, segs: list[Segment], ends: list[int]
+    ) -> list[Segment]:
+        """Group ``path[start:]`` into segments (one per message; consecutive lines of one
+        reply make one), appended to ``segs``/``ends``; a message that cannot be imported is
+        its line's error and is left out."""
+        found: list[tuple[Segment, int, list[_Node]]] = []  # segment, end in path, its lines
+        k = start
+        while k < len(path):
+            node = path[k]
+            j = k + 1
+            if node.kind == "assistant":
+                while (
+                    j < len(path) and path[j].kind == "assistant" and path[j].msg_id == node.msg_id
+                ):
+                    j += 1
+            if node.norm is not None:
+                seg = self._segment(s, path[k:j])
+                if seg is not None:
+                    found.append((seg, j, path[k:j]))
+            k = j
+        bad = {id(seg): exc for seg, exc in prepare([seg for seg, _, _ in found])}
+        for seg, end, nodes in found:
+            if id(seg) in bad:
+                self.errors.append(f"{self.name}:{nodes[0].line}: {bad[id(seg)]}")
+                s.seg_cache[(nodes[0].uuid, nodes[-1].uuid)] = None
+                continue
+            segs.append(seg)
+            ends.append(end)
+        return segs
+
+    def _segment(self, s: _Session, nodes: list[_Node]) -> Segment | None:
+        """The segment of these lines (made once; None if its messages cannot be imported)."""
+        key = (nodes[0].uuid, nodes[-1].uuid)
+        if key in s.seg_cache:
+            return s.seg_cache[key]
+        first = nodes[0]
+        counts: dict[str, int] = {}
+        unknown: list[str] = []
+        for node in nodes:
+            for c, v in (node.counts or {}).items():
+                counts[c] = counts.get(c, 0) + v
+            unknown.extend(node.unknown or [])
+        if len(nodes) > 1:
+            counts["messages"] = 1
+        where = f"line {first.line}" if len(nodes) == 1 else f"lines {first.line}-{nodes[-1].line}"
+        note = None
+        if first.summary:
+            note = f"the summary a compaction wrote ({where}); it replaced the older messages"
+        seg = Segment(label=where, norm=_merge(nodes), counts=counts, unknown=unknown, note=note)
+        s.seg_cache[key] = seg
+        return seg
+
+    def _start(self, s: _Session, node: _Node, obj: dict[str, Any]) -> _Pending:
+        s.since_call = {}
+        keep, dropped = self._path(s, node.parent)
+        # the segments of the kept path stay; a reply cut by the new path, or continued by
+        # it (a reply's lines on both sides of a tool result), is grouped again
+        while s.seg_end and (s.seg_end[-1] > keep or _continues(s.path, s.seg_end[-1])):
+            s.segs.pop()
+            s.seg_end.pop()
+        start = s.seg_end[-1] if s.seg_end else 0
+        self._segments(s, s.path, start, s.segs, s.seg_end)
+        fork = None
+        compaction = None
+        if s.path and s.path[0].compact:
+            compaction = s.compactions.get(s.path[0].uuid)
+        if dropped and not (compaction is not None and keep == 0):
+            fork = {
+                "from_line": s.path[keep - 1].line if keep else None,
+                "left_out_lines": [d.line for d in dropped][:50],
+            }
+        when = parse_time(obj.get("timestamp")) or self.default_now
+        return _Pending(node.msg_id or "", [node], list(s.segs), compaction, when, obj, fork)
+
+    def _emit(self, s: _Session, *, last: bool = False) -> Call:
+        """The pending call of ``s``; ``last``: the log ended, and what its lines after the
+        call held (results no later call saw) is said in the metadata."""
+        p = s.pending
+        assert p is not None
+        s.pending = None
+        message = p.obj.get("message") if isinstance(p.obj.get("message"), dict) else {}
+        assert isinstance(message, dict)
+        merged = _merge(p.nodes)[0]
+        lines = [merged.text] if merged.text else []
+        lines += [f"{c.name}({c.arguments})" for c in merged.tool_calls]
+        model = message.get("model")
+        log: dict[str, Any] = {
+            "file": self.name,
+            "line": p.nodes[0].line,
+            "lines": [n.line for n in p.nodes],
+            "message_id": p.msg_id,
+            **{k: v for k, v in self.meta.items()},
+        }
+        for key, out in (("requestId", "request_id"), ("stop_reason", "stop_reason")):
+            src = p.obj if key == "requestId" else message
+            if isinstance(src.get(key), str):
+                log[out] = src[key]
+        if merged.tool_calls:
+            log["tool_calls"] = [{"id": c.id, "name": c.name} for c in merged.tool_calls]
+        if s.parent is not None:
+            log["parent"] = s.parent
+        if p.fork is not None:
+            log["fork"] = p.fork
+        if self.titles:
+            log["titles"] = list(self.titles)
+        if last and any(s.since_call.values()):
+            log["after_last_call"] = dict(s.since_call)
+        call = Call(
+            session_id=s.id,
+            turn=s.turns,
+            key=p.msg_id,
+            context=p.context,
+            created_at=p.created_at,
+            model=model if isinstance(model, str) else None,
+            usage=usage_from_obj(message.get("usage")),
+            output="\n".join(lines) if lines else None,
+            compaction=p.compaction,
+            metadata={"session_log": log},
+            recorded=["messages", "usage", "model"],
+            reconstructed=list(RECONSTRUCTED),
+            warnings=[WARNING],
+            skipped=self.errors[self.reported :],
+        )
+        self.reported = len(self.errors)
+        s.turns += 1
+        return call
+
+
+def _continues(path: list[_Node], at: int) -> bool:
+    """Whether the reply ending at ``path[at - 1]`` goes on at ``path[at]``."""
+    if at <= 0 or at >= len(path):
+        return False
+    a, b = path[at - 1], path[at]
+    return a.kind == b.kind == "assistant" and a.msg_id == b.msg_id
+
+
+def _merge(nodes: list[_Node]) -> list[NormMessage]:
+    """The lines of one reply as one assistant message (a single line: its messages)."""
+    if len(nodes) == 1:
+        return list(nodes[0].norm or [])
+    first = nodes[0]
+    out = NormMessage(index=first.line, role="assistant", text="")
+    texts: list[str] = []
+    reasoning: list[str] = []
+    for node in nodes:
+        for m in node.norm or []:
+            if m.text:
+                texts.append(m.text)
+            if m.reasoning:
+                reasoning.append(m.reasoning)
+            out.tool_calls.extend(m.tool_calls)
+            out.media.extend(m.media)
+    out.text = "\n".join(texts)
+    out.reasoning = "\n".join(reasoning)
+    return [out]
+
+
+def _prompt_text(message: Any) -> str | None:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(b.get("text", ""))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+    return None
+
+
+def _json_field(arguments: str, key: str) -> str | None:
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return None
+    got = value.get(key) if isinstance(value, dict) else None
+    return got if isinstance(got, str) else None
+
+
+__all__ = ["BUILDER_NAME", "FORMAT", "Reader", "looks_like"]

@@ -1,0 +1,107 @@
+"""Reading a JSONL log as a stream: one parsed line at a time, a broken line is its own error.
+
+A session log can be hundreds of megabytes and a line can be cut (the agent was killed while
+writing) or corrupt. Lines are read from the file (gunzipped when it ends in ``.gz``) and
+parsed with msgspec, one by one, so memory holds one line at a time; a line that is not JSON
+becomes an error naming ``file:line`` and the reader goes on with the next one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ctxcore.errors import InputError
+
+#: How many bytes of a file ``first_values`` reads to tell its format.
+SNIFF_BYTES = 256 * 1024
+_decoder = msgspec.json.Decoder()
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One non-empty line: its parsed value, or why it could not be parsed."""
+
+    number: int
+    value: Any
+    error: str | None = None
+
+
+def _open(path: Path) -> io.BufferedIOBase:
+    try:
+        if path.suffix == ".gz":
+            return gzip.GzipFile(path, "rb")
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _parse(raw: bytes, where: str) -> LogLine | Any:
+    try:
+        return _decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        return LogLine(0, None, f"{where}: not a JSON line ({exc})")
+
+
+def read_lines(path: Path, name: str | None = None) -> Iterator[LogLine]:
+    """Every non-empty line of ``path``, parsed (``name`` labels errors; default the path)."""
+    label = name or str(path)
+    n = 0
+    with _open(path) as fh:
+        try:
+            for n, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                value = _parse(raw, f"{label}:{n}")
+                if isinstance(value, LogLine):
+                    yield LogLine(n, None, value.error)
+                else:
+                    yield LogLine(n, value)
+        except (OSError, EOFError) as exc:  # a cut or corrupt gzip stream
+            raise InputError(f"{label}: cannot read past line {n} ({exc})") from exc
+
+
+def first_values(path: Path, limit: int = 5) -> tuple[list[Any], int]:
+    """The first ``limit`` lines of a file that parse as JSON (to tell a log's format), and
+    how many non-empty lines the file's head has."""
+    out: list[Any] = []
+    try:
+        with _open(path) as fh:
+            head = fh.read(SNIFF_BYTES)
+    except (OSError, EOFError, InputError):
+        return out, 0
+    lines = [raw for raw in head.split(b"\n")[:50] if raw.strip()]
+    for raw in lines:
+        value = _parse(raw, "")
+        if not isinstance(value, LogLine):
+            out.append(value)
+            if len(out) >= limit:
+                break
+    return out, len(lines)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An ISO 8601 time (``2025-09-03T00:47:21.540Z``) as an aware datetime, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def unexpected(exc: Exception) -> str:
+    """An unexpected shape's exception, as the one line a record's error is."""
+    detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+    return f"not a record this reader can read ({type(exc).__name__}: {detail})"
+
+
+__all__ = ["LogLine", "first_values", "parse_time", "read_lines", "unexpected"]

@@ -1,0 +1,531 @@
+"""Session logs, one trace per model call: Claude Code, Codex CLI, OpenHands, on real samples.
+
+The samples in ``tests/fixtures/imports/{claude-code,codex,openhands}`` come from public
+repositories (``SOURCES.md``); ``EXPECTED.json`` holds their hand counts (model calls, usage,
+tool calls and results). For each log: one trace per model call, turns in order per session,
+each call's usage equal to the log's (read here from the file, independently of the importer),
+the tool calls and results equal to the hand counts, and nothing lost (the counts the import
+prints for each call's context are the counts read back from its trace). Then: sub-agents as
+their own sessions, compactions seen on the Timeline, broken lines reported with the rest
+imported, and each call's trace equal to what the request importers' path
+(``captured_input_from_norm`` + ``make_trace``) derives for the same context.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxcore.cli import main
+from ctxcore.diagnostics import INGEST_OPTIONS, DiagnosticsOptions, diagnose, diagnose_session
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats import sessions
+from ctxcore.formats.accounting import describe, imported_counts
+from ctxcore.formats.derive import make_trace
+from ctxcore.formats.load import detect_format, load_file, traces_from_value
+from ctxcore.formats.openai import captured_input_from_norm
+from ctxcore.formats.sessions import claude_code, codex, openhands, trajectories
+from ctxcore.formats.sessions.calls import Call, CallTraces
+from ctxcore.formats.sessions.lines import read_lines
+from ctxcore.models import Status, Trace
+from ctxcore.tokens import get_counter
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+TRAJECTORIES = [
+    "a01_sweagent_marshmallow-1867_function-calling.traj.json",
+    "a03_mini-swe-agent_github_issue.traj.json",
+    "b03_sweagent_pydicom-1458.traj.json",
+]
+EXPECTED: dict[str, dict[str, Any]] = json.loads((FIXTURES / "EXPECTED.json").read_text())["files"]
+LOGS = sorted(n for n in EXPECTED if n.split("/")[0] in ("claude-code", "codex", "openhands"))
+NOW = datetime(2025, 6, 1, tzinfo=UTC)
+LOSS_ONLY = DiagnosticsOptions(enabled=frozenset({"import_loss"}), rerun=False)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def _flat(usage: dict[str, Any]) -> dict[str, int]:
+    """A usage object as ``usage_from_obj`` flattens it (nested counters as ``a.b``)."""
+    out: dict[str, int] = {}
+    for k, v in usage.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[k] = v
+        elif isinstance(v, dict):
+            out.update({f"{k}.{s}": x for s, x in v.items() if isinstance(x, int)})
+    return out
+
+
+def _claude_usages(path: Path) -> dict[str, dict[str, int]]:
+    """message.id -> the usage on its last line (output_tokens grows line by line)."""
+    out: dict[str, dict[str, int]] = {}
+    for obj in _lines(path):
+        msg = obj.get("message")
+        if obj.get("type") == "assistant" and isinstance(msg, dict):
+            out[msg["id"]] = _flat(msg.get("usage") or {})
+    return out
+
+
+def _codex_usages(path: Path) -> list[dict[str, int]]:
+    """Each call's ``last_token_usage``: after each turn_context, the first token_count whose
+    cumulative total is new (the one right after the turn_context repeats the last call)."""
+    out: list[dict[str, int]] = []
+    total: Any = None
+    waiting = answered = False
+    for obj in _lines(path):
+        p = obj["payload"]
+        if obj["type"] == "turn_context":
+            waiting, answered = True, False
+        elif obj["type"] == "response_item" and (
+            p.get("type") in ("reasoning", "function_call", "custom_tool_call")
+            or p.get("role") == "assistant"
+        ):
+            answered = True
+        elif obj["type"] == "event_msg" and p.get("type") == "token_count" and p.get("info"):
+            new = p["info"]["total_token_usage"] != total
+            total = p["info"]["total_token_usage"]
+            if new and waiting and answered:
+                out.append(_flat(p["info"]["last_token_usage"]))
+                waiting = False
+    return out
+
+
+def _sum(traces: list[Trace], key: str) -> int:
+    return sum(int((t.outcome.usage if t.outcome else {}).get(key, 0)) for t in traces)
+
+
+def _check_sums(trace: Trace) -> None:
+    """Decisions counted with the real tokenizer add up to the totals and the partitions."""
+    assert trace.result is not None
+    counter = get_counter(trace.result.totals.tokenizer)
+    decisions = {d.packet_id: d for d in trace.result.decisions}
+    assert len(decisions) == len(trace.result.decisions)
+    assert sum(d.tokens_after for d in decisions.values()) == trace.result.totals.used
+    assert sum(p.used for p in trace.result.partitions) == trace.result.totals.used
+    for p in trace.input.packets:
+        assert decisions[p.id].tokens_before == counter.count(p.content)
+    for m in trace.input.history:
+        assert decisions[m.id or ""].tokens_before == counter.count(m.content)
+    assert decisions["builder:task"].tokens_before == counter.count(trace.input.query)
+    assert [d.rank for d in trace.result.decisions] == list(range(len(decisions)))
+
+
+# --------------------------------------------------------------------------- every log
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_one_trace_per_model_call_in_order_nothing_lost(name: str) -> None:
+    path = FIXTURES / name
+    exp = EXPECTED[name]
+    traces = load_file(path)
+    assert len(traces) == exp["model_calls"]
+    turns: dict[str, list[int]] = {}
+    for t in traces:
+        turns.setdefault(t.session_id, []).append(t.turn)
+    assert all(ts == list(range(len(ts))) for ts in turns.values())
+    assert len(turns) == 1 + exp.get("subagent_runs", 0)
+    for t in traces:
+        meta = t.metadata["import"]
+        assert meta["format"] == exp["format"]
+        assert meta["source"] == imported_counts(t)
+        assert "kept_as_text" not in meta and "skipped" not in meta
+        assert meta["reconstructed"]  # every log here lacks something: it says what
+        assert any("reconstructed from" in w for w in t.result.warnings)  # type: ignore[union-attr]
+        assert t.builder.name == f"import/{exp['format']}"
+        _check_sums(t)
+        assert not diagnose(t, options=LOSS_ONLY)
+    # re-importing gives the same ids (a no-op in the store)
+    assert [t.trace_id for t in load_file(path)] == [t.trace_id for t in traces]
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_tool_calls_and_results_match_the_hand_counts(name: str) -> None:
+    exp = EXPECTED[name]
+    traces = load_file(FIXTURES / name)
+    calls = [c for t in traces for c in t.metadata["session_log"].get("tool_calls", [])]
+    assert len(calls) == exp["tool_calls"]
+    if "tool_calls_by_name" in exp:
+        assert Counter(c["name"] for c in calls) == exp["tool_calls_by_name"]
+    results = {p.id for t in traces for p in t.input.packets if p.kind == "tool_result"}
+    # a result a compaction replaced before any call saw it is among its summarized items
+    results |= {
+        d.packet_id
+        for t in traces
+        for d in t.result.decisions  # type: ignore[union-attr]
+        if d.kind == "tool_result" and d.status == Status.SUMMARIZED
+    }
+    # a result after the last call reached no call's context: the last trace counts it
+    after = sum(
+        t.metadata["session_log"].get("after_last_call", {}).get("tool_results", 0) for t in traces
+    )
+    assert len(results) + after == exp["tool_results"]
+    # every result answers a call the log made
+    assert results <= {f"tool:{c['id']}" for c in calls}
+
+
+@pytest.mark.parametrize("name", [n for n in LOGS if n.startswith("claude-code/")])
+def test_claude_code_usage_is_each_replys_last_line(name: str) -> None:
+    path = FIXTURES / name
+    exp = EXPECTED[name]
+    traces = load_file(path)
+    usages = _claude_usages(path)
+    assert [t.metadata["session_log"]["message_id"] for t in traces] == [
+        k for k in usages if k in {t.metadata["session_log"]["message_id"] for t in traces}
+    ] or len(usages) == len(traces)
+    for t in traces:
+        assert t.outcome is not None
+        assert t.outcome.usage == usages[t.metadata["session_log"]["message_id"]]
+    for key, ours in (
+        ("input_tokens", "input_tokens"),
+        ("output_tokens", "output_tokens"),
+        ("cache_read_tokens", "cache_read_input_tokens"),
+        ("cache_creation_tokens", "cache_creation_input_tokens"),
+    ):
+        if key in exp["usage"]:
+            assert _sum(traces, ours) == exp["usage"][key], key
+    # the provider's whole prompt (input + cache reads + writes) is kept beside our count
+    first = traces[0].metadata["import"]["prompt_tokens"]
+    u = traces[0].outcome.usage  # type: ignore[union-attr]
+    assert first["reported"] == u["input_tokens"] + u.get("cache_read_input_tokens", 0) + u.get(
+        "cache_creation_input_tokens", 0
+    )
+
+
+@pytest.mark.parametrize("name", [n for n in LOGS if n.startswith("codex/")])
+def test_codex_usage_is_each_calls_own_not_the_repeats(name: str) -> None:
+    path = FIXTURES / name
+    exp = EXPECTED[name]
+    traces = load_file(path)
+    assert [t.outcome.usage if t.outcome else {} for t in traces] == _codex_usages(path)
+    usage = exp.get("usage_in_window") or exp["usage"]
+    assert _sum(traces, "input_tokens") == usage["input_tokens"]
+    assert _sum(traces, "output_tokens") == usage["output_tokens"]
+    assert _sum(traces, "cached_input_tokens") == usage["cache_read_tokens"]
+    assert _sum(traces, "reasoning_output_tokens") == usage["reasoning_tokens"]
+    # the base instructions are recorded: the system prompt is there, the tools are not
+    for t in traces:
+        assert t.input.system_instructions.startswith("[REDACTED_TEXT len=13131")
+        assert t.metadata["import"]["reconstructed"] == ["tool definitions"]
+        assert t.input.window == 258_400
+
+
+@pytest.mark.parametrize("name", [n for n in LOGS if n.startswith("openhands/")])
+def test_openhands_usage_per_distinct_response(name: str) -> None:
+    exp = EXPECTED[name]
+    traces = load_file(FIXTURES / name)
+    assert len([t for t in traces if t.outcome and t.outcome.usage]) == exp.get(
+        "model_calls_with_recorded_response", exp["model_calls"]
+    )
+    assert _sum(traces, "prompt_tokens") == exp["usage"]["input_tokens"]
+    assert _sum(traces, "completion_tokens") == exp["usage"]["output_tokens"]
+    if "cache_creation_tokens" in exp["usage"]:
+        assert _sum(traces, "cache_read_input_tokens") == exp["usage"]["cache_read_tokens"]
+        assert _sum(traces, "cache_creation_input_tokens") == exp["usage"]["cache_creation_tokens"]
+    # each call's context is what came before it: the last one holds every earlier result
+    last = traces[-1]
+    assert len(last.input.packets) == exp["tool_results"]
+
+
+def test_session_logs_are_detected_and_their_formats_named() -> None:
+    for name in LOGS:
+        path = FIXTURES / name
+        fmt = EXPECTED[name]["format"]
+        if name.endswith(".jsonl"):
+            assert sessions.sniff(path) == fmt
+            assert detect_format(_lines(path)) == fmt  # a log's events as one JSON list
+        else:
+            assert detect_format(json.loads(path.read_text())) == fmt
+
+
+# --------------------------------------------------------------------------- sub-agents
+
+
+def test_claude_code_sidechains_are_their_own_sessions_linked_to_the_task_call() -> None:
+    name = "claude-code/ccviewer-task-sidechain-session.jsonl"
+    exp = EXPECTED[name]
+    traces = load_file(FIXTURES / name)
+    main_id = _lines(FIXTURES / name)[0]["sessionId"]
+    main_traces = [t for t in traces if t.session_id == main_id]
+    side = [t for t in traces if t.session_id != main_id]
+    assert len(main_traces) == exp["model_calls_main"]
+    assert len(side) == exp["model_calls_sidechain"]
+    tasks = {
+        c["id"]: t.metadata["session_log"]["line"]
+        for t in main_traces
+        for c in t.metadata["session_log"].get("tool_calls", [])
+        if c["name"] == "Task"
+    }
+    assert len(tasks) == exp["task_tool_calls"]
+    agents = {t.session_id for t in side}
+    assert len(agents) == exp["subagent_runs"]
+    for t in side:
+        parent = t.metadata["session_log"]["parent"]
+        assert parent["session"] == main_id
+        assert t.session_id == f"{main_id}/{parent['tool_use_id']}"
+        assert parent["tool_use_id"] in tasks
+    # the first Task call failed validation: no sidechain answers it
+    assert "toolu_018t5jce2ZNoGr2ADsHGQife" not in {
+        t.metadata["session_log"]["parent"]["tool_use_id"] for t in side
+    }
+    for part, group in (("usage_main", main_traces), ("usage_sidechain", side)):
+        assert _sum(group, "output_tokens") == exp[part]["output_tokens"]
+        assert _sum(group, "cache_read_input_tokens") == exp[part]["cache_read_tokens"]
+    # a sub-agent starts from its prompt, not from the main conversation
+    first = min(side, key=lambda t: t.turn)
+    assert first.input.history == [] and first.input.query.startswith(("Examine", "Analyze"))
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+def test_claude_code_compaction_is_summarized_and_a_rewind_left_out() -> None:
+    path = FIXTURES / "claude-code/claude-code-log-compact-after-rewind.jsonl"
+    traces = load_file(path)
+    assert [t.input.query for t in traces] == [
+        "Start",
+        "First attempt",
+        "Second attempt",
+        "Keep going",
+        "After compaction",
+    ]
+    # the rewind: the call after it sees the branch it continues, not the abandoned one
+    assert [m.content for m in traces[2].input.history] == ["Start", "Ready"]
+    assert traces[2].metadata["session_log"]["fork"] == {"from_line": 2, "left_out_lines": [3]}
+    after = traces[4]
+    assert [m.content for m in after.input.history] == [
+        "This session is being continued from a previous conversation that ran out of "
+        "context. Summary: the user asked for a plan."
+    ]
+    summarized = [d for d in after.result.decisions if d.status == Status.SUMMARIZED]  # type: ignore[union-attr]
+    # the active path before the compaction (lines 1, 2, 5-8), not the abandoned branch
+    assert [d.packet_id for d in summarized] == [f"msg-{n}" for n in (1, 2, 5, 6, 7, 8)]
+    assert all(d.reason.value == "DEGRADED" and d.tokens_after == 0 for d in summarized)
+    assert all("compaction at line 9 (auto, 150,000 tokens" in d.reason_text for d in summarized)
+    assert after.metadata["import"]["compaction"]["preTokens"] == 150_000
+    summary = next(d for d in after.result.decisions if d.packet_id == "msg-10")  # type: ignore[union-attr]
+    assert summary.status == Status.KEPT and "summary a compaction wrote" in summary.notes[0]
+    # the Timeline's "lost at turn": every summarized message, at the compaction's turn
+    diag = diagnose_session(traces, options=INGEST_OPTIONS)
+    lost = {x.item: x for x in diag.lost}
+    seen = {m.id for t in traces[:4] for m in t.input.history}  # the query is builder:task
+    assert seen & {d.packet_id for d in summarized} == {"msg-1", "msg-2", "msg-5", "msg-6"}
+    for pid in seen & {d.packet_id for d in summarized}:
+        assert lost[pid].status == "summarized" and lost[pid].lost_turn == 4
+
+
+def test_claude_code_compaction_on_the_timeline(tmp_path: Path) -> None:
+    from ctxcore.store import TraceStore
+
+    traces = load_file(FIXTURES / "claude-code/claude-code-log-compact-after-rewind.jsonl")
+    with TraceStore(tmp_path / "s.duckdb") as store:
+        store.add_traces(traces)
+        rows = store.session_statuses("s1")
+    by_packet: dict[str, dict[int, str]] = {}
+    for r in rows:
+        by_packet.setdefault(r["packet_id"], {})[r["turn"]] = r["status"]
+    # one message, one row: kept while it was in the context, summarized at the compaction
+    assert by_packet["msg-2"] == {1: "kept", 2: "kept", 3: "kept", 4: "summarized"}
+    assert by_packet["msg-10"] == {4: "kept"}
+
+
+def test_codex_compaction_replaces_the_history() -> None:
+    name = "codex/localpush-rollout-compaction-turn.subset.jsonl"
+    exp = EXPECTED[name]["compaction"]
+    traces = load_file(FIXTURES / name)
+    with_summary = [t for t in traces if t.result and t.result.report.summarized]
+    assert len(with_summary) == 1  # the first call after it shows what it replaced
+    first = with_summary[0]
+    before = traces[first.turn - 1]
+    replaced = {d.packet_id for d in first.result.decisions if d.status == Status.SUMMARIZED}  # type: ignore[union-attr]
+    kept_before = {
+        d.packet_id
+        for d in before.result.decisions  # type: ignore[union-attr]
+        if d.kind in ("history", "tool_result")
+    }
+    assert kept_before <= replaced
+    assert (
+        first.metadata["import"]["compaction"]["replacement_items"]
+        == (exp["replacement_history_items"])
+    )
+    # after it, the context is the replacement history (its messages, ids msg-<line>-<k>)
+    ids = [m.id for m in first.input.history]
+    assert ids and all(i.startswith("msg-58-") for i in ids)
+    later = traces[-1]
+    assert later.metadata["import"]["compaction"]["line"] == 58
+    assert not later.result.report.summarized  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- broken input
+
+
+def test_a_broken_line_is_reported_and_the_rest_imported(tmp_path: Path) -> None:
+    src = FIXTURES / "claude-code/ccviewer-init-session.jsonl"
+    lines = src.read_text(encoding="utf-8").splitlines()
+    lines[10] = lines[10][: len(lines[10]) // 2]  # line 11 (a tool result) cut in the middle
+    path = tmp_path / "broken.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    traces = load_file(path)
+    assert len(traces) == EXPECTED["claude-code/ccviewer-init-session.jsonl"]["model_calls"]
+    skipped = [s for t in traces for s in t.metadata["import"].get("skipped", [])]
+    assert skipped[0].startswith(f"{path}:11: not a JSON line")
+    # line 12 lost its parent: it goes on from the line before, and says so
+    assert any(s.startswith(f"{path}:12: its parent line") for s in skipped)
+    assert len(skipped) == 2  # each reported once
+    carrier = next(t for t in traces if t.metadata["import"].get("skipped"))
+    assert any("could not be read" in w for w in carrier.result.warnings)  # type: ignore[union-attr]
+    # the calls after it still see everything else
+    whole = load_file(src)
+    lost = {p.id for p in whole[-1].input.packets} - {p.id for p in traces[-1].input.packets}
+    assert lost == {"tool:toolu_01MEJ7TRMeoTyDi6EZLHM2zY"}
+    assert any("not imported: " in line and ":11:" in line for line in describe(traces))
+
+
+def test_a_broken_record_of_each_format(tmp_path: Path) -> None:
+    # codex: an event with a wrong payload type in the middle
+    rows = _lines(FIXTURES / "codex/localpush-rollout-2034.jsonl")
+    rows[25]["payload"] = ["not", "an", "object"]  # line 26: a function_call
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    traces = load_file(path)
+    assert len(traces) == 6
+    skipped = [s for t in traces for s in t.metadata["import"].get("skipped", [])]
+    assert skipped == [f"{path}:26: not a rollout event ({{type, payload}})"]
+    # openhands: one event of the list that is not an event
+    events = json.loads((FIXTURES / "openhands/runtime-traj-wrong-initial-state.json").read_text())
+    events[2]["tool_call_metadata"] = {"tool_call_id": 7, "model_response": "x"}
+    events[4] = [events[4]]
+    out = traces_from_value(events, "openhands", where="traj.json")
+    assert len(out) == 4
+    skipped = [s for t in out for s in t.metadata["import"].get("skipped", [])]
+    assert skipped == ["traj.json: events[4]: an event is an object, got list"]
+
+
+def test_a_log_with_nothing_readable_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "empty-log.jsonl"
+    path.write_text('{"type":"summary","summary":"t","leafUuid":"x"}\n{"type":"user"' + "\n")
+    with pytest.raises(ImportFormatError, match="a claude-code log with no call") as err:
+        load_file(path)
+    assert "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- same path
+
+
+def _calls(name: str) -> list[Call]:
+    path = FIXTURES / name
+    if name.startswith("claude-code/"):
+        return list(claude_code.Reader(str(path), "s", NOW).calls(read_lines(path)))
+    if name.startswith("codex/"):
+        return list(codex.Reader(str(path), "s", NOW).calls(read_lines(path)))
+    if name.startswith("openhands/"):
+        return openhands.calls(json.loads(path.read_text()), name, "s", NOW)
+    data = json.loads((CORPUS / name).read_text())
+    kind = trajectories.detect(data)
+    assert kind is not None
+    return trajectories.calls(data, kind, name, "s", NOW)
+
+
+@pytest.mark.parametrize("name", LOGS + TRAJECTORIES)
+def test_each_call_is_what_the_request_importers_path_gives(name: str) -> None:
+    """The context of a call, all its normalised messages through captured_input_from_norm
+    and make_trace at once, gives the same input, prompt, totals, partitions and items as
+    the session import, which builds each message once and shares it between calls."""
+    calls = _calls(name)
+    traces = list(CallTraces(fmt="x", builder="import/x").traces(calls))
+    assert len(traces) == len(calls)
+    for call, t in zip(calls, traces, strict=True):
+        assert t.result is not None
+        norm = [copy.deepcopy(m) for seg in call.context for m in seg.norm]
+        seen: set[int] = set()
+        for m in norm:  # captured_input_from_norm finds the query by index: one per message
+            if m.role == "user" and m.index in seen:
+                m.id, m.index = m.id or f"msg-{m.index}", 10**9 + len(seen)
+            seen.add(m.index)
+        inp, flat = captured_input_from_norm(
+            norm,
+            tools=call.tools,
+            now=t.input.now,
+            window=t.input.window,
+            output_reserve=t.input.output_reserve,
+        )
+        assert inp == t.input
+        assert flat == t.result.messages
+        ref = make_trace(
+            inp,
+            flat,
+            builder="import/x",
+            model=call.model,
+            trace_id=t.trace_id,
+            session_id=t.session_id,
+            turn=t.turn,
+            created_at=t.created_at,
+            usage=call.usage,
+            output=call.output,
+        )
+        assert ref.result is not None
+        assert ref.result.prompt == t.result.prompt
+        assert ref.result.totals == t.result.totals
+        assert ref.result.partitions == t.result.partitions
+        assert ref.config == t.config
+        assert set(ref.result.warnings) <= set(t.result.warnings)
+
+        def items(decisions: Any) -> Counter[tuple[Any, ...]]:
+            return Counter(
+                (d.kind, d.partition, d.tokens_before, d.tokens_after, d.status, d.reason_text)
+                for d in decisions
+                if d.status == Status.KEPT
+            )
+
+        assert items(ref.result.decisions) == items(t.result.decisions)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_cli_imports_a_session_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    name = "claude-code/ccviewer-task-sidechain-session.jsonl"
+    out = tmp_path / "out.jsonl"
+    assert main(["import", str(FIXTURES / name), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"{EXPECTED[name]['model_calls']} trace(s)" in printed
+    assert "turn 0 (claude-code)" in printed
+    again = load_file(out, "trace")
+    assert len(again) == EXPECTED[name]["model_calls"]
+    assert main(["import", str(FIXTURES / name), "--format", "claude-code", "-o", str(out)]) == 0
+
+
+def test_window_and_model_given_for_what_the_log_does_not_say() -> None:
+    path = FIXTURES / "claude-code/claude-code-log-compact-after-rewind.jsonl"
+    traces = sessions.iter_file(path, "claude-code", window=50_000).collect()
+    assert {t.result.totals.window for t in traces} == {50_000}  # type: ignore[union-attr]
+    assert {t.metadata["import"]["window_source"] for t in traces} == {"--window"}
+    # still the session's own decisions: the compaction's summarized messages are there
+    assert traces[-1].result.report.summarized  # type: ignore[union-attr]
+    gpt = sessions.iter_file(path, "claude-code", model="gpt-4o").collect()
+    assert {t.result.totals.window for t in gpt} == {128_000}  # type: ignore[union-attr]
+    assert {t.result.totals.tokenizer for t in gpt} == {"o200k_base"}  # type: ignore[union-attr]
+
+
+def test_a_message_too_large_to_import_is_its_lines_error(tmp_path: Path) -> None:
+    from ctxcore.models import MAX_CONTENT_CHARS
+
+    rows = _lines(FIXTURES / "claude-code/ccviewer-init-session.jsonl")
+    rows[10]["message"]["content"][0]["content"] = "x" * (MAX_CONTENT_CHARS + 1)  # line 11
+    path = tmp_path / "huge.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    traces = load_file(path)
+    assert len(traces) == 7
+    [skipped] = [s for t in traces for s in t.metadata["import"].get("skipped", [])]
+    assert skipped.startswith(f"{path}:11: ") and "10,485,76" in skipped
+    # the other results of that call are there, that one is not
+    ids = {p.id for p in traces[-1].input.packets}
+    assert "tool:toolu_01MEJ7TRMeoTyDi6EZLHM2zY" not in ids
+    assert "tool:toolu_0164LbCjQenEQzr3pHHs81PK" in ids
