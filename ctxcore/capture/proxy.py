@@ -1,0 +1,536 @@
+"""``ctxscope proxy``: a reverse proxy for the model APIs that records every call as a trace.
+
+An agent (Claude Code, Codex, aider, an SDK script) is pointed at the proxy by its base URL
+and changes nothing else. The proxy forwards each request to the real API and each answer
+back, and for every call to ``/v1/chat/completions``, ``/v1/responses`` (OpenAI) or
+``/v1/messages`` (Anthropic) it spools the request and the reply, from which a converter
+process writes one trace line into the watched folder (``capture.spool``, ``capture.calls``).
+
+What the proxy promises the agent (docs/design.md, "Capture, import, export, redaction"):
+
+- **Nothing changes on the way.** The request body goes upstream byte for byte with the
+  client's headers (only ``Host`` names the upstream, and hop-by-hop headers such as
+  ``Connection`` stay on their hop); the status, headers and body come back as the upstream
+  sent them, still compressed if they were. Every other path (``/v1/models``,
+  ``/v1/messages/count_tokens``, …) is passed through the same way and not recorded.
+- **Nothing waits.** Reply bytes are handed to the client as they arrive, a server-sent
+  event stream included; the copy for the trace is taken on the side and written by another
+  thread, and the trace is built by another process.
+- **Failures stay what they were.** A 4xx/5xx goes back as it came. A timeout or a failed
+  connection before any reply becomes a 504 or 502 that says it is the proxy's; a reset or a
+  stall mid-reply cuts the client's connection (as the upstream cut ours), so a truncated
+  stream never looks complete. A client that hangs up has its upstream request cancelled.
+  Each of these is the trace's outcome.
+- **No credential is written.** Headers never reach the spool, a trace or a log; traces are
+  redacted as exports are (``ctxcore.formats.redact``).
+
+Routing: a path ``/<source>/v1/...`` tags the calls with ``source:<source>`` (e.g.
+``http://127.0.0.1:4040/claude``) and is forwarded as ``/v1/...``. Paths under
+``/v1/messages`` and requests with an ``anthropic-version`` header go to the Anthropic
+upstream, everything else to the OpenAI one.
+
+The server side is uvicorn (the ASGI server Streamlit already brings) running this module's
+plain ASGI callable; the upstream side is an aiohttp client session (keep-alive connections,
+no decompression, no headers of its own): its C-accelerated HTTP parsing costs the proxy
+less than half the CPU per call that httpx/httpcore did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import multiprocessing
+import os
+import re
+import socket
+import ssl
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import certifi
+import uvicorn
+from yarl import URL
+
+from ctxcore import settings
+from ctxcore.capture.calls import CLIENT_GONE, CallRecord
+from ctxcore.capture.spool import SpoolWriter, converter_main, spool_dir
+from ctxcore.errors import InputError
+
+log = logging.getLogger("ctxscope.proxy")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: ``GET`` here answers who is listening (``ctxscope run`` looks before it starts a proxy).
+SERVICE_PATH = b"/__ctxscope__/proxy"
+SERVICE_NAME = "ctxscope-proxy"
+#: Headers that belong to one hop of the connection, not to the message (RFC 9110, 7.6.1),
+#: and ``host``, which names the upstream instead.
+_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        # 100-continue is answered by this hop (uvicorn); the upstream gets the whole body
+        b"expect",
+    }
+)
+_SOURCE = re.compile(rb"^/([A-Za-z0-9][A-Za-z0-9._-]{0,63})(/v1(?:/.*)?)$")
+#: The calls that become traces: (path, upstream) -> API.
+CAPTURED: dict[bytes, str] = {
+    b"/v1/chat/completions": "openai.chat",
+    b"/v1/responses": "openai.responses",
+    b"/v1/messages": "anthropic.messages",
+}
+#: Headers aiohttp would add by itself; a proxy sends only the client's.
+_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+#: The largest reply copied for a trace; past it the trace keeps the beginning.
+MAX_CAPTURE_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where one API's calls go: scheme, host, port and a base path put before ``/v1``."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int | None
+    base: bytes
+
+    @property
+    def origin(self) -> str:
+        port = f":{self.port}" if self.port else ""
+        return f"{self.scheme}://{self.host}{port}"
+
+    @classmethod
+    def parse(cls, url: str) -> Upstream:
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InputError(f"upstream {url!r}: expected http(s)://host[:port][/path]")
+        # the SDKs' base URLs end in /v1; the request path brings its own
+        base = parts.path.rstrip("/").removesuffix("/v1").encode()
+        return cls(
+            url=url,
+            scheme=parts.scheme,
+            host=parts.hostname,
+            port=parts.port,
+            base=base,
+        )
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """What ``ctxscope proxy`` was asked for."""
+
+    port: int = settings.DEFAULT_PROXY_PORT
+    traces_dir: Path = field(default_factory=settings.traces_dir)
+    upstream_openai: str = settings.DEFAULT_UPSTREAM_OPENAI
+    upstream_anthropic: str = settings.DEFAULT_UPSTREAM_ANTHROPIC
+    #: seconds without a byte from the upstream before the call counts as stalled
+    read_timeout: float = 600.0
+    connect_timeout: float = 10.0
+
+
+@dataclass
+class Route:
+    upstream: Upstream
+    path: bytes
+    api: str | None
+    source: str
+
+
+def route(raw_path: bytes, headers: list[tuple[bytes, bytes]], ups: dict[str, Upstream]) -> Route:
+    """Which upstream a request goes to, its path there, and whether it is recorded."""
+    source = ""
+    path = raw_path
+    m = _SOURCE.match(raw_path)
+    if m is not None:
+        source, path = m.group(1).decode(), m.group(2)
+    anthropic = path.startswith((b"/v1/messages", b"/v1/complete"))
+    if not anthropic:
+        anthropic = any(k == b"anthropic-version" for k, _ in headers)
+    upstream = ups["anthropic" if anthropic else "openai"]
+    api = CAPTURED.get(path)
+    if api is not None and api.startswith("anthropic") != anthropic:
+        api = None
+    return Route(upstream, path, api, source)
+
+
+class _Broken(Exception):
+    """The upstream broke off mid-reply: the client's connection is cut the same way."""
+
+
+@dataclass
+class _Call:
+    started: float
+    status: int | None = None
+    first_byte: float | None = None
+    content_type: str = ""
+    content_encoding: str = ""
+    request_id: str = ""
+    chunks: list[bytes] = field(default_factory=list)
+    kept: int = 0
+    sent: int = 0
+    truncated: bool = False
+    error: str | None = None
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
+    for k, v in headers:
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return ""
+
+
+def _error_body(kind: str, message: str) -> bytes:
+    return json.dumps({"error": {"type": kind, "message": message}}).encode()
+
+
+class ProxyApp:
+    """The proxy as an ASGI application (see the module docstring)."""
+
+    def __init__(self, config: ProxyConfig, spool: SpoolWriter | None) -> None:
+        self.config = config
+        self.spool = spool
+        self.upstreams = {
+            "openai": Upstream.parse(config.upstream_openai),
+            "anthropic": Upstream.parse(config.upstream_anthropic),
+        }
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, connect=config.connect_timeout, sock_read=config.read_timeout
+        )
+        self.session: aiohttp.ClientSession | None = None
+        self.calls = 0
+        self.recorded = 0
+        self.on_shutdown: list[Callable[[], None]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.session = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(
+                        limit=0,
+                        keepalive_timeout=30,
+                        ssl=ssl.create_default_context(cafile=certifi.where()),
+                    ),
+                    auto_decompress=False,
+                    # the client's headers only: none of aiohttp's defaults
+                    skip_auto_headers=_AUTO_HEADERS,
+                    cookie_jar=aiohttp.DummyCookieJar(),
+                    timeout=self.timeout,
+                )
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.session is not None:
+                    await self.session.close()
+                for stop in self.on_shutdown:
+                    stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _service(self, send: Send) -> None:
+        body = json.dumps(
+            {
+                "service": SERVICE_NAME,
+                "pid": os.getpid(),
+                "traces": str(self.config.traces_dir.resolve()),
+                "calls": self.calls,
+                "recorded": self.recorded,
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        call = _Call(started=time.perf_counter())
+        wall = time.time()
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        if raw_path == SERVICE_PATH and scope["method"] == "GET":
+            await self._service(send)
+            return
+        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        r = route(raw_path, headers, self.upstreams)
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # gone before it finished asking: nothing was sent upstream
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        self.calls += 1
+        capture = r.api is not None and scope["method"] == "POST" and self.spool is not None
+        query: bytes = scope.get("query_string", b"")
+        target = r.upstream.base + r.path + (b"?" + query if query else b"")
+        dropped = {t.strip().lower().encode() for t in _header(headers, b"connection").split(",")}
+        # aiohttp writes Host (the upstream's) and Content-Length (the body's, unchanged)
+        forwarded = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in headers
+            if k.lower() not in _HOP and k.lower() not in dropped and k.lower() != b"content-length"
+        ]
+        url = URL(r.upstream.origin + target.decode("latin-1"), encoded=True)
+        exchange = asyncio.ensure_future(
+            self._exchange(scope["method"], url, forwarded, body, send, call, capture)
+        )
+        gone = asyncio.ensure_future(receive())
+        try:
+            await asyncio.wait((exchange, gone), return_when=asyncio.FIRST_COMPLETED)
+            if not exchange.done():
+                # the client hung up (its receive says so): stop asking the upstream too
+                exchange.cancel()
+                await asyncio.gather(exchange, return_exceptions=True)
+                call.error = (
+                    f"{CLIENT_GONE} after {call.sent} bytes of the reply"
+                    if call.status is not None
+                    else f"{CLIENT_GONE} before the upstream answered"
+                )
+            else:
+                exchange.result()  # _Broken propagates: uvicorn cuts the connection
+        finally:
+            gone.cancel()
+            if capture and self.spool is not None:
+                self._record(r, call, wall, body)
+
+    def _record(self, r: Route, call: _Call, wall: float, body: bytes) -> None:
+        assert r.api is not None and self.spool is not None
+        now = time.perf_counter()
+        record = CallRecord(
+            id=uuid.uuid4().hex,
+            api=r.api,
+            path=r.path.decode("latin-1"),
+            source=r.source,
+            started_at=wall,
+            latency_ms=(now - call.started) * 1000,
+            ttfb_ms=None if call.first_byte is None else (call.first_byte - call.started) * 1000,
+            status=call.status,
+            content_type=call.content_type,
+            content_encoding=call.content_encoding,
+            request_id=call.request_id,
+            error=call.error,
+            truncated=call.truncated,
+        )
+        self.spool.put(record, body, b"".join(call.chunks))
+        self.recorded += 1
+
+    async def _fail(self, send: Send, call: _Call, status: int, kind: str, message: str) -> None:
+        call.error = message
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"x-ctxscope-proxy", b"error"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": _error_body(kind, message)})
+
+    async def _exchange(
+        self,
+        method: str,
+        url: URL,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        send: Send,
+        call: _Call,
+        capture: bool,
+    ) -> None:
+        assert self.session is not None
+        where = f"{url.scheme}://{url.raw_authority}"
+        try:
+            response = await self.session.request(
+                method, url, headers=headers, data=body or None, allow_redirects=False
+            )
+        except TimeoutError as exc:
+            connecting = isinstance(exc, aiohttp.ConnectionTimeoutError)
+            what = "connecting to" if connecting else "waiting for"
+            await self._fail(send, call, 504, "ctxscope_proxy_timeout", f"timed out {what} {where}")
+            return
+        except (aiohttp.ClientError, OSError) as exc:
+            await self._fail(
+                send,
+                call,
+                502,
+                "ctxscope_proxy_upstream_error",
+                f"{where} failed before answering ({type(exc).__name__}: {exc})",
+            )
+            return
+        complete = False
+        try:
+            call.status = response.status
+            raw = list(response.raw_headers)
+            call.content_type = _header(raw, b"content-type")
+            call.content_encoding = _header(raw, b"content-encoding")
+            call.request_id = _header(raw, b"request-id") or _header(raw, b"x-request-id")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status,
+                    "headers": [(k, v) for k, v in raw if k.lower() not in _HOP],
+                }
+            )
+            try:
+                async for chunk in response.content.iter_any():
+                    if not chunk:
+                        continue
+                    if call.first_byte is None:
+                        call.first_byte = time.perf_counter()
+                    if capture and not call.truncated:
+                        if call.kept + len(chunk) <= MAX_CAPTURE_BYTES:
+                            call.chunks.append(chunk)
+                            call.kept += len(chunk)
+                        else:
+                            call.truncated = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    call.sent += len(chunk)
+            except TimeoutError as exc:
+                call.error = (
+                    f"the upstream stalled after {call.sent} bytes of the reply "
+                    f"(nothing for {self.config.read_timeout:g} s)"
+                )
+                raise _Broken(call.error) from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                call.error = (
+                    f"the upstream connection broke after {call.sent} bytes of the reply "
+                    f"({type(exc).__name__})"
+                )
+                raise _Broken(call.error) from exc
+            complete = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if complete:
+                response.release()  # read to the end: the connection is kept alive
+            else:
+                response.close()  # cut short (or cancelled): the connection goes with it
+
+
+class _QuietBroken(logging.Filter):
+    """uvicorn logs an application error with its traceback; a reply the upstream broke off
+    is no error of ours, so it is one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, _Broken):
+            record.msg, record.args, record.exc_info = "ctxscope proxy: %s", (str(exc),), None
+        return True
+
+
+def bind(port: int, host: str = settings.DEFAULT_HOST) -> socket.socket:
+    """A listening socket on loopback (``port`` 0: any free port), or one clear error."""
+    # proto IPPROTO_TCP, not 0: asyncio turns Nagle off only on sockets that say they are TCP,
+    # and with Nagle on, a reply's headers and body written apart wait out the peer's
+    # delayed ACK (40 ms a call)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(4096)
+        return sock
+    except OSError as exc:
+        sock.close()
+        raise InputError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); another program (a "
+            "running ctxscope proxy?) has it: pass another --port"
+        ) from exc
+
+
+def serve(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    sock: socket.socket,
+    *,
+    graceful_s: float = 30.0,
+) -> None:
+    """Serve an ASGI app on a bound socket until SIGINT/SIGTERM (uvicorn)."""
+    logging.getLogger("uvicorn.error").addFilter(_QuietBroken())
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=int(graceful_s),
+        timeout_keep_alive=75,
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def run_proxy(config: ProxyConfig, sock: socket.socket) -> None:
+    """Serve the proxy on ``sock`` with its spool and its converter process until
+    SIGINT/SIGTERM; on the way out, wait until every recorded call is a trace."""
+    traces = config.traces_dir
+    spool = SpoolWriter(spool_dir(traces))
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    converter = ctx.Process(
+        target=converter_main,
+        args=(str(traces), os.getpid(), stop, True),
+        name="ctxscope-converter",
+    )
+    converter.start()
+    finished: list[bool] = []
+
+    def finish() -> None:
+        if finished:
+            return
+        finished.append(True)
+        spool.close()
+        stop.set()
+        converter.join()
+
+    app = ProxyApp(config, spool)
+    app.on_shutdown.append(finish)
+    try:
+        serve(app, sock)
+    finally:
+        finish()
+
+
+__all__ = [
+    "CAPTURED",
+    "MAX_CAPTURE_BYTES",
+    "ProxyApp",
+    "ProxyConfig",
+    "Route",
+    "SERVICE_NAME",
+    "SERVICE_PATH",
+    "Upstream",
+    "bind",
+    "route",
+    "run_proxy",
+    "serve",
+]

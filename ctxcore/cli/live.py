@@ -1,0 +1,220 @@
+"""``ctxscope proxy``, ``ctxscope run -- CMD`` and ``ctxscope collect``: live capture.
+
+``proxy`` and ``collect`` are long-running servers on loopback (``ctxcore.capture.proxy``,
+``ctxcore.capture.collector``). ``run`` is the one-liner for an agent that should change
+nothing: it uses the proxy already listening on its port, or starts one for as long as the
+command runs, points the OpenAI and Anthropic SDKs' base URLs at it, and exits with the
+command's exit code. The command's name becomes the calls' source tag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ctxcore import settings
+from ctxcore.cli.app import _die_with_parent, run_child
+from ctxcore.errors import InputError
+
+#: How long ``run`` waits for the proxy it started to listen, and to finish its traces.
+START_S = 30.0
+DRAIN_S = 120.0
+
+
+def _upstream(given: str | None, env_name: str, default: str) -> str:
+    # A base URL the user already set is where their calls were going: keep it upstream.
+    inherited = os.environ.get(env_name, "").strip()
+    return given or inherited or default
+
+
+def _print(command: str, text: str) -> None:
+    print(f"ctxscope {command}: {text}", file=sys.stderr, flush=True)
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    from ctxcore.capture.proxy import ProxyConfig, Upstream, bind, run_proxy
+
+    cfg = ProxyConfig(
+        port=args.port,
+        traces_dir=Path(args.traces),
+        upstream_openai=args.upstream_openai or settings.DEFAULT_UPSTREAM_OPENAI,
+        upstream_anthropic=args.upstream_anthropic or settings.DEFAULT_UPSTREAM_ANTHROPIC,
+        read_timeout=args.timeout,
+    )
+    Upstream.parse(cfg.upstream_openai)  # a bad URL is an error before anything listens
+    Upstream.parse(cfg.upstream_anthropic)
+    sock = bind(args.port)
+    port = sock.getsockname()[1]
+    live = Path(args.traces) / settings.LIVE_SUBDIR
+    _print(
+        "proxy",
+        f"listening on http://{settings.DEFAULT_HOST}:{port} (OpenAI → {cfg.upstream_openai}, "
+        f"Anthropic → {cfg.upstream_anthropic}); traces go to {live}/",
+    )
+    _print(
+        "proxy",
+        f"point an agent at it: {settings.ENV_OPENAI_BASE_URL}=http://{settings.DEFAULT_HOST}:"
+        f"{port}/v1 {settings.ENV_ANTHROPIC_BASE_URL}=http://{settings.DEFAULT_HOST}:{port}",
+    )
+    run_proxy(cfg, sock)
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from ctxcore.capture.collector import CollectorConfig, run_collector
+    from ctxcore.capture.proxy import bind
+
+    sock = bind(args.port)
+    port = sock.getsockname()[1]
+    cfg = CollectorConfig(traces_dir=Path(args.traces))
+    _print(
+        "collect",
+        f"OTLP/HTTP on http://{settings.DEFAULT_HOST}:{port} (/v1/traces, /v1/logs; protobuf "
+        f"or JSON); traces go to {Path(args.traces) / settings.LIVE_SUBDIR}/",
+    )
+    _print(
+        "collect",
+        f"point an exporter at it: OTEL_EXPORTER_OTLP_ENDPOINT=http://{settings.DEFAULT_HOST}:"
+        f"{port} OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+    )
+    run_collector(cfg, sock)
+    return 0
+
+
+# --------------------------------------------------------------------------- run
+
+
+def probe(port: int, timeout: float = 1.0) -> dict[str, Any] | None:
+    """What a ctxscope proxy on ``port`` says about itself; None if nothing answers."""
+    from ctxcore.capture.proxy import SERVICE_NAME, SERVICE_PATH
+
+    url = f"http://{settings.DEFAULT_HOST}:{port}{SERVICE_PATH.decode()}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback
+            data = json.loads(resp.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return data if isinstance(data, dict) and data.get("service") == SERVICE_NAME else None
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((settings.DEFAULT_HOST, port)) == 0
+
+
+def _source_tag(cmd: list[str]) -> str:
+    name = Path(cmd[0]).name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:64] or "run"
+
+
+def _start_proxy(args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctxcore",
+        "proxy",
+        "--port",
+        str(args.proxy_port),
+        "--traces",
+        str(args.traces),
+        "--upstream-openai",
+        _upstream(
+            args.upstream_openai, settings.ENV_OPENAI_BASE_URL, settings.DEFAULT_UPSTREAM_OPENAI
+        ),
+        "--upstream-anthropic",
+        _upstream(
+            args.upstream_anthropic,
+            settings.ENV_ANTHROPIC_BASE_URL,
+            settings.DEFAULT_UPSTREAM_ANTHROPIC,
+        ),
+    ]
+    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    proc = subprocess.Popen(cmd, preexec_fn=preexec)
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise InputError(
+                f"the proxy did not start (exit code {proc.returncode}); see its message above"
+            )
+        if probe(args.proxy_port, timeout=0.5) is not None:
+            return proc
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    raise InputError(f"the proxy did not listen on port {args.proxy_port} within {START_S:g} s")
+
+
+def _stop_proxy(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=DRAIN_S)
+    except subprocess.TimeoutExpired:
+        _print(
+            "run",
+            "the proxy is still writing traces; stopping it (the rest stay in the spool "
+            "and the next proxy writes them)",
+        )
+        proc.kill()
+        proc.wait()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise InputError("nothing to run: ctxscope run [--proxy-port N] -- CMD ARGS...")
+    port = args.proxy_port
+    info = probe(port)
+    started: subprocess.Popen[bytes] | None = None
+    if info is None:
+        if _port_taken(port):
+            raise InputError(
+                f"port {port} is taken by something that is not a ctxscope proxy; "
+                "pass another --proxy-port"
+            )
+        started = _start_proxy(args)
+        info = probe(port) or {}
+    traces = Path(str(info.get("traces") or args.traces))
+    before = int(info.get("recorded", 0))
+    source = _source_tag(cmd)
+    base = f"http://{settings.DEFAULT_HOST}:{port}/{source}"
+    env = dict(os.environ)
+    env[settings.ENV_OPENAI_BASE_URL] = f"{base}/v1"
+    env[settings.ENV_ANTHROPIC_BASE_URL] = base
+    _print(
+        "run",
+        f"{cmd[0]} calls the model APIs through "
+        f"{'a new' if started else 'the running'} proxy on port {port} "
+        f"(tagged source:{source}); traces go to {traces / settings.LIVE_SUBDIR}/",
+    )
+    try:
+        rc = run_child(cmd, env)
+    except FileNotFoundError as exc:
+        raise InputError(f"cannot run {cmd[0]!r}: {exc.strerror or exc}") from exc
+    finally:
+        after = probe(port)
+        recorded = int(after.get("recorded", before)) - before if after else None
+        if started is not None:
+            _stop_proxy(started)
+    said = f"{recorded} call(s) recorded" if recorded is not None else "calls recorded"
+    _print(
+        "run",
+        f"{said} in {traces / settings.LIVE_SUBDIR}/; see them with "
+        f"`ctxscope app --traces {traces}` at http://{settings.DEFAULT_HOST}:"
+        f"{settings.DEFAULT_PORT}",
+    )
+    return rc if rc >= 0 else 128 - rc

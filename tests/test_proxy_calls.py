@@ -1,0 +1,123 @@
+"""From a captured call to a trace, without processes: stream assembly, failures, sessions.
+
+The recorded streams of ``fixtures/imports/streams`` are cut, re-framed and broken here in
+ways a real upstream produces (CRLF line ends, an error event mid-reply, a gzip body).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxcore.capture import sse
+from ctxcore.capture.calls import CallError, CallRecord, Sessions, fingerprint, trace_from_call
+
+STREAMS = Path(__file__).resolve().parent / "fixtures" / "imports" / "streams"
+IMPORTS = STREAMS.parent
+
+
+def record(api: str, **kw: object) -> CallRecord:
+    base: dict[str, object] = {
+        "id": "call-1",
+        "api": api,
+        "path": "/v1/x",
+        "source": "",
+        "started_at": time.time(),
+        "latency_ms": 5.0,
+        "status": 200,
+        "content_type": "text/event-stream",
+    }
+    base.update(kw)
+    return CallRecord(**base)  # type: ignore[arg-type]
+
+
+def test_event_parsing_follows_the_sse_rules() -> None:
+    text = ": keep-alive\r\nevent: a\r\ndata: one\r\ndata: two\r\n\r\ndata:three\n\n"
+    got = list(sse.events(text))
+    assert [(e.name, e.data) for e in got] == [("a", "one\ntwo"), ("", "three")]
+
+
+def test_crlf_framing_assembles_the_same_reply() -> None:
+    text = (STREAMS / "anthropic-openllmetry-tools-streaming.response.sse").read_text()
+    a = sse.anthropic_message(text)
+    b = sse.anthropic_message(text.replace("\n", "\r\n"))
+    assert a.response == b.response and a.complete and b.complete
+    assert a.response is not None
+    # two tool calls, each input put back together from its input_json_delta fragments
+    tools = [(b["name"], b["input"]) for b in a.response["content"] if b["type"] == "tool_use"]
+    assert tools == [
+        ("get_weather", {"location": "San Francisco, CA", "unit": "celsius"}),
+        ("get_time", {"timezone": "America/Los_Angeles"}),
+    ]
+
+
+def test_an_error_event_mid_stream_is_the_outcome() -> None:
+    text = (STREAMS / "anthropic-openllmetry-tools-streaming.response.sse").read_text()
+    events = text.split("\n\n")
+    broken = "\n\n".join(events[:6]) + (
+        '\n\nevent: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+        '"message":"Overloaded"}}\n\n'
+    )
+    request = (STREAMS / "anthropic-openllmetry-tools-streaming.request.json").read_bytes()
+    trace = trace_from_call(record("anthropic.messages"), request, broken.encode(), Sessions())
+    assert trace.outcome is not None
+    assert trace.outcome.note == (
+        "the stream ended in an error event: overloaded_error: Overloaded"
+    )
+    assert "failed" in trace.tags
+    assert trace.metadata["capture"]["usage"]["input"] == 506
+
+
+def test_a_gzip_reply_is_read_for_the_trace() -> None:
+    request = (IMPORTS / "openai-chat/otel-contrib-tool-calls-turn1.request.json").read_bytes()
+    reply = (IMPORTS / "openai-chat/otel-contrib-tool-calls-turn1.response.json").read_bytes()
+    rec = record("openai.chat", content_type="application/json", content_encoding="gzip")
+    trace = trace_from_call(rec, request, gzip.compress(reply), Sessions())
+    assert trace.metadata["capture"]["usage"] == {"input": 75, "output": 51, "cached": 0}
+    assert trace.outcome is not None and trace.outcome.output is not None
+    assert trace.outcome.output.startswith("get_current_weather(")
+    # an encoding Python cannot undo leaves the reply unread, and says so
+    rec = record("openai.chat", content_type="application/json", content_encoding="br")
+    trace = trace_from_call(rec, request, b"\x8b\x00", Sessions())
+    assert trace.outcome is not None and "br-encoded" in trace.outcome.note
+
+
+def test_a_request_no_importer_reads_is_an_error() -> None:
+    with pytest.raises(CallError, match="not a JSON object"):
+        trace_from_call(record("openai.chat"), b"not json", b"", Sessions())
+
+
+def test_sessions_in_order_of_precedence() -> None:
+    s = Sessions()
+    anth = {"metadata": {"user_id": "u-1"}, "messages": [{"role": "user", "content": "hi"}]}
+    assert s.session_of("anthropic.messages", anth) == ("u-1", "metadata.user_id")
+    keyed = {"prompt_cache_key": "conv-9", "previous_response_id": "resp_1", "input": "x"}
+    assert s.session_of("openai.responses", keyed) == ("conv-9", "prompt_cache_key")
+    s.answered("resp_1", "live-abc")
+    follow = {"previous_response_id": "resp_1", "input": "next"}
+    assert s.session_of("openai.responses", follow) == ("live-abc", "previous_response_id")
+    chat = {
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "second"},
+        ]
+    }
+    shorter = {"messages": chat["messages"][:2]}
+    assert fingerprint("openai.chat", chat) == fingerprint("openai.chat", shorter)
+    assert s.next_turn("x") == 0 and s.next_turn("x") == 1
+
+
+def test_a_truncated_copy_says_so() -> None:
+    request = (STREAMS / "openai-chat-otel-contrib-streaming.request.json").read_bytes()
+    text = (STREAMS / "openai-chat-otel-contrib-streaming.response.sse").read_bytes()
+    rec = record("openai.chat", truncated=True)
+    trace = trace_from_call(rec, request, text[:700], Sessions())
+    assert trace.outcome is not None
+    assert "too big to keep whole" in trace.outcome.note
+    assert json.loads(trace.to_json())["metadata"]["capture"]["stream"] is True
