@@ -20,26 +20,33 @@ import plotly.graph_objects as go
 
 from ctxcore.models import PARTITIONS, Decision, Status, Trace
 
-#: One colour per decision status, used by every figure so the legend means one thing.
+#: One colour per decision status, used by every figure so the legend means one thing:
+#: the Okabe-Ito palette, told apart with any colour vision (docs/design.md, "The app").
 STATUS_COLORS: dict[str, str] = {
-    Status.KEPT.value: "#2e9e44",
-    Status.TRUNCATED.value: "#d4a017",
-    Status.SUMMARIZED.value: "#3b7dd8",
-    Status.DROPPED.value: "#d64541",
-    Status.FILTERED.value: "#8c8c8c",
-    Status.NOT_RENDERED.value: "#9b59b6",
+    Status.KEPT.value: "#009e73",
+    Status.TRUNCATED.value: "#e69f00",
+    Status.SUMMARIZED.value: "#0072b2",
+    Status.DROPPED.value: "#d55e00",
+    Status.FILTERED.value: "#999999",
+    Status.NOT_RENDERED.value: "#cc79a7",
 }
 STATUS_ORDER: tuple[str, ...] = tuple(s.value for s in Status)
+#: in / not in the window (Sweep's watch map): the kept and dropped colours
+IN_COLOR = STATUS_COLORS[Status.KEPT.value]
+OUT_COLOR = STATUS_COLORS[Status.DROPPED.value]
 
+#: Partitions are told apart by lightness within one slate-violet hue that no status uses,
+#: so green, orange, blue, vermillion, grey and pink mean a status on every page (red on
+#: Inspect meant [Evidence] while it meant "dropped" on the Timeline).
 PARTITION_COLORS: dict[str, str] = {
-    "[Role & Policies]": "#4c72b0",
-    "[Task]": "#dd8452",
-    "[State]": "#55a868",
-    "[Evidence]": "#c44e52",
-    "[Context]": "#8172b3",
-    "[Output]": "#937860",
+    "[Role & Policies]": "#3f3f74",
+    "[Task]": "#5e5e9c",
+    "[State]": "#7d7dbf",
+    "[Evidence]": "#4a4a4a",
+    "[Context]": "#a3a3d6",
+    "[Output]": "#6b6b6b",
 }
-_OTHER_COLORS = ("#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+_OTHER_COLORS = ("#c4c4e6", "#8a8aa8", "#b8b8b8", "#2f2f4f")
 RESERVE_COLOR = "#b0b0b0"
 SAFETY_COLOR = "#d9d9d9"
 FREE_COLOR = "#f4f4f4"
@@ -130,8 +137,22 @@ def window_segments(trace: Trace) -> list[tuple[str, int, str]]:
     return segs
 
 
-def window_bar(trace: Trace) -> go.Figure:
-    """One horizontal bar for the whole context window: where every token went."""
+def window_extent(trace: Trace) -> int:
+    """The x range ``window_bar`` needs for this trace (two bars share the larger one)."""
+    if trace.result is None:
+        return 0
+    t = trace.result.totals
+    return max(t.window, t.used + t.output_reserve)
+
+
+def window_bar(
+    trace: Trace, x_max: int | None = None, note: str | None = None, legend: bool = True
+) -> go.Figure:
+    """One horizontal bar for the whole context window: where every token went.
+
+    ``x_max`` puts two bars on one scale (Compare); ``note`` is a line under the subtitle
+    (the Playground names the packets that flipped); ``legend=False`` for a half-width
+    column, where a wrapped legend would cover the bar (segments keep labels and hover)."""
     title = "Context window"
     if trace.result is None:
         return _empty(title, "This trace has no build result (captured input only).")
@@ -157,14 +178,17 @@ def window_bar(trace: Trace) -> go.Figure:
         f"window {t.window:,} · available {t.available:,} · used {t.used:,} "
         f"({_pct(t.used, t.available)}) · tokenizer {esc(t.tokenizer)}"
     )
+    if note:
+        subtitle += "<br>" + esc(note)
     fig.update_layout(
         barmode="stack",
         title={"text": title, "subtitle": {"text": subtitle}},
-        height=230,
-        margin={"l": 10, "r": 10, "t": 70, "b": 40},
+        height=250 if note else 230,
+        margin={"l": 10, "r": 10, "t": 90 if note else 70, "b": 40},
         yaxis={"visible": False},
-        xaxis={"range": [0, max(t.window, t.used + t.output_reserve)], "ticksuffix": " tok"},
+        xaxis={"range": [0, x_max or window_extent(trace)], "ticksuffix": " tok"},
         legend={"orientation": "h", "y": -0.3, "traceorder": "normal"},
+        showlegend=legend,
         **_LAYOUT,
     )
     return fig
@@ -214,11 +238,22 @@ def partition_budgets(trace: Trace) -> go.Figure:
             textposition="outside",
         )
     )
+    caps = [b for b in budgets if b is not None]
+    avail = trace.result.totals.available
+    if not caps:
+        note = "this preset sets no budget per partition: used only"
+    elif avail > 0 and sum(caps) > avail:
+        note = (
+            f"the caps add up to {sum(caps):,} tokens, {100 * sum(caps) / avail:.0f}% of the "
+            f"{avail:,} available: they overlap, not every partition can reach its cap"
+        )
+    else:
+        note = f"the caps add up to {sum(caps):,} of the {avail:,} tokens available"
     fig.update_layout(
         barmode="overlay",
-        title=title,
-        height=320,
-        margin={"l": 10, "r": 10, "t": 50, "b": 40},
+        title={"text": title, "subtitle": {"text": esc(note)}},
+        height=340,
+        margin={"l": 10, "r": 10, "t": 70, "b": 40},
         yaxis={"title": "tokens"},
         legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
         **_LAYOUT,
@@ -289,8 +324,37 @@ def decision_hover(d: Decision) -> str:
     return "<br>".join(lines)
 
 
+#: marker symbol per signal of the ctxscope preset (a decision note ``signal:<name>``, the
+#: strongest first); a packet no signal fired for is a circle
+SIGNAL_SYMBOLS: dict[str, str] = {
+    "error": "x",
+    "current_turn": "star",
+    "mention": "diamond",
+    "reference": "triangle-up",
+    "metadata": "square",
+    "lexical": "cross",
+}
+SIGNAL_NAMES: dict[str, str] = {
+    "error": "error evidence",
+    "current_turn": "current turn",
+    "mention": "mentioned by the user",
+    "reference": "referenced by the last step",
+    "metadata": "metadata",
+    "lexical": "word match",
+}
+
+
+def strongest_signal(d: Decision) -> str | None:
+    """The strongest signal recorded in a decision's notes (``signal:<name>``, first)."""
+    for note in d.notes:
+        if note.startswith("signal:"):
+            return note[7:]
+    return None
+
+
 def score_scatter(trace: Trace) -> go.Figure:
-    """Relevance × recency per packet; size = tokens, colour = status.
+    """Relevance × recency per packet; size = tokens, colour = status, marker = the
+    strongest signal that fired for it (ctxscope preset).
 
     Shows the ``min_relevance`` threshold as a vertical line and the score cut-off (the
     lowest score the fill still let in) as the iso-score line when the score is a plain
@@ -318,6 +382,9 @@ def score_scatter(trace: Trace) -> go.Figure:
                 name=f"{status} ({len(group)})",
                 marker={
                     "size": [_marker_size(d.tokens_before, biggest) for d in group],
+                    "symbol": [
+                        SIGNAL_SYMBOLS.get(strongest_signal(d) or "", "circle") for d in group
+                    ],
                     "color": STATUS_COLORS[status],
                     "opacity": 0.75,
                     "line": {"color": "#ffffff", "width": 0.5},
@@ -328,6 +395,19 @@ def score_scatter(trace: Trace) -> go.Figure:
                 customdata=[index[id(d)] for d in group],
             )
         )
+    fired = {strongest_signal(d) for d in scored} - {None}
+    for name, symbol in SIGNAL_SYMBOLS.items():
+        if name in fired:  # a legend entry per marker shape in use (no points of its own)
+            fig.add_trace(
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    mode="markers",
+                    name=f"strongest signal: {SIGNAL_NAMES[name]}",
+                    marker={"symbol": symbol, "color": "#777", "size": 10},
+                    hoverinfo="skip",
+                )
+            )
     min_rel = trace.config.min_relevance
     if min_rel is not None:
         fig.add_vline(
@@ -365,6 +445,8 @@ def score_scatter(trace: Trace) -> go.Figure:
             cut_note += " (score is not a plain weighted sum here; line not drawn)"
     hidden = len(decisions) - len(scored)
     sub = [f"{len(scored)} scored packets; size = tokens"]
+    if fired:
+        sub.append("marker = strongest signal")
     if hidden:
         sub.append(f"{hidden} without relevance/recency not shown")
     if cut_note:
@@ -408,7 +490,8 @@ def tokenizer_drift(rows: Sequence[Mapping[str, Any]], exact_name: str) -> go.Fi
         )
     )
     estimators = sorted({k for r in rows for k in r["estimates"]})
-    palette = ("#e69f00", "#56b4e9", "#009e73", "#cc79a7")
+    # not the status colours: green here would read as "kept" elsewhere
+    palette = ("#a6761d", "#6f8fa8", "#b07aa1", "#8c8c5a")
     for i, est in enumerate(estimators):
         vals = [int(r["estimates"].get(est, 0)) for r in rows]
         hover = []
@@ -444,13 +527,17 @@ STATUS_CODE = {s: i for i, s in enumerate(STATUS_ORDER)}
 
 
 def timeline_heatmap(
-    rows: Sequence[Mapping[str, Any]], title: str = "Packets across turns"
+    rows: Sequence[Mapping[str, Any]],
+    title: str = "Packets across turns",
+    group_by_kind: bool = False,
 ) -> go.Figure:
     """Packet id × turn, one cell per decision, coloured by status.
 
     ``rows``: ``{"turn", "packet_id", "kind", "status", "reason", "tokens_after"}`` as
     ``TraceStore.session_statuses`` returns them. Cells where a packet was not a candidate
-    stay blank.
+    stay blank. Rows are in order of first appearance (``group_by_kind``: by kind first,
+    each row labelled with it). The legend sits at the top, where a tall chart opens, and
+    a dashed line marks a gap between non-consecutive turns (turn 16, then 37).
     """
     if not rows:
         return _empty(title, "No decisions recorded for this session.")
@@ -461,7 +548,11 @@ def timeline_heatmap(
         key = (int(r["turn"]), i)
         if pid not in first_seen or key < first_seen[pid]:
             first_seen[pid] = key
-    packets = sorted(first_seen, key=lambda p: first_seen[p])
+    kinds = {str(r["packet_id"]): str(r.get("kind") or "") for r in rows}
+    if group_by_kind:
+        packets = sorted(first_seen, key=lambda p: (kinds[p], first_seen[p]))
+    else:
+        packets = sorted(first_seen, key=lambda p: first_seen[p])
     pidx = {p: i for i, p in enumerate(packets)}
     tidx = {t: i for i, t in enumerate(turns)}
     z: list[list[float | None]] = [[None] * len(turns) for _ in packets]
@@ -485,7 +576,10 @@ def timeline_heatmap(
         go.Heatmap(
             z=z,
             x=[str(t) for t in turns],
-            y=[esc(p, 60) for p in packets],
+            y=[
+                f"{esc(kinds[p], 20)} · {esc(p, 50)}" if group_by_kind else esc(p, 60)
+                for p in packets
+            ],
             zmin=0,
             zmax=n,
             colorscale=scale,
@@ -506,13 +600,33 @@ def timeline_heatmap(
                 marker={"color": STATUS_COLORS[s], "size": 10, "symbol": "square"},
             )
         )
+    for j in range(1, len(turns)):
+        if turns[j] != turns[j - 1] + 1:
+            fig.add_vline(x=j - 0.5, line={"color": "#222", "width": 2, "dash": "dash"})
+            fig.add_annotation(
+                x=j - 0.5,
+                y=0,
+                yref="paper",
+                yanchor="top",
+                text=f"gap: {turns[j] - turns[j - 1] - 1} turn(s)",
+                showarrow=False,
+                font={"size": 10},
+            )
+    # 22 px a row keeps ~190 labels apart; the legend goes on top, by the title
     fig.update_layout(
         title=esc(title),
-        height=max(300, min(1600, 22 * len(packets) + 140)),
-        margin={"l": 10, "r": 10, "t": 50, "b": 40},
+        height=max(300, min(4400, 22 * len(packets) + 170)),
+        margin={"l": 10, "r": 10, "t": 110, "b": 40},
         xaxis={"title": "turn", "type": "category", "side": "top"},
         yaxis={"autorange": "reversed", "type": "category", "dtick": 1, "tickfont": {"size": 11}},
-        legend={"orientation": "h", "y": -0.05},
+        legend={
+            "orientation": "h",
+            "x": 1,
+            "xanchor": "right",
+            "y": 1,
+            "yanchor": "top",
+            "yref": "container",
+        },
         **_LAYOUT,
     )
     return fig
@@ -622,13 +736,25 @@ def sweep_heatmap(
         hoverinfo="text",
         xgap=1,
         ygap=1,
-        colorscale=[[0, "#d64541"], [1, "#2e9e44"]] if binary else colorscale,
+        colorscale=[[0, OUT_COLOR], [1, IN_COLOR]] if binary else colorscale,
         zmin=0 if binary else None,
         zmax=1 if binary else None,
         showscale=not binary,
         colorbar={"title": esc(value_label)} if not binary else None,
     )
     fig = go.Figure(heat)
+    if binary:  # a legend for the two colours (a colour bar would suggest a scale)
+        for name, color in (("in the window", IN_COLOR), ("not in the window", OUT_COLOR)):
+            fig.add_trace(
+                go.Scatter(
+                    x=[None],
+                    y=[None],
+                    mode="markers",
+                    name=name,
+                    marker={"color": color, "size": 10, "symbol": "square"},
+                )
+            )
+        fig.update_layout(legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"})
     fig.update_layout(
         title=esc(title),
         height=380,
@@ -642,6 +768,8 @@ def sweep_heatmap(
 
 __all__ = [
     "PARTITION_COLORS",
+    "SIGNAL_NAMES",
+    "SIGNAL_SYMBOLS",
     "STATUS_COLORS",
     "decision_hover",
     "esc",
@@ -649,6 +777,7 @@ __all__ = [
     "score_cutoff",
     "score_scatter",
     "score_weights",
+    "strongest_signal",
     "session_usage",
     "sweep_heatmap",
     "timeline_heatmap",

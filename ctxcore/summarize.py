@@ -46,6 +46,74 @@ _DEF = re.compile(
     r"(?:public|private|protected|static)\s+[\w<>\[\]]+\s+\w+\s*\()\b|^#{1,6}\s+\S"
 )
 
+#: lines that are evidence of an error, stricter than ``_ERROR`` (which also keeps "not
+#: found" and "cannot" lines in a summary): failing tests, tracebacks and their frames,
+#: exceptions, compiler and linker errors, npm/jest failures
+_ERROR_EVIDENCE = re.compile(
+    r"^(?:FAILED|ERROR)\s+\S+::\S+|^\s*(?:✕|✗|×)\s+\S|^\s*●\s+\S|^FAIL\s+\S"
+    r"|^_{3,} (?:ERROR at setup of |)\S+ _{3,}$"
+    r"|Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+"
+    r"|^\s*(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Failure)\b(?::|$)"
+    r"|^E\s{2,}\S|\berror(?:\[E\d+\]| TS\d+)?:|^npm ERR!|^\s*\d+ (?:failed|errors?)\b"
+    r"|^=+ .*\b\d+ (?:failed|errors?)\b.* =+$|\bAssertionError\b|\bpanicked at\b",
+    re.MULTILINE,
+)
+
+
+def error_evidence(text: str) -> list[str]:
+    """The lines of ``text`` that show an error: a failing test, a traceback or one of its
+    frames, an exception, a compiler error (the pipeline's ``error`` signal and the
+    ``error_evidence_lost`` detector both read these). Memoised by text."""
+    if not text:
+        return []
+    hit = _ERROR_MEMO.get(text)
+    if hit is not None:
+        return list(hit)
+    low = text.lower()
+    # the regex runs only on lines holding a hint word (found with str.find, in C): a
+    # many-branched pattern tried at every position of a 100 kB log costs milliseconds
+    starts: set[int] = set()
+    if len(low) == len(text):
+        for hint in _ERROR_HINTS:
+            i = low.find(hint)
+            while i >= 0:
+                starts.add(low.rfind("\n", 0, i) + 1)
+                i = low.find(hint, i + len(hint))
+    else:  # lower-casing changed offsets (rare characters): scan every line
+        pos = 0
+        for line in text.split("\n"):
+            starts.add(pos)
+            pos += len(line) + 1
+    out: list[str] = []
+    for start in sorted(starts):
+        end = text.find("\n", start)
+        line = text[start : end if end >= 0 else len(text)]
+        if _ERROR_EVIDENCE.search(line):
+            out.append(line.strip())
+    with _ERROR_LOCK:
+        if len(_ERROR_MEMO) >= 20_000:
+            _ERROR_MEMO.clear()
+        _ERROR_MEMO[text] = tuple(out)
+    return out
+
+
+_ERROR_HINTS = (
+    "fail",
+    "error",
+    "err!",
+    "traceback",
+    "exception",
+    'file "',
+    "✕",
+    "✗",
+    "×",
+    "●",
+    "panicked",
+    "e  ",
+)
+_ERROR_MEMO: dict[str, tuple[str, ...]] = {}
+_ERROR_LOCK = threading.Lock()
+
 #: rough characters per token while choosing lines (the real count is done by the caller)
 _CHARS_PER_TOKEN = 3.2
 
@@ -444,6 +512,7 @@ __all__ = [
     "clean_terminal",
     "collapse_repeats",
     "default_summarizer",
+    "error_evidence",
     "summarize_file",
     "summarize_generic",
     "summarize_history",

@@ -186,10 +186,13 @@ def test_english_query_ranks_the_matching_log_first(corpus: Path) -> None:
     d = _by_id(r.decisions)
     assert d["tool:pip"].relevance > 0.3 > d["tool:tsc"].relevance  # type: ignore[operator]
     assert d["tool:pip"].status == Status.KEPT
-    assert d["tool:pip"].rank == 1
-    # "why did" are stop words: nothing of the query is in the tsc dump
+    # "why did" are stop words: nothing of the query is in the tsc dump; but it is the
+    # latest error output and the last tool result: fresh evidence is placed first, not
+    # filtered (issue 13)
     assert d["tool:tsc"].relevance == 0.0
-    assert d["tool:tsc"].reason == Reason.BELOW_MIN_RELEVANCE
+    assert d["tool:tsc"].status == Status.KEPT and d["tool:tsc"].rank == 1
+    assert "fresh evidence: placed ahead of the ranked fill" in d["tool:tsc"].notes
+    assert d["tool:pip"].rank == 2
 
 
 def test_chinese_query_matches_chinese_content(corpus: Path) -> None:
@@ -249,7 +252,9 @@ def test_empty_query_warns_and_ranks_by_recency(corpus: Path) -> None:
                 _p("tool:old", "tool_result", log, hours=20),
                 _p("note:new", "note", "fresh note", hours=0.1),
             ],
-        )
+        ),
+        # the log is this turn's only tool result: without its signals' weight, recency ranks
+        Config(current_turn_weight=0.0, error_weight=0.0),
     )
     assert any("no searchable terms" in w for w in r.warnings)
     d = _by_id(r.decisions)

@@ -454,3 +454,34 @@ def test_random_corpus_inputs_match_the_live_package() -> None:
     results = [_run(c) for c in cases]
     statuses = {d.status for r in results for d in r.decisions}
     assert {Status.TRUNCATED, Status.NOT_RENDERED, Status.FILTERED, Status.DROPPED} <= statuses
+
+
+# --------------------------------------------------------------------------- null = default
+
+
+def test_null_for_an_optional_field_means_its_default_for_every_preset() -> None:
+    """``"system_instructions": null`` (the package's own API takes ``None``) and nulls for
+    other defaulted fields build exactly what leaving them out builds, for every preset."""
+    case = _case("ha_english")
+    nulls = {
+        **case["input"],
+        "system_instructions": None,
+        "tools": None,
+        "packets": [{**p, "metadata": None, "priority": None} for p in case["input"]["packets"]],
+    }
+    without = {k: v for k, v in case["input"].items() if k != "system_instructions"}
+    a, b = CapturedInput.model_validate(nulls), CapturedInput.model_validate(without)
+    assert a == b and a.system_instructions == "" and a.packets[0].metadata == {}
+    for preset in ("hello-agents", "hello-agents-book", "ctxscope"):
+        cfg = Config(preset=preset)
+        assert build(a, cfg).prompt == build(b, cfg).prompt
+    assert Config.model_validate({"preset": None, "max_tokens": None}) == Config()
+    if not ORACLE.exists():
+        pytest.skip(f"oracle venv not found at {ORACLE} (run `make oracle`)")
+    live = {
+        **case,
+        "name": "ha_null_system",
+        "input": {**case["input"], "system_instructions": None},
+    }
+    out = _make_golden().run_oracle([live], ORACLE)
+    assert _run({**case, "input": nulls}).prompt == out["results"][0]["prompt"]

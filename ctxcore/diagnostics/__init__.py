@@ -24,6 +24,8 @@ relevance_blind_spot unspaced (CJK) text scored ≈0 by whitespace word overlap
 compression_damage   [Task]/[Output] cut, budget still exceeded, a cut without marker
 estimate_drift       a heuristic token count >10% off the real tokenizer
 summary_coverage     identifiers, paths and numbers a summary lost
+evidence_starved     none of the current turn's tool results is in the prompt
+error_evidence_lost  a failing test, traceback or compiler error filtered or dropped
 ==================== ==============================================================
 
 Typical use: Inspect calls ``diagnose(trace, session_traces=earlier_turns)`` (with fixes);
@@ -54,6 +56,7 @@ from ctxcore.diagnostics.detectors_content import (
     summary_coverage,
     unlabelled_evidence,
 )
+from ctxcore.diagnostics.detectors_evidence import error_evidence_lost, evidence_starved
 from ctxcore.diagnostics.detectors_tokens import compression_damage, estimate_drift
 from ctxcore.diagnostics.session import LostItem, SessionDiagnosis, TurnFindings, lost_items
 from ctxcore.errors import InputError
@@ -95,6 +98,14 @@ DETECTORS: dict[str, tuple[Detector, str]] = {
     ),
     "estimate_drift": (estimate_drift, "a heuristic token count >10% off the real tokenizer"),
     "summary_coverage": (summary_coverage, "identifiers, paths and numbers a summary lost"),
+    "evidence_starved": (
+        evidence_starved,
+        "none of the current turn's tool results is in the prompt although there were some",
+    ),
+    "error_evidence_lost": (
+        error_evidence_lost,
+        "a failing test, traceback or compiler error was filtered or dropped",
+    ),
     "import_loss": (
         import_loss,
         "parts of an imported request or log of types ctxscope does not read (kept as text)",

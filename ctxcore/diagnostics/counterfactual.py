@@ -10,6 +10,14 @@ a suggestion that was not re-run is never returned. The result carries a config 
 not have (``None`` in its resolved config) or rejects are skipped; ``output_reserve`` is
 tried because the ``ctxscope`` preset resolves ``reserve_ratio`` into it.
 
+``ALL_KNOBS`` adds ``safety_margin``, ``history_limit`` (a message older than the last N:
+the smallest N that reaches back to it) and ``partition_budgets`` (the packet's own
+partition share); with ``pairs=True``, when no single change keeps the packet, two knobs
+are loosened together and each moved back as far as the pair still keeps it. A history
+message counts as kept when the message itself, or the builder packet that holds it
+(``builder:history:K``, ``builder:history``), is kept. ``searched_knobs`` names what a
+search on a trace tries, so the app can say so.
+
 Greedy fills are not monotone in every knob (a bigger budget can let a higher-ranked
 packet in first), so bisection finds *a* boundary, not always the global minimum; the
 value returned is always one that was built and checked.
@@ -17,6 +25,7 @@ value returned is always one that was built and checked.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,7 +33,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ctxcore.errors import CtxscopeError, InputError
-from ctxcore.models import BuildResult, Config, Decision, Reason, Status, Trace
+from ctxcore.models import BuildResult, Config, Decision, Message, Reason, Status, Trace
+from ctxcore.pipeline.common import HISTORY_ID
 from ctxcore.tokens import get_counter
 
 KNOBS: tuple[str, ...] = (
@@ -34,6 +44,9 @@ KNOBS: tuple[str, ...] = (
     "reserve_ratio",
     "output_reserve",
 )
+#: every knob the search knows: the detectors' quick set (``KNOBS``, what ``smallest_fix``
+#: and the findings use) and the rest, which the app's "What would have kept it?" searches
+ALL_KNOBS: tuple[str, ...] = (*KNOBS, "safety_margin", "history_limit", "partition_budgets")
 #: knob → the decisions' reasons a change of that knob can undo
 _ROOM_REASONS = frozenset(
     {
@@ -70,7 +83,7 @@ class Counterfactual(BaseModel):
     builds: int
 
 
-BuildCache = dict[tuple[tuple[str, Any], ...], dict[str, Status] | None]
+BuildCache = dict[str, dict[str, Status] | None]
 """Config patch → every packet's status in that re-run (None: the patch could not run).
 
 One re-run answers the question for every packet, so callers that look for fixes for
@@ -90,20 +103,43 @@ class _Runner:
         self._cache: BuildCache = cache if cache is not None else {}
 
     def status(self, patch: dict[str, Any]) -> Status | None:
-        key = tuple(sorted(patch.items()))
+        # canonical JSON: a partition_budgets patch holds a dict
+        key = json.dumps(patch, sort_keys=True)
         if key not in self._cache:
             if self.builds >= self.max_builds:
                 return None
             self.builds += 1
             result = rebuild(self.trace, patch)
             self._cache[key] = (
-                {d.packet_id: d.status for d in result.decisions} if result is not None else None
+                _statuses(result, self.trace.input.history) if result is not None else None
             )
         statuses = self._cache[key]
         return statuses.get(self.packet_id) if statuses is not None else None
 
     def keeps(self, patch: dict[str, Any]) -> bool:
         return self.status(patch) == Status.KEPT
+
+
+def _statuses(result: BuildResult, history: Sequence[Message]) -> dict[str, Status]:
+    """Every packet's status in a build, and every history message's under whatever id
+    the preset gave it: its own, ``builder:history:K`` (K counted from the oldest message
+    considered) or the one ``builder:history`` packet holding the messages not cut."""
+    out = {d.packet_id: d.status for d in result.decisions}
+    ks = [
+        int(pid.rsplit(":", 1)[1])
+        for pid in out
+        if pid.startswith(HISTORY_ID + ":") and pid.rsplit(":", 1)[1].isdigit()
+    ]
+    offset = len(history) - (max(ks) + 1) if ks else 0
+    for pos, m in enumerate(history):
+        name = m.id or f"history:{pos}"
+        if name in out:
+            continue
+        if f"{HISTORY_ID}:{pos - offset}" in out:
+            out[name] = out[f"{HISTORY_ID}:{pos - offset}"]
+        elif HISTORY_ID in out:
+            out[name] = out[HISTORY_ID]
+    return out
 
 
 def patched_config(config: Config, patch: dict[str, Any]) -> Config:
@@ -131,7 +167,7 @@ def rebuild(trace: Trace, patch: dict[str, Any] | None = None) -> BuildResult | 
         return None
 
 
-_INT_KNOBS = frozenset({"max_tokens", "output_reserve"})
+_INT_KNOBS = frozenset({"max_tokens", "output_reserve", "safety_margin", "history_limit"})
 
 
 def _fmt(knob: str, value: float) -> str:
@@ -141,10 +177,16 @@ def _fmt(knob: str, value: float) -> str:
 def _make(
     run: _Runner, d: Decision, knob: str, old: float, new: float, patch: dict[str, Any]
 ) -> Counterfactual:
-    if knob in _INT_KNOBS:
+    if knob == "history_limit":
+        label = f"history_limit {'+' if new >= old else '−'}{abs(int(new) - int(old)):,}"
+        size = abs(new - old) / max(old, 1)
+    elif knob in _INT_KNOBS:
         label = f"{knob} {'+' if new >= old else '−'}{abs(int(new) - int(old)):,}"
         scale = run.trace.config.max_tokens or old
         size = abs(new - old) / scale if scale else abs(new - old)
+    elif knob.startswith("partition_budgets"):
+        label = f"{knob} {'≤' if new < old else '≥'} {new:.2f}"
+        size = abs(new - old)
     else:
         label = f"{knob} {'≤' if new < old else '≥'} {new:.2f}"
         size = abs(new - old)
@@ -285,12 +327,17 @@ def _search_reserve_ratio(run: _Runner, d: Decision) -> Counterfactual | None:
 
 def _search_output_reserve(run: _Runner, d: Decision) -> Counterfactual | None:
     """The ctxscope preset resolves ``reserve_ratio`` into ``output_reserve``: lower that."""
-    old = run.trace.config.output_reserve
+    return _search_reserve_int(run, d, "output_reserve")
+
+
+def _search_reserve_int(run: _Runner, d: Decision, knob: str) -> Counterfactual | None:
+    """The largest value of a token reserve (output_reserve, safety_margin) that keeps it."""
+    old = getattr(run.trace.config, knob)
     if old is None or old <= 0 or d.reason == Reason.BELOW_MIN_RELEVANCE:
         return None
 
     def ok(v: int) -> bool:
-        return run.keeps({"output_reserve": v})
+        return run.keeps({knob: v})
 
     if not ok(0):
         return None
@@ -301,7 +348,65 @@ def _search_output_reserve(run: _Runner, d: Decision) -> Counterfactual | None:
             lo = mid
         else:
             hi = mid
-    return _make(run, d, "output_reserve", old, lo, {"output_reserve": lo})
+    return _make(run, d, knob, old, lo, {knob: lo})
+
+
+def _search_safety_margin(run: _Runner, d: Decision) -> Counterfactual | None:
+    return _search_reserve_int(run, d, "safety_margin")
+
+
+def _history_pos(trace: Trace, packet_id: str) -> int | None:
+    for pos, m in enumerate(trace.input.history):
+        if (m.id or f"history:{pos}") == packet_id:
+            return pos
+    return None
+
+
+def _search_history_limit(run: _Runner, d: Decision) -> Counterfactual | None:
+    """A history message older than the last ``history_limit``: the smallest limit that
+    reaches back to it (first guess: exactly far enough), verified by re-running."""
+    old = run.trace.config.history_limit
+    pos = _history_pos(run.trace, run.packet_id)
+    n = len(run.trace.input.history)
+    if old is None or pos is None or n - pos <= old:
+        return None
+
+    def ok(v: int) -> bool:
+        return run.keeps({"history_limit": v})
+
+    guess = n - pos
+    if ok(guess):
+        hi = guess
+    elif guess < n and ok(n):
+        hi = n
+    else:
+        return None
+    best = _bisect_int(ok, old, hi)
+    return _make(run, d, "history_limit", old, best, {"history_limit": best})
+
+
+def _search_partition_budget(run: _Runner, d: Decision) -> Counterfactual | None:
+    """The smallest raise of the packet's own partition share (hundredths) that keeps it."""
+    budgets = run.trace.config.partition_budgets
+    part = d.partition
+    if not budgets or part is None or part not in budgets:
+        return None
+    if d.reason == Reason.BELOW_MIN_RELEVANCE:
+        return None
+    old = budgets[part]
+    old_i = round(old * 100)
+
+    def patch(i: int) -> dict[str, Any]:
+        return {"partition_budgets": {**budgets, part: i / 100}}
+
+    def ok(i: int) -> bool:
+        return run.keeps(patch(i))
+
+    if old_i >= 100 or not ok(100):
+        return None
+    best = _bisect_int(ok, old_i, 100)
+    cf = _make(run, d, f"partition_budgets[{part}]", old, best / 100, patch(best))
+    return cf
 
 
 _SEARCHES: dict[str, Callable[[_Runner, Decision], Counterfactual | None]] = {
@@ -310,7 +415,129 @@ _SEARCHES: dict[str, Callable[[_Runner, Decision], Counterfactual | None]] = {
     "relevance_weight": _search_weights,
     "reserve_ratio": _search_reserve_ratio,
     "output_reserve": _search_output_reserve,
+    "safety_margin": _search_safety_margin,
+    "history_limit": _search_history_limit,
+    "partition_budgets": _search_partition_budget,
 }
+
+
+def searched_knobs(trace: Trace, knobs: Sequence[str] = ALL_KNOBS) -> list[str]:
+    """The knobs of ``knobs`` this trace's preset has (the rest are None in its config):
+    what a search on it actually tries, for the app to say so."""
+    cfg = trace.config
+    return [k for k in knobs if getattr(cfg, k, None) is not None]
+
+
+def _permissive(trace: Trace, knob: str, d: Decision) -> dict[str, Any] | None:
+    """The loosest value of one knob, for trying pairs (None: nothing to loosen)."""
+    cfg = trace.config
+    value = getattr(cfg, knob, None)
+    if value is None:
+        return None
+    if knob == "max_tokens":
+        total = sum(x.tokens_before for x in trace.result.decisions) if trace.result else 0
+        return {knob: max(value * 2, value + total)}
+    if knob == "min_relevance":
+        return {knob: 0.0} if value > 0 else None
+    if knob in ("reserve_ratio", "output_reserve", "safety_margin"):
+        return {knob: 0} if value > 0 else None
+    if knob == "history_limit":
+        n = len(trace.input.history)
+        return {knob: n} if n > value else None
+    if knob == "partition_budgets" and d.partition in value and value[d.partition] < 1:
+        return {knob: {**value, d.partition: 1.0}}
+    return None
+
+
+def _tighten(run: _Runner, loose: dict[str, Any], knob: str) -> dict[str, Any]:
+    """Move one knob of a keeping patch back toward its recorded value while it still
+    keeps the packet (bisection on integers or hundredths)."""
+    cfg = run.trace.config
+    old, new = getattr(cfg, knob), loose[knob]
+    if knob == "partition_budgets":
+        part = next(p for p in new if new[p] != old.get(p))
+        lo_i, hi_i = round(old[part] * 100), round(new[part] * 100)
+
+        def ok_p(i: int) -> bool:
+            return run.keeps({**loose, knob: {**new, part: i / 100}})
+
+        best = _bisect_int(ok_p, lo_i, hi_i)
+        return {**loose, knob: {**new, part: best / 100}}
+    scale = 1 if knob in _INT_KNOBS else 100
+    a, b = round(old * scale), round(new * scale)
+
+    def ok(i: int) -> bool:
+        return run.keeps({**loose, knob: i / scale if scale != 1 else i})
+
+    if a < b:
+        best = _bisect_int(ok, a, b)
+    else:  # lowering (min_relevance, reserves): the largest value that still keeps
+        lo, hi = b, a  # ok(lo), not ok(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        best = lo
+    return {**loose, knob: best / scale if scale != 1 else best}
+
+
+def _pair_sentence(run: _Runner, d: Decision, patch: dict[str, Any]) -> tuple[str, float]:
+    cfg = run.trace.config
+    parts, size = [], 0.0
+    for knob, new in patch.items():
+        old = getattr(cfg, knob)
+        if knob == "partition_budgets":
+            part = next(p for p in new if new[p] != old.get(p))
+            parts.append(f"partition_budgets[{part}] {old[part]:.2f} → {new[part]:.2f}")
+            size += abs(new[part] - old[part])
+        else:
+            parts.append(f"{knob} {_fmt(knob, old)} → {_fmt(knob, new)}")
+            scale = cfg.max_tokens if knob in _INT_KNOBS and knob != "history_limit" else 1
+            if knob == "history_limit":
+                scale = max(old, 1)
+            size += abs(new - old) / (scale or 1)
+    return " and ".join(parts), size
+
+
+def _search_pairs(run: _Runner, d: Decision, knobs: Sequence[str]) -> list[Counterfactual]:
+    """Two knobs together, when no single one keeps the packet: both loosened fully, then
+    each moved back as far as the pair still keeps it; the final patch is re-run."""
+    loose = {k: p for k in knobs if (p := _permissive(run.trace, k, d)) is not None}
+    out: list[Counterfactual] = []
+    names = list(loose)
+    for i, k1 in enumerate(names):
+        for k2 in names[i + 1 :]:
+            if run.builds >= run.max_builds:
+                return out
+            patch = {**loose[k1], **loose[k2]}
+            if not run.keeps(patch):
+                continue
+            patch = _tighten(run, patch, k1)
+            patch = _tighten(run, patch, k2)
+            if not run.keeps(patch):  # the final patch, re-run (cached when already built)
+                continue
+            what, size = _pair_sentence(run, d, patch)
+            out.append(
+                Counterfactual(
+                    packet_id=run.packet_id,
+                    knob=f"{k1} + {k2}",
+                    old=0.0,
+                    new=0.0,
+                    patch=patch,
+                    label=f"{k1} + {k2}",
+                    sentence=(
+                        f"{what} together would have kept {run.packet_id}, which was "
+                        f"{d.status.value} ({d.reason.value}); no single change does; "
+                        f"verified by re-running {run.trace.config.preset}"
+                    ),
+                    status=Status.KEPT,
+                    size=round(size, 6),
+                    builds=run.builds,
+                )
+            )
+    return out
 
 
 def counterfactuals(
@@ -320,8 +547,10 @@ def counterfactuals(
     knobs: Sequence[str] = KNOBS,
     max_builds: int = 80,
     cache: BuildCache | None = None,
+    pairs: bool = False,
 ) -> list[Counterfactual]:
-    """Every verified single-knob change that keeps ``packet_id``, smallest first.
+    """Every verified single-knob change that keeps ``packet_id``, smallest first; with
+    ``pairs``, when no single change does, the verified pairs of changes that do.
 
     Empty when the packet is already kept, when the preset cannot be re-run here, or when
     re-running the recorded config does not reproduce the recorded decision (a trace from
@@ -339,7 +568,9 @@ def counterfactuals(
         return []
     unknown = [k for k in knobs if k not in _SEARCHES]
     if unknown:
-        raise InputError(f"unknown knob(s) {', '.join(unknown)}; choose from {', '.join(KNOBS)}")
+        raise InputError(
+            f"unknown knob(s) {', '.join(unknown)}; choose from {', '.join(ALL_KNOBS)}"
+        )
     run = _Runner(trace, packet_id, max_builds, cache)
     if run.status({}) != d.status:
         return []
@@ -348,7 +579,10 @@ def counterfactuals(
         cf = _SEARCHES[knob](run, d)
         if cf is not None:
             out.append(cf)
-    return sorted(out, key=lambda c: (c.size, KNOBS.index(c.knob)))
+    if pairs and not out:
+        return sorted(_search_pairs(run, d, knobs), key=lambda c: c.size)
+    order = {k: i for i, k in enumerate(ALL_KNOBS)}
+    return sorted(out, key=lambda c: (c.size, order.get(c.knob.split("[")[0], len(order))))
 
 
 def smallest_fix(
@@ -359,4 +593,13 @@ def smallest_fix(
     return found[0] if found else None
 
 
-__all__ = ["KNOBS", "BuildCache", "Counterfactual", "counterfactuals", "rebuild", "smallest_fix"]
+__all__ = [
+    "ALL_KNOBS",
+    "KNOBS",
+    "BuildCache",
+    "Counterfactual",
+    "counterfactuals",
+    "rebuild",
+    "searched_knobs",
+    "smallest_fix",
+]

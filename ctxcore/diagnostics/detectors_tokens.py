@@ -79,9 +79,7 @@ def compression_damage(v: TraceView) -> list[Finding]:
     # An imported prompt's text is a readable rendering (role labels added), not what was
     # sent: its size is the totals' count. Against an unknown window there is no overflow.
     used = (
-        v.result.totals.used
-        if v.imported
-        else max(v.result.totals.used, v.counter.count(v.prompt))
+        v.result.totals.used if v.imported else max(v.result.totals.used, v.counter.count(v.prompt))
     )
     if used > v.budget > 0 and v.window_known:
         state = (

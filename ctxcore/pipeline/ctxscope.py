@@ -21,8 +21,14 @@ estimators also work), ``max_tokens`` (the window: input.window or 8,000),
 ``relevance_weight``/``recency_weight``/``priority_weight`` (0.6/0.3/0.1, need not sum to
 1), ``recency_tau_hours`` (6), ``fill`` (skip | optimal | break), ``history_limit`` (20),
 ``partition_budgets`` (caps as shares of the available budget; they may sum past 1),
-``degrade`` (the ladder: noise, history, tool_results, files, repo_map, recent) and
-``enable_compression`` (the estimator-only last resort).
+``degrade`` (the ladder: noise, history, tool_results, files, repo_map, recent),
+``enable_compression`` (the estimator-only last resort) and the signal weights
+``current_turn_weight`` (0.4), ``error_weight`` (0.5), ``mention_weight`` (0.4),
+``reference_weight`` (0.3), ``metadata_weight`` (0.2) and ``lexical_weight`` (0.3): each adds
+``weight × strength`` of its signal to the score (``signals``). Fresh evidence — the latest
+error output and the result of the last tool call — is placed right after the must-keep
+items, shortened by the ladder rather than dropped, and this turn's tool results and
+whatever the user or the last step named are exempt from ``min_relevance`` (issue 13).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ from ctxcore.pipeline.degrade import history_content
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID, Item, Prepared, prepare
 from ctxcore.pipeline.reasons import describe, describe_summary
 from ctxcore.pipeline.select import REASONS, RUNGS, STATUSES, Knobs, Plan, plan
+from ctxcore.pipeline.signals import DEFAULT_WEIGHTS, SIGNALS, WEIGHT_KNOBS
+from ctxcore.pipeline.signals import describe as describe_signals
 from ctxcore.pipeline.structure import compress, render
 from ctxcore.scoring import QueryTerms
 from ctxcore.summarize import default_summarizer
@@ -69,6 +77,7 @@ DEFAULTS: dict[str, object] = {
     "enable_compression": True,
     "fill": "skip",
     "history_limit": 20,
+    **{WEIGHT_KNOBS[name]: w for name, w in DEFAULT_WEIGHTS.items()},
 }
 #: caps as a share of the available budget; they may sum to more than 1 (caps, not slices)
 DEFAULT_PARTITION_BUDGETS: dict[str, float] = {
@@ -146,6 +155,7 @@ def knobs(config: Config) -> Knobs:
         history_limit=int(config.history_limit if config.history_limit is not None else 20),
         caps=tuple(int(config.partition_budgets[p] * available) for p in PARTITIONS),
         degrade=tuple(config.degrade or ()),
+        signal_weights=tuple(float(getattr(config, WEIGHT_KNOBS[s]) or 0.0) for s in SIGNALS),
     )
 
 
@@ -203,6 +213,12 @@ def _decisions(prep: Prepared, pl: Plan, kn: Knobs) -> list[Decision]:
     reason = [REASONS[c] for c in pl.reason]
     texts = [describe(prep, pl, kn, i) for i in range(n)]
     base_notes = _item_notes(prep)
+    sig_notes: list[list[str]] = [[] for _ in range(n)]
+    if prep.signals.strength.any():
+        for i in np.flatnonzero(prep.signals.strength.any(axis=1)).tolist():
+            suffix, notes = describe_signals(prep.signals, i, kn.signal_weights)
+            texts[i] += suffix
+            sig_notes[i] = notes
     plan_notes = pl.notes
     rank, tokens_after, budget_left = pl.rank, pl.tokens_after, pl.budget_left
     summary = pl.summary
@@ -248,7 +264,7 @@ def _decisions(prep: Prepared, pl: Plan, kn: Knobs) -> list[Decision]:
                     "tokens_before": it.tokens,
                     "tokens_after": tokens_after[i],
                     "budget_left": budget_left[i],
-                    "notes": [*extra, *base] if extra else [*base],
+                    "notes": [*(extra or ()), *base, *sig_notes[i]],
                 }
             )
         )

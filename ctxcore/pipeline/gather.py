@@ -31,6 +31,7 @@ import numpy.typing as npt
 from ctxcore.errors import InputError
 from ctxcore.models import PARTITIONS, CapturedInput, Packet
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, history_id
+from ctxcore.pipeline.signals import Signals, Source, compute
 from ctxcore.scoring import QueryTerms, bm25_from_tf, priority_norm, term_frequencies
 from ctxcore.summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
 from ctxcore.tokens import TokenCounter
@@ -120,6 +121,7 @@ class Item:
     caller_relevance: float | None = None
     duplicate_of: str | None = None
     no_timestamp: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -140,6 +142,8 @@ class Prepared:
     output_segment: str
     output_tokens: int
     query_terms: QueryTerms
+    #: what each item is about beyond shared words (``signals``)
+    signals: Signals
     #: the arrays that depend only on the items (``item_arrays``), made while counting
     arrays: dict[str, Any]
     #: memo of degraded versions: (item index, rung, summarizer id, extra) → (text, tokens)
@@ -312,6 +316,8 @@ def gather(
         meanwhile(items)
     arrays = item_arrays(items)
     priority = priority_norm(cands.priorities)
+    # the signals read only texts and metadata: they too are worked out while tiktoken counts
+    sig = compute(input, [_source(it, ts) for it, ts in zip(items, stamps, strict=True)])
 
     counts = pending()
     n = len(items)
@@ -338,8 +344,15 @@ def gather(
         output_segment=output_segment,
         output_tokens=output_tokens,
         query_terms=q,
+        signals=sig,
         arrays=arrays,
     )
+
+
+def _source(it: Item, timestamp: Any) -> Source:
+    """What the signals read of an item (only caller packets carry metadata)."""
+    is_packet = not it.builder_made
+    return Source(it.id, it.kind, it.text, it.metadata, timestamp, is_packet, it.caller_relevance)
 
 
 def _builder_items(input: CapturedInput) -> _Candidates:
@@ -387,6 +400,7 @@ def _add_packets(
             len(cands.items),
             _must_keep_reason(p),
             caller_relevance=p.relevance,
+            metadata=p.metadata,
         )
         cands.add(item, p.timestamp, p.priority)
     k = _latest_failure(input.packets)
@@ -454,6 +468,15 @@ _META_KEYS = (
     "status",
     "active",
     "latest_failure",
+    # read by the signals
+    "command",
+    "current_turn",
+    "search_hits",
+    "modified_at",
+    "linked_test",
+    "path",
+    "file",
+    "filename",
 )
 
 
@@ -467,7 +490,10 @@ def content_key(input: CapturedInput) -> tuple[Any, ...] | None:
         input.query,
         input.now,
         input.system_instructions,
-        tuple((m.role, m.content, m.timestamp) for m in input.history),
+        tuple(
+            (m.role, m.content, m.timestamp, json.dumps(m.metadata.get("tool_calls"), default=str))
+            for m in input.history
+        ),
         tuple(
             (
                 p.id,
@@ -478,7 +504,7 @@ def content_key(input: CapturedInput) -> tuple[Any, ...] | None:
                 p.priority,
                 p.must_keep,
                 p.tokens,
-                tuple(map(p.metadata.get, _META_KEYS)),
+                json.dumps(list(map(p.metadata.get, _META_KEYS)), default=str),
             )
             for p in input.packets
         ),

@@ -43,6 +43,7 @@ from ctxcore.pipeline._hello_shared import (
     words,
 )
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID, Candidate, Summarizer
+from ctxcore.pipeline.signals import WEIGHT_KNOBS
 from ctxcore.tokens import TokenCounter
 
 NAME = "hello-agents"
@@ -67,6 +68,7 @@ UNSUPPORTED = (
     "fill",
     "partition_budgets",
     "degrade",
+    *WEIGHT_KNOBS.values(),
 )
 
 RELEVANCE_WEIGHT = 0.7

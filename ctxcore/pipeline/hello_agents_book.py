@@ -43,6 +43,7 @@ from ctxcore.pipeline._hello_shared import (
     words,
 )
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Candidate, Summarizer, history_id
+from ctxcore.pipeline.signals import WEIGHT_KNOBS
 from ctxcore.tokens import TokenCounter
 
 NAME = "hello-agents-book"
@@ -66,6 +67,7 @@ UNSUPPORTED = (
     "fill",
     "partition_budgets",
     "degrade",
+    *WEIGHT_KNOBS.values(),
 )
 WEIGHT_TOLERANCE = 1e-9
 DEFAULT_RELEVANCE = 0.5

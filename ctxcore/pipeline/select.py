@@ -4,15 +4,19 @@
 ``build`` and by the sweep (which calls it for each grid cell without rendering a prompt):
 
 1. score — ``relevance_weight × relevance + recency_weight × recency + priority_weight ×
-   priority`` over numpy arrays;
+   priority`` plus ``Σ weight × strength`` of the signals (``signals``) over numpy arrays;
 2. must-keep first — instructions, tool definitions, the current task, packets marked
    ``must_keep``, explicit constraints, the active plan, the latest failure. If they alone
    overflow, the tool logs/files/repo maps among them are summarized, rung by rung in the
    ladder's order, stopping as soon as they fit; if that is not enough, ``BudgetError``
    names every one of them with its size;
+   Then the floor: fresh evidence (the latest error output, the result of the last tool
+   call) is placed ahead of the ranked fill, shortened by its rung if it does not fit whole;
 3. filter (numpy masks) — empty and duplicate content (the ladder's ``noise`` rung: packets
    already judged noise are dropped first), relevance below ``min_relevance`` (history
-   messages are exempt: they are ranked, not filtered), history older than ``history_limit``;
+   messages are exempt: they are ranked, not filtered, and so are this turn's tool results
+   and what the user or the last step named; the word-match signal counts as relevance
+   here), history older than ``history_limit``;
 4. fill — by score, within the global budget and each partition's cap: ``skip`` keeps
    trying smaller items, ``break`` stops at the first that does not fit (the seeds' fill,
    for comparison), ``optimal`` maximises the total score (0/1 knapsack, ``fill.optimal_set``);
@@ -43,6 +47,7 @@ from ctxcore.pipeline.common import Summarizer
 from ctxcore.pipeline.degrade import Degrader
 from ctxcore.pipeline.fill import optimal_set
 from ctxcore.pipeline.gather import PARTITION_INDEX, Prepared
+from ctxcore.pipeline.signals import SIGNALS, weighted
 from ctxcore.summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
 from ctxcore.tokens import TokenCounter
 
@@ -119,6 +124,8 @@ class Knobs:
     history_limit: int
     caps: tuple[int, ...]  # per partition, in PARTITIONS order
     degrade: tuple[str, ...]
+    #: one weight per signal, in ``signals.SIGNALS`` order
+    signal_weights: tuple[float, ...] = (0.0,) * len(SIGNALS)
 
     def label(self, rung: str) -> str:
         return f"degrade step {self.degrade.index(rung) + 1}: {rung}"
@@ -160,6 +167,7 @@ class Plan:
     summary: Summary | None = None
     summary_need: int = 0  # tokens the history summary needed when it did not fit
     stopped_at: str | None = None  # break mode: the item the fill stopped at
+    floor: list[int] = field(default_factory=list)  # fresh evidence placed before the fill
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -194,6 +202,7 @@ def plan(prep: Prepared, kn: Knobs, summarizer: Summarizer, counter: TokenCounte
     pl = _empty_plan(prep, score, recency, budget.left)
     deg = Degrader(prep, summarizer, counter)
     _place_must_keep(prep, kn, pl, budget, deg)
+    _place_floor(prep, kn, pl, budget, deg)
     eligible, old = _filter(prep, kn, pl)
     order = _rank(prep, kn, pl, eligible, old)
     _fill(prep, kn, pl, budget, deg, order, old)
@@ -214,6 +223,8 @@ def _score(prep: Prepared, kn: Knobs) -> tuple[npt.NDArray[np.float64], npt.NDAr
         + kn.recency_weight * recency
         + kn.priority_weight * prep.priority
     )
+    if any(kn.signal_weights):
+        score = score + weighted(prep.signals.strength, kn.signal_weights)
     return score, recency
 
 
@@ -335,6 +346,43 @@ def _shrink_must_keep(
         )
 
 
+# --------------------------------------------------------------------------- floor
+
+
+def _place_floor(prep: Prepared, kn: Knobs, pl: Plan, budget: Budget, deg: Degrader) -> None:
+    """Fresh evidence — the latest error output and the result of the last tool call — is
+    placed right after the must-keep items, ahead of the ranked fill, so nothing ranked
+    higher can crowd it out; when it does not fit whole, its rung of the ladder shrinks it
+    (a tool log keeps its error lines verbatim and points at the rest). Only if even that
+    does not fit is it left to the fill, which drops it with the usual reason
+    (docs/design.md, "Degradation ladder")."""
+    rung_of = prep.rungs_for(kn.degrade)
+    tok, part = prep.tokens_list, prep.partition_list
+    for i in prep.signals.floor:
+        if pl.status[i] != FILTERED or prep.is_empty[i] or prep.is_duplicate[i]:
+            continue  # must-keep already placed it, or it is noise (the original competes)
+        t, p = tok[i], part[i]
+        note = "fresh evidence: placed ahead of the ranked fill"
+        if budget.fits(t, p):
+            pl.status[i], pl.reason[i], pl.tokens_after[i] = KEPT, R_FITS, t
+            pl.budget_left[i] = budget.charge(t, p)
+        else:
+            cost, left = t + budget.due[p], budget.left
+            code = R_NO_ROOM if cost > left else R_PART_FULL
+            rung = rung_of[i]
+            pl.need[i], pl.room[i] = cost, max(budget.free[p], 0)
+            if rung is None or not _place_degraded(kn, pl, budget, deg, i, t, p, rung, code):
+                pl.notes.setdefault(i, []).append(
+                    "fresh evidence, but neither it nor its shortened version fits: left to "
+                    "the ranked fill"
+                )
+                continue
+            note += ", shortened rather than dropped (error lines kept verbatim)"
+        pl.floor.append(i)
+        pl.rank[i] = len(pl.floor)
+        pl.notes.setdefault(i, []).append(note)
+
+
 # --------------------------------------------------------------------------- filter
 
 
@@ -348,7 +396,9 @@ def _filter(prep: Prepared, kn: Knobs, pl: Plan) -> tuple[npt.NDArray[np.intp], 
     noise = "noise" in kn.degrade
     is_mk = prep.is_must_keep
     old_mask = prep.is_history & (prep.history_pos < prep.n_history - kn.history_limit) & ~is_mk
-    rest = ~is_mk & ~old_mask
+    placed = np.zeros(n, dtype=bool)
+    placed[pl.floor] = True
+    rest = ~is_mk & ~old_mask & ~placed
     empty = rest & prep.is_empty if noise else np.zeros(n, dtype=bool)
     dup = rest & ~empty & prep.is_duplicate if noise else np.zeros(n, dtype=bool)
     query_empty = prep.query_terms.empty
@@ -358,7 +408,8 @@ def _filter(prep: Prepared, kn: Knobs, pl: Plan) -> tuple[npt.NDArray[np.intp], 
         & ~dup
         & ~prep.is_history
         & (prep.has_caller_relevance | (not query_empty))
-        & (prep.relevance < kn.min_relevance)
+        & (np.maximum(prep.relevance, prep.signals.lexical) < kn.min_relevance)
+        & ~prep.signals.exempt
     )
     for mask, code in ((empty, R_EMPTY), (dup, R_DUP)):
         for i in np.flatnonzero(mask).tolist():
@@ -386,7 +437,7 @@ def _rank(
         se = score[el]
         order.insert(int(np.count_nonzero((se > sb) | ((se == sb) & (el < best)))), SUMMARY_SLOT)
     rank = pl.rank
-    for r, i in enumerate(order, start=1):
+    for r, i in enumerate(order, start=len(pl.floor) + 1):
         if i >= 0:
             rank[i] = r
     return order

@@ -1,0 +1,115 @@
+"""``ctxscope tune``: weights that are tuned, not guessed.
+
+Searches the ctxscope preset's knobs (the signal weights, ``relevance_weight``,
+``recency_weight`` and ``min_relevance``) for the best context recall on a set of sessions
+under one budget (recall as ``ctxcore.demo.recall`` measures it), by coordinate ascent: each
+knob in turn over a grid, keeping a change only when it raises recall (ties: more error
+evidence kept, then the value nearer the default). Prints the best settings, their recall
+and the turns they still miss, and writes them as a config file that ``ctxscope build
+--config`` and the Playground load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ctxcore.demo.recall import SESSIONS, Score, Turn, recall_of, turns_of
+from ctxcore.errors import InputError
+from ctxcore.models import Config
+from ctxcore.pipeline.signals import DEFAULT_WEIGHTS, WEIGHT_KNOBS
+
+#: the knobs searched and the grid each is searched over
+GRID: dict[str, tuple[float, ...]] = {
+    **{knob: (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0) for knob in WEIGHT_KNOBS.values()},
+    "relevance_weight": (0.2, 0.4, 0.6, 0.8, 1.0),
+    "recency_weight": (0.0, 0.1, 0.3, 0.5),
+    "min_relevance": (0.0, 0.02, 0.05, 0.1, 0.2),
+}
+DEFAULTS: dict[str, float] = {
+    **{WEIGHT_KNOBS[s]: w for s, w in DEFAULT_WEIGHTS.items()},
+    "relevance_weight": 0.6,
+    "recency_weight": 0.3,
+    "min_relevance": 0.05,
+}
+
+
+def _key(score: Score) -> tuple[float, float]:
+    return (round(score.recall, 6), round(score.error_kept, 6))
+
+
+def tune(
+    turns: list[Turn], budget: int, rounds: int = 2, log: Any = None
+) -> tuple[dict[str, float], Score, Score]:
+    """The best knob values found, their score, and the defaults' score."""
+    best = dict(DEFAULTS)
+
+    def score_of(values: dict[str, float]) -> Score:
+        return recall_of(turns, Config(max_tokens=budget, **values))
+
+    base = score_of(best)
+    top = base
+    for _ in range(rounds):
+        changed = False
+        for knob, grid in GRID.items():
+            for value in grid:
+                if value == best[knob]:
+                    continue
+                trial = score_of({**best, knob: value})
+                if _key(trial) > _key(top):
+                    best, top, changed = {**best, knob: value}, trial, True
+                    if log is not None:
+                        print(f"  {knob} = {value:g}: recall {trial.recall:.1%}", file=log)
+        if not changed:
+            break
+    return best, top, base
+
+
+def cli_tune(args: argparse.Namespace) -> int:
+    paths = [Path(p) for p in args.sessions] or [
+        Path(args.corpus) / name for name in SESSIONS if (Path(args.corpus) / name).exists()
+    ]
+    turns: list[Turn] = []
+    for p in paths:
+        if p.name not in SESSIONS:
+            raise InputError(
+                f"{p}: not one of the corpus sessions tune can read ({', '.join(SESSIONS)})"
+            )
+        turns.extend(turns_of(p, args.max_steps))
+    if not turns:
+        raise InputError("no turns with something to recall in these sessions")
+    print(f"{len(turns)} turns from {len(paths)} sessions, budget {args.budget:,} tokens")
+    best, top, base = tune(turns, args.budget, args.rounds, log=sys.stdout)
+    print(f"defaults: recall {base.recall:.1%}, error evidence kept {base.error_kept:.0%}")
+    print(f"best:     recall {top.recall:.1%}, error evidence kept {top.error_kept:.0%}")
+    for knob in GRID:
+        mark = "" if best[knob] == DEFAULTS[knob] else f"  (default {DEFAULTS[knob]:g})"
+        print(f"  {knob} = {best[knob]:g}{mark}")
+    if top.missed:
+        print(f"turns still missing something ({len(top.missed)}):")
+        for session, step, lost in top.missed[: args.show_missed]:
+            print(f"  {session} step {step}: {', '.join(x[:60] for x in lost[:3])}")
+    cfg = Config(max_tokens=args.budget, **best)
+    out = Path(args.output)
+    out.write_text(json.dumps(cfg.model_dump(exclude_none=True), indent=1) + "\n", "utf-8")
+    print(f"wrote {out} (ctxscope build INPUT --config {out})")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """The ``tune`` sub-command's arguments."""
+    t = sub.add_parser("tune", help="search the ctxscope knobs for the best context recall")
+    t.add_argument("sessions", nargs="*", help="corpus session files (default: all of them)")
+    t.add_argument("--corpus", default="corpus")
+    t.add_argument("--budget", type=int, default=8000, help="max_tokens (default 8,000)")
+    t.add_argument("--max-steps", type=int, default=8, help="steps per session (default 8)")
+    t.add_argument("--rounds", type=int, default=1)
+    t.add_argument("--show-missed", type=int, default=10)
+    t.add_argument("-o", "--output", default="ctxscope-tuned.json")
+    t.set_defaults(func=cli_tune)
+
+
+__all__ = ["GRID", "add_parser", "cli_tune", "tune"]

@@ -1,0 +1,464 @@
+"""Signals: what a turn is about, beyond the words it shares with the query.
+
+BM25 over the query's words misses most of what an agent's next step needs: "fix the
+failing test" shares no word with ``FAILED tests/test_api.py::test_login``, and the tool
+result the agent just asked for ("50 degrees and raining") shares none with "what is the
+weather?". These signals look at where a candidate came from and what it holds
+(docs/design.md, "ctxscope"):
+
+- ``current_turn`` — a tool result produced after the last user message, or the result of the
+  last tool call;
+- ``error`` — failing test lines, tracebacks, compiler errors (``summarize.error_evidence``),
+  or a file named in a stack frame (``file.py:123``) of such output;
+- ``mention`` — paths, symbols, test names, ids and quoted strings of the query and the last
+  user message found in the candidate;
+- ``reference`` — the same for the last assistant message and its tool calls (the file it
+  just opened, the command it ran);
+- ``metadata`` — ``search_hits``, ``modified_at``, ``linked_test`` in a packet's metadata,
+  and a test file linked to its module (``test_x.py`` ↔ ``x.py``) by a mention or a frame;
+- ``lexical`` — the share of the query's words found once identifiers are split (snake_case,
+  camelCase, paths, dotted names) and word forms are matched by their stem (fail, failing,
+  failed and FAILED are one); CJK text is left to BM25.
+
+Each signal has a strength in [0, 1] per item, and a weight knob (``<name>_weight``) adds
+``weight × strength`` to the score. Everything here depends only on the input, so it is
+computed once per ``Prepared`` and shared by every build and sweep cell over it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ctxcore.models import CapturedInput, Message
+from ctxcore.scoring import STOPWORDS
+from ctxcore.summarize import TOOL_KINDS, error_evidence
+
+SIGNALS: tuple[str, ...] = ("current_turn", "error", "mention", "reference", "metadata", "lexical")
+#: the weight knob of each signal in ``Config``
+WEIGHT_KNOBS: dict[str, str] = {s: f"{s}_weight" for s in SIGNALS}
+#: default weights: fresh and error evidence outrank a good word match (the relevance weight
+#: is 0.6 for a perfect BM25 score), mentions and references come next, metadata last;
+#: ``ctxscope tune`` searches around these
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "current_turn": 0.4,
+    "error": 0.5,
+    "mention": 0.4,
+    "reference": 0.3,
+    "metadata": 0.2,
+    "lexical": 0.3,
+}
+#: how a signal is named in a decision's reason text
+LABELS: dict[str, str] = {
+    "current_turn": "current turn",
+    "error": "error evidence",
+    "mention": "mentioned by the user",
+    "reference": "referenced by the last step",
+    "metadata": "metadata",
+    "lexical": "word match",
+}
+#: lexical overlap below this does not count as the signal firing (one stray common word)
+LEXICAL_MIN = 0.25
+
+_EXT = (
+    r"py|pyi|ts|tsx|js|jsx|mjs|json|md|rst|rs|go|java|kt|rb|c|h|cc|cpp|hpp|cs|php|swift|"
+    r"toml|yaml|yml|txt|cfg|ini|sh|html|css|sql|lock|log|xml"
+)
+_PATH = re.compile(rf"(?:[\w.\-]+/)+[\w.\-]+|\b[\w\-]+\.(?:{_EXT})\b")
+_TEST = re.compile(r"\b[\w/.\-]*::[\w:\[\]\-.]+|\btest_\w+|\b\w+_test\b")
+_SYMBOL = re.compile(
+    r"\b[A-Za-z_]\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z0-9]+[A-Z]\w*\b|\b\w+(?:\.\w+)+\b"
+)
+_IDS = re.compile(
+    r"#\d+\b|\b[A-Z][A-Z0-9]+-\d+\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
+)
+_QUOTED = re.compile(r"\"([^\"\n]{3,80})\"|'([^'\n]{3,80})'|`([^`\n]{2,80})`")
+_FRAME = re.compile(r"([\w./\\-]+\.(?:" + _EXT + r"))(?::\d+|\", line \d+|\(\d+)")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_SPLIT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "ers", "er", "s", "ly")
+
+
+def stem(word: str) -> str:
+    """A crude stem: enough to make fail/failing/failed/fails, test/tests/testing meet."""
+    w = word.lower()
+    for suf in _SUFFIXES:
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            w = w[: -len(suf)]
+            break
+    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+        w = w[:-1]  # running → runn → run
+    return w
+
+
+def word_parts(text: str) -> list[str]:
+    """Latin words of ``text`` with identifiers split: ``test_login`` → test, login;
+    ``getUserName`` → get, User, Name; ``a/b.py`` → a, b, py."""
+    out: list[str] = []
+    for w in _WORD.findall(text):
+        out.extend(_SPLIT.findall(w) if not w.islower() else [w])
+    return out
+
+
+def query_stems(text: str) -> tuple[str, ...]:
+    """The distinct stems of the query's Latin words (stop words and stems under 3 letters
+    left out)."""
+    seen: dict[str, None] = {}
+    for w in word_parts(text):
+        low = w.lower()
+        if low in STOPWORDS:
+            continue
+        s = stem(low)
+        if len(s) >= 3:
+            seen.setdefault(s, None)
+    return tuple(seen)
+
+
+def _starts_a_part(text: str, low: str, s: str) -> bool:
+    """Does ``s`` (lower case) start a word part of ``text``: after a character that is not
+    an ASCII letter or digit (so ``_``, ``.``, ``/`` split identifiers), in any case, or at a
+    camelCase hump (``testLogin``)? ``low`` is ``text.lower()`` (same length for ASCII)."""
+    i = low.find(s)
+    while i >= 0:
+        if i == 0:
+            return True
+        prev = text[i - 1]
+        if not (prev.isascii() and prev.isalnum()):
+            return True
+        if prev.islower() and text[i].isupper():
+            return True
+        i = low.find(s, i + 1)
+    return False
+
+
+def lexical_overlap(stems: Sequence[str], texts: Sequence[str]) -> npt.NDArray[np.float64]:
+    """The share of ``stems`` each text contains as the start of a word part."""
+    out = np.zeros(len(texts), dtype=np.float64)
+    if not stems:
+        return out
+    for k, text in enumerate(texts):
+        low = text.lower()
+        if len(low) != len(text):  # a few characters change length when lower-cased
+            low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+        hits = sum(1 for s in stems if s in low and _starts_a_part(text, low, s))
+        out[k] = hits / len(stems)
+    return out
+
+
+def entities(text: str) -> set[str]:
+    """Paths, test names, symbols, ids and quoted strings in ``text`` (lower-cased; a path
+    also gives its file name)."""
+    found: set[str] = set()
+    for pat in (_PATH, _TEST, _SYMBOL, _IDS):
+        found.update(pat.findall(text))
+    for m in _QUOTED.finditer(text):
+        found.add(next(g for g in m.groups() if g))
+    out: set[str] = set()
+    for e in found:
+        e = e.strip().strip(".,:;()[]{}").lower()
+        if len(e) < 4 or e in STOPWORDS:
+            continue
+        out.add(e)
+        if "/" in e:
+            base = e.rsplit("/", 1)[1]
+            if len(base) >= 4:
+                out.add(base)
+        if "::" in e:
+            out.update(p for p in e.split("::") if len(p) >= 4)
+    return out
+
+
+def _hits(ents: Iterable[str], low: str) -> list[str]:
+    return sorted((e for e in ents if e in low), key=lambda e: (-len(e), e))
+
+
+def _strength(n_hits: int) -> float:
+    """1 hit 0.5, 2 hits 0.75, 3 hits 0.875: more named things, more certainly about it."""
+    return 1.0 - 0.5**n_hits
+
+
+def _last(history: Sequence[Message], role: str) -> Message | None:
+    return next((m for m in reversed(history) if m.role == role), None)
+
+
+def _calls_text(msg: Message | None) -> str:
+    """The tool calls of an assistant message (their names and arguments) as text."""
+    if msg is None:
+        return ""
+    calls = msg.metadata.get("tool_calls")
+    if not isinstance(calls, list):
+        return ""
+    parts = []
+    for c in calls:
+        if isinstance(c, dict):
+            parts.append(f"{c.get('name', '')} {c.get('arguments', '')}")
+    return "\n".join(parts)
+
+
+def _path_of(meta: dict[str, Any], pid: str) -> str:
+    for key in ("path", "file", "filename"):
+        v = meta.get(key)
+        if isinstance(v, str) and v:
+            return v.lower()
+    if pid.startswith("file:"):
+        return pid[5:].lower()
+    return ""
+
+
+def _linked(path: str, hot: set[str]) -> str | None:
+    """The hot file this path is the test of, or the module of (``test_x.py`` ↔ ``x.py``)."""
+    base = path.rsplit("/", 1)[-1]
+    if not base.endswith(".py"):
+        return None
+    stem_ = base[:-3]
+    if stem_.startswith("test_"):
+        other = stem_[5:] + ".py"
+    elif stem_.endswith("_test"):
+        other = stem_[:-5] + ".py"
+    else:
+        other = f"test_{base}"
+    for h in hot:
+        if h == other or h.endswith("/" + other):
+            return h
+    return None
+
+
+def _modified_strength(value: Any, now: datetime) -> float:
+    """1.0 for a file modified within the hour, decaying over a day; 0.5 for a timestamp
+    we cannot read."""
+    if isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return 0.5
+        if when.tzinfo is None:
+            return 0.5
+        hours = max((now - when).total_seconds(), 0.0) / 3600.0
+        return float(min(1.0, math.exp(-max(hours - 1.0, 0.0) / 24.0)))
+    return 0.5 if value else 0.0
+
+
+@dataclass(frozen=True)
+class Signals:
+    """Each item's signal strengths (items × ``SIGNALS``), why each fired, and which items
+    the floors protect."""
+
+    strength: npt.NDArray[np.float64]
+    why: list[dict[str, str]]
+    #: items exempt from ``min_relevance``: this turn's tool results, error evidence, items
+    #: the user or the last step named
+    exempt: npt.NDArray[np.bool_]
+    #: fresh evidence placed ahead of the ranked fill: the result of the last tool call and
+    #: the latest error output (item indexes, in placement order)
+    floor: tuple[int, ...]
+    lexical: npt.NDArray[np.float64]
+
+    def fired(self, i: int) -> list[str]:
+        return [s for k, s in enumerate(SIGNALS) if self.strength[i, k] > 0]
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the signals read of one candidate (an item of gather, or a packet of a trace)."""
+
+    id: str
+    kind: str
+    text: str
+    metadata: dict[str, Any]
+    timestamp: datetime | None
+    is_packet: bool
+    #: the caller's own relevance judgement: it keeps the floors off (the caller decided)
+    caller_relevance: float | None = None
+
+
+def current_turn(input: CapturedInput, sources: Sequence[Source]) -> dict[int, str]:
+    """Index → why, for the tool results of the current turn: after the last user message
+    of the history (all of them when the history holds no user message: the query is the
+    turn's user message), flagged ``current_turn`` by the caller, or the last tool result."""
+    tools = [k for k, s in enumerate(sources) if s.is_packet and s.kind in TOOL_KINDS]
+    out: dict[int, str] = {}
+    if not tools:
+        return out
+    last_user = _last(input.history, "user")
+    for k in tools:
+        s = sources[k]
+        if s.metadata.get("current_turn") is True:
+            out[k] = "flagged current_turn"
+        elif last_user is None:
+            out[k] = "after the last user message"
+        elif (
+            last_user.timestamp is not None
+            and s.timestamp is not None
+            and s.timestamp >= last_user.timestamp
+        ):
+            out[k] = "after the last user message"
+    stamped = [k for k in tools if sources[k].timestamp is not None]
+    last = max(stamped, key=lambda k: (sources[k].timestamp, k)) if stamped else tools[-1]
+    out[last] = "result of the last tool call"
+    return out
+
+
+def compute(input: CapturedInput, sources: Sequence[Source]) -> Signals:
+    """Every signal for every candidate (history messages get only the lexical one)."""
+    n = len(sources)
+    strength = np.zeros((n, len(SIGNALS)), dtype=np.float64)
+    why: list[dict[str, str]] = [{} for _ in range(n)]
+    col = {s: k for k, s in enumerate(SIGNALS)}
+
+    def fire(i: int, name: str, value: float, text: str) -> None:
+        if value > strength[i, col[name]]:
+            strength[i, col[name]] = value
+            why[i][name] = text
+
+    last_user = _last(input.history, "user")
+    last_asst = _last(input.history, "assistant")
+    said = input.query + ("\n" + last_user.content if last_user is not None else "")
+    mentioned = entities(said)
+    done = (last_asst.content if last_asst is not None else "") + "\n" + _calls_text(last_asst)
+    referenced = entities(done) - mentioned
+    packets = [k for k, s in enumerate(sources) if s.is_packet]
+    # the last tool call's own command, when the caller recorded it
+    fresh = current_turn(input, sources)
+    for k, reason in fresh.items():
+        fire(k, "current_turn", 1.0 if reason.startswith("result") else 0.7, reason)
+        cmd = sources[k].metadata.get("command")
+        if reason.startswith("result") and isinstance(cmd, str):
+            referenced |= entities(cmd) - mentioned
+
+    errors: dict[int, list[str]] = {}
+    for k in packets:
+        lines = error_evidence(sources[k].text)
+        if lines:
+            errors[k] = lines
+            fire(k, "error", 1.0, lines[0][:80])
+    frames: set[str] = set()
+    for lines in errors.values():
+        for ln in lines:
+            frames.update(m.group(1).lower().lstrip("./") for m in _FRAME.finditer(ln))
+            frames.update(p.lower().lstrip("./") for p in _PATH.findall(ln))
+    for k in packets:
+        s = sources[k]
+        low = s.text.lower()
+        path = _path_of(s.metadata, s.id)
+        if k not in errors and path:
+            hit = next((f for f in sorted(frames) if path.endswith(f) or f.endswith(path)), None)
+            if hit is not None:
+                fire(k, "error", 0.5, f"named in error output ({hit})")
+        named = low + "\n" + path + "\n" + s.id.lower()
+        m = _hits(mentioned, named)
+        if m:
+            fire(k, "mention", _strength(len(m)), ", ".join(m[:2]))
+        r = _hits(referenced, named)
+        if r:
+            fire(k, "reference", _strength(len(r)), ", ".join(r[:2]))
+        _metadata(s, path, mentioned | referenced | frames, input.now, fire, k)
+
+    stems = query_stems(input.query)
+    lex = lexical_overlap(stems, [s.text for s in sources])
+    for k, s in enumerate(sources):
+        if s.caller_relevance is not None:
+            lex[k] = 0.0  # a caller's relevance replaces ours, word matches included
+    for k in range(n):
+        if lex[k] >= LEXICAL_MIN:
+            fire(k, "lexical", float(lex[k]), f"{lex[k]:.0%} of the query's words")
+    exempt = np.zeros(n, dtype=bool)
+    for k in packets:
+        if sources[k].caller_relevance is not None:
+            continue
+        if any(strength[k, col[s]] > 0 for s in ("current_turn", "error", "mention", "reference")):
+            exempt[k] = True
+    floor: list[int] = []
+    errors = {k: v for k, v in errors.items() if sources[k].caller_relevance is None}
+    if errors:
+        stamped = [k for k in errors if sources[k].timestamp is not None]
+        latest = max(stamped, key=lambda k: (sources[k].timestamp, k)) if stamped else max(errors)
+        floor.append(latest)
+    last_result = next((k for k, r in fresh.items() if r.startswith("result")), None)
+    if (
+        last_result is not None
+        and last_result not in floor
+        and sources[last_result].caller_relevance is None
+    ):
+        floor.append(last_result)
+    return Signals(strength, why, exempt, tuple(floor), lex)
+
+
+def _metadata(s: Source, path: str, hot: set[str], now: datetime, fire: Any, k: int) -> None:
+    meta = s.metadata
+    hits = meta.get("search_hits")
+    if isinstance(hits, bool | int | float | list) and not isinstance(hits, str) and hits:
+        n_hits = len(hits) if isinstance(hits, list) else int(hits) if hits is not True else 1
+        fire(k, "metadata", _strength(max(n_hits, 1)), f"search_hits {n_hits}")
+    if "modified_at" in meta:
+        value = _modified_strength(meta["modified_at"], now)
+        if value > 0:
+            fire(k, "metadata", value, "recently modified")
+    linked = meta.get("linked_test")
+    if linked:
+        fire(
+            k,
+            "metadata",
+            1.0,
+            f"linked_test {linked}" if isinstance(linked, str) else "linked_test",
+        )
+    if path:
+        other = _linked(path, hot)
+        if other is not None:
+            fire(k, "metadata", 0.75, f"test ↔ module of {other}")
+
+
+def weighted(
+    strength: npt.NDArray[np.float64], weights: Sequence[float]
+) -> npt.NDArray[np.float64]:
+    """Σ weight × strength per item: what the signals add to the score."""
+    if strength.size == 0:
+        return np.zeros(strength.shape[0], dtype=np.float64)
+    out: npt.NDArray[np.float64] = strength @ np.asarray(weights, dtype=np.float64)
+    return out
+
+
+def describe(sig: Signals, i: int, weights: Sequence[float]) -> tuple[str, list[str]]:
+    """The reason-text suffix and the ``signal:<name>`` notes of item ``i``, strongest
+    (largest weighted contribution) first."""
+    fired = [
+        (weights[k] * float(sig.strength[i, k]), s)
+        for k, s in enumerate(SIGNALS)
+        if sig.strength[i, k] > 0
+    ]
+    if not fired:
+        return "", []
+    fired.sort(key=lambda t: (-t[0], SIGNALS.index(t[1])))
+    words = [f"{LABELS[s]} ({sig.why[i][s]})" for _, s in fired]
+    return "; signals: " + ", ".join(words), [f"signal:{s}" for _, s in fired]
+
+
+def strongest(notes: Iterable[str]) -> str | None:
+    """The strongest signal a decision's notes record (the first ``signal:`` note)."""
+    return next((n[7:] for n in notes if n.startswith("signal:")), None)
+
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "LABELS",
+    "SIGNALS",
+    "WEIGHT_KNOBS",
+    "Signals",
+    "Source",
+    "compute",
+    "current_turn",
+    "describe",
+    "entities",
+    "lexical_overlap",
+    "query_stems",
+    "stem",
+    "strongest",
+    "weighted",
+    "word_parts",
+]
