@@ -1,8 +1,9 @@
 """ctxcore: the library behind ctxscope.
 
 The trace contract (``ctxscope.trace/1``), exact token counting, the GSSC pipeline with its
-three presets, diagnostics, the DuckDB trace store, capture, import and export. ctxcore never
-imports Streamlit. Heavier parts (the store, capture, diagnostics, sweep) load on first use.
+three presets, replay of recorded sessions with new settings, diagnostics, the DuckDB trace
+store, capture, import and export. ctxcore never imports Streamlit. Heavier parts (the store,
+capture, diagnostics, sweep) load on first use.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ctxcore.models import (
     Trace,
 )
 from ctxcore.pipeline import PRESET_NAMES, build, build_trace, resolve_config
+from ctxcore.replay import ReplayReport, replay
 from ctxcore.tokens import TokenCounter, get_counter
 
 __version__ = "0.1.0"
@@ -73,6 +75,7 @@ __all__ = [
     "Packet",
     "Reason",
     "Recorder",
+    "ReplayReport",
     "Status",
     "StoreError",
     "StoreLockedError",
@@ -88,6 +91,7 @@ __all__ = [
     "diagnose_session",
     "get_counter",
     "ingest_paths",
+    "replay",
     "resolve_config",
     "sweep",
 ]

@@ -27,6 +27,7 @@ from typing import Any
 from ctxcore.errors import InputError
 from ctxcore.loading import input_from_obj, load_input_or_trace, trace_from_obj
 from ctxcore.models import CapturedInput, Config, Decision, Finding, Status, Trace
+from ctxcore.replay import ReplayReport
 
 TraceLike = Trace | CapturedInput | Mapping[str, Any] | str | Path
 ConfigLike = Config | Mapping[str, Any] | None
@@ -221,6 +222,27 @@ def assert_no_findings(
     )
 
 
+def assert_no_new_losses(report: ReplayReport, min_severity: str = "warning") -> None:
+    """Fail if a replay (``ctxcore.replay``) lost, at ``min_severity`` or above, what the
+    other side kept: ``error`` = a must-keep packet or error evidence left the prompt,
+    ``warning`` = any packet in the prompt before is out after, ``info`` = squeezed too.
+    """
+    __tracebackhide__ = True
+    losses = report.losses(min_severity)
+    if not losses:
+        return
+    lines = [
+        f"  {t.session_id} turn {t.turn} ({t.trace_id}): {f.loss} {f.packet_id} "
+        f"{f.before} → {f.after}" + (" [must-keep]" if f.must_keep else "")
+        for t, f in losses[:40]
+    ]
+    more = f"\n  … and {len(losses) - 40} more" if len(losses) > 40 else ""
+    raise AssertionError(
+        f"{len(losses)} loss(es) at {min_severity} or above replaying {report.after} "
+        f"against {report.before}:\n" + "\n".join(lines) + more
+    )
+
+
 def _fix_hint(trace: Trace, packet_id: str) -> str | None:
     from ctxcore.diagnostics import smallest_fix
 
@@ -233,6 +255,7 @@ __all__ = [
     "KEPT_STATUSES",
     "assert_dropped",
     "assert_kept",
+    "assert_no_new_losses",
     "assert_no_findings",
     "describe_decision",
     "resolve_trace",

@@ -1,0 +1,200 @@
+"""``ctxscope replay``: re-run a session, a tag, the whole store or trace files with new settings.
+
+The store is opened once, read-only, by this process, and closed before the replay starts:
+DuckDB lets one process at a time write a file, so the worker processes of
+``ctxcore.replay.replay`` get traces, never the store. ``--save`` opens it again afterwards
+to add the variants (tagged ``replay``, ``source_trace_id`` = the recorded trace). The exit
+code is 0 when nothing the "before" side kept is lost at or above ``--fail-on``, 1 when
+something is, 2 on bad input (printed by ``ctxcore.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from ctxcore.cli import parse_set
+from ctxcore.errors import InputError
+from ctxcore.loading import load_config
+from ctxcore.models import Trace
+from ctxcore.replay import REPLAY_TAG, ReplayReport, TurnReport, replay, replay_sessions
+from ctxcore.store import TraceFilter, TraceStore
+
+FAIL_ON = ("info", "warning", "error", "never")
+_PAGE = 1000
+
+
+def _session(store: TraceStore, session: str, tag: str | None) -> list[Trace]:
+    flt = TraceFilter(session_id=session, tags=(tag,) if tag else ())
+    out: list[Trace] = []
+    offset = 0
+    while True:
+        page = store.list_traces(flt, sort="turn", descending=False, limit=_PAGE, offset=offset)
+        for row in page.rows:
+            # earlier replays are variants, not recordings (unless asked for by tag)
+            if REPLAY_TAG in row.tags and tag != REPLAY_TAG:
+                continue
+            t = store.get_trace(row.trace_id)
+            if t is not None:
+                out.append(t)
+        offset += len(page.rows)
+        if not page.rows or offset >= page.total:
+            return out
+
+
+def _session_ids(store: TraceStore, tag: str | None) -> Iterator[str]:
+    """The stored sessions with a trace to replay (one with ``tag``, if given)."""
+    for row in store.sessions():
+        flt = TraceFilter(session_id=row.session_id, tags=(tag,) if tag else ())
+        page = store.list_traces(flt, limit=_PAGE)
+        if any(REPLAY_TAG not in r.tags or tag == REPLAY_TAG for r in page.rows):
+            yield row.session_id
+
+
+def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[Trace]]:
+    """Every stored session, read when the replay is ready for it (the store is never held
+    in memory whole; the workers get traces, never the store)."""
+    for sid in _session_ids(store, tag):
+        yield _session(store, sid, tag)
+
+
+def _from_files(paths: list[str]) -> list[Trace]:
+    from ctxcore.cli.check import load_checked
+
+    return [c.trace for c in load_checked(paths)]
+
+
+def settings_from(preset: str | None, config: str | None, sets: list[str] | None) -> dict[str, Any]:
+    """The patch ``--preset``, ``--config`` and ``--set`` make (later ones win)."""
+    out: dict[str, Any] = {}
+    if config:
+        # only what the file sets: an unset preset must not reset every trace to the default
+        out.update(load_config(config).model_dump(exclude_unset=True, exclude_none=True))
+    if preset:
+        out["preset"] = preset
+    out.update(parse_set(sets or []))
+    return out
+
+
+def _losses(t: TurnReport) -> str:
+    counts = {s: len([f for f in t.flips if f.loss == s]) for s in ("error", "warning", "info")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "-"
+
+
+def print_table(report: ReplayReport, out: TextIO) -> None:
+    w = out.write
+    w(f"before: {report.before}\nafter:  {report.after}\n\n")
+    changed = report.changed_turns
+    w(f"{len(report.turns)} turn(s), {len(changed)} changed, {report.seconds:.2f} s\n")
+    if changed:
+        w(
+            f"{'session':<28} {'turn':>4} {'used before':>11} {'after':>7} {'budget':>13} "
+            f"{'flips':>5}  {'losses':<24} findings\n"
+        )
+    for t in changed:
+        budget = (
+            f"{t.budget_before}"
+            if t.budget_before == t.budget_after
+            else f"{t.budget_before}→{t.budget_after}"
+        )
+        found = f"+{len(t.findings_added)} -{len(t.findings_cleared)}"
+        w(
+            f"{t.session_id[:28]:<28} {t.turn:>4} {t.used_before:>11} {t.used_after:>7} "
+            f"{budget:>13} {len(t.flips):>5}  {_losses(t):<24} {found}\n"
+        )
+        for f in t.flips:
+            if f.loss is not None:
+                mark = (
+                    " must-keep" if f.must_keep else " error evidence" if f.error_evidence else ""
+                )
+                w(f"{'':<34}{f.loss:<8} {f.packet_id}: {f.before} → {f.after}{mark}\n")
+    delta = report.tokens_delta
+    w(f"\ntokens: {'spent' if delta > 0 else 'saved'} {abs(delta):,} over all turns\n")
+    must = report.turns_losing_must_keep
+    w(
+        f"turns losing a must-keep packet or error evidence: {len(must)}"
+        + (f" ({', '.join(f'{t.session_id}:{t.turn}' for t in must[:12])})" if must else "")
+        + "\n"
+    )
+    moved = [x for x in report.first_lost if x.before_turn != x.after_turn]
+    if moved:
+        w("first turn each item is lost (before → after):\n")
+        for x in moved:
+            b = "never" if x.before_turn is None else str(x.before_turn)
+            a = "never" if x.after_turn is None else str(x.after_turn)
+            w(f"  {x.session_id}: {x.item[:80]}: {b} → {a}\n")
+    if report.findings_compared:
+        dets = sorted({*report.findings_before, *report.findings_after})
+        w("findings by detector (before → after):" + ("" if dets else " none") + "\n")
+        for d in dets:
+            w(f"  {d}: {report.findings_before.get(d, 0)} → {report.findings_after.get(d, 0)}\n")
+
+
+def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    if args.fail_on not in FAIL_ON:
+        raise InputError(f"--fail-on {args.fail_on!r}: choose one of {', '.join(FAIL_ON)}")
+    from_store = bool(args.session or args.tag or args.all)
+    if args.files and from_store:
+        raise InputError("give trace files or one of --session/--tag/--all, not both")
+    if not args.files and not from_store:
+        raise InputError("choose what to replay: --session ID, --tag T, --all or trace files")
+    settings = settings_from(args.preset, args.config, args.set)
+    against: dict[str, Any] | None = None
+    if args.against_config or args.against_set:
+        against = settings_from(None, args.against_config, args.against_set)
+    options: dict[str, Any] = {
+        "against": against,
+        "findings": not args.no_findings,
+        "workers": args.workers,
+        "keep_variants": args.save,
+    }
+    if args.files:
+        report = replay(_from_files(list(args.files)), settings, **options)
+    else:
+        # read-only, and closed before --save opens it to write
+        with TraceStore(args.db, read_only=True) as store:
+            if args.session:
+                traces = _session(store, args.session, args.tag)
+                if not traces:
+                    raise InputError(f"{args.db}: no traces in session {args.session!r}")
+                report = replay(traces, settings, **options)
+            else:
+                if not any(True for _ in _session_ids(store, args.tag)):
+                    what = f"with tag {args.tag!r}" if args.tag else "in the store"
+                    raise InputError(f"{args.db}: no traces {what}")
+                report = replay_sessions(_sessions(store, args.tag), settings, **options)
+    if args.format == "json":
+        out.write(json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    else:
+        print_table(report, out)
+    if args.save:
+        with TraceStore(args.db) as store:
+            # a variant id names (recording, settings); its timings differ run to run, so one
+            # already stored is kept as it is rather than refused as different content
+            new = [v for v in report.variants if store.get_trace(v.trace_id) is None]
+            added = store.add_traces(new, source="replay") if new else 0
+        print(
+            f"ctxscope replay: saved {added} new variant(s) tagged {REPLAY_TAG!r} "
+            f"({len(report.variants) - added} already stored)",
+            file=sys.stderr,
+        )
+    if args.fail_on == "never":
+        return 0
+    losses = report.losses(args.fail_on)
+    if losses:
+        print(
+            f"ctxscope replay: {len(losses)} loss(es) at {args.fail_on} or above in "
+            f"{len({(t.session_id, t.turn) for t, _ in losses})} turn(s)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def cli_replay(args: argparse.Namespace) -> int:
+    """``ctxscope replay (--session ID | --tag T | --all | FILE...) [settings] [--fail-on]``."""
+    return run_replay(args)

@@ -1,0 +1,490 @@
+"""Replay: re-run recorded builds with other settings and report what would change, turn by turn.
+
+Tuning on one turn is half the job: a change that rescues turn 15 may starve turns 30–40.
+``replay(traces, settings, against=None)`` rebuilds every trace's captured input with the
+recorded config patched by ``settings`` (and, with ``against``, by a second patch instead of
+the recorded config) and compares the two sides per turn: tokens used and budget, the
+packets whose fate flipped, the findings added and cleared; then over all turns: tokens saved
+or spent, the turns where a must-keep packet or error evidence was lost, the first turn each
+item was lost on either side, findings by detector. ``ctxcore.testing.assert_no_new_losses``
+and ``ctxscope replay --fail-on`` judge the report.
+
+A variant is a new trace (its own id, ``source_trace_id`` = the recorded one, tagged
+``replay``); recorded traces are never changed. This module sits with ``testing`` (core,
+pipeline, diagnostics; docs/design.md, "Parts and allowed imports"): the caller reads the
+store and passes traces in, and worker processes get traces, never the store (DuckDB lets one
+process at a time write a file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ctxcore.errors import InputError
+from ctxcore.loading import config_from_obj, input_from_obj
+from ctxcore.models import Finding, Status, Trace
+from ctxcore.pipeline import build, build_trace, resolve_config
+from ctxcore.summarize import error_evidence
+
+REPLAY_TAG = "replay"
+#: knobs of ``settings`` that are facts of the model call (the captured input), not of the
+#: builder; ``ctxscope build --set`` reads them the same way
+INPUT_FACTS = ("window", "output_reserve")
+LOSS_SEVERITIES: tuple[str, ...] = ("info", "warning", "error")
+_RANK = {"info": 0, "warning": 1, "error": 2}
+#: how far into the prompt a status gets a packet (a lower rank after than before is a loss)
+_REACH = {
+    Status.KEPT: 3,
+    Status.TRUNCATED: 2,
+    Status.SUMMARIZED: 1,
+    Status.DROPPED: 0,
+    Status.FILTERED: 0,
+    Status.NOT_RENDERED: 0,
+}
+#: below this many traces a process pool costs more than it saves
+_POOL_MIN_TRACES = 48
+
+Settings = Mapping[str, Any]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Flip(_Model):
+    """One packet whose fate differs between the two sides of a turn."""
+
+    packet_id: str
+    kind: str
+    before: str  # a Status value, or "absent"
+    after: str
+    must_keep: bool = False
+    #: its text shows an error (``ctxcore.summarize.error_evidence``: a failing test, a
+    #: traceback, an exception, a compiler error)
+    error_evidence: bool = False
+    #: None for a gain or a sideways change (dropped ↔ filtered); else how bad the loss is:
+    #: error = a must-keep packet or error evidence left the prompt (or was only summarized),
+    #: warning = a packet in the prompt before is out after, info = squeezed (truncated,
+    #: summarized)
+    loss: str | None = None
+
+
+class TurnReport(_Model):
+    """One turn replayed: both sides' totals and what changed."""
+
+    session_id: str
+    turn: int
+    trace_id: str  # the recorded trace
+    before_id: str  # the trace of the "before" side (the recorded one unless ``against``)
+    after_id: str
+    used_before: int
+    used_after: int
+    budget_before: int
+    budget_after: int
+    flips: list[Flip] = Field(default_factory=list)
+    findings_added: list[str] = Field(default_factory=list)  # "severity detector [ids]"
+    findings_cleared: list[str] = Field(default_factory=list)
+
+    @property
+    def tokens_delta(self) -> int:
+        return self.used_after - self.used_before
+
+    def losses(self, at: str = "info") -> list[Flip]:
+        """The flips that lose something, at severity ``at`` or above."""
+        floor = _severity_rank(at)
+        return [f for f in self.flips if f.loss is not None and _RANK[f.loss] >= floor]
+
+
+class FirstLoss(_Model):
+    """The first turn an item was lost on each side (None: never)."""
+
+    session_id: str
+    item: str  # a packet id, or the text of a user constraint
+    kind: str  # packet | constraint
+    before_turn: int | None
+    after_turn: int | None
+
+
+class ReplayReport(_Model):
+    """What ``replay`` returns; ``ctxscope replay --format json`` prints it."""
+
+    before: str  # "recorded" or the ``against`` settings as JSON
+    after: str
+    turns: list[TurnReport]
+    first_lost: list[FirstLoss] = Field(default_factory=list)
+    findings_before: dict[str, int] = Field(default_factory=dict)  # detector -> count
+    findings_after: dict[str, int] = Field(default_factory=dict)
+    findings_compared: bool = True
+    seconds: float = 0.0
+    #: every rebuilt trace (the "after" side, and the "before" side with ``against``), only
+    #: with ``keep_variants``; not in the JSON
+    variants: list[Trace] = Field(default_factory=list, exclude=True, repr=False)
+
+    @property
+    def tokens_delta(self) -> int:
+        """Tokens spent (positive) or saved (negative) over every turn."""
+        return sum(t.tokens_delta for t in self.turns)
+
+    @property
+    def changed_turns(self) -> list[TurnReport]:
+        return [t for t in self.turns if t.flips or t.findings_added or t.findings_cleared]
+
+    def losses(self, at: str = "info") -> list[tuple[TurnReport, Flip]]:
+        """Every loss at ``at`` or above, with its turn."""
+        return [(t, f) for t in self.turns for f in t.losses(at)]
+
+    @property
+    def turns_losing_must_keep(self) -> list[TurnReport]:
+        """Turns where a must-keep packet or error evidence was lost."""
+        return [t for t in self.turns if t.losses("error")]
+
+    def variant(self, trace_id: str) -> Trace | None:
+        """A rebuilt trace kept on the report (``keep_variants``), by id."""
+        return next((v for v in self.variants if v.trace_id == trace_id), None)
+
+    def worst_loss(self) -> str | None:
+        found = [f.loss for _, f in self.losses() if f.loss is not None]
+        return max(found, key=_RANK.__getitem__, default=None)
+
+
+def _severity_rank(at: str) -> int:
+    if at not in _RANK:
+        raise InputError(f"unknown severity {at!r}; choose one of {', '.join(LOSS_SEVERITIES)}")
+    return _RANK[at]
+
+
+# --------------------------------------------------------------------------- variants
+
+
+def settings_label(settings: Settings | None) -> str:
+    return "recorded" if settings is None else json.dumps(dict(settings), sort_keys=True)
+
+
+def variant_id(trace_id: str, settings: Settings) -> str:
+    """A stable id per (recorded trace, settings): saving the same replay twice adds nothing.
+
+    A session id goes through the same function, so the saved variants of one session form a
+    session of their own (the Timeline shows it next to the recording, not mixed into it).
+    """
+    digest = hashlib.sha1(settings_label(settings).encode("utf-8")).hexdigest()[:10]
+    return f"{trace_id}~{REPLAY_TAG}-{digest}"
+
+
+def variant(trace: Trace, settings: Settings | None) -> Trace:
+    """``trace`` rebuilt with its recorded config patched by ``settings`` (None: as recorded).
+
+    As ``ctxscope build --set``: another preset starts from that preset's defaults, and
+    ``window``/``output_reserve`` change the captured input (a new window drops the recorded
+    ``max_tokens`` so the budget follows it).
+    """
+    if settings is None:
+        if trace.result is not None:
+            return trace
+        cfg = resolve_config(trace.config, trace.input)
+        return trace.model_copy(update={"config": cfg, "result": build(trace.input, cfg)})
+    patch = dict(settings)
+    facts = {k: patch.pop(k) for k in INPUT_FACTS if k in patch}
+    base = trace.config.model_dump(exclude_none=True)
+    if "preset" in patch and patch["preset"] != trace.config.preset:
+        base = {}  # another preset's resolved knobs do not carry over
+    inp = trace.input
+    if facts:
+        inp = input_from_obj({**inp.model_dump(mode="json"), **facts}, "replay settings")
+        if "window" in facts and "max_tokens" not in patch:
+            base.pop("max_tokens", None)
+    base.update(patch)
+    cfg = config_from_obj(base, "replay settings")
+    return build_trace(
+        inp,
+        cfg,
+        trace_id=variant_id(trace.trace_id, settings),
+        session_id=variant_id(trace.session_id, settings),
+        turn=trace.turn,
+        created_at=trace.created_at,
+        tags=[*[t for t in trace.tags if t != REPLAY_TAG], REPLAY_TAG],
+        metadata={"replay": dict(settings)},
+        source_trace_id=trace.trace_id,
+    )
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def _flips(recorded: Trace, a: Trace, b: Trace, errors: dict[str, bool]) -> list[Flip]:
+    """``errors`` caches, per packet id, whether its text is error evidence (ids are stable
+    across the turns of a session, and the scan is the costly part of comparing)."""
+    assert a.result is not None and b.result is not None
+    before = {d.packet_id: d for d in a.result.decisions}
+    after = {d.packet_id: d for d in b.result.decisions}
+    packets = {p.id: p for p in recorded.input.packets}
+    out: list[Flip] = []
+    for pid in [*before, *(p for p in after if p not in before)]:
+        da, db = before.get(pid), after.get(pid)
+        sa = da.status if da is not None else None
+        sb = db.status if db is not None else None
+        if sa == sb:
+            continue
+        kind = da.kind if da is not None else db.kind if db is not None else "?"
+        packet = packets.get(pid)
+        must = packet.must_keep if packet is not None else False
+        err = False
+        if packet is not None:
+            if pid not in errors:
+                errors[pid] = bool(error_evidence(packet.content))
+            err = errors[pid]
+        ra = _REACH[sa] if sa is not None else 0
+        rb = _REACH[sb] if sb is not None else 0
+        loss: str | None = None
+        if rb < ra:
+            if (must or err) and rb <= _REACH[Status.SUMMARIZED]:
+                loss = "error"
+            elif rb == 0:
+                loss = "warning"
+            else:
+                loss = "info"
+        out.append(
+            Flip(
+                packet_id=pid,
+                kind=kind,
+                before=sa.value if sa is not None else "absent",
+                after=sb.value if sb is not None else "absent",
+                must_keep=must,
+                error_evidence=err,
+                loss=loss,
+            )
+        )
+    return out
+
+
+def _finding_key(f: Finding) -> str:
+    ids = f" [{', '.join(f.packet_ids)}]" if f.packet_ids else ""
+    return f"{f.severity} {f.detector}{ids}"
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One session's traces (in turn order) and the two sides to replay them with."""
+
+    traces: list[Trace]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    findings: bool
+    keep_variants: bool
+
+
+@dataclass(frozen=True)
+class _JobResult:
+    turns: list[TurnReport]
+    first_lost: list[FirstLoss]
+    findings_before: Counter[str]
+    findings_after: Counter[str]
+    variants: list[Trace]
+
+
+def _session_findings(traces: list[Trace]) -> tuple[list[list[Finding]], list[Any]]:
+    from ctxcore.diagnostics import INGEST_OPTIONS, diagnose
+    from ctxcore.diagnostics.session import TurnFindings
+
+    per_turn: list[list[Finding]] = []
+    turns: list[TurnFindings] = []
+    for i, t in enumerate(traces):
+        found = diagnose(t, session_traces=traces[:i], options=INGEST_OPTIONS)
+        per_turn.append(found)
+        turns.append(TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=found))
+    return per_turn, turns
+
+
+def _run_job(job: _Job) -> _JobResult:
+    from ctxcore.diagnostics.session import lost_items
+
+    side_a = [variant(t, job.before) for t in job.traces]
+    side_b = [variant(t, job.after) for t in job.traces]
+    fa: list[list[Finding]] = [[] for _ in job.traces]
+    fb: list[list[Finding]] = [[] for _ in job.traces]
+    ta: list[Any] = []
+    tb: list[Any] = []
+    if job.findings:
+        fa, ta = _session_findings(side_a)
+        fb, tb = _session_findings(side_b)
+    turns = []
+    errors: dict[str, bool] = {}
+    for rec, a, b, xa, xb in zip(job.traces, side_a, side_b, fa, fb, strict=True):
+        assert a.result is not None and b.result is not None
+        ka = {_finding_key(f) for f in xa}
+        kb = {_finding_key(f) for f in xb}
+        turns.append(
+            TurnReport(
+                session_id=rec.session_id,
+                turn=rec.turn,
+                trace_id=rec.trace_id,
+                before_id=a.trace_id,
+                after_id=b.trace_id,
+                used_before=a.result.totals.used,
+                used_after=b.result.totals.used,
+                budget_before=a.result.report.budget,
+                budget_after=b.result.report.budget,
+                flips=_flips(rec, a, b, errors),
+                findings_added=sorted(kb - ka),
+                findings_cleared=sorted(ka - kb),
+            )
+        )
+    lost_a = {x.item: x for x in lost_items(side_a, ta)}
+    lost_b = {x.item: x for x in lost_items(side_b, tb)}
+    sid = job.traces[0].session_id
+    first = [
+        FirstLoss(
+            session_id=sid,
+            item=item,
+            kind=(lost_a.get(item) or lost_b[item]).kind,
+            before_turn=lost_a[item].lost_turn if item in lost_a else None,
+            after_turn=lost_b[item].lost_turn if item in lost_b else None,
+        )
+        for item in sorted({*lost_a, *lost_b})
+    ]
+    return _JobResult(
+        turns=turns,
+        first_lost=first,
+        findings_before=Counter(f.detector for x in fa for f in x),
+        findings_after=Counter(f.detector for x in fb for f in x),
+        variants=[*(side_a if job.before is not None else []), *side_b]
+        if job.keep_variants
+        else [],
+    )
+
+
+def _jobs(traces: Iterable[Trace]) -> list[list[Trace]]:
+    by_session: dict[str, list[Trace]] = {}
+    for t in traces:
+        by_session.setdefault(t.session_id, []).append(t)
+    return list(by_session.values())
+
+
+def _first_key(x: FirstLoss) -> tuple[str, int, str]:
+    turns = [n for n in (x.before_turn, x.after_turn) if n is not None]
+    return (x.session_id, min(turns, default=0), x.item)
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+def replay(
+    traces: Iterable[Trace],
+    settings: Settings | None,
+    *,
+    against: Settings | None = None,
+    findings: bool = True,
+    workers: int | None = None,
+    keep_variants: bool = False,
+) -> ReplayReport:
+    """Replay ``traces`` with ``settings`` (a config patch) and compare with the recorded builds.
+
+    ``against`` replaces the recorded side with a second patch ("32K vs 64K"). Traces are
+    grouped by session (the cross-turn detectors need the earlier turns of the same side) and
+    sessions are spread over ``workers`` processes (default: one per CPU; a small replay runs
+    in this process). ``findings=False`` skips the diagnostics, which cost several times the
+    builds. ``keep_variants`` keeps the rebuilt traces on the report (for ``--save``).
+    """
+    groups = _jobs(traces)
+    if len(groups) == 1 or sum(len(g) for g in groups) < _POOL_MIN_TRACES:
+        workers = 1
+    # largest sessions first, so one long session does not finish last on its own
+    groups.sort(key=lambda g: -sum(len(t.input.packets) + 1 for t in g))
+    return replay_sessions(
+        groups,
+        settings,
+        against=against,
+        findings=findings,
+        workers=workers,
+        keep_variants=keep_variants,
+    )
+
+
+def replay_sessions(
+    sessions: Iterable[Sequence[Trace]],
+    settings: Settings | None,
+    *,
+    against: Settings | None = None,
+    findings: bool = True,
+    workers: int | None = None,
+    keep_variants: bool = False,
+) -> ReplayReport:
+    """``replay`` over sessions read one at a time (each the traces of one session).
+
+    At most two sessions per worker are in flight, so a caller that reads sessions lazily
+    (``ctxscope replay --all``) holds a few sessions in memory, never the whole store.
+    """
+    start = time.perf_counter()
+    before = None if against is None else dict(against)
+    after = None if settings is None else dict(settings)
+    n = workers if workers is not None else default_workers()
+
+    def jobs() -> Iterator[_Job]:
+        for group in sessions:
+            if group:
+                ordered = sorted(group, key=lambda t: (t.turn, t.created_at, t.trace_id))
+                yield _Job(ordered, before, after, findings, keep_variants)
+
+    results: list[_JobResult] = []
+    if n <= 1:
+        results = [_run_job(j) for j in jobs()]
+    else:
+        ctx = get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+            pending: set[Future[_JobResult]] = set()
+            for job in jobs():
+                pending.add(pool.submit(_run_job, job))
+                if len(pending) >= 2 * n:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    results.extend(f.result() for f in done)
+            results.extend(f.result() for f in pending)
+    if not results:
+        raise InputError("replay: no traces were selected")
+    turns = sorted(
+        (t for r in results for t in r.turns), key=lambda t: (t.session_id, t.turn, t.trace_id)
+    )
+    fb: Counter[str] = Counter()
+    fa: Counter[str] = Counter()
+    for r in results:
+        fb.update(r.findings_before)
+        fa.update(r.findings_after)
+    return ReplayReport(
+        before=settings_label(against),
+        after=settings_label(settings),
+        turns=turns,
+        first_lost=sorted((x for r in results for x in r.first_lost), key=_first_key),
+        findings_before=dict(sorted(fb.items())),
+        findings_after=dict(sorted(fa.items())),
+        findings_compared=findings,
+        seconds=round(time.perf_counter() - start, 3),
+        variants=[v for r in results for v in r.variants],
+    )
+
+
+__all__ = [
+    "INPUT_FACTS",
+    "LOSS_SEVERITIES",
+    "REPLAY_TAG",
+    "FirstLoss",
+    "Flip",
+    "ReplayReport",
+    "TurnReport",
+    "default_workers",
+    "replay",
+    "replay_sessions",
+    "settings_label",
+    "variant",
+    "variant_id",
+]

@@ -1,0 +1,280 @@
+"""Replay: one session re-run with other settings — every turn before and after, what changed.
+
+Tuning on one turn can starve later ones; this page sets the knobs once and replays the whole
+session (``ctxcore.replay``), then draws both timelines, the tokens used per turn, and the
+turns that changed. A turn opens in Compare with both builds (the variants are stored, tagged
+``replay``, when a turn is opened: Compare reads traces from the store).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from ctxcore import figures
+from ctxcore.models import Trace
+from ctxcore.pipeline import PRESET_NAMES
+from ctxcore.replay import REPLAY_TAG, ReplayReport, TurnReport
+from ui import state
+
+RECORDED = "the recording"
+OTHER = "other settings"
+AS_RECORDED = "as recorded"
+#: the worked case: the classic "32K vs 64K on the same tasks", at the demo's window sizes
+WORKED = {"before": 4000, "after": 8000}
+
+
+def _pick_session() -> str | None:
+    sessions = state.sessions()
+    if not sessions:
+        st.info("The store holds no sessions yet.")
+        return None
+    ids = [s.session_id for s in sessions]
+    wanted = state.qp_get("session")
+    if wanted and state.ss_get("rp_session_from_url") != wanted and wanted in ids:
+        state.ss_set("rp_session", wanted)
+        state.ss_set("rp_session_from_url", wanted)
+    if state.ss_get("rp_session") not in ids:
+        state.ss_set("rp_session", ids[0])
+    label = {s.session_id: f"{s.session_id}  ({s.traces} traces)" for s in sessions}
+    sid: str = st.selectbox("Session", ids, key="rp_session", format_func=lambda i: label[i])
+    return sid
+
+
+def _worked_case() -> None:
+    state.ss_set("rp_before_mode", OTHER)
+    for side in ("before", "after"):
+        # the budget too: the hello-agents presets do not derive it from the window
+        state.ss_set(f"rp_{side}_window", WORKED[side])
+        state.ss_set(f"rp_{side}_max_tokens", WORKED[side])
+        state.ss_set(f"rp_{side}_preset", AS_RECORDED)
+
+
+def _knobs(side: str, col: Any) -> dict[str, Any]:
+    """One side's settings: a window, a budget and a preset, each "as recorded" by default."""
+    with col:
+        window = st.number_input(
+            "window (tokens; 0 = as recorded)",
+            min_value=0,
+            step=1000,
+            key=f"rp_{side}_window",
+        )
+        budget = st.number_input(
+            "max_tokens (0 = as recorded or from the window)",
+            min_value=0,
+            step=500,
+            key=f"rp_{side}_max_tokens",
+        )
+        preset = st.selectbox("preset", [AS_RECORDED, *PRESET_NAMES], key=f"rp_{side}_preset")
+    out: dict[str, Any] = {}
+    if window:
+        out["window"] = int(window)
+    if budget:
+        out["max_tokens"] = int(budget)
+    if preset != AS_RECORDED:
+        out["preset"] = preset
+    return out
+
+
+def _status_rows(traces: Sequence[Trace]) -> list[dict[str, Any]]:
+    """What ``figures.timeline_heatmap`` reads, from builds (the variants are not stored)."""
+    rows = []
+    for t in traces:
+        assert t.result is not None
+        for d in t.result.decisions:
+            rows.append(
+                {
+                    "turn": t.turn,
+                    "packet_id": d.packet_id,
+                    "kind": d.kind,
+                    "status": d.status.value,
+                    "reason": d.reason.value,
+                    "tokens_after": d.tokens_after,
+                }
+            )
+    return rows
+
+
+def _side(report: ReplayReport, recorded: dict[str, Trace], attr: str) -> list[Trace]:
+    out = []
+    for turn in report.turns:
+        tid = getattr(turn, attr)
+        t = recorded.get(tid) or report.variant(tid)
+        if t is not None:
+            out.append(t)
+    return out
+
+
+def _losses(t: TurnReport) -> str:
+    counts = {s: len([f for f in t.flips if f.loss == s]) for s in ("error", "warning", "info")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+
+def _changed_frame(turns: Sequence[TurnReport]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "turn": t.turn,
+                "used before": t.used_before,
+                "used after": t.used_after,
+                "Δ tokens": t.tokens_delta,
+                "budget": f"{t.budget_before} → {t.budget_after}",
+                "flips": len(t.flips),
+                "losses": _losses(t),
+                "lost": ", ".join(f.packet_id for f in t.flips if f.loss in ("error", "warning")),
+                "findings +/−": f"+{len(t.findings_added)} −{len(t.findings_cleared)}",
+            }
+            for t in turns
+        ],
+        columns=[
+            "turn",
+            "used before",
+            "used after",
+            "Δ tokens",
+            "budget",
+            "flips",
+            "losses",
+            "lost",
+            "findings +/−",
+        ],
+    )
+
+
+def _open_in_compare(report: ReplayReport, turn: TurnReport) -> None:
+    # Compare reads both sides from the store: store the variants it needs (ids are stable
+    # per recording and settings, so opening the same turn again adds nothing)
+    new = []
+    for tid in (turn.before_id, turn.after_id):
+        v = report.variant(tid)
+        if v is not None and state.get_trace(tid) is None:
+            new.append(v)
+    if new:
+        state.add_traces(new, source=REPLAY_TAG)
+    state.switch("compare", a=turn.before_id, b=turn.after_id)
+
+
+def render() -> None:
+    st.title("Replay")
+    st.caption(
+        "Re-run every turn of a session with other settings and see what would change. "
+        "Recorded traces are never changed."
+    )
+    sid = _pick_session()
+    if sid is None:
+        return
+    state.qp_set({"session": sid})
+    st.button(
+        f"Worked case: a {WORKED['before'] // 1000}K vs {WORKED['after'] // 1000}K window",
+        key="rp_worked",
+        on_click=_worked_case,
+        help="the same session at two window sizes",
+    )
+    mode = st.radio("Before is", [RECORDED, OTHER], key="rp_before_mode", horizontal=True)
+    cb, ca = st.columns(2)
+    cb.markdown("**Before**")
+    ca.markdown("**After**")
+    before: dict[str, Any] | None = None
+    if mode == OTHER:
+        before = _knobs("before", cb)
+    else:
+        cb.caption("each turn as it was recorded")
+    after = _knobs("after", ca)
+    findings = st.checkbox("Compare findings too (slower)", key="rp_findings")
+    report = state.replay(
+        sid,
+        json.dumps(after, sort_keys=True),
+        None if before is None else json.dumps(before, sort_keys=True),
+        findings,
+    )
+    if report is None:
+        st.info("This session has no recorded traces to replay.")
+        return
+    recorded = {t.trace_id: t for t in state.session_traces(sid)}
+    changed = report.changed_turns
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("turns changed", f"{len(changed)} of {len(report.turns)}")
+    delta = report.tokens_delta
+    m2.metric("tokens spent" if delta > 0 else "tokens saved", f"{abs(delta):,}")
+    m3.metric("turns losing must-keep / error evidence", len(report.turns_losing_must_keep))
+    m4.metric("packets lost (turn × packet)", len(report.losses("warning")))
+
+    h1, h2 = st.columns(2)
+    for col, label, attr in ((h1, "Before", "before_id"), (h2, "After", "after_id")):
+        side = report.before if attr == "before_id" else report.after
+
+        def heatmap(attr: str = attr, label: str = label) -> go.Figure:
+            rows = _status_rows(_side(report, recorded, attr))
+            return figures.timeline_heatmap(rows, f"{label}: packets across the turns")
+
+        # drawn once per (session, side's settings, store version): a knob moved back to a
+        # value seen before redraws from the cache
+        fig = state.derived("replay_heatmap", sid, f"{side}|{state.latest_change()}", heatmap)
+        with col:
+            st.plotly_chart(fig, key=f"rp_heat_{attr}")
+    st.markdown("**Tokens used per turn**")
+    bars = pd.DataFrame(
+        {
+            "before": [t.used_before for t in report.turns],
+            "after": [t.used_after for t in report.turns],
+        },
+        index=pd.Index([t.turn for t in report.turns], name="turn"),
+    )
+    st.bar_chart(bars, stack=False, height=260)
+
+    st.subheader(f"Turns that changed ({len(changed)})")
+    if not changed:
+        st.caption("Every turn builds the same context with these settings.")
+    else:
+        st.dataframe(_changed_frame(changed), hide_index=True, key="rp_changed")
+        by_turn = {t.turn: t for t in changed}
+        c1, c2 = st.columns([3, 1])
+        pick = c1.selectbox(
+            "Turn",
+            list(by_turn),
+            key="rp_turn",
+            format_func=lambda n: f"turn {n} · {len(by_turn[n].flips)} flip(s)",
+        )
+        if c2.button("Open turn in Compare", key="rp_open", type="primary"):
+            _open_in_compare(report, by_turn[pick])
+    moved = [x for x in report.first_lost if x.before_turn != x.after_turn]
+    if moved:
+        st.markdown("**First turn each item is lost**")
+        st.dataframe(
+            [
+                {
+                    "item": x.item[:120],
+                    "kind": x.kind,
+                    "before": "never" if x.before_turn is None else str(x.before_turn),
+                    "after": "never" if x.after_turn is None else str(x.after_turn),
+                }
+                for x in moved
+            ],
+            hide_index=True,
+            key="rp_first_lost",
+        )
+    if report.findings_compared:
+        dets = sorted({*report.findings_before, *report.findings_after})
+        st.markdown("**Findings by detector**")
+        st.dataframe(
+            [
+                {
+                    "detector": d,
+                    "before": report.findings_before.get(d, 0),
+                    "after": report.findings_after.get(d, 0),
+                }
+                for d in dets
+            ],
+            hide_index=True,
+            key="rp_findings_table",
+        )
+
+
+if __name__ == "__main__":
+    from ui.boot import run_page
+
+    run_page(render)

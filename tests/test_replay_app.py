@@ -1,0 +1,94 @@
+"""The Replay page through AppTest on a store of a real demo session: knobs, both timelines,
+the tokens per turn, the turns that changed, the worked case and a turn opened in Compare.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+from test_replay import HELLO, load
+
+from ctxcore.models import Trace
+from ctxcore.replay import variant_id
+from ctxcore.store import TraceStore
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture(scope="module")
+def hello() -> list[Trace]:
+    return load(HELLO)
+
+
+@pytest.fixture
+def db(hello: list[Trace], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    path = tmp_path / "ctxscope.duckdb"  # the conftest points CTXSCOPE_DB here
+    with TraceStore(path, diagnose=False) as store:
+        store.add_traces(hello, source="tests")
+    return path
+
+
+def open_replay(session_id: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.switch_page("pages/replay.py")
+    at.query_params["session"] = session_id
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(str(m.value) for m in at.metric if m.label == label)
+
+
+def test_recorded_settings_change_nothing(db: Path, hello: list[Trace]) -> None:
+    at = open_replay(hello[0].session_id)
+    assert at.title[0].value == "Replay"
+    assert metric(at, "turns changed") == f"0 of {len(hello)}"
+    assert metric(at, "turns losing must-keep / error evidence") == "0"
+    heatmaps = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(heatmaps) == 2
+    assert heatmaps[0]["data"][0]["z"] == heatmaps[1]["data"][0]["z"]
+
+
+def test_a_smaller_budget_shows_the_turns_that_changed_and_opens_compare(
+    db: Path, hello: list[Trace]
+) -> None:
+    at = open_replay(hello[0].session_id)
+    at.number_input(key="rp_after_max_tokens").set_value(2000).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert metric(at, "turns losing must-keep / error evidence") == "0"
+    assert metric(at, "tokens saved") != "0"
+    frame = next(d.value for d in at.dataframe if "Δ tokens" in d.value.columns)
+    row = frame[frame["turn"] == 11].iloc[0]
+    assert "tool:call_7" in row["lost"]
+    assert int(row["Δ tokens"]) < 0
+    at.selectbox(key="rp_turn").set_value(11).run()
+    at.button(key="rp_open").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Compare"
+    rec = next(t for t in hello if t.turn == 11)
+    assert at.query_params["a"] == rec.trace_id
+    assert at.query_params["b"] == variant_id(rec.trace_id, {"max_tokens": 2000})
+    diff = next(d.value for d in at.dataframe if "packet_id" in d.value.columns)
+    assert "tool:call_7" in set(diff["packet_id"])
+    with TraceStore(db) as store:  # the recording is untouched (the app holds the file)
+        assert store.get_trace(rec.trace_id) == rec
+
+
+def test_the_worked_case_compares_two_window_sizes(db: Path, hello: list[Trace]) -> None:
+    at = open_replay(hello[0].session_id)
+    at.button(key="rp_worked").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.radio(key="rp_before_mode").value == "other settings"
+    assert at.number_input(key="rp_before_window").value == 4000
+    assert at.number_input(key="rp_after_window").value == 8000
+    assert at.number_input(key="rp_after_max_tokens").value == 8000
+    changed = metric(at, "turns changed")
+    assert not changed.startswith("0 of"), changed
+    assert metric(at, "tokens spent") != "0"
