@@ -24,8 +24,18 @@ from ui.boot import in_app, unlocked  # noqa: E402
 st.set_page_config(page_title="ctxscope", page_icon="🔍", layout="wide")
 
 PAGES = [
+    # The default page is served at "/" whatever its url_path; the hidden twin makes
+    # "/traces" (a link, a bookmark, the nav's own name) open the same page, not a
+    # "Page not found" dialog. Page hashes derive from url_path, so the two must differ.
     st.Page(
-        "pages/traces.py", title="Traces", icon=":material/list:", url_path="traces", default=True
+        "pages/traces.py", title="Traces", icon=":material/list:", url_path="home", default=True
+    ),
+    st.Page(
+        "pages/traces.py",
+        title="Traces",
+        icon=":material/list:",
+        url_path="traces",
+        visibility="hidden",
     ),
     st.Page("pages/inspect.py", title="Inspect", icon=":material/search:", url_path="inspect"),
     st.Page("pages/timeline.py", title="Timeline", icon=":material/timeline:", url_path="timeline"),
@@ -36,6 +46,7 @@ PAGES = [
         "pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"
     ),
     st.Page("pages/sweep.py", title="Sweep", icon=":material/grid_on:", url_path="sweep"),
+    st.Page("pages/replay.py", title="Replay", icon=":material/replay:", url_path="replay"),
     st.Page(
         "pages/share.py", title="Share / Import", icon=":material/ios_share:", url_path="share"
     ),

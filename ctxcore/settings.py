@@ -26,6 +26,22 @@ DEFAULT_DEMO_DIR = DEFAULT_TRACES_DIR / "demo"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
 
+# --------------------------------------------------------------------------- live capture
+
+#: ``ctxscope proxy`` (and ``ctxscope run``) listen on 127.0.0.1 at this port.
+DEFAULT_PROXY_PORT = 4040
+#: ``ctxscope collect`` listens on 127.0.0.1 at this port: the OTLP/HTTP default.
+DEFAULT_OTLP_PORT = 4318
+#: Where the proxy forwards model calls (scheme and host; the request's ``/v1/...`` path is kept).
+DEFAULT_UPSTREAM_OPENAI = "https://api.openai.com"
+DEFAULT_UPSTREAM_ANTHROPIC = "https://api.anthropic.com"
+#: The variables the OpenAI and Anthropic SDKs read their base URL from; ``ctxscope run``
+#: points them at the proxy for the command it runs.
+ENV_OPENAI_BASE_URL = "OPENAI_BASE_URL"
+ENV_ANTHROPIC_BASE_URL = "ANTHROPIC_BASE_URL"
+#: The subfolder of the watched folder that captured calls are appended to.
+LIVE_SUBDIR = "live"
+
 # --------------------------------------------------------------------------- environment
 
 ENV_DB = "CTXSCOPE_DB"
@@ -89,6 +105,44 @@ def corpus_dir(default: Path) -> Path:
     return Path(_env(ENV_CORPUS) or default)
 
 
+# --------------------------------------------------------------------------- limits
+
+# What ctxscope refuses, and why each limit sits where it does: a hostile or broken file
+# costs one error line and bounded memory, never the file, the store or the process. The
+# README's "Limits" table says the same (a test keeps the two in step).
+
+#: Characters of one text (a packet's or message's content, the query, the instructions).
+MAX_CONTENT_CHARS = 10 * 1024 * 1024
+#: Bytes of one line of a JSONL trace file. A longer line is refused while it is read
+#: (one error line; it is never held in memory whole).
+MAX_LINE_BYTES = 128 * 1024 * 1024
+#: Bytes of a single-document JSON file (``.json``, or what a ``.gz`` unpacks to), which is
+#: parsed whole: JSONL has no such limit.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+#: Levels of nesting of free JSON (metadata, tool parameters): deeper values cannot be read
+#: back by every JSON reader ctxscope uses.
+MAX_JSON_DEPTH = 64
+#: Token counts, budgets and windows: far beyond any model, and their sums over every
+#: packet of a trace still fit the store's 64-bit columns.
+MAX_TOKENS = 2**40
+#: Turns, ranks and item counts: the store keeps them in 32-bit columns (any other integer
+#: of a trace is a signed 64-bit one).
+MAX_INT32 = 2**31 - 1
+#: Error rows recorded (and printed) per file and ingest run; the rest are counted in one
+#: more row.
+MAX_ERRORS_PER_FILE = 1000
+
+#: name -> (value as the README writes it, what it limits). The README's table says the same.
+LIMITS: dict[str, tuple[str, str]] = {
+    "MAX_CONTENT_CHARS": ("10 M characters", "one packet's or message's text, the query"),
+    "MAX_LINE_BYTES": ("128 MiB", "one line of a JSONL trace file (refused while it is read)"),
+    "MAX_DOCUMENT_BYTES": ("64 MiB", "a single-document .json file (unpacked)"),
+    "MAX_JSON_DEPTH": ("64 levels", "nesting of metadata and tool parameters"),
+    "MAX_TOKENS": ("2^40", "token counts, budgets and windows"),
+    "MAX_INT32": ("2^31 - 1", "turns, ranks and item counts (other integers: 64-bit)"),
+    "MAX_ERRORS_PER_FILE": ("1,000", "error rows stored and printed per file and run"),
+}
+
 # --------------------------------------------------------------------------- names
 
 PresetName = Literal["ctxscope", "hello-agents", "hello-agents-book"]
@@ -101,7 +155,22 @@ ENCODINGS: tuple[str, ...] = ("cl100k_base", "o200k_base")
 #: The encoding used when a trace names none (the hello-agents package's own).
 DEFAULT_ENCODING = "cl100k_base"
 
-ImportFormat = Literal["auto", "trace", "openai", "anthropic", "otlp"]
+ImportFormat = Literal[
+    "auto",
+    "trace",
+    "openai",
+    "anthropic",
+    "otlp",
+    "openai-responses",
+    "gemini",
+    "bedrock-converse",
+    "langchain",
+    "claude-code",
+    "codex",
+    "openhands",
+    "swe-agent",
+    "mini-swe-agent",
+]
 #: What ``ctxscope import --format`` accepts (``auto`` detects it from the file).
 IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
 
@@ -114,19 +183,34 @@ __all__ = [
     "DEFAULT_DEMO_DIR",
     "DEFAULT_ENCODING",
     "DEFAULT_HOST",
+    "DEFAULT_OTLP_PORT",
     "DEFAULT_PORT",
     "DEFAULT_PRESET",
+    "DEFAULT_PROXY_PORT",
     "DEFAULT_TRACES_DIR",
+    "DEFAULT_UPSTREAM_ANTHROPIC",
+    "DEFAULT_UPSTREAM_OPENAI",
     "ENCODINGS",
     "ENVIRONMENT",
+    "ENV_ANTHROPIC_BASE_URL",
     "ENV_CORPUS",
     "ENV_DB",
     "ENV_DB_MEMORY",
     "ENV_NO_WATCH",
+    "ENV_OPENAI_BASE_URL",
     "ENV_REDACT_ON_INGEST",
     "ENV_TOKEN",
     "ENV_TRACES",
     "IMPORT_FORMATS",
+    "LIMITS",
+    "LIVE_SUBDIR",
+    "MAX_CONTENT_CHARS",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_ERRORS_PER_FILE",
+    "MAX_INT32",
+    "MAX_JSON_DEPTH",
+    "MAX_LINE_BYTES",
+    "MAX_TOKENS",
     "ImportFormat",
     "PRESET_NAMES",
     "SORT_KEYS",

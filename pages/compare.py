@@ -23,8 +23,22 @@ def _b_side(a: Trace) -> Trace | None:
         default = max(earlier, key=lambda r: r.turn).trace_id if earlier else None
         return widgets.trace_picker("cmp_b", "Trace B", qp_name="b", default=default)
     presets = [p for p in PRESET_NAMES if p != a.config.preset] or list(PRESET_NAMES)
-    preset = st.selectbox("Preset for B", presets, key="cmp_b_preset")
-    cfg = resolve_config(Config(preset=preset), a.input)
+    c1, c2 = st.columns([2, 1])
+    preset = c1.selectbox("Preset for B", presets, key="cmp_b_preset")
+    # Fair by default: B gets A's window; another preset's default budget would make
+    # "which pipeline is better" a question of size. Changing it is a visible choice.
+    budget = int(
+        c2.number_input(
+            "max_tokens for B",
+            min_value=100,
+            max_value=2_000_000,
+            value=int(a.config.max_tokens or 8000),
+            step=500,
+            key="cmp_b_max_tokens",
+            help="the same as A unless you change it",
+        )
+    )
+    cfg = resolve_config(Config(preset=preset, max_tokens=budget), a.input)
     result = state.rebuild(a, cfg, views.config_json(cfg))
     return a.model_copy(
         update={"config": cfg, "result": result, "trace_id": f"{a.trace_id} ({preset})"}
@@ -48,13 +62,26 @@ def render() -> None:
                 "Both sides need a build result; open a captured input in the Playground first."
             )
             return
+        wa, wb = a.result.totals, b.result.totals
+        # presets reserve differently, so "available" may differ on the same window
+        if wa.window != wb.window:
+            st.info(
+                f"The two builds had different windows: A {wa.window:,} tokens "
+                f"({wa.available:,} available), B {wb.window:,} ({wb.available:,} "
+                "available). Differences below are partly a question of size.",
+                icon=":material/straighten:",
+            )
+        # one x scale for both bars, so equal lengths mean equal tokens
+        x_max = max(figures.window_extent(a), figures.window_extent(b))
         ca, cb = st.columns(2)
         for col, label, t, result in ((ca, "A", a, a.result), (cb, "B", b, b.result)):
             with col:
                 st.subheader(f"{label} · preset {t.config.preset}")
-                st.text(t.trace_id)
+                widgets.trace_caption(t)
                 widgets.metrics_line(result)
-                st.plotly_chart(figures.window_bar(t), key=f"cmp_window_{label}")
+                st.plotly_chart(
+                    figures.window_bar(t, x_max=x_max, legend=False), key=f"cmp_window_{label}"
+                )
         st.subheader("Budgets per partition")
         st.dataframe(views.budgets_frame({"A": a, "B": b}), hide_index=True, key="cmp_budgets")
         diff = views.decision_diff(a, b)

@@ -12,6 +12,7 @@ import streamlit as st
 
 from ctxcore import figures
 from ctxcore.diagnostics import patched_config
+from ctxcore.diagnostics.counterfactual import searched_knobs
 from ctxcore.models import Trace
 from ui import state, views, widgets
 
@@ -91,12 +92,18 @@ def _what_would_keep(t: Trace) -> None:
         st.caption("Every candidate was kept whole.")
         return
     pid = st.selectbox("Packet that was dropped, filtered or cut", lost, key="in_cf_packet")
-    if not st.toggle("Search the smallest single change (re-runs the pipeline)", key="in_cf_go"):
+    knobs = ", ".join(searched_knobs(t)) or "none (the preset has no knobs to change)"
+    st.caption(
+        f"Searched knobs of the {views.md(t.config.preset)} preset: {views.md(knobs)}; "
+        "single changes first, then pairs of changes when no single one keeps it, each "
+        "verified by re-running the pipeline."
+    )
+    if not st.toggle("Search the smallest change (re-runs the pipeline)", key="in_cf_go"):
         return
     found = state.counterfactuals(t, str(pid))
     if not found:
         st.caption(
-            "No single change of max_tokens, min_relevance, the weights or the reserve keeps it "
+            "No single change and no pair of changes of these knobs keeps it "
             "(or this trace's preset cannot be re-run to reproduce the recorded build)."
         )
         return
@@ -122,7 +129,8 @@ def render() -> None:
         )
         return
     figs = _figs(t)
-    widgets.metrics(t.result)
+    # four a row: seven side by side cut "5,100" to "5,…" at 1024 px
+    widgets.metrics(t.result, per_row=4)
     if t.result.warnings:
         for w in t.result.warnings:
             st.warning(views.md(w), icon=":material/warning:")
@@ -141,6 +149,7 @@ def render() -> None:
         elif part == "Scores":
             # thousands of hoverable markers: drawn when asked for, not on every open
             st.plotly_chart(figs.scatter, key="in_scatter")
+            _signals(t)
         elif part == "Prompt":
             widgets.prompt_view(t.result.prompt, "in")
         elif part == "Debug report":
@@ -161,6 +170,32 @@ def render() -> None:
         state.switch("timeline", session=t.session_id, trace=t.trace_id)
     if c3.button("Compare with…", key="in_to_compare"):
         state.switch("compare", a=t.trace_id)
+
+
+def _signals(t: Trace) -> None:
+    """Which signals fired for which packet (the ctxscope preset records them as decision
+    notes ``signal:<name>``, strongest first; the reason text says why each fired)."""
+    assert t.result is not None
+    rows = [
+        {
+            "packet": d.packet_id,
+            "status": d.status.value,
+            "score": d.score,
+            "strongest signal": figures.SIGNAL_NAMES.get(strongest, strongest),
+            "signals": ", ".join(
+                figures.SIGNAL_NAMES.get(n[7:], n[7:]) for n in d.notes if n.startswith("signal:")
+            ),
+        }
+        for d in t.result.decisions
+        if (strongest := figures.strongest_signal(d)) is not None
+    ]
+    if not rows:
+        st.caption("No signal fired for any packet of this build (or its preset has none).")
+        return
+    st.caption(
+        f"Signals that fired for {len(rows)} packets (marker shape in the scatter = strongest):"
+    )
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="in_signals")
 
 
 if __name__ == "__main__":

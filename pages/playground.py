@@ -9,7 +9,7 @@ import streamlit as st
 from ctxcore import figures
 from ctxcore.errors import CtxscopeError
 from ctxcore.loading import config_from_obj
-from ctxcore.models import Config, Trace
+from ctxcore.models import BuildResult, Config, Trace
 from ctxcore.pipeline import build_trace, resolve_config
 from ui import knobs, state, views, widgets
 
@@ -61,6 +61,37 @@ def _save(t: Trace, cfg: Config) -> None:
     state.ss_set("pg_saved", variant.trace_id)
 
 
+RECORDED = "recorded build"
+PREVIOUS = "previous run"
+FLIP_CONFIG = {
+    "packet_id": st.column_config.TextColumn("packet id"),
+    "status_before": st.column_config.TextColumn("before"),
+    "status_now": st.column_config.TextColumn("now"),
+    "reason_before": st.column_config.TextColumn("reason before", width="medium"),
+    "reason_now": st.column_config.TextColumn("reason now", width="medium"),
+    "id_now": st.column_config.TextColumn("id now (other preset)"),
+}
+
+
+def _baseline(t: Trace, cfg: Config, mode: str) -> tuple[Config, BuildResult | None]:
+    """What the diff compares with: the recorded build, or the run before the last change.
+
+    The page remembers the last two distinct configs of this trace; a rerun with the same
+    settings (a tab switch) keeps them, so "previous" stays the run before the last move.
+    """
+    now = views.config_json(cfg)
+    runs = state.ss_get("pg_runs")
+    if not runs or runs[0] != t.trace_id:
+        runs = (t.trace_id, None, cfg)
+    elif views.config_json(runs[2]) != now:
+        runs = (t.trace_id, runs[2], cfg)
+    state.ss_set("pg_runs", runs)
+    prev: Config | None = runs[1]
+    if mode == RECORDED or prev is None:
+        return t.config, t.result if mode == RECORDED else None
+    return prev, state.rebuild(t, prev, views.config_json(prev))
+
+
 def render() -> None:
     st.title("Playground")
     t = widgets.trace_picker("pg")
@@ -68,7 +99,8 @@ def render() -> None:
         return
     _ensure_loaded(t)
     widgets.trace_caption(t)
-    left, right = st.columns([1, 3], gap="large")
+    # wide enough for "hello-agents-book" and "cl100k_base" at 1024 px
+    left, right = st.columns([1.4, 3], gap="medium")
     with left:
         st.subheader("Settings")
         with state.guard():
@@ -86,22 +118,38 @@ def render() -> None:
         params = {"trace": t.trace_id, **views.config_to_params(cfg)}
         state.qp_set(params)
         state.ss_set("pg_qp_written", state.qp_all())
-        widgets.metrics(result, t.result, per_row=4)
-        flips = views.flipped(t.result, result)
+        mode = st.radio(
+            "Differences against",
+            [RECORDED, PREVIOUS],
+            key="pg_diff_mode",
+            horizontal=True,
+            help="the recorded build, or the run before your last change",
+        )
+        base_cfg, base = _baseline(t, cfg, mode)
+        widgets.metrics(result, base, per_row=4)
+        flips = views.flipped(base, result, t.input.history)
         st.subheader(f"Flipped ({len(flips)})")
         if flips.empty:
-            st.caption("Nothing changed against the recorded build.")
+            note = views.no_effect_note(base_cfg, cfg, base, result) if base else None
+            st.caption(
+                note
+                or (
+                    "Nothing changed against the recorded build."
+                    if mode == RECORDED
+                    else "No earlier run yet: move a knob to compare with the run before."
+                )
+            )
         else:
             st.dataframe(
                 flips,
                 hide_index=True,
                 key="pg_flipped",
-                column_config={
-                    "reason_now": st.column_config.TextColumn("reason now", width="large")
-                },
+                column_config=FLIP_CONFIG,
             )
         variant = t.model_copy(update={"config": cfg, "result": result})
-        st.plotly_chart(figures.window_bar(variant), key="pg_window")
+        st.plotly_chart(
+            figures.window_bar(variant, note=views.flip_summary(flips)), key="pg_window"
+        )
         part, box = widgets.section(
             ["Decisions", "Prompt", "Prompt diff", "Scores", "Permalink & save"], "pg_section"
         )
@@ -112,15 +160,18 @@ def render() -> None:
                 widgets.prompt_view(result.prompt, "pg")
             elif part == "Prompt diff":
                 diff = views.prompt_diff(
-                    t.result.prompt if t.result else "", result.prompt, "recorded", "variant"
+                    base.prompt if base else "",
+                    result.prompt,
+                    "recorded" if mode == RECORDED else "previous",
+                    "variant",
                 )
                 st.code(diff or "(the prompts are identical)", language="diff", height=520)
             elif part == "Scores":
                 st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
             else:
                 st.caption("Permalink: opens this trace with exactly these settings.")
-                base = (st.context.url or "").split("?")[0]
-                st.code(f"{base}?{urlencode(params)}", language=None, wrap_lines=True)
+                page_url = (st.context.url or "").split("?")[0]
+                st.code(f"{page_url}?{urlencode(params)}", language=None, wrap_lines=True)
                 if st.button("Save variant as a new trace", key="pg_save", type="primary"):
                     with state.guard():
                         _save(t, cfg)

@@ -36,12 +36,15 @@ def _axis(axis: str, t: Trace, params: list[str], default: str) -> tuple[str, li
     name: str = c1.selectbox(f"{axis.upper()} parameter", params, key=k)
     cur = getattr(t.config, name)
     lo, hi = _default_range(name, float(cur if cur is not None else 1.0))
+    whole = NUMERIC[name] == "int"
     if state.ss_get(f"sw_{axis}_for") != name:  # a new parameter: its own default range
-        state.ss_set(f"sw_{axis}_from", lo)
-        state.ss_set(f"sw_{axis}_to", hi)
+        # an integer knob gets integer bounds: the widget then shows 3000, not 3000.00
+        state.ss_set(f"sw_{axis}_from", int(lo) if whole else lo)
+        state.ss_set(f"sw_{axis}_to", int(hi) if whole else hi)
         state.ss_set(f"sw_{axis}_for", name)
-    start = c2.number_input("from", key=f"sw_{axis}_from")
-    stop = c3.number_input("to", key=f"sw_{axis}_to")
+    step: int | float = 1 if whole else 0.05
+    start = c2.number_input("from", key=f"sw_{axis}_from", step=step)
+    stop = c3.number_input("to", key=f"sw_{axis}_to", step=step)
     state.ss_default(f"sw_{axis}_steps", 6)
     steps = int(c4.number_input("steps", min_value=2, max_value=25, key=f"sw_{axis}_steps"))
     values = [start + (stop - start) * i / (steps - 1) for i in range(steps)]

@@ -48,7 +48,8 @@ def _diagnostics(sid: str) -> None:
                 {
                     "item": x.item[:120],
                     "kind": x.kind,
-                    "first in prompt": x.first_seen_turn,
+                    # never in the prompt: "—" (a dataframe would print "None")
+                    "first in prompt": "—" if x.first_seen_turn is None else str(x.first_seen_turn),
                     "lost at turn": x.lost_turn,
                     "status": x.status,
                     "reason": x.reason,
@@ -71,11 +72,23 @@ def render() -> None:
     turns: dict[int, str] = {}
     for r in statuses + parts:
         turns.setdefault(int(r["turn"]), str(r["trace_id"]))
+    # ~190 rows of a long session are too many to read at once: narrow or group them
+    c1, c2 = st.columns([3, 1])
+    all_kinds = sorted({str(r.get("kind") or "") for r in statuses})
+    kinds = c1.multiselect("Rows of kind", all_kinds, key="tl_kinds", placeholder="every kind")
+    grouped = c2.toggle("Group rows by kind", key="tl_group")
+    shown = [r for r in statuses if not kinds or str(r.get("kind") or "") in kinds]
     heat = state.derived(
         "timeline",
         sid,
-        str(state.latest_change()),
-        lambda: figures.timeline_heatmap(statuses, f"Packets across the turns of {sid}"),
+        f"{state.latest_change()}|{','.join(kinds)}|{grouped}",
+        lambda: figures.timeline_heatmap(
+            shown, f"Packets across the turns of {sid}", group_by_kind=grouped
+        ),
+    )
+    st.caption(
+        "One colour per status on every page (colour-blind safe; legend at the chart's top "
+        "right). A dashed line marks turns missing between two stored turns."
     )
     event = st.plotly_chart(heat, key="tl_heatmap", on_select="rerun", selection_mode="points")
     points = getattr(getattr(event, "selection", None), "points", None) or []

@@ -11,7 +11,7 @@ import streamlit as st
 from ctxcore.settings import SortKey
 from ctxcore.store import TraceFilter
 from ctxcore.store.tracestore import TraceRow
-from ui import state, views
+from ui import state, views, widgets
 
 ANY = "(any)"
 SORTS: list[SortKey] = list(get_args(SortKey))
@@ -191,6 +191,9 @@ def render() -> None:
                 "use", format="%d%%", min_value=0, max_value=100
             ),
             "trace_id": st.column_config.TextColumn("trace id"),
+            # 3,289 like every other count in the app, not 3289
+            "used": st.column_config.NumberColumn("used", format="localized"),
+            "budget": st.column_config.NumberColumn("budget", format="localized"),
         },
     )
     chosen = None
@@ -198,9 +201,13 @@ def render() -> None:
     if rows:
         chosen = frame.iloc[rows[0]]["trace_id"]
     c1, c2 = st.columns([3, 1])
-    label = {r.trace_id: f"{r.session_id} · turn {r.turn} · {r.trace_id}" for r in result.rows}
+    label = {r.trace_id: widgets.trace_label(r) for r in result.rows}
     pick = c1.selectbox(
-        "Open trace", list(frame["trace_id"]), key="tr_open_id", format_func=label.__getitem__
+        "Open trace",
+        list(frame["trace_id"]),
+        key="tr_open_id",
+        format_func=label.__getitem__,
+        help="session · turn · preset · verdict · findings · trace id; type to search",
     )
     if c2.button("Open in Inspect", key="tr_open", type="primary"):
         chosen = pick

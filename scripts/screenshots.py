@@ -2,9 +2,12 @@
 
 Starts ``streamlit run app.py`` against a fresh store filled from ``traces/demo`` (or the
 browser tests' corpus session when the demo folder is empty), opens each page in Debian's
-Chromium and writes full-page PNGs. Same harness as the browser tests (``tests/browser``).
+Chromium at each size (1024×768 and 1440×900 by default) and writes full-page PNGs named
+``<page>-<width>x<height>.png``; the pages open on the README walk-through's session. It
+prints every metric whose value is cut (an ellipsis) as ``CUT <page> <size>: <label>``, and
+exits 1 when there is one. Same harness as the browser tests (``tests/browser``).
 
-    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--width 1440] [--height 900]
+    .venv/bin/python scripts/screenshots.py [--out DIR] [--sizes 1024x768,1440x900]
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.browser import (  # noqa: E402
     browser_missing_reason,
+    cut_metrics,
     demo_trace_files,
     fill_store,
     goto,
@@ -31,14 +36,37 @@ from tests.browser import (  # noqa: E402
 )
 from tests.browser import screenshot as _shot  # noqa: E402
 
-PAGES = ["", "inspect", "timeline", "playground", "compare", "sweep", "share"]
+SESSION = "swe-pytest-7571-hello-agents"
+TURN = 15
+#: page name -> path, with {t} the walk-through's trace and {s} its session
+PAGES = {
+    "traces": "traces",
+    "inspect": "inspect?trace={t}",
+    "timeline": "timeline?session={s}",
+    "playground": "playground?trace={t}",
+    "compare": "compare?a={t}",
+    "sweep": "sweep?trace={t}",
+    "share": "share?trace={t}",
+}
+
+
+def _walkthrough_trace(db: Path) -> tuple[str, str]:
+    from ctxcore.store import TraceFilter
+    from ctxcore.store.tracestore import TraceStore
+
+    store = TraceStore(str(db))
+    rows = store.list_traces(TraceFilter(session_id=SESSION), limit=500).rows
+    if not rows:
+        rows = store.list_traces(TraceFilter(), limit=1).rows
+    row = next((r for r in rows if r.turn == TURN), rows[0])
+    store.close()
+    return row.trace_id, row.session_id
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "test-artifacts" / "screenshots" / "demo"))
-    ap.add_argument("--width", type=int, default=1400)
-    ap.add_argument("--height", type=int, default=900, help="the viewport before it grows")
+    ap.add_argument("--sizes", default="1024x768,1440x900", help="viewports (WxH, comma-separated)")
     args = ap.parse_args(argv)
     reason = browser_missing_reason()
     if reason:
@@ -50,19 +78,27 @@ def main(argv: list[str] | None = None) -> int:
     files = demo_trace_files() or [write_jsonl(make_traces(), work / "traces" / "corpus.jsonl")]
     (work / "traces").mkdir(exist_ok=True)
     fill_store(work / "ctxscope.duckdb", files)
+    trace_id, session = _walkthrough_trace(work / "ctxscope.duckdb")
+    sizes = [tuple(int(n) for n in s.split("x")) for s in args.sizes.split(",") if s]
     server = start_server(work / "ctxscope.duckdb", work / "traces", work)
+    cut = 0
     try:
         with launch_browser() as browser:
-            page = new_page(browser, width=args.width, height=args.height)
-            for path in PAGES:
-                goto(page, f"{server.url}/{path}")
-                tmp = _shot(page, f"shot-{slug(path or 'traces')}")
-                dest = out / f"{slug(path or 'traces')}.png"
-                tmp.replace(dest)
-                print(dest)
+            for width, height in sizes:
+                page = new_page(browser, width=width, height=height)
+                for name, path in PAGES.items():
+                    goto(page, f"{server.url}/{path.format(t=quote(trace_id), s=quote(session))}")
+                    for label in cut_metrics(page):
+                        cut += 1
+                        print(f"CUT {name} {width}x{height}: {label}")
+                    tmp = _shot(page, f"shot-{slug(name)}")
+                    dest = out / f"{slug(name)}-{width}x{height}.png"
+                    tmp.replace(dest)
+                    print(dest)
+                page.context.close()
     finally:
         server.stop()
-    return 0
+    return 1 if cut else 0
 
 
 if __name__ == "__main__":

@@ -150,6 +150,8 @@ def test_inspect_shows_every_decision_and_filters_by_status(db: Path, built) -> 
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     scatter = next(s for s in specs if s["layout"]["title"]["text"] == "Packet scores")
     names = {d["name"] for d in scatter["data"] if d.get("mode") == "markers"}
+    # the marker-shape legend (strongest signal, ctxscope preset) has no points of its own
+    names = {n for n in names if not n.startswith("strongest signal: ")}
     scored = [d for d in t.result.decisions if d.relevance is not None and d.recency is not None]
     want = {f"{s.value} ({sum(d.status == s for d in scored)})" for s in {d.status for d in scored}}
     assert names == want
@@ -326,3 +328,32 @@ def test_traces_pages_through_the_store(tmp_path: Path, built, monkeypatch) -> N
     # newest first: page 3 holds the 10 oldest
     assert list(frame["trace_id"]) == [f"bulk-{i:03d}" for i in range(9, -1, -1)]
     assert any("showing 51–60" in m.value for m in at.markdown)
+
+
+def test_compare_another_preset_keeps_the_window_unless_changed(db: Path, built) -> None:
+    a = built["a"][1]
+    at = open_page("compare", a=a.trace_id)
+    at.radio(key="cmp_b_mode").set_value("same input as A, another preset").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.number_input(key="cmp_b_max_tokens").value == a.config.max_tokens
+    assert not [i for i in at.info if "different windows" in i.value]
+    at.number_input(key="cmp_b_max_tokens").set_value(a.config.max_tokens * 2).run()
+    notes = [i.value for i in at.info if "different windows" in i.value]
+    assert notes and f"A {a.result.totals.window:,} tokens" in notes[0]
+
+
+def test_every_picker_names_session_turn_preset_verdict_findings(db: Path, built) -> None:
+    t = built["a"][1]
+    for page, key in (
+        ("inspect", "in_trace"),
+        ("playground", "pg_trace"),
+        ("compare", "cmp_a_trace"),
+        ("sweep", "sw_trace"),
+        ("share", "sh_trace"),
+    ):
+        at = open_page(page, **({"a": t.trace_id} if page == "compare" else {"trace": t.trace_id}))
+        box = at.selectbox(key=key)
+        assert box.value == t.trace_id
+        label = next(o for o in box.options if o.endswith(t.trace_id))
+        assert label.startswith(f"{t.session_id} · turn {t.turn} · {t.config.preset} · ")
+        assert "finding" in label, label

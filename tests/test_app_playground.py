@@ -194,3 +194,47 @@ def test_max_tokens_slider_keeps_a_large_value(db: Path, built: list[Trace]) -> 
     at.run()
     assert at.slider(key="pg_max_tokens").value == high
     assert at.query_params["max_tokens"] == str(high)
+
+
+def test_diff_against_the_previous_run_or_the_recorded_build(db: Path, built: list[Trace]) -> None:
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    assert at.radio(key="pg_diff_mode").value == "recorded build"
+    first = (t.result.totals.used * 6 // 10) // 100 * 100
+    at.slider(key="pg_max_tokens").set_value(first).run()
+    at.slider(key="pg_min_relevance").set_value(0.5).run()
+    # against the recorded build: both moves
+    assert {r.packet_id for r in flipped_frame(at).itertuples()} == set(
+        expected_flips(t, max_tokens=first, min_relevance=0.5)
+    )
+    # against the previous run: only what the last move (min_relevance) did
+    at.radio(key="pg_diff_mode").set_value("previous run").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    cfg = Config(
+        **{
+            **t.config.model_dump(),
+            "output_reserve": None,
+            "safety_margin": None,
+            "max_tokens": first,
+        }
+    )
+    prev = build(t.input, cfg)
+    now = build(t.input, cfg.model_copy(update={"min_relevance": 0.5}))
+    want = views.flipped(prev, now)
+    got = flipped_frame(at)
+    assert list(got["packet_id"]) == list(want["packet_id"])
+    assert f"Flipped ({len(want)})" in [s.value for s in at.subheader]
+    # the reasons before and now sit next to the statuses, ahead of the numbers
+    assert list(got.columns[:5]) == [
+        "packet_id",
+        "status_before",
+        "status_now",
+        "reason_before",
+        "reason_now",
+    ]
+    # a tab switch (same settings) keeps "previous" the run before the last move
+    at.session_state["pg_section"] = "Prompt diff"
+    at.run()
+    assert list(flipped_frame(at)["packet_id"]) == list(want["packet_id"])
+    shown = "--- previous" if prev.prompt != now.prompt else "(the prompts are identical)"
+    assert any(shown in c.value for c in at.code)

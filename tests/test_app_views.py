@@ -220,3 +220,48 @@ def test_broken_gz_is_one_line_error(tmp_path: Path) -> None:
 )
 def test_file_stem_names_no_folder(name: str, want: str) -> None:
     assert views.file_stem(name) == want
+
+
+def test_flipped_matches_history_across_presets(trace) -> None:
+    """The same history message under two presets' names is one row, not two."""
+    other = resolve_config(Config(preset="hello-agents-book"), trace.input)
+    variant = build(trace.input, other)
+    history = trace.input.history
+    assert history, "the fixture has a history"
+    keys_a = views.history_keys(trace.result.decisions, history)
+    keys_b = views.history_keys(variant.decisions, history)
+    shared = set(keys_a.values()) & set(keys_b.values())
+    frame = views.flipped(trace.result, variant, history)
+    plain = views.flipped(trace.result, variant)
+    for row in frame.itertuples():
+        if row.id_now:  # matched through the message it holds
+            assert keys_a[row.packet_id] == keys_b[row.id_now]
+            assert row.status_before != "—" and row.status_now != "—"
+    assert len(frame) <= len(plain)
+    if shared - {k for k in keys_a.values() if k in keys_b.values() and False}:
+        assert "None" not in frame.astype(str).to_string().replace("<NA>", "")
+    assert list(frame.columns[:5]) == [
+        "packet_id",
+        "status_before",
+        "status_now",
+        "reason_before",
+        "reason_now",
+    ]
+
+
+def test_no_effect_note_says_why(trace) -> None:
+    cfg = trace.config
+    assert views.no_effect_note(cfg, cfg, trace.result, trace.result) is None
+    if cfg.relevance_weight is not None:
+        moved = cfg.model_copy(update={"relevance_weight": round(1 - cfg.relevance_weight, 2)})
+        note = views.no_effect_note(cfg, moved, trace.result, trace.result)
+        assert note is not None and note.startswith("relevance_weight changed;")
+        assert "weights only" in note
+    if cfg.min_relevance is not None:
+        rel = [d.relevance for d in trace.result.decisions if d.relevance is not None]
+        hi = round(max(rel) + 0.05, 2)
+        lo = round(max(rel) + 0.01, 2)
+        a = cfg.model_copy(update={"min_relevance": lo})
+        b = cfg.model_copy(update={"min_relevance": hi})
+        note = views.no_effect_note(a, b, trace.result, trace.result)
+        assert note is not None and "no candidate's relevance lies between" in note

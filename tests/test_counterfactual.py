@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctxcore.diagnostics import counterfactuals, rebuild, smallest_fix
+from ctxcore.diagnostics.counterfactual import searched_knobs
 from ctxcore.errors import InputError
 from ctxcore.models import CapturedInput, Config, Packet, Status, Trace
 from ctxcore.pipeline import build_trace
@@ -196,3 +197,86 @@ def test_ctxscope_budget_knobs_agree(corpus: Path) -> None:
     assert status_with(t, {"output_reserve": int(down.new) + 1}, "tool:a") != Status.KEPT
     # the ctxscope preset resolved reserve_ratio into output_reserve: it has no effect any more
     assert "reserve_ratio" not in found
+
+
+# --------------------------------------------------------------------------- every knob
+
+
+def test_history_limit_fix_reaches_back_to_a_lost_message() -> None:
+    from ctxcore.models import Message
+
+    history = [
+        Message(
+            role="user" if k % 2 == 0 else "assistant", content=f"{QUERY} step {k} " * 3, id=f"m{k}"
+        )
+        for k in range(14)
+    ]
+    inp = CapturedInput(query=QUERY, now=NOW, packets=[pk("tool:x", "x " * 20)], history=history)
+    t = build_trace(inp, Config(preset="hello-agents"), trace_id="cf-hist")
+    assert status_with(t, {}, "m1") == Status.DROPPED  # older than the last 10
+    # the detectors' quick set cannot keep it; the full set can, by exactly 13 messages
+    assert counterfactuals(t, "m1") == []
+    found = counterfactuals(t, "m1", knobs=searched_knobs(t))
+    assert "history_limit" in searched_knobs(t)
+    cf = {c.knob: c for c in found}["history_limit"]
+    assert cf.patch == {"history_limit": 13} and cf.label == "history_limit +3"
+    # the message is now inside the one builder:history packet, which is kept
+    result = rebuild(t, cf.patch)
+    assert result is not None
+    assert "m1" not in {d.packet_id for d in result.decisions}
+    assert "step 1 " in result.prompt
+    assert "step 1 " not in (rebuild(t, {"history_limit": 12}) or result).prompt
+
+
+def test_partition_budget_fix(corpus: Path) -> None:
+    packets = [
+        pk("tool:big", corpus_text(corpus, "d01_pytest_reportingdemo_44_failures.rst", 4000)),
+        pk("tool:a", "fix qualname " + corpus_text(corpus, "d12_npm-debug.log", 1500)),
+    ]
+    t = trace_of(packets, max_tokens=6000, degrade=[], partition_budgets={"[Evidence]": 0.2})
+    assert t.result is not None
+    d = next(x for x in t.result.decisions if x.packet_id == "tool:big")
+    assert (d.status, d.reason.value, d.partition) == (
+        Status.DROPPED,
+        "PARTITION_FULL",
+        "[Evidence]",
+    )
+    knobs = searched_knobs(t)
+    assert knobs[0] == "max_tokens" and "partition_budgets" in knobs
+    found = {c.knob: c for c in counterfactuals(t, "tool:big", knobs=knobs)}
+    for cf in found.values():  # every answer was re-run and keeps the packet
+        assert status_with(t, cf.patch, "tool:big") == Status.KEPT
+    cf = found["partition_budgets[[Evidence]]"]
+    budgets = cf.patch["partition_budgets"]
+    assert budgets == {**t.config.partition_budgets, "[Evidence]": budgets["[Evidence]"]}
+    assert cf.old == 0.2 < cf.new and cf.label == f"partition_budgets[[Evidence]] ≥ {cf.new:.2f}"
+    lower = {**budgets, "[Evidence]": round(cf.new - 0.01, 2)}
+    assert status_with(t, {"partition_budgets": lower}, "tool:big") != Status.KEPT
+
+
+def test_a_pair_of_changes_when_no_single_one_keeps_it(corpus: Path) -> None:
+    # filtered (1 of 4 query words: relevance 0.25) AND too big for the budget: lowering
+    # min_relevance alone lets it in only to be dropped; a bigger budget alone keeps it out
+    log = corpus_text(corpus, "d11_nextjs_dev-server.log", 6000)
+    t = trace_of(
+        [pk("tool:big", "autodoc\n" + log), pk("tool:ok", QUERY + " ok")],
+        preset="hello-agents",
+        max_tokens=1500,
+    )
+    assert status_with(t, {}, "tool:big") == Status.FILTERED
+    assert status_with(t, {"min_relevance": 0.25}, "tool:big") != Status.KEPT
+    knobs = searched_knobs(t)
+    assert counterfactuals(t, "tool:big", knobs=knobs) == []
+    pairs = counterfactuals(t, "tool:big", knobs=knobs, pairs=True)
+    assert pairs, "a pair (min_relevance and max_tokens) keeps it"
+    best = pairs[0]
+    assert set(best.patch) == {"min_relevance", "max_tokens"}
+    assert status_with(t, best.patch, "tool:big") == Status.KEPT
+    # both halves are needed, and the budget is the smallest the pair allows
+    assert status_with(t, {"min_relevance": best.patch["min_relevance"]}, "tool:big") != (
+        Status.KEPT
+    )
+    tighter = {**best.patch, "max_tokens": best.patch["max_tokens"] - 1}
+    assert status_with(t, tighter, "tool:big") != Status.KEPT
+    assert "together would have kept tool:big" in best.sentence
+    assert [c.size for c in pairs] == sorted(c.size for c in pairs)

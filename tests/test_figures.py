@@ -307,3 +307,56 @@ def test_scatter_points_map_back_to_decisions(trace: Trace) -> None:
             continue
         for i, x in zip(bar.customdata, bar.x, strict=True):
             assert trace.result.decisions[i].relevance == x
+
+
+def _row(turn: int, pid: str, kind: str, status: str = "kept") -> dict[str, object]:
+    return {
+        "turn": turn,
+        "packet_id": pid,
+        "kind": kind,
+        "status": status,
+        "reason": "FITS",
+        "tokens_after": 1,
+    }
+
+
+def test_timeline_marks_gaps_and_groups_rows_by_kind() -> None:
+    rows = [_row(16, "tool:a", "tool"), _row(16, "msg-1", "history"), _row(37, "tool:b", "tool")]
+    fig = figures.timeline_heatmap(rows)
+    assert list(fig.data[0].y) == ["tool:a", "msg-1", "tool:b"]
+    gaps = [a.text for a in fig.layout.annotations]
+    assert gaps == ["gap: 20 turn(s)"], gaps
+    assert len(fig.layout.shapes) == 1 and fig.layout.shapes[0].x0 == 0.5
+    # the legend sits at the top, where a tall chart opens
+    assert fig.layout.legend.yanchor == "top" and fig.layout.legend.y == 1
+    grouped = figures.timeline_heatmap(rows, group_by_kind=True)
+    assert list(grouped.data[0].y) == ["history · msg-1", "tool · tool:a", "tool · tool:b"]
+    # consecutive turns: no gap drawn
+    assert not figures.timeline_heatmap([_row(1, "a", "x"), _row(2, "a", "x")]).layout.shapes
+
+
+def test_status_colours_are_distinct_from_partition_colours() -> None:
+    statuses = set(figures.STATUS_COLORS.values())
+    assert len(statuses) == len(figures.STATUS_ORDER)
+    assert not statuses & set(figures.PARTITION_COLORS.values())
+    # Okabe-Ito: dropped is vermillion, kept bluish green
+    assert figures.STATUS_COLORS["dropped"] == "#d55e00"
+    assert figures.STATUS_COLORS["kept"] == "#009e73"
+
+
+def test_window_bars_share_a_scale_and_partition_caps_say_when_they_overlap(
+    trace: Trace,
+) -> None:
+    assert trace.result is not None
+    wide = figures.window_extent(trace) * 2
+    fig = figures.window_bar(trace, x_max=wide, note="flipped (2): 2 now kept")
+    assert tuple(fig.layout.xaxis.range) == (0, wide)
+    assert "flipped (2): 2 now kept" in fig.layout.title.subtitle.text
+    caps = [p.budget for p in trace.result.partitions if p.budget is not None]
+    text = figures.partition_budgets(trace).layout.title.subtitle.text
+    if not caps:
+        assert "no budget per partition" in text
+    elif sum(caps) > trace.result.totals.available:
+        assert "they overlap" in text
+    else:
+        assert f"add up to {sum(caps):,}" in text

@@ -16,6 +16,7 @@ rules in one place:
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -34,11 +35,14 @@ from ctxcore.diagnostics import (
     diagnose_session,
 )
 from ctxcore.diagnostics import counterfactuals as search_counterfactuals
+from ctxcore.diagnostics.counterfactual import searched_knobs
 from ctxcore.errors import CtxscopeError
 from ctxcore.models import BuildResult, Config, Finding, Trace
 from ctxcore.pipeline import build
 from ctxcore.pipeline.sweep import SweepGrid
 from ctxcore.pipeline.sweep import sweep as run_sweep
+from ctxcore.replay import ReplayReport
+from ctxcore.replay import replay as run_replay
 from ctxcore.settings import SortKey
 from ctxcore.store.ingest import ingest_paths
 from ctxcore.store.tracestore import (
@@ -46,6 +50,7 @@ from ctxcore.store.tracestore import (
     SessionRow,
     TraceFilter,
     TracePage,
+    TraceRow,
     TraceStore,
 )
 from ctxcore.store.watch import Watcher
@@ -240,7 +245,12 @@ def get_trace(trace_id: str) -> Trace | None:
 
 
 def recent_trace_ids(limit: int = 200) -> list[str]:
-    return [r.trace_id for r in list_traces(TraceFilter(), limit=limit).rows]
+    return [r.trace_id for r in recent_trace_rows(limit)]
+
+
+def recent_trace_rows(limit: int = 200) -> list[TraceRow]:
+    """The newest stored traces with what the pickers show of them (session, turn, …)."""
+    return list_traces(TraceFilter(), limit=limit).rows
 
 
 # --------------------------------------------------------------------------- derived
@@ -372,6 +382,32 @@ def session_traces(session_id: str, limit: int = 500) -> list[Trace]:
     return [t for t in out if t is not None]
 
 
+@st.cache_resource(max_entries=8, show_spinner="Replaying the session…")
+def _replay(
+    db: str, session_id: str, ver: int, settings: str, against: str | None, findings: bool
+) -> ReplayReport | None:
+    traces = [t for t in session_traces(session_id) if "replay" not in t.tags]
+    if not traces:
+        return None
+    return run_replay(
+        traces,
+        json.loads(settings),
+        against=None if against is None else json.loads(against),
+        findings=findings,
+        workers=1,  # one session is faster in this process than through a pool
+        keep_variants=True,
+    )
+
+
+def replay(
+    session_id: str, settings: str, against: str | None, findings: bool
+) -> ReplayReport | None:
+    """A session replayed with ``settings`` (JSON of a config patch) against the recording or
+    ``against``, cached per (session, settings, store version): a knob moved back costs nothing.
+    """
+    return _replay(db_path(), session_id, latest_change(), settings, against, findings)
+
+
 @st.cache_data(max_entries=4, show_spinner=False)
 def _ingest_errors(db: str, ver: int) -> list[IngestErrorRow]:
     return store().ingest_errors()
@@ -408,7 +444,13 @@ def trace_findings(t: Trace) -> list[Finding]:
 
 
 def counterfactuals(t: Trace, packet_id: str) -> list[Counterfactual]:
-    """Every verified single-knob change that would have kept ``packet_id``."""
+    """Every verified single change over every knob the preset has (``searched_knobs``)
+    that would have kept ``packet_id``, smallest first; pairs when no single one does."""
     return derived(
-        "counterfactual", t.trace_id, packet_id, lambda: search_counterfactuals(t, packet_id)
+        "counterfactual",
+        t.trace_id,
+        packet_id,
+        lambda: search_counterfactuals(
+            t, packet_id, knobs=searched_knobs(t), pairs=True, max_builds=160
+        ),
     )

@@ -24,7 +24,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from ctxcore.errors import InputError
-from ctxcore.models import PARTITIONS, BuildResult, Config, Decision, Trace
+from ctxcore.models import PARTITIONS, BuildResult, Config, Decision, Message, Trace
 from ctxcore.pipeline.sweep import SweepGrid
 from ctxcore.tokens import ESTIMATORS, get_counter
 
@@ -138,31 +138,80 @@ def status_counts(decisions: Sequence[Decision]) -> dict[str, int]:
 # --------------------------------------------------------------------------- flips
 
 
-def flipped(recorded: BuildResult | None, variant: BuildResult) -> pd.DataFrame:
+_HISTORY_K = re.compile(r"^builder:history:(\d+)$")
+_HISTORY_POS = re.compile(r"^history:(\d+)$")
+
+
+def history_keys(decisions: Sequence[Decision], history: Sequence[Message]) -> dict[str, str]:
+    """Packet id → the history message it holds, for every history candidate of one build.
+
+    Presets name the same message differently: by its own id (``msg-1``), by position in
+    the input (``history:3``) or counted from the oldest message the builder considered
+    (``builder:history:K``); the key is the message's id, else ``history[pos]``. The one
+    ``builder:history`` packet of the hello-agents preset holds many and maps to none.
+    """
+    names = [m.id or f"history[{k}]" for k, m in enumerate(history)]
+    by_id = {m.id: k for k, m in enumerate(history) if m.id}
+    ks = [int(m.group(1)) for d in decisions if (m := _HISTORY_K.match(d.packet_id))]
+    # K counts from the oldest message considered: the (max K + 1)-th from the end.
+    offset = len(history) - (max(ks) + 1) if ks else 0
+    out: dict[str, str] = {}
+    for d in decisions:
+        pos: int | None = by_id.get(d.packet_id)
+        if pos is None and (m := _HISTORY_K.match(d.packet_id)):
+            pos = offset + int(m.group(1))
+        elif pos is None and (m := _HISTORY_POS.match(d.packet_id)):
+            pos = int(m.group(1))
+        if pos is not None and 0 <= pos < len(history):
+            out[d.packet_id] = names[pos]
+    return out
+
+
+FLIP_COLUMNS = [
+    "packet_id",
+    "status_before",
+    "status_now",
+    "reason_before",
+    "reason_now",
+    "change",
+    "kind",
+    "tokens_before",
+    "tokens_now",
+    "rank_before",
+    "rank_now",
+    "id_now",
+]
+NOT_CANDIDATE = "not a candidate in this build"
+
+
+def flipped(
+    recorded: BuildResult | None, variant: BuildResult, history: Sequence[Message] = ()
+) -> pd.DataFrame:
     """Packets whose status, tokens or rank differ between two builds of the same input.
 
-    Status flips come first, then token changes, then rank moves; a packet that only one
-    of the builds considered (e.g. a per-message history packet under another preset)
-    shows ``—`` on the other side.
+    Status flips come first, then token changes, then rank moves. Reasons before and now
+    sit next to the statuses, where a narrow table still shows them. A packet one build
+    names by a history message's id and the other by a builder id (another preset) is
+    matched through ``history`` and shown once, with the other name in ``id_now``; a
+    packet only one build considered shows ``—`` and "not a candidate" on the other side.
     """
-    cols = [
-        "packet_id",
-        "kind",
-        "status_before",
-        "status_now",
-        "tokens_before",
-        "tokens_now",
-        "rank_before",
-        "rank_now",
-        "change",
-        "reason_now",
-    ]
     before = {d.packet_id: d for d in (recorded.decisions if recorded else [])}
     after = {d.packet_id: d for d in variant.decisions}
-    order = list(before) + [p for p in after if p not in before]
+    # match ids that exist on one side only through the history message they hold
+    alias: dict[str, str] = {}  # before id -> after id
+    if history:
+        kb = history_keys(list(before.values()), history)
+        ka = history_keys(list(after.values()), history)
+        after_by_key = {k: pid for pid, k in ka.items() if pid not in before}
+        for pid, k in kb.items():
+            if pid not in after and k in after_by_key:
+                alias[pid] = after_by_key[k]
+    taken = set(alias.values())
+    order = list(before) + [p for p in after if p not in before and p not in taken]
     rows: list[dict[str, str | int | None]] = []
     for pid in order:
-        b, a = before.get(pid), after.get(pid)
+        now_id = alias.get(pid, pid)
+        b, a = before.get(pid), after.get(now_id)
         either = a or b
         sb = b.status.value if b else "—"
         sa = a.status.value if a else "—"
@@ -182,33 +231,132 @@ def flipped(recorded: BuildResult | None, variant: BuildResult) -> pd.DataFrame:
         rows.append(
             {
                 "packet_id": pid,
-                "kind": either.kind if either else "",
                 "status_before": sb,
                 "status_now": sa,
+                "reason_before": b.reason_text if b else NOT_CANDIDATE,
+                "reason_now": a.reason_text if a else NOT_CANDIDATE,
+                "change": ", ".join(changes),
+                "kind": either.kind if either else "",
                 "tokens_before": tb,
                 "tokens_now": ta,
                 "rank_before": rb,
                 "rank_now": ra,
-                "change": ", ".join(changes),
-                "reason_now": a.reason_text if a else "not a candidate in this build",
+                "id_now": now_id if now_id != pid else "",
             }
         )
-    frame = pd.DataFrame(rows, columns=cols)
+    frame = pd.DataFrame(rows, columns=FLIP_COLUMNS)
     if not frame.empty:
         frame["_k"] = frame["change"].map(
             lambda c: 0 if c.startswith("status") else (1 if c.startswith("tokens") else 2)
         )
         frame = frame.sort_values("_k", kind="stable").drop(columns="_k")
-        for c in ("tokens_before", "tokens_now", "rank_before", "rank_now"):
-            frame[c] = frame[c].astype("Int64")
+    frame = shown_ints(frame, ("tokens_before", "tokens_now", "rank_before", "rank_now"))
     return frame.reset_index(drop=True)
+
+
+def shown_ints(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """Integer columns with gaps made text for a small display table: ``1,234`` for a
+    number and ``—`` where there is none (a dataframe draws a missing value as "None")."""
+    out = frame.copy()
+    for c in columns:
+        out[c] = [
+            "—" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else f"{int(v):,}"
+            for v in out[c]
+        ]
+    return out
+
+
+def flip_summary(flips: pd.DataFrame) -> str | None:
+    """One line for the window bar: how many packets flipped, and to what."""
+    if flips.empty:
+        return None
+    moved = flips[flips["status_before"] != flips["status_now"]]
+    to: dict[str, int] = {}
+    for s in moved["status_now"]:
+        to[s] = to.get(s, 0) + 1
+    parts = [f"{n:,} now {s if s != '—' else 'not a candidate'}" for s, n in to.items()]
+    others = len(flips) - len(moved)
+    if others:
+        parts.append(f"{others:,} with other tokens or rank")
+    return f"flipped ({len(flips):,}): " + ", ".join(parts)
+
+
+_WEIGHTS = (
+    "relevance_weight",
+    "recency_weight",
+    "priority_weight",
+    "current_turn_weight",
+    "error_weight",
+    "mention_weight",
+    "reference_weight",
+    "metadata_weight",
+    "lexical_weight",
+)
+_ROOM = frozenset({"NO_ROOM", "AFTER_BREAK", "PARTITION_FULL", "NOT_IN_OPTIMAL_SET", "DEGRADED"})
+
+
+def changed_knobs(before: Config, now: Config) -> list[str]:
+    """The config fields that differ between two configs, in the Playground's knob order."""
+    a, b = before.model_dump(), now.model_dump()
+    names = [k for k in KNOBS if a.get(k) != b.get(k)]
+    names += [k for k in a if k not in KNOBS and a.get(k) != b.get(k)]
+    return names
+
+
+def no_effect_note(
+    before_cfg: Config, now_cfg: Config, before: BuildResult, now: BuildResult
+) -> str | None:
+    """Why the knobs that moved changed nothing on this input (None when nothing moved).
+
+    The Playground shows it under an empty "Flipped" table: a slider that does nothing
+    is a question ("did it apply?") unless the page says what it would have acted on.
+    """
+    moved = changed_knobs(before_cfg, now_cfg)
+    if not moved:
+        return None
+    counts = status_counts(before.decisions)
+    room = sum(1 for d in before.decisions if d.reason.value in _ROOM)
+    total = len(before.decisions)
+    notes: list[str] = []
+    if set(moved) <= set(_WEIGHTS):
+        if room == 0:
+            notes.append(
+                "the weights only order the candidates, and every candidate that passed the "
+                f"filters already fits ({counts.get('kept', 0):,} of {total:,} kept, none "
+                "left out for lack of room), so a new order keeps the same packets"
+            )
+        else:
+            notes.append(
+                "the weights only reorder the candidates; the new order still leaves the "
+                f"same {room:,} packet(s) out for lack of room"
+            )
+    elif "max_tokens" in moved and room == 0:
+        notes.append(
+            "nothing was left out for lack of room, so a different budget changes nothing "
+            f"that is kept ({before.totals.used:,} tokens used)"
+        )
+    elif "min_relevance" in moved:
+        lo = min(before_cfg.min_relevance or 0.0, now_cfg.min_relevance or 0.0)
+        hi = max(before_cfg.min_relevance or 0.0, now_cfg.min_relevance or 0.0)
+        between = sum(
+            1 for d in before.decisions if d.relevance is not None and lo <= d.relevance < hi
+        )
+        if between == 0:
+            notes.append(
+                f"no candidate's relevance lies between {lo:.2f} and {hi:.2f}, so the filter "
+                "lets the same packets through"
+            )
+    if not notes:
+        notes.append("no packet's status, tokens or rank depends on it for this input")
+    return f"{', '.join(moved)} changed; " + "; ".join(notes) + "."
 
 
 def decision_diff(a: Trace, b: Trace) -> pd.DataFrame:
     """Compare's decision diff: every packet whose fate differs between two traces."""
     if a.result is None or b.result is None:
         raise InputError("both traces need a build result to compare their decisions")
-    frame = flipped(a.result, b.result)
+    history = a.input.history if a.input.history == b.input.history else ()
+    frame = flipped(a.result, b.result, history)
     return frame.rename(
         columns={
             "status_before": "status_A",
@@ -217,7 +365,9 @@ def decision_diff(a: Trace, b: Trace) -> pd.DataFrame:
             "tokens_now": "tokens_B",
             "rank_before": "rank_A",
             "rank_now": "rank_B",
+            "reason_before": "reason_A",
             "reason_now": "reason_B",
+            "id_now": "id_B",
         }
     )
 
@@ -244,10 +394,8 @@ def budgets_frame(traces: Mapping[str, Trace]) -> pd.DataFrame:
         tot[f"budget_{label}"] = t.result.totals.available
         tot[f"used_{label}"] = t.result.totals.used
     frame = pd.DataFrame(list(rows.values()))
-    for c in frame.columns:
-        if c != "partition":
-            frame[c] = frame[c].astype("Int64")
-    return frame
+    # a partition without a cap of its own shows "—", never "None"
+    return shown_ints(frame, [c for c in frame.columns if c != "partition"])
 
 
 # --------------------------------------------------------------------------- prompt
@@ -342,6 +490,12 @@ KNOBS: dict[str, str] = {
     "relevance_weight": "ratio",
     "recency_weight": "ratio",
     "priority_weight": "ratio",
+    "current_turn_weight": "ratio",
+    "error_weight": "ratio",
+    "mention_weight": "ratio",
+    "reference_weight": "ratio",
+    "metadata_weight": "ratio",
+    "lexical_weight": "ratio",
     "recency_tau_hours": "float",
     "enable_compression": "bool",
     "fill": "choice",

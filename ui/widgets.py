@@ -13,17 +13,42 @@ from streamlit.delta_generator import DeltaGenerator
 
 from ctxcore import figures
 from ctxcore.models import BuildResult, Trace
+from ctxcore.store.tracestore import TraceRow
 from ui import state, views
 
 STATUS_LIST = list(figures.STATUS_ORDER)
 
 
+def trace_label(row: TraceRow) -> str:
+    """How a trace is named in every picker: what an engineer recognises first (session,
+    turn, preset, verdict, findings), the id last; the picker searches all of it."""
+    findings = f"{row.n_findings} finding{'' if row.n_findings == 1 else 's'}"
+    if row.max_severity:
+        findings += f" ({row.max_severity})"
+    return (
+        f"{row.session_id} · turn {row.turn} · {row.preset} · {row.verdict} · {findings}"
+        f" · {row.trace_id}"
+    )
+
+
+def _label_of(trace_id: str, rows: dict[str, TraceRow]) -> str:
+    row = rows.get(trace_id)
+    if row is not None:
+        return trace_label(row)
+    t = state.get_trace(trace_id)  # a linked trace outside the recent list
+    if t is None:
+        return f"{trace_id} (not in the store)"
+    return f"{t.session_id} · turn {t.turn} · {t.config.preset} · {t.trace_id}"
+
+
 def trace_picker(
     prefix: str, label: str = "Trace", qp_name: str = "trace", default: str | None = None
 ) -> Trace | None:
-    """Choose a trace: the one in the URL (``?trace=``) or one of the most recent ones."""
+    """Choose a trace: the one in the URL (``?trace=``) or one of the most recent ones,
+    each shown as session · turn · preset · verdict · findings · id (type to search)."""
     wanted = state.qp_get(qp_name)
-    ids = state.recent_trace_ids()
+    rows = {r.trace_id: r for r in state.recent_trace_rows()}
+    ids = list(rows)
     for extra in (default, wanted):
         if extra and extra not in ids:
             ids = [extra, *ids]
@@ -43,7 +68,13 @@ def trace_picker(
     state.ss_default(key, ids[0])
     if state.ss_get(key) not in ids:
         state.ss_set(key, ids[0])
-    trace_id: str = st.selectbox(label, ids, key=key)
+    trace_id: str = st.selectbox(
+        label,
+        ids,
+        key=key,
+        format_func=lambda i: _label_of(i, rows),
+        help="session · turn · preset · verdict · findings · trace id; type to search",
+    )
     t = state.get_trace(trace_id)
     if t is None:
         db = views.code(state.db_path())
@@ -56,6 +87,7 @@ def trace_caption(t: Trace) -> None:
     c = views.code
     st.caption(
         f"session {c(t.session_id)} · turn {t.turn} · {t.created_at:%Y-%m-%d %H:%M:%S %Z} · "
+        f"trace {c(t.trace_id)} · "
         f"preset {t.config.preset} · builder {c(f'{t.builder.name} {t.builder.version}')}"
         + (f" · variant of {c(t.source_trace_id)}" if t.source_trace_id else "")
         + (f" · tags: {', '.join(c(tag) for tag in t.tags)}" if t.tags else "")

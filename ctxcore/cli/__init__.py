@@ -11,10 +11,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ctxcore import settings
 from ctxcore.errors import CtxscopeError, InputError
+
+if TYPE_CHECKING:
+    from ctxcore.models import CapturedInput, Config, Trace
 
 
 def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
@@ -38,12 +42,42 @@ def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _build_source(
+    path: str, trace_id: str | None
+) -> tuple[CapturedInput, Config | None, Trace | None]:
+    """The captured input, config and trace ``build`` starts from: a trace file, a bare
+    input, or one trace of a snapshot (``ctxscope export``; ``--trace`` picks which when it
+    holds several)."""
+    from ctxcore.formats.load import traces_from_snapshot_or_trace
+    from ctxcore.loading import load_input_or_trace, parse_json, read_text
+
+    data = parse_json(read_text(Path(path)), path)
+    if not (isinstance(data, dict) and "format" in data and "schema" not in data):
+        if trace_id is not None:
+            raise InputError(f"{path} holds one trace or input; --trace picks from a snapshot")
+        return load_input_or_trace(path)
+    traces = traces_from_snapshot_or_trace(data, path)
+    ids = [t.trace_id for t in traces]
+    if trace_id is None and len(traces) == 1:
+        t = traces[0]
+    elif trace_id is None:
+        raise InputError(
+            f"{path} is a snapshot of {len(traces)} traces; pick one with --trace "
+            f"(ids: {', '.join(ids[:10])}{' …' if len(ids) > 10 else ''})"
+        )
+    else:
+        found = [t for t in traces if t.trace_id == trace_id]
+        if not found:
+            raise InputError(f"{path} holds no trace {trace_id!r}; it holds {', '.join(ids[:10])}")
+        t = found[0]
+    return t.input, t.config, t
+
+
 def cmd_build(args: argparse.Namespace) -> int:
-    from ctxcore.loading import config_from_obj, input_from_obj, load_config, load_input_or_trace
-    from ctxcore.models import Config
+    from ctxcore.loading import config_from_obj, input_from_obj, load_config
     from ctxcore.pipeline import build_trace
 
-    inp, trace_cfg, trace = load_input_or_trace(args.file)
+    inp, trace_cfg, trace = _build_source(args.file, getattr(args, "trace", None))
     base: dict[str, Any] = {}
     if trace_cfg is not None:
         base = trace_cfg.model_dump(exclude_none=True)
@@ -104,8 +138,11 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("--token", default=None, help="required with a non-loopback --host")
     a.set_defaults(func=_lazy("app", "cmd_app"))
 
-    b = sub.add_parser("build", help="run the pipeline on a captured input or trace")
+    b = sub.add_parser(
+        "build", help="run the pipeline on a captured input, a trace or an exported snapshot"
+    )
     b.add_argument("file")
+    b.add_argument("--trace", help="which trace of a snapshot of several (its id)")
     b.add_argument("--preset", choices=list(settings.PRESET_NAMES))
     b.add_argument("--config")
     b.add_argument("--set", action="append", metavar="KEY=VALUE")
@@ -155,6 +192,65 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("files", nargs="+")
     c.add_argument("--fail-on", choices=["info", "warning", "error"], default="error")
     c.set_defaults(func=_lazy("check", "cli_check"))
+
+    rp = sub.add_parser(
+        "replay",
+        help="re-run a session, tag, the store or trace files with new settings; "
+        "non-zero exit when something kept before is lost",
+    )
+    rp.add_argument("files", nargs="*", metavar="FILE", help="trace files instead of the store")
+    which = rp.add_mutually_exclusive_group()
+    which.add_argument("--session", help="every turn of one stored session")
+    which.add_argument("--tag", help="every stored trace with this tag")
+    which.add_argument("--all", action="store_true", help="every stored trace")
+    rp.add_argument("--preset", choices=list(settings.PRESET_NAMES))
+    rp.add_argument("--config", help="a config file patched over each recorded config")
+    rp.add_argument("--set", action="append", metavar="KEY=VALUE")
+    against = rp.add_mutually_exclusive_group()
+    against.add_argument("--against-config", help="compare with this config, not the recording")
+    against.add_argument("--against-set", action="append", metavar="KEY=VALUE")
+    rp.add_argument("--db", default=db)
+    rp.add_argument("--format", choices=["table", "json"], default="table")
+    rp.add_argument(
+        "--fail-on",
+        choices=["info", "warning", "error", "never"],
+        default="error",
+        help="exit 1 on a loss this bad: error = must-keep or error evidence, warning = "
+        "any packet that was in the prompt, info = squeezed too",
+    )
+    rp.add_argument("--save", action="store_true", help="store the variants, tagged replay")
+    rp.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
+    rp.add_argument(
+        "--no-findings", action="store_true", help="skip the diagnostics (several times faster)"
+    )
+    rp.set_defaults(func=_lazy("replay", "cli_replay"))
+
+    up_help = f"where OpenAI calls go (default {settings.DEFAULT_UPSTREAM_OPENAI})"
+    ua_help = f"where Anthropic calls go (default {settings.DEFAULT_UPSTREAM_ANTHROPIC})"
+    px = sub.add_parser("proxy", help="record every model call an agent makes (API proxy)")
+    px.add_argument("--port", type=int, default=settings.DEFAULT_PROXY_PORT)
+    px.add_argument("--traces", default=traces)
+    px.add_argument("--upstream-openai", help=up_help)
+    px.add_argument("--upstream-anthropic", help=ua_help)
+    px.add_argument("--timeout", type=float, default=600.0, help="seconds an upstream may stall")
+    px.set_defaults(func=_lazy("live", "cmd_proxy"))
+
+    r = sub.add_parser("run", help="run a command with its model calls recorded: run -- CMD")
+    r.add_argument("--proxy-port", type=int, default=settings.DEFAULT_PROXY_PORT)
+    r.add_argument("--traces", default=traces, help="for the proxy it starts")
+    r.add_argument("--upstream-openai", help=f"for the proxy it starts; {up_help}")
+    r.add_argument("--upstream-anthropic", help=f"for the proxy it starts; {ua_help}")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+    r.set_defaults(func=_lazy("live", "cmd_run"))
+
+    co = sub.add_parser("collect", help="receive OpenTelemetry GenAI spans (OTLP/HTTP)")
+    co.add_argument("--port", type=int, default=settings.DEFAULT_OTLP_PORT)
+    co.add_argument("--traces", default=traces)
+    co.set_defaults(func=_lazy("live", "cmd_collect"))
+
+    from ctxcore.cli.tune import add_parser as add_tune
+
+    add_tune(sub)
     return p
 
 

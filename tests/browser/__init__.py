@@ -556,3 +556,22 @@ def copy_into(files: Iterable[Path], folder: Path) -> list[Path]:
         shutil.copyfile(f, dst)
         out.append(dst)
     return out
+
+
+#: metric labels and values whose text overflows their box (drawn cut, with an ellipsis)
+_CUT_METRICS_JS = """
+() => Array.from(document.querySelectorAll('[data-testid="stMetric"]'))
+  .filter(m => {
+    const parts = ['stMetricValue', 'stMetricLabel']
+      .map(id => m.querySelector(`[data-testid="${id}"]`)).filter(Boolean);
+    return parts.some(e => [e, ...e.querySelectorAll('*')]
+      .some(x => x.scrollWidth > x.clientWidth + 1));
+  })
+  .map(m => m.innerText.replace(/\\s+/g, ' ').trim())
+"""
+
+
+def cut_metrics(page: Any) -> list[str]:
+    """The metrics on the page whose label or value is cut ("3,…", "summari…")."""
+    found: list[str] = page.evaluate(_CUT_METRICS_JS)
+    return found

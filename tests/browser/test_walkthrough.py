@@ -1,0 +1,109 @@
+"""The README walk-through ("Why did this turn go wrong?"), step by step as written, on the
+demo session in a real browser: every number and sentence the README quotes is on screen.
+
+Also: every page opens at its own URL (``/traces`` used to open "Page not found").
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+import pytest
+
+from . import exceptions_text, goto, rerun_and_settle, screenshot, settle
+
+SESSION = "swe-pytest-7571-hello-agents"
+FLIPPED = re.compile(r"Flipped \((\d+)\)")
+
+
+@pytest.mark.parametrize(
+    ("path", "title"),
+    [
+        ("traces", "Traces"),
+        ("inspect", "Inspect"),
+        ("timeline", "Timeline"),
+        ("playground", "Playground"),
+        ("compare", "Compare"),
+        ("sweep", "Sweep"),
+        ("share", "Share / Import"),
+    ],
+)
+def test_every_page_opens_at_its_url(tab, path: str, title: str) -> None:
+    page = tab.page
+    goto(page, f"{tab.url}/{path}")
+    assert page.get_by_text("Page not found").count() == 0, f"/{path}: Page not found"
+    heading = page.locator('[data-testid="stMainBlockContainer"] h1').first
+    assert heading.inner_text().strip() == title
+    assert exceptions_text(page) == []
+
+
+def _pick(page, label: str, text: str) -> None:
+    """Type into a searchable picker and take the first option that matches."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label)
+    combo = box.locator("input")
+    combo.click()
+    combo.fill(text)
+    page.get_by_role("option").filter(has_text=text).first.wait_for()
+    rerun_and_settle(page, page.get_by_role("option").filter(has_text=text).first.click)
+
+
+def test_readme_walk_through(tab) -> None:
+    page = tab.page
+    # 1. Traces: Session and Finding filters (as the README says), then open turn 15.
+    goto(page, f"{tab.url}/traces?session={quote(SESSION)}&finding=must_have_lost")
+    assert exceptions_text(page) == []
+    _pick(page, "Open trace", f"{SESSION} · turn 15 ·")
+    rerun_and_settle(page, page.get_by_role("button", name="Open in Inspect").click)
+    settle(page)
+    assert "/inspect" in page.url, page.url
+
+    # 2. Inspect: 3,715 of 5,100 tokens used; why tool:call_4 is missing.
+    body = page.locator('[data-testid="stMainBlockContainer"]')
+    text = body.inner_text()
+    assert "turn 15" in text
+    assert "3,715" in text and "5,100" in text, "the metrics do not show 3,715 of 5,100"
+    rerun_and_settle(page, page.get_by_role("tab", name="Findings").click)
+    text = body.inner_text()
+    assert "charged 126 tokens" in text
+    assert "DO NOT MODIFY" in text or "constraint" in text.lower()
+
+    # 3. What would have kept it? tool:call_4 → min_relevance ≤ 0.25, verified.
+    _pick(page, "Packet that was dropped", "tool:call_4")
+    rerun_and_settle(page, page.get_by_text("Search the smallest change").click)
+    settle(page)
+    sentence = page.get_by_text(re.compile(r"min_relevance ≤ 0\.25 .*would have kept tool:call_4"))
+    sentence.first.wait_for()
+    assert "verified by re-running hello-agents" in sentence.first.inner_text()
+    assert "history_limit" in body.inner_text()  # the searched knobs are named
+    screenshot(page, "walkthrough-findings")
+    opens = page.get_by_role("button", name="Open in Playground")
+    rerun_and_settle(page, opens.first.click)
+    settle(page)
+
+    # 4. Playground: the change is live, with the packets that flipped listed.
+    assert "/playground" in page.url and "min_relevance=0.25" in page.url, page.url
+    heading = page.get_by_role("heading", name=FLIPPED).inner_text()
+    m = FLIPPED.search(heading)
+    assert m and int(m.group(1)) > 0, heading
+    screenshot(page, "walkthrough-playground")
+
+
+@pytest.mark.parametrize(("width", "height"), [(1024, 768), (1440, 900)])
+def test_no_metric_is_cut_at_both_sizes(chromium, app_server, width, height) -> None:
+    from . import cut_metrics, new_page
+
+    page = new_page(chromium, width=width, height=height)
+    try:
+        goto(page, f"{app_server.url}/traces?session={quote(SESSION)}")
+        rows = page.locator('[data-testid="stSelectbox"]').filter(has_text="Open trace")
+        assert rows.count() == 1
+        for path in ("inspect", "playground", "compare"):
+            goto(
+                page, f"{app_server.url}/{path}?{'a' if path == 'compare' else 'trace'}=browser-t2"
+            )
+            assert exceptions_text(page) == []
+            assert cut_metrics(page) == [], f"{path} at {width}x{height}: cut metrics"
+            screenshot(page, f"layout-{path}-{width}x{height}")
+    finally:
+        page.context.close()
