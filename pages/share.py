@@ -141,6 +141,7 @@ def render() -> None:
         widgets.trace_caption(t)
         _export(t)
     st.divider()
+    widgets.failing_files_banner()
     _import()
     errs = state.ingest_errors()
     if errs:

@@ -153,6 +153,7 @@ def _live() -> None:
 def render() -> None:
     st.title("Traces")
     _live()
+    widgets.failing_files_banner()
     _init_from_url()
     flt = _filters()
     c1, c2, c3, c4 = st.columns([2, 1.3, 1, 1])

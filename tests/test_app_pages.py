@@ -357,3 +357,20 @@ def test_every_picker_names_session_turn_preset_verdict_findings(db: Path, built
         label = next(o for o in box.options if o.endswith(t.trace_id))
         assert label.startswith(f"{t.session_id} · turn {t.turn} · {t.config.preset} · ")
         assert "finding" in label, label
+
+
+def test_a_file_ingest_cannot_read_is_named_on_traces_and_share(db: Path, tmp_path: Path) -> None:
+    from ctxcore.store import TraceStore
+    from ctxcore.store.ingest import ingest_paths
+
+    bad = tmp_path / "watched" / "broken.jsonl.gz"
+    bad.parent.mkdir()
+    bad.write_bytes(b"this is not gzip at all")
+    with TraceStore(db) as store:
+        ingest_paths(store, [bad])
+        assert [f.file for f in store.failing_files()] == [str(bad)]
+    for page in ("traces", "share"):
+        at = open_page(page)
+        assert not at.exception
+        assert any("could not be read" in w.value for w in at.warning), page
+        assert any(str(bad) in t.value for t in at.text), page

@@ -45,6 +45,7 @@ from ctxcore.replay import ReplayReport
 from ctxcore.replay import replay as run_replay
 from ctxcore.settings import SortKey
 from ctxcore.store.ingest import ingest_paths
+from ctxcore.store.records import FailingFile
 from ctxcore.store.tracestore import (
     IngestErrorRow,
     SessionRow,
@@ -415,6 +416,16 @@ def _ingest_errors(db: str, ver: int) -> list[IngestErrorRow]:
 
 def ingest_errors() -> list[IngestErrorRow]:
     return _ingest_errors(db_path(), latest_change())
+
+
+@st.cache_data(max_entries=4, ttl=5, show_spinner=False)
+def _failing_files(db: str, ver: int) -> list[FailingFile]:
+    return store().failing_files()
+
+
+def failing_files() -> list[FailingFile]:
+    """Files in the watched folder that ingest could not read (retried when they change)."""
+    return _failing_files(db_path(), latest_change())
 
 
 # --------------------------------------------------------------------------- diagnostics

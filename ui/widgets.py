@@ -82,6 +82,21 @@ def trace_picker(
     return t
 
 
+def failing_files_banner() -> None:
+    """A warning naming the watched files ingest could not read, and why (as text: paths
+    and reasons come from the files). They are retried when they change."""
+    failing = state.failing_files()
+    if not failing:
+        return
+    st.warning(
+        f"{len(failing)} file(s) in the watched folder could not be read; they are retried "
+        "when they change, and every other file is ingested as usual."
+    )
+    st.text("\n".join(f"{f.file}: {f.reason}" for f in failing[:10]))
+    if len(failing) > 10:
+        st.caption(f"… and {len(failing) - 10} more (Share / Import lists every ingest error).")
+
+
 def trace_caption(t: Trace) -> None:
     """Where a trace comes from, on one line; its ids and tags as code spans (inert)."""
     c = views.code
