@@ -12,6 +12,7 @@ credential is written anywhere. No app runs: the proxy does not need one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gzip
 import json
 import socket
@@ -262,7 +263,10 @@ def test_200_concurrent_streams_none_lost_or_mixed_up(workdir: Path, proxy: Proc
         async with httpx.AsyncClient(limits=limits, timeout=60) as client:
             return await asyncio.gather(*(one(client, m) for m in messages))
 
-    replies = asyncio.run(all_of_them())
+    # on a thread of its own: a browser test earlier in the run may leave an event loop
+    # running on this one (asyncio.run refuses to nest)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        replies = pool.submit(asyncio.run, all_of_them()).result()
     assert replies == [f"echo: {m}" for m in messages]
 
     traces = wait_traces(live(workdir, "concurrent"), 200, timeout=120)
