@@ -83,6 +83,7 @@ def open_page(page: str, **params: str) -> AppTest:
     return at
 
 
+@pytest.mark.slow
 def test_lost_constraint_has_a_verified_fix_one_click_from_the_playground(
     db: list[Trace],
 ) -> None:

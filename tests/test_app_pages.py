@@ -193,6 +193,7 @@ def test_hostile_packets_stay_text(db: Path, built) -> None:
     assert f"tool:{data.EVIL}" in set(frame["packet_id"])  # shown, verbatim, as data
 
 
+@pytest.mark.slow
 def test_ids_and_tags_never_form_links_or_bold(db: Path) -> None:
     """Markdown (captions, alerts) shows ids and tags in code spans, or escaped with the
     autolinks broken; ``www``/``://``/``**`` never reach the renderer as they were."""

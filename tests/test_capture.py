@@ -108,6 +108,7 @@ assert rec.failures == 0
 """
 
 
+@pytest.mark.slow
 def test_concurrent_processes_never_tear_lines(tmp_path: Path) -> None:
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(tests=str(ROOT / "tests"), dir=str(tmp_path)), "utf-8")

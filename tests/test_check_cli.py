@@ -112,6 +112,7 @@ def test_error_findings_exit_1_one_line_each(corpus: Path, tmp_path: Path) -> No
     assert not any(":t-ok:" in line and " error " in line for line in out)
 
 
+@pytest.mark.slow
 def test_fail_on_sets_the_threshold(corpus: Path, tmp_path: Path) -> None:
     f = tmp_path / "warn.json"
     f.write_text(trace(corpus, "warn", 20_000, unlabelled=True).to_json(), encoding="utf-8")

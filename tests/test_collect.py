@@ -103,6 +103,7 @@ def post(port: int, path: str, body: bytes, ctype: str, **headers: str) -> tuple
         return err.code, err.read(), err.headers.get("Content-Type", "")
 
 
+@pytest.mark.slow
 def test_sdk_exporter_spans_and_log_events_become_a_trace(
     workdir: Path, collector: Proc, tmp_path: Path
 ) -> None:

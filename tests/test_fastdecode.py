@@ -98,6 +98,7 @@ def visit(obj: Any, proto: type, seen: set[tuple[str, str]]) -> None:
                     visit(item, sub, seen)
 
 
+@pytest.mark.slow
 def test_the_fast_path_struct_has_every_member_rows_read() -> None:
     """``rows.TraceLike`` is the seam mypy checks ``models.Trace`` against; fastdecode's
     struct is typed ``Any``, so this reads every member from real decoded traces."""
@@ -274,6 +275,7 @@ POOL: list[Any] = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_random_mutations_never_let_a_bad_trace_through(base: dict[str, Any]) -> None:
     rng = random.Random(20261129)
     lines = demo_lines()

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ctxcore.diagnostics import diagnose
 from ctxcore.formats.load import load_file
 from ctxcore.models import Trace
@@ -54,6 +56,7 @@ def test_an_unknown_window_is_unknown_and_nothing_measures_against_it(tmp_path: 
     assert [f for f in diagnose(trace) if f.detector == "budget_flooded"] == []
 
 
+@pytest.mark.slow
 def test_window_and_model_options_and_set_window_on_build(tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
     proc = _run("import", str(TOOL_USE), "--window", "50000", "-o", str(out))
@@ -88,6 +91,7 @@ def test_usage_reported_beside_counted(tmp_path: Path) -> None:
     assert tokens["difference"] == tokens["counted"] - reported
 
 
+@pytest.mark.slow
 def test_a_folder_imports_every_file_and_says_which_failed(tmp_path: Path) -> None:
     folder = FIXTURES / "anthropic-messages"
     requests = sorted(folder.glob("*.request.json"))

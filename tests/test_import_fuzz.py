@@ -200,6 +200,7 @@ def _mutants(doc: Any, seed: int) -> Iterator[tuple[str, Any]]:
 
 
 @pytest.mark.parametrize(("name", "seed_doc"), _seeds(), ids=[s[0] for s in _seeds()])
+@pytest.mark.slow
 def test_type_swapped_fields_give_one_line_errors_only(name: str, seed_doc: Any) -> None:
     traces_from_value(seed_doc, "auto")  # the seed itself imports
     bugs: list[str] = []

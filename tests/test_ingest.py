@@ -162,6 +162,7 @@ def test_a_file_replaced_by_rename_is_read_again(tmp_path: Path, store: TraceSto
     assert store.count() == 5
 
 
+@pytest.mark.slow
 def test_cli_prints_counts_and_file_line_errors(tmp_path: Path) -> None:
     d = tmp_path / "in"
     d.mkdir()
@@ -206,6 +207,7 @@ def test_cli_can_defer_diagnostics_to_the_app(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+@pytest.mark.slow
 def test_worker_processes_store_exactly_what_one_process_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
 ) -> None:
@@ -333,6 +335,7 @@ def test_a_worker_refuses_a_range_whose_bytes_changed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.slow
 def test_appended_big_file_resumes_with_true_line_numbers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, suffix: str
 ) -> None:

@@ -238,6 +238,7 @@ def test_a_stream_is_handed_on_as_it_arrives(workdir: Path, proxy: Proc) -> None
     assert t_first < 1.0 < 2.0 < t_all
 
 
+@pytest.mark.slow
 def test_200_concurrent_streams_none_lost_or_mixed_up(workdir: Path, proxy: Proc) -> None:
     run = uuid.uuid4().hex[:8]
     messages = [f"call {i} of run {run}" for i in range(200)]

@@ -130,6 +130,7 @@ def _check_traces(path: Path) -> None:
     assert "RUNSECRET" not in text
 
 
+@pytest.mark.slow
 def test_run_starts_a_proxy_and_records_the_sdk_calls(tmp_path: Path, upstream: Proc) -> None:
     port = free_port()
     up = f"http://127.0.0.1:{upstream.port}"
@@ -160,6 +161,7 @@ def test_run_starts_a_proxy_and_records_the_sdk_calls(tmp_path: Path, upstream: 
     _check_traces(tmp_path / "traces" / "live" / "python.jsonl")
 
 
+@pytest.mark.slow
 def test_run_uses_a_proxy_that_is_already_running(tmp_path: Path, upstream: Proc) -> None:
     proxy = start_proxy(tmp_path / "shared", upstream.port)
     try:

@@ -166,6 +166,7 @@ def test_a_window_is_a_fact_of_the_input_and_the_budget_follows_it() -> None:
     assert variant(t, None) is t  # the recorded side is the recording itself
 
 
+@pytest.mark.slow
 def test_the_parallel_replay_gives_the_serial_report() -> None:
     traces = [*load(HELLO), *load("zh-opencode-codesummary-ctxscope.jsonl")]
     serial = replay(traces, {"max_tokens": 3000}, findings=False, workers=1)

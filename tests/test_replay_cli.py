@@ -70,6 +70,7 @@ def test_a_change_with_only_warnings_passes_error_and_fails_warning(trace_file: 
     assert main([*args, "--fail-on", "warning"]) == 1
 
 
+@pytest.mark.slow
 def test_bad_input_exits_2_through_the_real_command(
     tmp_path: Path, trace_file: Path, traceback_file: Path
 ) -> None:
@@ -117,6 +118,7 @@ def test_json_report_and_against(trace_file: Path, capsys: pytest.CaptureFixture
     assert "variants" not in data
 
 
+@pytest.mark.slow
 def test_replay_a_stored_session_and_save_the_variants(
     db: Path, hello: list[Trace], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -139,6 +139,7 @@ def test_fast_backend_counts_every_exact_encoding() -> None:
 
 
 @pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.slow
 def test_zero_mismatches_on_the_corpus_cut_at_awkward_places(name: str, corpus: Path) -> None:
     texts = _corpus_texts(corpus)
     assert len(texts) > 5_000 and sum(map(len, texts)) > 5_000_000

@@ -529,7 +529,9 @@ class _PreparedCache:
     """
 
     def __init__(self, size: int = 8) -> None:
-        self._data: OrderedDict[tuple[int, str], Prepared] = OrderedDict()
+        # (the input object itself is kept beside its entry: a content hit is stored under the
+        # new object's id, and that id must not be reused by another input while cached)
+        self._data: OrderedDict[tuple[int, str], tuple[CapturedInput, Prepared]] = OrderedDict()
         self._recent: OrderedDict[int, tuple[tuple[Any, ...], Prepared]] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
@@ -548,10 +550,11 @@ class _PreparedCache:
         key = (id(input), counter.name)
         fp = (input.query, input.now, len(input.history), len(input.packets), counter.name)
         with self._lock:
-            hit = self._data.get(key)
-            if hit is not None and hit.input is input:
+            entry = self._data.get(key)
+            if entry is not None and entry[0] is input:
                 self._data.move_to_end(key)
-                return hit
+                return entry[1]
+            hit: Prepared | None = None
             same = [prep for f, prep in self._recent.values() if f == fp]
         if same:
             ckey = content_key(input)
@@ -560,7 +563,7 @@ class _PreparedCache:
         if hit is None:
             hit = gather(input, counter, meanwhile)
         with self._lock:
-            self._data[key] = hit
+            self._data[key] = (input, hit)
             self._data.move_to_end(key)
             self._recent[id(hit)] = (fp, hit)
             self._recent.move_to_end(id(hit))
