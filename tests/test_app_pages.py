@@ -177,6 +177,7 @@ def outside_code(s: str) -> str:
     return _CODE_SPAN.sub(" ", s)
 
 
+@pytest.mark.slow
 def test_hostile_packets_stay_text(db: Path, built) -> None:
     evil = built["evil"][0]
     for page in ("inspect", "playground", "compare", "share", "traces"):

@@ -121,6 +121,7 @@ def auth(api: str) -> list[tuple[str, str]]:
         ("/v1/messages", "anthropic", "anthropic-messages/openllmetry-thinking", "gzip"),
     ],
 )
+@pytest.mark.slow
 def test_bytes_pass_unchanged_both_ways(
     workdir: Path, proxy: Proc, path: str, api: str, stem: str, scenario: str
 ) -> None:
@@ -213,6 +214,7 @@ def test_recorded_streams_pass_unchanged_and_become_traces(
     assert trace["metadata"]["model"] == req["model"]
 
 
+@pytest.mark.slow
 def test_a_stream_is_handed_on_as_it_arrives(workdir: Path, proxy: Proc) -> None:
     stem = "openai-chat-otel-contrib-streaming"
     request = (FIXTURES / "streams" / f"{stem}.request.json").read_bytes()
