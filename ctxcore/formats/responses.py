@@ -36,7 +36,7 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.derive import make_trace, stable_id
+from ctxcore.formats.derive import each_request, make_trace, stable_id
 from ctxcore.formats.openai import (
     NormMessage,
     ToolCall,
@@ -409,24 +409,7 @@ def traces_from_obj(
     data: Any, *, session_id: str | None = None, default_now: datetime | None = None
 ) -> list[Trace]:
     """A request, a ``{"request": ..., "response": ...}`` pair, or a list of either."""
-    items = data if isinstance(data, list) else [data]
-    out: list[Trace] = []
-    for n, item in enumerate(items):
-        if isinstance(item, dict) and isinstance(item.get("request"), dict):
-            out.append(
-                trace_from_request(
-                    item["request"],
-                    response=item.get("response"),
-                    session_id=session_id,
-                    turn=n,
-                    default_now=default_now,
-                )
-            )
-        else:
-            out.append(
-                trace_from_request(item, session_id=session_id, turn=n, default_now=default_now)
-            )
-    return out
+    return each_request(data, trace_from_request, session_id=session_id, default_now=default_now)
 
 
 __all__ = [
