@@ -50,7 +50,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf.json_format import MessageToDict, MessageToJson
+from google.protobuf.json_format import MessageToJson
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from google.rpc import status_pb2  # type: ignore[import-untyped]
@@ -69,6 +69,7 @@ from ctxcore.formats.otlp_records import (
     SpanRecord,
     records_from_exports,
 )
+from ctxcore.formats.protodict import message_to_dict
 from ctxcore.formats.redact import redact_trace
 
 log = logging.getLogger("ctxscope.collect")
@@ -483,7 +484,7 @@ class CollectorApp:
             # both); ids stay base64 here and ``otlp_records`` reads them as hex
             cls = _REQUESTS[path]
             try:
-                data = MessageToDict(cls.FromString(raw))
+                data = message_to_dict(cls.FromString(raw))
             except DecodeError as exc:
                 raise ImportFormatError(f"not an OTLP protobuf {cls.__name__} ({exc})") from exc
         return records_from_exports([(f"{path} request", data)]) if data else []

@@ -136,6 +136,16 @@ def make_parser() -> argparse.ArgumentParser:
     a.add_argument("--port", type=int, default=settings.DEFAULT_PORT)
     a.add_argument("--host", default=settings.DEFAULT_HOST)
     a.add_argument("--token", default=None, help="required with a non-loopback --host")
+    a.add_argument(
+        "--otlp",
+        type=int,
+        nargs="?",
+        const=settings.DEFAULT_OTLP_PORT,
+        default=None,
+        metavar="PORT",
+        help="also receive OpenTelemetry GenAI spans (OTLP/HTTP on 127.0.0.1, "
+        f"default port {settings.DEFAULT_OTLP_PORT}) into the watched folder",
+    )
     a.set_defaults(func=_lazy("app", "cmd_app"))
 
     b = sub.add_parser(

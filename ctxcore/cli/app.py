@@ -12,8 +12,17 @@ network, so it needs a token: the app then shows nothing until the URL carries
 ``?token=...`` (see ``ui.boot``).
 
 While it runs, the command leaves a note beside the store (``<store>.app.json``: the child's
-pid and the folder it watches), so that ``ctxscope import`` on a store the app holds can drop
-its traces into that very folder rather than into one nobody watches.
+pid, the folder it watches and the OTLP port it receives on), so that ``ctxscope import`` on a
+store the app holds can drop its traces into that very folder rather than into one nobody
+watches, and the app can say where it listens.
+
+``--otlp [PORT]`` also runs the OTLP/HTTP receiver of ``ctxscope collect`` beside the app,
+writing into the folder the app watches: spans an instrumented agent exports show up on Traces
+like any other call. It is a second child of this command, not a thread of Streamlit's
+process: decoding spans and counting their prompts stays off the event loop that serves the
+pages, and a receiver that fails does not take the app down (it is said on stderr). It starts
+first, so a taken port is an error before anything else runs, and it stops after the app,
+with time to write the spans it holds (docs/design.md, "Live capture").
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 
@@ -35,6 +45,9 @@ from ctxcore.errors import InputError
 
 #: How long the child gets to exit after a forwarded signal before it is killed.
 STOP_GRACE_S = 5.0
+#: How long the OTLP receiver gets to start listening, and to write what it holds at the end.
+OTLP_START_S = 30.0
+OTLP_DRAIN_S = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -60,9 +73,9 @@ def note_path(db: Path) -> Path:
     return db.with_name(db.name + ".app.json")
 
 
-def write_note(db: Path, traces_dir: Path, pid: int) -> Path:
+def write_note(db: Path, traces_dir: Path, pid: int, otlp_port: int | None = None) -> Path:
     note = note_path(db)
-    data = {"pid": pid, "db": str(db), "traces": str(traces_dir)}
+    data = {"pid": pid, "db": str(db), "traces": str(traces_dir), "otlp_port": otlp_port}
     tmp = note.with_name(f".{note.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, note)
@@ -90,13 +103,50 @@ def app_folder(db: Path) -> Path | None:
     return folder if _pid_alive(pid) and folder.is_dir() else None
 
 
-def run_child(cmd: list[str], env: dict[str, str], note: Path | None = None) -> int:
-    """Run ``cmd``; forward SIGTERM/SIGINT/SIGHUP to it; kill it 5 s after if it lingers."""
+def app_note(db: Path) -> dict[str, object] | None:
+    """What a live ``ctxscope app`` on ``db`` wrote in its note (pid, folder, OTLP port)."""
+    try:
+        data = json.loads(note_path(db.resolve()).read_text(encoding="utf-8"))
+        alive = isinstance(data, dict) and _pid_alive(int(data["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if alive else None
+
+
+def stop_companion(proc: subprocess.Popen[bytes], name: str, grace: float) -> None:
+    """SIGTERM a helper process, give it ``grace`` seconds to finish its work, then kill it."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        print(f"ctxscope: {name} did not stop within {grace:g} s; killed", file=sys.stderr)
+        proc.kill()
+        proc.wait()
+
+
+def run_child(
+    cmd: list[str],
+    env: dict[str, str],
+    note: Path | None = None,
+    companion: tuple[subprocess.Popen[bytes], str, int] | None = None,
+) -> int:
+    """Run ``cmd``; forward SIGTERM/SIGINT/SIGHUP to it; kill it 5 s after if it lingers.
+
+    ``companion`` (process, name, port) is a helper started before it (the OTLP receiver): it
+    is stopped after ``cmd`` exits, and its exit while ``cmd`` runs is said once."""
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
     proc = subprocess.Popen(cmd, env=env, preexec_fn=preexec)
     if note is not None:
-        write_note(Path(env[settings.ENV_DB]), Path(env[settings.ENV_TRACES]), proc.pid)
+        write_note(
+            Path(env[settings.ENV_DB]),
+            Path(env[settings.ENV_TRACES]),
+            proc.pid,
+            otlp_port=companion[2] if companion else None,
+        )
     asked_at: list[float] = []
+    companion_said = False
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         if proc.poll() is None:
@@ -114,12 +164,21 @@ def run_child(cmd: list[str], env: dict[str, str], note: Path | None = None) -> 
                 if asked_at and time.monotonic() - asked_at[0] > STOP_GRACE_S:
                     proc.kill()
                     return proc.wait()
+            if companion and not companion_said and companion[0].poll() is not None:
+                companion_said = True
+                print(
+                    f"ctxscope app: the {companion[1]} exited (code {companion[0].returncode}); "
+                    "the app goes on without it",
+                    file=sys.stderr,
+                )
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if companion is not None:
+            stop_companion(companion[0], companion[1], OTLP_DRAIN_S)
         if note is not None:
             note.unlink(missing_ok=True)
 
@@ -146,6 +205,10 @@ def cmd_app(args: argparse.Namespace) -> int:
             "without it the app shows nothing",
             file=sys.stderr,
         )
+    companion = None
+    if args.otlp is not None:
+        receiver = start_collector(args.otlp, Path(env[settings.ENV_TRACES]))
+        companion = (receiver, "OTLP receiver", args.otlp)
     cmd = [
         sys.executable,
         "-m",
@@ -160,5 +223,52 @@ def cmd_app(args: argparse.Namespace) -> int:
         "true",
         "--browser.gatherUsageStats",
         "false",
+        # the app's own source does not change under a user: watching it only costs inotify
+        # watches (and floods their queue when a checkout changes)
+        "--server.fileWatcherType",
+        "none",
     ]
-    return run_child(cmd, env, note=note_path(Path(env[settings.ENV_DB])))
+    try:
+        return run_child(cmd, env, note=note_path(Path(env[settings.ENV_DB])), companion=companion)
+    finally:
+        if companion is not None:  # run_child stops it; this covers a failure to start the app
+            stop_companion(companion[0], companion[1], OTLP_DRAIN_S)
+
+
+def _collector_listening(port: int) -> bool:
+    from ctxcore.capture.collector import SERVICE_NAME, SERVICE_PATH
+
+    url = f"http://{settings.DEFAULT_HOST}:{port}{SERVICE_PATH}"
+    try:
+        with urllib.request.urlopen(url, timeout=0.5) as resp:  # noqa: S310 - loopback
+            return bool(json.loads(resp.read()).get("service") == SERVICE_NAME)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def start_collector(port: int, traces_dir: Path) -> subprocess.Popen[bytes]:
+    """``ctxscope collect`` on ``port`` writing into ``traces_dir``, listening when this returns."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "ctxcore",
+        "collect",
+        "--port",
+        str(port),
+        "--traces",
+        str(traces_dir),
+    ]
+    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    proc = subprocess.Popen(cmd, preexec_fn=preexec)
+    deadline = time.monotonic() + OTLP_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise InputError(
+                f"--otlp {port}: the OTLP receiver did not start (exit code {proc.returncode}; "
+                "its message is above): is the port taken? pass another, e.g. --otlp 4319"
+            )
+        if _collector_listening(port):
+            return proc
+        time.sleep(0.1)
+    stop_companion(proc, "OTLP receiver", 1.0)
+    raise InputError(f"--otlp {port}: the OTLP receiver did not listen within {OTLP_START_S:g} s")
