@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -530,14 +530,17 @@ def timeline_heatmap(
     rows: Sequence[Mapping[str, Any]],
     title: str = "Packets across turns",
     group_by_kind: bool = False,
+    legend: bool = True,
 ) -> go.Figure:
     """Packet id × turn, one cell per decision, coloured by status.
 
     ``rows``: ``{"turn", "packet_id", "kind", "status", "reason", "tokens_after"}`` as
     ``TraceStore.session_statuses`` returns them. Cells where a packet was not a candidate
     stay blank. Rows are in order of first appearance (``group_by_kind``: by kind first,
-    each row labelled with it). The legend sits at the top, where a tall chart opens, and
-    a dashed line marks a gap between non-consecutive turns (turn 16, then 37).
+    each row labelled with it). The legend sits at the top, where a tall chart opens
+    (``legend=False``: none, for a page that keeps ``status_legend`` in view instead), the
+    turns are labelled above and, on a tall chart, below the rows too, and a dashed line
+    marks a gap between non-consecutive turns (turn 16, then 37).
     """
     if not rows:
         return _empty(title, "No decisions recorded for this session.")
@@ -590,7 +593,105 @@ def timeline_heatmap(
             showscale=False,
         )
     )
-    for s in STATUS_ORDER:  # a legend made of invisible markers
+    if legend:
+        _add_status_legend(fig, STATUS_ORDER)
+    tall = len(packets) > _TALL_ROWS
+    if tall:  # the turns again under the last rows, where a long chart is read
+        fig.add_trace(
+            go.Scatter(
+                x=[str(t) for t in turns],
+                y=[fig.data[0].y[-1]] * len(turns),
+                xaxis="x2",
+                mode="markers",
+                marker={"opacity": 0},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+    level, last_gap = 0, -99
+    for j in range(1, len(turns)):
+        if turns[j] != turns[j - 1] + 1:
+            fig.add_vline(x=j - 0.5, line={"color": "#222", "width": 2, "dash": "dash"})
+            # gaps a few columns apart take turns on three lines, so their labels never overlap
+            level = (level + 1) % 3 if j - last_gap < 5 else 0
+            last_gap = j
+            fig.add_annotation(
+                x=j - 0.5,
+                y=0,
+                yref="paper",
+                yanchor="top",
+                # near an edge the label reads inwards from the line instead of being cut
+                xanchor="right" if j > len(turns) - 3 else ("left" if j < 3 else "center"),
+                text=f"gap: {turns[j] - turns[j - 1] - 1} turn(s)",
+                showarrow=False,
+                font={"size": 10},
+                yshift=(-24 if tall else 0) - 13 * level,  # under the turn labels
+            )
+    # 22 px a row keeps ~190 labels apart; the legend goes on top, by the title
+    fig.update_layout(
+        # without the legend, the title goes to the very top: the "turn" axis title under it
+        # would otherwise run into a long session id at 1024 px
+        title=(
+            esc(title)
+            if legend
+            else {
+                "text": esc(title),
+                "y": 1,
+                "yref": "container",
+                "yanchor": "top",
+                "pad": {"t": 10},
+            }
+        ),
+        height=timeline_height(len(packets)),
+        margin={"l": 10, "r": 10, "t": 110 if legend else 95, "b": 90 if tall else 60},
+        # exact ranges: one column a turn, one row a packet, no padding after the last
+        xaxis={
+            "title": "turn",
+            "type": "category",
+            "side": "top",
+            "range": [-0.5, len(turns) - 0.5],
+        },
+        yaxis={
+            "range": [len(packets) - 0.5, -0.5],  # the first packet on top
+            "type": "category",
+            "dtick": 1,
+            "tickfont": {"size": 11},
+        },
+        legend={
+            "orientation": "h",
+            "x": 1,
+            "xanchor": "right",
+            "y": 1,
+            "yanchor": "top",
+            "yref": "container",
+        },
+        showlegend=legend,
+        **_LAYOUT,
+    )
+    if tall:
+        fig.update_layout(
+            xaxis2={
+                "type": "category",
+                "side": "bottom",
+                "overlaying": "x",
+                "matches": "x",
+                "showgrid": False,
+            }
+        )
+    return fig
+
+
+#: a timeline with more rows than this also labels the turns under its last row
+_TALL_ROWS = 25
+
+
+def timeline_height(rows: int) -> int:
+    """The pixel height ``timeline_heatmap`` gives a chart of ``rows`` packet rows."""
+    return max(300, min(4400, 22 * rows + 170))
+
+
+def _add_status_legend(fig: go.Figure, statuses: Sequence[str]) -> None:
+    for s in statuses:  # a legend made of invisible markers
         fig.add_trace(
             go.Scatter(
                 x=[None],
@@ -600,32 +701,32 @@ def timeline_heatmap(
                 marker={"color": STATUS_COLORS[s], "size": 10, "symbol": "square"},
             )
         )
-    for j in range(1, len(turns)):
-        if turns[j] != turns[j - 1] + 1:
-            fig.add_vline(x=j - 0.5, line={"color": "#222", "width": 2, "dash": "dash"})
-            fig.add_annotation(
-                x=j - 0.5,
-                y=0,
-                yref="paper",
-                yanchor="top",
-                text=f"gap: {turns[j] - turns[j - 1] - 1} turn(s)",
-                showarrow=False,
-                font={"size": 10},
-            )
-    # 22 px a row keeps ~190 labels apart; the legend goes on top, by the title
+
+
+#: ``status_legend``'s height: one line of legend, whole
+LEGEND_HEIGHT = 60
+
+
+def status_legend(statuses: Collection[str] = STATUS_ORDER) -> go.Figure:
+    """The status colours alone, one line high: a page shows it above a tall chart that
+    scrolls in a box of its own, so what each colour means stays in view."""
+    fig = go.Figure()
+    _add_status_legend(fig, [s for s in STATUS_ORDER if s in statuses])
     fig.update_layout(
-        title=esc(title),
-        height=max(300, min(4400, 22 * len(packets) + 170)),
-        margin={"l": 10, "r": 10, "t": 110, "b": 40},
-        xaxis={"title": "turn", "type": "category", "side": "top"},
-        yaxis={"autorange": "reversed", "type": "category", "dtick": 1, "tickfont": {"size": 11}},
+        height=LEGEND_HEIGHT,
+        margin={"l": 0, "r": 0, "t": 0, "b": 0},
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        showlegend=True,
         legend={
             "orientation": "h",
-            "x": 1,
-            "xanchor": "right",
-            "y": 1,
-            "yanchor": "top",
-            "yref": "container",
+            "x": 0,
+            "xanchor": "left",
+            "y": 0.5,
+            "yanchor": "middle",
+            "title": {"text": "status", "side": "left"},
+            "itemclick": False,
+            "itemdoubleclick": False,
         },
         **_LAYOUT,
     )
@@ -779,6 +880,7 @@ __all__ = [
     "score_weights",
     "strongest_signal",
     "session_usage",
+    "status_legend",
     "sweep_heatmap",
     "timeline_heatmap",
     "tokenizer_drift",
@@ -855,10 +957,11 @@ def findings_heatmap(
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},
         height=max(220, 110 + 26 * len(dets)),
-        margin={"l": 10, "r": 10, "t": 40, "b": 60},
+        margin={"l": 10, "r": 10, "t": 50, "b": 50},
         xaxis={"title": "turn", "type": "category"},
         yaxis={"autorange": "reversed"},
-        legend={"orientation": "h", "y": -0.35},
+        # top right, by the title: under the plot it sat on the "turn" axis title
+        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
         plot_bgcolor="white",
     )
     return fig

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from ctxcore import figures
 from ctxcore.diagnostics import DETECTORS
 from ctxcore.store import TraceFilter
-from ui import state
+from ui import state, views, widgets
+
+#: The packet chart's box: a taller chart scrolls inside it, under a legend that stays put
+#: (~190 rows of a long session are ~4,000 px; the page's own legend would scroll away).
+CHART_BOX = 560
 
 
 def _pick_session() -> str | None:
@@ -31,34 +36,41 @@ def _pick_session() -> str | None:
 
 
 def _diagnostics(sid: str) -> None:
-    """Detector hits per turn, and the first turn each needed item stopped reaching the model."""
+    """Detector hits per turn (a cell opens its turn), each finding with its turn (a row
+    opens it), and the first turn each needed item stopped reaching the model."""
     diag = state.session_diagnosis(sid)
     if diag is None:
         return
     turns = [turn.model_dump(mode="json") for turn in diag.turns]
-    st.plotly_chart(
+    event = st.plotly_chart(
         figures.findings_heatmap(turns, list(DETECTORS), "Diagnostics per turn"),
         key="tl_findings",
+        on_select="rerun",
+        selection_mode="points",
     )
+    by_turn = {t.turn: t.trace_id for t in diag.turns}
+    turn = widgets.clicked_turn(event)
+    if turn in by_turn:
+        widgets.open_in_inspect(by_turn[turn], section="Findings")
+    frame = views.session_findings_frame(sid, diag.turns)
+    if not frame.empty:
+        st.markdown(f"**Findings of this session ({len(frame):,})**, latest turn first")
+        widgets.findings_table(frame, key="tl_findings_list", session=False)
     lost = diag.lost
     if lost:
         st.markdown("**First turn where it was lost**")
-        st.dataframe(
-            [
-                {
-                    "item": x.item[:120],
-                    "kind": x.kind,
-                    # never in the prompt: "—" (a dataframe would print "None")
-                    "first in prompt": "—" if x.first_seen_turn is None else str(x.first_seen_turn),
-                    "lost at turn": x.lost_turn,
-                    "status": x.status,
-                    "reason": x.reason,
-                }
-                for x in lost
-            ],
-            hide_index=True,
-            key="tl_lost",
+        frame = pd.DataFrame(
+            {
+                "item": [x.item[:120] for x in lost],
+                "kind": [x.kind for x in lost],
+                # a turn number, or a gap (never in the prompt) drawn as widgets.MISSING
+                "first in prompt": pd.array([x.first_seen_turn for x in lost], dtype="Int64"),
+                "lost at turn": [x.lost_turn for x in lost],
+                "status": [x.status for x in lost],
+                "reason": [x.reason for x in lost],
+            }
         )
+        st.dataframe(frame, hide_index=True, key="tl_lost", placeholder=widgets.MISSING)
 
 
 def render() -> None:
@@ -73,7 +85,7 @@ def render() -> None:
     for r in statuses + parts:
         turns.setdefault(int(r["turn"]), str(r["trace_id"]))
     # ~190 rows of a long session are too many to read at once: narrow or group them
-    c1, c2 = st.columns([3, 1])
+    c1, c2 = st.columns([2, 1])  # "Group rows by kind" whole at 1024 px
     all_kinds = sorted({str(r.get("kind") or "") for r in statuses})
     kinds = c1.multiselect("Rows of kind", all_kinds, key="tl_kinds", placeholder="every kind")
     grouped = c2.toggle("Group rows by kind", key="tl_group")
@@ -83,26 +95,33 @@ def render() -> None:
         sid,
         f"{state.latest_change()}|{','.join(kinds)}|{grouped}",
         lambda: figures.timeline_heatmap(
-            shown, f"Packets across the turns of {sid}", group_by_kind=grouped
+            shown, f"Packets across the turns of {sid}", group_by_kind=grouped, legend=False
         ),
     )
+    n_rows = len({str(r["packet_id"]) for r in shown})
+    tall = figures.timeline_height(n_rows) > CHART_BOX
     st.caption(
-        "One colour per status on every page (colour-blind safe; legend at the chart's top "
-        "right). A dashed line marks turns missing between two stored turns."
+        "One colour per status on every page (colour-blind safe); a blank cell: not a "
+        "candidate at that turn. A dashed line marks turns missing between two stored turns. "
+        "Click a cell to open its turn in Inspect."
+        + (f" The {n_rows:,} rows scroll in the box below; the legend stays put." if tall else "")
     )
-    event = st.plotly_chart(heat, key="tl_heatmap", on_select="rerun", selection_mode="points")
-    points = getattr(getattr(event, "selection", None), "points", None) or []
-    target = None
-    if points:
-        x = points[0].get("x")
-        if x is not None and int(x) in turns:
-            target = turns[int(x)]
+    st.plotly_chart(
+        figures.status_legend({str(r["status"]) for r in shown} or figures.STATUS_ORDER),
+        key="tl_legend",
+        config={"displayModeBar": False, "staticPlot": True},
+    )
+    box = st.container(height=CHART_BOX, key="tl_chart_box") if tall else st.container()
+    with box:
+        event = st.plotly_chart(heat, key="tl_heatmap", on_select="rerun", selection_mode="points")
+    clicked = widgets.clicked_turn(event)
+    target = turns.get(clicked) if clicked is not None else None
     rows = state.list_traces(TraceFilter(session_id=sid), sort="turn", limit=1000).rows
     st.plotly_chart(
         figures.session_usage(parts, budgets={r.turn: r.budget for r in rows}), key="tl_usage"
     )
     _diagnostics(sid)
-    c1, c2 = st.columns([3, 1])
+    c1, c2 = st.columns([2, 1])  # "Open turn in Inspect" whole at 1024 px
     order = sorted(turns)
     turn = c1.selectbox(
         "Turn", order, key="tl_turn", format_func=lambda n: f"turn {n} · {turns[n]}"

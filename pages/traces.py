@@ -11,7 +11,7 @@ import streamlit as st
 from ctxcore.settings import SortKey
 from ctxcore.store import TraceFilter
 from ctxcore.store.tracestore import TraceRow
-from ui import state, views, widgets
+from ui import live, state, views, widgets
 
 ANY = "(any)"
 SORTS: list[SortKey] = list(get_args(SortKey))
@@ -25,7 +25,9 @@ _QP = {
 }
 
 
-_URL_KEYS = (*_QP, "tags", "lost", "warnings")
+_URL_KEYS = (*_QP, "tags", "lost", "warnings", "view")
+#: the two views of the matching traces (``?view=findings`` opens the second)
+VIEWS = ["Traces", "Findings"]
 
 
 def _url_sig() -> tuple[tuple[str, str], ...]:
@@ -48,6 +50,7 @@ def _init_from_url() -> None:
         "tr_warnings",
         {"1": "with warnings", "0": "without"}.get(state.qp_get("warnings") or "", ANY),
     )
+    state.ss_set("tr_view", VIEWS[1] if state.qp_get("view") == "findings" else VIEWS[0])
 
 
 def _choice(
@@ -93,6 +96,7 @@ def _filters() -> TraceFilter:
             "tags": ",".join(tags) or None,
             "lost": "1" if lost else None,
             "warnings": {"with warnings": "1", "without": "0"}.get(warn),
+            "view": "findings" if state.ss_get("tr_view") == VIEWS[1] else None,
         }
     )
     state.ss_set("tr_url_sig", _url_sig())  # our own write is not a new link
@@ -135,10 +139,11 @@ def _frame(rows: list[TraceRow]) -> pd.DataFrame:
     )
 
 
-@st.fragment(run_every="3s")
+@st.fragment(run_every="1s")
 def _live() -> None:
     # New traces (watcher, another tab saving a variant) bump latest_change(): rerun the
-    # whole page so the list, facets and counts all move together.
+    # whole page so the list, facets and counts all move together. Once a second: a call
+    # captured live is listed within 2 s of its end (the watcher takes under one).
     change = state.latest_change()
     seen = state.ss_get("tr_seen_change")
     if seen is None:
@@ -148,6 +153,37 @@ def _live() -> None:
         st.rerun()
     where, db = views.code(state.traces_dir()), views.code(state.db_path())
     st.caption(f"Live · watching {where} · store {db}")
+    live.render()
+
+
+#: findings a page of the findings view shows
+FINDINGS_PAGE = 100
+
+
+def _findings(flt: TraceFilter) -> None:
+    """The findings of the matching traces, newest first, a page at a time; each row opens
+    its turn in Inspect."""
+    page_no = int(state.ss_get("tr_f_page", 1) or 1)
+    size = FINDINGS_PAGE
+    result = state.list_findings(flt, limit=size, offset=(page_no - 1) * size)
+    pages = max(1, -(-result.total // size))
+    if page_no > pages:
+        state.ss_set("tr_f_page", 1)
+        result = state.list_findings(flt, limit=size, offset=0)
+    c1, c2 = st.columns([4, 1])
+    c2.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, step=1, key="tr_f_page")
+    first, last = result.offset + 1, result.offset + len(result.rows)
+    rest = result.total - last
+    c1.markdown(
+        f"**{result.total:,}** findings in the matching traces, newest first"
+        + (f" · showing {first:,}–{last:,}" if result.rows else "")
+        + (f" · {rest:,} more on the next pages" if rest > 0 else "")
+    )
+    if not result.rows:
+        st.info("No finding in the traces that match these filters.")
+        return
+    frame = views.findings_frame(result.rows)
+    widgets.findings_table(frame, key="tr_findings", session=flt.session_id is None)
 
 
 def render() -> None:
@@ -156,9 +192,19 @@ def render() -> None:
     widgets.failing_files_banner()
     _init_from_url()
     flt = _filters()
-    c1, c2, c3, c4 = st.columns([2, 1.3, 1, 1])
+    view, box = widgets.section(VIEWS, "tr_view")
+    with box:
+        if view == VIEWS[1]:
+            _findings(flt)
+        else:
+            _traces(flt)
+
+
+def _traces(flt: TraceFilter) -> None:
+    c1, c2, c3, c4 = st.columns([1.8, 1.5, 1, 1])
     sort = c1.selectbox("Sort by", SORTS, key="tr_sort")
-    desc = c2.toggle("Newest / largest first", value=True, key="tr_desc")
+    # a short label: "Newest / largest first" was cut to "Newest / lar…" at 1024 px
+    desc = c2.toggle("Descending", value=True, key="tr_desc", help="newest / largest first")
     size = c3.selectbox("Rows per page", [25, 50, 100, 200], index=1, key="tr_page_size")
     # One query per view: the page asked for (its total sizes the pager); only a page
     # number past the end (after a narrowing filter) costs a second one.
@@ -196,6 +242,7 @@ def render() -> None:
             "used": st.column_config.NumberColumn("used", format="localized"),
             "budget": st.column_config.NumberColumn("budget", format="localized"),
         },
+        placeholder=widgets.MISSING,
     )
     chosen = None
     rows = getattr(getattr(event, "selection", None), "rows", None) or []

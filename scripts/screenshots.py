@@ -8,6 +8,7 @@ prints every metric whose value is cut (an ellipsis) as ``CUT <page> <size>: <la
 exits 1 when there is one. Same harness as the browser tests (``tests/browser``).
 
     .venv/bin/python scripts/screenshots.py [--out DIR] [--sizes 1024x768,1440x900]
+        [--pages traces,timeline]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ TURN = 15
 #: page name -> path, with {t} the walk-through's trace and {s} its session
 PAGES = {
     "traces": "traces",
+    "traces-findings": "traces?view=findings",
     "inspect": "inspect?trace={t}",
     "timeline": "timeline?session={s}",
     "playground": "playground?trace={t}",
@@ -67,7 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "test-artifacts" / "screenshots" / "demo"))
     ap.add_argument("--sizes", default="1024x768,1440x900", help="viewports (WxH, comma-separated)")
+    ap.add_argument(
+        "--pages", default=",".join(PAGES), help=f"pages to photograph ({', '.join(PAGES)})"
+    )
     args = ap.parse_args(argv)
+    wanted = [n for n in args.pages.split(",") if n]
+    unknown = [n for n in wanted if n not in PAGES]
+    if unknown:
+        ap.error(f"unknown page(s) {', '.join(unknown)}; choose from {', '.join(PAGES)}")
     reason = browser_missing_reason()
     if reason:
         print(f"screenshots: {reason}", file=sys.stderr)
@@ -86,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         with launch_browser() as browser:
             for width, height in sizes:
                 page = new_page(browser, width=width, height=height)
-                for name, path in PAGES.items():
+                for name in wanted:
+                    path = PAGES[name]
                     goto(page, f"{server.url}/{path.format(t=quote(trace_id), s=quote(session))}")
                     for label in cut_metrics(page):
                         cut += 1

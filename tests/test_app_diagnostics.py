@@ -131,7 +131,9 @@ def test_counterfactuals_for_any_dropped_packet(db: list[Trace]) -> None:
 def test_timeline_shows_detector_hits_per_turn_and_first_lost_turn(db: list[Trace]) -> None:
     at = open_page("timeline", session="diag")
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    diag = next(s for s in specs if s["layout"]["title"]["text"] == "Diagnostics per turn")
+    diag = next(
+        s for s in specs if s["layout"].get("title", {}).get("text") == "Diagnostics per turn"
+    )
     heat = diag["data"][0]
     assert "must_have_lost" in heat["y"]
     row = heat["y"].index("must_have_lost")

@@ -229,7 +229,9 @@ def test_timeline_turn_opens_inspect(db: Path, built) -> None:
     turns = at.selectbox(key="tl_turn").options
     assert len(turns) == len(built["a"])
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    usage = next(s for s in specs if s["layout"]["title"]["text"] == "Partition usage per turn")
+    usage = next(
+        s for s in specs if s["layout"].get("title", {}).get("text") == "Partition usage per turn"
+    )
     line = next(d for d in usage["data"] if d["type"] == "scatter")
     assert line["y"] == [t.result.totals.available for t in built["a"]]
     heat = next(s for s in specs if s["data"][0]["type"] == "heatmap")["data"][0]

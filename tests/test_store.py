@@ -486,3 +486,45 @@ def test_bulk_writer_refuses_a_read_only_store(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="read-only"):
             w.add(row_tables([make_trace(1)]))
         w.close()
+
+
+def test_list_findings_pages_the_findings_of_the_filtered_traces(store: TraceStore) -> None:
+    def expected(flt: TraceFilter) -> list[tuple[str, str, int, str, str, str]]:
+        # list_traces sorts newest first (ties: last stored first); each trace's findings
+        # keep their stored order (most severe first)
+        return [
+            (r.trace_id, r.session_id, r.turn, f["detector"], f["severity"], f["message"])
+            for r in store.list_traces(flt, limit=1000).rows
+            for f in store.findings(r.trace_id)
+            if not flt.finding or f["detector"] == flt.finding
+        ]
+
+    def got(flt: TraceFilter, size: int, total: int) -> list[tuple[str, str, int, str, str, str]]:
+        out = []
+        for off in range(0, total + size, size):
+            page = store.list_findings(flt, limit=size, offset=off)
+            assert page.total == total
+            assert len(page.rows) == max(0, min(size, total - off))
+            out += [
+                (r.trace_id, r.session_id, r.turn, r.detector, r.severity, r.message)
+                for r in page.rows
+            ]
+        return out
+
+    for flt in (TraceFilter(), TraceFilter(session_id="sess-1"), TraceFilter(tags=("ci",))):
+        want = expected(flt)
+        assert len({w[0] for w in want}) > 1, "the sample must give several traces findings"
+        assert got(flt, 4, len(want)) == want
+    # a detector filter keeps the traces that have it, and only its findings
+    everything = expected(TraceFilter())
+    assert len({w[3] for w in everything}) > 1
+    detector = everything[0][3]
+    flt = TraceFilter(finding=detector)
+    want = expected(flt)
+    assert want and {w[3] for w in want} == {detector}
+    assert got(flt, 5, len(want)) == want
+    page = store.list_findings(TraceFilter(session_id="no-such-session"))
+    assert (page.rows, page.total) == ([], 0)
+    row = store.list_findings(limit=1).rows[0]
+    assert row.created_at.tzinfo is not None
+    assert row.packet_ids == tuple(store.findings(row.trace_id)[0]["packet_ids"])

@@ -21,12 +21,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import streamlit as st
 
 from ctxcore import settings
+from ctxcore.cli import app as cli_app
 from ctxcore.diagnostics import (
     INGEST_OPTIONS,
     Counterfactual,
@@ -45,8 +47,9 @@ from ctxcore.replay import ReplayReport
 from ctxcore.replay import replay as run_replay
 from ctxcore.settings import SortKey
 from ctxcore.store.ingest import ingest_paths
-from ctxcore.store.records import FailingFile
+from ctxcore.store.records import FailingFile, LiveCalls
 from ctxcore.store.tracestore import (
+    FindingPage,
     IngestErrorRow,
     SessionRow,
     TraceFilter,
@@ -194,6 +197,34 @@ def list_traces(
     offset: int = 0,
 ) -> TracePage:
     return _list(db_path(), flt, sort, descending, limit, offset, latest_change())
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _findings(db: str, flt: TraceFilter, limit: int, offset: int, ver: int) -> FindingPage:
+    return store().list_findings(flt, limit=limit, offset=offset)
+
+
+def list_findings(flt: TraceFilter, *, limit: int = 50, offset: int = 0) -> FindingPage:
+    """The findings of the traces ``flt`` matches, newest first, one page of them."""
+    return _findings(db_path(), flt, limit, offset, latest_change())
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _live_calls(db: str, since: datetime, ver: int) -> LiveCalls:
+    return store().live_calls(since)
+
+
+def live_calls(window: timedelta) -> LiveCalls:
+    """Live-captured calls of the last ``window`` (a minute more: the query is cached per
+    minute and per store change; callers count against the exact now)."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    return _live_calls(db_path(), now - window - timedelta(minutes=1), latest_change())
+
+
+def app_note() -> dict[str, object] | None:
+    """What ``ctxscope app`` noted beside the store when it started this app (None when the
+    app was started otherwise, e.g. ``streamlit run app.py``)."""
+    return cli_app.app_note(Path(db_path()))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

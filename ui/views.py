@@ -23,9 +23,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from ctxcore.diagnostics import TurnFindings
 from ctxcore.errors import InputError
 from ctxcore.models import PARTITIONS, BuildResult, Config, Decision, Message, Trace
 from ctxcore.pipeline.sweep import SweepGrid
+from ctxcore.store.records import FindingRow
 from ctxcore.tokens import ESTIMATORS, get_counter
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&])")
@@ -133,6 +135,60 @@ def status_counts(decisions: Sequence[Decision]) -> dict[str, int]:
     for d in decisions:
         out[d.status.value] = out.get(d.status.value, 0) + 1
     return out
+
+
+# --------------------------------------------------------------------------- findings
+
+#: what was found first (the message fits at 1024 px), then where: session, packets, trace
+FINDING_COLUMNS = ["turn", "severity", "detector", "message", "session", "packets", "trace_id"]
+#: packet ids shown in a findings row; the rest are counted ("… 3 more")
+FINDING_PACKETS = 4
+
+
+def _packets_cell(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:FINDING_PACKETS])
+    more = len(ids) - FINDING_PACKETS
+    return f"{shown} … {more:,} more" if more > 0 else shown
+
+
+def findings_frame(rows: Iterable[FindingRow]) -> pd.DataFrame:
+    """One row per finding, in the order given, naming the turn it belongs to: what the
+    Traces page's findings view shows (each row opens its turn in Inspect)."""
+    return pd.DataFrame(
+        [
+            {
+                "session": r.session_id,
+                "turn": r.turn,
+                "severity": r.severity,
+                "detector": r.detector,
+                "message": r.message,
+                "packets": _packets_cell(r.packet_ids),
+                "trace_id": r.trace_id,
+            }
+            for r in rows
+        ],
+        columns=FINDING_COLUMNS,
+    )
+
+
+def session_findings_frame(session_id: str, turns: Iterable[TurnFindings]) -> pd.DataFrame:
+    """The findings of one session's turns, latest turn first (the Timeline's list)."""
+    return pd.DataFrame(
+        [
+            {
+                "session": session_id,
+                "turn": t.turn,
+                "severity": f.severity,
+                "detector": f.detector,
+                "message": f.message,
+                "packets": _packets_cell(f.packet_ids),
+                "trace_id": t.trace_id,
+            }
+            for t in sorted(turns, key=lambda t: t.turn, reverse=True)
+            for f in t.findings
+        ],
+        columns=FINDING_COLUMNS,
+    )
 
 
 # --------------------------------------------------------------------------- flips

@@ -7,6 +7,9 @@ or name inside them goes through ``views.code`` (or ``views.md`` inside a senten
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -17,6 +20,9 @@ from ctxcore.store.tracestore import TraceRow
 from ui import state, views
 
 STATUS_LIST = list(figures.STATUS_ORDER)
+#: What a table shows for a missing value (a rank the builder never gave, no score): the
+#: dataframe's own default is the word "None" (docs/design.md, "The app").
+MISSING = "—"
 
 
 def trace_label(row: TraceRow) -> str:
@@ -174,7 +180,64 @@ def decisions_table(frame: pd.DataFrame, prefix: str) -> None:
         column_config=DECISION_CONFIG,
         key=f"{prefix}_decisions",
         height=min(38 + 35 * len(shown), 560),
+        placeholder=MISSING,
     )
+
+
+FINDING_CONFIG = {
+    "turn": st.column_config.NumberColumn("turn", width="small"),
+    "severity": st.column_config.TextColumn("severity", width="small"),
+    "message": st.column_config.TextColumn("message", width="large"),
+    "trace_id": st.column_config.TextColumn("trace id", width="small"),
+}
+
+
+def open_in_inspect(trace_id: str, section: str | None = None) -> None:
+    """Open a turn in Inspect, on ``section`` (one of its tabs) when given."""
+    if section:
+        state.ss_set("in_section", section)
+    state.switch("inspect", trace=trace_id)
+
+
+def selected(event: object, part: str) -> list[Any]:
+    """The selected ``rows`` (a dataframe) or ``points`` (a chart) of a widget's event: an
+    attribute-style state from the browser, a plain dict when set through session state."""
+    sel = (
+        event.get("selection") if isinstance(event, Mapping) else getattr(event, "selection", None)
+    )
+    got = sel.get(part) if isinstance(sel, Mapping) else getattr(sel, part, None)
+    return list(got or [])
+
+
+def clicked_turn(event: object) -> int | None:
+    """The turn (the x of a chart whose x axis is turns) of the first clicked point."""
+    points = selected(event, "points")
+    x = points[0].get("x") if points and isinstance(points[0], Mapping) else None
+    try:
+        return int(str(x))
+    except ValueError:
+        return None
+
+
+def findings_table(frame: pd.DataFrame, key: str, *, session: bool = True) -> None:
+    """Findings (``views.findings_frame``), one row each; selecting a row opens its turn in
+    Inspect on the Findings tab. ``session=False`` leaves out the session column (all rows
+    are of one session)."""
+    st.caption("Select a row (the box at its left) to open that turn in Inspect.")
+    event = st.dataframe(
+        frame,
+        hide_index=True,
+        on_select="rerun",
+        selection_mode="single-row",
+        key=key,
+        column_config=FINDING_CONFIG,
+        column_order=[c for c in frame.columns if session or c != "session"],
+        height=min(38 + 35 * len(frame), 560),
+        placeholder=MISSING,
+    )
+    rows = selected(event, "rows")
+    if rows:
+        open_in_inspect(str(frame.iloc[rows[0]]["trace_id"]), section="Findings")
 
 
 def section(options: list[str], key: str) -> tuple[str, DeltaGenerator]:

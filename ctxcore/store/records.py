@@ -64,11 +64,56 @@ class TracePage:
 
 
 @dataclass(frozen=True)
+class FindingRow:
+    """One stored finding with the turn it belongs to (``TraceStore.list_findings``)."""
+
+    trace_id: str
+    session_id: str
+    turn: int
+    created_at: datetime
+    preset: str
+    detector: str
+    severity: str
+    message: str
+    packet_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FindingPage:
+    rows: list[FindingRow]
+    total: int  # findings of the matching traces, across all pages
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
 class IngestErrorRow:
     file: str
     line: int
     message: str
     at: datetime
+
+
+@dataclass(frozen=True)
+class LiveCall:
+    """One call captured live (a trace tagged ``live``): when, which session and turn, from
+    which source (its ``source:`` tag, or ``otlp``)."""
+
+    created_at: datetime
+    session_id: str
+    turn: int
+    trace_id: str
+    source: str
+
+
+@dataclass(frozen=True)
+class LiveCalls:
+    """The live calls since a moment, newest first (at most a cap of them), how many there are
+    in all, and the newest live call ever stored (None when nothing was captured live)."""
+
+    recent: list[LiveCall]
+    total: int
+    last: LiveCall | None
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,13 @@ from ctxcore.store.faults import store_fault
 from ctxcore.store.records import (
     FailingFile,
     FileOffset,
+    FindingPage,
+    FindingRow,
     IngestCounts,
     IngestErrorRow,
     InsertResult,
+    LiveCall,
+    LiveCalls,
     SessionRow,
     TraceFilter,
     TracePage,
@@ -72,9 +76,13 @@ if TYPE_CHECKING:
 __all__ = [
     "FailingFile",
     "FileOffset",
+    "FindingPage",
+    "FindingRow",
     "IngestCounts",
     "IngestErrorRow",
     "InsertResult",
+    "LiveCall",
+    "LiveCalls",
     "SessionRow",
     "TraceFilter",
     "TracePage",
@@ -692,6 +700,49 @@ class TraceStore:
             out.append(TraceRow(**d))
         return TracePage(rows=out, total=total, offset=offset, limit=limit)
 
+    def list_findings(
+        self, flt: TraceFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> FindingPage:
+        """The findings of the traces ``list_traces(flt)`` matches, newest trace first (then
+        in each trace's own order, most severe first), each with its session and turn. With
+        ``flt.finding`` set, only that detector's findings."""
+        where, params = self._where(flt)
+        only = ""
+        if flt is not None and flt.finding:
+            only = " WHERE f.detector = ?"
+            params.append(flt.finding)
+        body = (
+            "FROM findings f JOIN (SELECT tseq, trace_id, session_id, turn, created_at, preset "
+            f"FROM traces{where}) t ON f.tseq = t.tseq{only}"
+        )
+        cur = self._cur()
+        rows = cur.execute(
+            "SELECT t.trace_id, t.session_id, t.turn, t.created_at, t.preset, f.detector, "
+            f"f.severity, f.message, f.packet_ids, count(*) OVER () {body} "
+            "ORDER BY t.created_at DESC, t.tseq DESC, f.ord LIMIT ? OFFSET ?",
+            [*params, int(limit), int(offset)],
+        ).fetchall()
+        if rows:
+            total = int(rows[0][-1])
+        else:
+            row = _first(cur.execute(f"SELECT count(*) {body}", params).fetchall())
+            total = int(row[0]) if row else 0
+        out = [
+            FindingRow(
+                trace_id=r[0],
+                session_id=r[1],
+                turn=int(r[2]),
+                created_at=_aware(r[3]),
+                preset=r[4],
+                detector=r[5],
+                severity=r[6],
+                message=r[7],
+                packet_ids=tuple(r[8] or ()),
+            )
+            for r in rows
+        ]
+        return FindingPage(rows=out, total=total, offset=offset, limit=limit)
+
     def get_trace(self, trace_id: str) -> Trace | None:
         raw = self._trace_json(self._cur(), trace_id)
         return None if raw is None else Trace.model_validate_json(raw)
@@ -776,6 +827,35 @@ class TraceStore:
             .fetchall()
         )
         return [IngestErrorRow(r[0], int(r[1]), r[2], _aware(r[3])) for r in rows]
+
+    def live_calls(self, since: datetime, limit: int = 5_000) -> LiveCalls:
+        """Calls captured live (traces tagged ``live``) created at or after ``since``, newest
+        first and at most ``limit`` of them, with their count in all and the newest one ever."""
+        cur = self._cur()
+        cols = (
+            "created_at, session_id, turn, trace_id, "
+            "coalesce(list_filter(tags, lambda t: starts_with(t, 'source:'))[1][8:], "
+            "CASE WHEN list_contains(tags, 'otlp') THEN 'otlp' ELSE '' END)"
+        )
+        live = "list_contains(tags, 'live')"
+        rows = cur.execute(
+            f"SELECT {cols} FROM traces WHERE {live} AND created_at >= ? "
+            "ORDER BY created_at DESC, tseq DESC LIMIT ?",
+            [utc_naive(since), int(limit)],
+        ).fetchall()
+        recent = [LiveCall(_aware(r[0]), r[1], int(r[2]), r[3], r[4]) for r in rows]
+        total = _first(cur.execute(f"SELECT count(*) FROM traces WHERE {live}").fetchall())
+        last = recent[0] if recent else None
+        if last is None and total and int(total[0]):
+            row = _first(
+                cur.execute(
+                    f"SELECT {cols} FROM traces WHERE {live} "
+                    "ORDER BY created_at DESC, tseq DESC LIMIT 1"
+                ).fetchall()
+            )
+            if row:
+                last = LiveCall(_aware(row[0]), row[1], int(row[2]), row[3], row[4])
+        return LiveCalls(recent, int(total[0]) if total else 0, last)
 
     def latest_change(self) -> int:
         """A number that grows whenever traces are added (for live refresh)."""
