@@ -5,7 +5,9 @@
 Rows:
 - the demo's 40-turn session (``swe-pytest-7571``, 44 turns) replayed with a smaller
   budget, warm (a second run in the same process: token counts cached, as in the app), with
-  and without the diagnostics; target ≤ 1 s;
+  and without the diagnostics; target ≤ 1 s. Warm, the recorded side's findings are those of
+  the run before (``ctxcore.replay.RECORDED_FINDINGS``); the row "recorded side diagnosed"
+  forgets them first, as a one-shot ``ctxscope replay`` pays;
 - what the app's Replay view computes after a knob change on that session (the replay
   without findings, both timelines drawn and serialised); target ≤ 2 s (the browser test
   measures the real page);
@@ -13,7 +15,10 @@ Rows:
   20 turns built from the corpus with the default preset), through the real command in a
   child process: the parent reads the store once, ``--workers`` processes replay; with and
   without the diagnostics; target ≤ 20 s on 2 CPUs with peak memory ≤ 1 GB (the child's
-  process tree sampled from /proc: all processes together, and the largest).
+  process tree sampled from /proc: all processes together, and the largest). With the
+  recorded settings every rebuilt turn equals its recording, so its findings are the
+  recording's; the last row sets ``min_relevance=0.3``, which changes most turns, so both
+  sides are diagnosed.
 
 Times are wall clock with the CPU seconds next to them: on a shared machine the wall clock
 says more about the neighbours than about replay.
@@ -42,7 +47,7 @@ from ctxcore import figures  # noqa: E402
 from ctxcore.loading import parse_json, trace_from_obj  # noqa: E402
 from ctxcore.models import Config, Trace  # noqa: E402
 from ctxcore.pipeline import build_trace  # noqa: E402
-from ctxcore.replay import replay  # noqa: E402
+from ctxcore.replay import RECORDED_FINDINGS, replay  # noqa: E402
 
 DEMO = ROOT / "traces" / "demo" / "swe-pytest-7571.jsonl"
 CHILD = """
@@ -184,6 +189,13 @@ def main() -> None:
     rows.append((f"{n}-turn session, warm, decisions only", fast, "≤ 1 s"))
     full = timed(lambda: replay(traces, {"max_tokens": 3000}, workers=1))
     rows.append((f"{n}-turn session, warm, with findings", full, "≤ 1 s"))
+
+    def cold_recorded() -> None:
+        RECORDED_FINDINGS.clear()
+        replay(traces, {"max_tokens": 3000}, workers=1)
+
+    both = timed(cold_recorded)
+    rows.append((f"{n}-turn session, with findings, recorded side diagnosed", both, "≤ 1 s"))
     view = timed(lambda: view_update(traces, 3500))
     rows.append((f"app view update, {n} turns (compute)", view, "≤ 2 s"))
 
@@ -195,7 +207,11 @@ def main() -> None:
                 avg = make_store(db, args.traces)
                 setup = time.perf_counter() - t0
                 print(f"(store of {args.traces} traces, ~{avg} packets, built in {setup:.0f} s)")
-            for label, extra in (("decisions only", ["--no-findings"]), ("with findings", [])):
+            for label, extra in (
+                ("decisions only", ["--no-findings"]),
+                ("with findings", []),
+                ("with findings, min_relevance=0.3", ["--set", "min_relevance=0.3"]),
+            ):
                 r = store_replay(db, args.workers, extra)
                 rows.append(
                     (

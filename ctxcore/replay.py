@@ -18,11 +18,14 @@ process at a time write a file).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import itertools
 import json
 import os
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -31,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ctxcore.errors import InputError
+from ctxcore.errors import CtxscopeError, InputError
 from ctxcore.loading import config_from_obj, input_from_obj
 from ctxcore.models import Finding, Status, Trace
 from ctxcore.pipeline import build, build_trace, resolve_config
@@ -273,14 +276,46 @@ def _finding_key(f: Finding) -> str:
 
 
 @dataclass(frozen=True)
-class _Job:
-    """One session's traces (in turn order) and the two sides to replay them with."""
+class TraceJson:
+    """A trace as the JSON it is stored as (UTF-8), read into a ``Trace`` where it is replayed.
 
-    traces: list[Trace]
+    ``ctxscope replay --all`` hands the worker processes the stored JSON rather than traces:
+    a ``Trace`` of ~100 packets pickles to ~250 kB and costs more to pickle and unpickle than
+    to validate from JSON, and the validation then runs in the workers, in parallel, instead
+    of in the one process that reads the store.
+    """
+
+    trace_id: str
+    raw: bytes
+
+    def load(self) -> Trace:
+        try:
+            return Trace.model_validate_json(self.raw)
+        except ValueError as exc:  # pydantic's ValidationError, or bad UTF-8
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"trace_id {self.trace_id!r}: cannot be read ({first})") from exc
+
+
+TraceLike = Trace | TraceJson
+
+
+def _turn_order(traces: Iterable[TraceLike]) -> list[Trace]:
+    loaded = [t.load() if isinstance(t, TraceJson) else t for t in traces]
+    return sorted(loaded, key=lambda t: (t.turn, t.created_at, t.trace_id))
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One session's traces (any order; replayed in turn order) and the two sides."""
+
+    traces: Sequence[TraceLike]
     before: dict[str, Any] | None
     after: dict[str, Any] | None
     findings: bool
     keep_variants: bool
+    #: keep the recorded side's findings for the next replay (in this process only: a
+    #: worker's memory would be spent on sessions it is not asked about again)
+    remember: bool = False
 
 
 @dataclass(frozen=True)
@@ -292,34 +327,170 @@ class _JobResult:
     variants: list[Trace]
 
 
-def _session_findings(traces: list[Trace]) -> tuple[list[list[Finding]], list[Any]]:
-    from ctxcore.diagnostics import INGEST_OPTIONS, diagnose
-    from ctxcore.diagnostics.session import TurnFindings
+def _same_input(a: Trace, b: Trace) -> bool:
+    return a.input is b.input or a.input == b.input
 
-    per_turn: list[list[Finding]] = []
-    turns: list[TurnFindings] = []
-    for i, t in enumerate(traces):
-        found = diagnose(t, session_traces=traces[:i], options=INGEST_OPTIONS)
-        per_turn.append(found)
-        turns.append(TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=found))
-    return per_turn, turns
+
+def _rebuild_of(trace: Trace, built: Trace) -> bool:
+    """Is ``built.result`` exactly what ``diagnostics.rebuild(trace)`` would return?
+
+    ``built`` was built here by ``build_trace`` (or ``build``) from its input and resolved
+    config; ``rebuild`` builds ``trace.input`` with ``trace.config`` validated again, resolved,
+    and counted with ``trace.config.tokenizer`` (cl100k_base when unset). The two are the same
+    call when the inputs are equal, the configs resolve alike and the counters agree.
+    """
+    from ctxcore.diagnostics import patched_config
+
+    if built.result is None or not _same_input(trace, built):
+        return False
+    try:
+        cfg = resolve_config(patched_config(trace.config, {}), trace.input)
+    except CtxscopeError:
+        return False
+    counter = trace.config.tokenizer or "cl100k_base"
+    return cfg == built.config and counter == built.config.tokenizer
+
+
+def _same_build(a: Trace, b: Trace) -> bool:
+    """Do the detectors see the same trace in ``a`` and ``b``? They read the input, the
+    config, the result (its timings are measurements), the builder, the import metadata and
+    the turn; ids, tags and the rest of the metadata only tell the traces apart."""
+    if a.result is None or b.result is None:
+        return False
+    ra, rb = a.result, b.result
+    meta_a = a.metadata.get("import") if isinstance(a.metadata, dict) else None
+    meta_b = b.metadata.get("import") if isinstance(b.metadata, dict) else None
+    return (
+        a.turn == b.turn
+        and a.builder == b.builder
+        and meta_a == meta_b
+        and a.config == b.config
+        and ra.prompt == rb.prompt
+        and ra.totals == rb.totals
+        and ra.report == rb.report
+        and ra.decisions == rb.decisions
+        and ra.partitions == rb.partitions
+        and ra.messages == rb.messages
+        and ra.warnings == rb.warnings
+        and _same_input(a, b)
+    )
+
+
+class _RecordedFindings:
+    """The recorded side's findings per session, kept for the next replay of the session.
+
+    Replaying against the recording diagnoses the recorded builds, and the next knob change
+    (the app's Replay view, a script trying settings) would diagnose the very same builds
+    again. A few sessions are kept; an entry is used only for the same traces in the same
+    order (the same objects, or equal ones: a cache that returns copies still hits). At
+    most ``sessions`` sessions and ``traces`` traces are kept (the traces are held alive).
+    """
+
+    def __init__(self, sessions: int = 4, traces: int = 500) -> None:
+        self._data: OrderedDict[tuple[str, ...], tuple[list[Trace], list[list[Finding]]]] = (
+            OrderedDict()
+        )
+        self._sessions = sessions
+        self._traces = traces
+        self._lock = threading.Lock()
+
+    def get(self, traces: list[Trace]) -> list[list[Finding]] | None:
+        key = tuple(t.trace_id for t in traces)
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is not None:
+                self._data.move_to_end(key)
+        if entry is None:
+            return None
+        kept, found = entry
+        if all(x is y or x == y for x, y in zip(kept, traces, strict=True)):
+            return found
+        return None
+
+    def put(self, traces: list[Trace], found: list[list[Finding]]) -> None:
+        if len(traces) > self._traces:
+            return
+        key = tuple(t.trace_id for t in traces)
+        with self._lock:
+            self._data[key] = (list(traces), found)
+            self._data.move_to_end(key)
+            while len(self._data) > self._sessions or (
+                sum(len(k) for k in self._data) > self._traces
+            ):
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+RECORDED_FINDINGS = _RecordedFindings()
 
 
 def _run_job(job: _Job) -> _JobResult:
-    from ctxcore.diagnostics.session import lost_items
+    """Replay one session turn by turn: both sides of a turn are built and diagnosed one after
+    the other, so every build of the turn reuses the one prepared form of its input (the
+    pipeline keeps a few), and a turn the new settings build exactly as before (and every
+    turn before it) has the same findings without diagnosing it again."""
+    from ctxcore.diagnostics import INGEST_OPTIONS, diagnose
+    from ctxcore.diagnostics.session import TurnFindings, lost_items
 
-    side_a = [variant(t, job.before) for t in job.traces]
-    side_b = [variant(t, job.after) for t in job.traces]
-    fa: list[list[Finding]] = [[] for _ in job.traces]
-    fb: list[list[Finding]] = [[] for _ in job.traces]
-    ta: list[Any] = []
-    tb: list[Any] = []
-    if job.findings:
-        fa, ta = _session_findings(side_a)
-        fb, tb = _session_findings(side_b)
+    traces = _turn_order(job.traces)
+    recorded = job.before is None
+    cache = job.findings and recorded and job.remember
+    known = RECORDED_FINDINGS.get(traces) if cache else None
+    side_a: list[Trace] = []
+    side_b: list[Trace] = []
+    fa: list[list[Finding]] = []
+    fb: list[list[Finding]] = []
+    same_so_far = True
+    for i, rec in enumerate(traces):
+        a = variant(rec, job.before)
+        b = variant(rec, job.after)
+        side_a.append(a)
+        side_b.append(b)
+        if not job.findings:
+            continue
+        fresh = [x for x in (b, a) if x is not rec]  # built just now, by variant()
+        same_so_far = same_so_far and _same_build(a, b)
+        if known is not None:
+            xa = known[i]
+        else:
+            built = next((x for x in fresh if _rebuild_of(a, x)), None)
+            xa = diagnose(
+                a,
+                session_traces=side_a[:i],
+                options=INGEST_OPTIONS,
+                rebuilt=built.result if built is not None else None,
+            )
+        if same_so_far:
+            xb = xa  # this turn and every one before it are the same builds on both sides
+        else:
+            built = next((x for x in fresh if _rebuild_of(b, x)), None)
+            xb = diagnose(
+                b,
+                session_traces=side_b[:i],
+                options=INGEST_OPTIONS,
+                rebuilt=built.result if built is not None else None,
+            )
+        fa.append(xa)
+        fb.append(xb)
+    if not job.findings:
+        fa = [[] for _ in traces]
+        fb = [[] for _ in traces]
+    elif cache and known is None:
+        RECORDED_FINDINGS.put(traces, fa)
+    ta = [
+        TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=x)
+        for t, x in zip(side_a, fa, strict=True)
+    ]
+    tb = [
+        TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=x)
+        for t, x in zip(side_b, fb, strict=True)
+    ]
     turns = []
     errors: dict[str, bool] = {}
-    for rec, a, b, xa, xb in zip(job.traces, side_a, side_b, fa, fb, strict=True):
+    for rec, a, b, xa, xb in zip(traces, side_a, side_b, fa, fb, strict=True):
         assert a.result is not None and b.result is not None
         ka = {_finding_key(f) for f in xa}
         kb = {_finding_key(f) for f in xb}
@@ -339,9 +510,9 @@ def _run_job(job: _Job) -> _JobResult:
                 findings_cleared=sorted(ka - kb),
             )
         )
-    lost_a = {x.item: x for x in lost_items(side_a, ta)}
-    lost_b = {x.item: x for x in lost_items(side_b, tb)}
-    sid = job.traces[0].session_id
+    lost_a = {x.item: x for x in lost_items(side_a, ta if job.findings else [])}
+    lost_b = {x.item: x for x in lost_items(side_b, tb if job.findings else [])}
+    sid = traces[0].session_id
     first = [
         FirstLoss(
             session_id=sid,
@@ -393,8 +564,10 @@ def replay(
     ``against`` replaces the recorded side with a second patch ("32K vs 64K"). Traces are
     grouped by session (the cross-turn detectors need the earlier turns of the same side) and
     sessions are spread over ``workers`` processes (default: one per CPU; a small replay runs
-    in this process). ``findings=False`` skips the diagnostics, which cost several times the
-    builds. ``keep_variants`` keeps the rebuilt traces on the report (for ``--save``).
+    in this process). ``findings=False`` skips the diagnostics (about as costly as the builds:
+    a turn rebuilt exactly as recorded, with every turn before it, keeps the recorded findings,
+    and the recorded side of a session is diagnosed once per process). ``keep_variants`` keeps
+    the rebuilt traces on the report (for ``--save``).
     """
     groups = _jobs(traces)
     if len(groups) == 1 or sum(len(g) for g in groups) < _POOL_MIN_TRACES:
@@ -412,7 +585,7 @@ def replay(
 
 
 def replay_sessions(
-    sessions: Iterable[Sequence[Trace]],
+    sessions: Iterable[Sequence[TraceLike]],
     settings: Settings | None,
     *,
     against: Settings | None = None,
@@ -420,10 +593,13 @@ def replay_sessions(
     workers: int | None = None,
     keep_variants: bool = False,
 ) -> ReplayReport:
-    """``replay`` over sessions read one at a time (each the traces of one session).
+    """``replay`` over sessions read one at a time (each the traces of one session, as
+    ``Trace``s or as their stored JSON, ``TraceJson``).
 
     At most two sessions per worker are in flight, so a caller that reads sessions lazily
-    (``ctxscope replay --all``) holds a few sessions in memory, never the whole store.
+    (``ctxscope replay --all``) holds a few sessions in memory, never the whole store. Fewer
+    than ``_POOL_MIN_TRACES`` traces in all are replayed in this process: starting the
+    workers would cost more than they save.
     """
     start = time.perf_counter()
     before = None if against is None else dict(against)
@@ -433,18 +609,29 @@ def replay_sessions(
     def jobs() -> Iterator[_Job]:
         for group in sessions:
             if group:
-                ordered = sorted(group, key=lambda t: (t.turn, t.created_at, t.trace_id))
-                yield _Job(ordered, before, after, findings, keep_variants)
+                yield _Job(group, before, after, findings, keep_variants)
 
+    todo = jobs()
+    first: list[_Job] = []
+    if n > 1:
+        # look ahead until the replay is big enough for a pool (or the sessions run out)
+        for job in todo:
+            first.append(job)
+            if sum(len(j.traces) for j in first) >= _POOL_MIN_TRACES:
+                break
+        else:
+            n = 1
     results: list[_JobResult] = []
     if n <= 1:
-        results = [_run_job(j) for j in jobs()]
+        results = [
+            _run_job(dataclasses.replace(j, remember=True)) for j in itertools.chain(first, todo)
+        ]
     else:
         ctx = get_context("forkserver")
         ctx.set_forkserver_preload([__name__])
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
             pending: set[Future[_JobResult]] = set()
-            for job in jobs():
+            for job in itertools.chain(first, todo):
                 pending.add(pool.submit(_run_job, job))
                 if len(pending) >= 2 * n:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -480,6 +667,7 @@ __all__ = [
     "FirstLoss",
     "Flip",
     "ReplayReport",
+    "TraceJson",
     "TurnReport",
     "default_workers",
     "replay",

@@ -265,3 +265,38 @@ def test_no_effect_note_says_why(trace) -> None:
         b = cfg.model_copy(update={"min_relevance": hi})
         note = views.no_effect_note(a, b, trace.result, trace.result)
         assert note is not None and "no candidate's relevance lies between" in note
+
+
+def test_findings_frames_name_the_turn_and_count_the_packets_left_out(trace) -> None:
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from ctxcore.diagnostics import INGEST_OPTIONS, diagnose_session
+    from ctxcore.store.records import FindingRow
+
+    ids = tuple(f"tool:call_{k}" for k in range(views.FINDING_PACKETS + 3))
+    row = FindingRow(
+        trace_id="t-9",
+        session_id="s",
+        turn=9,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+        preset="ctxscope",
+        detector="budget_flooded",
+        severity="warning",
+        message="m",
+        packet_ids=ids,
+    )
+    frame = views.findings_frame([row, dataclasses.replace(row, packet_ids=())])
+    assert list(frame.columns) == views.FINDING_COLUMNS
+    assert frame["packets"][0] == ", ".join(ids[: views.FINDING_PACKETS]) + " … 3 more"
+    assert frame["packets"][1] == ""  # no packet: an empty cell, never "None"
+    assert list(frame["turn"]) == [9, 9] and frame["turn"].dtype.kind == "i"
+    # a session's findings: every finding once, the latest turn first, each with its trace
+    turns = data.session("views-findings", 3, preset="hello-agents-book")
+    diag = diagnose_session(turns, options=INGEST_OPTIONS)
+    frame = views.session_findings_frame("views-findings", diag.turns)
+    want = [(t.turn, t.trace_id, f.message) for t in reversed(diag.turns) for f in t.findings]
+    assert (
+        want and list(zip(frame["turn"], frame["trace_id"], frame["message"], strict=True)) == want
+    )
+    assert views.session_findings_frame("x", []).empty

@@ -20,29 +20,49 @@ from ctxcore.cli import parse_set
 from ctxcore.errors import InputError
 from ctxcore.loading import load_config
 from ctxcore.models import Trace
-from ctxcore.replay import REPLAY_TAG, ReplayReport, TurnReport, replay, replay_sessions
+from ctxcore.replay import (
+    REPLAY_TAG,
+    ReplayReport,
+    TraceJson,
+    TurnReport,
+    replay,
+    replay_sessions,
+)
 from ctxcore.store import TraceFilter, TraceStore
 
 FAIL_ON = ("info", "warning", "error", "never")
 _PAGE = 1000
 
 
-def _session(store: TraceStore, session: str, tag: str | None) -> list[Trace]:
+def _session_ids_of(store: TraceStore, session: str, tag: str | None) -> list[str]:
+    """The ids of the session's traces to replay, in turn order."""
     flt = TraceFilter(session_id=session, tags=(tag,) if tag else ())
-    out: list[Trace] = []
+    out: list[str] = []
     offset = 0
     while True:
         page = store.list_traces(flt, sort="turn", descending=False, limit=_PAGE, offset=offset)
-        for row in page.rows:
-            # earlier replays are variants, not recordings (unless asked for by tag)
-            if REPLAY_TAG in row.tags and tag != REPLAY_TAG:
-                continue
-            t = store.get_trace(row.trace_id)
-            if t is not None:
-                out.append(t)
+        # earlier replays are variants, not recordings (unless asked for by tag)
+        out += [r.trace_id for r in page.rows if REPLAY_TAG not in r.tags or tag == REPLAY_TAG]
         offset += len(page.rows)
         if not page.rows or offset >= page.total:
             return out
+
+
+def _session(store: TraceStore, session: str, tag: str | None) -> list[Trace]:
+    return [t.load() for t in _session_json(store, session, tag)]
+
+
+def _session_json(store: TraceStore, session: str, tag: str | None) -> list[TraceJson]:
+    """The session's traces as stored (their JSON, not validated here): ``--all`` hands them
+    to the worker processes as they are, and each worker reads its own."""
+    cur = store.read_cursor()
+    out: list[TraceJson] = []
+    for tid in _session_ids_of(store, session, tag):
+        # the store's own reader of the stored JSON (SQL stays in the store module)
+        raw = store._trace_json(cur, tid)
+        if raw is not None:
+            out.append(TraceJson(tid, raw))
+    return out
 
 
 def _session_ids(store: TraceStore, tag: str | None) -> Iterator[str]:
@@ -54,11 +74,11 @@ def _session_ids(store: TraceStore, tag: str | None) -> Iterator[str]:
             yield row.session_id
 
 
-def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[Trace]]:
+def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[TraceJson]]:
     """Every stored session, read when the replay is ready for it (the store is never held
-    in memory whole; the workers get traces, never the store)."""
+    in memory whole; the workers get the stored JSON of the traces, never the store)."""
     for sid in _session_ids(store, tag):
-        yield _session(store, sid, tag)
+        yield _session_json(store, sid, tag)
 
 
 def _from_files(paths: list[str]) -> list[Trace]:

@@ -60,7 +60,7 @@ from ctxcore.diagnostics.detectors_evidence import error_evidence_lost, evidence
 from ctxcore.diagnostics.detectors_tokens import compression_damage, estimate_drift
 from ctxcore.diagnostics.session import LostItem, SessionDiagnosis, TurnFindings, lost_items
 from ctxcore.errors import InputError
-from ctxcore.models import Finding, Status, Trace
+from ctxcore.models import BuildResult, Finding, Status, Trace
 
 Detector = Callable[[TraceView], list[Finding]]
 
@@ -140,12 +140,17 @@ def diagnose(
     *,
     session_traces: Iterable[Trace] | None = None,
     options: DiagnosticsOptions | None = None,
+    rebuilt: BuildResult | None = None,
 ) -> list[Finding]:
     """Every finding for one trace, most severe first.
 
     ``session_traces`` are the other turns of the session (any order; only earlier turns
     are used) for the cross-turn checks: user constraints from earlier turns, errors carried
-    turn after turn, summaries of earlier content.
+    turn after turn, summaries of earlier content. ``rebuilt`` is what
+    ``rebuild(trace)`` returns (the pipeline re-run on the captured input with the trace's
+    config), for a caller that has just made that very build (``ctxcore.replay``): the
+    detectors that compare with a re-run then use it instead of building again. It must be
+    that build, not merely a similar one; the findings are the same either way.
     """
     opts = options or DiagnosticsOptions()
     unknown = [d for d in (opts.enabled or ()) if d not in DETECTORS]
@@ -155,7 +160,9 @@ def diagnose(
             f"choose from {', '.join(DETECTOR_IDS)}"
         )
     trace = ensure_built(trace)
-    view = TraceView(trace, opts, [t for t in (session_traces or ()) if t.result is not None])
+    view = TraceView(
+        trace, opts, [t for t in (session_traces or ()) if t.result is not None], rebuilt
+    )
     found: list[Finding] = []
     for det_id, (fn, _) in DETECTORS.items():
         if opts.wants(det_id):

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ctxcore.diagnostics.text import lowered_ws
 from ctxcore.errors import InputError
 from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Status, Trace
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
@@ -148,6 +149,8 @@ class TraceView:
     trace: Trace
     options: DiagnosticsOptions
     session_traces: list[Trace] = field(default_factory=list)
+    #: ``counterfactual.rebuild(trace)`` when the caller already holds it (see ``diagnose``)
+    rebuilt: BuildResult | None = None
 
     def __post_init__(self) -> None:
         if self.trace.result is None:
@@ -191,7 +194,7 @@ class TraceView:
             return None
         from ctxcore.diagnostics.counterfactual import rebuild
 
-        again = rebuild(self.trace)
+        again = self.rebuilt if self.rebuilt is not None else rebuild(self.trace)
         return again if again is not None and again.prompt == self.prompt else None
 
     @property
@@ -281,7 +284,7 @@ class TraceView:
 
     @cached_property
     def normalized_prompt(self) -> str:
-        return normalize_ws(self.prompt).lower()
+        return lowered_ws(self.prompt)
 
     def prompt_contains(self, text: str) -> bool:
         needle = normalize_ws(text).lower()

@@ -23,7 +23,7 @@ from ctxcore.diagnostics.context import (
 )
 from ctxcore.diagnostics.counterfactual import rebuild
 from ctxcore.diagnostics.knapsack import knapsack
-from ctxcore.diagnostics.text import NoiseProfile, constraint_sentences, strip_noise
+from ctxcore.diagnostics.text import NoiseProfile, constraint_sentences, lowered_ws, strip_noise
 from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Status
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 
@@ -126,7 +126,7 @@ def _history_carrier(v: TraceView, sentence: str) -> str | None:
     needle = normalize_ws(sentence).lower()
     ids = [d.packet_id for d in v.decisions if v.is_history(d.packet_id)]
     for pid in sorted(ids, key=lambda i: i == HISTORY_ID):
-        if needle in normalize_ws(v.content(pid)).lower():
+        if needle in lowered_ws(v.content(pid)):
             return pid
     return None
 

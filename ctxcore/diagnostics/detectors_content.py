@@ -21,11 +21,13 @@ from ctxcore.diagnostics.context import (
     normalize_ws,
 )
 from ctxcore.diagnostics.text import (
+    Memo,
     cjk_relevance,
     cjk_share,
     cjk_terms,
     identifiers,
     injection_hits,
+    lowered_ws,
     near_duplicate_pairs,
     shingles,
 )
@@ -141,12 +143,31 @@ def _sort_key(k: tuple[int, datetime | None, int]) -> tuple[int, float, int]:
     return (has, ts.timestamp() if ts is not None else 0.0, order)
 
 
-def _error_lines(text: str) -> list[str]:
-    return [
-        normalize_ws(line).lower()
-        for line in text.splitlines()
-        if _ERROR_LINE.search(line) and len(line.strip()) >= 12
-    ][:20]
+def _error_lines_of(text: str) -> tuple[str, ...]:
+    return tuple(
+        [
+            normalize_ws(line).lower()
+            for line in text.splitlines()
+            if _ERROR_LINE.search(line) and len(line.strip()) >= 12
+        ][:20]
+    )
+
+
+_error_lines = Memo(_error_lines_of)
+
+
+#: per normalized prompt: which error-line sets it holds in full (every later turn of a
+#: session asks again about the same packets' lines in the same earlier prompts); the dict
+#: is this module's own and never handed out
+_HOLDS: Memo[str, dict[tuple[str, ...], bool]] = Memo(lambda _prompt: {})
+
+
+def _holds_all(prompt: str, lines: tuple[str, ...]) -> bool:
+    known = _HOLDS(prompt)
+    hit = known.get(lines)
+    if hit is None:
+        hit = known[lines] = all(line in prompt for line in lines)
+    return hit
 
 
 def _carried_errors(v: TraceView) -> list[Finding]:
@@ -160,24 +181,26 @@ def _carried_errors(v: TraceView) -> list[Finding]:
     normalized: dict[str, str] = {}
 
     def prompt_of(t: Trace) -> str:
-        # normalized lazily: the look-back usually stops after a turn or two
+        # normalized lazily (the look-back usually stops after a turn or two) and remembered
+        # per prompt: every later turn of the session looks back at the same prompts
         if t.trace_id not in normalized:
             assert t.result is not None
-            normalized[t.trace_id] = normalize_ws(t.result.prompt).lower()
+            normalized[t.trace_id] = lowered_ws(t.result.prompt)
         return normalized[t.trace_id]
 
     out: list[Finding] = []
     for d in v.decisions:
         if d.status not in IN_PROMPT or d.packet_id == INSTRUCTIONS_ID:
             continue
-        lines = _error_lines(v.content(d.packet_id))
-        if not lines:
+        found = _error_lines(v.content(d.packet_id))
+        if not found:
             continue
+        lines = list(found)
         run = 1
         since = v.trace.turn
         expected = v.trace.turn - 1
         for t in earlier:
-            if t.turn != expected or not all(line in prompt_of(t) for line in lines):
+            if t.turn != expected or not _holds_all(prompt_of(t), found):
                 break
             run += 1
             since = t.turn
@@ -417,6 +440,14 @@ def _session_contents(v: TraceView) -> dict[str, str]:
     return out
 
 
+def _error_text_lines_of(text: str) -> tuple[str, ...]:
+    return tuple(ln for ln in text.splitlines() if _ERROR_LINE.search(ln))
+
+
+#: the lines of a text that report a failure, as they are (remembered per text)
+_error_text_lines = Memo(_error_text_lines_of)
+
+
 def summary_coverage(v: TraceView) -> list[Finding]:
     regions: list[tuple[str, list[str], str]] = []  # (label, source ids, original text)
     summed = [d.packet_id for d in v.decisions if d.status == Status.SUMMARIZED]
@@ -443,9 +474,7 @@ def summary_coverage(v: TraceView) -> list[Finding]:
         if len(lost) < v.options.coverage_min_lost or not idents:
             continue
         # what an engineer needs back first: names from error lines and from the task
-        wanted = "\n".join(
-            [v.input.query, *(ln for ln in original.splitlines() if _ERROR_LINE.search(ln))]
-        )
+        wanted = "\n".join([v.input.query, *_error_text_lines(original)])
         key = [t for t in lost if t in wanted]
         share = len(lost) / len(idents)
         severity: Severity = "warning" if key and share >= v.options.coverage_warn_share else "info"

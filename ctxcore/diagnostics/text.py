@@ -10,12 +10,77 @@ change between processes.
 from __future__ import annotations
 
 import re
+import threading
 import zlib
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
+
+K = TypeVar("K", bound=Sized)
+V = TypeVar("V")
+
+
+class Memo(Generic[K, V]):
+    """``fn(key)`` remembered by key: an LRU bounded by the total ``len`` of the keys held.
+
+    The helpers here are pure functions of a string, and the same strings come back all the
+    time: a session's packets sit in turn after turn, the cross-turn checks read every earlier
+    turn again, and a replay diagnoses each turn twice (before and after). A hit costs a dict
+    lookup (a ``str`` or ``frozenset`` caches its hash, and the keys are mostly the very
+    objects of the traces). The values handed out are immutable (str, tuples, frozensets,
+    frozen dataclasses), so a caller can never change what the next caller gets; a key longer
+    than a quarter of ``max_size`` is computed and not kept. Thread-safe (the app diagnoses on
+    several threads).
+    """
+
+    def __init__(self, fn: Callable[[K], V], max_size: int = 4_000_000) -> None:
+        self._fn = fn
+        self._max = max_size
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, key: K) -> V:
+        with self._lock:
+            try:
+                value = self._data[key]
+            except KeyError:
+                pass
+            else:
+                self._data.move_to_end(key)
+                return value
+        value = self._fn(key)
+        if len(key) > self._max // 4:
+            return value  # one huge text would push everything else out
+        with self._lock:
+            if key not in self._data:
+                self._data[key] = value
+                self._size += len(key)
+                while self._size > self._max:
+                    old, _ = self._data.popitem(last=False)
+                    self._size -= len(old)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._size = 0
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def _lowered_ws_of(text: str) -> str:
+    return _SPACES.sub(" ", text).strip().lower()
+
+
+#: ``text`` with runs of whitespace made one space, stripped and lower-cased (the form the
+#: detectors compare prompts and sentences in), remembered per text
+lowered_ws = Memo(_lowered_ws_of)
+
 
 # --------------------------------------------------------------------------- noise
 
@@ -94,6 +159,10 @@ def _apply_backspaces(line: str) -> str:
 
 def strip_noise(text: str) -> NoiseProfile:
     """Remove terminal noise the way a terminal (and a careful reader) would."""
+    return _strip_noise(text)
+
+
+def _strip_noise_of(text: str) -> NoiseProfile:
     ansi = len(_ANSI.findall(text))
     s = _ANSI.sub("", text)
     backspaces = s.count("\x08")
@@ -142,6 +211,9 @@ def strip_noise(text: str) -> NoiseProfile:
         repeated_lines=repeated,
         spinner_lines=spinners,
     )
+
+
+_strip_noise = Memo(_strip_noise_of)
 
 
 # --------------------------------------------------------------------------- CJK
@@ -196,6 +268,10 @@ SHINGLE = 5
 
 def shingles(text: str, k: int = SHINGLE) -> frozenset[int]:
     """Hashed k-token shingles (words, or single CJK characters); punctuation ignored."""
+    return _shingles(text) if k == SHINGLE else _shingles_of(text, k)
+
+
+def _shingles_of(text: str, k: int = SHINGLE) -> frozenset[int]:
     toks = _SHINGLE_TOKEN.findall(text.lower())
     if not toks:
         return frozenset()
@@ -204,6 +280,9 @@ def shingles(text: str, k: int = SHINGLE) -> frozenset[int]:
     return frozenset(
         zlib.crc32(" ".join(toks[i : i + k]).encode()) for i in range(len(toks) - k + 1)
     )
+
+
+_shingles = Memo(_shingles_of)
 
 
 def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
@@ -218,11 +297,15 @@ _A = _rng.integers(1, 2**32 - 1, size=_BANDS * _ROWS, dtype=np.uint64) | np.uint
 _B = _rng.integers(0, 2**32 - 1, size=_BANDS * _ROWS, dtype=np.uint64)
 
 
-def _minhash(s: frozenset[int]) -> np.ndarray:
+def _minhash_of(s: frozenset[int]) -> bytes:
     x = np.fromiter(s, dtype=np.uint64, count=len(s))
     # multiply-shift hashing on 32-bit inputs; the product fits in 64 bits.
     h = (x[None, :] * _A[:, None] + _B[:, None]) >> np.uint64(32)
-    return np.asarray(h.min(axis=1))
+    return np.asarray(h.min(axis=1), dtype=np.uint64).tobytes()
+
+
+#: the signature of a shingle set, as bytes (one 8-byte value per hash; immutable)
+_minhash = Memo(_minhash_of, max_size=1_000_000)
 
 
 def near_duplicate_pairs(
@@ -249,8 +332,9 @@ def near_duplicate_pairs(
     for i in reps:
         s = sets[i]
         sig = _minhash(s)
+        step = 8 * _ROWS
         for band in range(_BANDS):
-            key = (band, sig[band * _ROWS : (band + 1) * _ROWS].tobytes())
+            key = (band, sig[band * step : (band + 1) * step])
             buckets.setdefault(key, []).append(i)
     candidates: set[tuple[int, int]] = set()
     for members in buckets.values():
@@ -291,6 +375,10 @@ _SEPARATOR = re.compile(r"[/\\.:\-]")
 
 def identifiers(text: str) -> list[str]:
     """Identifiers, file paths and numbers a summary should keep, in order of appearance."""
+    return list(_identifiers(text))
+
+
+def _identifiers_of(text: str) -> tuple[str, ...]:
     found: dict[str, int] = {}
     for pat in _IDENT_PATTERNS:
         for m in pat.finditer(text):
@@ -305,7 +393,10 @@ def identifiers(text: str) -> list[str]:
         starts = [0, *(c + 1 for c in cuts)]
         ends = [*cuts, len(tok)]
         parts.update(tok[a:b] for a in starts for b in ends if a < b and (a, b) != (0, len(tok)))
-    return sorted((t for t in found if t not in parts), key=lambda t: (found[t], t))
+    return tuple(sorted((t for t in found if t not in parts), key=lambda t: (found[t], t)))
+
+
+_identifiers = Memo(_identifiers_of)
 
 
 # --------------------------------------------------------------------------- constraints
@@ -321,12 +412,19 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？\n]+")
 
 def constraint_sentences(text: str) -> list[str]:
     """Sentences of a user message that read as constraints ("never touch tests/")."""
+    return list(_constraint_sentences(text))
+
+
+def _constraint_sentences_of(text: str) -> tuple[str, ...]:
     out = []
     for sent in _SENTENCE_END.split(text):
         s = sent.strip(" \t-*>#")
         if 8 <= len(s) <= 300 and _CONSTRAINT.search(s):
             out.append(s)
-    return out
+    return tuple(out)
+
+
+_constraint_sentences = Memo(_constraint_sentences_of)
 
 
 # --------------------------------------------------------------------------- injection
@@ -388,6 +486,10 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
 
 def injection_hits(text: str, limit: int = 5) -> list[tuple[str, str]]:
     """(what it looks like, the matching snippet) for each injection-like span, in order."""
+    return list(_injection_hits(text) if limit == 5 else _injection_hits_of(text, limit))
+
+
+def _injection_hits_of(text: str, limit: int = 5) -> tuple[tuple[str, str], ...]:
     hits: list[tuple[int, str, str]] = []
     low = text.lower()
     for label, pat, needs in INJECTION_PATTERNS:
@@ -402,4 +504,7 @@ def injection_hits(text: str, limit: int = 5) -> list[tuple[str, str]]:
             out.append((label, snippet))
         if len(out) >= limit:
             break
-    return out
+    return tuple(out)
+
+
+_injection_hits = Memo(_injection_hits_of)
