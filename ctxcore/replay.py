@@ -109,6 +109,20 @@ class TurnReport(_Model):
         return [f for f in self.flips if f.loss is not None and _RANK[f.loss] >= floor]
 
 
+class TurnError(_Model):
+    """A turn that could not be compared: its trace could not be read, or a side's build
+    failed (e.g. new settings too tight for what must be kept: the preset fails loudly rather
+    than drop it). The other turns of the session are replayed without it. A build that fails
+    only after the change is a loss of everything the turn kept (``ReplayReport.new_failures``,
+    counted at ``error`` by ``--fail-on`` and ``assert_no_new_losses``)."""
+
+    session_id: str
+    turn: int
+    trace_id: str
+    side: str  # "read", "before", "after" or "both"
+    message: str
+
+
 class FirstLoss(_Model):
     """The first turn an item was lost on each side (None: never)."""
 
@@ -129,6 +143,8 @@ class ReplayReport(_Model):
     findings_before: dict[str, int] = Field(default_factory=dict)  # detector -> count
     findings_after: dict[str, int] = Field(default_factory=dict)
     findings_compared: bool = True
+    #: turns that could not be compared, with why (one per turn; the rest are in ``turns``)
+    errors: list[TurnError] = Field(default_factory=list)
     seconds: float = 0.0
     #: every rebuilt trace (the "after" side, and the "before" side with ``against``), only
     #: with ``keep_variants``; not in the JSON
@@ -156,8 +172,15 @@ class ReplayReport(_Model):
         """A rebuilt trace kept on the report (``keep_variants``), by id."""
         return next((v for v in self.variants if v.trace_id == trace_id), None)
 
+    @property
+    def new_failures(self) -> list[TurnError]:
+        """Turns whose build failed after the change only: everything they kept is lost."""
+        return [e for e in self.errors if e.side == "after"]
+
     def worst_loss(self) -> str | None:
         found = [f.loss for _, f in self.losses() if f.loss is not None]
+        if self.new_failures:
+            found.append("error")
         return max(found, key=_RANK.__getitem__, default=None)
 
 
@@ -299,9 +322,35 @@ class TraceJson:
 TraceLike = Trace | TraceJson
 
 
-def _turn_order(traces: Iterable[TraceLike]) -> list[Trace]:
-    loaded = [t.load() if isinstance(t, TraceJson) else t for t in traces]
-    return sorted(loaded, key=lambda t: (t.turn, t.created_at, t.trace_id))
+def _turn_order(traces: Iterable[TraceLike]) -> tuple[list[Trace], list[TurnError]]:
+    """The traces in turn order, and one error per stored trace that could not be read."""
+    loaded: list[Trace] = []
+    errors: list[TurnError] = []
+    for t in traces:
+        if not isinstance(t, TraceJson):
+            loaded.append(t)
+            continue
+        try:
+            loaded.append(t.load())
+        except CtxscopeError as exc:
+            errors.append(
+                TurnError(
+                    session_id="", turn=-1, trace_id=t.trace_id, side="read", message=str(exc)
+                )
+            )
+    return sorted(loaded, key=lambda t: (t.turn, t.created_at, t.trace_id)), errors
+
+
+def _side(trace: Trace, settings: Settings | None) -> Trace | str:
+    """The variant of one side, or why it could not be built. Any exception of one turn's
+    build is that turn's error, never the replay's (a settings patch the config refuses
+    fails every turn alike, and a replay where no turn could be replayed is an error)."""
+    try:
+        return variant(trace, settings)
+    except CtxscopeError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a bug in one build must not cost the others
+        return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass(frozen=True)
@@ -321,6 +370,7 @@ class _Job:
 @dataclass(frozen=True)
 class _JobResult:
     turns: list[TurnReport]
+    errors: list[TurnError]
     first_lost: list[FirstLoss]
     findings_before: Counter[str]
     findings_after: Counter[str]
@@ -435,62 +485,81 @@ def _run_job(job: _Job) -> _JobResult:
     from ctxcore.diagnostics import INGEST_OPTIONS, diagnose
     from ctxcore.diagnostics.session import TurnFindings, lost_items
 
-    traces = _turn_order(job.traces)
+    traces, errors = _turn_order(job.traces)
+    if not traces:
+        return _JobResult([], errors, [], Counter(), Counter(), [])
     recorded = job.before is None
     cache = job.findings and recorded and job.remember
     known = RECORDED_FINDINGS.get(traces) if cache else None
-    side_a: list[Trace] = []
-    side_b: list[Trace] = []
+    # per turn, each side's build (None where it failed: the turn is reported as an error and
+    # left out of that side's history for the cross-turn detectors)
+    side_a: list[Trace | None] = []
+    side_b: list[Trace | None] = []
     fa: list[list[Finding]] = []
     fb: list[list[Finding]] = []
     same_so_far = True
     for i, rec in enumerate(traces):
-        a = variant(rec, job.before)
-        b = variant(rec, job.after)
+        ra, rb = _side(rec, job.before), _side(rec, job.after)
+        a = ra if isinstance(ra, Trace) else None
+        b = rb if isinstance(rb, Trace) else None
         side_a.append(a)
         side_b.append(b)
+        if a is None or b is None:
+            failed = "both" if a is None and b is None else "before" if a is None else "after"
+            why = ra if isinstance(ra, str) else rb
+            errors.append(
+                TurnError(
+                    session_id=rec.session_id,
+                    turn=rec.turn,
+                    trace_id=rec.trace_id,
+                    side=failed,
+                    message=str(why),
+                )
+            )
+            same_so_far = same_so_far and a is None and b is None
         if not job.findings:
+            fa.append([])
+            fb.append([])
             continue
-        fresh = [x for x in (b, a) if x is not rec]  # built just now, by variant()
-        same_so_far = same_so_far and _same_build(a, b)
+        fresh = [x for x in (b, a) if x is not None and x is not rec]  # built just now
+        same_so_far = same_so_far and (a is None or b is None or _same_build(a, b))
+        xa: list[Finding] = []
         if known is not None:
             xa = known[i]
-        else:
+        elif a is not None:
             built = next((x for x in fresh if _rebuild_of(a, x)), None)
             xa = diagnose(
                 a,
-                session_traces=side_a[:i],
+                session_traces=[x for x in side_a[:i] if x is not None],
                 options=INGEST_OPTIONS,
                 rebuilt=built.result if built is not None else None,
             )
-        if same_so_far:
+        xb: list[Finding] = []
+        if b is None:
+            pass
+        elif same_so_far:
             xb = xa  # this turn and every one before it are the same builds on both sides
         else:
             built = next((x for x in fresh if _rebuild_of(b, x)), None)
             xb = diagnose(
                 b,
-                session_traces=side_b[:i],
+                session_traces=[x for x in side_b[:i] if x is not None],
                 options=INGEST_OPTIONS,
                 rebuilt=built.result if built is not None else None,
             )
         fa.append(xa)
         fb.append(xb)
-    if not job.findings:
-        fa = [[] for _ in traces]
-        fb = [[] for _ in traces]
-    elif cache and known is None:
+    if cache and known is None and all(x is not None for x in side_a):
         RECORDED_FINDINGS.put(traces, fa)
-    ta = [
-        TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=x)
-        for t, x in zip(side_a, fa, strict=True)
-    ]
-    tb = [
-        TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=x)
-        for t, x in zip(side_b, fb, strict=True)
-    ]
+    built_a = [(t, x) for t, x in zip(side_a, fa, strict=True) if t is not None]
+    built_b = [(t, x) for t, x in zip(side_b, fb, strict=True) if t is not None]
+    ta = [TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=x) for t, x in built_a]
+    tb = [TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=x) for t, x in built_b]
     turns = []
-    errors: dict[str, bool] = {}
+    evidence: dict[str, bool] = {}
     for rec, a, b, xa, xb in zip(traces, side_a, side_b, fa, fb, strict=True):
+        if a is None or b is None:
+            continue
         assert a.result is not None and b.result is not None
         ka = {_finding_key(f) for f in xa}
         kb = {_finding_key(f) for f in xb}
@@ -505,13 +574,15 @@ def _run_job(job: _Job) -> _JobResult:
                 used_after=b.result.totals.used,
                 budget_before=a.result.report.budget,
                 budget_after=b.result.report.budget,
-                flips=_flips(rec, a, b, errors),
+                flips=_flips(rec, a, b, evidence),
                 findings_added=sorted(kb - ka),
                 findings_cleared=sorted(ka - kb),
             )
         )
-    lost_a = {x.item: x for x in lost_items(side_a, ta if job.findings else [])}
-    lost_b = {x.item: x for x in lost_items(side_b, tb if job.findings else [])}
+    only_a = [t for t, _ in built_a]
+    only_b = [t for t, _ in built_b]
+    lost_a = {x.item: x for x in lost_items(only_a, ta if job.findings else [])}
+    lost_b = {x.item: x for x in lost_items(only_b, tb if job.findings else [])}
     sid = traces[0].session_id
     first = [
         FirstLoss(
@@ -525,10 +596,11 @@ def _run_job(job: _Job) -> _JobResult:
     ]
     return _JobResult(
         turns=turns,
+        errors=errors,
         first_lost=first,
-        findings_before=Counter(f.detector for x in fa for f in x),
-        findings_after=Counter(f.detector for x in fb for f in x),
-        variants=[*(side_a if job.before is not None else []), *side_b]
+        findings_before=Counter(f.detector for _, x in built_a for f in x),
+        findings_after=Counter(f.detector for _, x in built_b for f in x),
+        variants=[*(only_a if job.before is not None else []), *only_b]
         if job.keep_variants
         else [],
     )
@@ -639,6 +711,11 @@ def replay_sessions(
             results.extend(f.result() for f in pending)
     if not results:
         raise InputError("replay: no traces were selected")
+    if not any(r.turns for r in results) and any(r.errors for r in results):
+        raise InputError(
+            "replay: no turn could be replayed; the first error: "
+            + next(f"{e.trace_id}: {e.message}" for r in results for e in r.errors)
+        )
     turns = sorted(
         (t for r in results for t in r.turns), key=lambda t: (t.session_id, t.turn, t.trace_id)
     )
@@ -655,6 +732,9 @@ def replay_sessions(
         findings_before=dict(sorted(fb.items())),
         findings_after=dict(sorted(fa.items())),
         findings_compared=findings,
+        errors=sorted(
+            (e for r in results for e in r.errors), key=lambda e: (e.session_id, e.turn, e.trace_id)
+        ),
         seconds=round(time.perf_counter() - start, 3),
         variants=[v for r in results for v in r.variants],
     )
@@ -668,6 +748,7 @@ __all__ = [
     "Flip",
     "ReplayReport",
     "TraceJson",
+    "TurnError",
     "TurnReport",
     "default_workers",
     "replay",

@@ -229,16 +229,23 @@ def assert_no_new_losses(report: ReplayReport, min_severity: str = "warning") ->
     """
     __tracebackhide__ = True
     losses = report.losses(min_severity)
-    if not losses:
+    failed = report.new_failures
+    if not losses and not failed:
         return
     lines = [
+        f"  {e.session_id} turn {e.turn} ({e.trace_id}): the build fails with the new "
+        f"settings: {e.message}"
+        for e in failed[:10]
+    ]
+    lines += [
         f"  {t.session_id} turn {t.turn} ({t.trace_id}): {f.loss} {f.packet_id} "
         f"{f.before} → {f.after}" + (" [must-keep]" if f.must_keep else "")
         for t, f in losses[:40]
     ]
     more = f"\n  … and {len(losses) - 40} more" if len(losses) > 40 else ""
     raise AssertionError(
-        f"{len(losses)} loss(es) at {min_severity} or above replaying {report.after} "
+        f"{len(losses)} loss(es) at {min_severity} or above and {len(failed)} failed "
+        f"build(s) replaying {report.after} "
         f"against {report.before}:\n" + "\n".join(lines) + more
     )
 

@@ -202,6 +202,29 @@ def render() -> None:
     m2.metric("tokens spent" if delta > 0 else "tokens saved", f"{abs(delta):,}")
     m3.metric("turns losing must-keep / error evidence", len(report.turns_losing_must_keep))
     m4.metric("packets lost (turn × packet)", len(report.losses("warning")))
+    if report.errors:
+        failed = report.new_failures
+        st.error(
+            f"{len(report.errors)} turn(s) could not be compared"
+            + (
+                f"; {len(failed)} of them build only with the settings before: the new "
+                "settings lose everything those turns kept"
+                if failed
+                else ""
+            )
+        )
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "turn": [e.turn for e in report.errors],
+                    "side that failed": [e.side for e in report.errors],
+                    "why": [e.message for e in report.errors],
+                    "trace id": [e.trace_id for e in report.errors],
+                }
+            ),
+            hide_index=True,
+            key="rp_errors",
+        )
 
     h1, h2 = st.columns(2)
     for col, label, attr in ((h1, "Before", "before_id"), (h2, "After", "after_id")):

@@ -146,6 +146,13 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
             b = "never" if x.before_turn is None else str(x.before_turn)
             a = "never" if x.after_turn is None else str(x.after_turn)
             w(f"  {x.session_id}: {x.item[:80]}: {b} → {a}\n")
+    if report.errors:
+        w(f"turns not compared ({len(report.errors)}):\n")
+        for e in report.errors[:40]:
+            where = f"{e.session_id}:{e.turn}" if e.turn >= 0 else "(unread)"
+            w(f"  {where} {e.trace_id}: {e.side} failed: {e.message}\n")
+        if len(report.errors) > 40:
+            w(f"  … and {len(report.errors) - 40} more\n")
     if report.findings_compared:
         dets = sorted({*report.findings_before, *report.findings_after})
         w("findings by detector (before → after):" + ("" if dets else " none") + "\n")
@@ -205,12 +212,15 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.fail_on == "never":
         return 0
     losses = report.losses(args.fail_on)
-    if losses:
-        print(
-            f"ctxscope replay: {len(losses)} loss(es) at {args.fail_on} or above in "
-            f"{len({(t.session_id, t.turn) for t, _ in losses})} turn(s)",
-            file=sys.stderr,
-        )
+    failed = report.new_failures  # a build that fails only after the change loses everything
+    if losses or failed:
+        turns = {(t.session_id, t.turn) for t, _ in losses} | {
+            (e.session_id, e.turn) for e in failed
+        }
+        said = f"{len(losses)} loss(es) at {args.fail_on} or above"
+        if failed:
+            said += f" and {len(failed)} build(s) that fail only with the new settings"
+        print(f"ctxscope replay: {said} in {len(turns)} turn(s)", file=sys.stderr)
         return 1
     return 0
 
