@@ -528,3 +528,18 @@ def test_list_findings_pages_the_findings_of_the_filtered_traces(store: TraceSto
     row = store.list_findings(limit=1).rows[0]
     assert row.created_at.tzinfo is not None
     assert row.packet_ids == tuple(store.findings(row.trace_id)[0]["packet_ids"])
+
+
+def test_traces_json_returns_the_stored_json_in_the_order_asked(tmp_path: Path) -> None:
+    import app_support as data
+
+    from ctxcore.models import Trace
+
+    traces = data.session("json-s", 3)
+    with TraceStore(tmp_path / "j.duckdb") as store:
+        store.add_traces(traces)
+        ids = [traces[2].trace_id, "missing", traces[0].trace_id]
+        got = store.traces_json(ids)
+    assert [t for t, _ in got] == [traces[2].trace_id, traces[0].trace_id]
+    assert Trace.model_validate_json(got[0][1]) == traces[2]
+    assert Trace.model_validate_json(got[1][1]) == traces[0]

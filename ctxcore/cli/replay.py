@@ -55,14 +55,7 @@ def _session(store: TraceStore, session: str, tag: str | None) -> list[Trace]:
 def _session_json(store: TraceStore, session: str, tag: str | None) -> list[TraceJson]:
     """The session's traces as stored (their JSON, not validated here): ``--all`` hands them
     to the worker processes as they are, and each worker reads its own."""
-    cur = store.read_cursor()
-    out: list[TraceJson] = []
-    for tid in _session_ids_of(store, session, tag):
-        # the store's own reader of the stored JSON (SQL stays in the store module)
-        raw = store._trace_json(cur, tid)
-        if raw is not None:
-            out.append(TraceJson(tid, raw))
-    return out
+    return [TraceJson(t, raw) for t, raw in store.traces_json(_session_ids_of(store, session, tag))]
 
 
 def _session_ids(store: TraceStore, tag: str | None) -> Iterator[str]:

@@ -518,6 +518,22 @@ class TraceStore:
         )
         return None if row is None else unpack_json(row[1], row[0])
 
+    def traces_json(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
+        """The stored JSON (UTF-8) of each trace asked for that exists, in the order asked,
+        read in one query per 1,000 ids (``replay --all`` hands it to worker processes)."""
+        out: list[tuple[str, bytes]] = []
+        cur = self._cur()
+        for i in range(0, len(trace_ids), 1000):
+            chunk = list(trace_ids[i : i + 1000])
+            rows = cur.execute(
+                "SELECT trace_id, json_bytes, trace_zst FROM traces "
+                "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
+                [chunk],
+            ).fetchall()
+            found = {r[0]: unpack_json(r[2], r[1]) for r in rows}
+            out += [(tid, found[tid]) for tid in chunk if tid in found]
+        return out
+
     def findings(self, trace_id: str) -> list[dict[str, Any]]:
         """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
         rows = self._dicts(
