@@ -333,7 +333,7 @@ def _waste_vs_rerun(v: TraceView, fill: str, alt: BuildResult) -> list[Finding]:
     score = {d.packet_id: d.score or 0.0 for d in v.decisions}
     added = [d.packet_id for d in alt.decisions if d.packet_id in theirs - mine]
     removed = [d.packet_id for d in v.decisions if d.packet_id in mine - theirs]
-    g_score = sum(score.get(i, 0.0) for i in mine)
+    g_score = sum(score.get(i, 0.0) for i in sorted(mine))  # one order: the same float every run
     o_score = sum((d.score or 0.0) for d in alt.decisions if d.packet_id in theirs)
     capacity = v.budget
     return _waste_finding(
