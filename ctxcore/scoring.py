@@ -160,15 +160,25 @@ class TermFrequencies:
             self._memo[key] = row
         return row
 
-    def matrix(self, q: QueryTerms, texts: Sequence[str]) -> npt.NDArray[np.int64]:
-        """A (documents × query terms) matrix of term frequencies (read-only)."""
+    def matrix(
+        self, q: QueryTerms, texts: Sequence[str], lows: Sequence[str] | None = None
+    ) -> npt.NDArray[np.int64]:
+        """A (documents × query terms) matrix of term frequencies (read-only); ``lows``:
+        the texts lower-cased, when the caller has them."""
         n_terms = len(q.all)
         if n_terms == 0:
             return np.zeros((len(texts), 0), dtype=np.int64)
         memo = self._memo
         missing = list(dict.fromkeys(t for t in texts if (q, t) not in memo))
         if len(missing) >= 8:
-            found = self._batch(q, missing)
+            if lows is None:
+                missing_lows = None
+            elif len(missing) == len(texts):
+                missing_lows = list(lows)
+            else:
+                low_of = dict(zip(texts, lows, strict=True))
+                missing_lows = [low_of[t] for t in missing]
+            found = self._batch(q, missing, missing_lows)
             found.flags.writeable = False  # its rows are memoised as views
             with self._lock:
                 if len(memo) + len(missing) > self._max:
@@ -181,11 +191,14 @@ class TermFrequencies:
         out.flags.writeable = False
         return out
 
-    def _batch(self, q: QueryTerms, texts: Sequence[str]) -> npt.NDArray[np.int64]:
+    def _batch(
+        self, q: QueryTerms, texts: Sequence[str], lows: list[str] | None = None
+    ) -> npt.NDArray[np.int64]:
         """``of`` for many documents at once, as array scans (see ``_Group``). ASCII
         documents form their own group: one byte per character, and CJK terms need not
         look there at all."""
-        lows = [t.lower() for t in texts]
+        if lows is None:
+            lows = [t.lower() for t in texts]
         n = len(lows)
         ascii_idx = [i for i, x in enumerate(lows) if x.isascii()]
         other_idx = [i for i, x in enumerate(lows) if not x.isascii()]
@@ -305,9 +318,12 @@ _COMMON = {ch: i for i, ch in enumerate(reversed("etaoinsrlcdhupmfgybwvk_xjqz"))
 _TF = TermFrequencies()
 
 
-def term_frequencies(q: QueryTerms, texts: Sequence[str]) -> npt.NDArray[np.int64]:
-    """The shared, memoised (documents × query terms) frequency matrix."""
-    return _TF.matrix(q, texts)
+def term_frequencies(
+    q: QueryTerms, texts: Sequence[str], lows: Sequence[str] | None = None
+) -> npt.NDArray[np.int64]:
+    """The shared, memoised (documents × query terms) frequency matrix (``lows``: the texts
+    lower-cased, when the caller has them)."""
+    return _TF.matrix(q, texts, lows)
 
 
 def bm25_relevance(

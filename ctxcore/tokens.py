@@ -404,6 +404,11 @@ def _bmp_utf8_prefixes() -> tuple[bytes, ...]:
 
 
 _DIFFERS_BMP_UTF8 = _bmp_utf8_prefixes()
+#: those prefixes by their first byte
+_DIFFERS_BY_LEAD: tuple[tuple[bytes, tuple[bytes, ...]], ...] = tuple(
+    (p0, tuple(p for p in _DIFFERS_BMP_UTF8 if p[:1] == p0))
+    for p0 in sorted({p[:1] for p in _DIFFERS_BMP_UTF8})
+)
 
 
 def _may_differ(text: str) -> bool:
@@ -414,9 +419,38 @@ def _may_differ(text: str) -> bool:
     if text.isascii():
         return False
     raw = text.encode("utf-8", "surrogatepass")
-    if raw.count(b"\xf0") != raw.count(b"\xf0\x9f"):
+    # a single byte is found with memchr (GB/s), a longer needle far more slowly: where a
+    # needle's first byte is rare, the needle is checked only there
+    at = _offsets(raw, b"\xf0")
+    if at is None:
+        if raw.count(b"\xf0") != raw.count(b"\xf0\x9f"):
+            return True
+    elif any(raw[i + 1 : i + 2] != b"\x9f" for i in at):
         return True
-    return any(p in raw for p in _DIFFERS_BMP_UTF8)
+    for lead, prefixes in _DIFFERS_BY_LEAD:
+        at = _offsets(raw, lead)
+        if at is None:
+            if any(p in raw for p in prefixes):
+                return True
+        elif any(raw.startswith(prefixes, i) for i in at):
+            return True
+    return False
+
+
+#: past this many of a byte, the needles it starts are searched for whole
+_FEW = 256
+
+
+def _offsets(raw: bytes, byte: bytes) -> list[int] | None:
+    """Where ``byte`` is in ``raw`` (found with memchr), or None past ``_FEW`` of them."""
+    if raw.count(byte) > _FEW:
+        return None
+    out: list[int] = []
+    i = raw.find(byte)
+    while i >= 0:
+        out.append(i)
+        i = raw.find(byte, i + 1)
+    return out
 
 
 class ToktokBackend:

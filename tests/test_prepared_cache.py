@@ -51,3 +51,37 @@ def test_a_reused_id_never_gets_another_inputs_preparation() -> None:
     prep = PREPARED.get(reused, counter)
     assert prep.input.query == reused.query
     assert [it.id for it in prep.items if it.id.startswith("tool:")] == [reused.packets[0].id]
+
+
+def _sized(tag: str, n: int) -> CapturedInput:
+    return CapturedInput(
+        query=f"why does {tag} fail?",
+        now=NOW,
+        packets=[
+            Packet(id=f"tool:{tag}:{i}", kind="tool_result", content=f"FAILED {tag} {i}")
+            for i in range(n)
+        ],
+    )
+
+
+def test_the_cache_is_bounded_by_inputs_and_by_packets() -> None:
+    from ctxcore.pipeline.gather import _PreparedCache
+
+    counter = get_counter("cl100k_base")
+    cache = _PreparedCache(size=4, max_packets=100)
+    small = [_sized(f"s{i}", 5) for i in range(6)]
+    for inp in small:
+        cache.get(inp, counter)
+    # the 4 most recent are held, each served by identity (the same object back)
+    held = [inp for inp in small if cache.get(inp, counter).input is inp]
+    assert len(cache._recent) == 4 and len(cache._data) == 4
+    assert held[-4:] == small[-4:]
+    big = _sized("big", 80)  # 81 counted: 4 small ones (6 each) and it would be 105
+    prepared = cache.get(big, counter)
+    assert prepared.input is big
+    assert sum(len(p.input.packets) + 1 for _, p in cache._recent.values()) <= 100
+    assert [p.input for _, p in cache._recent.values()] == [*small[-3:], big]
+    huge = _sized("huge", 150)  # over the bound alone: kept, as the most recent entry
+    assert cache.get(huge, counter).input is huge
+    assert [p.input for _, p in cache._recent.values()] == [huge]
+    assert [inp for inp, _ in cache._data.values()] == [huge]

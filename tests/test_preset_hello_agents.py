@@ -19,7 +19,7 @@ import pytest
 import tiktoken
 
 from ctxcore.errors import InputError
-from ctxcore.models import CapturedInput, Config, Status
+from ctxcore.models import CapturedInput, Config, Decision, Status
 from ctxcore.pipeline import build, resolve_config
 from ctxcore.tokens import get_counter, get_encoding
 
@@ -127,6 +127,12 @@ def test_decisions_account_for_every_candidate_and_agree_with_the_prompt(path: P
     assert set(res.report.included) == included
     ranks = sorted(x.rank for x in res.decisions if x.rank is not None)
     assert ranks == list(range(1, len(contents) + 1))
+    for x in res.decisions:  # built without re-validation: each is what validation gives
+        assert Decision.model_validate(x.model_dump()) == x
+        assert Decision.model_validate_json(x.model_dump_json()).model_dump_json() == (
+            x.model_dump_json()
+        )
+        assert x.model_copy(update={"status": Status.DROPPED}).status == Status.DROPPED
 
 
 @pytest.mark.slow

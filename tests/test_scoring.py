@@ -121,3 +121,10 @@ def test_batch_term_frequencies_equal_the_per_document_ones(corpus: Path) -> Non
         assert (batch == single).all(), query
         assert batch[:, : len(q.latin)].sum() > 0  # both kinds of term were really found
         assert not q.cjk or batch[:, len(q.latin) :].sum() > 0
+        # the documents lower-cased by the caller (gather does it once for BM25 and the
+        # signals), all new or some already known, give the same matrix
+        lows = [d.lower() for d in docs]
+        assert (TermFrequencies().matrix(q, docs, lows) == single).all()
+        part = TermFrequencies()
+        part.matrix(q, docs[::3])
+        assert (part.matrix(q, docs, lows) == single).all()

@@ -260,6 +260,32 @@ def test_the_byte_prefilter_flags_every_differing_code_point() -> None:
     assert not tokens._may_differ("结论：测试失败。日本語 한국어 é 🧠👩‍👩‍👧‍👦 \ud800")
 
 
+def test_the_byte_prefilter_is_the_same_among_many_lead_bytes() -> None:
+    # a needle's first byte is looked for first; past _FEW of them the needles are searched
+    # for whole: both ways give the answer of the plain search
+    def plain(text: str) -> bool:
+        raw = text.encode("utf-8", "surrogatepass")
+        if raw.count(b"\xf0") != raw.count(b"\xf0\x9f"):
+            return True
+        return any(p in raw for p in tokens._DIFFERS_BMP_UTF8)
+
+    odd = [chr(a) for a, _ in tokens.TOKTOK_DIFFERS] + [chr(b) for _, b in tokens.TOKTOK_DIFFERS]
+    # many E0, E1, EA and F0 lead bytes that start no differing code point
+    fillers = ["\u0900", "\u1a00", "\uac00", "\U0001f9e0", "\u4e00", "é"]
+    rng = random.Random(3)
+    cases = 0
+    for n in (3, tokens._FEW - 1, tokens._FEW + 1, 3 * tokens._FEW):
+        for filler in fillers:
+            base = filler * n
+            assert tokens._may_differ(base) is plain(base) is False
+            for c in rng.sample(odd, 8):
+                at = rng.randint(0, n)
+                text = base[:at] + c + base[at:]
+                assert tokens._may_differ(text) is plain(text) is True, (hex(ord(c)), filler, n)
+                cases += 1
+    assert cases == 4 * len(fillers) * 8
+
+
 @pytest.mark.parametrize("name", ENCODINGS)
 def test_texts_with_a_differing_code_point_are_counted_by_tiktoken(name: str) -> None:
     odd = "\U000b34d8\U000323dci"  # toktok-rs 0.3.0 alone counts 8 on o200k, tiktoken 9

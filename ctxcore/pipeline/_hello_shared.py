@@ -99,11 +99,21 @@ class PackageCounter:
         return self.counter.count(text)
 
     def count_many(self, texts: list[str]) -> list[int]:
+        return self.count_many_started(texts)()
+
+    def count_many_started(self, texts: list[str]) -> Callable[[], list[int]]:
+        """``count_many`` started on background threads (``TokenCounter.count_many_started``):
+        call the result to wait for the counts."""
         plain = [t for t in texts if not (self.specials and self.special_in(t) is not None)]
         if len(plain) != len(texts):
-            self.counter.count_many(plain)
-            return [self.count(t) for t in texts]
-        return self.counter.count_many(texts)
+            wait = self.counter.count_many_started(plain)
+
+            def counts() -> list[int]:
+                wait()
+                return [self.count(t) for t in texts]
+
+            return counts
+        return self.counter.count_many_started(texts)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -246,6 +256,22 @@ def round_score(x: float | None) -> float | None:
     return x
 
 
+_DECISION_FIELDS = frozenset(Decision.model_fields)
+_new_decision = Decision.__new__
+_set = object.__setattr__
+
+
+def _score(x: float | None) -> float | None:
+    """A score as ``Decision`` validation stores it (a plain float)."""
+    x = round_score(x)
+    return x if x is None or type(x) is float else float(x)
+
+
+def _int(x: int | None) -> int | None:
+    """A count as ``Decision`` validation stores it (a plain int)."""
+    return x if x is None or type(x) is int else int(x)
+
+
 def decision(
     *,
     packet_id: str,
@@ -263,23 +289,36 @@ def decision(
     budget_left: int | None,
     notes: list[str],
 ) -> Decision:
-    """One ``Decision`` (keyword-only so the many numbers cannot be swapped silently)."""
-    return Decision(
-        packet_id=packet_id,
-        kind=kind,
-        status=status,
-        reason=reason,
-        reason_text=reason_text,
-        partition=partition,
-        relevance=round_score(relevance),
-        recency=round_score(recency),
-        score=round_score(score),
-        rank=rank,
-        tokens_before=tokens_before,
-        tokens_after=tokens_after,
-        budget_left=budget_left,
-        notes=list(notes),
+    """One ``Decision`` (keyword-only so the many numbers cannot be swapped silently).
+
+    Built without re-validation, as the ctxscope preset builds its own (``ctxscope._decision``):
+    every value comes from the builder, and validating 1,000 decisions costs about 10 ms of
+    a cold build (tests compare the result with a validated ``Decision``)."""
+    d = _new_decision(Decision)
+    _set(
+        d,
+        "__dict__",
+        {
+            "packet_id": packet_id,
+            "kind": kind,
+            "status": status,
+            "reason": reason,
+            "reason_text": reason_text,
+            "partition": partition,
+            "relevance": _score(relevance),
+            "recency": _score(recency),
+            "score": _score(score),
+            "rank": _int(rank),
+            "tokens_before": _int(tokens_before),
+            "tokens_after": _int(tokens_after),
+            "budget_left": _int(budget_left),
+            "notes": list(notes),
+        },
     )
+    _set(d, "__pydantic_fields_set__", set(_DECISION_FIELDS))  # model_copy adds to it
+    _set(d, "__pydantic_extra__", None)
+    _set(d, "__pydantic_private__", None)
+    return d
 
 
 # --------------------------------------------------------------------------- config

@@ -285,7 +285,7 @@ def _decision(values: dict[str, Any]) -> Decision:
     """
     d = _new_decision(Decision)
     _set(d, "__dict__", values)
-    _set(d, "__pydantic_fields_set__", _DECISION_FIELDS)
+    _set(d, "__pydantic_fields_set__", set(_DECISION_FIELDS))  # model_copy adds to it
     _set(d, "__pydantic_extra__", None)
     _set(d, "__pydantic_private__", None)
     return d

@@ -308,7 +308,9 @@ def gather(
     items, stamps = cands.items, cands.stamps
     _mark_duplicates(items)
     q = QueryTerms.of(input.query)
-    tf = term_frequencies(q, [it.text for it in items])
+    texts = [it.text for it in items]
+    lows = [t.lower() for t in texts]  # read by BM25 and by the signals
+    tf = term_frequencies(q, texts, lows)
     ages = _ages_hours(input, stamps)
     for it, ts in zip(items, stamps, strict=True):
         it.no_timestamp = ts is None
@@ -317,7 +319,7 @@ def gather(
     arrays = item_arrays(items)
     priority = priority_norm(cands.priorities)
     # the signals read only texts and metadata: they too are worked out while tiktoken counts
-    sig = compute(input, [_source(it, ts) for it, ts in zip(items, stamps, strict=True)])
+    sig = compute(input, [_source(it, ts) for it, ts in zip(items, stamps, strict=True)], lows)
 
     counts = pending()
     n = len(items)
@@ -526,14 +528,20 @@ class _PreparedCache:
     same query, time, sizes and tokenizer are compared, by ``content_key`` (about a
     millisecond for 1,000 packets, made only then, so a cold input never pays it). A miss
     gathers again; counting is still cached by text in the ``TokenCounter``.
+
+    It holds up to 64 inputs (a replay of a 44-turn session re-runs every turn on each knob
+    change: 8 entries made it gather every turn again each time), and at most
+    ``max_packets`` packets across them, so a few very large inputs cannot hold the memory
+    of hundreds of small ones (the most recent entry always stays).
     """
 
-    def __init__(self, size: int = 8) -> None:
+    def __init__(self, size: int = 64, max_packets: int = 40_000) -> None:
         # (the input object itself is kept beside its entry: a content hit is stored under the
         # new object's id, and that id must not be reused by another input while cached)
         self._data: OrderedDict[tuple[int, str], tuple[CapturedInput, Prepared]] = OrderedDict()
         self._recent: OrderedDict[int, tuple[tuple[Any, ...], Prepared]] = OrderedDict()
         self._size = size
+        self._max_packets = max_packets
         self._lock = threading.Lock()
 
     def clear(self) -> None:
@@ -567,9 +575,17 @@ class _PreparedCache:
             self._data.move_to_end(key)
             self._recent[id(hit)] = (fp, hit)
             self._recent.move_to_end(id(hit))
-            for d in (self._data, self._recent):
-                while len(d) > self._size:
-                    d.popitem(last=False)
+            packets = sum(len(prep.input.packets) + 1 for _, prep in self._recent.values())
+            while len(self._recent) > 1 and (
+                len(self._recent) > self._size or packets > self._max_packets
+            ):
+                _, (_, gone) = self._recent.popitem(last=False)
+                packets -= len(gone.input.packets) + 1
+            while len(self._data) > self._size:
+                self._data.popitem(last=False)
+            kept = {id(prep) for _, prep in self._recent.values()}
+            for k in [k for k, (_, prep) in self._data.items() if id(prep) not in kept]:
+                del self._data[k]  # an input whose preparation was evicted goes with it
         return hit
 
 

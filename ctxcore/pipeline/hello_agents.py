@@ -170,10 +170,15 @@ class Package(HelloBuilder[PackageScores]):
         notes: dict[str, list[str]] = {}
         kept = history[max(len(history) - limit, 0) :]
         history_text = "\n".join(f"[{m.role}] {m.content}" for m in kept)
-        # Count everything the package counts in one batch (cached by content).
+        # Count everything the package counts in one batch (cached by content), on
+        # background threads; meanwhile make the package's words of each packet, which the
+        # score stage reads (cached by content)
         texts = [input.system_instructions, history_text]
         texts += [p.content for p in input.packets if not p.tokens]
-        counted = dict(zip(texts, pc.count_many(texts), strict=True))
+        pending = pc.count_many_started(texts)
+        for p in input.packets:
+            words(p.content)
+        counted = dict(zip(texts, pending(), strict=True))
 
         if input.system_instructions:
             cands.append(

@@ -27,9 +27,10 @@ computed once per ``Prepared`` and shared by every build and sweep cell over it.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -55,6 +56,8 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "metadata": 0.2,
     "lexical": 0.3,
 }
+#: the signals that exempt a packet from ``min_relevance`` (their columns in ``strength``)
+_FLOORED = [SIGNALS.index(s) for s in ("current_turn", "error", "mention", "reference")]
 #: how a signal is named in a decision's reason text
 LABELS: dict[str, str] = {
     "current_turn": "current turn",
@@ -84,6 +87,17 @@ _FRAME = re.compile(r"([\w./\\-]+\.(?:" + _EXT + r"))(?::\d+|\", line \d+|\(\d+)
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 _SPLIT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "ers", "er", "s", "ly")
+#: runs of the characters a ``_PATH`` match or ``_FRAME``'s file name is made of: every
+#: ``_PATH`` match lies inside one run and a run's edges are not word characters, so
+#: ``_PATH.findall`` of a line is that of its runs holding a ``.`` or a ``/`` (these, found
+#: where a run starts), one after the other
+_DOTTED_RUN = re.compile(r"(?<![\w./\\-])[\w\\-]*[./][\w./\\-]*")
+#: a run's characters, matched on the reversed text: how far a run reaches back from a point
+_RUN_BEFORE = re.compile(r"[\w./\\-]*")
+#: the end of a ``_FRAME`` match: its file name ends where its run does (``:``, ``"`` and
+#: ``(`` are not run characters), at this extension (found by its ``.``, fast); the empty
+#: group marks where the name ends
+_FRAME_END = re.compile(r"\.(?:" + _EXT + r")()(?::\d+|\", line \d+|\(\d+)")
 
 
 def stem(word: str) -> str:
@@ -138,17 +152,91 @@ def _starts_a_part(text: str, low: str, s: str) -> bool:
     return False
 
 
-def lexical_overlap(stems: Sequence[str], texts: Sequence[str]) -> npt.NDArray[np.float64]:
-    """The share of ``stems`` each text contains as the start of a word part."""
-    out = np.zeros(len(texts), dtype=np.float64)
-    if not stems:
+def lexical_lower(text: str) -> str:
+    """``text`` lower-cased character for character (the same length: a character whose
+    lower case is longer, such as ``İ``, is kept), so that offsets in it are offsets in
+    ``text``."""
+    low = text.lower()
+    if len(low) != len(text):  # a few characters change length when lower-cased
+        low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    return low
+
+
+class _Joined:
+    """Texts joined by newlines, so that a needle is looked for in all of them with one
+    ``str.find`` (in C) instead of one per text; found offsets map back to their text."""
+
+    __slots__ = ("big", "n", "starts")
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.big = "\n".join(texts)
+        self.n = len(texts)
+        self.starts = [0] * self.n
+        pos = 0
+        for k, t in enumerate(texts):
+            self.starts[k] = pos
+            pos += len(t) + 1
+
+    def holding(self, needle: str) -> list[int]:
+        """The texts holding ``needle`` (which holds no newline), in order."""
+        out: list[int] = []
+        big, starts, n = self.big, self.starts, self.n
+        i = big.find(needle) if n else -1
+        while i >= 0:
+            k = bisect.bisect_right(starts, i) - 1
+            out.append(k)
+            if k + 1 == n:
+                break
+            i = big.find(needle, starts[k + 1])
         return out
-    for k, text in enumerate(texts):
-        low = text.lower()
-        if len(low) != len(text):  # a few characters change length when lower-cased
-            low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
-        hits = sum(1 for s in stems if s in low and _starts_a_part(text, low, s))
-        out[k] = hits / len(stems)
+
+
+def lexical_overlap(
+    stems: Sequence[str],
+    texts: Sequence[str],
+    lows: Sequence[str] | None = None,
+    joined: _Joined | None = None,
+) -> npt.NDArray[np.float64]:
+    """The share of ``stems`` each text contains as the start of a word part (``lows``:
+    the texts' ``lexical_lower`` when the caller has them, ``joined`` those joined)."""
+    out = np.zeros(len(texts), dtype=np.float64)
+    if not stems or not texts:
+        return out
+    if lows is None:
+        lows = [lexical_lower(t) for t in texts]
+    if any("\n" in s for s in stems):  # cannot be found across texts joined by newlines
+        for k, (text, low) in enumerate(zip(texts, lows, strict=True)):
+            hits = sum(1 for s in stems if s in low and _starts_a_part(text, low, s))
+            out[k] = hits / len(stems)
+        return out
+    # every stem is looked for once in all texts joined, its occurrences mapped back to
+    # their text: the same test as ``_starts_a_part``
+    j = joined if joined is not None else _Joined(lows)
+    big_low, starts, n = j.big, j.starts, j.n
+    found = [0] * n
+    for s in stems:
+        i = big_low.find(s)
+        while i >= 0:
+            k = bisect.bisect_right(starts, i) - 1
+            at = i - starts[k]
+            text = texts[k]
+            if at == 0:
+                ok = True
+            else:
+                prev = text[at - 1]
+                ok = not (prev.isascii() and prev.isalnum()) or (
+                    prev.islower() and text[at].isupper()
+                )
+            if ok:
+                found[k] += 1
+                if k + 1 == n:
+                    break
+                i = big_low.find(s, starts[k + 1])
+            else:
+                i = big_low.find(s, i + 1)
+    for k, h in enumerate(found):
+        if h:
+            out[k] = h / len(stems)
     return out
 
 
@@ -173,10 +261,6 @@ def entities(text: str) -> set[str]:
         if "::" in e:
             out.update(p for p in e.split("::") if len(p) >= 4)
     return out
-
-
-def _hits(ents: Iterable[str], low: str) -> list[str]:
-    return sorted((e for e in ents if e in low), key=lambda e: (-len(e), e))
 
 
 def _strength(n_hits: int) -> float:
@@ -212,7 +296,7 @@ def _path_of(meta: dict[str, Any], pid: str) -> str:
     return ""
 
 
-def _linked(path: str, hot: set[str]) -> str | None:
+def _linked(path: str, hot: list[str]) -> str | None:
     """The hot file this path is the test of, or the module of (``test_x.py`` ↔ ``x.py``)."""
     base = path.rsplit("/", 1)[-1]
     if not base.endswith(".py"):
@@ -224,7 +308,7 @@ def _linked(path: str, hot: set[str]) -> str | None:
         other = stem_[:-5] + ".py"
     else:
         other = f"test_{base}"
-    for h in hot:
+    for h in hot:  # sorted by the caller: one answer when several files match
         if h == other or h.endswith("/" + other):
             return h
     return None
@@ -305,16 +389,25 @@ def current_turn(input: CapturedInput, sources: Sequence[Source]) -> dict[int, s
     return out
 
 
-def compute(input: CapturedInput, sources: Sequence[Source]) -> Signals:
-    """Every signal for every candidate (history messages get only the lexical one)."""
+def compute(
+    input: CapturedInput, sources: Sequence[Source], lows: Sequence[str] | None = None
+) -> Signals:
+    """Every signal for every candidate (history messages get only the lexical one).
+
+    ``lows``: the sources' texts lower-cased, when the caller has them (gather does: BM25
+    reads them too). Each entity and stem is looked for once in all the texts joined
+    (``_Joined``: ``_Named``, ``lexical_overlap``); the file names of error output are read
+    once per distinct line, run by run (``_frame_names``)."""
     n = len(sources)
-    strength = np.zeros((n, len(SIGNALS)), dtype=np.float64)
+    if lows is None:
+        lows = [s.text.lower() for s in sources]
+    cols: dict[str, list[float]] = {s: [0.0] * n for s in SIGNALS}
     why: list[dict[str, str]] = [{} for _ in range(n)]
-    col = {s: k for k, s in enumerate(SIGNALS)}
 
     def fire(i: int, name: str, value: float, text: str) -> None:
-        if value > strength[i, col[name]]:
-            strength[i, col[name]] = value
+        col = cols[name]
+        if value > col[i]:
+            col[i] = value
             why[i][name] = text
 
     last_user = _last(input.history, "user")
@@ -334,46 +427,61 @@ def compute(input: CapturedInput, sources: Sequence[Source]) -> Signals:
 
     errors: dict[int, list[str]] = {}
     for k in packets:
-        lines = error_evidence(sources[k].text)
+        lines = error_evidence(sources[k].text, lows[k])
         if lines:
             errors[k] = lines
             fire(k, "error", 1.0, lines[0][:80])
-    frames: set[str] = set()
-    for lines in errors.values():
-        for ln in lines:
-            frames.update(m.group(1).lower().lstrip("./") for m in _FRAME.finditer(ln))
-            frames.update(p.lower().lstrip("./") for p in _PATH.findall(ln))
-    for k in packets:
+    paths = [_path_of(sources[k].metadata, sources[k].id) for k in packets]
+    # the files error output names matter only to packets that have a path
+    frames = _frame_names(errors.values()) if any(paths) else set()
+    by_frame = sorted(frames)
+    hot = sorted(mentioned | referenced | frames)
+    linked: dict[str, str | None] = {}
+
+    def linked_to(path: str) -> str | None:
+        if path not in linked:
+            linked[path] = _linked(path, hot)
+        return linked[path]
+
+    all_lows = _Joined(lows)
+    named = _Named(packets, lows, paths, [sources[k].id.lower() for k in packets], all_lows)
+    said_in, done_in = named.holding(mentioned), named.holding(referenced)
+    for j, k in enumerate(packets):
         s = sources[k]
-        low = s.text.lower()
-        path = _path_of(s.metadata, s.id)
+        path = paths[j]
         if k not in errors and path:
-            hit = next((f for f in sorted(frames) if path.endswith(f) or f.endswith(path)), None)
+            hit = next((f for f in by_frame if path.endswith(f) or f.endswith(path)), None)
             if hit is not None:
                 fire(k, "error", 0.5, f"named in error output ({hit})")
-        named = low + "\n" + path + "\n" + s.id.lower()
-        m = _hits(mentioned, named)
+        m = _by_length(said_in[j])
         if m:
             fire(k, "mention", _strength(len(m)), ", ".join(m[:2]))
-        r = _hits(referenced, named)
+        r = _by_length(done_in[j])
         if r:
             fire(k, "reference", _strength(len(r)), ", ".join(r[:2]))
-        _metadata(s, path, mentioned | referenced | frames, input.now, fire, k)
+        if path or not s.metadata.keys().isdisjoint(_METADATA_KEYS):
+            _metadata(s, path, linked_to, input.now, fire, k)
 
     stems = query_stems(input.query)
-    lex = lexical_overlap(stems, [s.text for s in sources])
+    texts = [s.text for s in sources]
+    lex_lows: list[str] | None = None
+    if stems:
+        lex_lows = [
+            low if len(low) == len(t) else lexical_lower(t)
+            for t, low in zip(texts, lows, strict=True)
+        ]
+    # a text whose lower case is longer is joined again, as lexical reads it
+    same = lex_lows is None or all(a is b for a, b in zip(lex_lows, lows, strict=True))
+    lex = lexical_overlap(stems, texts, lex_lows, all_lows if same else None)
     for k, s in enumerate(sources):
         if s.caller_relevance is not None:
             lex[k] = 0.0  # a caller's relevance replaces ours, word matches included
-    for k in range(n):
-        if lex[k] >= LEXICAL_MIN:
-            fire(k, "lexical", float(lex[k]), f"{lex[k]:.0%} of the query's words")
-    exempt = np.zeros(n, dtype=bool)
-    for k in packets:
-        if sources[k].caller_relevance is not None:
-            continue
-        if any(strength[k, col[s]] > 0 for s in ("current_turn", "error", "mention", "reference")):
-            exempt[k] = True
+    for k in np.flatnonzero(lex >= LEXICAL_MIN).tolist():
+        fire(k, "lexical", float(lex[k]), f"{lex[k]:.0%} of the query's words")
+    strength = np.ascontiguousarray(np.array([cols[s] for s in SIGNALS], dtype=np.float64).T)
+    # exempt: a packet without a caller's relevance that is fresh, error evidence, or named
+    own = np.array([s.is_packet and s.caller_relevance is None for s in sources], dtype=bool)
+    exempt = own & (strength[:, _FLOORED] > 0).any(axis=1)
     floor: list[int] = []
     errors = {k: v for k, v in errors.items() if sources[k].caller_relevance is None}
     if errors:
@@ -390,10 +498,121 @@ def compute(input: CapturedInput, sources: Sequence[Source]) -> Signals:
     return Signals(strength, why, exempt, tuple(floor), lex)
 
 
-def _metadata(s: Source, path: str, hot: set[str], now: datetime, fire: Any, k: int) -> None:
+class _Named:
+    """What ``entities`` a packet names: in its text, its path or its id (the packets' texts
+    are looked up in all the candidates' texts, joined)."""
+
+    def __init__(
+        self,
+        packets: list[int],
+        lows: Sequence[str],
+        paths: list[str],
+        ids: list[str],
+        joined: _Joined,
+    ) -> None:
+        self.packets, self.lows, self.paths, self.ids = packets, lows, paths, ids
+        self.joined = joined
+        self.tails = _Joined([f"{p}\n{i}" for p, i in zip(paths, ids, strict=True)])
+        self.pos = {k: j for j, k in enumerate(packets)}
+
+    def holding(self, ents: Iterable[str]) -> list[list[str]]:
+        """Per packet, the entities found in its text, path or id (any order)."""
+        found: list[list[str]] = [[] for _ in self.packets]
+        pos = self.pos
+        for e in ents:
+            if "\n" in e:  # entities hold none; it could span a text and its path
+                for j, k in enumerate(self.packets):
+                    if e in f"{self.lows[k]}\n{self.paths[j]}\n{self.ids[j]}":
+                        found[j].append(e)
+                continue
+            for k in self.joined.holding(e):
+                at = pos.get(k)
+                if at is not None:
+                    found[at].append(e)
+            for j in self.tails.holding(e):
+                if not found[j] or found[j][-1] != e:
+                    found[j].append(e)
+        return found
+
+
+def _by_length(found: list[str]) -> list[str]:
+    """Entities found, longest first (then alphabetically)."""
+    return sorted(found, key=lambda e: (-len(e), e)) if found else found
+
+
+def _frame_names(errors: Iterable[list[str]]) -> set[str]:
+    """The files named by stack frames and paths in error lines, lower-cased, without a
+    leading ``./``: ``_FRAME``'s file names then ``_PATH``'s matches of each line, in
+    order. Each distinct line is read once (a repeated one adds nothing), all of them
+    joined by newlines (no match spans one)."""
+    lines = list(dict.fromkeys(ln for group in errors for ln in group))
+    frames: set[str] = set()
+    if not lines:
+        return frames
+    big = "\n".join(lines)
+    # (line, 0 for a frame's file name or 1 for a path, offset) orders them as the lines do
+    found: list[tuple[int, int, int, str]] = []
+    starts = [0] * len(lines)
+    pos = 0
+    for k, ln in enumerate(lines):
+        starts[k] = pos
+        pos += len(ln) + 1
+    for at, name in _frame_files(big):
+        found.append((bisect.bisect_right(starts, at) - 1, 0, at, name))
+    runs: dict[str, list[str]] = {}
+    for m in _DOTTED_RUN.finditer(big):
+        run = m.group()
+        hit = runs.get(run)
+        if hit is None:
+            hit = runs[run] = _PATH.findall(run)
+        if hit:
+            at = m.start()
+            line = bisect.bisect_right(starts, at) - 1
+            found.extend((line, 1, at, p) for p in hit)
+    found.sort(key=lambda f: f[:3])  # stable: a run's paths keep their order
+    names = dict.fromkeys(f[3] for f in found)
+    # a set's order is that of the first insertion of each member: one per distinct name
+    frames.update({x: x.lower().lstrip("./") for x in names}.values())
+    return frames
+
+
+def _frame_files(text: str) -> list[tuple[int, str]]:
+    """``(m.start(), m.group(1)) for m in _FRAME.finditer(text)``, found from their ends.
+
+    Where ``_FRAME`` can match inside a run it can at the run's start, so a match starts
+    at its run's start, or where the previous match ended when its line number ran into
+    the run; its file name needs a character before the extension's ``.``."""
+    out: list[tuple[int, str]] = []
+    rev = text[::-1]
+    n = len(text)
+    done = 0  # where the previous match ended
+    for m in _FRAME_END.finditer(text):
+        dot = m.start()
+        run = _RUN_BEFORE.match(rev, n - dot)
+        assert run is not None
+        start = max(dot - (run.end() - (n - dot)), done)
+        if dot > start:
+            out.append((start, text[start : m.start(1)]))
+            done = m.end()
+    return out
+
+
+#: the metadata keys ``_metadata`` reads (a packet with none of them and no path: nothing fires)
+_METADATA_KEYS = ("search_hits", "modified_at", "linked_test")
+
+
+def _metadata(
+    s: Source, path: str, linked_to: Callable[[str], str | None], now: datetime, fire: Any, k: int
+) -> None:
+    """The metadata signal of one packet (``linked_to``: ``_linked`` of a path)."""
     meta = s.metadata
     hits = meta.get("search_hits")
-    if isinstance(hits, bool | int | float | list) and not isinstance(hits, str) and hits:
+    if (
+        hits is not None
+        and isinstance(hits, bool | int | float | list)
+        and not isinstance(hits, str)
+        and hits
+    ):
         n_hits = len(hits) if isinstance(hits, list) else int(hits) if hits is not True else 1
         fire(k, "metadata", _strength(max(n_hits, 1)), f"search_hits {n_hits}")
     if "modified_at" in meta:
@@ -409,7 +628,7 @@ def _metadata(s: Source, path: str, hot: set[str], now: datetime, fire: Any, k: 
             f"linked_test {linked}" if isinstance(linked, str) else "linked_test",
         )
     if path:
-        other = _linked(path, hot)
+        other = linked_to(path)
         if other is not None:
             fire(k, "metadata", 0.75, f"test ↔ module of {other}")
 
