@@ -594,3 +594,17 @@ def test_a_pluggable_summarizer_is_used_with_the_source_marker(corpus: Path) -> 
     assert calls and calls[0][0] == "tool_result" and calls[0][1] > 0
     assert "SUMMARY(tool_result): " in r.prompt
     assert "source id tool:tsc" in r.prompt
+
+
+def test_decisions_copy_with_updates_like_validated_ones() -> None:
+    """Decisions are built without re-validation for speed; they still behave as models."""
+    import app_support as data
+
+    from ctxcore.models import Decision
+
+    trace = data.session("copy-s", 1)[0]
+    assert trace.result is not None
+    d = trace.result.decisions[0]
+    moved = d.model_copy(update={"reason": "changed"})
+    assert moved.reason == "changed" and d.reason != "changed"
+    assert Decision.model_validate(d.model_dump()) == d
