@@ -66,6 +66,7 @@ from ctxcore.errors import CtxscopeError, ImportFormatError
 from ctxcore.formats import otlp
 from ctxcore.formats.otlp_records import (
     ATTRIBUTE_PREFIXES,
+    Prompt,
     SpanRecord,
     records_from_exports,
 )
@@ -109,18 +110,19 @@ class CollectorConfig:
 # --------------------------------------------------------------------------- writing (workers)
 
 
-def write_traces(
-    items: list[tuple[SpanRecord, str, str, int]], traces_dir: str, redact: bool
-) -> tuple[int, list[str]]:
-    """Build the trace of each span (with its session and turn) and append them to
-    ``live/otlp.jsonl``; runs in a worker process. Returns how many were written and the
-    errors of those that could not be read."""
+Ready = tuple[SpanRecord, str, str, int, Prompt | None]
+
+
+def write_traces(items: list[Ready], traces_dir: str, redact: bool) -> tuple[int, list[str]]:
+    """Build the trace of each span (with its session, turn and the prompt the receiver
+    read from it) and append them to ``live/otlp.jsonl``; runs in a worker process. Returns
+    how many were written and the errors of those that could not be read."""
     lines: list[bytes] = []
     errors: list[str] = []
-    for span, session, session_from, turn in items:
+    for span, session, session_from, turn, prompt in items:
         try:
             trace = otlp.trace_from_record(
-                span, session=session, session_from=session_from, turn=turn
+                span, session=session, session_from=session_from, turn=turn, prompt=prompt
             )
         except CtxscopeError as exc:
             errors.append(str(exc))
@@ -181,6 +183,8 @@ class Joiner:
         self.without_prompt = 0
         self.late_log_records = 0
         self.failed: list[str] = []
+        #: the prompt read from each ready span (by its key), handed on with it
+        self.prompts: dict[tuple[str, str], Prompt] = {}
 
     def _remember(self, span: SpanRecord) -> None:
         slim = SpanRecord(
@@ -215,6 +219,7 @@ class Joiner:
                 continue
             if prompt is not None:
                 ready.append(span)
+                self.prompts[key] = prompt
             elif any(k.startswith("gen_ai.") for k in span.attrs):
                 # its messages may be in log records still on their way
                 self.waiting[key] = _Waiting(span, None, now, now)
@@ -263,11 +268,12 @@ class Joiner:
                 self.without_prompt += 1
             else:
                 ready.append(span)
+                self.prompts[key] = prompt
         return ready
 
-    def assign(self, spans: list[SpanRecord]) -> list[tuple[SpanRecord, str, str, int]]:
-        """Each ready span with its session, what named it, and its turn."""
-        out: list[tuple[SpanRecord, str, str, int]] = []
+    def assign(self, spans: list[SpanRecord]) -> list[Ready]:
+        """Each ready span with its session, what named it, its turn and its prompt."""
+        out: list[Ready] = []
         for span in spans:
             self.done[(span.trace_id, span.span_id)] = None
         while len(self.done) > self.remember:
@@ -283,7 +289,8 @@ class Joiner:
                     self.trace_sessions.popitem(last=False)
             turn = self.turns.get(session, 0)
             self.turns[session] = turn + 1
-            out.append((span, session, named, turn))
+            prompt = self.prompts.pop((span.trace_id, span.span_id), None)
+            out.append((span, session, named, turn, prompt))
         return out
 
 

@@ -184,11 +184,15 @@ def trace_from_record(
     session_from: str = "",
     turn: int = 0,
     default_now: datetime | None = None,
+    prompt: Prompt | None = None,
 ) -> Trace | None:
-    """One span → one trace; ``None`` for spans that carry no prompt."""
+    """One span → one trace; ``None`` for spans that carry no prompt. ``prompt``: the span's
+    ``read_prompt``, when the caller already read it (the OTLP receiver reads it to accept
+    or reject the span, and hands it to the process that builds the trace)."""
     if _is_ctxscope_span(span.attrs):
         return trace_from_ctxscope_span(span.attrs, span.where)
-    prompt = read_prompt(span)
+    if prompt is None:
+        prompt = read_prompt(span)
     if prompt is None:
         return None
     when = span.start or default_now or datetime.now(UTC)
