@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_import.py [--events 20000] [--mb 170] [--compact-at 150000]
     .venv/bin/python bench/bench_import.py --events 2000 --mb 10 --compact-at 0   # no compaction
+    .venv/bin/python bench/bench_import.py --events 4000 --mb 40 --cli store     # into a store
 
 Builds a Claude Code session log from the real lines of the fixtures
 (``tests/fixtures/imports/claude-code``: the main chain of the Task-sidechain session and of
@@ -23,6 +24,12 @@ tokenizer) and the tokenizer alone on the texts the import counted. Prints a tab
 throughput (wall and CPU time: on a shared machine the wall clock measures the neighbours
 too), peak memory, calls, tokens counted (each message once) against tokens in all calls'
 prompts, and the JSON size a trace per call takes.
+
+Then ``ctxscope import`` itself on the same log, in a child process of its own (``--cli``):
+``jsonl`` (the default) writes ``-o FILE``, ``store`` writes a fresh DuckDB store (findings
+are computed at insert, which is most of its time), ``none`` skips it. The command streams
+the traces into the file or the store (docs/design.md, "Capture, import, export,
+redaction"); its rows give its throughput, its peak memory and what it wrote.
 """
 
 from __future__ import annotations
@@ -327,12 +334,56 @@ def measure(path: Path) -> dict[str, Any]:
     }
 
 
+#: Runs its arguments as a child and reports the child's peak RSS (``RUSAGE_CHILDREN`` of
+#: this wrapper holds that child's only).
+_PEAK = """
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(p.stdout)
+sys.stderr.write(p.stderr)
+print(f"@@peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr)
+sys.exit(p.returncode)
+"""
+
+
+def run_cli(path: Path, how: str, work: Path) -> dict[str, Any]:
+    """``ctxscope import`` of ``path`` into a JSONL file or a new store, in a child process:
+    its wall time, peak memory, traces and what it wrote."""
+    args = [sys.executable, "-m", "ctxcore", "import", str(path)]
+    target = work / ("traces.jsonl" if how == "jsonl" else "bench.duckdb")
+    args += ["-o", str(target)] if how == "jsonl" else ["--db", str(target)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK, *args], capture_output=True, text=True, cwd=ROOT
+    )
+    wall = time.perf_counter() - t0
+    err, _, peak = proc.stderr.rpartition("@@peak ")
+    if proc.returncode != 0:
+        raise SystemExit(f"ctxscope import failed ({proc.returncode}): {err[-2000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("imported "))
+    out = {
+        "how": how,
+        "wall_s": wall,
+        "peak_mb": int(peak) / 1024,
+        "traces": int(line.split()[1]),
+        "written": target.stat().st_size,
+    }
+    target.unlink()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--mb", type=float, default=170.0)
     ap.add_argument("--compact-at", type=int, default=150_000, help="tokens; 0: never")
     ap.add_argument("--keep", action="store_true", help="keep the generated log")
+    ap.add_argument(
+        "--cli",
+        choices=["jsonl", "store", "none"],
+        default="jsonl",
+        help="also run `ctxscope import` on the log: into -o FILE, into a new store, or not",
+    )
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure is not None:  # the child process
@@ -351,6 +402,7 @@ def main() -> None:
         env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     m = json.loads(child.stdout.strip().splitlines()[-1])
+    cli = run_cli(path, args.cli, work) if args.cli != "none" else None
     mb = m["bytes"] / 1e6
     rate = mb / m["import_s"]
     ratio = m["tokens_in_calls"] / max(m["tokens_counted"], 1)
@@ -400,6 +452,7 @@ def main() -> None:
             "",
         ),
         ("unreadable lines", f"{m['errors']}", ""),
+        *_cli_rows(cli, mb),
         ("token counter", m["backend"], ""),
         ("machine", f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end", ""),
     ]
@@ -414,6 +467,27 @@ def main() -> None:
     else:
         path.unlink()
         work.rmdir()
+
+
+def _cli_rows(cli: dict[str, Any] | None, mb: float) -> list[tuple[str, str, str]]:
+    if cli is None:
+        return []
+    rate = mb / cli["wall_s"]
+    what = "-o FILE" if cli["how"] == "jsonl" else "--db (new store)"
+    ok = cli["peak_mb"] <= TARGET_PEAK_MB
+    return [
+        (
+            f"ctxscope import {what}",
+            f"{cli['wall_s']:.1f} s = {rate:.1f} MB/s, {cli['traces']:,} traces",
+            "",
+        ),
+        (
+            "  peak memory (its process)",
+            f"{cli['peak_mb']:,.0f} MB",
+            f"<= {TARGET_PEAK_MB:,.0f} MB {'ok' if ok else 'MISSED'}",
+        ),
+        ("  written", f"{cli['written'] / 1e9:,.2f} GB", ""),
+    ]
 
 
 if __name__ == "__main__":

@@ -461,3 +461,48 @@ def test_the_hint_names_what_the_instrumentation_needs(attrs: dict[str, Any], sa
     with pytest.raises(ImportFormatError, match="none of the 1 spans carries a prompt") as err:
         traces_from_otlp(otlp(span(attrs)))
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_protobuf_gz_that_unpacks_past_the_cap_is_refused_while_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A protobuf file is decoded whole, so what it unpacks to is capped: a small .gz that
+    expands past the cap is one error naming the file and the limit, and reading stops at the
+    cap (it is not unpacked whole first)."""
+    import gzip
+    import tracemalloc
+
+    from ctxcore.formats import otlp_proto
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "imports" / "otlp-protobuf"
+    real = (fixtures / "openai-v2-events.otlp.binpb").read_bytes()
+    packed = tmp_path / "events.otlp.binpb.gz"
+    packed.write_bytes(gzip.compress(real))
+    assert len(load_file(packed)) == len(load_file(fixtures / "openai-v2-events.otlp.binpb"))
+    # the cap just below what the real file unpacks to
+    monkeypatch.setattr(otlp_proto, "MAX_PROTOBUF_BYTES", len(real) - 1)
+    with pytest.raises(ImportFormatError) as err:
+        load_file(packed)
+    assert str(err.value).startswith(f"{packed}: over {len(real) - 1:,} bytes unpacked")
+    assert "the limit for an OTLP protobuf file" in str(err.value)
+    # a bomb: 256 MiB of zeros in a few hundred KB, refused after reading 1 MiB of it
+    bomb = tmp_path / "bomb.pb.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        for _ in range(64):
+            f.write(bytes(4 << 20))
+    assert bomb.stat().st_size < 1 << 20
+    monkeypatch.setattr(otlp_proto, "MAX_PROTOBUF_BYTES", 1 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ImportFormatError, match=r"bomb\.pb\.gz: over 1,048,576 bytes"):
+            load_file(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"held {peak / 2**20:.0f} MiB while refusing it"
+    # uncompressed, the same cap
+    raw = tmp_path / "big.binpb"
+    raw.write_bytes(real)
+    monkeypatch.setattr(otlp_proto, "MAX_PROTOBUF_BYTES", len(real) // 2)
+    with pytest.raises(ImportFormatError, match=rf"big\.binpb: over {len(real) // 2:,} bytes, "):
+        load_file(raw)

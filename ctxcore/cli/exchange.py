@@ -6,29 +6,201 @@ import argparse
 import glob
 import hashlib
 import sys
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctxcore import settings
 from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
-from ctxcore.formats.accounting import describe
-from ctxcore.formats.derive import with_window
-from ctxcore.formats.load import load_file, write_jsonl, write_text_atomic
+from ctxcore.formats.accounting import describe_trace
+from ctxcore.formats.load import iter_traces, load_file, write_jsonl, write_text_atomic
 from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
 
-
-def _drop_name(source: Path, traces: list[Trace]) -> str:
-    digest = hashlib.sha256("".join(t.trace_id for t in traces).encode()).hexdigest()[:10]
-    stem = source.name.split(".")[0] or "import"
-    return f"import-{stem}-{digest}.jsonl"
-
-
-def _to_store(traces: list[Trace], db: str, source: str) -> int:
+if TYPE_CHECKING:
     from ctxcore.store import TraceStore
+    from ctxcore.store.writer import BulkWriter
 
-    with TraceStore(db) as store:
-        return store.add_traces(traces, source=source)
+
+#: Traces prepared and inserted into the store together (``BulkWriter.add``): at most this
+#: many, or this many bytes of trace JSON (each call of a long session holds its whole
+#: context, so a batch is bounded by size too).
+BATCH_TRACES = 500
+BATCH_BYTES = 8 * 1024 * 1024
+#: Trace JSON per store transaction. An import smaller than this is stored whole or not at
+#: all; a bigger one commits each time this much has been added (the writer holds a
+#: transaction's trace rows until its commit, so one transaction for all would not be
+#: bounded).
+TX_BYTES = 256 * 1024 * 1024
+#: How many traces ``ctxscope import`` describes (counts against the source), and lists.
+DESCRIBED = 20
+LISTED = 3
+
+
+def _drop_name(sources: list[Path], args: argparse.Namespace) -> str:
+    """The file name an import takes in a watched folder: known before a trace is read (the
+    traces stream into it), and the same for the same files, unchanged, and options (a
+    repeated import replaces its file rather than adding one)."""
+    h = hashlib.sha256()
+    for path in sources:
+        try:
+            st = path.stat()
+            h.update(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        except OSError:
+            h.update(f"{path}\0".encode())
+    h.update(f"{args.format}\0{args.window}\0{args.model}".encode())
+    first = sources[0].name.split(".")[0] if len(sources) == 1 else f"{len(sources)}-files"
+    return f"import-{first or 'import'}-{h.hexdigest()[:10]}.jsonl"
+
+
+class _Import:
+    """One ``ctxscope import``: the traces of every source as one stream, counted and
+    described as they pass, so that none has to stay in memory (docs/design.md, "Capture,
+    import, export, redaction"). A file that cannot be read is said and skipped; one that
+    fails part-way keeps the traces read before the failure."""
+
+    def __init__(self, sources: list[Path], args: argparse.Namespace) -> None:
+        self.sources = sources
+        self.format = args.format
+        self.window: int | None = args.window
+        self.model: str | None = args.model
+        self.redact = settings.redact_on_ingest()
+        self.count = 0
+        self.warned = 0
+        self.failed: list[str] = []
+        #: (trace_id, session_id, turn) of the first traces, for the store's summary
+        self.listed: list[tuple[str, str, int]] = []
+        #: the first trace's lines, should it be the only one (then it is "source"), and
+        #: should others follow
+        self._alone: list[str] = []
+        self._first: list[str] = []
+
+    def traces(self) -> Iterator[Trace]:
+        for path in self.sources:
+            stream = iter_traces(path, self.format, window=self.window, model=self.model)
+            got = 0
+            while True:
+                try:
+                    trace = next(stream)
+                except StopIteration:
+                    break
+                except CtxscopeError as exc:
+                    if len(self.sources) == 1 and got == 0:
+                        raise
+                    # one unreadable file among many, or a file cut part-way: said, and the
+                    # rest (and what was read of it) still imported
+                    self.failed.append(str(exc))
+                    kept = f" ({got:,} trace(s) read before this are imported)" if got else ""
+                    print(f"ctxscope import: error: {exc}{kept}", file=sys.stderr)
+                    break
+                got += 1
+                yield self._seen(trace)
+
+    def _seen(self, trace: Trace) -> Trace:
+        from ctxcore.formats.redact import redact_trace
+
+        if self.redact:
+            trace = redact_trace(trace)[0]
+        self.count += 1
+        if trace.result is not None and trace.result.warnings:
+            self.warned += 1
+        if len(self.listed) < LISTED:
+            self.listed.append((trace.trace_id, trace.session_id, trace.turn))
+        if self.count == 1:
+            self._alone = describe_trace(trace, several=False)
+            self._first = describe_trace(trace, several=True)
+        elif self.count <= DESCRIBED:
+            if self.count == 2:
+                self._print(self._first)
+            self._print(describe_trace(trace, several=True))
+        return trace
+
+    @staticmethod
+    def _print(lines: list[str]) -> None:
+        for line in lines:
+            print(line)
+
+    def described(self) -> None:
+        """The end of the per-trace lines (once the stream is read)."""
+        if self.count == 1:
+            self._print(self._alone)
+        if self.count > DESCRIBED:
+            print(f"  … and {self.count - DESCRIBED} more trace(s)")
+
+    @property
+    def rc(self) -> int:
+        return 1 if self.failed else 0
+
+
+class _StoreSink:
+    """Traces into the store in batches through its bulk writer (docs/design.md, "Store").
+
+    A trace already stored with the same content is skipped; with different content (or one
+    whose rows cannot be built) the import stops with an error naming it and the open
+    transaction is rolled back: an import under TX_BYTES stores nothing, as
+    ``TraceStore.add_traces`` would have it; a bigger one keeps the transactions committed
+    before, and the error says how many traces they hold."""
+
+    def __init__(self, store: TraceStore, source: str) -> None:
+        self.store = store
+        self.source = source
+        self.added = 0
+        self.stored = 0  # traces of committed transactions
+        self.pending = 0  # traces added to the open transaction
+        self.batch: list[tuple[Trace, bytes]] = []
+        self.size = 0
+        self.tx = 0
+
+    def run(self, traces: Iterable[Trace]) -> int:
+        """Add every trace; how many were new."""
+        with self.store.bulk_writer() as writer:
+            for trace in traces:
+                try:
+                    raw = trace.to_json().encode("utf-8")
+                except (ValueError, UnicodeError) as exc:  # a trace built without validation
+                    raise self._error(
+                        f"trace_id {trace.trace_id!r} cannot be written as JSON "
+                        f"({str(exc).splitlines()[0]})"
+                    ) from exc
+                self.batch.append((trace, raw))
+                self.size += len(raw)
+                self.tx += len(raw)
+                if len(self.batch) >= BATCH_TRACES or self.size >= BATCH_BYTES:
+                    self._flush(writer)
+                if self.tx >= TX_BYTES:
+                    self._flush(writer)
+                    writer.commit()
+                    self.stored, self.pending, self.tx = self.stored + self.pending, 0, 0
+            self._flush(writer)
+        return self.added
+
+    def _flush(self, writer: BulkWriter) -> None:
+        from ctxcore.store.rows import prepare
+
+        batch = self.batch
+        if not batch:
+            return
+        res = writer.add(prepare(batch, [self.source] * len(batch), self.store.diagnose))
+        problems = [
+            f"trace_id {tid!r} is already stored (from {src}) with different content"
+            for _, tid, src in res.conflicts
+        ] + [f"trace_id {batch[k][0].trace_id!r} {why}" for k, why in res.rejected]
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise self._error(f"{problems[0]}{more}", "give each trace its own trace_id")
+        self.added += res.added
+        self.pending += len(batch)
+        self.batch, self.size = [], 0
+
+    def _error(self, what: str, hint: str = "") -> InputError:
+        kept = (
+            f"the first {self.stored:,} trace(s) of this import were stored, nothing after"
+            if self.stored
+            else "nothing was stored"
+        )
+        return InputError(f"{self.source}: {what}; {kept}" + (f": {hint}" if hint else ""))
 
 
 def import_sources(specs: list[str]) -> list[Path]:
@@ -59,43 +231,28 @@ def import_sources(specs: list[str]) -> list[Path]:
 
 def cli_import(args: argparse.Namespace) -> int:
     """``ctxscope import PATH... [--format ...] [--window N] [--model M] [--db PATH] [-o FILE]``."""
-    from ctxcore.formats.redact import redact_trace
-
-    sources = import_sources(list(args.paths))
-    traces: list[Trace] = []
-    failed: list[str] = []
-    for path in sources:
-        try:
-            traces.extend(load_file(path, args.format))
-        except CtxscopeError as exc:
-            if len(sources) == 1:
-                raise
-            # one unreadable file among many: said, and the others still imported
-            failed.append(str(exc))
-            print(f"ctxscope import: error: {exc}", file=sys.stderr)
-    if not traces:
-        raise InputError(f"nothing imported: all {len(sources)} file(s) failed (see above)")
     if args.window is not None and args.window <= 0:
         raise InputError(f"--window {args.window}: a context window is a positive token count")
-    if args.window is not None or args.model:
-        traces = [with_window(t, window=args.window, model=args.model) for t in traces]
+    sources = import_sources(list(args.paths))
+    run = _Import(sources, args)
+    stream = run.traces()
+    # the first trace before anything is opened: an import of nothing touches nothing
+    first = next(stream, None)
+    if first is None:
+        raise InputError(f"nothing imported: all {len(sources)} file(s) failed (see above)")
+    traces = chain([first], stream)
     src = sources[0] if len(sources) == 1 else Path(f"{len(sources)} files")
-    if settings.redact_on_ingest():
-        traces = [redact_trace(t)[0] for t in traces]
-    warned = sum(1 for t in traces if t.result and t.result.warnings)
-    summary = f"{len(traces)} trace(s) from {src}"
-    for line in describe(traces[:20]):
-        print(line)
-    if len(traces) > 20:
-        print(f"  … and {len(traces) - 20} more trace(s)")
     if args.output:
         out = Path(args.output)
         write_jsonl(traces, out)
-        print(f"imported {summary} -> {out}")
-        return 1 if failed else 0
+        run.described()
+        print(f"imported {run.count} trace(s) from {src} -> {out}")
+        return run.rc
+    from ctxcore.store import TraceStore
+
     db = getattr(args, "db", None) or str(settings.db_path())
     try:
-        added = _to_store(traces, db, str(src))
+        store = TraceStore(db)
     except StoreLockedError as exc:
         # Only a running app's folder is a safe detour: it ingests what lands there.
         folder = app_folder(Path(db))
@@ -105,22 +262,27 @@ def cli_import(args: argparse.Namespace) -> int:
                 "to drop the traces into: stop that process, or write them with -o FILE"
             ) from exc
     else:
-        print(f"imported {summary} into {db}: {added} new, {len(traces) - added} already there")
-        for t in traces[:3]:
-            print(f"  {t.trace_id}  (session {t.session_id}, turn {t.turn})")
-        if len(traces) > 3:
-            print(f"  ... and {len(traces) - 3} more")
-        if warned:
-            print(f"{warned} trace(s) carry warnings; open them in the app to see why")
-        return 1 if failed else 0
-    out = folder / _drop_name(src, traces)
+        with store:
+            added = _StoreSink(store, str(src)).run(traces)
+        run.described()
+        n = run.count
+        print(f"imported {n} trace(s) from {src} into {db}: {added} new, {n - added} already there")
+        for tid, session, turn in run.listed:
+            print(f"  {tid}  (session {session}, turn {turn})")
+        if n > LISTED:
+            print(f"  ... and {n - LISTED} more")
+        if run.warned:
+            print(f"{run.warned} trace(s) carry warnings; open them in the app to see why")
+        return run.rc
+    out = folder / _drop_name(sources, args)
     write_jsonl(traces, out)
+    run.described()
     print(
-        f"the store is in use by the ctxscope app; wrote {summary} to {out}, the folder "
-        "that app watches: it ingests them from there",
+        f"the store is in use by the ctxscope app; wrote {run.count} trace(s) from {src} to "
+        f"{out}, the folder that app watches: it ingests them from there",
         file=sys.stderr,
     )
-    return 1 if failed else 0
+    return run.rc
 
 
 def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:

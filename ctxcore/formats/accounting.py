@@ -93,31 +93,35 @@ def imported_counts(trace: Trace) -> dict[str, int]:
     }
 
 
-def describe(traces: list[Trace]) -> list[str]:
-    """Lines for ``ctxscope import``: per format, source counts against what came through,
-    and every part kept only as text."""
-    lines: list[str] = []
-    for t in traces:
-        meta = t.metadata.get("import") if isinstance(t.metadata, dict) else None
-        if not isinstance(meta, dict) or not isinstance(meta.get("source"), dict):
-            continue
-        src: dict[str, int] = meta["source"]
-        got = imported_counts(t)
-        parts = []
-        for key in COUNTED:
-            a, b = int(src.get(key, 0)), got[key]
-            if a or b:
-                parts.append(f"{a} {LABELS[key]}" if a == b else f"{LABELS[key]} {a} → {b}")
-        where = f"{t.session_id} turn {t.turn}" if len(traces) > 1 else "source"
-        lines.append(f"  {where} ({meta.get('format')}): " + (", ".join(parts) or "empty"))
-        for path in meta.get("kept_as_text") or []:
-            lines.append(f"    kept as JSON text (a part this importer does not know): {path}")
-        more = int(meta.get("kept_as_text_total", 0) or 0) - len(meta.get("kept_as_text") or [])
-        if more > 0:
-            lines.append(f"    … and {more} more part(s) kept as JSON text")
-        for error in meta.get("skipped") or []:  # broken records of the same file
-            lines.append(f"    not imported: {error}")
+def describe_trace(trace: Trace, *, several: bool) -> list[str]:
+    """``describe``'s lines for one trace: it is named by session and turn when the import
+    holds ``several`` traces, else it is the "source"."""
+    meta = trace.metadata.get("import") if isinstance(trace.metadata, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("source"), dict):
+        return []
+    src: dict[str, int] = meta["source"]
+    got = imported_counts(trace)
+    parts = []
+    for key in COUNTED:
+        a, b = int(src.get(key, 0)), got[key]
+        if a or b:
+            parts.append(f"{a} {LABELS[key]}" if a == b else f"{LABELS[key]} {a} → {b}")
+    where = f"{trace.session_id} turn {trace.turn}" if several else "source"
+    lines = [f"  {where} ({meta.get('format')}): " + (", ".join(parts) or "empty")]
+    for path in meta.get("kept_as_text") or []:
+        lines.append(f"    kept as JSON text (a part this importer does not know): {path}")
+    more = int(meta.get("kept_as_text_total", 0) or 0) - len(meta.get("kept_as_text") or [])
+    if more > 0:
+        lines.append(f"    … and {more} more part(s) kept as JSON text")
+    for error in meta.get("skipped") or []:  # broken records of the same file
+        lines.append(f"    not imported: {error}")
     return lines
 
 
-__all__ = ["COUNTED", "LABELS", "Tally", "describe", "imported_counts"]
+def describe(traces: list[Trace]) -> list[str]:
+    """Lines for ``ctxscope import``: per format, source counts against what came through,
+    and every part kept only as text."""
+    return [line for t in traces for line in describe_trace(t, several=len(traces) > 1)]
+
+
+__all__ = ["COUNTED", "LABELS", "Tally", "describe", "describe_trace", "imported_counts"]

@@ -19,14 +19,16 @@ Formats (``--format``, or ``auto`` to detect from the content):
 
 ``ctxscope import FILE`` writes the traces into the store; if another process (the app)
 holds the store, it drops them into the watched folder instead, where that process picks
-them up. ``-o FILE`` writes JSONL and leaves the store alone.
+them up. ``-o FILE`` writes JSONL and leaves the store alone. It reads with ``iter_traces``,
+a stream: a session log's traces are written while the log is read (``load_file`` is the
+same as a list).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
@@ -34,6 +36,7 @@ from typing import Any, Literal
 
 from ctxcore.errors import CtxscopeError, ImportFormatError, InputError
 from ctxcore.formats import anthropic, bedrock, gemini, langchain, responses, sessions
+from ctxcore.formats.derive import with_window
 from ctxcore.formats.openai import traces_from_obj
 from ctxcore.formats.otlp import looks_like as otlp_looks_like
 from ctxcore.formats.otlp import traces_from_exports, traces_from_otlp, traces_from_protobuf
@@ -202,7 +205,7 @@ def traces_from_value(
 
 def _maybe_protobuf(p: Path) -> bool:
     """Whether a file may be OTLP protobuf, by its name or its first bytes: only then is it
-    read whole (as protobuf is); a text file is streamed by ``read_values``."""
+    read whole (as protobuf is); a text file is streamed by ``iter_values``."""
     if p.name.lower().removesuffix(".gz").endswith(PROTOBUF_SUFFIXES):
         return True
     try:
@@ -212,8 +215,8 @@ def _maybe_protobuf(p: Path) -> bool:
         return False  # not readable as gzip: the streaming reader says why
 
 
-def read_values(p: Path) -> tuple[bool, list[tuple[str, Any]]]:
-    """Whether a file is JSONL, and the JSON values it holds with where each is.
+def iter_values(p: Path) -> tuple[bool, Iterator[tuple[str, Any]]]:
+    """Whether a file is JSONL, and the JSON values it holds with where each is, as a stream.
 
     JSONL (a first non-blank line that is a whole JSON object, and more lines) is streamed
     line by line, each line refused past MAX_LINE_BYTES while it is read; anything else is
@@ -233,42 +236,84 @@ def read_values(p: Path) -> tuple[bool, list[tuple[str, Any]]]:
             jsonl = False
     if not jsonl:
         lines.close()
-        return False, [(str(p), parse_json(read_text(p), str(p)))]
-    values: list[tuple[str, Any]] = []
-    for n, raw in chain([first], [second] if second is not None else [], lines):
-        where = f"{p}:{n}"
-        values.append((where, parse_json(decode_line(raw, where), where)))
-    return True, values
+        return False, iter([(str(p), parse_json(read_text(p), str(p)))])
+
+    def values() -> Iterator[tuple[str, Any]]:
+        for n, raw in chain([first], [second] if second is not None else [], lines):
+            where = f"{p}:{n}"
+            yield where, parse_json(decode_line(raw, where), where)
+
+    return True, values()
 
 
-def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
-    """Every trace a file holds (JSON, or JSONL with one value per line)."""
+def _windowed(traces: Iterable[Trace], window: int | None, model: str | None) -> Iterator[Trace]:
+    """Each trace re-derived with the window (or model) the user gave, if any."""
+    for t in traces:
+        yield t if window is None and not model else with_window(t, window=window, model=model)
+
+
+def iter_traces(
+    path: str | Path,
+    fmt: Format = "auto",
+    *,
+    window: int | None = None,
+    model: str | None = None,
+) -> Iterator[Trace]:
+    """Every trace a file holds, as a stream (docs/design.md, "Capture, import, export,
+    redaction"): a session log's traces while it is read, and a JSONL file's line by line
+    (but an OTLP one, whose lines are read as one). ``window``/``model`` stand for what the
+    file does not say: a session log takes them as its calls are made (a compaction's
+    decisions stay); a trace of another format is re-derived with them (``with_window``).
+
+    A file that fails part-way has yielded the traces before the failure, then raises."""
     p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
     # The clock an imported prompt saw is unknown; the file's time is the best stand-in
     # and keeps re-imports of the same file identical.
-    mtime = datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
+    mtime = datetime.fromtimestamp(st.st_mtime, tz=UTC).replace(microsecond=0)
     session = p.name.split(".")[0] or "import"
     if fmt in ("auto", "otlp") and _maybe_protobuf(p) and (raw := read_protobuf(p)) is not None:
-        return traces_from_protobuf(raw, str(p), session_id=session, default_now=mtime)
+        yield from _windowed(
+            traces_from_protobuf(raw, str(p), session_id=session, default_now=mtime),
+            window,
+            model,
+        )
+        return
     log = fmt if fmt in sessions.LOG_FORMATS else sessions.sniff(p) if fmt == "auto" else None
     if log is not None:
         # a session log: read line by line; a broken line is that line's error (in the
         # next trace's metadata.import.skipped) and the rest is imported
-        stream = sessions.iter_file(p, log, default_now=mtime)
-        traces = stream.collect()
-        if not traces:
+        stream = sessions.iter_file(p, log, default_now=mtime, window=window, model=model)
+        made = 0
+        for t in stream.stream():
+            made += 1
+            yield t
+        if not made:
             why = stream.errors[0] if stream.errors else "no model call in it"
             raise ImportFormatError(f"{p}: a {log} log with no call ctxscope can read ({why})")
-        return traces
-    jsonl, values = read_values(p)
-    if len(values) > 1 and all(
-        (detect_format(v) if fmt == "auto" else fmt) == "otlp" for _, v in values
-    ):
-        # An OpenTelemetry file exporter writes one export per line (traces and logs may
-        # share the file): read them as one, so that log records join their spans and turns
-        # are numbered across the whole file.
-        return traces_from_exports(values, where=str(p), session_id=session, default_now=mtime)
-    out: list[Trace] = []
+        return
+    jsonl, values = iter_values(p)
+    first = next(values)
+    second = next(values, None)
+    head = [first] if second is None else [first, second]
+    if second is not None and (detect_format(first[1]) if fmt == "auto" else fmt) == "otlp":
+        whole = [*head, *values]
+        if fmt == "otlp" or all(detect_format(v) == "otlp" for _, v in whole):
+            # An OpenTelemetry file exporter writes one export per line (traces and logs may
+            # share the file): read them as one, so that log records join their spans and
+            # turns are numbered across the whole file.
+            yield from _windowed(
+                traces_from_exports(whole, where=str(p), session_id=session, default_now=mtime),
+                window,
+                model,
+            )
+            return
+        values = iter(whole)
+    else:
+        values = chain(head, values)
     for n, (where, value) in enumerate(values):
         try:
             traces = traces_from_value(
@@ -281,8 +326,12 @@ def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
         if jsonl and kind in _ONE_PER_LINE and len(traces) == 1:
             # one conversation per line: number the turns in file order
             traces = [traces[0].model_copy(update={"turn": n})]
-        out.extend(traces)
-    return out
+        yield from _windowed(traces, window, model)
+
+
+def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
+    """Every trace a file holds (JSON, or JSONL with one value per line), as a list."""
+    return list(iter_traces(path, fmt))
 
 
 # --------------------------------------------------------------------------- writing
@@ -291,7 +340,8 @@ def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
 def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
     """Write ``chunks`` to ``path`` whole or not at all: a temp file beside it, flushed to
     disk, then renamed over it. A full disk or a read-only folder leaves no empty or
-    half-written file behind (and a watcher never sees a partial one)."""
+    half-written file behind (and a watcher never sees a partial one); so does an error
+    raised by ``chunks`` itself (a stream of traces that fails), which goes on up."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -307,9 +357,12 @@ def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
         raise InputError(
             f"{path}: cannot write ({exc.strerror}){hint}; nothing was written"
         ) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def write_jsonl(traces: list[Trace], path: Path) -> None:
+def write_jsonl(traces: Iterable[Trace], path: Path) -> None:
     """Write traces as JSONL atomically (temp file + rename: watchers see whole files)."""
     write_text_atomic(path, (t.to_json() + "\n" for t in traces))
 
@@ -317,6 +370,8 @@ def write_jsonl(traces: list[Trace], path: Path) -> None:
 __all__ = [
     "SNAPSHOT_FORMAT",
     "detect_format",
+    "iter_traces",
+    "iter_values",
     "load_file",
     "traces_from_value",
     "write_jsonl",

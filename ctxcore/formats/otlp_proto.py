@@ -15,8 +15,8 @@ wins.
 
 from __future__ import annotations
 
-import gzip
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +27,51 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from ctxcore.errors import ImportFormatError, InputError
 from ctxcore.formats.otlp_records import hex_id
+from ctxcore.loading import open_stream
+from ctxcore.settings import MAX_DOCUMENT_BYTES
 
 #: File name endings that say "binary protobuf" whatever the content looks like.
 SUFFIXES: tuple[str, ...] = (".pb", ".binpb", ".protobuf")
 #: Bytes a JSON text may hold below 0x20: tab, newline, carriage return.
 _JSON_CONTROL = frozenset({9, 10, 13})
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
+#: Bytes of one protobuf file (unpacked, for a ``.gz``), which is decoded whole: the same
+#: limit as a single JSON document's.
+MAX_PROTOBUF_BYTES = MAX_DOCUMENT_BYTES
+_READ_BYTES = 1024 * 1024
 
 
 def read_protobuf(path: Path) -> bytes | None:
     """The file's bytes when it is OTLP protobuf (by its name or its first bytes), else
-    ``None`` (a text file, read as JSON by the caller)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    ``None`` (a text file, read as JSON by the caller).
+
+    A protobuf file is decoded whole, so its size is what bounds memory: past
+    ``MAX_PROTOBUF_BYTES`` (unpacked, for a ``.gz``: a small one can unpack to gigabytes) it
+    is refused while it is read, as a JSON document is past ``MAX_DOCUMENT_BYTES``
+    (docs/design.md, "Capture, import, export, redaction")."""
+    limit = MAX_PROTOBUF_BYTES
     name = path.name.lower()
-    if name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{path}: not a valid gzip file ({exc})") from exc
+    gz = path.suffix == ".gz"  # as ``open_stream`` unpacks
+    parts: list[bytes] = []
+    size = 0
+    with open_stream(path) as f:
+        while size <= limit:
+            try:
+                chunk = f.read(min(_READ_BYTES, limit + 1 - size))
+            except (OSError, EOFError, zlib.error) as exc:
+                why = f"not a valid gzip file ({exc})" if gz else f"cannot read ({exc})"
+                raise InputError(f"{path}: {why}") from exc
+            if not chunk:
+                break
+            parts.append(chunk)
+            size += len(chunk)
+    if size > limit:
+        raise ImportFormatError(
+            f"{path}: over {limit:,} bytes{' unpacked' if gz else ''}, the limit for an OTLP "
+            "protobuf file (it is decoded whole); split the export into smaller files"
+        )
+    raw = b"".join(parts)
+    if gz:
         name = name[: -len(".gz")]
     if name.endswith(SUFFIXES) or looks_binary(raw):
         return raw
@@ -128,4 +152,11 @@ def exports_from_bytes(raw: bytes, where: str) -> list[tuple[str, dict[str, Any]
     ]
 
 
-__all__ = ["SUFFIXES", "decode_message", "exports_from_bytes", "looks_binary", "read_protobuf"]
+__all__ = [
+    "MAX_PROTOBUF_BYTES",
+    "SUFFIXES",
+    "decode_message",
+    "exports_from_bytes",
+    "looks_binary",
+    "read_protobuf",
+]

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from ctxcore.errors import ImportFormatError
+from ctxcore.errors import CtxscopeError, ImportFormatError
 from ctxcore.formats.sessions import claude_code, codex, openhands, trajectories
 from ctxcore.formats.sessions.calls import Call, CallTraces
 from ctxcore.formats.sessions.lines import LogLine, first_values, read_lines
@@ -93,7 +93,20 @@ class SessionImport:
         self.traces = CallTraces(fmt=fmt, builder=builder)
 
     def __iter__(self) -> Iterator[Trace]:
-        return self.traces.traces(self._overridden(self._calls()))
+        """The traces, in order. A log that cannot be read to its end (a cut ``.gz``) gives
+        the traces of the calls read before the damage (all but a reply the damage may have
+        cut), then raises its error."""
+        failed: list[CtxscopeError] = []
+
+        def calls() -> Iterator[Call]:
+            try:
+                yield from self._calls()
+            except CtxscopeError as exc:  # the calls read so far still become traces
+                failed.append(exc)
+
+        yield from self.traces.traces(self._overridden(calls()))
+        if failed:
+            raise failed[0]
 
     def _overridden(self, calls: Iterable[Call]) -> Iterator[Call]:
         for call in calls:
@@ -109,19 +122,37 @@ class SessionImport:
         errors: list[str] = getattr(self._reader, "errors", [])
         return errors
 
-    def collect(self) -> list[Trace]:
-        """All the traces, as a list; records that broke after the last call go on the last
-        trace (``metadata.import.skipped``), as the earlier ones went on the next trace."""
-        traces = list(self)
+    def stream(self) -> Iterator[Trace]:
+        """The traces as they are made, one behind (one trace held): records that broke
+        after the last call go on the last trace (``metadata.import.skipped``), as the
+        earlier ones went on the next trace. A log that cannot be read to its end (a cut
+        ``.gz``) yields the traces made before the damage, then raises its error."""
+        held: Trace | None = None
+        try:
+            for t in self:
+                if held is not None:
+                    yield held
+                held = t
+        except CtxscopeError:
+            if held is not None:
+                yield self._with_late(held)
+            raise
+        if held is not None:
+            yield self._with_late(held)
+
+    def _with_late(self, last: Trace) -> Trace:
         late = self.errors[getattr(self._reader, "reported", len(self.errors)) :]
-        if traces and late:
-            last = traces[-1]
-            meta = dict(last.metadata)
-            imp = dict(meta.get("import") or {})
-            imp["skipped"] = [*(imp.get("skipped") or []), *late]
-            meta["import"] = imp
-            traces[-1] = last.model_copy(update={"metadata": meta})
-        return traces
+        if not late:
+            return last
+        meta = dict(last.metadata)
+        imp = dict(meta.get("import") or {})
+        imp["skipped"] = [*(imp.get("skipped") or []), *late]
+        meta["import"] = imp
+        return last.model_copy(update={"metadata": meta})
+
+    def collect(self) -> list[Trace]:
+        """All the traces, as a list (``stream``, whole)."""
+        return list(self.stream())
 
 
 def _reader(fmt: str, name: str, session: str, now: datetime) -> Any:
