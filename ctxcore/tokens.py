@@ -589,13 +589,23 @@ def backend_label(name: str) -> str:
     return f"{label} ({reason})" if reason else label
 
 
+#: The most characters of text a ``TokenCounter`` keeps counts for. Past it the cache starts
+#: over (a long import or a store's diagnostics would otherwise keep every text ever counted
+#: alive: 86 MB of keys after a 40 MB session log); ~32 M characters is far more than any one
+#: build's texts, so a warm re-run still finds all of its own.
+CACHE_MAX_CHARS = 32_000_000
+
+
 @dataclass
 class TokenCounter:
     """Counts tokens with one tokenizer, caching by content.
 
     The cache is a dict keyed by the text itself: Python hashes a string's content once
     and keeps the hash on the object, so a warm re-run over the same strings costs one
-    dict lookup per text. ``misses`` counts texts actually sent to the tokenizer.
+    dict lookup per text. ``misses`` counts texts actually sent to the tokenizer. It holds
+    at most ``max_chars`` characters of text (``CACHE_MAX_CHARS``), then starts over;
+    counts are always answered from what was just counted, so a cache emptied by another
+    thread meanwhile never loses one.
     """
 
     name: str
@@ -603,6 +613,8 @@ class TokenCounter:
     _cache: dict[str, int] = field(default_factory=dict)
     misses: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    max_chars: int = CACHE_MAX_CHARS
+    _chars: int = 0
 
     def __post_init__(self) -> None:
         if self.name in ESTIMATORS:
@@ -618,10 +630,34 @@ class TokenCounter:
     def exact(self) -> bool:
         return self._fn is None
 
+    @property
+    def cached_chars(self) -> int:
+        """Characters of text the cache holds counts for now."""
+        return self._chars
+
     def _raw_many(self, texts: list[str]) -> list[int]:
         if self._fn is not None:
             return [self._fn(t) for t in texts]
         return get_backend(self.name).start(texts, COUNT_THREADS).result()
+
+    def _keep(self, got: dict[str, int]) -> None:
+        """Add fresh counts (under the lock), starting over when the cache is full."""
+        size = sum(map(len, got))
+        if self._chars + size > self.max_chars:
+            self._cache = {}
+            self._chars = 0
+        if size <= self.max_chars:
+            self._cache.update(got)
+            self._chars += size
+
+    @staticmethod
+    def _answer(texts: Sequence[str], got: dict[str, int], cache: dict[str, int]) -> list[int]:
+        """Each text's count: from what was just counted, else from ``cache``, the dict that
+        was the cache when the call began and held every other text. A full cache is
+        replaced, never emptied, so that dict still holds them whatever other threads did."""
+        if not got:
+            return [cache[t] for t in texts]
+        return [n if (n := got.get(t)) is not None else cache[t] for t in texts]
 
     def count_many_started(self, texts: Sequence[str]) -> Callable[[], list[int]]:
         """``count_many`` started now on background threads; call the result to wait.
@@ -637,14 +673,13 @@ class TokenCounter:
         if not todo:
             return lambda: self.count_many(texts)
         pending = get_backend(self.name).start(todo, COUNT_THREADS)
-        distinct = len(dict.fromkeys(todo))
 
         def wait() -> list[int]:
-            counts = pending.result()
+            got = dict(zip(todo, pending.result(), strict=True))
             with self._lock:
-                cache.update(zip(todo, counts, strict=True))
-                self.misses += distinct
-            return [cache[t] for t in texts]
+                self._keep(got)
+                self.misses += len(got)
+            return self._answer(texts, got, cache)
 
         return wait
 
@@ -654,19 +689,20 @@ class TokenCounter:
             return hit
         (n,) = self._raw_many([text])
         with self._lock:
-            self._cache[text] = n
+            self._keep({text: n})
             self.misses += 1
         return n
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         cache = self._cache
         missing = [t for t in dict.fromkeys(texts) if t not in cache]
+        got: dict[str, int] = {}
         if missing:
-            counts = self._raw_many(missing)
+            got = dict(zip(missing, self._raw_many(missing), strict=True))
             with self._lock:
-                cache.update(zip(missing, counts, strict=True))
+                self._keep(got)
                 self.misses += len(missing)
-        return [cache[t] for t in texts]
+        return self._answer(texts, got, cache)
 
     def encode(self, text: str) -> list[int]:
         if self._fn is not None:

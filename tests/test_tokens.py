@@ -168,3 +168,44 @@ def test_truncate_respects_the_limit() -> None:
     assert "\ufffd" not in cut
     est = get_counter("len/4")
     assert est.count(est.truncate("x" * 100, 10)) <= 10
+
+
+def test_the_count_cache_is_bounded_and_counts_stay_exact() -> None:
+    import random
+    import threading
+
+    from ctxcore.tokens import TokenCounter
+
+    rng = random.Random(7)
+    words = ["error", "Traceback", "数据", "def", " ", "\n", "assert", "🙂", "x" * 40]
+    texts = ["".join(rng.choice(words) for _ in range(rng.randint(1, 60))) for _ in range(600)]
+    reference = TokenCounter("cl100k_base")
+    want = {t: n for t, n in zip(texts, reference.count_many(texts), strict=True)}
+    small = TokenCounter("cl100k_base", max_chars=2_000)
+    got = small.count_many(texts[:50]) + [small.count(t) for t in texts[50:100]]
+    assert got == [want[t] for t in texts[:100]]
+    assert 0 < small.cached_chars <= 2_000
+    assert sum(map(len, small._cache)) == small.cached_chars
+    # threads counting while the cache keeps starting over: every count exact, no error
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        r = random.Random(seed)
+        try:
+            for _ in range(40):
+                batch = r.sample(texts, 25)
+                if r.random() < 0.5:
+                    counts = small.count_many(batch)
+                else:
+                    counts = small.count_many_started(batch)()
+                assert counts == [want[t] for t in batch]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert small.cached_chars <= 2_000
