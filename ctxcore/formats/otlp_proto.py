@@ -20,13 +20,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ctxcore.errors import ImportFormatError, InputError
 from ctxcore.formats.otlp_records import hex_id
+from ctxcore.formats.protodict import message_to_dict
 from ctxcore.loading import open_stream
 from ctxcore.settings import MAX_DOCUMENT_BYTES
 
@@ -129,7 +129,7 @@ def decode_message(raw: bytes, where: str) -> dict[str, Any]:
             continue
         msg.DiscardUnknownFields()
         size = msg.ByteSize()
-        data = MessageToDict(msg)
+        data = message_to_dict(msg)
         if key in data and (best is None or size > best[0]):
             best = (size, data)
     if best is None:
