@@ -85,3 +85,22 @@ def test_the_cache_is_bounded_by_inputs_and_by_packets() -> None:
     assert cache.get(huge, counter).input is huge
     assert [p.input for _, p in cache._recent.values()] == [huge]
     assert [inp for inp, _ in cache._data.values()] == [huge]
+
+
+def test_the_cache_is_bounded_by_characters_of_text() -> None:
+    from ctxcore.pipeline.gather import _PreparedCache
+
+    counter = get_counter("cl100k_base")
+    cache = _PreparedCache(size=64, max_packets=10_000, max_chars=3_000)
+    wide = [
+        CapturedInput(
+            query="q",
+            now=NOW,
+            packets=[Packet(id=f"tool:{i}", kind="tool_result", content=f"{i} " + "x" * 998)],
+        )
+        for i in range(5)
+    ]
+    for inp in wide:
+        cache.get(inp, counter)
+    # 1,000+ characters each: three fit under 3,000, the newest kept
+    assert [p.input for _, p in cache._recent.values()] == wide[-3:]

@@ -531,17 +531,21 @@ class _PreparedCache:
 
     It holds up to 64 inputs (a replay of a 44-turn session re-runs every turn on each knob
     change: 8 entries made it gather every turn again each time), and at most
-    ``max_packets`` packets across them, so a few very large inputs cannot hold the memory
-    of hundreds of small ones (the most recent entry always stays).
+    ``max_packets`` packets and ``max_chars`` characters of packet text across them, so a
+    few very large inputs cannot hold the memory of hundreds of small ones (the most recent
+    entry always stays).
     """
 
-    def __init__(self, size: int = 64, max_packets: int = 40_000) -> None:
+    def __init__(
+        self, size: int = 64, max_packets: int = 40_000, max_chars: int = 16_000_000
+    ) -> None:
         # (the input object itself is kept beside its entry: a content hit is stored under the
         # new object's id, and that id must not be reused by another input while cached)
         self._data: OrderedDict[tuple[int, str], tuple[CapturedInput, Prepared]] = OrderedDict()
         self._recent: OrderedDict[int, tuple[tuple[Any, ...], Prepared]] = OrderedDict()
         self._size = size
         self._max_packets = max_packets
+        self._max_chars = max_chars
         self._lock = threading.Lock()
 
     def clear(self) -> None:
@@ -575,18 +579,32 @@ class _PreparedCache:
             self._data.move_to_end(key)
             self._recent[id(hit)] = (fp, hit)
             self._recent.move_to_end(id(hit))
-            packets = sum(len(prep.input.packets) + 1 for _, prep in self._recent.values())
+            packets = chars = 0
+            for _, prep in self._recent.values():
+                packets += len(prep.input.packets) + 1
+                chars += _chars_of(prep)
             while len(self._recent) > 1 and (
-                len(self._recent) > self._size or packets > self._max_packets
+                len(self._recent) > self._size
+                or packets > self._max_packets
+                or chars > self._max_chars
             ):
                 _, (_, gone) = self._recent.popitem(last=False)
                 packets -= len(gone.input.packets) + 1
+                chars -= _chars_of(gone)
             while len(self._data) > self._size:
                 self._data.popitem(last=False)
             kept = {id(prep) for _, prep in self._recent.values()}
             for k in [k for k, (_, prep) in self._data.items() if id(prep) not in kept]:
                 del self._data[k]  # an input whose preparation was evicted goes with it
         return hit
+
+
+def _chars_of(prep: Prepared) -> int:
+    """The characters of packet text ``prep``'s input holds (counted once)."""
+    if "_chars" not in prep.__dict__:
+        prep.__dict__["_chars"] = sum(len(p.content) for p in prep.input.packets)
+    n: int = prep.__dict__["_chars"]
+    return n
 
 
 def _content_key_of(prep: Prepared) -> tuple[Any, ...] | None:
