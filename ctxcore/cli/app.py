@@ -39,6 +39,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from ctxcore import settings
 from ctxcore.errors import InputError
@@ -235,40 +236,50 @@ def cmd_app(args: argparse.Namespace) -> int:
             stop_companion(companion[0], companion[1], OTLP_DRAIN_S)
 
 
-def _collector_listening(port: int) -> bool:
-    from ctxcore.capture.collector import SERVICE_NAME, SERVICE_PATH
-
-    url = f"http://{settings.DEFAULT_HOST}:{port}{SERVICE_PATH}"
+def service_info(port: int, path: str, name: str, timeout: float = 1.0) -> dict[str, Any] | None:
+    """What a ctxscope service (proxy, receiver) on ``port`` says about itself at ``path``;
+    None if nothing answers there, or something that is not ``name``."""
+    url = f"http://{settings.DEFAULT_HOST}:{port}{path}"
     try:
-        with urllib.request.urlopen(url, timeout=0.5) as resp:  # noqa: S310 - loopback
-            return bool(json.loads(resp.read()).get("service") == SERVICE_NAME)
-    except (OSError, ValueError, AttributeError):
-        return False
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback
+            data = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("service") == name else None
+
+
+def start_service(
+    cmd: list[str], port: int, path: str, name: str, what: str, hint: str, start_s: float
+) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` (a ctxscope service that dies with us) and return it once it answers on
+    ``port``; an error naming ``what`` (and ``hint``) if it exits or stays silent."""
+    preexec = _die_with_parent if sys.platform.startswith("linux") else None
+    proc = subprocess.Popen(cmd, preexec_fn=preexec)
+    deadline = time.monotonic() + start_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise InputError(
+                f"{what} did not start (exit code {proc.returncode}; its message is above){hint}"
+            )
+        if service_info(port, path, name, timeout=0.5) is not None:
+            return proc
+        time.sleep(0.1)
+    stop_companion(proc, what, 1.0)
+    raise InputError(f"{what} did not listen on port {port} within {start_s:g} s")
 
 
 def start_collector(port: int, traces_dir: Path) -> subprocess.Popen[bytes]:
     """``ctxscope collect`` on ``port`` writing into ``traces_dir``, listening when this returns."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "ctxcore",
-        "collect",
-        "--port",
-        str(port),
-        "--traces",
-        str(traces_dir),
-    ]
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    proc = subprocess.Popen(cmd, preexec_fn=preexec)
-    deadline = time.monotonic() + OTLP_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise InputError(
-                f"--otlp {port}: the OTLP receiver did not start (exit code {proc.returncode}; "
-                "its message is above): is the port taken? pass another, e.g. --otlp 4319"
-            )
-        if _collector_listening(port):
-            return proc
-        time.sleep(0.1)
-    stop_companion(proc, "OTLP receiver", 1.0)
-    raise InputError(f"--otlp {port}: the OTLP receiver did not listen within {OTLP_START_S:g} s")
+    from ctxcore.capture.collector import SERVICE_NAME, SERVICE_PATH
+
+    cmd = [sys.executable, "-m", "ctxcore", "collect", "--port", str(port)]
+    cmd += ["--traces", str(traces_dir)]
+    return start_service(
+        cmd,
+        port,
+        SERVICE_PATH,
+        SERVICE_NAME,
+        f"--otlp {port}: the OTLP receiver",
+        ": is the port taken? pass another, e.g. --otlp 4319",
+        OTLP_START_S,
+    )

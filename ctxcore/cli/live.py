@@ -10,21 +10,17 @@ command's exit code. The command's name becomes the calls' source tag.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from ctxcore import settings
-from ctxcore.cli.app import _die_with_parent, run_child
+from ctxcore.cli.app import run_child, service_info, start_service
 from ctxcore.errors import InputError
 
 #: How long ``run`` waits for the proxy it started to listen, and to finish its traces.
@@ -99,13 +95,7 @@ def probe(port: int, timeout: float = 1.0) -> dict[str, Any] | None:
     """What a ctxscope proxy on ``port`` says about itself; None if nothing answers."""
     from ctxcore.capture.proxy import SERVICE_NAME, SERVICE_PATH
 
-    url = f"http://{settings.DEFAULT_HOST}:{port}{SERVICE_PATH.decode()}"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback
-            data = json.loads(resp.read())
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-    return data if isinstance(data, dict) and data.get("service") == SERVICE_NAME else None
+    return service_info(port, SERVICE_PATH.decode(), SERVICE_NAME, timeout)
 
 
 def _port_taken(port: int) -> bool:
@@ -139,20 +129,10 @@ def _start_proxy(args: argparse.Namespace) -> subprocess.Popen[bytes]:
             settings.DEFAULT_UPSTREAM_ANTHROPIC,
         ),
     ]
-    preexec = _die_with_parent if sys.platform.startswith("linux") else None
-    proc = subprocess.Popen(cmd, preexec_fn=preexec)
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise InputError(
-                f"the proxy did not start (exit code {proc.returncode}); see its message above"
-            )
-        if probe(args.proxy_port, timeout=0.5) is not None:
-            return proc
-        time.sleep(0.1)
-    proc.kill()
-    proc.wait()
-    raise InputError(f"the proxy did not listen on port {args.proxy_port} within {START_S:g} s")
+    from ctxcore.capture.proxy import SERVICE_NAME, SERVICE_PATH
+
+    path = SERVICE_PATH.decode()
+    return start_service(cmd, args.proxy_port, path, SERVICE_NAME, "the proxy", "", START_S)
 
 
 def _stop_proxy(proc: subprocess.Popen[bytes]) -> None:
