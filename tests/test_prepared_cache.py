@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ctxcore.models import CapturedInput, Packet
+from ctxcore.models import CapturedInput, Message, Packet
 from ctxcore.pipeline.gather import PREPARED
 from ctxcore.tokens import get_counter
 
@@ -104,3 +104,25 @@ def test_the_cache_is_bounded_by_characters_of_text() -> None:
         cache.get(inp, counter)
     # 1,000+ characters each: three fit under 3,000, the newest kept
     assert [p.input for _, p in cache._recent.values()] == wide[-3:]
+
+
+def test_history_text_counts_against_the_character_bound() -> None:
+    """An imported session log's turn is mostly history: its text is bounded like packets'."""
+    from ctxcore.pipeline.gather import _PreparedCache
+
+    counter = get_counter("cl100k_base")
+    cache = _PreparedCache(size=64, max_packets=10_000, max_chars=3_000)
+    talks = [
+        CapturedInput(
+            query=f"q{i}",
+            now=NOW,
+            history=[
+                Message(role="user", content=f"{i} " + "y" * 998),
+                Message(role="assistant", content="ok"),
+            ],
+        )
+        for i in range(5)
+    ]
+    for inp in talks:
+        cache.get(inp, counter)
+    assert [p.input for _, p in cache._recent.values()] == talks[-2:]

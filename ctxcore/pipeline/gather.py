@@ -525,15 +525,17 @@ class _PreparedCache:
     Identity first (the entry keeps the object alive, so an id is never reused while
     cached): the sweep and a script re-running one input hit it for free. Then by content,
     for equal copies of an input (a Streamlit cache returns copies): only entries with the
-    same query, time, sizes and tokenizer are compared, by ``content_key`` (about a
-    millisecond for 1,000 packets, made only then, so a cold input never pays it). A miss
+    same query, time, sizes, packet-text length and tokenizer are compared, by
+    ``content_key`` (about a millisecond for 1,000 packets, made only then, so a cold input
+    never pays it; a replay of a store once paid it twice per trace for turns of other
+    sessions with the same shape and time, which the text length tells apart). A miss
     gathers again; counting is still cached by text in the ``TokenCounter``.
 
     It holds up to 64 inputs (a replay of a 44-turn session re-runs every turn on each knob
     change: 8 entries made it gather every turn again each time), and at most
-    ``max_packets`` packets and ``max_chars`` characters of packet text across them, so a
-    few very large inputs cannot hold the memory of hundreds of small ones (the most recent
-    entry always stays).
+    ``max_packets`` packets and ``max_chars`` characters of text (packets and history) across
+    them, so a few very large inputs cannot hold the memory of hundreds of small ones (the
+    most recent entry always stays).
     """
 
     def __init__(
@@ -560,7 +562,10 @@ class _PreparedCache:
         meanwhile: Callable[[list[Item]], None] | None = None,
     ) -> Prepared:
         key = (id(input), counter.name)
-        fp = (input.query, input.now, len(input.history), len(input.packets), counter.name)
+        # the text's length too: inputs of the same shape and time (turn k of many
+        # sessions) rarely share it, and a content_key is made only for those that do
+        chars = _text_chars(input)
+        fp = (input.query, input.now, len(input.history), len(input.packets), counter.name, chars)
         with self._lock:
             entry = self._data.get(key)
             if entry is not None and entry[0] is input:
@@ -574,6 +579,7 @@ class _PreparedCache:
                 hit = next((prep for prep in same if _content_key_of(prep) == ckey), None)
         if hit is None:
             hit = gather(input, counter, meanwhile)
+            hit.__dict__.setdefault("_chars", chars)
         with self._lock:
             self._data[key] = (input, hit)
             self._data.move_to_end(key)
@@ -599,10 +605,17 @@ class _PreparedCache:
         return hit
 
 
+def _text_chars(input: CapturedInput) -> int:
+    """The characters of text an input holds: its packets and its history (an imported
+    session log's turn is mostly history: a bound on packet text alone let 64 of them hold
+    hundreds of MB)."""
+    return sum(len(p.content) for p in input.packets) + sum(len(m.content) for m in input.history)
+
+
 def _chars_of(prep: Prepared) -> int:
-    """The characters of packet text ``prep``'s input holds (counted once)."""
+    """The characters of text ``prep``'s input holds (counted once)."""
     if "_chars" not in prep.__dict__:
-        prep.__dict__["_chars"] = sum(len(p.content) for p in prep.input.packets)
+        prep.__dict__["_chars"] = _text_chars(prep.input)
     n: int = prep.__dict__["_chars"]
     return n
 
