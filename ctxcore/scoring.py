@@ -111,17 +111,38 @@ def _count_overlapping(text: str, sub: str) -> int:
 
 
 class TermFrequencies:
-    """Per-document frequencies of a query's terms, memoised by (query terms, content)."""
+    """Per-document frequencies of a query's terms, memoised by (query terms, content).
 
-    def __init__(self, max_entries: int = 200_000) -> None:
+    The memo's keys hold the documents themselves, so it is bounded by their characters
+    (``max_chars``) as well as by entries; past either it starts over. A long session log's
+    import runs every call's query over new history: bounded by entries alone it kept up to
+    200,000 documents alive, most of the log's text. The compiled patterns (one per query)
+    are bounded the same way."""
+
+    def __init__(
+        self, max_entries: int = 200_000, max_chars: int = 16_000_000, max_queries: int = 512
+    ) -> None:
         #: a row per (query terms, document): a tuple, or a row of a batch's matrix
         self._memo: dict[tuple[QueryTerms, str], tuple[int, ...] | npt.NDArray[np.int64]] = {}
         self._regex: dict[QueryTerms, re.Pattern[str] | None] = {}
         self._max = max_entries
+        self._max_chars = max_chars
+        self._max_queries = max_queries
+        self._chars = 0  # of the documents the memo's keys hold
         self._lock = threading.Lock()
+
+    def _make_room(self, entries: int, chars: int) -> None:
+        """Start the memo over if ``entries`` more keys of ``chars`` characters would not fit
+        (with the lock held)."""
+        if len(self._memo) + entries > self._max or self._chars + chars > self._max_chars:
+            self._memo.clear()
+            self._chars = 0
+        self._chars += chars
 
     def _pattern(self, q: QueryTerms) -> re.Pattern[str] | None:
         if q not in self._regex:
+            if len(self._regex) >= self._max_queries:
+                self._regex.clear()
             if q.latin:
                 alt = "|".join(re.escape(t) for t in sorted(q.latin, key=len, reverse=True))
                 self._regex[q] = re.compile(rf"(?<![{_LATIN}])(?:{alt})(?![{_LATIN}])")
@@ -155,8 +176,8 @@ class TermFrequencies:
                     cjk.append(0)
         row = tuple(counts.get(t, 0) for t in q.latin) + tuple(cjk)
         with self._lock:
-            if len(self._memo) >= self._max:
-                self._memo.clear()
+            if key not in self._memo:
+                self._make_room(1, len(text))
             self._memo[key] = row
         return row
 
@@ -181,8 +202,7 @@ class TermFrequencies:
             found = self._batch(q, missing, missing_lows)
             found.flags.writeable = False  # its rows are memoised as views
             with self._lock:
-                if len(memo) + len(missing) > self._max:
-                    memo.clear()
+                self._make_room(len(missing), sum(map(len, missing)))
                 memo.update(zip([(q, t) for t in missing], found, strict=True))
             if len(missing) == len(texts):  # every text new and distinct: this is the matrix
                 return found

@@ -92,10 +92,13 @@ def error_evidence(text: str, low: str | None = None) -> list[str]:
         line = text[start : end if end >= 0 else len(text)]
         if _is_evidence(line):
             out.append(line.strip())
+    global _ERROR_MEMO_CHARS
     with _ERROR_LOCK:
-        if len(_ERROR_MEMO) >= 20_000:
+        if len(_ERROR_MEMO) >= 20_000 or _ERROR_MEMO_CHARS + len(text) > MEMO_MAX_CHARS:
             _ERROR_MEMO.clear()
+            _ERROR_MEMO_CHARS = 0
         _ERROR_MEMO[text] = tuple(out)
+        _ERROR_MEMO_CHARS += len(text)
     return out
 
 
@@ -136,7 +139,12 @@ _ERROR_HINTS = (
     "panicked",
     "e  ",
 )
+#: The memos here are keyed by the texts themselves, so each is bounded by the characters its
+#: keys hold as well as by entries (a long session log's import brings new texts call after
+#: call: bounded by entries alone, 20,000 histories held most of the log).
+MEMO_MAX_CHARS = 8_000_000
 _ERROR_MEMO: dict[str, tuple[str, ...]] = {}
+_ERROR_MEMO_CHARS = 0
 _ERROR_LOCK = threading.Lock()
 
 #: rough characters per token while choosing lines (the real count is done by the caller)
@@ -480,7 +488,10 @@ class ExtractiveSummarizer:
 
     symbols: tuple[str, ...] = ()
     max_entries: int = 20_000
+    #: characters of content the memo's keys may hold (see ``MEMO_MAX_CHARS``)
+    max_chars: int = 2_000_000
     _memo: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    _chars: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     calls: int = 0
 
@@ -509,9 +520,11 @@ class ExtractiveSummarizer:
         else:
             out = summarize_generic(content, target_tokens)
         with self._lock:
-            if len(self._memo) >= self.max_entries:
+            if len(self._memo) >= self.max_entries or self._chars + len(content) > self.max_chars:
                 self._memo.clear()
+                self._chars = 0
             self._memo[key] = out
+            self._chars += len(content)
         return out
 
 
