@@ -145,6 +145,34 @@ def window_extent(trace: Trace) -> int:
     return max(t.window, t.used + t.output_reserve)
 
 
+#: plotly templates as plain dicts, by name (``_template``)
+_TEMPLATES: dict[str, dict[str, Any]] = {}
+
+
+def _template(name: str) -> dict[str, Any]:
+    """A named plotly template as a plain dict, read once."""
+    if name not in _TEMPLATES:
+        import plotly.io as pio
+
+        _TEMPLATES[name] = pio.templates[name].to_plotly_json()
+    return _TEMPLATES[name]
+
+
+def _unchecked(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
+    """A figure from plain dicts, without plotly.py's property-by-property validation.
+
+    Validating a dozen-trace figure costs ~60 ms, twice what the Playground's re-run of a
+    2,000-packet trace costs, on every knob move (docs/design.md, "The app"). The dicts come
+    from this module's own code (trace text goes through ``esc``); a test checks that
+    plotly's validation returns them unchanged. A template name becomes its dict here, as
+    validation would have made it.
+    """
+    lay = dict(layout)
+    if isinstance(lay.get("template"), str):
+        lay["template"] = _template(lay["template"])
+    return go.Figure({"data": data, "layout": lay}, _validate=False)
+
+
 def window_bar(
     trace: Trace, x_max: int | None = None, note: str | None = None, legend: bool = True
 ) -> go.Figure:
@@ -157,41 +185,40 @@ def window_bar(
     if trace.result is None:
         return _empty(title, "This trace has no build result (captured input only).")
     t = trace.result.totals
-    segs = window_segments(trace)
-    fig = go.Figure()
-    for label, n, color in segs:
-        fig.add_trace(
-            go.Bar(
-                x=[n],
-                y=["window"],
-                orientation="h",
-                name=esc(label),
-                marker={"color": color, "line": {"color": "#ffffff", "width": 1}},
-                hovertext=[f"{esc(label)}: {n:,} tokens ({_pct(n, t.window)} of the window)"],
-                hoverinfo="text",
-                text=[esc(label) if t.window and n / t.window > 0.08 else ""],
-                textposition="inside",
-                insidetextanchor="middle",
-            )
-        )
+    data = [
+        {
+            "type": "bar",
+            "x": [n],
+            "y": ["window"],
+            "orientation": "h",
+            "name": esc(label),
+            "marker": {"color": color, "line": {"color": "#ffffff", "width": 1}},
+            "hovertext": [f"{esc(label)}: {n:,} tokens ({_pct(n, t.window)} of the window)"],
+            "hoverinfo": "text",
+            "text": [esc(label) if t.window and n / t.window > 0.08 else ""],
+            "textposition": "inside",
+            "insidetextanchor": "middle",
+        }
+        for label, n, color in window_segments(trace)
+    ]
     subtitle = (
         f"window {t.window:,} · available {t.available:,} · used {t.used:,} "
         f"({_pct(t.used, t.available)}) · tokenizer {esc(t.tokenizer)}"
     )
     if note:
         subtitle += "<br>" + esc(note)
-    fig.update_layout(
-        barmode="stack",
-        title={"text": title, "subtitle": {"text": subtitle}},
-        height=250 if note else 230,
-        margin={"l": 10, "r": 10, "t": 90 if note else 70, "b": 40},
-        yaxis={"visible": False},
-        xaxis={"range": [0, x_max or window_extent(trace)], "ticksuffix": " tok"},
-        legend={"orientation": "h", "y": -0.3, "traceorder": "normal"},
-        showlegend=legend,
+    layout = {
+        "barmode": "stack",
+        "title": {"text": title, "subtitle": {"text": subtitle}},
+        "height": 250 if note else 230,
+        "margin": {"l": 10, "r": 10, "t": 90 if note else 70, "b": 40},
+        "yaxis": {"visible": False},
+        "xaxis": {"range": [0, x_max or window_extent(trace)], "ticksuffix": " tok"},
+        "legend": {"orientation": "h", "y": -0.3, "traceorder": "normal"},
+        "showlegend": legend,
         **_LAYOUT,
-    )
-    return fig
+    }
+    return _unchecked(data, layout)
 
 
 def partition_budgets(trace: Trace) -> go.Figure:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
+import pandas as pd
 import streamlit as st
 
 from ctxcore import figures
@@ -92,6 +94,15 @@ def _baseline(t: Trace, cfg: Config, mode: str) -> tuple[Config, BuildResult | N
     return prev, state.rebuild(t, prev, views.config_json(prev))
 
 
+#: The fragments a knob move reruns (docs/design.md, "The app"): the summary above the tabs
+#: and the open tab's body. The page (picker, caption, knobs, sidebar) and the tab bar stay.
+#: Widgets inside them rerun them alone too (the decisions filters rerun the body).
+SUMMARY = "pg_summary"
+BODY = "pg_body"
+MOVED = [SUMMARY, BODY]
+SECTIONS = ["Decisions", "Prompt", "Prompt diff", "Scores", "Permalink & save"]
+
+
 def render() -> None:
     st.title("Playground")
     t = widgets.trace_picker("pg")
@@ -104,84 +115,173 @@ def render() -> None:
     with left:
         st.subheader("Settings")
         with state.guard():
-            knobs.panel(t.input, t.config)
-        if st.button("Reset to recorded settings", key="pg_reset"):
-            knobs.load(t.config, t.input)
-            st.rerun()
+            # A value knob reruns only the MOVED fragments; a knob that changes the panel
+            # itself (preset, tied weights, auto toggles) reruns the page.
+            knobs.panel(t.input, t.config, rerun=MOVED)
+        st.button(
+            "Reset to recorded settings",
+            key="pg_reset",
+            on_click=knobs.load,
+            args=(t.config, t.input),
+        )
     with right:
-        try:
-            cfg = resolve_config(knobs.current(t.input), t.input)
-            result = state.rebuild(t, cfg, views.config_json(cfg))
-        except CtxscopeError as exc:
-            st.error(views.md(exc), icon=":material/error:")
-            return
-        params = {"trace": t.trace_id, **views.config_to_params(cfg)}
-        state.qp_set(params)
-        state.ss_set("pg_qp_written", state.qp_all())
-        mode = st.radio(
+        _result(t)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The re-run the knobs describe and what its diff compares with."""
+
+    cfg: Config
+    cfg_json: str
+    result: BuildResult
+    mode: str
+    base_cfg: Config
+    base: BuildResult | None
+
+
+def _current(t: Trace) -> _Run:
+    """Both fragments start here; the re-run and the baseline come from caches after the
+    first (raises ``CtxscopeError`` when the knobs do not make a valid config)."""
+    cfg = resolve_config(knobs.current(t.input), t.input)
+    cfg_json = views.config_json(cfg)
+    result = state.rebuild(t, cfg, cfg_json)
+    mode = str(state.ss_get("pg_diff_mode") or RECORDED)
+    base_cfg, base = _baseline(t, cfg, mode)
+    return _Run(cfg, cfg_json, result, mode, base_cfg, base)
+
+
+def _result(t: Trace) -> None:
+    """The result column. The diff switch and the tabs are drawn here, outside the MOVED
+    fragments: switching either reruns the page, as a knob move never needs them redrawn."""
+    with state.guard():
+        st.radio(
             "Differences against",
             [RECORDED, PREVIOUS],
             key="pg_diff_mode",
             horizontal=True,
             help="the recorded build, or the run before your last change",
         )
-        base_cfg, base = _baseline(t, cfg, mode)
-        widgets.metrics(result, base, per_row=4)
-        flips = views.flipped(base, result, t.input.history)
-        st.subheader(f"Flipped ({len(flips)})")
-        if flips.empty:
-            note = views.no_effect_note(base_cfg, cfg, base, result) if base else None
-            st.caption(
-                note
-                or (
-                    "Nothing changed against the recorded build."
-                    if mode == RECORDED
-                    else "No earlier run yet: move a knob to compare with the run before."
-                )
-            )
-        else:
-            st.dataframe(
-                flips,
-                hide_index=True,
-                key="pg_flipped",
-                column_config=FLIP_CONFIG,
-            )
-        variant = t.model_copy(update={"config": cfg, "result": result})
-        st.plotly_chart(
-            figures.window_bar(variant, note=views.flip_summary(flips)), key="pg_window"
-        )
-        part, box = widgets.section(
-            ["Decisions", "Prompt", "Prompt diff", "Scores", "Permalink & save"], "pg_section"
-        )
+        _summary(t)
+        part, box = widgets.section(SECTIONS, "pg_section")
         with box:
-            if part == "Decisions":
-                widgets.decisions_table(views.decisions_frame(result.decisions), "pg")
-            elif part == "Prompt":
-                widgets.prompt_view(result.prompt, "pg")
-            elif part == "Prompt diff":
-                diff = views.prompt_diff(
-                    base.prompt if base else "",
-                    result.prompt,
-                    "recorded" if mode == RECORDED else "previous",
-                    "variant",
-                )
-                st.code(diff or "(the prompts are identical)", language="diff", height=520)
-            elif part == "Scores":
-                st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
-            else:
-                st.caption("Permalink: opens this trace with exactly these settings.")
-                page_url = (st.context.url or "").split("?")[0]
-                st.code(f"{page_url}?{urlencode(params)}", language=None, wrap_lines=True)
-                if st.button("Save variant as a new trace", key="pg_save", type="primary"):
-                    with state.guard():
-                        _save(t, cfg)
-                saved = state.ss_get("pg_saved")
-                if saved:
-                    st.success(
-                        f"Saved as trace {views.code(saved)} (linked to {views.code(t.trace_id)})."
-                    )
-                    if st.button("Open the saved variant", key="pg_open_saved"):
-                        state.switch("inspect", trace=saved)
+            _body(t, part)
+
+
+@st.fragment(key=SUMMARY)
+def _summary(t: Trace) -> None:
+    """Metrics, what flipped and the window bar of the re-run."""
+    with state.guard():  # a fragment rerun runs outside app.py's error handling
+        try:
+            run = _current(t)
+        except CtxscopeError as exc:
+            st.error(views.md(exc), icon=":material/error:")
+            return
+        state.qp_set(_params(t, run.cfg))
+        state.ss_set("pg_qp_written", state.qp_all())
+        _draw_summary(t, run)
+
+
+def _params(t: Trace, cfg: Config) -> dict[str, str]:
+    return {"trace": t.trace_id, **views.config_to_params(cfg)}
+
+
+def _flips(t: Trace, run: _Run) -> pd.DataFrame:
+    if run.base is None:
+        against = "nothing"
+    else:
+        against = "recorded" if run.mode == RECORDED else views.config_json(run.base_cfg)
+    # Tables derived from a re-run are kept per (trace, config): moving a knob back to a
+    # value seen before redraws from memory (docs/design.md, "The app").
+    return state.derived(
+        "pg_flipped",
+        t.trace_id,
+        f"{run.cfg_json}\n{against}",
+        lambda: views.flipped(run.base, run.result, t.input.history),
+    )
+
+
+def _draw_summary(t: Trace, run: _Run) -> None:
+    widgets.metrics(run.result, run.base, per_row=4)
+    flips = _flips(t, run)
+    st.subheader(f"Flipped ({len(flips)})")
+    if flips.empty:
+        note = (
+            views.no_effect_note(run.base_cfg, run.cfg, run.base, run.result) if run.base else None
+        )
+        st.caption(
+            note
+            or (
+                "Nothing changed against the recorded build."
+                if run.mode == RECORDED
+                else "No earlier run yet: move a knob to compare with the run before."
+            )
+        )
+    else:
+        st.dataframe(
+            flips,
+            hide_index=True,
+            key="pg_flipped",
+            column_config=FLIP_CONFIG,
+        )
+    variant = t.model_copy(update={"config": run.cfg, "result": run.result})
+    # The flip count goes under the bar, not into the figure: Streamlit redraws a plotly
+    # chart from scratch whenever its figure changes, and most moves (a filter, a weight)
+    # leave the window's usage as it was, so the bar's figure stays the same and is not
+    # redrawn. The empty slot keeps the elements after it in place when there is no note.
+    st.plotly_chart(figures.window_bar(variant), key="pg_window")
+    slot = st.empty()
+    summary = views.flip_summary(flips)
+    if summary:
+        slot.caption(summary)
+
+
+@st.fragment(key=BODY)
+def _body(t: Trace, part: str) -> None:
+    """The open tab's content."""
+    with state.guard():
+        try:
+            run = _current(t)
+        except CtxscopeError:
+            return  # the summary above shows the error
+        _draw_body(t, run, part)
+
+
+def _draw_body(t: Trace, run: _Run, part: str) -> None:
+    result, base = run.result, run.base
+    if part == "Decisions":
+        frame = state.derived(
+            "pg_decisions",
+            t.trace_id,
+            run.cfg_json,
+            lambda: views.decisions_frame(result.decisions),
+        )
+        widgets.decisions_table(frame, "pg")
+    elif part == "Prompt":
+        widgets.prompt_view(result.prompt, "pg")
+    elif part == "Prompt diff":
+        diff = views.prompt_diff(
+            base.prompt if base else "",
+            result.prompt,
+            "recorded" if run.mode == RECORDED else "previous",
+            "variant",
+        )
+        st.code(diff or "(the prompts are identical)", language="diff", height=520)
+    elif part == "Scores":
+        variant = t.model_copy(update={"config": run.cfg, "result": result})
+        st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
+    else:
+        st.caption("Permalink: opens this trace with exactly these settings.")
+        page_url = (st.context.url or "").split("?")[0]
+        st.code(f"{page_url}?{urlencode(_params(t, run.cfg))}", language=None, wrap_lines=True)
+        if st.button("Save variant as a new trace", key="pg_save", type="primary"):
+            with state.guard():
+                _save(t, run.cfg)
+        saved = state.ss_get("pg_saved")
+        if saved:
+            st.success(f"Saved as trace {views.code(saved)} (linked to {views.code(t.trace_id)}).")
+            if st.button("Open the saved variant", key="pg_open_saved"):
+                state.switch("inspect", trace=saved)
 
 
 if __name__ == "__main__":

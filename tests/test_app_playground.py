@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import app_support as data
+import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ctxcore import figures
 from ctxcore.models import Config, Trace
-from ctxcore.pipeline import build
+from ctxcore.pipeline import build, resolve_config
 from ui import views
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -36,6 +40,20 @@ def open_page(page: str, **params: str) -> AppTest:
         at.query_params[k] = v
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def move(at: AppTest, kind: str, key: str, value: object) -> AppTest:
+    """Change one knob as a user would. The move reruns the two result fragments alone (the
+    summary and the open tab's body): ``at`` then holds only what they drew, no page title,
+    trace picker, knobs or tab bar. A later move or ``at.run()`` runs the whole page again
+    first, as the next interaction would see it."""
+    if not at.title:
+        at.run()
+    getattr(at, kind)(key=key).set_value(value).run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert not at.title and not at.slider and not at.tabs, f"moving {key} reran the page"
+    assert any(s.value.startswith("Flipped (") for s in at.subheader)
     return at
 
 
@@ -70,7 +88,7 @@ def test_max_tokens_slider_flips_packets(db: Path, built: list[Trace]) -> None:
     new = (t.result.totals.used * 6 // 10) // 100 * 100
     want = expected_flips(t, max_tokens=new)
     assert any(b != a for a, b in want.values()), "the chosen budget must flip a status"
-    at.slider(key="pg_max_tokens").set_value(new).run()
+    move(at, "slider", "pg_max_tokens", new)
     assert not at.exception and not at.error, [e.value for e in at.error]
     frame = flipped_frame(at)
     assert f"Flipped ({len(want)})" in [s.value for s in at.subheader]
@@ -88,7 +106,7 @@ def test_max_tokens_slider_flips_packets(db: Path, built: list[Trace]) -> None:
 def test_min_relevance_slider_filters_packets(db: Path, built: list[Trace]) -> None:
     t = built[1]
     at = open_page("playground", trace=t.trace_id)
-    at.slider(key="pg_min_relevance").set_value(0.5).run()
+    move(at, "slider", "pg_min_relevance", 0.5)
     want = expected_flips(t, min_relevance=0.5)
     got = {r.packet_id: (r.status_before, r.status_now) for r in flipped_frame(at).itertuples()}
     assert got == want
@@ -98,9 +116,9 @@ def test_min_relevance_slider_filters_packets(db: Path, built: list[Trace]) -> N
 def test_permalink_reproduces_settings(db: Path, built: list[Trace]) -> None:
     t = built[1]
     at = open_page("playground", trace=t.trace_id)
-    at.slider(key="pg_max_tokens").set_value(9000).run()
-    at.slider(key="pg_relevance_weight").set_value(0.45).run()
-    at.selectbox(key="pg_fill").set_value("optimal").run()
+    move(at, "slider", "pg_max_tokens", 9000)
+    move(at, "slider", "pg_relevance_weight", 0.45)
+    move(at, "selectbox", "pg_fill", "optimal")
     link = dict(at.query_params)
     assert link["trace"] == t.trace_id and link["fill"] == "optimal"
     flips = flipped_frame(at)
@@ -136,7 +154,7 @@ def test_switching_preset_shows_its_knobs(db: Path, built: list[Trace]) -> None:
 def test_save_variant_links_to_source(db: Path, built: list[Trace]) -> None:
     t = built[1]
     at = open_page("playground", trace=t.trace_id)
-    at.slider(key="pg_max_tokens").set_value(12000).run()
+    move(at, "slider", "pg_max_tokens", 12000)
     at.session_state["pg_section"] = "Permalink & save"
     at.run()
     at.button(key="pg_save").click().run()
@@ -188,7 +206,9 @@ def test_max_tokens_slider_keeps_a_large_value(db: Path, built: list[Trace]) -> 
     top = at.slider(key="pg_max_tokens").max
     high = int(top * 3 // 4) // 100 * 100
     assert high > 2 * t.config.max_tokens or high > 16_000
-    at.slider(key="pg_max_tokens").set_value(high).run()
+    move(at, "slider", "pg_max_tokens", high)
+    assert at.query_params["max_tokens"] == str(high)
+    at.run()
     assert at.slider(key="pg_max_tokens").value == high
     assert at.slider(key="pg_max_tokens").max == top
     at.run()
@@ -201,13 +221,14 @@ def test_diff_against_the_previous_run_or_the_recorded_build(db: Path, built: li
     at = open_page("playground", trace=t.trace_id)
     assert at.radio(key="pg_diff_mode").value == "recorded build"
     first = (t.result.totals.used * 6 // 10) // 100 * 100
-    at.slider(key="pg_max_tokens").set_value(first).run()
-    at.slider(key="pg_min_relevance").set_value(0.5).run()
+    move(at, "slider", "pg_max_tokens", first)
+    move(at, "slider", "pg_min_relevance", 0.5)
     # against the recorded build: both moves
     assert {r.packet_id for r in flipped_frame(at).itertuples()} == set(
         expected_flips(t, max_tokens=first, min_relevance=0.5)
     )
     # against the previous run: only what the last move (min_relevance) did
+    at.run()  # the switch sits above the fragments a knob move reruns
     at.radio(key="pg_diff_mode").set_value("previous run").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     cfg = Config(
@@ -238,3 +259,79 @@ def test_diff_against_the_previous_run_or_the_recorded_build(db: Path, built: li
     assert list(flipped_frame(at)["packet_id"]) == list(want["packet_id"])
     shown = "--- previous" if prev.prompt != now.prompt else "(the prompts are identical)"
     assert any(shown in c.value for c in at.code)
+
+
+def _variant(t: Trace, **changes) -> Trace:
+    """``t`` rebuilt with knobs changed as the Playground does (reserve and safety margin
+    derived again by the preset)."""
+    cfg = resolve_config(
+        Config(
+            **{**t.config.model_dump(), "output_reserve": None, "safety_margin": None, **changes}
+        ),
+        t.input,
+    )
+    return t.model_copy(update={"config": cfg, "result": build(t.input, cfg)})
+
+
+def test_a_knob_move_reruns_the_result_alone(db: Path, built: list[Trace]) -> None:
+    """The fragments: a value knob redraws the summary and the open tab, nothing else; a
+    knob that changes the panel itself (the preset) reruns the whole page."""
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    assert at.title[0].value == "Playground" and at.tabs
+    new = (t.result.totals.used * 6 // 10) // 100 * 100
+    variant = _variant(t, max_tokens=new)
+    assert variant.result is not None
+    flips = views.flipped(t.result, variant.result, t.input.history)
+    assert not flips.empty, "the chosen budget must flip something"
+    move(at, "slider", "pg_max_tokens", new)
+    # not redrawn: the picker, the knobs, the Reset button, the tab bar
+    assert not at.selectbox and not at.button and not at.tabs
+    # redrawn: what flipped, the window bar and the open tab (Decisions) of the new build
+    assert f"Flipped ({len(flips)})" in [s.value for s in at.subheader]
+    decisions = next(d.value for d in at.dataframe if "reason_text" in d.value.columns)
+    assert list(decisions["status"]) == [d.status.value for d in variant.result.decisions]
+    (chart,) = at.get("plotly_chart")
+    subtitle = json.loads(chart.proto.spec)["layout"]["title"]["subtitle"]["text"]
+    assert f"used {variant.result.totals.used:,} " in subtitle
+    # the flip count is a caption under the bar, not part of the figure
+    assert "flipped" not in subtitle
+    assert views.flip_summary(flips) in [c.value for c in at.caption]
+    assert at.query_params["max_tokens"] == str(new)
+    # the preset changes which knobs there are: the whole page runs
+    at.run()
+    at.selectbox(key="pg_preset").set_value("hello-agents-book").run()
+    assert not at.exception
+    assert at.title and at.tabs and at.slider(key="pg_relevance_weight")
+
+
+def test_reset_puts_back_the_recorded_settings(db: Path, built: list[Trace]) -> None:
+    t = built[1]
+    at = open_page("playground", trace=t.trace_id)
+    new = (t.result.totals.used * 6 // 10) // 100 * 100
+    move(at, "slider", "pg_max_tokens", new)
+    move(at, "slider", "pg_min_relevance", 0.5)
+    at.run()
+    assert at.slider(key="pg_max_tokens").value == new
+    at.button(key="pg_reset").click().run()
+    assert not at.exception
+    assert at.slider(key="pg_max_tokens").value == t.config.max_tokens
+    assert at.slider(key="pg_min_relevance").value == pytest.approx(t.config.min_relevance)
+    assert "Flipped (0)" in [s.value for s in at.subheader]
+    assert at.query_params["max_tokens"] == str(t.config.max_tokens)
+
+
+def test_window_bar_is_the_figure_plotly_validation_gives(built: list[Trace]) -> None:
+    """``window_bar`` skips plotly.py's validation (it costs more than the re-run); what it
+    builds must be exactly what validating the same figure gives."""
+    for t in built:
+        assert t.result is not None
+        wide = figures.window_extent(t) * 2
+        for kw in (
+            {},
+            {"note": "flipped (2): 2 now <b>kept</b>"},
+            {"x_max": wide, "legend": False},
+        ):
+            fig = figures.window_bar(t, **kw)  # type: ignore[arg-type]
+            checked = go.Figure(fig.to_dict())  # validates every property; raises on a typo
+            assert json.loads(pio.to_json(checked)) == json.loads(pio.to_json(fig, validate=False))

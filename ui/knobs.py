@@ -9,6 +9,7 @@ state; ``load`` fills them from a config (the recorded one, or a permalink's), a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
@@ -118,16 +119,30 @@ def _on_preset(inp: CapturedInput, recorded: Config) -> None:
     load(recorded if new == recorded.preset else preset_defaults(new, inp), inp)
 
 
-def _tie(changed: str) -> None:
+def _moved(rerun: Sequence[str]) -> None:
+    """A value knob moved: rerun only the fragments that draw the result (their keys), not
+    the page; the panel itself looks the same (docs/design.md, "The app")."""
+    if rerun:
+        st.rerun(list(rerun))
+
+
+def _tie(changed: str, rerun: Sequence[str]) -> None:
     if not state.ss_get(PREFIX + "tie_weights"):
+        _moved(rerun)
         return
+    # the other weight's slider moves too: the whole page reruns (the panel redraws)
     other = "recency_weight" if changed == "relevance_weight" else "relevance_weight"
     v = float(state.ss_get(key(changed), 0.0))
     state.ss_set(key(other), round(1.0 - v, 6))
 
 
-def panel(inp: CapturedInput, recorded: Config) -> None:
-    """Draw the widgets of the current preset's knobs (values come from session state)."""
+def panel(inp: CapturedInput, recorded: Config, rerun: Sequence[str] = ()) -> None:
+    """Draw the widgets of the current preset's knobs (values come from session state).
+
+    ``rerun`` names the fragments that draw the result: a knob holding a value reruns only
+    them. The preset, the tied weights and the auto toggles change the panel and rerun the
+    page (so does every knob without ``rerun``).
+    """
     st.selectbox(
         "Preset",
         list(PRESET_NAMES),
@@ -147,30 +162,30 @@ def panel(inp: CapturedInput, recorded: Config) -> None:
             key=PREFIX + "tie_weights",
             help="Moving one weight moves the other (the tutorial's rule).",
         )
-    tied = weights and bool(state.ss_get(PREFIX + "tie_weights"))
     # Slider ranges must not depend on the slider's own value: a range that moves with
     # the value re-creates the widget and it snaps back. Size them from the trace.
     top = max(32_000, 2 * int(recorded.max_tokens or 0), 2 * int(inp.window or 0))
     top = -(-top // 1000) * 1000
     for name in has:
-        _widget(name, defaults[name], tied, top)
+        _widget(name, defaults[name], top, rerun)
     if "partition_budgets" in defaults:
         with st.expander("Partition budgets (ratios of the budget)", expanded=False):
             for part in PARTITIONS:
                 state.ss_default(key(part), float(defaults["partition_budgets"].get(part, 0.0)))
-                st.slider(part, 0.0, 1.0, step=0.01, key=key(part))
+                st.slider(part, 0.0, 1.0, step=0.01, key=key(part), on_change=_moved, args=(rerun,))
 
 
-def _widget(name: str, default: Any, tied: bool, max_tokens_top: int) -> None:
+def _widget(name: str, default: Any, max_tokens_top: int, rerun: Sequence[str]) -> None:
     kind = views.KNOBS[name]
     k = key(name)
     label = LABELS[name]
+    moved: dict[str, Any] = {"on_change": _moved, "args": (rerun,)}
     if kind == "ratio":
         hi = 0.95 if name == "reserve_ratio" else 1.0
         if name in ("relevance_weight", "recency_weight"):
-            st.slider(label, 0.0, hi, step=0.01, key=k, on_change=_tie, args=(name,))
+            st.slider(label, 0.0, hi, step=0.01, key=k, on_change=_tie, args=(name, rerun))
         else:
-            st.slider(label, 0.0, hi, step=0.01, key=k)
+            st.slider(label, 0.0, hi, step=0.01, key=k, **moved)
     elif kind == "int":
         if name in AUTO:
             auto = st.toggle(
@@ -184,19 +199,22 @@ def _widget(name: str, default: Any, tied: bool, max_tokens_top: int) -> None:
         if name == "max_tokens":
             if int(state.ss_get(k, default)) > max_tokens_top:  # a link beyond the range
                 state.ss_set(k, max_tokens_top)
-            st.slider(label, 100, max_tokens_top, step=100, key=k)
+            st.slider(label, 100, max_tokens_top, step=100, key=k, **moved)
         else:
-            st.number_input(label, min_value=0, step=100 if name != "history_limit" else 1, key=k)
+            step = 100 if name != "history_limit" else 1
+            st.number_input(label, min_value=0, step=step, key=k, **moved)
     elif kind == "float":
-        st.number_input(label, min_value=0.01, step=1.0, key=k)
+        st.number_input(label, min_value=0.01, step=1.0, key=k, **moved)
     elif kind == "bool":
-        st.toggle(label, key=k)
+        st.toggle(label, key=k, **moved)
     elif kind == "choice":
         opts = list(TOKENIZERS) if name == "tokenizer" else FILLS
-        st.selectbox(label, opts, key=k)
+        st.selectbox(label, opts, key=k, **moved)
     elif kind == "list":
         opts = list(dict.fromkeys([*default, *state.ss_get(k, [])]))
-        st.multiselect(label, opts, key=k, help="Steps run in this order until the build fits.")
+        st.multiselect(
+            label, opts, key=k, help="Steps run in this order until the build fits.", **moved
+        )
 
 
 def current(inp: CapturedInput) -> Config:

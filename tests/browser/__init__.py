@@ -458,22 +458,36 @@ def runs(page: Any) -> int:
     return _COUNTERS[id(page)].finished
 
 
-def wait_runs(page: Any, above: int, timeout_ms: int = SETTLE_TIMEOUT_MS) -> None:
-    """Wait until more than ``above`` runs have finished (events are pumped while waiting)."""
+def fragment_runs(page: Any) -> int:
+    """How many fragment runs (``st.fragment``) of this page's session have finished."""
+    return _COUNTERS[id(page)].fragments
+
+
+def wait_runs(
+    page: Any, above: int, timeout_ms: int = SETTLE_TIMEOUT_MS, *, fragment: bool = False
+) -> None:
+    """Wait until more than ``above`` runs (fragment runs with ``fragment``) have finished
+    (events are pumped while waiting)."""
+    count = fragment_runs if fragment else runs
     deadline = time.monotonic() + timeout_ms / 1000
-    while runs(page) <= above:
+    while count(page) <= above:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no script run finished within {timeout_ms} ms")
         page.wait_for_timeout(10)
 
 
 def rerun_and_settle(
-    page: Any, action: Callable[[], object], timeout_ms: int = SETTLE_TIMEOUT_MS
+    page: Any,
+    action: Callable[[], object],
+    timeout_ms: int = SETTLE_TIMEOUT_MS,
+    *,
+    fragment: bool = False,
 ) -> None:
-    """Do ``action`` (a click, a key press) and wait for the rerun it starts to finish."""
-    before = runs(page)
+    """Do ``action`` (a click, a key press) and wait for the rerun it starts to finish;
+    ``fragment=True`` when the action reruns one fragment (a Playground knob), not the page."""
+    before = fragment_runs(page) if fragment else runs(page)
     action()
-    wait_runs(page, before, timeout_ms)
+    wait_runs(page, before, timeout_ms, fragment=fragment)
     settle(page, timeout_ms)
 
 

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import re
+import time
 
-from . import exceptions_text, goto, rerun_and_settle, screenshot, settle
+from . import (
+    exceptions_text,
+    fragment_runs,
+    goto,
+    rerun_and_settle,
+    runs,
+    screenshot,
+    settle,
+)
 
 FLIPPED = re.compile(r"Flipped \((\d+)\)")
 
@@ -48,7 +57,8 @@ def test_slider_flips_packets_and_permalink_reproduces(tab, browser_data, chromi
     assert _flipped(page) == 0, "the recorded settings must reproduce the recorded build"
     slider = page.get_by_role("slider", name=label)
     start = slider.input_value()
-    rerun_and_settle(page, lambda: _click_track(page, label, where))
+    # a knob reruns the result fragments, not the page
+    rerun_and_settle(page, lambda: _click_track(page, label, where), fragment=True)
     now = slider.input_value()
     assert now != start, f"{knob} did not move ({start})"
     assert exceptions_text(page) == []
@@ -85,9 +95,95 @@ def test_max_tokens_slider_keeps_a_large_value(tab, browser_data) -> None:
     label = "max_tokens (window budget)"
     slider = page.get_by_role("slider", name=label)
     hi = int(float(slider.get_attribute("max") or 0))
-    rerun_and_settle(page, lambda: _click_track(page, label, 0.75))
+    rerun_and_settle(page, lambda: _click_track(page, label, 0.75), fragment=True)
     settle(page)
     value = int(float(slider.input_value()))
     assert value > hi // 2, f"max_tokens is {value} after moving it to ~75% of {hi}"
     assert f"max_tokens={value}" in page.url
+    assert exceptions_text(page) == []
+
+
+def _wait_until(page, done, timeout_s: float = 45.0) -> None:
+    """Wait for ``done()``, letting Playwright deliver websocket events meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "no script run finished"
+        page.wait_for_timeout(10)
+
+
+def _bar_text(page) -> str:
+    chart = page.locator('[data-testid="stPlotlyChart"]').first
+    return chart.text_content() or ""
+
+
+_MARK_PLOT = "() => { document.querySelector('.js-plotly-plot').__ctxscopeMark = 1; }"
+_PLOT_MARKED = "() => document.querySelector('.js-plotly-plot').__ctxscopeMark === 1"
+
+
+def test_a_knob_move_reruns_only_the_result(tab, browser_data) -> None:
+    """A slider move reruns the result fragments, not the page: the server reports fragment
+    runs and no whole-script run. The window bar is not redrawn when the move leaves the
+    window's usage as it was, and shows the new usage when the move changes it."""
+    from ctxcore import figures
+    from ctxcore.models import Config
+    from ctxcore.pipeline import build, resolve_config
+    from ui import views
+
+    page = tab.page
+    t = browser_data.traces[0]
+    assert t.result is not None
+
+    def variant(**changes):
+        # as the Playground re-runs: reserve and safety margin derived again by the preset
+        cfg = resolve_config(
+            Config(
+                **{
+                    **t.config.model_dump(),
+                    "output_reserve": None,
+                    "safety_margin": None,
+                    **changes,
+                }
+            ),
+            t.input,
+        )
+        return t.model_copy(update={"config": cfg, "result": build(t.input, cfg)})
+
+    _open(page, tab.url, t.trace_id)
+    whole, parts = runs(page), fragment_runs(page)
+    slider = page.get_by_role("slider", name="min_relevance")
+    start = float(slider.input_value())
+    step = round(start + 0.01, 2)
+    # on this trace a little more filtering leaves the window's usage as it was
+    assert (
+        figures.window_bar(variant(min_relevance=step)).to_json() == figures.window_bar(t).to_json()
+    ), "the fixture's usage moved with min_relevance: pick another step"
+    page.evaluate(_MARK_PLOT)
+    slider.press("ArrowRight")
+    _wait_until(page, lambda: runs(page) > whole or fragment_runs(page) > parts)
+    settle(page)
+    assert float(slider.input_value()) == step
+    assert runs(page) == whole, "a knob move reran the whole page"
+    assert fragment_runs(page) > parts
+    assert f"min_relevance={step}" in page.url  # the permalink follows the move
+    assert page.evaluate(_PLOT_MARKED), "the window bar was redrawn though it did not change"
+    assert exceptions_text(page) == []
+
+    # More room changes the usage: the bar shows it, with the flip count under it.
+    label = "max_tokens (window budget)"
+    rerun_and_settle(page, lambda: _click_track(page, label, 0.4), fragment=True)
+    assert runs(page) == whole
+    budget = int(float(page.get_by_role("slider", name=label).input_value()))
+    now = variant(min_relevance=step, max_tokens=budget)
+    assert now.result is not None and now.result.totals.used != t.result.totals.used
+    used = f"used {now.result.totals.used:,} "
+    chart = page.locator('[data-testid="stPlotlyChart"]').first
+    chart.filter(has_text=used).wait_for()  # plotly draws the new figure asynchronously
+    assert used in _bar_text(page)
+    flips = views.flipped(t.result, now.result, t.input.history)
+    assert _flipped(page) == len(flips)
+    # The flip count is a line under the bar, not part of its figure (a figure that changes
+    # with every move would be redrawn with every move).
+    summary = views.flip_summary(flips)
+    assert summary and "flipped" not in _bar_text(page)
+    assert page.get_by_text(summary, exact=True).is_visible()
     assert exceptions_text(page) == []
