@@ -1,6 +1,7 @@
 """Replay speed (issue 16); prints a table.
 
     .venv/bin/python bench/bench_replay.py [--traces 1000] [--workers 2] [--skip-store]
+        [--skip-demo] [--db PATH]
 
 Rows:
 - the demo's 40-turn session (``swe-pytest-7571``, 44 turns) replayed with a smaller
@@ -20,8 +21,13 @@ Rows:
   recording's; the last row sets ``min_relevance=0.3``, which changes most turns, so both
   sides are diagnosed.
 
-Times are wall clock with the CPU seconds next to them: on a shared machine the wall clock
-says more about the neighbours than about replay.
+Times are wall clock with the CPU seconds next to them, and the machine's load (1-minute
+average, ``os.getloadavg``) before and after each row: on a shared machine the wall clock
+says more about the neighbours than about replay, and the CPU seconds grow with the load too
+(two processes on one core's two threads each run slower). Peak memory is the resident size
+of the child's process tree summed (what the target is about; pages the forked workers
+share with their server count once per process) and, next to it, the proportional size
+(PSS: a shared page split among the processes sharing it).
 """
 
 from __future__ import annotations
@@ -122,6 +128,21 @@ def make_store(db: Path, n_traces: int) -> int:
     return round(sum(len(t.input.packets) for t in out) / len(out))
 
 
+def _pss(pid: int) -> int:
+    """Proportional set size in bytes (0 when /proc does not say)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def _tree(root: int) -> dict[int, tuple[int, int]]:
     """pid -> (resident bytes, CPU ticks) for ``root`` and all its descendants (from /proc)."""
     info: dict[int, tuple[int, int, int]] = {}
@@ -153,11 +174,14 @@ def store_replay(db: Path, workers: int, extra: list[str]) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=err, env=env)
-        peak_total = peak_one = 0
+        peak_total = peak_one = peak_pss = 0
         ticks: dict[int, int] = {}
         while proc.poll() is None:
             tree = _tree(proc.pid)
-            peak_total = max(peak_total, sum(rss for rss, _ in tree.values()))
+            total = sum(rss for rss, _ in tree.values())
+            if total > peak_total:
+                peak_total = total
+                peak_pss = max(peak_pss, sum(_pss(pid) for pid in tree))
             peak_one = max([peak_one, *(rss for rss, _ in tree.values())])
             ticks.update({pid: t for pid, (_, t) in tree.items()})
             time.sleep(0.05)
@@ -170,6 +194,7 @@ def store_replay(db: Path, workers: int, extra: list[str]) -> dict[str, float]:
     data["turns"] = len(report["turns"])
     data["peak_total_mb"] = peak_total / 2**20
     data["peak_one_mb"] = peak_one / 2**20
+    data["peak_pss_mb"] = peak_pss / 2**20
     data["cpu_s"] = sum(ticks.values()) / os.sysconf("SC_CLK_TCK")
     return data
 
@@ -179,25 +204,35 @@ def main() -> None:
     ap.add_argument("--traces", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--skip-store", action="store_true")
+    ap.add_argument("--skip-demo", action="store_true", help="only the stored-traces rows")
     ap.add_argument("--db", help="keep the bench store here (built if missing, else reused)")
     args = ap.parse_args()
 
-    rows: list[tuple[str, str, str]] = []
-    traces = demo_session()
-    n = len(traces)
-    fast = timed(lambda: replay(traces, {"max_tokens": 3000}, findings=False, workers=1))
-    rows.append((f"{n}-turn session, warm, decisions only", fast, "≤ 1 s"))
-    full = timed(lambda: replay(traces, {"max_tokens": 3000}, workers=1))
-    rows.append((f"{n}-turn session, warm, with findings", full, "≤ 1 s"))
+    rows: list[tuple[str, str, str, str]] = []  # measure, result, target, load before→after
+    if not args.skip_demo:
+        traces = demo_session()
+        n = len(traces)
 
-    def cold_recorded() -> None:
-        RECORDED_FINDINGS.clear()
-        replay(traces, {"max_tokens": 3000}, workers=1)
+        def cold_recorded() -> None:
+            RECORDED_FINDINGS.clear()
+            replay(traces, {"max_tokens": 3000}, workers=1)
 
-    both = timed(cold_recorded)
-    rows.append((f"{n}-turn session, with findings, recorded side diagnosed", both, "≤ 1 s"))
-    view = timed(lambda: view_update(traces, 3500))
-    rows.append((f"app view update, {n} turns (compute)", view, "≤ 2 s"))
+        for label, fn, target in (
+            (
+                f"{n}-turn session, warm, decisions only",
+                lambda: replay(traces, {"max_tokens": 3000}, findings=False, workers=1),
+                "≤ 1 s",
+            ),
+            (
+                f"{n}-turn session, warm, with findings",
+                lambda: replay(traces, {"max_tokens": 3000}, workers=1),
+                "≤ 1 s",
+            ),
+            (f"{n}-turn session, with findings, recorded side diagnosed", cold_recorded, "≤ 1 s"),
+            (f"app view update, {n} turns (compute)", lambda: view_update(traces, 3500), "≤ 2 s"),
+        ):
+            before = _load()
+            rows.append((label, timed(fn), target, f"{before}→{_load()}"))
 
     if not args.skip_store:
         with tempfile.TemporaryDirectory() as tmp:
@@ -212,28 +247,33 @@ def main() -> None:
                 ("with findings", []),
                 ("with findings, min_relevance=0.3", ["--set", "min_relevance=0.3"]),
             ):
+                before = _load()
                 r = store_replay(db, args.workers, extra)
+                load = f"{before}→{_load()}"
                 rows.append(
                     (
                         f"{int(r['turns'])} stored traces, {args.workers} workers, {label}",
                         f"{r['seconds']:.1f} s ({r['cpu_s']:.0f} CPU-s)",
                         "≤ 20 s",
+                        load,
                     )
                 )
                 rows.append(
                     (
                         f"  peak memory ({label})",
-                        f"{r['peak_total_mb']:.0f} MB all processes, "
-                        f"{r['peak_one_mb']:.0f} MB largest",
+                        f"{r['peak_total_mb']:.0f} MB all processes "
+                        f"({r['peak_pss_mb']:.0f} MB PSS), {r['peak_one_mb']:.0f} MB largest",
                         "≤ 1 GB",
+                        "",
                     )
                 )
 
     width = max(len(r[0]) for r in rows)
     vw = max(len(r[1]) for r in rows)
-    print(f"{'measure':<{width}}  {'result':<{vw}}  target")
-    for name, value, target in rows:
-        print(f"{name:<{width}}  {value:<{vw}}  {target}")
+    print(f"({os.cpu_count()} CPUs; load: the 1-minute load average before→after the row)")
+    print(f"{'measure':<{width}}  {'result':<{vw}}  {'target':<6}  load")
+    for name, value, target, load in rows:
+        print(f"{name:<{width}}  {value:<{vw}}  {target:<6}  {load}")
 
 
 if __name__ == "__main__":

@@ -22,23 +22,40 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import operator
 import os
 import threading
 import time
+import types
+import typing
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from enum import Enum
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxcore.errors import CtxscopeError, InputError
 from ctxcore.loading import config_from_obj, input_from_obj
-from ctxcore.models import Finding, Status, Trace
-from ctxcore.pipeline import build, build_trace, resolve_config
+from ctxcore.models import (
+    SCHEMA,
+    Builder,
+    BuildResult,
+    CapturedInput,
+    Config,
+    Decision,
+    Finding,
+    Report,
+    Status,
+    Trace,
+)
+from ctxcore.pipeline import build, build_trace, ctxscope, resolve_config
 from ctxcore.summarize import error_evidence
+from ctxcore.tokens import get_counter
 
 REPLAY_TAG = "replay"
 #: knobs of ``settings`` that are facts of the model call (the captured input), not of the
@@ -57,6 +74,8 @@ _REACH = {
 }
 #: below this many traces a process pool costs more than it saves
 _POOL_MIN_TRACES = 48
+#: the modules ``_run_job`` imports to diagnose
+_DIAGNOSTICS = ("ctxcore.diagnostics", "ctxcore.diagnostics.session")
 
 Settings = Mapping[str, Any]
 
@@ -214,6 +233,12 @@ def variant(trace: Trace, settings: Settings | None) -> Trace:
     ``window``/``output_reserve`` change the captured input (a new window drops the recorded
     ``max_tokens`` so the budget follows it).
     """
+    return _variant(trace, settings, reasons=True)
+
+
+def _variant(trace: Trace, settings: Settings | None, *, reasons: bool) -> Trace:
+    """``variant``; without ``reasons`` a ctxscope rebuild leaves its decisions' sentences
+    out (``_build_trace``)."""
     if settings is None:
         if trace.result is not None:
             return trace
@@ -231,9 +256,10 @@ def variant(trace: Trace, settings: Settings | None) -> Trace:
             base.pop("max_tokens", None)
     base.update(patch)
     cfg = config_from_obj(base, "replay settings")
-    return build_trace(
+    return _build_trace(
         inp,
         cfg,
+        reasons,
         trace_id=variant_id(trace.trace_id, settings),
         session_id=variant_id(trace.session_id, settings),
         turn=trace.turn,
@@ -241,6 +267,28 @@ def variant(trace: Trace, settings: Settings | None) -> Trace:
         tags=[*[t for t in trace.tags if t != REPLAY_TAG], REPLAY_TAG],
         metadata={"replay": dict(settings)},
         source_trace_id=trace.trace_id,
+    )
+
+
+def _build_trace(inp: CapturedInput, cfg: Config, reasons: bool, **fields: Any) -> Trace:
+    """``pipeline.build_trace(inp, cfg, **fields)``; without ``reasons`` the ctxscope preset
+    leaves every decision's sentence and notes out (``ctxscope.run(reasons=False)``, a third
+    of a build). For a variant the report only compares and does not keep: what it reads of
+    a build (statuses, totals, the findings' severity, detector and packet ids) never
+    depends on the sentences (docs/design.md, "Diagnostics")."""
+    if reasons:
+        return build_trace(inp, cfg, **fields)
+    resolved = resolve_config(cfg, inp)
+    if resolved.preset != ctxscope.NAME or resolved.tokenizer is None:
+        return build_trace(inp, cfg, **fields)
+    counter = get_counter(resolved.tokenizer)
+    return Trace(
+        schema_=SCHEMA,
+        builder=Builder(name=f"ctxcore/{ctxscope.NAME}", version=ctxscope.VERSION),
+        input=inp,
+        config=resolved,
+        result=ctxscope.run(inp, resolved, counter, None, reasons=False),
+        **fields,
     )
 
 
@@ -306,17 +354,96 @@ class TraceJson:
     a ``Trace`` of ~100 packets pickles to ~250 kB and costs more to pickle and unpickle than
     to validate from JSON, and the validation then runs in the workers, in parallel, instead
     of in the one process that reads the store.
+
+    ``decode``, when given, reads the JSON faster than pydantic into a struct with the
+    models' field names and values that the models would accept as they are, or returns
+    None (``ctxscope replay`` passes ingest's msgspec reader, ``ctxcore.store.fastdecode``,
+    which keeps that rule: about half the time of validating). What it cannot read, pydantic
+    validates, and a trace neither reads is that turn's error, worded by pydantic.
     """
 
     trace_id: str
     raw: bytes
+    decode: Callable[[bytes], Any] | None = None
 
     def load(self) -> Trace:
+        if self.decode is not None:
+            try:
+                fast = self.decode(self.raw)
+                if fast is not None:
+                    return _read_struct(Trace, fast)
+            except Exception:  # noqa: BLE001 - pydantic reads it again and words what is wrong
+                pass
         try:
             return Trace.model_validate_json(self.raw)
         except ValueError as exc:  # pydantic's ValidationError, or bad UTF-8
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InputError(f"trace_id {self.trace_id!r}: cannot be read ({first})") from exc
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_new_model = object.__new__
+_set_attr = object.__setattr__
+#: per model: its fields, and the fields whose struct value is turned into a model or an enum
+_READERS: dict[type[BaseModel], tuple[frozenset[str], list[tuple[str, Callable[[Any], Any]]]]] = {}
+
+
+def _read_struct(model: type[_M], struct: Any) -> _M:
+    """``model`` made from a struct that has its fields (same names) holding values the
+    model accepts as they are (``TraceJson.decode``): nested structs become their models and
+    plain strings the enum members, the rest is taken as it is, nothing is validated again
+    (the same internals a validated model has; tests/test_replay_speed.py compares them)."""
+    spec = _READERS.get(model)
+    if spec is None:
+        spec = _READERS[model] = _reader_spec(model)
+    fields, convert = spec
+    values: dict[str, Any] = msgspec.structs.asdict(struct)
+    if values.keys() != fields:
+        raise TypeError(f"a {type(struct).__name__} struct is not a {model.__name__}")
+    for name, fn in convert:
+        values[name] = fn(values[name])
+    obj = _new_model(model)
+    _set_attr(obj, "__dict__", values)
+    _set_attr(obj, "__pydantic_fields_set__", set(fields))  # model_copy adds to it
+    _set_attr(obj, "__pydantic_extra__", None)
+    _set_attr(obj, "__pydantic_private__", None)
+    return obj
+
+
+def _reader_spec(
+    model: type[BaseModel],
+) -> tuple[frozenset[str], list[tuple[str, Callable[[Any], Any]]]]:
+    hints = typing.get_type_hints(model, include_extras=True)
+    convert = [(n, fn) for n in model.model_fields if (fn := _converter(hints[n])) is not None]
+    return frozenset(model.model_fields), convert
+
+
+def _converter(tp: Any) -> Callable[[Any], Any] | None:
+    """How a field's struct value becomes the model's (None: as it is)."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _converter(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        inner = [fn for a in typing.get_args(tp) if (fn := _converter(a)) is not None]
+        if not inner:
+            return None
+        if len(inner) > 1 or type(None) not in typing.get_args(tp):
+            raise TypeError(f"replay cannot read {tp!r} from a struct")
+        one = inner[0]
+        return lambda v: None if v is None else one(v)
+    if origin is list:
+        item = _converter(typing.get_args(tp)[0])
+        return None if item is None else (lambda v: [item(x) for x in v])
+    if origin is dict:
+        if _converter(typing.get_args(tp)[1]) is not None:
+            raise TypeError(f"replay cannot read {tp!r} from a struct")
+        return None
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp._value2member_map_.__getitem__
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        sub = tp
+        return lambda v: _read_struct(sub, v)
+    return None
 
 
 TraceLike = Trace | TraceJson
@@ -341,12 +468,13 @@ def _turn_order(traces: Iterable[TraceLike]) -> tuple[list[Trace], list[TurnErro
     return sorted(loaded, key=lambda t: (t.turn, t.created_at, t.trace_id)), errors
 
 
-def _side(trace: Trace, settings: Settings | None) -> Trace | str:
-    """The variant of one side, or why it could not be built. Any exception of one turn's
-    build is that turn's error, never the replay's (a settings patch the config refuses
-    fails every turn alike, and a replay where no turn could be replayed is an error)."""
+def _side(trace: Trace, settings: Settings | None, reasons: bool = True) -> Trace | str:
+    """The variant of one side (``reasons``: with its decisions' sentences), or why it
+    could not be built. Any exception of one turn's build is that turn's error, never the
+    replay's (a settings patch the config refuses fails every turn alike, and a replay where
+    no turn could be replayed is an error)."""
     try:
-        return variant(trace, settings)
+        return _variant(trace, settings, reasons=reasons)
     except CtxscopeError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a bug in one build must not cost the others
@@ -401,10 +529,19 @@ def _rebuild_of(trace: Trace, built: Trace) -> bool:
     return cfg == built.config and counter == built.config.tokenizer
 
 
+#: what a decision and a report say besides their sentences (``_build_trace``)
+_DECIDED = operator.attrgetter(
+    *(f for f in Decision.model_fields if f not in ("reason_text", "notes"))
+)
+_REPORTED = operator.attrgetter(*(f for f in Report.model_fields if f != "reasons"))
+
+
 def _same_build(a: Trace, b: Trace) -> bool:
-    """Do the detectors see the same trace in ``a`` and ``b``? They read the input, the
-    config, the result (its timings are measurements), the builder, the import metadata and
-    the turn; ids, tags and the rest of the metadata only tell the traces apart."""
+    """Do the detectors see the same trace in ``a`` and ``b``, as far as the report reads
+    their findings (severity, detector, packet ids)? They read the input, the config, the
+    result (its timings are measurements, and the decisions' sentences only go into the
+    findings' messages), the builder, the import metadata and the turn; ids, tags and the
+    rest of the metadata only tell the traces apart."""
     if a.result is None or b.result is None:
         return False
     ra, rb = a.result, b.result
@@ -417,13 +554,17 @@ def _same_build(a: Trace, b: Trace) -> bool:
         and a.config == b.config
         and ra.prompt == rb.prompt
         and ra.totals == rb.totals
-        and ra.report == rb.report
-        and ra.decisions == rb.decisions
+        and _REPORTED(ra.report) == _REPORTED(rb.report)
+        and _decided(ra) == _decided(rb)
         and ra.partitions == rb.partitions
         and ra.messages == rb.messages
         and ra.warnings == rb.warnings
         and _same_input(a, b)
     )
+
+
+def _decided(r: BuildResult) -> list[tuple[Any, ...]]:
+    return [_DECIDED(d) for d in r.decisions]
 
 
 class _RecordedFindings:
@@ -499,7 +640,10 @@ def _run_job(job: _Job) -> _JobResult:
     fb: list[list[Finding]] = []
     same_so_far = True
     for i, rec in enumerate(traces):
-        ra, rb = _side(rec, job.before), _side(rec, job.after)
+        # a variant the report does not keep is built without its sentences (the report
+        # reads none of them)
+        ra = _side(rec, job.before, job.keep_variants)
+        rb = _side(rec, job.after, job.keep_variants)
         a = ra if isinstance(ra, Trace) else None
         b = rb if isinstance(rb, Trace) else None
         side_a.append(a)
@@ -606,6 +750,22 @@ def _run_job(job: _Job) -> _JobResult:
     )
 
 
+#: the collector's thresholds in a replay worker (Python's defaults: 700, 10, 10)
+_WORKER_GC = (50_000, 20, 100)
+
+
+def _worker_start() -> None:
+    """A worker process's setup. A session's replay makes some hundred thousand objects that
+    live until it is done (traces, builds, findings, the detectors' memos) and almost no
+    cycles: with Python's default thresholds the collector walked the whole heap some twenty
+    times a run and took a sixth of the CPU (bench/bench_replay.py). It runs less often, and
+    never over what the worker was forked with (the modules the server imported)."""
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(*_WORKER_GC)
+
+
 def _jobs(traces: Iterable[Trace]) -> list[list[Trace]]:
     by_session: dict[str, list[Trace]] = {}
     for t in traces:
@@ -700,8 +860,10 @@ def replay_sessions(
         ]
     else:
         ctx = get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        # the workers are forked from the server with these imported (each importing them
+        # again cost it a third of a second of CPU); the diagnostics only when asked for
+        ctx.set_forkserver_preload([__name__, *(_DIAGNOSTICS if findings else ())])
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_start) as pool:
             pending: set[Future[_JobResult]] = set()
             for job in itertools.chain(first, todo):
                 pending.add(pool.submit(_run_job, job))

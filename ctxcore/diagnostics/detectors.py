@@ -20,8 +20,9 @@ from ctxcore.diagnostics.context import (
     id_list,
     normalize_ws,
     short,
+    ws_head,
 )
-from ctxcore.diagnostics.counterfactual import rebuild
+from ctxcore.diagnostics.counterfactual import rerun
 from ctxcore.diagnostics.knapsack import knapsack
 from ctxcore.diagnostics.text import NoiseProfile, constraint_sentences, lowered_ws, strip_noise
 from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Status
@@ -33,7 +34,7 @@ from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 def _present(v: TraceView, content: str) -> bool:
     """Is (the start of) this content in the prompt? Noise-stripped text counts too."""
     for text in (content, strip_noise(content).clean):
-        probe = normalize_ws(text)[:120]
+        probe = ws_head(text, 120)
         if not probe or v.prompt_contains(probe):
             return True
     return False
@@ -321,7 +322,7 @@ def greedy_waste(v: TraceView) -> list[Finding]:
     if fill not in ("skip", "break"):
         return []
     if v.config.preset == "ctxscope" and v.reproduced is not None:
-        alt = rebuild(v.trace, {"fill": "optimal"})
+        alt = rerun(v.trace, {"fill": "optimal"})
         if alt is not None:
             return _waste_vs_rerun(v, fill, alt)
     return _waste_vs_knapsack(v, fill)

