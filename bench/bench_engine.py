@@ -38,7 +38,7 @@ from corpus_input import corpus_input  # noqa: E402
 
 from ctxcore import scoring, summarize  # noqa: E402
 from ctxcore.models import CapturedInput, Config  # noqa: E402
-from ctxcore.pipeline import build  # noqa: E402
+from ctxcore.pipeline import build, signals  # noqa: E402
 from ctxcore.pipeline import gather as gather_mod  # noqa: E402
 from ctxcore.pipeline.sweep import sweep  # noqa: E402
 from ctxcore.tokens import (  # noqa: E402
@@ -59,6 +59,7 @@ def _clear_memos() -> None:
     scoring._TF._memo.clear()
     summarize._shared.clear()
     summarize._ERROR_MEMO.clear()  # the error signal's lines, by text
+    signals._LINE_NAMES.clear()  # the file names in those lines
 
 
 def _pool_per_text(enc: Any, texts: list[str]) -> list[int]:

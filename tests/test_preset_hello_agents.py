@@ -491,3 +491,31 @@ def test_null_for_an_optional_field_means_its_default_for_every_preset() -> None
     }
     out = _make_golden().run_oracle([live], ORACLE)
     assert _run({**case, "input": nulls}).prompt == out["results"][0]["prompt"]
+
+
+def test_query_overlap_is_the_packages_set_intersection() -> None:
+    # the package: len(set(query.lower().split()) & set(content.lower().split())); ours finds
+    # each query word between whitespace without splitting the content
+    import random
+    import sys
+
+    from ctxcore.pipeline._hello_shared import query_overlap, words
+
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    pieces = ["test", "Test", "TEST", "tests", "atest", "x", "é", "É", "İ", "ß", "fail", "::"]
+    rng = random.Random(4)
+    demo = sorted((ROOT / "traces" / "demo").glob("*.jsonl"))
+    lines = [json.loads(ln) for f in demo for ln in f.read_text("utf-8").splitlines() if ln]
+    texts = [p["content"] for t in lines[::10] for p in t["input"]["packets"]]
+    assert len(texts) > 100
+    for _ in range(2000):
+        n = rng.randint(0, 12)
+        texts.append(
+            "".join(rng.choice([*pieces, *spaces[:8], rng.choice(spaces)]) for _ in range(n))
+        )
+    queries = ["test fail", "x é É", "TEST tests :: İ ß", "", "a the of error", "i̇ ss"]
+    queries += [" ".join(rng.sample(pieces, 3)) for _ in range(20)]
+    for q in queries:
+        qw = frozenset(q.lower().split())
+        for text in texts:
+            assert query_overlap(qw, text) == len(qw & words(text)), (q, text[:80])

@@ -39,8 +39,8 @@ from ctxcore.pipeline._hello_shared import (
     fmt_tokens,
     history_cut,
     packet_candidate,
+    query_overlap,
     resolve_updates,
-    words,
 )
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID, Candidate, Summarizer
 from ctxcore.pipeline.signals import WEIGHT_KNOBS
@@ -171,13 +171,15 @@ class Package(HelloBuilder[PackageScores]):
         kept = history[max(len(history) - limit, 0) :]
         history_text = "\n".join(f"[{m.role}] {m.content}" for m in kept)
         # Count everything the package counts in one batch (cached by content), on
-        # background threads; meanwhile make the package's words of each packet, which the
-        # score stage reads (cached by content)
+        # background threads; meanwhile find the query's words in each packet, which the
+        # score stage reads (cached by query and content)
         texts = [input.system_instructions, history_text]
         texts += [p.content for p in input.packets if not p.tokens]
         pending = pc.count_many_started(texts)
-        for p in input.packets:
-            words(p.content)
+        query = frozenset(input.query.lower().split())
+        if query:
+            for p in input.packets:
+                query_overlap(query, p.content)
         counted = dict(zip(texts, pending(), strict=True))
 
         if input.system_instructions:
@@ -245,7 +247,7 @@ class Package(HelloBuilder[PackageScores]):
     # ------------------------------------------------------------------------- score
 
     def score(self, input: CapturedInput, cands: list[Candidate]) -> PackageScores:
-        query_words = set(input.query.lower().split())
+        query_words = frozenset(input.query.lower().split())
         nq = len(query_words)
         now_utc = as_utc(input.now)
         rel: list[float] = []
@@ -255,7 +257,7 @@ class Package(HelloBuilder[PackageScores]):
         notes: dict[int, list[str]] = {}
         for i, c in enumerate(cands):
             if nq > 0:
-                overlap = len(query_words & words(c.content))
+                overlap = query_overlap(query_words, c.content)
                 r = overlap / nq
             else:
                 overlap, r = 0, 0.0
