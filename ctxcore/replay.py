@@ -862,7 +862,9 @@ def replay_sessions(
         ctx = get_context("forkserver")
         # the workers are forked from the server with these imported (each importing them
         # again cost it a third of a second of CPU); the diagnostics only when asked for
-        ctx.set_forkserver_preload([__name__, *(_DIAGNOSTICS if findings else ())])
+        # and the default tokenizer's tables loaded (``ctxcore.replay_preload``)
+        preload = [__name__, "ctxcore.replay_preload", *(_DIAGNOSTICS if findings else ())]
+        ctx.set_forkserver_preload(preload)
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_start) as pool:
             pending: set[Future[_JobResult]] = set()
             for job in itertools.chain(first, todo):

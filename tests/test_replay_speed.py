@@ -443,3 +443,34 @@ def test_replay_workers_collect_garbage_rarely_and_never_over_the_servers_module
     copies = -(-48 // len(session))  # enough traces for a pool
     report = replay_sessions([session] * copies, {"max_tokens": 3000}, findings=False, workers=2)
     assert seen == [_worker_start] and len(report.turns) == copies * len(session)
+
+
+def test_the_fork_server_loads_the_default_tables_for_every_worker(
+    traces: list[Trace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    replay_mod = importlib.import_module("ctxcore.replay")
+    # importing the preload module loads cl100k_base's backend, nothing else is needed
+    code = (
+        "import ctxcore.tokens as t; assert not t._backends; "
+        "import ctxcore.replay_preload; print(sorted(t._backends))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "['cl100k_base']"
+    # and a replay big enough for the pool asks its fork server to import it
+    asked: list[list[str]] = []
+    real = replay_mod.get_context
+
+    def get_context(method: str) -> Any:
+        ctx = real(method)
+        monkeypatch.setattr(ctx, "set_forkserver_preload", asked.append, raising=False)
+        return ctx
+
+    monkeypatch.setattr(replay_mod, "get_context", get_context)
+    sessions = [t for t in traces if t.config.preset == "ctxscope"][:60]
+    assert len(sessions) >= replay_mod._POOL_MIN_TRACES
+    report = replay_mod.replay_sessions([sessions], {"max_tokens": 3000}, workers=2)
+    assert report.turns and asked and "ctxcore.replay_preload" in asked[0]
