@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:  # `pages` and `ui` import from the checkout
     sys.path.insert(0, str(ROOT))
 
-from ui.boot import in_app, unlocked  # noqa: E402
+from ui.boot import in_app, settle_heap, unlocked  # noqa: E402
 
 # An emoji icon: Streamlit draws it as a data: URL. A :material/...: page icon would be
 # fetched from Google's font CDN by every browser that opens the app.
@@ -61,3 +61,4 @@ if allowed:
         st.caption("ctxscope — where every token of the context window went, and why.")
     with in_app():  # our errors (CtxscopeError) become one short message
         page.run()
+settle_heap()  # once per process, when the first run has imported what the pages need

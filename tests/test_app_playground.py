@@ -335,3 +335,29 @@ def test_window_bar_is_the_figure_plotly_validation_gives(built: list[Trace]) ->
             fig = figures.window_bar(t, **kw)  # type: ignore[arg-type]
             checked = go.Figure(fig.to_dict())  # validates every property; raises on a typo
             assert json.loads(pio.to_json(checked)) == json.loads(pio.to_json(fig, validate=False))
+
+
+def test_the_app_settles_its_heap_after_a_run(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from ui import boot
+
+    calls: list[int] = []
+    monkeypatch.setattr(boot, "settle_heap", lambda: calls.append(1))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception and calls  # app.py settles the heap after its run
+    # in a server process (not AppTest) the first call collects and freezes what is alive,
+    # and later calls leave the collector alone
+    code = (
+        "import gc, sys; sys.path.insert(0, sys.argv[1]); from ui import boot; "
+        "assert gc.get_freeze_count() == 0; boot.settle_heap(); n = gc.get_freeze_count(); "
+        "assert n > 10000, n; gc.collect(); boot.settle_heap(); "
+        "assert gc.get_freeze_count() == n; print('ok')"
+    )
+    root = str(Path(APP).parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code, root], capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -300,3 +300,50 @@ def test_findings_frames_name_the_turn_and_count_the_packets_left_out(trace) -> 
         want and list(zip(frame["turn"], frame["trace_id"], frame["message"], strict=True)) == want
     )
     assert views.session_findings_frame("x", []).empty
+
+
+def test_decisions_frame_is_the_frame_built_row_by_row() -> None:
+    import pandas as pd
+
+    def by_rows(decisions: list) -> pd.DataFrame:
+        rows = [
+            {
+                "rank": d.rank,
+                "packet_id": d.packet_id,
+                "kind": d.kind,
+                "status": d.status.value,
+                "reason": d.reason.value,
+                "reason_text": d.reason_text,
+                "partition": d.partition or "",
+                "tokens_before": d.tokens_before,
+                "tokens_after": d.tokens_after,
+                "relevance": d.relevance,
+                "recency": d.recency,
+                "score": d.score,
+                "budget_left": d.budget_left,
+                "notes": "; ".join(d.notes),
+            }
+            for d in decisions
+        ]
+        frame = pd.DataFrame(rows, columns=views.DECISION_COLUMNS)
+        frame["rank"] = frame["rank"].astype("Int64")
+        frame["budget_left"] = frame["budget_left"].astype("Int64")
+        return frame
+
+    from ctxcore.loading import parse_json, trace_from_obj
+
+    demo = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    lines = [ln for f in sorted(demo.glob("*.jsonl")) for ln in f.read_text("utf-8").splitlines()]
+    traces = [trace_from_obj(parse_json(ln)) for ln in lines if ln.strip()]
+    presets = {t.config.preset for t in traces}
+    assert {"ctxscope", "hello-agents", "hello-agents-book"} <= presets
+    gaps = 0
+    for t in traces:
+        assert t.result is not None
+        got = views.decisions_frame(t.result.decisions)
+        pd.testing.assert_frame_equal(got, by_rows(t.result.decisions), check_exact=True)
+        gaps += int(got["rank"].isna().sum() + got["relevance"].isna().sum())
+    assert gaps  # missing ranks and scores are in there
+    empty = views.decisions_frame([])
+    pd.testing.assert_frame_equal(empty, by_rows([]), check_exact=True)
+    assert list(empty.columns) == views.DECISION_COLUMNS

@@ -23,7 +23,9 @@ address bar, so it is not handed on with a copied permalink.
 from __future__ import annotations
 
 import contextvars
+import gc
 import hmac
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -35,6 +37,30 @@ LOCKED_MESSAGE = (
     "This ctxscope app needs its access token: open it with `?token=` and the token it was "
     "started with (`ctxscope app --token`) at the end of the address."
 )
+
+
+_HEAP_SETTLED = threading.Event()
+_HEAP_LOCK = threading.Lock()
+
+
+def settle_heap() -> None:
+    """Once per server process, after its first page run: collect, then move every object
+    alive (the imported libraries, ~135,000 objects: Streamlit, pandas, pyarrow, plotly,
+    DuckDB, ctxcore) out of the garbage collector's reach for good (``gc.freeze``). They
+    live as long as the process, and a full collection walked them all, 70-110 ms, every
+    few Playground knob moves (docs/design.md, "The app")."""
+    if _HEAP_SETTLED.is_set():
+        return
+    from streamlit import config
+
+    if config.get_option("global.appTest"):
+        return  # AppTest runs the app inside the test process: its heap is not ours
+    with _HEAP_LOCK:
+        if _HEAP_SETTLED.is_set():
+            return
+        gc.collect()
+        gc.freeze()
+        _HEAP_SETTLED.set()
 
 
 def unlocked() -> bool:
