@@ -65,13 +65,21 @@ def _save(t: Trace, cfg: Config) -> None:
 
 RECORDED = "recorded build"
 PREVIOUS = "previous run"
+#: widths in pixels for every column (as ``widgets.DECISION_CONFIG``: unsized columns are measured
+#: cell by cell in the browser at every knob move)
 FLIP_CONFIG = {
-    "packet_id": st.column_config.TextColumn("packet id"),
-    "status_before": st.column_config.TextColumn("before"),
-    "status_now": st.column_config.TextColumn("now"),
-    "reason_before": st.column_config.TextColumn("reason before", width="medium"),
-    "reason_now": st.column_config.TextColumn("reason now", width="medium"),
-    "id_now": st.column_config.TextColumn("id now (other preset)"),
+    "packet_id": st.column_config.TextColumn("packet id", width=150),
+    "status_before": st.column_config.TextColumn("before", width=80),
+    "status_now": st.column_config.TextColumn("now", width=80),
+    "reason_before": st.column_config.TextColumn("reason before", width=280),
+    "reason_now": st.column_config.TextColumn("reason now", width=280),
+    "change": st.column_config.TextColumn("change", width=110),
+    "kind": st.column_config.TextColumn("kind", width=80),
+    "tokens_before": st.column_config.TextColumn("tokens_before", width=90),
+    "tokens_now": st.column_config.TextColumn("tokens_now", width=90),
+    "rank_before": st.column_config.TextColumn("rank_before", width=90),
+    "rank_now": st.column_config.TextColumn("rank_now", width=80),
+    "id_now": st.column_config.TextColumn("id now (other preset)", width=160),
 }
 
 

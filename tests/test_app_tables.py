@@ -138,3 +138,20 @@ def test_the_decisions_table_draws_a_gap_as_a_dash(db: Path, built: dict[str, li
     assert table.proto.placeholder == "—"
     # ranks stay integers (sortable as numbers), not text
     assert str(frame["rank"].dtype) == "Int64"
+
+
+def test_every_decision_column_has_a_width_in_pixels() -> None:
+    # a column without a width is sized in the browser by measuring its cells: on a
+    # 2,000-packet trace that was a sixth of a Playground knob move
+    from ui import views, widgets
+
+    for column in views.DECISION_COLUMNS:
+        spec = widgets.DECISION_CONFIG.get(column)
+        assert spec is not None, column
+        assert isinstance(spec.get("width"), int) and spec["width"] > 0, (column, spec)
+    import importlib
+
+    playground = importlib.import_module("pages.playground")
+    for column in views.FLIP_COLUMNS:
+        spec = playground.FLIP_CONFIG.get(column)
+        assert spec is not None and isinstance(spec.get("width"), int), (column, spec)
