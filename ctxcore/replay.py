@@ -36,7 +36,6 @@ from enum import Enum
 from multiprocessing import get_context
 from typing import Any, TypeVar
 
-import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from ctxcore.errors import CtxscopeError, InputError
@@ -397,7 +396,11 @@ def _read_struct(model: type[_M], struct: Any) -> _M:
     if spec is None:
         spec = _READERS[model] = _reader_spec(model)
     fields, convert = spec
-    values: dict[str, Any] = msgspec.structs.asdict(struct)
+    # msgspec only here: ctxcore is imported where it is not installed (the hello-agents
+    # adapter runs in the package's own environment), and only the store's reader makes structs
+    from msgspec.structs import asdict
+
+    values: dict[str, Any] = asdict(struct)
     if values.keys() != fields:
         raise TypeError(f"a {type(struct).__name__} struct is not a {model.__name__}")
     for name, fn in convert:
