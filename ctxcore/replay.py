@@ -51,6 +51,7 @@ from ctxcore.models import (
     Report,
     Status,
     Trace,
+    unvalidated,
 )
 from ctxcore.pipeline import build, build_trace, ctxscope, resolve_config
 from ctxcore.summarize import error_evidence
@@ -381,8 +382,6 @@ class TraceJson:
 
 
 _M = TypeVar("_M", bound=BaseModel)
-_new_model = object.__new__
-_set_attr = object.__setattr__
 #: per model: its fields, and the fields whose struct value is turned into a model or an enum
 _READERS: dict[type[BaseModel], tuple[frozenset[str], list[tuple[str, Callable[[Any], Any]]]]] = {}
 
@@ -405,12 +404,7 @@ def _read_struct(model: type[_M], struct: Any) -> _M:
         raise TypeError(f"a {type(struct).__name__} struct is not a {model.__name__}")
     for name, fn in convert:
         values[name] = fn(values[name])
-    obj = _new_model(model)
-    _set_attr(obj, "__dict__", values)
-    _set_attr(obj, "__pydantic_fields_set__", set(fields))  # model_copy adds to it
-    _set_attr(obj, "__pydantic_extra__", None)
-    _set_attr(obj, "__pydantic_private__", None)
-    return obj
+    return unvalidated(model, values)
 
 
 def _reader_spec(

@@ -49,6 +49,7 @@ from ctxcore.models import (
     Reason,
     Status,
     Totals,
+    unvalidated,
 )
 from ctxcore.pipeline.common import Summarizer, Timer, finish
 from ctxcore.pipeline.degrade import history_content
@@ -271,11 +272,6 @@ def _decisions(prep: Prepared, pl: Plan, kn: Knobs, reasons: bool = True) -> lis
     return out
 
 
-_DECISION_FIELDS = frozenset(Decision.model_fields)
-_new_decision = Decision.__new__
-_set = object.__setattr__
-
-
 def _decision(values: dict[str, Any]) -> Decision:
     """A ``Decision`` without re-validation: every value here is built by this module.
 
@@ -283,12 +279,7 @@ def _decision(values: dict[str, Any]) -> Decision:
     re-run; this sets the same internals directly (a test checks the result equals a
     validated ``Decision``).
     """
-    d = _new_decision(Decision)
-    _set(d, "__dict__", values)
-    _set(d, "__pydantic_fields_set__", set(_DECISION_FIELDS))  # model_copy adds to it
-    _set(d, "__pydantic_extra__", None)
-    _set(d, "__pydantic_private__", None)
-    return d
+    return unvalidated(Decision, values)
 
 
 def _drift_warning(prep: Prepared) -> list[str]:
