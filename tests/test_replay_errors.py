@@ -9,6 +9,8 @@ of everything they kept: ``--fail-on`` and ``assert_no_new_losses`` count them.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,33 @@ def test_cli_prints_the_failed_turns_and_fails_on_them(
     assert "after failed: must-keep items alone need" in captured.out
     assert f"{n} build(s) that fail only with the new settings" in captured.err
     assert main([*args, "--fail-on", "never"]) == 0
+
+
+def test_a_broken_line_of_a_trace_file_is_its_own_error_and_the_rest_replays(
+    tmp_path: Path, traces: list[Trace], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [t.to_json() for t in traces[:6]]
+    cut = lines[2][: len(lines[2]) // 2]  # a line cut short, as by a crash mid-write
+    wrong = re.sub(r'"turn":\d+', '"turn":"four"', lines[4], count=1)  # a wrong type
+    assert wrong != lines[4]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join([*lines[:2], cut, lines[3], wrong, lines[5]]) + "\n")
+    args = ["replay", str(path), "--set", "max_tokens=4000", "--no-findings", "--format", "json"]
+    assert main([*args, "--fail-on", "never"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(t["trace_id"] for t in out["turns"]) == sorted(
+        traces[i].trace_id for i in (0, 1, 3, 5)
+    )
+    errors = [(e["side"], e["message"].split(": ")[0]) for e in out["errors"]]
+    assert errors == [("read", f"{path}:3"), ("read", f"{path}:5")]
+    assert "turn" in out["errors"][1]["message"]  # names the field that was wrong
+
+
+def test_a_trace_file_with_no_readable_line_is_refused_with_the_first_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"schema": \n[1]\n')
+    assert main(["replay", str(path), "--no-findings"]) == 2
+    err = capsys.readouterr().err
+    assert f"no trace could be read; the first error: {path}:1: malformed JSON" in err

@@ -51,8 +51,23 @@ def _to_trace(obj: Any, where: str, default_id: str) -> Trace:
     return build_trace(inp, Config(), trace_id=default_id, session_id=default_id)
 
 
-def load_checked(paths: list[str]) -> list[Checked]:
+def load_checked(paths: list[str], errors: list[InputError] | None = None) -> list[Checked]:
+    """The traces of ``paths``, in order. A bad line or item raises, or, when ``errors`` is
+    given, is appended there (its message names the file and line) and the rest is read:
+    ``ctxscope replay`` reports it as that turn's error and replays the others. A file that
+    cannot be read at all (missing, a folder, too big) always raises."""
     out: list[Checked] = []
+
+    def record(name: str, obj: Any, raw: bytes | None, where: str, default_id: str) -> None:
+        try:
+            if raw is not None:
+                obj = parse_json(decode_line(raw, where), where)
+            out.append(Checked(name, _to_trace(obj, where, default_id)))
+        except InputError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+
     for name in paths:
         path = Path(name)
         if path.is_dir():
@@ -64,8 +79,7 @@ def load_checked(paths: list[str]) -> list[Checked]:
                 if not raw.strip():
                     continue
                 where = f"{path}:{lineno}"
-                obj = parse_json(decode_line(raw, where), where)
-                out.append(Checked(name, _to_trace(obj, where, f"{stem}:{lineno}")))
+                record(name, None, raw, where, f"{stem}:{lineno}")
         else:
             data = parse_json(read_text(path), str(path))
             if isinstance(data, dict) and "format" in data and "schema" not in data:
@@ -80,7 +94,7 @@ def load_checked(paths: list[str]) -> list[Checked]:
             for i, obj in enumerate(items):
                 where = f"{path}[{i}]" if isinstance(data, list) else str(path)
                 default_id = f"{stem}[{i}]" if isinstance(data, list) else stem
-                out.append(Checked(name, _to_trace(obj, where, default_id)))
+                record(name, obj, None, where, default_id)
     return out
 
 

@@ -25,6 +25,7 @@ from ctxcore.replay import (
     REPLAY_TAG,
     ReplayReport,
     TraceJson,
+    TurnError,
     TurnReport,
     replay,
     replay_sessions,
@@ -83,10 +84,18 @@ def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[TraceJson]]:
         yield _json_of(store, ids)
 
 
-def _from_files(paths: list[str]) -> list[Trace]:
+def _from_files(paths: list[str]) -> tuple[list[Trace], list[TurnError]]:
+    """The traces of the files, and one error per line or item that could not be read
+    (named by file and line): the rest is replayed, as a store's unreadable trace is."""
     from ctxcore.cli.check import load_checked
 
-    return [c.trace for c in load_checked(paths)]
+    bad: list[InputError] = []
+    traces = [c.trace for c in load_checked(paths, errors=bad)]
+    if not traces and bad:
+        raise InputError(f"no trace could be read; the first error: {bad[0]}")
+    return traces, [
+        TurnError(session_id="", turn=-1, trace_id="", side="read", message=str(e)) for e in bad
+    ]
 
 
 def settings_from(preset: str | None, config: str | None, sets: list[str] | None) -> dict[str, Any]:
@@ -152,7 +161,8 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
         w(f"turns not compared ({len(report.errors)}):\n")
         for e in report.errors[:40]:
             where = f"{e.session_id}:{e.turn}" if e.turn >= 0 else "(unread)"
-            w(f"  {where} {e.trace_id}: {e.side} failed: {e.message}\n")
+            ident = f" {e.trace_id}" if e.trace_id else ""  # a file's line names itself
+            w(f"  {where}{ident}: {e.side} failed: {e.message}\n")
         if len(report.errors) > 40:
             w(f"  … and {len(report.errors) - 40} more\n")
     if report.findings_compared:
@@ -182,7 +192,10 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
         "keep_variants": args.save,
     }
     if args.files:
-        report = replay(_from_files(list(args.files)), settings, **options)
+        traces, unread = _from_files(list(args.files))
+        report = replay(traces, settings, **options)
+        if unread:
+            report = report.model_copy(update={"errors": unread + report.errors})
     else:
         # read-only, and closed before --save opens it to write
         with TraceStore(args.db, read_only=True) as store:
