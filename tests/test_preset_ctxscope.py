@@ -608,3 +608,36 @@ def test_decisions_copy_with_updates_like_validated_ones() -> None:
     moved = d.model_copy(update={"reason": "changed"})
     assert moved.reason == "changed" and d.reason != "changed"
     assert Decision.model_validate(d.model_dump()) == d
+
+
+def test_outcome_is_what_run_decides() -> None:
+    """``ctxscope.outcome`` (the plan alone, for the diagnostics' re-runs) lists the same ids,
+    statuses and scores in the same order, the same tokens used and the same prompt, as a
+    full build."""
+    from ctxcore.models import Trace
+    from ctxcore.pipeline import ctxscope
+    from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
+
+    demo = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    counter = get_counter("cl100k_base")
+    cases = 0
+    summaries = 0
+    for name in ("swe-pytest-7571.jsonl", "zh-opencode-codesummary-ctxscope.jsonl"):
+        lines = (demo / name).read_text(encoding="utf-8").splitlines()
+        for line in lines[::5]:
+            t = Trace.model_validate_json(line)
+            for patch in ({}, {"fill": "optimal"}, {"fill": "break"}, {"history_limit": 2}):
+                cfg = resolve_config(t.config.model_copy(update=patch), t.input)
+                full = ctxscope.run(t.input, cfg, counter, reasons=False)
+                got = ctxscope.outcome(t.input, cfg, counter, prompt=True)
+                assert got.prompt == full.prompt
+                assert ctxscope.outcome(t.input, cfg, counter).prompt is None
+                assert got.ids == [d.packet_id for d in full.decisions]
+                assert got.statuses == [d.status for d in full.decisions]
+                assert got.scores == [d.score for d in full.decisions]
+                assert got.used == full.totals.used
+                cases += 1
+                summaries += HISTORY_SUMMARY_ID in got.ids
+    assert cases >= 40 and summaries >= 5  # the history summary's place is covered
+    with pytest.raises(ValueError, match="exact tokenizer"):
+        ctxscope.outcome(t.input, cfg, get_counter("len/4"))

@@ -201,19 +201,21 @@ class TraceView:
         return get_counter(name)
 
     @cached_property
-    def reproduced(self) -> BuildResult | None:
-        """Our re-run of the recorded input and config, if it gives the recorded prompt.
+    def reproduces(self) -> bool:
+        """Does our re-run of the recorded input and config give the recorded prompt?
 
         Re-run comparisons (optimal fill, uncompressed prompt) are only about this trace
         when our preset reproduces it; an imported or external trace may not.
         """
         if not self.options.rerun:
-            return None
-        from ctxcore.diagnostics.counterfactual import rerun
+            return False
+        if self.rebuilt is not None:
+            return self.rebuilt.prompt == self.prompt
+        from ctxcore.diagnostics.counterfactual import rerun_outcome
 
-        # (a re-run without the decisions' sentences: only the prompt is compared)
-        again = self.rebuilt if self.rebuilt is not None else rerun(self.trace)
-        return again if again is not None and again.prompt == self.prompt else None
+        # the plan and the prompt only: the decisions' models are not compared
+        again = rerun_outcome(self.trace, prompt=True)
+        return again is not None and again.prompt == self.prompt
 
     @cached_property
     def sources(self) -> list[Source]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -36,6 +36,9 @@ from ctxcore.errors import CtxscopeError, InputError
 from ctxcore.models import BuildResult, Config, Decision, Message, Reason, Status, Trace
 from ctxcore.pipeline.common import HISTORY_ID
 from ctxcore.tokens import get_counter
+
+if TYPE_CHECKING:
+    from ctxcore.pipeline import ctxscope
 
 KNOBS: tuple[str, ...] = (
     "max_tokens",
@@ -183,6 +186,38 @@ def rerun(trace: Trace, patch: dict[str, Any] | None = None) -> BuildResult | No
         )
     except CtxscopeError:
         return None
+
+
+def rerun_outcome(
+    trace: Trace, patch: dict[str, Any] | None = None, *, prompt: bool = False
+) -> ctxscope.Outcome | None:
+    """What ``rerun`` would decide (ids, statuses, scores, tokens used and, with ``prompt``,
+    the prompt), without the decisions' models where the ctxscope preset counts exactly
+    (``ctxscope.outcome``: the plan and the prompt alone, about half a re-run); else read off
+    a full re-run. None if it cannot run."""
+    from ctxcore.pipeline import ctxscope, resolve_config
+    from ctxcore.pipeline.ctxscope import Outcome
+    from ctxcore.tokens import is_exact
+
+    try:
+        cfg = patched_config(trace.config, patch or {})
+        counter = get_counter(cfg.tokenizer or "cl100k_base")
+        if cfg.preset == ctxscope.NAME and is_exact(counter.name):
+            cfg = resolve_config(cfg, trace.input)
+            return ctxscope.outcome(trace.input, cfg, counter, prompt=prompt)
+    except CtxscopeError:
+        return None
+    alt = rerun(trace, patch)
+    if alt is None:
+        return None
+    ds = alt.decisions
+    return Outcome(
+        [d.packet_id for d in ds],
+        [d.status for d in ds],
+        [d.score for d in ds],
+        alt.totals.used,
+        alt.prompt if prompt else None,
+    )
 
 
 _INT_KNOBS = frozenset({"max_tokens", "output_reserve", "safety_margin", "history_limit"})

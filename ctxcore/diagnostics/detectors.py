@@ -10,6 +10,7 @@ compression damage and estimator drift in ``detectors_tokens``.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from ctxcore.diagnostics.context import (
     IN_PROMPT,
@@ -22,11 +23,14 @@ from ctxcore.diagnostics.context import (
     short,
     ws_head,
 )
-from ctxcore.diagnostics.counterfactual import rerun
+from ctxcore.diagnostics.counterfactual import rerun_outcome
 from ctxcore.diagnostics.knapsack import knapsack
 from ctxcore.diagnostics.text import NoiseProfile, constraint_sentences, lowered_ws, strip_noise
-from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Status
+from ctxcore.models import Decision, Finding, Reason, Severity, Status
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
+
+if TYPE_CHECKING:
+    from ctxcore.pipeline import ctxscope
 
 # --------------------------------------------------------------------------- must_have_lost
 
@@ -321,28 +325,28 @@ def greedy_waste(v: TraceView) -> list[Finding]:
     fill = v.config.fill or _DEFAULT_FILL.get(v.config.preset)
     if fill not in ("skip", "break"):
         return []
-    if v.config.preset == "ctxscope" and v.reproduced is not None:
-        alt = rerun(v.trace, {"fill": "optimal"})
+    if v.config.preset == "ctxscope" and v.reproduces:
+        alt = rerun_outcome(v.trace, {"fill": "optimal"})
         if alt is not None:
             return _waste_vs_rerun(v, fill, alt)
     return _waste_vs_knapsack(v, fill)
 
 
-def _waste_vs_rerun(v: TraceView, fill: str, alt: BuildResult) -> list[Finding]:
+def _waste_vs_rerun(v: TraceView, fill: str, alt: ctxscope.Outcome) -> list[Finding]:
     mine = {d.packet_id for d in v.decisions if d.status in IN_PROMPT}
-    theirs = {d.packet_id for d in alt.decisions if d.status in IN_PROMPT}
+    theirs = {i for i, s in zip(alt.ids, alt.statuses, strict=True) if s in IN_PROMPT}
     score = {d.packet_id: d.score or 0.0 for d in v.decisions}
-    added = [d.packet_id for d in alt.decisions if d.packet_id in theirs - mine]
+    added = [i for i in alt.ids if i in theirs - mine]
     removed = [d.packet_id for d in v.decisions if d.packet_id in mine - theirs]
     g_score = sum(score.get(i, 0.0) for i in sorted(mine))  # one order: the same float every run
-    o_score = sum((d.score or 0.0) for d in alt.decisions if d.packet_id in theirs)
+    o_score = sum((x or 0.0) for i, x in zip(alt.ids, alt.scores, strict=True) if i in theirs)
     capacity = v.budget
     return _waste_finding(
         v,
         fill,
         capacity,
         v.result.totals.used,
-        alt.totals.used,
+        alt.used,
         g_score,
         o_score,
         added,

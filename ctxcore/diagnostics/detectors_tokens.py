@@ -61,7 +61,7 @@ def compression_damage(v: TraceView) -> list[Finding]:
     have = sections(v.prompt)
     full: dict[str, str] | None = None
     shortened = False
-    if compressed and v.config.enable_compression and v.reproduced is not None:
+    if compressed and v.config.enable_compression and v.reproduces:
         alt = rerun(v.trace, {"enable_compression": False})
         if alt is not None:
             full = sections(alt.prompt)

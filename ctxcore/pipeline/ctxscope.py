@@ -34,6 +34,7 @@ whatever the user or the last step named are exempt from ``min_relevance`` (issu
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -297,6 +298,51 @@ def _drift_warning(prep: Prepared) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a build decided, without its prompt or its decisions' models: per decision, in
+    the order ``run`` lists them (the history summary before the oldest message it folds),
+    the packet id, status and score (rounded as a ``Decision`` holds it), and the tokens used.
+
+    For re-runs that compare which packets get in (the optimal-fill check of
+    ``diagnostics.greedy_waste``): the plan alone, without rendering the prompt or making
+    ~100 ``Decision`` models, is about half a re-run."""
+
+    ids: list[str]
+    statuses: list[Status]
+    scores: list[float | None]
+    used: int
+    prompt: str | None = None  # with ``outcome(..., prompt=True)``
+
+
+def outcome(
+    input: CapturedInput, config: Config, counter: TokenCounter, *, prompt: bool = False
+) -> Outcome:
+    """``run``'s decisions as an ``Outcome`` (``config`` resolved, ``counter`` exact: an
+    estimator's prompt is compressed after the plan, which may change what it holds), and
+    with ``prompt``, ``run``'s prompt (for the reproduction check of the diagnostics)."""
+    if not is_exact(counter.name):
+        raise ValueError(f"outcome() needs an exact tokenizer, not {counter.name}")
+    kn = knobs(config)
+    summ = _summarizer(input, None)
+    prep = prepare(input, counter, meanwhile=_prefetch(kn, summ))
+    pl = plan(prep, kn, summ, counter)
+    sc = np.round(pl.score, 4).tolist()
+    at = pl.summary.index if pl.summary is not None else -1
+    ids: list[str] = []
+    statuses: list[Status] = []
+    scores: list[float | None] = []
+    for i, it in enumerate(prep.items):
+        if i == at:
+            ids.append(HISTORY_SUMMARY_ID)
+            statuses.append(Status.KEPT)
+            scores.append(None)
+        ids.append(it.id)
+        statuses.append(STATUSES[pl.status[i]])
+        scores.append(sc[i])
+    return Outcome(ids, statuses, scores, pl.used, render(prep, pl) if prompt else None)
+
+
 def run(
     input: CapturedInput,
     config: Config,
@@ -369,7 +415,9 @@ __all__ = [
     "DEFAULT_PARTITION_BUDGETS",
     "NAME",
     "VERSION",
+    "Outcome",
     "knobs",
+    "outcome",
     "resolve",
     "run",
 ]
