@@ -714,6 +714,27 @@ class TokenCounter:
             raise TokenizerError(f"{self.name} is an estimator and cannot decode tokens")
         return str(get_encoding(self.name).decode(list(ids)))
 
+    def _head_ids(self, text: str, at_least: int) -> list[int]:
+        """The first ids of ``text``'s encoding, at least ``at_least`` of them (or all).
+
+        Encodes a prefix of the text that ends where a line break is followed by a letter:
+        there the cl100k_base and o200k_base patterns always start a new piece (no piece
+        reaches across a line break into a word), and the pieces before it are the same
+        whether the text goes on or not, so the prefix's ids are the first ids of the whole
+        text. Shortening a 10,000-token message to 400 tokens then encodes a few thousand
+        characters, not the message (tests/test_tokens.py compares with the full encoding).
+        """
+        start = at_least * 6  # characters; a prefix with too few ids is doubled
+        while start < len(text):
+            cut = _line_start(text, start)
+            if cut < 0:
+                break
+            ids = self.encode(text[:cut])
+            if len(ids) >= at_least:
+                return ids
+            start = 2 * cut
+        return self.encode(text)
+
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of ``text`` with at most ``max_tokens`` tokens."""
         if max_tokens <= 0:
@@ -721,7 +742,7 @@ class TokenCounter:
         if self.count(text) <= max_tokens:
             return text
         if self._fn is None:
-            ids = self.encode(text)
+            ids = self._head_ids(text, max_tokens)
             cut = self.decode(ids[:max_tokens])
             # A multi-byte character split at the cut decodes to U+FFFD; drop it.
             return cut.rstrip("\ufffd")
@@ -734,6 +755,16 @@ class TokenCounter:
             else:
                 hi = mid - 1
         return text[:lo]
+
+
+def _line_start(text: str, start: int) -> int:
+    """The first index ≥ ``start`` that follows a line break and holds a letter, or -1."""
+    i = text.find("\n", max(start - 1, 0))
+    while i >= 0:
+        if i + 1 < len(text) and text[i + 1].isalpha():
+            return i + 1
+        i = text.find("\n", i + 1)
+    return -1
 
 
 _counters: dict[str, TokenCounter] = {}

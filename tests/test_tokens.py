@@ -209,3 +209,44 @@ def test_the_count_cache_is_bounded_and_counts_stay_exact() -> None:
         t.join()
     assert errors == []
     assert small.cached_chars <= 2_000
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_truncate_is_the_head_of_the_whole_encoding(
+    name: str, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``truncate`` encodes only a prefix of a long text (up to a line break followed by a
+    letter); its result is exactly the first ``n`` ids of the whole text decoded: on every
+    corpus file at many lengths, on texts whose line breaks are followed by letters of many
+    scripts, marks, digits, quotes and spaces, and on texts with no such place."""
+    import random
+
+    reference = _independent_encoding(name, monkeypatch)
+    counter = TokenCounter(name)
+
+    def expected(text: str, n: int) -> str:
+        ids = reference.encode_ordinary(text)
+        return text if len(ids) <= n else reference.decode(ids[:n]).rstrip("\ufffd")
+
+    texts = [
+        p.read_text(encoding="utf-8", errors="replace")[:40_000]
+        for p in sorted(corpus.glob("*"))
+        if p.suffix in (".log", ".md", ".txt", ".json", ".jsonl")
+    ]
+    rng = random.Random(7)
+    pieces = ["\n", "\n\n", "\r\n", " \n", ".\n", "'s", "\n'", "\n ", "\n\t", "\n1", "\n١"]
+    pieces += ["word", "Été", "日本語", "ß", "\u0301", "é", "Ωμέγα", "한국어", "x/y", "  ", "12345"]
+    pieces += ["😀", "\U0001f468\u200d\U0001f469", "<|endoftext|>", "'ll", "\u00a0", "\u2028"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(200, 3000))) for _ in range(40)]
+    texts += ["a" * 5000, "\n" * 3000 + "x", "word " * 2000, "\n".join(["é" * 50] * 100)]
+    checked = prefix_only = 0
+    for text in texts:
+        whole = reference.encode_ordinary(text)
+        for n in (1, 7, 48, 133, 400, 2500):
+            assert counter.truncate(text, n) == expected(text, n), (text[:60], n)
+            head = counter._head_ids(text, n)
+            assert head == whole[: len(head)]
+            assert len(head) >= n or head == whole
+            checked += 1
+            prefix_only += len(head) < len(whole)
+    assert checked > 400 and prefix_only > 200  # most cuts encoded a prefix only
