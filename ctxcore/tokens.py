@@ -287,6 +287,12 @@ class CountingBackend(Protocol):
 
     def start(self, texts: Sequence[str], threads: int) -> Pending: ...
 
+    def head(self, text: str, max_tokens: int) -> tuple[str, int] | None:
+        """The text of the first ``max_tokens`` ids of ``text``'s encoding, decoded and cut
+        at the last whole character, and how many ids the whole text has; None where this
+        backend does not cut (``TokenCounter.truncate`` then decodes tiktoken's ids)."""
+        ...
+
 
 class TiktokenBackend:
     """Counts with tiktoken itself: joined runs on threads (``PendingCounts``)."""
@@ -301,6 +307,9 @@ class TiktokenBackend:
         if len(texts) == 1:
             return _Done([len(self.enc.encode_ordinary(texts[0]))])
         return PendingCounts(self.enc, texts, threads)
+
+    def head(self, text: str, max_tokens: int) -> tuple[str, int] | None:
+        return None
 
 
 class _Done:
@@ -485,6 +494,20 @@ class ToktokBackend:
 
     def start(self, texts: Sequence[str], threads: int) -> Pending:
         return _Background(self.count, texts, threads)
+
+    def head(self, text: str, max_tokens: int) -> tuple[str, int] | None:
+        """toktok's cut: it counts the text and cuts at the byte offset of id
+        ``max_tokens`` in one pass, building no ids and decoding nothing (the cut is a
+        character boundary: a character split between ids is left out, as tiktoken's
+        decoded U+FFFD is). Not for text tiktoken reads differently (lone surrogates) or
+        that holds a code point the two class differently (``TOKTOK_DIFFERS``)."""
+        if _may_differ(text) and _DIFFERS_RE.search(text):
+            return None
+        try:
+            cut, total = self.tok.truncate(text, max_tokens)
+        except UnicodeEncodeError:
+            return None
+        return str(cut), int(total)
 
 
 #: toktok-rs versions and the encodings each was verified on, text for text, against
@@ -736,18 +759,52 @@ class TokenCounter:
         return self.encode(text)
 
     def truncate(self, text: str, max_tokens: int) -> str:
-        """The longest prefix of ``text`` with at most ``max_tokens`` tokens."""
+        """The longest prefix of ``text`` with at most ``max_tokens`` tokens: the first
+        ``max_tokens`` ids of its encoding, decoded, less a character split at the cut.
+
+        Exact tokenizers cut a prefix of the text that ends where a line break is followed
+        by a letter (``_head_ids``): its first ids are the whole text's. Where the counting
+        backend cuts (toktok-rs, verified against tiktoken's decoded ids in
+        tests/test_tokens_backends.py), no ids are built; else tiktoken's are decoded."""
         if max_tokens <= 0:
             return ""
+        known = self._cache.get(text)
+        if known is not None and known <= max_tokens:
+            return text
+        if self._fn is not None:
+            return self._estimated_head(text, max_tokens)
+        backend = get_backend(self.name)
+        start = max_tokens * 6  # characters; a prefix with too few tokens is doubled
+        while True:
+            cut = _line_start(text, start) if start < len(text) else -1
+            part = text if cut < 0 else text[:cut]
+            got = backend.head(part, max_tokens)
+            if got is None:
+                return self._decoded_head(text, max_tokens)
+            head, total = got
+            if cut < 0:
+                if known is None:
+                    with self._lock:
+                        self._keep({text: total})
+                        self.misses += 1
+                return text if total <= max_tokens else head.rstrip("\ufffd")
+            if total >= max_tokens:
+                return head.rstrip("\ufffd")
+            start = 2 * cut
+
+    def _decoded_head(self, text: str, max_tokens: int) -> str:
         if self.count(text) <= max_tokens:
             return text
-        if self._fn is None:
-            ids = self._head_ids(text, max_tokens)
-            cut = self.decode(ids[:max_tokens])
-            # A multi-byte character split at the cut decodes to U+FFFD; drop it.
-            return cut.rstrip("\ufffd")
-        # Estimators: binary search on the character length.
+        ids = self._head_ids(text, max_tokens)
+        # A multi-byte character split at the cut decodes to U+FFFD; drop it.
+        return self.decode(ids[:max_tokens]).rstrip("\ufffd")
+
+    def _estimated_head(self, text: str, max_tokens: int) -> str:
+        """Estimators: binary search on the character length."""
+        if self.count(text) <= max_tokens:
+            return text
         lo, hi = 0, len(text)
+        assert self._fn is not None
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if self._fn(text[:mid]) <= max_tokens:

@@ -295,3 +295,53 @@ def test_texts_with_a_differing_code_point_are_counted_by_tiktoken(name: str) ->
     texts = ["plain", odd, paired, "!\u1acfi more", "🧠 \U0001d400 math", "x" * 70_000]
     assert _fast(name).count(texts, 2) == _reference(name, texts)
     assert TokenCounter(name).count_many_started(texts)() == _reference(name, texts)
+
+
+def _head_mismatches(name: str, texts: list[str], sizes: tuple[int, ...]) -> list[Any]:
+    """Where the fast backend's cut differs from tiktoken's first ``n`` ids decoded (less
+    a character split at the cut), or its whole-text count from tiktoken's."""
+    fast, enc = _fast(name), tokens.get_encoding(name)
+    bad: list[Any] = []
+    for text in texts:
+        ids = enc.encode_ordinary(text)
+        for n in sizes:
+            got = fast.head(text, n)
+            if got is None:
+                continue
+            want = enc.decode(ids[:n])
+            if got[1] != len(ids) or (
+                len(ids) > n and got[0].rstrip("\ufffd") != want.rstrip("\ufffd")
+            ):
+                bad.append((text[:60], n, got[1], len(ids)))
+    return bad
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.slow
+def test_zero_head_mismatches_on_the_corpus_cut_at_awkward_places(name: str, corpus: Path) -> None:
+    """The cut ``TokenCounter.truncate`` takes from the fast backend is tiktoken's."""
+    texts = [t for t in _corpus_texts(corpus) if len(t) < 200_000][::3]
+    assert len(texts) > 1_500
+    assert _head_mismatches(name, texts, (1, 2, 5, 31, 400, 2_500)) == []
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_zero_head_mismatches_on_random_unicode_bytes_and_special_text(name: str) -> None:
+    rng = random.Random(f"head-{name}")
+    texts = _random_unicode(rng, 2_000) + _random_bytes(rng, 1_000) + _special_texts(rng)
+    texts += list(tokens.SELF_CHECK_SAMPLE) + ["🧠" * 40, "é" * 300, "\ufffd" * 5 + "x" * 9]
+    assert _head_mismatches(name, texts, (1, 2, 3, 7, 20)) == []
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_the_fast_backend_leaves_to_tiktoken_the_texts_it_may_read_differently(name: str) -> None:
+    fast = _fast(name)
+    assert fast.head("lone \ud800 surrogate and more text", 2) is None
+    assert fast.head("\U000b34d8\U000323dci and more", 1) is None
+    assert fast.head("plain text here", 1) == ("plain", 3)
+    # the counter still cuts those, through tiktoken's ids
+    counter = TokenCounter(name)
+    enc = tokens.get_encoding(name)
+    for text in ("lone \ud800 surrogate and more text", "\U000b34d8\U000323dci and more"):
+        want = enc.decode(enc.encode_ordinary(text)[:2]).rstrip("\ufffd")
+        assert counter.truncate(text, 2) == want
