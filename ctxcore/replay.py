@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from enum import Enum
-from multiprocessing import get_context
+from multiprocessing import forkserver, get_context
+from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -73,7 +74,7 @@ _REACH = {
     Status.NOT_RENDERED: 0,
 }
 #: below this many traces a process pool costs more than it saves
-_POOL_MIN_TRACES = 48
+POOL_MIN_TRACES = 48
 #: the modules ``_run_job`` imports to diagnose
 _DIAGNOSTICS = ("ctxcore.diagnostics", "ctxcore.diagnostics.session")
 
@@ -365,17 +366,29 @@ class TraceJson:
     trace_id: str
     raw: bytes
     decode: Callable[[bytes], Any] | None = None
+    #: with ``unpack``, ``raw`` is the JSON as the store keeps it (compressed) and ``size``
+    #: its length unpacked: ``unpack(raw, size)`` is the JSON (``ctxscope replay --all``
+    #: leaves that to the workers too)
+    size: int = 0
+    unpack: Callable[[bytes, int], bytes] | None = None
 
     def load(self) -> Trace:
+        raw = self.raw
+        if self.unpack is not None:
+            try:
+                raw = self.unpack(raw, self.size)
+            except Exception as exc:  # noqa: BLE001 - one damaged blob is that turn's error
+                why = f"{type(exc).__name__}: {exc}"
+                raise InputError(f"trace_id {self.trace_id!r}: cannot be unpacked ({why})") from exc
         if self.decode is not None:
             try:
-                fast = self.decode(self.raw)
+                fast = self.decode(raw)
                 if fast is not None:
                     return _read_struct(Trace, fast)
             except Exception:  # noqa: BLE001 - pydantic reads it again and words what is wrong
                 pass
         try:
-            return Trace.model_validate_json(self.raw)
+            return Trace.model_validate_json(raw)
         except ValueError as exc:  # pydantic's ValidationError, or bad UTF-8
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InputError(f"trace_id {self.trace_id!r}: cannot be read ({first})") from exc
@@ -775,6 +788,28 @@ def _first_key(x: FirstLoss) -> tuple[str, int, str]:
     return (x.session_id, min(turns, default=0), x.item)
 
 
+def _pool_context(findings: bool) -> BaseContext:
+    """The context the replay workers are made in: forked from a server that has imported
+    these (each worker importing them again cost it a third of a second of CPU): the
+    diagnostics only when asked for, and the default tokenizer's tables loaded
+    (``ctxcore.replay_preload``)."""
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload(
+        [__name__, "ctxcore.replay_preload", *(_DIAGNOSTICS if findings else ())]
+    )
+    return ctx
+
+
+def start_workers(findings: bool = True) -> None:
+    """Start the server the replay workers are forked from, now, in the background: its
+    imports (about two seconds of CPU) then overlap the caller's own start, reading the
+    store and the first sessions (``ctxscope replay --all``). A later ``replay`` uses the
+    running server; one with more detectors than it was started for imports them in each
+    worker."""
+    _pool_context(findings)
+    forkserver.ensure_running()
+
+
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
@@ -799,7 +834,7 @@ def replay(
     the rebuilt traces on the report (for ``--save``).
     """
     groups = _jobs(traces)
-    if len(groups) == 1 or sum(len(g) for g in groups) < _POOL_MIN_TRACES:
+    if len(groups) == 1 or sum(len(g) for g in groups) < POOL_MIN_TRACES:
         workers = 1
     # largest sessions first, so one long session does not finish last on its own
     groups.sort(key=lambda g: -sum(len(t.input.packets) + 1 for t in g))
@@ -827,7 +862,7 @@ def replay_sessions(
 
     At most two sessions per worker are in flight, so a caller that reads sessions lazily
     (``ctxscope replay --all``) holds a few sessions in memory, never the whole store. Fewer
-    than ``_POOL_MIN_TRACES`` traces in all are replayed in this process: starting the
+    than ``POOL_MIN_TRACES`` traces in all are replayed in this process: starting the
     workers would cost more than they save.
     """
     start = time.perf_counter()
@@ -846,7 +881,7 @@ def replay_sessions(
         # look ahead until the replay is big enough for a pool (or the sessions run out)
         for job in todo:
             first.append(job)
-            if sum(len(j.traces) for j in first) >= _POOL_MIN_TRACES:
+            if sum(len(j.traces) for j in first) >= POOL_MIN_TRACES:
                 break
         else:
             n = 1
@@ -856,12 +891,7 @@ def replay_sessions(
             _run_job(dataclasses.replace(j, remember=True)) for j in itertools.chain(first, todo)
         ]
     else:
-        ctx = get_context("forkserver")
-        # the workers are forked from the server with these imported (each importing them
-        # again cost it a third of a second of CPU); the diagnostics only when asked for
-        # and the default tokenizer's tables loaded (``ctxcore.replay_preload``)
-        preload = [__name__, "ctxcore.replay_preload", *(_DIAGNOSTICS if findings else ())]
-        ctx.set_forkserver_preload(preload)
+        ctx = _pool_context(findings)
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_start) as pool:
             pending: set[Future[_JobResult]] = set()
             for job in itertools.chain(first, todo):
@@ -903,6 +933,7 @@ def replay_sessions(
 
 __all__ = [
     "INPUT_FACTS",
+    "POOL_MIN_TRACES",
     "LOSS_SEVERITIES",
     "REPLAY_TAG",
     "FirstLoss",
@@ -915,6 +946,7 @@ __all__ = [
     "replay",
     "replay_sessions",
     "settings_label",
+    "start_workers",
     "variant",
     "variant_id",
 ]

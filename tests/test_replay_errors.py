@@ -74,6 +74,22 @@ def test_an_unreadable_stored_trace_is_an_error_of_its_own(traces: list[Trace]) 
     assert report.new_failures == []
 
 
+def test_a_damaged_compressed_trace_is_an_error_of_its_own(traces: list[Trace]) -> None:
+    from ctxcore.store.rows import pack_json, unpack_json
+
+    packed = [(t.trace_id, pack_json(t.to_json().encode())) for t in traces[:4]]
+    good = [
+        TraceJson(tid, blob, size=len(traces[k].to_json().encode()), unpack=unpack_json)
+        for k, (tid, blob) in enumerate(packed)
+    ]
+    assert [g.load() for g in good] == traces[:4]
+    bad = TraceJson("damaged-1", packed[0][1][:-9], size=100, unpack=unpack_json)
+    report = replay_sessions([[*good[:2], bad, *good[2:]]], {"max_tokens": 4000}, findings=False)
+    assert [(e.trace_id, e.side) for e in report.errors] == [("damaged-1", "read")]
+    assert "cannot be unpacked" in report.errors[0].message
+    assert len(report.turns) == 4
+
+
 def test_cli_prints_the_failed_turns_and_fails_on_them(
     tmp_path: Path, traces: list[Trace], capsys: pytest.CaptureFixture[str]
 ) -> None:

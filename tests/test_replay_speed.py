@@ -283,23 +283,29 @@ def test_same_shaped_inputs_are_told_apart_without_a_content_key(
     gather.PREPARED.clear()
 
 
-def test_replay_all_lists_each_session_once_and_reads_it_with_msgspec(
+def test_replay_all_lists_the_store_once_and_reads_batches_of_sessions_with_msgspec(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``--all`` lists the store in one query, reads the compressed JSON of whole sessions
+    a batch at a time (never one query per session), largest session first, and each
+    trace is unpacked and read by the fast path where it is replayed."""
+    from ctxcore.cli import replay as cli_replay
     from ctxcore.store import TraceStore, fastdecode
 
     traces = demo("swe-pytest-7571-hello-agents.jsonl")[:6] + demo("toolchat-ctxscope.jsonl")[:5]
     db = tmp_path / "s.duckdb"
     with TraceStore(db, diagnose=False) as store:
         store.add_traces(traces, source="test")
-    calls: list[str | None] = []
-    real = TraceStore.list_traces
+        stored = dict(store.traces_json([t.trace_id for t in traces]))
+    calls: list[str] = []
+    for name in ("list_traces", "session_listing", "traces_packed", "traces_json"):
+        real = getattr(TraceStore, name)
 
-    def counted(self: TraceStore, flt: object = None, **kw: object) -> object:
-        calls.append(getattr(flt, "session_id", None))
-        return real(self, flt, **kw)  # type: ignore[arg-type]
+        def counted(self: TraceStore, *a: object, _real: Any = real, _n: str = name) -> object:
+            calls.append(_n)
+            return _real(self, *a)
 
-    monkeypatch.setattr(TraceStore, "list_traces", counted)
+        monkeypatch.setattr(TraceStore, name, counted)
     decoded: list[bytes] = []
     real_decode = fastdecode.decode
 
@@ -309,9 +315,45 @@ def test_replay_all_lists_each_session_once_and_reads_it_with_msgspec(
 
     monkeypatch.setattr(fastdecode, "decode", decode)
     assert main(["replay", "--all", "--db", str(db), "--no-findings", "--format", "json"]) == 0
-    sessions = {t.session_id for t in traces}
-    assert sorted(c for c in calls if c is not None) == sorted(sessions)
-    assert len(decoded) == len(traces)  # each stored trace read by the fast path
+    assert calls == ["session_listing", "traces_packed"]  # 11 traces: one batch
+    assert sorted(decoded) == sorted(stored.values())  # each stored trace, by the fast path
+    # a batch holds whole sessions, the largest first
+    monkeypatch.setattr(cli_replay, "_READ_BATCH", 6)
+    calls.clear()
+    with TraceStore(db, read_only=True) as store:
+        sessions = list(cli_replay._sessions(store, None))
+    assert [len(s) for s in sessions] == [6, 5]
+    assert calls == ["session_listing", "traces_packed", "traces_packed"]
+    assert [s[0].load().session_id for s in sessions] == [
+        "swe-pytest-7571-hello-agents",
+        "toolchat-ctxscope",
+    ]
+
+
+def test_replay_all_starts_the_workers_server_before_reading_a_store_worth_a_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server's imports overlap the reading of the store, for a store big enough
+    for a pool (and never for one session, or one worker)."""
+    from ctxcore.cli import replay as cli_replay
+    from ctxcore.store import TraceStore
+
+    traces = demo("toolchat-ctxscope.jsonl")
+    db = tmp_path / "s.duckdb"
+    with TraceStore(db, diagnose=False) as store:
+        store.add_traces(traces, source="test")
+    started: list[bool] = []
+    monkeypatch.setattr(cli_replay, "start_workers", started.append)
+    monkeypatch.setattr(cli_replay, "POOL_MIN_TRACES", len(traces) + 1)
+    base = ["replay", "--db", str(db), "--no-findings", "--format", "json", "--workers", "1"]
+    assert main([*base[:-1], "2", "--all"]) == 0
+    assert started == []  # too few traces for a pool
+    monkeypatch.setattr(cli_replay, "POOL_MIN_TRACES", len(traces))
+    assert main([*base, "--all"]) == 0
+    assert main([*base[:-1], "2", "--session", traces[0].session_id]) == 0
+    assert started == []
+    assert main([*base[:-1], "2", "--all"]) == 0
+    assert started == [False]
 
 
 def test_a_variant_the_report_does_not_keep_differs_only_in_its_sentences(
@@ -471,6 +513,6 @@ def test_the_fork_server_loads_the_default_tables_for_every_worker(
 
     monkeypatch.setattr(replay_mod, "get_context", get_context)
     sessions = [t for t in traces if t.config.preset == "ctxscope"][:60]
-    assert len(sessions) >= replay_mod._POOL_MIN_TRACES
+    assert len(sessions) >= replay_mod.POOL_MIN_TRACES
     report = replay_mod.replay_sessions([sessions], {"max_tokens": 3000}, workers=2)
     assert report.turns and asked and "ctxcore.replay_preload" in asked[0]

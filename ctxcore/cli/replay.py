@@ -22,13 +22,16 @@ from ctxcore.errors import InputError
 from ctxcore.loading import load_config
 from ctxcore.models import Trace
 from ctxcore.replay import (
+    POOL_MIN_TRACES,
     REPLAY_TAG,
     ReplayReport,
     TraceJson,
     TurnError,
     TurnReport,
+    default_workers,
     replay,
     replay_sessions,
+    start_workers,
 )
 from ctxcore.store import TraceFilter, TraceStore
 
@@ -68,20 +71,49 @@ def _json_of(store: TraceStore, ids: list[str]) -> list[TraceJson]:
     return [TraceJson(t, raw, decode) for t, raw in store.traces_json(ids)]
 
 
-def _session_ids(store: TraceStore, tag: str | None) -> Iterator[tuple[str, list[str]]]:
-    """The stored sessions with a trace to replay (one with ``tag``, if given), each with
-    the ids of those traces in turn order (one listing per session)."""
-    for row in store.sessions():
-        ids = _session_ids_of(store, row.session_id, tag)
-        if ids:
-            yield row.session_id, ids
+#: traces read from the store in one query by ``--all`` / ``--tag`` (whole sessions; a
+#: larger session is read alone): a few MB of compressed JSON held at a time
+_READ_BATCH = 500
 
 
 def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[TraceJson]]:
-    """Every stored session, read when the replay is ready for it (the store is never held
-    in memory whole; the workers get the stored JSON of the traces, never the store)."""
-    for _, ids in _session_ids(store, tag):
-        yield _json_of(store, ids)
+    """Every stored session with a trace to replay (one with ``tag``, if given), largest
+    first (a long session started last would finish last, alone), read a batch of sessions
+    at a time when the replay is ready for them: the store is listed once (ids and tags)
+    and never held in memory whole. The workers get each trace's compressed JSON and
+    unpack it themselves, in parallel."""
+    from ctxcore.store.fastdecode import decode
+    from ctxcore.store.rows import unpack_json
+
+    listing = [
+        ids
+        for _, traces in store.session_listing()
+        # earlier replays are variants, not recordings (unless asked for by tag)
+        if (
+            ids := [
+                tid
+                for tid, tags in traces
+                if (tag is None or tag in tags) and (REPLAY_TAG not in tags or tag == REPLAY_TAG)
+            ]
+        )
+    ]
+    listing.sort(key=len, reverse=True)
+    batch: list[list[str]] = []
+    for k, ids in enumerate(listing):
+        batch.append(ids)
+        if k + 1 < len(listing) and sum(map(len, batch)) + len(listing[k + 1]) <= _READ_BATCH:
+            continue
+        packed = {
+            tid: (blob, size)
+            for tid, blob, size in store.traces_packed([t for s in batch for t in s])
+        }
+        for ids_ in batch:
+            yield [
+                TraceJson(tid, packed[tid][0], decode, size=packed[tid][1], unpack=unpack_json)
+                for tid in ids_
+                if tid in packed
+            ]
+        batch = []
 
 
 def _from_files(paths: list[str]) -> tuple[list[Trace], list[TurnError]]:
@@ -199,6 +231,9 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         # read-only, and closed before --save opens it to write
         with TraceStore(args.db, read_only=True) as store:
+            workers = args.workers if args.workers is not None else default_workers()
+            if not args.session and workers > 1 and store.count() >= POOL_MIN_TRACES:
+                start_workers(not args.no_findings)  # meanwhile, the store is read
             if args.session:
                 traces = _session(store, args.session, args.tag)
                 if not traces:

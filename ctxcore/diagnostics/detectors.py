@@ -336,8 +336,9 @@ def _waste_vs_rerun(v: TraceView, fill: str, alt: ctxscope.Outcome) -> list[Find
     mine = {d.packet_id for d in v.decisions if d.status in IN_PROMPT}
     theirs = {i for i, s in zip(alt.ids, alt.statuses, strict=True) if s in IN_PROMPT}
     score = {d.packet_id: d.score or 0.0 for d in v.decisions}
-    added = [i for i in alt.ids if i in theirs - mine]
-    removed = [d.packet_id for d in v.decisions if d.packet_id in mine - theirs]
+    only_theirs, only_mine = theirs - mine, mine - theirs
+    added = [i for i in alt.ids if i in only_theirs]
+    removed = [d.packet_id for d in v.decisions if d.packet_id in only_mine]
     g_score = sum(score.get(i, 0.0) for i in sorted(mine))  # one order: the same float every run
     o_score = sum((x or 0.0) for i, x in zip(alt.ids, alt.scores, strict=True) if i in theirs)
     capacity = v.budget
@@ -387,8 +388,9 @@ def _waste_vs_knapsack(v: TraceView, fill: str) -> list[Finding]:
     chosen = {items[i].packet_id for i in res.chosen}
     greedy = {d.packet_id for d in selected}
     g_score = sum(d.score or 0.0 for d in selected)
-    added = [d.packet_id for d in items if d.packet_id in chosen - greedy]
-    removed = [d.packet_id for d in items if d.packet_id in greedy - chosen]
+    only_chosen, only_greedy = chosen - greedy, greedy - chosen
+    added = [d.packet_id for d in items if d.packet_id in only_chosen]
+    removed = [d.packet_id for d in items if d.packet_id in only_greedy]
     return _waste_finding(
         v,
         fill,

@@ -534,6 +534,43 @@ class TraceStore:
             out += [(tid, found[tid]) for tid in chunk if tid in found]
         return out
 
+    def traces_packed(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes, int]]:
+        """``traces_json`` as stored: each trace's compressed JSON and its size, for a
+        reader elsewhere to unpack (``rows.unpack_json``): ``replay --all`` leaves that to
+        its worker processes, in parallel, instead of the one process reading the store."""
+        out: list[tuple[str, bytes, int]] = []
+        cur = self._cur()
+        for i in range(0, len(trace_ids), 1000):
+            chunk = list(trace_ids[i : i + 1000])
+            rows = cur.execute(
+                "SELECT trace_id, trace_zst, json_bytes FROM traces "
+                "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
+                [chunk],
+            ).fetchall()
+            found = {r[0]: (r[0], r[1], int(r[2])) for r in rows}
+            out += [found[tid] for tid in chunk if tid in found]
+        return out
+
+    def session_listing(self) -> list[tuple[str, list[tuple[str, tuple[str, ...]]]]]:
+        """Every session with its traces' ids and tags in turn order (then insertion, as
+        ``list_traces(sort="turn")``), sessions most recently active first (as ``sessions()``
+        lists them): one query for the whole store (ids and tags only, never the traces)."""
+        rows = (
+            self._cur()
+            .execute(
+                "SELECT session_id, trace_id, tags, max(created_at) OVER (PARTITION BY "
+                "session_id) AS last FROM traces "
+                "ORDER BY last DESC, session_id, turn, tseq"
+            )
+            .fetchall()
+        )
+        out: list[tuple[str, list[tuple[str, tuple[str, ...]]]]] = []
+        for sid, tid, tags, _ in rows:
+            if not out or out[-1][0] != sid:
+                out.append((sid, []))
+            out[-1][1].append((tid, tuple(tags or ())))
+        return out
+
     def findings(self, trace_id: str) -> list[dict[str, Any]]:
         """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
         rows = self._dicts(
