@@ -92,11 +92,35 @@ class QueryTerms:
 
     @classmethod
     def of(cls, query: str) -> QueryTerms:
+        """The query's terms; the same query gives the very same object while it is among
+        last queries asked for (``_QUERIES_KEPT``, at most ``_QUERIES_CHARS`` characters of
+        them), so the memos it keys find it by identity (an equal object is compared field
+        by field on every lookup)."""
+        known = _QUERIES.get(query)
+        if known is not None:
+            return known
         seen = dict.fromkeys(t for t in terms(query) if t not in STOPWORDS)
-        return cls(
+        made = cls(
             latin=tuple(t for t in seen if not _is_cjk(t)),
             cjk=tuple(t for t in seen if _is_cjk(t)),
         )
+        global _queries_chars
+        with _QUERIES_LOCK:
+            if len(_QUERIES) >= _QUERIES_KEPT or _queries_chars + len(query) > _QUERIES_CHARS:
+                _QUERIES.clear()
+                _queries_chars = 0
+            if query not in _QUERIES:
+                _QUERIES[query] = made
+                _queries_chars += len(query)
+            return _QUERIES[query]
+
+
+#: the terms of recent queries, by query (``QueryTerms.of``); started over when full
+_QUERIES: dict[str, QueryTerms] = {}
+_QUERIES_KEPT = 1024
+_QUERIES_CHARS = 1_000_000
+_queries_chars = 0
+_QUERIES_LOCK = threading.Lock()
 
 
 def _count_overlapping(text: str, sub: str) -> int:

@@ -67,3 +67,24 @@ def test_the_error_line_memo_is_bounded_by_characters(monkeypatch: pytest.Monkey
         assert error_evidence(t) == [f"FAILED tests/test_x.py::test_{i} - AssertionError"]
         assert sum(map(len, summarize._ERROR_MEMO)) <= 40_000
     assert texts[-1] in summarize._ERROR_MEMO
+
+
+def test_query_terms_of_a_recent_query_are_the_same_object_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ctxcore import scoring
+
+    q = QueryTerms.of("why does test_dump fail in 结论 module?")
+    again = QueryTerms.of("why does test_dump fail in 结论 module?")
+    assert again is q and again == QueryTerms(latin=q.latin, cjk=q.cjk)
+    monkeypatch.setattr(scoring, "_QUERIES_CHARS", 1_000)
+    for k in range(100):
+        QueryTerms.of(f"query number {k} " + "x" * 50)
+    assert scoring._queries_chars <= 1_000
+    assert sum(map(len, scoring._QUERIES)) == scoring._queries_chars
+    monkeypatch.setattr(scoring, "_QUERIES_KEPT", 8)
+    for k in range(30):
+        QueryTerms.of(f"another {k}")
+    assert len(scoring._QUERIES) <= 8
+    # a query asked for again after a start-over gets equal terms
+    assert QueryTerms.of("why does test_dump fail in 结论 module?") == q

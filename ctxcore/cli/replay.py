@@ -73,7 +73,7 @@ def _json_of(store: TraceStore, ids: list[str]) -> list[TraceJson]:
 
 #: traces read from the store in one query by ``--all`` / ``--tag`` (whole sessions; a
 #: larger session is read alone): a few MB of compressed JSON held at a time
-_READ_BATCH = 500
+_READ_BATCH = 100
 
 
 def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[TraceJson]]:
