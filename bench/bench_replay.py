@@ -19,8 +19,12 @@ Rows:
   process tree sampled from /proc ten times a second, its PSS once a second: all processes
   together, and the largest). With the
   recorded settings every rebuilt turn equals its recording, so its findings are the
-  recording's; the last row sets ``min_relevance=0.3``, which changes most turns, so both
-  sides are diagnosed.
+  recording's; the third row sets ``min_relevance=0.3``, which changes most turns, so both
+  sides are diagnosed. The store is built as ``ctxscope ingest`` builds it, findings
+  computed at insert: the recorded side takes the detectors that read one trace from them
+  and runs the three that read other turns. The last row is the same replay of the same
+  store without stored findings (as ingested with ``--defer-diagnostics`` and not yet
+  diagnosed): every detector runs on both sides.
 
 Times are wall clock with the CPU seconds next to them, and the machine's load (1-minute
 average, ``os.getloadavg``) before and after each row: on a shared machine the wall clock
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +53,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
+import duckdb  # noqa: E402
 from corpus_input import corpus_input  # noqa: E402
 
 from ctxcore import figures  # noqa: E402
@@ -124,7 +130,7 @@ def make_store(db: Path, n_traces: int) -> int:
             out.append(
                 build_trace(inp, Config(), trace_id=f"b{s}-t{k}", session_id=f"bench-{s}", turn=k)
             )
-    with TraceStore(db, diagnose=False) as store:
+    with TraceStore(db) as store:  # findings at insert, as ``ctxscope ingest`` computes them
         store.add_traces(out, source="bench")
     return round(sum(len(t.input.packets) for t in out) / len(out))
 
@@ -259,13 +265,24 @@ def main() -> None:
                 avg = make_store(db, args.traces)
                 setup = time.perf_counter() - t0
                 print(f"(store of {args.traces} traces, ~{avg} packets, built in {setup:.0f} s)")
-            for label, extra in (
-                ("decisions only", ["--no-findings"]),
-                ("with findings", []),
-                ("with findings, min_relevance=0.3", ["--set", "min_relevance=0.3"]),
+            # the same store as if ingested with --defer-diagnostics and not yet diagnosed
+            bare = Path(tmp) / "no-findings.duckdb"
+            shutil.copyfile(db, bare)
+            con = duckdb.connect(str(bare))
+            con.execute("UPDATE traces SET diagnosed_with = NULL")
+            con.close()
+            for label, extra, store_db in (
+                ("decisions only", ["--no-findings"], db),
+                ("with findings", [], db),
+                ("with findings, min_relevance=0.3", ["--set", "min_relevance=0.3"], db),
+                (
+                    "with findings, min_relevance=0.3, no stored findings",
+                    ["--set", "min_relevance=0.3"],
+                    bare,
+                ),
             ):
                 before = _load()
-                r = store_replay(db, args.workers, extra)
+                r = store_replay(store_db, args.workers, extra)
                 load = f"{before}→{_load()}"
                 rows.append(
                     (

@@ -371,6 +371,10 @@ class TraceJson:
     #: leaves that to the workers too)
     size: int = 0
     unpack: Callable[[bytes, int], bytes] | None = None
+    #: the trace's findings as the store computed them at insert, alone (no other turns)
+    #: and by this very code (``diagnostics.fingerprint``): the recorded side takes the
+    #: detectors that read one trace from them (``diagnose(..., alone=)``)
+    findings: Sequence[Finding] | None = None
 
     def load(self) -> Trace:
         raw = self.raw
@@ -459,8 +463,11 @@ def _converter(tp: Any) -> Callable[[Any], Any] | None:
 TraceLike = Trace | TraceJson
 
 
-def _turn_order(traces: Iterable[TraceLike]) -> tuple[list[Trace], list[TurnError]]:
-    """The traces in turn order, and one error per stored trace that could not be read."""
+def _turn_order(
+    traces: Iterable[TraceLike], stored: dict[str, Sequence[Finding]] | None = None
+) -> tuple[list[Trace], list[TurnError]]:
+    """The traces in turn order, and one error per stored trace that could not be read;
+    ``stored`` gets the findings that came with a stored trace, by its id."""
     loaded: list[Trace] = []
     errors: list[TurnError] = []
     for t in traces:
@@ -469,6 +476,8 @@ def _turn_order(traces: Iterable[TraceLike]) -> tuple[list[Trace], list[TurnErro
             continue
         try:
             loaded.append(t.load())
+            if stored is not None and t.findings is not None:
+                stored[loaded[-1].trace_id] = t.findings
         except CtxscopeError as exc:
             errors.append(
                 TurnError(
@@ -636,7 +645,8 @@ def _run_job(job: _Job) -> _JobResult:
     from ctxcore.diagnostics import INGEST_OPTIONS, diagnose
     from ctxcore.diagnostics.session import TurnFindings, lost_items
 
-    traces, errors = _turn_order(job.traces)
+    stored: dict[str, Sequence[Finding]] = {}
+    traces, errors = _turn_order(job.traces, stored)
     if not traces:
         return _JobResult([], errors, [], Counter(), Counter(), [])
     recorded = job.before is None
@@ -687,6 +697,8 @@ def _run_job(job: _Job) -> _JobResult:
                 session_traces=[x for x in side_a[:i] if x is not None],
                 options=INGEST_OPTIONS,
                 rebuilt=built.result if built is not None else None,
+                # the recording as stored: its findings alone are the store's
+                alone=stored.get(rec.trace_id) if a is rec else None,
             )
         xb: list[Finding] = []
         if b is None:

@@ -12,7 +12,13 @@ from ctxcore.models import Trace
 from ctxcore.store import TraceFilter, TraceStore, migrations
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_VERSIONS = [(1, "base"), (2, "findings"), (3, "compressed_json"), (4, "file_state")]
+ALL_VERSIONS = [
+    (1, "base"),
+    (2, "findings"),
+    (3, "compressed_json"),
+    (4, "file_state"),
+    (5, "diagnosed_with"),
+]
 
 # The schema the app and the charts are written against (docs/design.md, "Store").
 FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
@@ -55,6 +61,7 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
         ("source_trace_id", "VARCHAR"), ("source_file", "VARCHAR"),
         ("content_hash", "VARCHAR"), ("ingested_at", "TIMESTAMP"), ("n_findings", "INTEGER"),
         ("max_severity", "VARCHAR"), ("json_bytes", "BIGINT"), ("trace_zst", "BLOB"),
+        ("diagnosed_with", "VARCHAR"),
     ],
 }  # fmt: skip
 
@@ -160,5 +167,5 @@ def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> N
     con = duckdb.connect(str(db))
     migrations.apply(con, upto=1)
     con.close()
-    with pytest.raises(StoreError, match="version 1.*needs 4.*without read_only"):
+    with pytest.raises(StoreError, match="version 1.*needs 5.*without read_only"):
         TraceStore(db, read_only=True)

@@ -200,3 +200,86 @@ def test_remembered_helpers_hand_out_their_own_lists() -> None:
     first = identifiers(text)
     first.clear()
     assert identifiers(text) == ["src/_pytest/logging.py", "357", "caplog.set_level"]
+
+
+def _stored(tmp_path: Any, traces: list[Trace]) -> Any:
+    from ctxcore.store import TraceStore
+
+    db = tmp_path / "s.duckdb"
+    with TraceStore(db) as store:  # findings computed at insert, as ingest does
+        store.add_traces(traces, source="test")
+    return db
+
+
+def test_the_store_keeps_who_computed_its_findings(tmp_path: Any, toolchat: list[Trace]) -> None:
+    from ctxcore.diagnostics import fingerprint
+    from ctxcore.store import TraceStore
+
+    db = _stored(tmp_path, toolchat)
+    ids = [t.trace_id for t in toolchat]
+    with TraceStore(db) as store:
+        found = store.stored_findings(ids, fingerprint())
+        assert list(found) == ids  # every trace, those without findings too
+        for t in toolchat:
+            want = diagnose(t, options=INGEST_OPTIONS)
+            assert [key(f) for f in found[t.trace_id]] == [key(f) for f in want]
+            assert [f.message for f in found[t.trace_id]] == [f.message for f in want]
+        assert store.stored_findings(ids, "other code") == {}
+    # deferred findings are nobody's until they are computed
+    with TraceStore(tmp_path / "d.duckdb", diagnose=False) as store:
+        store.add_traces(toolchat, source="test")
+        assert store.stored_findings(ids, fingerprint()) == {}
+        assert store.diagnose_pending() == len(toolchat)
+        assert set(store.stored_findings(ids, fingerprint())) == set(ids)
+
+
+@pytest.mark.parametrize("settings", [{"max_tokens": 2000}, {"min_relevance": 0.3}])
+def test_a_replay_of_the_store_takes_the_recorded_findings_it_computed(
+    tmp_path: Any,
+    toolchat: list[Trace],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    settings: dict[str, Any],
+) -> None:
+    """The recorded side's one-trace detectors come from the store (greedy_waste, which
+    re-runs the build, runs for the new side only) and the report is the one a full
+    diagnosis of both sides gives; findings stored by other code are computed again."""
+    import json
+
+    import duckdb
+
+    from ctxcore.cli import main
+    from ctxcore.diagnostics import DETECTORS
+
+    db = _stored(tmp_path, toolchat)
+    expected = replay(toolchat, settings, workers=1).model_dump(exclude={"seconds"})
+    calls: list[str] = []
+    fn, text = DETECTORS["greedy_waste"]
+
+    def counted(view: Any) -> list[Finding]:
+        calls.append(view.trace.trace_id)
+        return fn(view)
+
+    monkeypatch.setitem(DETECTORS, "greedy_waste", (counted, text))
+    sets = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+    for how in (["--session", toolchat[0].session_id], ["--all", "--workers", "1"]):
+        calls.clear()
+        RECORDED_FINDINGS.clear()  # a replay in this process keeps them for the next
+        args = ["replay", *how, "--db", str(db), "--format", "json", "--fail-on", "never"]
+        assert main([*args, *[x for s in sets for x in ("--set", s)]]) == 0
+        got = json.loads(capsys.readouterr().out)
+        got.pop("seconds")
+        assert got == json.loads(json.dumps(expected)), how
+        recorded = {t.trace_id for t in toolchat}
+        assert calls and not recorded & set(calls), how  # only the new side's builds
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE traces SET diagnosed_with = 'older code'")
+    con.close()
+    calls.clear()
+    RECORDED_FINDINGS.clear()
+    args = ["replay", "--all", "--workers", "1", "--db", str(db), "--format", "json"]
+    assert main([*args, "--fail-on", "never", *[x for s in sets for x in ("--set", s)]]) == 0
+    got = json.loads(capsys.readouterr().out)
+    got.pop("seconds")
+    assert got == json.loads(json.dumps(expected))
+    assert {t.trace_id for t in toolchat} <= set(calls)

@@ -53,22 +53,18 @@ def _session_ids_of(store: TraceStore, session: str, tag: str | None) -> list[st
             return out
 
 
-def _session(store: TraceStore, session: str, tag: str | None) -> list[Trace]:
-    return [t.load() for t in _session_json(store, session, tag)]
-
-
-def _session_json(store: TraceStore, session: str, tag: str | None) -> list[TraceJson]:
-    """The session's traces as stored (their JSON, not validated here): ``--all`` hands them
-    to the worker processes as they are, and each worker reads its own."""
-    return _json_of(store, _session_ids_of(store, session, tag))
-
-
-def _json_of(store: TraceStore, ids: list[str]) -> list[TraceJson]:
-    """The stored JSON of ``ids``, each read where it is replayed with ingest's msgspec
-    reader (half the time of pydantic; what it refuses, pydantic reads and words)."""
+def _session_json(
+    store: TraceStore, session: str, tag: str | None, findings: bool
+) -> list[TraceJson]:
+    """The session's traces as stored (their JSON, read where they are replayed with
+    ingest's msgspec reader: half the time of pydantic; what it refuses, pydantic reads and
+    words), and with ``findings`` the findings stored with them by this code."""
+    from ctxcore.diagnostics import fingerprint
     from ctxcore.store.fastdecode import decode
 
-    return [TraceJson(t, raw, decode) for t, raw in store.traces_json(ids)]
+    ids = _session_ids_of(store, session, tag)
+    found = store.stored_findings(ids, fingerprint()) if findings else {}
+    return [TraceJson(t, raw, decode, findings=found.get(t)) for t, raw in store.traces_json(ids)]
 
 
 #: traces read from the store in one query by ``--all`` / ``--tag`` (whole sessions; a
@@ -76,12 +72,17 @@ def _json_of(store: TraceStore, ids: list[str]) -> list[TraceJson]:
 _READ_BATCH = 100
 
 
-def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[TraceJson]]:
+def _sessions(
+    store: TraceStore, tag: str | None, findings: bool = True
+) -> Iterator[list[TraceJson]]:
     """Every stored session with a trace to replay (one with ``tag``, if given), largest
     first (a long session started last would finish last, alone), read a batch of sessions
     at a time when the replay is ready for them: the store is listed once (ids and tags)
     and never held in memory whole. The workers get each trace's compressed JSON and
-    unpack it themselves, in parallel."""
+    unpack it themselves, in parallel; with ``findings``, also the findings the store
+    computed at insert where this very code computed them (the recorded side's detectors
+    that read one trace are not run again)."""
+    from ctxcore.diagnostics import fingerprint
     from ctxcore.store.fastdecode import decode
     from ctxcore.store.rows import unpack_json
 
@@ -103,13 +104,19 @@ def _sessions(store: TraceStore, tag: str | None) -> Iterator[list[TraceJson]]:
         batch.append(ids)
         if k + 1 < len(listing) and sum(map(len, batch)) + len(listing[k + 1]) <= _READ_BATCH:
             continue
-        packed = {
-            tid: (blob, size)
-            for tid, blob, size in store.traces_packed([t for s in batch for t in s])
-        }
+        wanted = [t for s in batch for t in s]
+        packed = {tid: (blob, size) for tid, blob, size in store.traces_packed(wanted)}
+        found = store.stored_findings(wanted, fingerprint()) if findings else {}
         for ids_ in batch:
             yield [
-                TraceJson(tid, packed[tid][0], decode, size=packed[tid][1], unpack=unpack_json)
+                TraceJson(
+                    tid,
+                    packed[tid][0],
+                    decode,
+                    size=packed[tid][1],
+                    unpack=unpack_json,
+                    findings=found.get(tid),
+                )
                 for tid in ids_
                 if tid in packed
             ]
@@ -235,12 +242,13 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if not args.session and workers > 1 and store.count() >= POOL_MIN_TRACES:
                 start_workers(not args.no_findings)  # meanwhile, the store is read
             if args.session:
-                traces = _session(store, args.session, args.tag)
-                if not traces:
+                stored = _session_json(store, args.session, args.tag, not args.no_findings)
+                if not stored:
                     raise InputError(f"{args.db}: no traces in session {args.session!r}")
-                report = replay(traces, settings, **options)
+                # one session is one job: replayed here, as ``replay`` does
+                report = replay_sessions([stored], settings, **{**options, "workers": 1})
             else:
-                sessions = _sessions(store, args.tag)
+                sessions = _sessions(store, args.tag, not args.no_findings)
                 first = next(sessions, None)
                 if first is None:
                     what = f"with tag {args.tag!r}" if args.tag else "in the store"

@@ -36,7 +36,12 @@ search); the Playground applies a fix with ``patched_config(trace.config, findin
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
+import sys
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from ctxcore.diagnostics.context import LOST, SEVERITY_RANK, DiagnosticsOptions, TraceView
 from ctxcore.diagnostics.counterfactual import (
@@ -135,12 +140,22 @@ def ensure_built(trace: Trace) -> Trace:
     return trace.model_copy(update={"config": cfg, "result": build(trace.input, cfg)})
 
 
+#: the detectors that read the session's other turns (``TraceView.session_traces``): user
+#: constraints from earlier turns, an error carried turn after turn, summaries of earlier
+#: content. The others see only the trace itself (tests/test_diagnostics_reuse.py holds
+#: each of them to that).
+SESSION_DETECTORS: frozenset[str] = frozenset(
+    {"must_have_lost", "stale_or_repeated", "summary_coverage"}
+)
+
+
 def diagnose(
     trace: Trace,
     *,
     session_traces: Iterable[Trace] | None = None,
     options: DiagnosticsOptions | None = None,
     rebuilt: BuildResult | None = None,
+    alone: Sequence[Finding] | None = None,
 ) -> list[Finding]:
     """Every finding for one trace, most severe first.
 
@@ -151,6 +166,11 @@ def diagnose(
     config), for a caller that has just made that very build (``ctxcore.replay``): the
     detectors that compare with a re-run then use it instead of building again. It must be
     that build, not merely a similar one; the findings are the same either way.
+
+    ``alone`` is this trace's findings as ``diagnose(trace, options=options)`` gave them
+    without ``session_traces``, by this very code (``fingerprint()``: the store keeps the
+    findings it computed at insert with it): the detectors outside ``SESSION_DETECTORS``
+    are taken from it instead of run again, the findings in the same order as ever.
     """
     opts = options or DiagnosticsOptions()
     unknown = [d for d in (opts.enabled or ()) if d not in DETECTORS]
@@ -164,13 +184,42 @@ def diagnose(
         trace, opts, [t for t in (session_traces or ()) if t.result is not None], rebuilt
     )
     found: list[Finding] = []
+    if alone is not None:
+        found = [f for f in alone if f.detector not in SESSION_DETECTORS]
     for det_id, (fn, _) in DETECTORS.items():
-        if opts.wants(det_id):
+        if opts.wants(det_id) and (alone is None or det_id in SESSION_DETECTORS):
             found.extend(fn(view))
     if opts.counterfactuals and opts.rerun:
         found = _attach_fixes(view, found)
     order = {d: i for i, d in enumerate(DETECTORS)}
     return sorted(found, key=lambda f: (-SEVERITY_RANK[f.severity], order[f.detector]))
+
+
+def fingerprint() -> str:
+    """What the findings of this process depend on, as a short hash: the source of every
+    ctxcore module (the detectors, the pipeline they re-run, the tokenizers, the models),
+    Python's version (its regular expressions and Unicode tables) and the versions of the
+    libraries that compute (numpy, pydantic, tiktoken, toktok-rs). Findings stored with
+    the same fingerprint are what this code would compute again."""
+    import ctxcore
+
+    return source_fingerprint(Path(ctxcore.__file__).parent)
+
+
+@functools.cache
+def source_fingerprint(root: Path) -> str:
+    """``fingerprint`` of the package whose modules are under ``root``."""
+    digest = hashlib.sha256(sys.version.encode())
+    for dist in ("numpy", "pydantic", "pydantic-core", "tiktoken", "toktok-rs"):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            version = "-"
+        digest.update(f"\0{dist}={version}".encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:20]
 
 
 def _attach_fixes(view: TraceView, found: list[Finding]) -> list[Finding]:
@@ -229,6 +278,7 @@ __all__ = [
     "DETECTOR_IDS",
     "DiagnosticsOptions",
     "INGEST_OPTIONS",
+    "SESSION_DETECTORS",
     "LostItem",
     "SEVERITIES",
     "SessionDiagnosis",
@@ -237,6 +287,7 @@ __all__ = [
     "diagnose",
     "diagnose_session",
     "ensure_built",
+    "fingerprint",
     "patched_config",
     "rebuild",
     "severity_at_least",

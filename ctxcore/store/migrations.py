@@ -232,11 +232,19 @@ def m004_file_state(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE file_offsets ADD COLUMN failed VARCHAR")
 
 
+def m005_diagnosed_with(con: duckdb.DuckDBPyConnection) -> None:
+    """``diagnosed_with``: the ``ctxcore.diagnostics.fingerprint()`` of the code that computed
+    a trace's stored findings (NULL: not recorded, or not diagnosed). Replay takes the
+    recorded side's findings from the store only where it is its own fingerprint."""
+    con.execute("ALTER TABLE traces ADD COLUMN diagnosed_with VARCHAR")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "findings", m002_findings),
     Step(3, "compressed_json", m003_compressed_json),
     Step(4, "file_state", m004_file_state),
+    Step(5, "diagnosed_with", m005_diagnosed_with),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -40,7 +40,7 @@ _TRACE_COLS = (
     "builder_version", "budget", "used", "n_packets", "n_kept", "n_truncated", "n_summarized",
     "n_dropped", "n_filtered", "n_not_rendered", "n_warnings", "lost_must_keep", "verdict",
     "tags", "source_trace_id", "source_file", "content_hash", "ingested_at", "n_findings",
-    "max_severity", "json_bytes", "trace_zst",
+    "max_severity", "json_bytes", "trace_zst", "diagnosed_with",
 )  # fmt: skip
 _DECISION_COLS = (
     "tseq", "trace_id", "ord", "packet_id", "kind", "tokens_before", "tokens_after",
@@ -64,7 +64,7 @@ _SCHEMAS: dict[str, pa.Schema] = {
         + [("verdict", _STR), ("tags", _STRS), ("source_trace_id", _STR),
            ("source_file", _STR), ("content_hash", _STR), ("ingested_at", _TS),
            ("n_findings", _I32), ("max_severity", _STR), ("json_bytes", _I64),
-           ("trace_zst", pa.binary())]
+           ("trace_zst", pa.binary()), ("diagnosed_with", _STR)]
     ),
     "decisions": pa.schema(
         [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("packet_id", _STR),
@@ -264,15 +264,18 @@ class TraceLike(Protocol):
     def outcome(self) -> OutcomeLike | None: ...
 
 
-def diagnose_trace(trace: TraceLike, raw: bytes) -> list[Finding]:
+def diagnose_trace(trace: TraceLike, raw: bytes) -> tuple[list[Finding], str | None]:
     """Findings of ``ctxcore.diagnostics`` for one trace, with the bulk options (no
-    counterfactual fix search; Inspect adds fixes on demand)."""
+    counterfactual fix search; Inspect adds fixes on demand), and the fingerprint of the
+    code that computed them (None when the detectors could not take the trace: it is
+    stored without findings, and nobody takes that for its findings)."""
     full = trace if isinstance(trace, Trace) else Trace.model_validate_json(raw)
     try:
-        return diagnostics.diagnose(full, options=diagnostics.INGEST_OPTIONS)
+        found = diagnostics.diagnose(full, options=diagnostics.INGEST_OPTIONS)
     except CtxscopeError as exc:  # e.g. a captured input the preset cannot build
         log.warning("diagnostics skipped trace %s: %s", full.trace_id, exc)
-        return []
+        return [], None
+    return found, diagnostics.fingerprint()
 
 
 class RowBatch:
@@ -364,7 +367,7 @@ class RowBatch:
                 d["must_keep"][-1], d["content"][-1] = pkt.must_keep, pkt.content
             n_packets = len(trace.input.packets)
 
-        findings = diagnose_trace(trace, raw) if self.diagnose else None
+        findings, diagnosed_with = diagnose_trace(trace, raw) if self.diagnose else (None, None)
         max_sev = self.add_findings(tid, tseq, findings) if findings else None
 
         t = self.cols["traces"]
@@ -399,6 +402,7 @@ class RowBatch:
             "max_severity": max_sev,
             "json_bytes": len(raw),
             "trace_zst": blob,
+            "diagnosed_with": diagnosed_with,
         }
         for c, v in values.items():
             t[c].append(v)

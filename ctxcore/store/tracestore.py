@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ctxcore import settings
 from ctxcore.errors import InputError, StoreError
-from ctxcore.models import Trace
+from ctxcore.models import Finding, Trace
 from ctxcore.settings import SortKey
 from ctxcore.store import migrations
 from ctxcore.store.faults import store_fault
@@ -465,20 +465,20 @@ class TraceStore:
         if not rows:
             return 0
         batch = RowBatch()
-        updates: list[tuple[int, int, str | None]] = []
+        updates: list[tuple[int, int, str | None, str | None]] = []
         for tseq, size, blob in rows:
             try:
                 raw = unpack_json(blob, size)
                 trace = Trace.model_validate_json(raw)
-                found = diagnose_trace(trace, raw)
+                found, by = diagnose_trace(trace, raw)
             except Exception:
                 # One trace the detectors cannot take is left without findings (and not
                 # tried again every idle moment); the rest go on.
                 log.exception("diagnostics failed on the trace stored as tseq %s", tseq)
-                updates.append((int(tseq), 0, None))
+                updates.append((int(tseq), 0, None, None))
                 continue
             sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
-            updates.append((int(tseq), len(found), sev))
+            updates.append((int(tseq), len(found), sev, by))
         with self.transaction() as cur:
             table = batch.tables().get("findings")
             if table is not None:
@@ -487,8 +487,9 @@ class TraceStore:
                 )
                 insert_table(cur, "findings", table)
             cur.executemany(
-                "UPDATE traces SET n_findings = ?, max_severity = ? WHERE tseq = ?",
-                [[n, sev, tseq] for tseq, n, sev in updates],
+                "UPDATE traces SET n_findings = ?, max_severity = ?, diagnosed_with = ? "
+                "WHERE tseq = ?",
+                [[n, sev, by, tseq] for tseq, n, sev, by in updates],
             )
         return len(updates)
 
@@ -549,6 +550,39 @@ class TraceStore:
             ).fetchall()
             found = {r[0]: (r[0], r[1], int(r[2])) for r in rows}
             out += [found[tid] for tid in chunk if tid in found]
+        return out
+
+    def stored_findings(
+        self, trace_ids: Sequence[str], fingerprint: str
+    ) -> dict[str, list[Finding]]:
+        """The stored findings of each of ``trace_ids`` that were computed by code with this
+        ``fingerprint`` (``ctxcore.diagnostics.fingerprint``), in their order (a trace with
+        none maps to an empty list); traces diagnosed by other code, or not yet, are left
+        out. One query per 1,000 ids."""
+        out: dict[str, list[Finding]] = {}
+        cur = self._cur()
+        for i in range(0, len(trace_ids), 1000):
+            chunk = list(trace_ids[i : i + 1000])
+            rows = cur.execute(
+                "SELECT t.trace_id, f.detector, f.severity, f.packet_ids, f.message, "
+                "f.evidence_json, f.fix_json FROM traces t LEFT JOIN findings f "
+                "ON f.tseq = t.tseq WHERE t.diagnosed_with = ? AND t.n_findings IS NOT NULL "
+                "AND t.trace_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY t.tseq, f.ord",
+                [fingerprint, chunk],
+            ).fetchall()
+            for tid, det, sev, ids, msg, ev, fix in rows:
+                found = out.setdefault(tid, [])
+                if det is not None:
+                    found.append(
+                        Finding(
+                            detector=det,
+                            severity=sev,
+                            packet_ids=list(ids or ()),
+                            message=msg,
+                            evidence=json.loads(ev) if ev else {},
+                            fix=json.loads(fix) if fix else None,
+                        )
+                    )
         return out
 
     def session_listing(self) -> list[tuple[str, list[tuple[str, tuple[str, ...]]]]]:
