@@ -54,6 +54,7 @@ from ctxcore.diagnostics.counterfactual import (
 )
 from ctxcore.diagnostics.detectors import budget_flooded, greedy_waste, must_have_lost
 from ctxcore.diagnostics.detectors_content import (
+    cites_other_packets,
     import_loss,
     injection_like,
     relevance_blind_spot,
@@ -147,6 +148,19 @@ def ensure_built(trace: Trace) -> Trace:
 SESSION_DETECTORS: frozenset[str] = frozenset(
     {"must_have_lost", "stale_or_repeated", "summary_coverage"}
 )
+#: for a session detector that reads other turns only in some traces: whether it does in
+#: this one (held to it by the same test)
+READS_OTHER_TURNS: dict[str, Callable[[TraceView], bool]] = {
+    "summary_coverage": cites_other_packets,
+}
+
+
+def reads_other_turns(detector: str, view: TraceView) -> bool:
+    """Does ``detector`` read the session's other turns for the trace of ``view``?"""
+    if detector not in SESSION_DETECTORS:
+        return False
+    when = READS_OTHER_TURNS.get(detector)
+    return when is None or when(view)
 
 
 def diagnose(
@@ -169,8 +183,9 @@ def diagnose(
 
     ``alone`` is this trace's findings as ``diagnose(trace, options=options)`` gave them
     without ``session_traces``, by this very code (``fingerprint()``: the store keeps the
-    findings it computed at insert with it): the detectors outside ``SESSION_DETECTORS``
-    are taken from it instead of run again, the findings in the same order as ever.
+    findings it computed at insert with it): the detectors that do not read other turns for
+    this trace (``reads_other_turns``) are taken from it instead of run again, the findings
+    in the same order as ever.
     """
     opts = options or DiagnosticsOptions()
     unknown = [d for d in (opts.enabled or ()) if d not in DETECTORS]
@@ -185,9 +200,10 @@ def diagnose(
     )
     found: list[Finding] = []
     if alone is not None:
-        found = [f for f in alone if f.detector not in SESSION_DETECTORS]
+        again = {d for d in DETECTORS if opts.wants(d) and reads_other_turns(d, view)}
+        found = [f for f in alone if f.detector not in again]
     for det_id, (fn, _) in DETECTORS.items():
-        if opts.wants(det_id) and (alone is None or det_id in SESSION_DETECTORS):
+        if opts.wants(det_id) and (alone is None or det_id in again):
             found.extend(fn(view))
     if opts.counterfactuals and opts.rerun:
         found = _attach_fixes(view, found)
@@ -278,6 +294,7 @@ __all__ = [
     "DETECTOR_IDS",
     "DiagnosticsOptions",
     "INGEST_OPTIONS",
+    "READS_OTHER_TURNS",
     "SESSION_DETECTORS",
     "LostItem",
     "SEVERITIES",
@@ -289,6 +306,7 @@ __all__ = [
     "ensure_built",
     "fingerprint",
     "patched_config",
+    "reads_other_turns",
     "rebuild",
     "severity_at_least",
     "smallest_fix",

@@ -460,6 +460,16 @@ def _error_text_lines_of(text: str) -> tuple[str, ...]:
 _error_text_lines = Memo(_error_text_lines_of)
 
 
+def cites_other_packets(v: TraceView) -> bool:
+    """Does a summary in the prompt name the packets it covers (``metadata.covers`` and
+    the like)? Only then does ``summary_coverage`` look them up, in other turns too."""
+    return any(
+        isinstance(next((p.metadata[k] for k in _COVERS if k in p.metadata), None), list)
+        and v.in_prompt(p.id)
+        for p in v.input.packets
+    )
+
+
 def summary_coverage(v: TraceView) -> list[Finding]:
     regions: list[tuple[str, list[str], str]] = []  # (label, source ids, original text)
     summed = [d.packet_id for d in v.decisions if d.status == Status.SUMMARIZED]
