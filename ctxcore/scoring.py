@@ -123,6 +123,40 @@ _queries_chars = 0
 _QUERIES_LOCK = threading.Lock()
 
 
+#: texts lower-cased, by text (``lowered``): a session's packets come back turn after turn
+#: (and a replay builds each turn again), and lower-casing costs eight times hashing
+_LOWER: dict[str, str] = {}
+_LOWER_CHARS = 8_000_000
+_lower_chars = 0
+_LOWER_LOCK = threading.Lock()
+
+
+def lowered(texts: Sequence[str]) -> list[str]:
+    """``[t.lower() for t in texts]``, each remembered by its text while the memo holds
+    fewer than ``_LOWER_CHARS`` characters (then it starts over)."""
+    global _lower_chars
+    memo = _LOWER
+    out: list[str] = []
+    new: dict[str, str] = {}
+    for t in texts:
+        low = memo.get(t)
+        if low is None:
+            low = new.get(t)
+            if low is None:
+                low = new[t] = t.lower()
+        out.append(low)
+    if new:
+        size = sum(map(len, new))
+        with _LOWER_LOCK:
+            if _lower_chars + size > _LOWER_CHARS:
+                _LOWER.clear()
+                _lower_chars = 0
+            if size <= _LOWER_CHARS:
+                _LOWER.update(new)
+                _lower_chars += size
+    return out
+
+
 def _count_overlapping(text: str, sub: str) -> int:
     if len(sub) == 1 or sub[0] != sub[1]:
         return text.count(sub)

@@ -88,3 +88,18 @@ def test_query_terms_of_a_recent_query_are_the_same_object_and_bounded(
     assert len(scoring._QUERIES) <= 8
     # a query asked for again after a start-over gets equal terms
     assert QueryTerms.of("why does test_dump fail in 结论 module?") == q
+
+
+def test_lowered_texts_are_each_texts_lower_case_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ctxcore import scoring
+
+    texts = ["Hello World", "ÉTÉ İstanbul ß", "Hello World", "", "ΣΊΣΥΦΟΣ"]
+    assert scoring.lowered(texts) == [t.lower() for t in texts]
+    assert scoring.lowered(texts) == [t.lower() for t in texts]  # from the memo
+    monkeypatch.setattr(scoring, "_LOWER_CHARS", 100)
+    for k in range(50):
+        assert scoring.lowered([f"Text Number {k}"]) == [f"text number {k}"]
+    assert scoring._lower_chars <= 100
+    assert sum(map(len, scoring._LOWER)) == scoring._lower_chars

@@ -32,7 +32,13 @@ from ctxcore.errors import InputError
 from ctxcore.models import PARTITIONS, CapturedInput, Packet
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, history_id
 from ctxcore.pipeline.signals import Signals, Source, compute
-from ctxcore.scoring import QueryTerms, bm25_from_tf, priority_norm, term_frequencies
+from ctxcore.scoring import (
+    QueryTerms,
+    bm25_from_tf,
+    lowered,
+    priority_norm,
+    term_frequencies,
+)
 from ctxcore.summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
 from ctxcore.tokens import TokenCounter
 
@@ -309,7 +315,7 @@ def gather(
     _mark_duplicates(items)
     q = QueryTerms.of(input.query)
     texts = [it.text for it in items]
-    lows = [t.lower() for t in texts]  # read by BM25 and by the signals
+    lows = lowered(texts)  # read by BM25 and by the signals
     tf = term_frequencies(q, texts, lows)
     ages = _ages_hours(input, stamps)
     for it, ts in zip(items, stamps, strict=True):
