@@ -57,6 +57,8 @@ def _clear_memos() -> None:
     """Everything a build memoises by text: a cold build finds none of it."""
     gather_mod.PREPARED.clear()
     scoring._TF._memo.clear()
+    scoring._LOWER.clear()  # the texts lower-cased
+    scoring._QUERIES.clear()  # the query's terms
     summarize._shared.clear()
     summarize._ERROR_MEMO.clear()  # the error signal's lines, by text
     signals._LINE_NAMES.clear()  # the file names in those lines

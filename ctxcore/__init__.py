@@ -2,45 +2,88 @@
 
 The trace contract (``ctxscope.trace/1``), exact token counting, the GSSC pipeline with its
 three presets, replay of recorded sessions with new settings, diagnostics, the DuckDB trace
-store, capture, import and export. ctxcore never imports Streamlit. Heavier parts (the store,
-capture, diagnostics, sweep) load on first use.
+store, capture, import and export. ctxcore never imports Streamlit. Every public name loads on
+first use.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ctxcore.errors import (
-    BudgetError,
-    CtxscopeError,
-    ImportFormatError,
-    InputError,
-    StoreError,
-    StoreLockedError,
-    TokenizerError,
-)
-from ctxcore.models import (
-    SCHEMA,
-    BuildResult,
-    CapturedInput,
-    Config,
-    Decision,
-    Finding,
-    Message,
-    Packet,
-    Reason,
-    Status,
-    ToolDef,
-    Trace,
-)
-from ctxcore.pipeline import PRESET_NAMES, build, build_trace, resolve_config
-from ctxcore.replay import ReplayReport, replay
-from ctxcore.tokens import TokenCounter, get_counter
+if TYPE_CHECKING:
+    from ctxcore.capture.recorder import Recorder
+    from ctxcore.diagnostics import diagnose, diagnose_session
+    from ctxcore.errors import (
+        BudgetError,
+        CtxscopeError,
+        ImportFormatError,
+        InputError,
+        StoreError,
+        StoreLockedError,
+        TokenizerError,
+    )
+    from ctxcore.models import (
+        SCHEMA,
+        BuildResult,
+        CapturedInput,
+        Config,
+        Decision,
+        Finding,
+        Message,
+        Packet,
+        Reason,
+        Status,
+        ToolDef,
+        Trace,
+    )
+    from ctxcore.pipeline import PRESET_NAMES, build, build_trace, resolve_config
+    from ctxcore.pipeline.sweep import sweep
+    from ctxcore.replay import ReplayReport, replay
+    from ctxcore.store import TraceFilter, TraceStore
+    from ctxcore.store.ingest import ingest_paths
+    from ctxcore.tokens import TokenCounter, get_counter
 
 __version__ = "0.1.0"
 
+#: every public name and the module that defines it, imported on first use: ``import
+#: ctxcore`` (and every ``ctxscope`` command, which imports ``ctxcore.cli``) costs almost
+#: nothing until a name is read
 _LAZY = {
+    **dict.fromkeys(
+        (
+            "BudgetError",
+            "CtxscopeError",
+            "ImportFormatError",
+            "InputError",
+            "StoreError",
+            "StoreLockedError",
+            "TokenizerError",
+        ),
+        "ctxcore.errors",
+    ),
+    **dict.fromkeys(
+        (
+            "SCHEMA",
+            "BuildResult",
+            "CapturedInput",
+            "Config",
+            "Decision",
+            "Finding",
+            "Message",
+            "Packet",
+            "Reason",
+            "Status",
+            "ToolDef",
+            "Trace",
+        ),
+        "ctxcore.models",
+    ),
+    **dict.fromkeys(("PRESET_NAMES", "build", "build_trace", "resolve_config"), "ctxcore.pipeline"),
+    "ReplayReport": "ctxcore.replay",
+    **dict.fromkeys(("TokenCounter", "get_counter"), "ctxcore.tokens"),
     "Recorder": "ctxcore.capture.recorder",
     "TraceFilter": "ctxcore.store",
     "TraceStore": "ctxcore.store",
@@ -57,6 +100,24 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'ctxcore' has no attribute {name!r}")
+
+
+class _Root(types.ModuleType):
+    """The package, where ``ctxcore.replay`` is the function: importing the submodule of the
+    same name (``ctxcore/replay.py``) would otherwise bind the module there."""
+
+    @property
+    def replay(self) -> Any:
+        from ctxcore.replay import replay
+
+        return replay
+
+    @replay.setter
+    def replay(self, value: Any) -> None:
+        pass  # the import system binding the submodule: it stays in sys.modules
+
+
+sys.modules[__name__].__class__ = _Root
 
 
 __all__ = [

@@ -23,7 +23,6 @@ import hashlib
 import itertools
 import json
 import operator
-import os
 import threading
 import time
 import types
@@ -33,8 +32,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from enum import Enum
-from multiprocessing import forkserver, get_context
-from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,6 +52,7 @@ from ctxcore.models import (
     unvalidated,
 )
 from ctxcore.pipeline import build, build_trace, ctxscope, resolve_config
+from ctxcore.replay_pool import default_workers, pool_context
 from ctxcore.summarize import error_evidence
 from ctxcore.tokens import get_counter
 
@@ -75,8 +73,6 @@ _REACH = {
 }
 #: below this many traces a process pool costs more than it saves
 POOL_MIN_TRACES = 48
-#: the modules ``_run_job`` imports to diagnose
-_DIAGNOSTICS = ("ctxcore.diagnostics", "ctxcore.diagnostics.session")
 
 Settings = Mapping[str, Any]
 
@@ -800,32 +796,6 @@ def _first_key(x: FirstLoss) -> tuple[str, int, str]:
     return (x.session_id, min(turns, default=0), x.item)
 
 
-def _pool_context(findings: bool) -> BaseContext:
-    """The context the replay workers are made in: forked from a server that has imported
-    these (each worker importing them again cost it a third of a second of CPU): the
-    diagnostics only when asked for, and the default tokenizer's tables loaded
-    (``ctxcore.replay_preload``)."""
-    ctx = get_context("forkserver")
-    ctx.set_forkserver_preload(
-        [__name__, "ctxcore.replay_preload", *(_DIAGNOSTICS if findings else ())]
-    )
-    return ctx
-
-
-def start_workers(findings: bool = True) -> None:
-    """Start the server the replay workers are forked from, now, in the background: its
-    imports (about two seconds of CPU) then overlap the caller's own start, reading the
-    store and the first sessions (``ctxscope replay --all``). A later ``replay`` uses the
-    running server; one with more detectors than it was started for imports them in each
-    worker."""
-    _pool_context(findings)
-    forkserver.ensure_running()
-
-
-def default_workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-
-
 def replay(
     traces: Iterable[Trace],
     settings: Settings | None,
@@ -903,7 +873,7 @@ def replay_sessions(
             _run_job(dataclasses.replace(j, remember=True)) for j in itertools.chain(first, todo)
         ]
     else:
-        ctx = _pool_context(findings)
+        ctx = pool_context(findings)
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_start) as pool:
             pending: set[Future[_JobResult]] = set()
             for job in itertools.chain(first, todo):
@@ -958,7 +928,6 @@ __all__ = [
     "replay",
     "replay_sessions",
     "settings_label",
-    "start_workers",
     "variant",
     "variant_id",
 ]

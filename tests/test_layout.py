@@ -45,7 +45,12 @@ PARTS: dict[str, tuple[str, ...]] = {
     "formats": ("ctxcore.formats",),
     "store": ("ctxcore.store",),
     "capture": ("ctxcore.capture",),
-    "testing": ("ctxcore.testing", "ctxcore.replay", "ctxcore.replay_preload"),
+    "testing": (
+        "ctxcore.testing",
+        "ctxcore.replay",
+        "ctxcore.replay_pool",
+        "ctxcore.replay_preload",
+    ),
     "demo": ("ctxcore.demo",),
     "cli": ("ctxcore.cli", "ctxcore.__main__"),
     # ctxcore/__init__.py: the public API, re-exported (pipeline eagerly, the rest lazily).

@@ -330,12 +330,15 @@ def test_replay_all_lists_the_store_once_and_reads_batches_of_sessions_with_msgs
     ]
 
 
-def test_replay_all_starts_the_workers_server_before_reading_a_store_worth_a_pool(
+def test_a_store_wide_replay_starts_the_workers_server_before_anything_else(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fork server's imports overlap the reading of the store, for a store big enough
-    for a pool (and never for one session, or one worker)."""
-    from ctxcore.cli import replay as cli_replay
+    """``replay --all`` / ``--tag`` on more than one worker starts the fork server before
+    the replay's imports and the reading of the store (which its imports overlap); one
+    session, files or one worker never start it."""
+    import subprocess
+
+    from ctxcore import replay_pool
     from ctxcore.store import TraceStore
 
     traces = demo("toolchat-ctxscope.jsonl")
@@ -343,17 +346,22 @@ def test_replay_all_starts_the_workers_server_before_reading_a_store_worth_a_poo
     with TraceStore(db, diagnose=False) as store:
         store.add_traces(traces, source="test")
     started: list[bool] = []
-    monkeypatch.setattr(cli_replay, "start_workers", started.append)
-    monkeypatch.setattr(cli_replay, "POOL_MIN_TRACES", len(traces) + 1)
-    base = ["replay", "--db", str(db), "--no-findings", "--format", "json", "--workers", "1"]
-    assert main([*base[:-1], "2", "--all"]) == 0
-    assert started == []  # too few traces for a pool
-    monkeypatch.setattr(cli_replay, "POOL_MIN_TRACES", len(traces))
-    assert main([*base, "--all"]) == 0
-    assert main([*base[:-1], "2", "--session", traces[0].session_id]) == 0
+    monkeypatch.setattr(replay_pool, "start_workers", started.append)
+    base = ["replay", "--db", str(db), "--no-findings", "--format", "json", "--workers"]
+    assert main([*base, "1", "--all"]) == 0
+    assert main([*base, "2", "--session", traces[0].session_id]) == 0
     assert started == []
-    assert main([*base[:-1], "2", "--all"]) == 0
-    assert started == [False]
+    assert main([*base, "2", "--all"]) == 0
+    assert main(["replay", "--db", str(db), "--format", "json", "--tag", "x", "--workers", "2"])
+    assert started == [False, True]
+    # and a ctxscope command imports nothing heavy before it knows what to do
+    code = (
+        "import sys, ctxcore.cli; "
+        "print(sorted(m for m in ('ctxcore.models', 'ctxcore.replay', 'duckdb', 'numpy') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_variant_the_report_does_not_keep_differs_only_in_its_sentences(
@@ -504,14 +512,16 @@ def test_the_fork_server_loads_the_default_tables_for_every_worker(
     assert out.stdout.strip() == "['cl100k_base']"
     # and a replay big enough for the pool asks its fork server to import it
     asked: list[list[str]] = []
-    real = replay_mod.get_context
+    from ctxcore import replay_pool
+
+    real = replay_pool.get_context
 
     def get_context(method: str) -> Any:
         ctx = real(method)
         monkeypatch.setattr(ctx, "set_forkserver_preload", asked.append, raising=False)
         return ctx
 
-    monkeypatch.setattr(replay_mod, "get_context", get_context)
+    monkeypatch.setattr(replay_pool, "get_context", get_context)
     sessions = [t for t in traces if t.config.preset == "ctxscope"][:60]
     assert len(sessions) >= replay_mod.POOL_MIN_TRACES
     report = replay_mod.replay_sessions([sessions], {"max_tokens": 3000}, workers=2)

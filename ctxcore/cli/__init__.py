@@ -110,6 +110,21 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``ctxscope replay``. A replay of a store (``--all``, ``--tag``) on more than one
+    worker starts the workers' fork server first, before the replay's own imports and the
+    reading of the store, which its imports then overlap (``ctxcore.replay_pool``)."""
+    from ctxcore.replay_pool import default_workers, start_workers
+
+    store_wide = (args.all or args.tag) and not args.session and not args.files
+    workers = args.workers if args.workers is not None else default_workers()
+    if store_wide and workers > 1:
+        start_workers(not args.no_findings)
+    from ctxcore.cli.replay import cli_replay
+
+    return cli_replay(args)
+
+
 def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from importlib import import_module
@@ -233,7 +248,7 @@ def make_parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--no-findings", action="store_true", help="skip the diagnostics (several times faster)"
     )
-    rp.set_defaults(func=_lazy("replay", "cli_replay"))
+    rp.set_defaults(func=cmd_replay)
 
     up_help = f"where OpenAI calls go (default {settings.DEFAULT_UPSTREAM_OPENAI})"
     ua_help = f"where Anthropic calls go (default {settings.DEFAULT_UPSTREAM_ANTHROPIC})"

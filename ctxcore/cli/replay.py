@@ -22,16 +22,13 @@ from ctxcore.errors import InputError
 from ctxcore.loading import load_config
 from ctxcore.models import Trace
 from ctxcore.replay import (
-    POOL_MIN_TRACES,
     REPLAY_TAG,
     ReplayReport,
     TraceJson,
     TurnError,
     TurnReport,
-    default_workers,
     replay,
     replay_sessions,
-    start_workers,
 )
 from ctxcore.store import TraceFilter, TraceStore
 
@@ -238,9 +235,6 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         # read-only, and closed before --save opens it to write
         with TraceStore(args.db, read_only=True) as store:
-            workers = args.workers if args.workers is not None else default_workers()
-            if not args.session and workers > 1 and store.count() >= POOL_MIN_TRACES:
-                start_workers(not args.no_findings)  # meanwhile, the store is read
             if args.session:
                 stored = _session_json(store, args.session, args.tag, not args.no_findings)
                 if not stored:
