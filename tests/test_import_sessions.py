@@ -529,3 +529,112 @@ def test_a_message_too_large_to_import_is_its_lines_error(tmp_path: Path) -> Non
     ids = {p.id for p in traces[-1].input.packets}
     assert "tool:toolu_01MEJ7TRMeoTyDi6EZLHM2zY" not in ids
     assert "tool:toolu_0164LbCjQenEQzr3pHHs81PK" in ids
+
+
+# --------------------------------------------------------------------------- bounded memory
+
+
+def _branching_log(path: Path, turns: int = 240) -> None:
+    """A Claude Code log of ``turns`` calls with tool results, a compaction every 60 calls
+    and, every 17 calls, a rewind to an earlier reply (before the last compaction too)."""
+    corpus = "\n".join(p.read_text(errors="replace") for p in sorted(CORPUS.glob("d*")))
+    rows: list[dict[str, Any]] = []
+    replies: list[str] = []
+    parent: str | None = None
+    logical: str | None = None
+
+    def add(obj: dict[str, Any]) -> str:
+        uid = f"00000000-0000-4000-8000-{len(rows) + 1:012d}"
+        obj.update(
+            uuid=uid,
+            sessionId="branching",
+            timestamp=f"2025-09-03T00:{len(rows) // 60 % 60:02d}:{len(rows) % 60:02d}Z",
+        )
+        rows.append(obj)
+        return uid
+
+    for k in range(turns):
+        if k and k % 60 == 0:
+            logical = parent
+            boundary = {
+                "type": "system",
+                "subtype": "compact_boundary",
+                "parentUuid": None,
+                "logicalParentUuid": logical,
+                "content": "Conversation compacted",
+                "compactMetadata": {"trigger": "auto", "preTokens": 9_000},
+            }
+            summary = {"role": "user", "content": f"Summary {k}: the plan."}
+            parent = add(boundary)
+            parent = add(
+                {"type": "user", "parentUuid": parent, "isCompactSummary": True, "message": summary}
+            )
+        elif k % 17 == 16 and len(replies) > 30:
+            parent = replies[(k * 7919) % (len(replies) - 5)]  # a rewind
+        text = corpus[(k * 104_729) % 50_000 :][:3_000]
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{k - 1}", "content": text}
+        asked = {"role": "user", "content": [result] if k else f"Task {k}"}
+        parent = add({"type": "user", "parentUuid": parent, "message": asked})
+        call = {"type": "tool_use", "id": f"toolu_{k}", "name": "Bash", "input": {"cmd": f"t{k}"}}
+        reply = {
+            "id": f"msg_{k}",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": f"Step {k}"}, call],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+        parent = add({"type": "assistant", "parentUuid": parent, "message": reply})
+        replies.append(parent)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _comparable(traces: list[Trace]) -> list[str]:
+    out = []
+    for t in traces:
+        assert t.result is not None
+        out.append(
+            t.model_copy(update={"result": t.result.model_copy(update={"timings": {}})}).to_json()
+        )
+    return out
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_log_read_in_bounded_memory_gives_the_same_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    """The Claude Code reader holds the messages of the current chain and at most
+    HELD_CHARS characters of the other lines: a rewind to a line it let go reads that line
+    again from the file (a .gz too). Every trace is the one the reader holding everything
+    makes; the messages held off the chain stay within the budget all along."""
+    import gzip
+
+    path = tmp_path / f"branching{suffix}"
+    _branching_log(tmp_path / "plain.jsonl")
+    data = (tmp_path / "plain.jsonl").read_bytes()
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    monkeypatch.setattr(claude_code, "HELD_CHARS", 10**12)
+    whole = sessions.iter_file(path, "claude-code").collect()
+    assert len(whole) == 240 and sum(1 for t in whole if t.metadata["session_log"].get("fork")) >= 8
+    assert sum(1 for t in whole if t.result and t.result.report.summarized) >= 3
+
+    reads: list[int] = []
+    real = sessions.values_at
+
+    def values_at(p: Path, offsets: list[int]) -> dict[int, Any]:
+        reads.extend(offsets)
+        return real(p, offsets)
+
+    monkeypatch.setattr(sessions, "values_at", values_at)
+    monkeypatch.setattr(claude_code, "HELD_CHARS", 20_000)
+    imp = sessions.iter_file(path, "claude-code")
+    reader = imp._reader
+    held: list[int] = []
+    bounded = []
+    for t in imp.stream():
+        held.append(reader._off_chars)
+        bounded.append(t)
+    assert _comparable(bounded) == _comparable(whole)
+    assert max(held) <= 20_000 and len(reads) > 50  # let go, and read again for the rewinds
+    kept = sum(1 for n in reader.nodes.values() if n.norm is not None)
+    assert kept < len(reader.nodes) // 4

@@ -15,7 +15,7 @@ redaction").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ctxcore.errors import CtxscopeError, ImportFormatError
 from ctxcore.formats.sessions import claude_code, codex, openhands, trajectories
 from ctxcore.formats.sessions.calls import Call, CallTraces
-from ctxcore.formats.sessions.lines import LogLine, first_values, read_lines
+from ctxcore.formats.sessions.lines import LogLine, first_values, read_lines, values_at
 from ctxcore.models import Trace
 
 #: Formats read line by line from a JSONL file.
@@ -155,9 +155,18 @@ class SessionImport:
         return list(self.stream())
 
 
-def _reader(fmt: str, name: str, session: str, now: datetime) -> Any:
+def _reader(
+    fmt: str,
+    name: str,
+    session: str,
+    now: datetime,
+    fetch: Callable[[Sequence[int]], dict[int, Any]] | None = None,
+) -> Any:
+    """``fetch`` reads the log's lines again (``lines.values_at``), for a reader that lets
+    go of what it may need again (Claude Code's, docs/design.md, "Capture, import, export,
+    redaction")."""
     if fmt == claude_code.FORMAT:
-        return claude_code.Reader(name, session, now)
+        return claude_code.Reader(name, session, now, fetch)
     if fmt == codex.FORMAT:
         return codex.Reader(name, session, now)
     raise ImportFormatError(f"{fmt!r} is not a session-log format ({', '.join(LOG_FORMATS)})")
@@ -175,7 +184,7 @@ def iter_file(
     p = Path(path)
     now = default_now or datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
     session = p.name.split(".")[0] or "import"
-    reader = _reader(fmt, str(p), session, now)
+    reader = _reader(fmt, str(p), session, now, lambda offsets: values_at(p, offsets))
     return SessionImport(
         fmt, lambda: reader.calls(read_lines(p)), reader, window=window, model=model
     )

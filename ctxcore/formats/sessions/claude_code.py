@@ -19,12 +19,20 @@ instead of the older messages, which appear as ``summarized`` decisions. ``summa
 The log does not record the system prompt, the tool definitions or ``max_tokens``: each trace
 says so (``metadata.import.reconstructed`` and a warning), and the provider's prompt count
 (``input_tokens`` + cache reads + cache writes) is kept beside ours.
+
+Memory holds the messages of each session's current chain (what its next call sees), the
+context its latest compaction replaced, and up to ``HELD_CHARS`` characters of the other
+lines read (a branch a rewind left, the chain before a compaction), oldest let go first:
+a later line that reaches one of those (a rewind to it) has it read again from the file
+(``lines.values_at``). Every line keeps its id, its parent and where it starts, a few
+hundred bytes (docs/design.md, "Capture, import, export, redaction").
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -41,9 +49,15 @@ BUILDER_NAME = "import/claude-code"
 LINE_TYPES = frozenset(
     {"user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation"}
 )
+_KINDS = {k: k for k in LINE_TYPES}
 #: The tools that start a sub-agent (its prompt is the sidechain's first message).
 _AGENT_TOOLS = frozenset({"Task", "Agent"})
 RECONSTRUCTED = ["system prompt", "tool definitions", "max_tokens"]
+#: Characters of messages held for lines off every session's current chain (see the module
+#: docstring); past this, the oldest are let go and read again from the file when needed.
+HELD_CHARS = 4_000_000
+#: What one message counts for beside its text, in that budget (its objects).
+_MESSAGE_CHARS = 200
 WARNING = (
     "reconstructed from a Claude Code session log, which does not record the system prompt "
     "or the tool definitions: this input lacks them, the provider's prompt count includes them"
@@ -74,6 +88,16 @@ class _Node:
     compact: bool = False
     logical_parent: str | None = None
     summary: bool = False
+    #: where the line starts in the file (``LogLine.offset``), to read it again
+    offset: int = -1
+    #: characters its message holds (``_chars``), while it is held
+    chars: int = 0
+    #: its message was let go (``Reader._trim``): read it again before use
+    released: bool = False
+    #: the key of the segment last made of it (``_Session.seg_cache``)
+    seg: tuple[str, str] | None = None
+    #: a compact boundary's ``compactMetadata``, to make its compaction again
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(eq=False)
@@ -107,12 +131,26 @@ class _Session:
 
 
 class Reader:
-    """Reads a Claude Code log line by line and yields its calls as they complete."""
+    """Reads a Claude Code log line by line and yields its calls as they complete.
 
-    def __init__(self, name: str, default_session: str, default_now: datetime) -> None:
+    ``fetch`` reads lines again by ``LogLine.offset`` (``lines.values_at`` on the file):
+    with it, messages off the current chains are held up to ``HELD_CHARS`` characters;
+    without it (the lines are held by the caller anyway) every message is held."""
+
+    def __init__(
+        self,
+        name: str,
+        default_session: str,
+        default_now: datetime,
+        fetch: Callable[[Sequence[int]], dict[int, Any]] | None = None,
+    ) -> None:
         self.name = name
         self.default_session = default_session
         self.default_now = default_now
+        self.fetch = fetch
+        #: nodes whose message is held but that no session's chain holds, oldest first
+        self._off: OrderedDict[str, _Node] = OrderedDict()
+        self._off_chars = 0
         self.nodes: dict[str, _Node] = {}
         self.sessions: dict[str, _Session] = {}
         self.main: _Session | None = None
@@ -134,12 +172,13 @@ class Reader:
                 continue
             call = None
             try:
-                call = self._line(ln.number, ln.value)
+                call = self._line(ln.number, ln.value, ln.offset)
             except ImportFormatError as exc:
                 self.errors.append(f"{self.name}:{ln.number}: {exc}")
             except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
                 # a field of a type the reader did not expect: this line's error, one line
                 self.errors.append(f"{self.name}:{ln.number}: {unexpected(exc)}")
+            self._trim()
             if call is not None:
                 yield call
         for s in sorted(
@@ -148,11 +187,12 @@ class Reader:
         ):
             yield self._emit(s, last=True)
 
-    def _line(self, n: int, obj: Any) -> Call | None:
+    def _line(self, n: int, obj: Any, offset: int = -1) -> Call | None:
         if not isinstance(obj, dict):
             raise ImportFormatError(f"expected an event object, got {type(obj).__name__}")
         kind = obj.get("type")
-        kind = kind if isinstance(kind, str) else "?"
+        # the module's own string (one object for every line of a type, not one each)
+        kind = _KINDS.get(kind, kind) if isinstance(kind, str) else "?"
         self.lines_by_type[kind] = self.lines_by_type.get(kind, 0) + 1
         if kind == "summary":
             self.titles.append({"summary": obj.get("summary"), "leafUuid": obj.get("leafUuid")})
@@ -173,13 +213,14 @@ class Reader:
                 + (f"continued from line {parent.line}" if parent else "read as a new start")
             )
         session = parent.session if parent is not None else self._new_session(obj, side, n)
-        node = _Node(uuid, parent, n, kind, session)
+        node = _Node(uuid, parent, n, kind, session, offset=offset)
         message = obj.get("message")
         if kind in ("user", "assistant"):
             try:
                 if not isinstance(message, dict):
                     raise ImportFormatError(f"a {kind} line needs a 'message' object")
                 self._normalize(node, message, n)
+                self._hold(node)
                 if kind == "user":  # what a later call will see (or none, at the end)
                     for key in ("messages", "tool_results"):
                         v = (node.counts or {}).get(key, 0)
@@ -195,9 +236,8 @@ class Reader:
             lp = obj.get("logicalParentUuid")
             node.logical_parent = lp if isinstance(lp, str) else None
             meta = obj.get("compactMetadata")
-            session.compactions[uuid] = self._compaction(
-                node, meta if isinstance(meta, dict) else {}
-            )
+            node.meta = meta if isinstance(meta, dict) else {}
+            session.compactions[uuid] = self._compaction(node, node.meta)
         self.nodes[uuid] = node
         session.last = node
         if side:
@@ -243,7 +283,11 @@ class Reader:
         s = self.sessions[sid] = _Session(sid, parent=parent)
         return s
 
-    def _normalize(self, node: _Node, message: dict[str, Any], n: int) -> None:
+    def _normalize(
+        self, node: _Node, message: dict[str, Any], n: int, *, again: bool = False
+    ) -> None:
+        """The line's message as normalised messages and what it holds; ``again``: read
+        again after it was let go (what reading it first recorded stays as it was)."""
         tally = Tally(FORMAT)
         node.norm = anthropic.normalize_message(message, n, tally, where=f"line {n}: message")
         node.counts = dict(tally.counts)
@@ -251,13 +295,74 @@ class Reader:
         if node.kind == "assistant":
             mid = message.get("id")
             node.msg_id = mid if isinstance(mid, str) and mid else f"line-{n}"
-            if node.session is self.main:
+            if node.session is self.main and not again:
                 for m in node.norm:
                     for c in m.tool_calls:
                         if c.name in _AGENT_TOOLS and c.id:
                             prompt = _json_field(c.arguments, "prompt")
                             if prompt is not None:
                                 self.agents[prompt] = (c.id, n)
+
+    # ------------------------------------------------------------------ memory
+
+    def _hold(self, node: _Node) -> None:
+        """Count a node's message as held (off its chain, it may be let go)."""
+        node.chars = _chars(node.norm)
+        if node.uuid not in node.session.index:
+            self._off[node.uuid] = node
+            self._off_chars += node.chars
+
+    def _pin(self, node: _Node) -> None:
+        """The node joined its session's chain: its message stays while it is on it."""
+        if self._off.pop(node.uuid, None) is not None:
+            self._off_chars -= node.chars
+
+    def _unpin(self, node: _Node) -> None:
+        """The node left its session's chain (a rewind, a compaction)."""
+        if node.norm is not None and not node.released and node.uuid not in self._off:
+            self._off[node.uuid] = node
+            self._off_chars += node.chars
+
+    def _trim(self) -> None:
+        """Let go of the oldest messages off the chains while they hold more than
+        ``HELD_CHARS`` (only when they can be read again)."""
+        if self.fetch is None:
+            return
+        while self._off_chars > HELD_CHARS and self._off:
+            _, node = self._off.popitem(last=False)
+            self._off_chars -= node.chars
+            node.norm = node.counts = node.unknown = None
+            node.released = True
+            cache = node.session.seg_cache
+            if node.seg is not None and cache.get(node.seg) is not None:
+                del cache[node.seg]  # made again from the line, should it be needed
+            node.seg = None
+
+    def _load(self, nodes: Sequence[_Node]) -> None:
+        """Read again the messages of these nodes that were let go."""
+        todo = [node for node in nodes if node.released]
+        if not todo:
+            return
+        assert self.fetch is not None  # only a reader that can read again lets go
+        values = self.fetch([node.offset for node in todo])
+        for node in todo:
+            node.released = False
+            value = values.get(node.offset)
+            message = value.get("message") if isinstance(value, dict) else None
+            if not isinstance(value, dict) or value.get("uuid") != node.uuid:
+                message = None
+            try:
+                if not isinstance(message, dict):
+                    raise ImportFormatError(
+                        "the line changed while the log was read (read again for a later "
+                        "line that branches from it); its message is left out"
+                    )
+                self._normalize(node, message, node.line, again=True)
+            except (ImportFormatError, TypeError, ValueError, KeyError, IndexError) as exc:
+                self.errors.append(f"{self.name}:{node.line}: {exc}")
+                node.norm = None
+                continue
+            self._hold(node)
 
     # ------------------------------------------------------------------ context
 
@@ -294,10 +399,12 @@ class Reader:
         dropped = s.path[keep:]
         for d in dropped:
             del s.index[d.uuid]
+            self._unpin(d)
         del s.path[keep:]
         for w in reversed(walked):
             s.index[w.uuid] = len(s.path)
             s.path.append(w)
+            self._pin(w)
         return keep, dropped
 
     def _segments(
@@ -307,6 +414,7 @@ class Reader:
         reply make one), appended to ``segs``/``ends``; a message that cannot be imported is
         its line's error and is left out."""
         found: list[tuple[Segment, int, list[_Node]]] = []  # segment, end in path, its lines
+        self._load(path[start:])
         k = start
         while k < len(path):
             node = path[k]
@@ -351,6 +459,10 @@ class Reader:
             note = f"the summary a compaction wrote ({where}); it replaced the older messages"
         seg = Segment(label=where, norm=_merge(nodes), counts=counts, unknown=unknown, note=note)
         s.seg_cache[key] = seg
+        for node in nodes:
+            old, node.seg = node.seg, key
+            if old is not None and old != key and s.seg_cache.get(old) is not None:
+                del s.seg_cache[old]  # a reply regrouped: the old grouping is not made again
         return seg
 
     def _start(self, s: _Session, node: _Node, obj: dict[str, Any]) -> _Pending:
@@ -366,7 +478,13 @@ class Reader:
         fork = None
         compaction = None
         if s.path and s.path[0].compact:
-            compaction = s.compactions.get(s.path[0].uuid)
+            root = s.path[0]
+            compaction = s.compactions.get(root.uuid)
+            if compaction is None:  # a rewind to a chain an older compaction started
+                compaction = s.compactions[root.uuid] = self._compaction(root, root.meta or {})
+            # older compactions (the contexts they replaced) are made again if reached
+            for uuid in [u for u, c in s.compactions.items() if c.info["line"] < root.line]:
+                del s.compactions[uuid]
         if dropped and not (compaction is not None and keep == 0):
             fork = {
                 "from_line": s.path[keep - 1].line if keep else None,
@@ -383,7 +501,10 @@ class Reader:
         s.pending = None
         message = p.obj.get("message") if isinstance(p.obj.get("message"), dict) else {}
         assert isinstance(message, dict)
-        merged = _merge(p.nodes)[0]
+        self._load(p.nodes)
+        merged = (
+            _merge(p.nodes) or [NormMessage(index=p.nodes[0].line, role="assistant", text="")]
+        )[0]
         lines = [merged.text] if merged.text else []
         lines += [f"{c.name}({c.arguments})" for c in merged.tool_calls]
         model = message.get("model")
@@ -427,6 +548,17 @@ class Reader:
         self.reported = len(self.errors)
         s.turns += 1
         return call
+
+
+def _chars(norm: list[NormMessage] | None) -> int:
+    """What a line's messages count for in ``HELD_CHARS``."""
+    return sum(
+        _MESSAGE_CHARS
+        + len(m.text)
+        + len(m.reasoning)
+        + sum(len(c.arguments) for c in m.tool_calls)
+        for m in norm or ()
+    )
 
 
 def _continues(path: list[_Node], at: int) -> bool:

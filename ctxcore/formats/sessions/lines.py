@@ -3,14 +3,16 @@
 A session log can be hundreds of megabytes and a line can be cut (the agent was killed while
 writing) or corrupt. Lines are read from the file (gunzipped when it ends in ``.gz``) and
 parsed with msgspec, one by one, so memory holds one line at a time; a line that is not JSON
-becomes an error naming ``file:line`` and the reader goes on with the next one.
+becomes an error naming ``file:line`` and the reader goes on with the next one. Each line
+knows where it starts, so a reader that let go of a line can read it again
+(``values_at``).
 """
 
 from __future__ import annotations
 
 import gzip
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,11 +29,13 @@ _decoder = msgspec.json.Decoder()
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
-    """One non-empty line: its parsed value, or why it could not be parsed."""
+    """One non-empty line: its parsed value, or why it could not be parsed, and where it
+    starts in the (unpacked) file (-1: not read from a file)."""
 
     number: int
     value: Any
     error: str | None = None
+    offset: int = -1
 
 
 def _open(path: Path) -> io.BufferedIOBase:
@@ -54,18 +58,36 @@ def read_lines(path: Path, name: str | None = None) -> Iterator[LogLine]:
     """Every non-empty line of ``path``, parsed (``name`` labels errors; default the path)."""
     label = name or str(path)
     n = 0
+    offset = 0
     with _open(path) as fh:
         try:
             for n, raw in enumerate(fh, start=1):
+                at, offset = offset, offset + len(raw)
                 if not raw.strip():
                     continue
                 value = _parse(raw, f"{label}:{n}")
                 if isinstance(value, LogLine):
-                    yield LogLine(n, None, value.error)
+                    yield LogLine(n, None, value.error, at)
                 else:
-                    yield LogLine(n, value)
+                    yield LogLine(n, value, None, at)
         except (OSError, EOFError) as exc:  # a cut or corrupt gzip stream
             raise InputError(f"{label}: cannot read past line {n} ({exc})") from exc
+
+
+def values_at(path: Path, offsets: Iterable[int]) -> dict[int, Any]:
+    """The lines of ``path`` that start at these offsets (``LogLine.offset``), read and parsed
+    again, in one pass over the file; a line that no longer parses, or a file that can no
+    longer be read, maps to None (the caller says what that line then lacks)."""
+    out: dict[int, Any] = {}
+    try:
+        with _open(path) as fh:
+            for at in sorted(set(offsets)):
+                fh.seek(at)  # forward only: a .gz is unpacked once, up to the last one
+                value = _parse(fh.readline(), "")
+                out[at] = None if isinstance(value, LogLine) else value
+    except (OSError, EOFError, InputError):
+        pass
+    return out
 
 
 def first_values(path: Path, limit: int = 5) -> tuple[list[Any], int]:
@@ -104,4 +126,4 @@ def unexpected(exc: Exception) -> str:
     return f"not a record this reader can read ({type(exc).__name__}: {detail})"
 
 
-__all__ = ["LogLine", "first_values", "parse_time", "read_lines", "unexpected"]
+__all__ = ["LogLine", "first_values", "parse_time", "read_lines", "unexpected", "values_at"]
