@@ -124,9 +124,10 @@ _QUERIES_LOCK = threading.Lock()
 
 
 #: texts lower-cased, by text (``lowered``): a session's packets come back turn after turn
-#: (and a replay builds each turn again), and lower-casing costs eight times hashing
+#: (and a replay builds each turn again), and lower-casing costs eight times hashing; 2 M
+#: characters hold a long session's packets (the texts and their lower case: up to 16 MB)
 _LOWER: dict[str, str] = {}
-_LOWER_CHARS = 8_000_000
+_LOWER_CHARS = 2_000_000
 _lower_chars = 0
 _LOWER_LOCK = threading.Lock()
 
