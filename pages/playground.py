@@ -173,7 +173,20 @@ def _result(t: Trace) -> None:
         _summary(t)
         part, box = widgets.section(SECTIONS, "pg_section")
         with box:
+            if part == "Decisions":
+                _table_controls(t)
             _body(t, part)
+
+
+def _table_controls(t: Trace) -> None:
+    """The decisions table's filters, sort and pager, drawn by the page, not by the BODY
+    fragment: a knob move redraws the rows, not the eight controls (docs/design.md, "The
+    app"). A control reruns the BODY fragment alone."""
+    try:
+        run = _current(t)
+    except CtxscopeError:
+        return  # the summary shows the error
+    widgets.decision_controls(_frame(t, run), "pg", changed=True, rerun=[BODY])
 
 
 @st.fragment(key=SUMMARY)
@@ -194,37 +207,48 @@ def _params(t: Trace, cfg: Config) -> dict[str, str]:
     return {"trace": t.trace_id, **views.config_to_params(cfg)}
 
 
-def _flips(t: Trace, run: _Run) -> pd.DataFrame:
+def _against(run: _Run) -> str:
+    """What the diff compares with, as a cache key."""
     if run.base is None:
-        against = "nothing"
-    else:
-        against = "recorded" if run.mode == RECORDED else views.config_json(run.base_cfg)
+        return "nothing"
+    return "recorded" if run.mode == RECORDED else views.config_json(run.base_cfg)
+
+
+def _flips(t: Trace, run: _Run) -> pd.DataFrame:
     # Tables derived from a re-run are kept per (trace, config): moving a knob back to a
     # value seen before redraws from memory (docs/design.md, "The app").
     return state.derived(
         "pg_flipped",
         t.trace_id,
-        f"{run.cfg_json}\n{against}",
+        f"{run.cfg_json}\n{_against(run)}",
         lambda: views.flipped(run.base, run.result, t.input.history),
     )
 
 
 def _draw_summary(t: Trace, run: _Run) -> None:
-    widgets.metrics(run.result, run.base, per_row=4)
+    # Everything is computed before the first element is drawn: the browser gets the
+    # summary in one go rather than in pieces, each of which it would render on its own.
     flips = _flips(t, run)
-    st.subheader(f"Flipped ({len(flips)})")
+    if (state.ss_get("pg_section") or SECTIONS[0]) == "Decisions":
+        _rows(t, run)  # the body's table, ready before the first element is drawn
+    note = None
     if flips.empty:
         note = (
             views.no_effect_note(run.base_cfg, run.cfg, run.base, run.result) if run.base else None
+        ) or (
+            "Nothing changed against the recorded build."
+            if run.mode == RECORDED
+            else "No earlier run yet: move a knob to compare with the run before."
         )
-        st.caption(
-            note
-            or (
-                "Nothing changed against the recorded build."
-                if run.mode == RECORDED
-                else "No earlier run yet: move a knob to compare with the run before."
-            )
-        )
+    variant = t.model_copy(update={"config": run.cfg, "result": run.result})
+    bar = figures.window_bar(variant)
+    summary = views.flip_summary(flips)
+    # one element for the numbers, not fourteen metric cards and columns (docs/design.md,
+    # "The app")
+    widgets.metrics_changes(run.result, run.base)
+    st.subheader(f"Flipped ({len(flips)})")
+    if note is not None:
+        st.caption(note)
     else:
         st.dataframe(
             flips,
@@ -232,14 +256,12 @@ def _draw_summary(t: Trace, run: _Run) -> None:
             key="pg_flipped",
             column_config=FLIP_CONFIG,
         )
-    variant = t.model_copy(update={"config": run.cfg, "result": run.result})
     # The flip count goes under the bar, not into the figure: Streamlit redraws a plotly
     # chart from scratch whenever its figure changes, and most moves (a filter, a weight)
     # leave the window's usage as it was, so the bar's figure stays the same and is not
     # redrawn. The empty slot keeps the elements after it in place when there is no note.
-    st.plotly_chart(figures.window_bar(variant), key="pg_window")
+    st.plotly_chart(bar, key="pg_window")
     slot = st.empty()
-    summary = views.flip_summary(flips)
     if summary:
         slot.caption(summary)
 
@@ -255,16 +277,42 @@ def _body(t: Trace, part: str) -> None:
         _draw_body(t, run, part)
 
 
+def _changed(flips: pd.DataFrame) -> dict[str, str]:
+    """Each packet of the re-run that changed -> its status in the build compared with, in
+    the flipped table's order (a packet the other build names otherwise: by its id now)."""
+    ids = [now or pid for pid, now in zip(flips["packet_id"], flips["id_now"], strict=True)]
+    return {
+        pid: before
+        for pid, before, now in zip(ids, flips["status_before"], flips["status_now"], strict=True)
+        if now != "—"
+    }
+
+
+def _frame(t: Trace, run: _Run) -> pd.DataFrame:
+    return state.derived(
+        "pg_decisions",
+        t.trace_id,
+        run.cfg_json,
+        lambda: views.decisions_frame(run.result.decisions),
+    )
+
+
+def _rows(t: Trace, run: _Run) -> widgets.DecisionPage:
+    """The page of the decisions table the controls ask for, kept per (trace, config,
+    baseline, controls): the summary computes it before it draws, so the body's run only
+    draws and both fragments' elements reach the browser together."""
+    return state.derived(
+        "pg_rows",
+        t.trace_id,
+        f"{run.cfg_json}\n{_against(run)}\n{widgets.decision_view_key('pg')}",
+        lambda: widgets.decision_page(_frame(t, run), "pg", changed=_changed(_flips(t, run))),
+    )
+
+
 def _draw_body(t: Trace, run: _Run, part: str) -> None:
     result, base = run.result, run.base
     if part == "Decisions":
-        frame = state.derived(
-            "pg_decisions",
-            t.trace_id,
-            run.cfg_json,
-            lambda: views.decisions_frame(result.decisions),
-        )
-        widgets.decisions_table(frame, "pg")
+        widgets.show_decision_page(_rows(t, run), "pg")
     elif part == "Prompt":
         widgets.prompt_view(result.prompt, "pg")
     elif part == "Prompt diff":

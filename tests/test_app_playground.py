@@ -285,12 +285,28 @@ def test_a_knob_move_reruns_the_result_alone(db: Path, built: list[Trace]) -> No
     flips = views.flipped(t.result, variant.result, t.input.history)
     assert not flips.empty, "the chosen budget must flip something"
     move(at, "slider", "pg_max_tokens", new)
-    # not redrawn: the picker, the knobs, the Reset button, the tab bar
+    # not redrawn: the picker, the knobs, the Reset button, the tab bar, and the decisions
+    # table's filters, sort and pager (drawn by the page; only the rows follow a move)
     assert not at.selectbox and not at.button and not at.tabs
-    # redrawn: what flipped, the window bar and the open tab (Decisions) of the new build
+    assert not at.multiselect and not at.text_input and not at.number_input and not at.toggle
+    # redrawn: the numbers (one line, not fourteen metric elements), what flipped, the
+    # window bar and the open tab (Decisions) of the new build
+    assert not at.metric
+    numbers = next(m.value for m in at.markdown if m.value.startswith("budget **"))
+    assert f"used **{variant.result.totals.used:,}** (" in numbers
     assert f"Flipped ({len(flips)})" in [s.value for s in at.subheader]
     decisions = next(d.value for d in at.dataframe if "reason_text" in d.value.columns)
-    assert list(decisions["status"]) == [d.status.value for d in variant.result.decisions]
+    # the packets that changed first (in the flipped table's order), each with the status it
+    # had, then the others in the builder's order
+    changed = [
+        p for p, now in zip(flips["packet_id"], flips["status_now"], strict=True) if now != "—"
+    ]
+    rest = [d.packet_id for d in variant.result.decisions if d.packet_id not in set(changed)]
+    assert list(decisions["packet_id"]) == changed + rest
+    before = dict(zip(flips["packet_id"], flips["status_before"], strict=True))
+    assert list(decisions["before"]) == [before.get(p, "") for p in changed + rest]
+    status = {d.packet_id: d.status.value for d in variant.result.decisions}
+    assert list(decisions["status"]) == [status[p] for p in changed + rest]
     (chart,) = at.get("plotly_chart")
     subtitle = json.loads(chart.proto.spec)["layout"]["title"]["subtitle"]["text"]
     assert f"used {variant.result.totals.used:,} " in subtitle

@@ -347,3 +347,67 @@ def test_decisions_frame_is_the_frame_built_row_by_row() -> None:
     empty = views.decisions_frame([])
     pd.testing.assert_frame_equal(empty, by_rows([]), check_exact=True)
     assert list(empty.columns) == views.DECISION_COLUMNS
+
+
+def _demo_traces() -> list:
+    from ctxcore.loading import parse_json, trace_from_obj
+
+    demo = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    lines = [ln for f in sorted(demo.glob("*.jsonl")) for ln in f.read_text("utf-8").splitlines()]
+    return [trace_from_obj(parse_json(ln)) for ln in lines if ln.strip()]
+
+
+def test_decision_pages_hold_every_row_once_in_the_order_asked() -> None:
+    """A decisions table sends a page at a time: over its pages every matching row is shown
+    exactly once, in the order of the sort over all rows (not page by page)."""
+    traces = [t for t in _demo_traces() if t.result and len(t.result.decisions) > 150]
+    assert traces, "the demo store holds no trace of more than 150 decisions"
+    frame = views.decisions_frame(traces[0].result.decisions)
+    for by in views.DECISION_SORTS:
+        for desc in (False, True):
+            shown = views.sort_decisions(frame, by, descending=desc, first=["nope"])
+            for size in (7, 50, views.PAGE_ROWS):
+                pages = views.page_count(len(shown), size)
+                assert (pages - 1) * size < len(shown) <= pages * size
+                rows = [views.page_of(shown, p, size) for p in range(1, pages + 1)]
+                assert all(0 < len(r) <= size for r in rows)
+                joined = [pid for r in rows for pid in r["packet_id"]]
+                assert joined == list(shown["packet_id"])
+                assert sorted(joined) == sorted(frame["packet_id"])
+            # a page past the end is the last one
+            assert list(views.page_of(shown, 99, 50).index) == list(
+                shown.index[-(len(shown) % 50 or 50) :]
+            )
+    # a column sorts all rows by value, gaps last in both directions
+    score = views.sort_decisions(frame, "score")
+    values = [v for v in score["score"] if v == v]
+    assert values == sorted(values)
+    desc = views.sort_decisions(frame, "score", descending=True)
+    assert [v for v in desc["score"] if v == v] == sorted(values, reverse=True)
+    for f in (score, desc):
+        tail = f["score"].isna().to_numpy()
+        assert not tail.any() or tail[tail.argmax() :].all()
+    assert list(views.sort_decisions(frame, views.BUILDER_ORDER)["packet_id"]) == list(
+        frame["packet_id"]
+    )
+    assert (
+        list(views.sort_decisions(frame, views.BUILDER_ORDER, descending=True)["packet_id"])
+        == list(frame["packet_id"])[::-1]
+    )
+    assert views.page_count(0) == 1 and views.page_of(frame.iloc[:0], 1).empty
+
+
+def test_changed_first_puts_the_flipped_packets_first_in_their_order() -> None:
+    traces = [t for t in _demo_traces() if t.result and len(t.result.decisions) > 150]
+    frame = views.decisions_frame(traces[0].result.decisions)
+    ids = list(frame["packet_id"])
+    first = [ids[-1], ids[len(ids) // 2], "gone-from-this-build", ids[3]]
+    shown = list(views.sort_decisions(frame, views.CHANGED_FIRST, first=first)["packet_id"])
+    kept = [p for p in first if p in set(ids)]
+    assert shown[: len(kept)] == kept
+    assert shown[len(kept) :] == [p for p in ids if p not in set(kept)]
+    # filtered first, then sorted: the changed rows still lead what matches
+    part = frame[frame.index % 2 == 1]
+    got = list(views.sort_decisions(part, views.CHANGED_FIRST, first=first)["packet_id"])
+    lead = [p for p in kept if p in set(part["packet_id"])]
+    assert got[: len(lead)] == lead and sorted(got) == sorted(part["packet_id"])

@@ -131,6 +131,50 @@ def filter_decisions(
     return frame[mask]
 
 
+#: Rows a decisions table sends at a time: a knob move re-sends the page shown, not all the
+#: decisions (2,000 rows were ~510 kB per Playground move; docs/design.md, "The app").
+PAGE_ROWS = 100
+BUILDER_ORDER = "builder order"
+CHANGED_FIRST = "changed first"
+#: what a decisions table can be sorted by, over all its rows: the builder's order, the packets
+#: that changed against the build compared with (Playground), or any column
+DECISION_SORTS = [BUILDER_ORDER, CHANGED_FIRST, *DECISION_COLUMNS]
+
+
+def sort_decisions(
+    frame: pd.DataFrame,
+    by: str,
+    *,
+    descending: bool = False,
+    first: Sequence[str] = (),
+) -> pd.DataFrame:
+    """``frame`` (``decisions_frame`` rows, filtered or not) in the order a table shows it.
+
+    ``BUILDER_ORDER`` keeps the frame's order; ``CHANGED_FIRST`` puts the packets of ``first``
+    (in that order) before the others (in the builder's order); a column sorts every row by
+    its values, stable, gaps last either way. ``descending`` reverses the order (a column's
+    gaps stay last).
+    """
+    if by == CHANGED_FIRST:
+        pos = {pid: i for i, pid in enumerate(first)}
+        key = np.array([pos.get(p, len(pos)) for p in frame["packet_id"]], dtype=np.int64)
+        frame = frame.iloc[np.argsort(key, kind="stable")]
+    elif by in frame.columns:
+        return frame.sort_values(by, ascending=not descending, kind="stable", na_position="last")
+    return frame.iloc[::-1] if descending else frame
+
+
+def page_count(rows: int, per_page: int = PAGE_ROWS) -> int:
+    """Pages of ``per_page`` rows that ``rows`` rows take (at least one, shown empty)."""
+    return max(1, -(-rows // per_page))
+
+
+def page_of(frame: pd.DataFrame, page: int, per_page: int = PAGE_ROWS) -> pd.DataFrame:
+    """Rows of page ``page`` (1-based; a page past the end is the last one)."""
+    page = min(max(page, 1), page_count(len(frame), per_page))
+    return frame.iloc[(page - 1) * per_page : page * per_page]
+
+
 def status_counts(decisions: Sequence[Decision]) -> dict[str, int]:
     out: dict[str, int] = {}
     for d in decisions:

@@ -7,7 +7,8 @@ or name inside them goes through ``views.code`` (or ``views.md`` inside a senten
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -120,6 +121,19 @@ def metrics_line(result: BuildResult) -> None:
     st.markdown(" · ".join(f"{k} **{v:,}**" for k, v in _summary(result).items()))
 
 
+def metrics_changes(result: BuildResult, before: BuildResult | None = None) -> None:
+    """The numbers of ``metrics`` on one line that wraps, each with its change against
+    ``before``: one element where the metric cards are fourteen (seven and their columns),
+    for a view that every Playground knob move redraws (docs/design.md, "The app")."""
+    now = _summary(result)
+    old = _summary(before) if before is not None else None
+    parts = []
+    for label, value in now.items():
+        d = value - old[label] if old is not None else 0
+        parts.append(f"{label} **{value:,}**" + (f" ({d:+,})" if d else ""))
+    st.markdown(" · ".join(parts))
+
+
 def metrics(result: BuildResult, before: BuildResult | None = None, per_row: int = 7) -> None:
     """Budget, used and counts; with ``before``, each shows its change."""
     now = _summary(result)
@@ -150,6 +164,7 @@ def _summary(r: BuildResult) -> dict[str, int]:
     }
 
 
+BEFORE_COLUMN = "before"
 #: Every column has a width in pixels: a column without one is sized in the browser by measuring
 #: its cells, which on a 2,000-packet trace cost a sixth of a Playground knob move's time.
 DECISION_CONFIG = {
@@ -157,6 +172,12 @@ DECISION_CONFIG = {
     "packet_id": st.column_config.TextColumn("packet id", width=150),
     "kind": st.column_config.TextColumn("kind", width=80),
     "status": st.column_config.TextColumn("status", width=70),
+    # the Playground's: the status a changed packet had in the build compared with
+    BEFORE_COLUMN: st.column_config.TextColumn(
+        "before",
+        width=80,
+        help="status in the build compared with, for the packets that changed (empty: unchanged)",
+    ),
     "reason": st.column_config.TextColumn("code", width=110),
     "reason_text": st.column_config.TextColumn("reason", width=400),
     "partition": st.column_config.TextColumn("partition", width=100),
@@ -170,27 +191,147 @@ DECISION_CONFIG = {
 }
 
 
-def decisions_table(frame: pd.DataFrame, prefix: str) -> None:
-    """The decisions, filterable by status, kind, partition and text; sortable by column."""
-    c1, c2, c3, c4 = st.columns([2, 2, 2, 3])
-    statuses = c1.multiselect("Status", STATUS_LIST, key=f"{prefix}_f_status")
-    kinds = c2.multiselect("Kind", sorted(frame["kind"].unique()), key=f"{prefix}_f_kind")
-    parts = c3.multiselect(
-        "Partition", sorted(p for p in frame["partition"].unique() if p), key=f"{prefix}_f_part"
+SORT_LABELS = {
+    views.BUILDER_ORDER: "builder order",
+    views.CHANGED_FIRST: "changed first",
+    **{c: str(DECISION_CONFIG[c]["label"]) for c in views.DECISION_COLUMNS},
+}
+PAGE_SIZES = [50, views.PAGE_ROWS, 250, 1000]
+
+
+def _rerun_only(keys: Sequence[str]) -> None:
+    """A callback that reruns only the fragments ``keys`` (none given: the page, as usual)."""
+    if keys:
+        st.rerun(list(keys))
+
+
+def decision_controls(
+    frame: pd.DataFrame, prefix: str, *, changed: bool = False, rerun: Sequence[str] = ()
+) -> None:
+    """The filters (status, kind, partition, text), the sort over all rows, the page size and
+    the page of a decisions table; ``decision_page`` reads them back. ``changed`` offers (and
+    starts on) "changed first". A control reruns the fragments ``rerun`` when given (the
+    Playground's table), else the page."""
+    moved: dict[str, Any] = {"on_change": _rerun_only, "args": (tuple(rerun),)}
+    # one wrapping row, not two rows of columns: nine elements where columns made eighteen
+    box = st.container(horizontal=True, gap="small")
+    box.multiselect("Status", STATUS_LIST, key=f"{prefix}_f_status", width=170, **moved)
+    box.multiselect(
+        "Kind", sorted(frame["kind"].unique()), key=f"{prefix}_f_kind", width=170, **moved
     )
-    text = c4.text_input("Search id or reason", key=f"{prefix}_f_text")
+    box.multiselect(
+        "Partition",
+        sorted(p for p in frame["partition"].unique() if p),
+        key=f"{prefix}_f_part",
+        width=170,
+        **moved,
+    )
+    box.text_input("Search id or reason", key=f"{prefix}_f_text", width=220, **moved)
+    sorts = _sorts(changed)
+    box.selectbox(
+        "Sort by",
+        sorts,
+        index=sorts.index(_default_sort(changed)),
+        key=f"{prefix}_sort",
+        format_func=SORT_LABELS.__getitem__,
+        help="sorts every matching decision; a column header sorts the rows shown",
+        width=170,
+        **moved,
+    )
+    box.toggle("Descending", key=f"{prefix}_desc", **moved)
+    box.selectbox(
+        "Rows per page", PAGE_SIZES, index=1, key=f"{prefix}_page_size", width=120, **moved
+    )
+    box.number_input("Page", min_value=1, step=1, key=f"{prefix}_page", width=130, **moved)
+
+
+def _sorts(changed: bool) -> list[str]:
+    return [s for s in views.DECISION_SORTS if changed or s != views.CHANGED_FIRST]
+
+
+def _default_sort(changed: bool) -> str:
+    return views.CHANGED_FIRST if changed else views.BUILDER_ORDER
+
+
+@dataclass(frozen=True)
+class DecisionPage:
+    """The rows a decisions table shows and the line above them (``decision_page``)."""
+
+    rows: pd.DataFrame
+    caption: str
+
+
+def decision_view_key(prefix: str) -> str:
+    """What the controls of ``prefix`` ask for, as one string (a cache key)."""
+    names = ("f_status", "f_kind", "f_part", "f_text", "sort", "desc", "page_size", "page")
+    return repr([state.ss_get(f"{prefix}_{n}") for n in names])
+
+
+def decision_page(
+    frame: pd.DataFrame, prefix: str, changed: Mapping[str, str] | None = None
+) -> DecisionPage:
+    """The page of decisions the controls of ``prefix`` ask for, with a line saying which.
+
+    ``changed`` (the Playground) maps each packet that changed against the build compared
+    with to its status there, in the order the flipped table lists them: "changed first"
+    puts them first, and a ``before`` column shows that status.
+    """
+    by = str(state.ss_get(f"{prefix}_sort") or _default_sort(changed is not None))
+    if by not in _sorts(changed is not None):
+        by = _default_sort(changed is not None)
+    desc = bool(state.ss_get(f"{prefix}_desc", False))
+    size = int(state.ss_get(f"{prefix}_page_size") or views.PAGE_ROWS)
     shown = views.filter_decisions(
-        frame, statuses=statuses, kinds=kinds, partitions=parts, text=text
+        frame,
+        statuses=state.ss_get(f"{prefix}_f_status") or (),
+        kinds=state.ss_get(f"{prefix}_f_kind") or (),
+        partitions=state.ss_get(f"{prefix}_f_part") or (),
+        text=str(state.ss_get(f"{prefix}_f_text") or ""),
     )
-    st.caption(f"{len(shown):,} of {len(frame):,} decisions · click a column header to sort")
+    shown = views.sort_decisions(shown, by, descending=desc, first=list(changed or ()))
+    pages = views.page_count(len(shown), size)
+    # a page past the end (a narrowing filter, a move): the last one
+    page = min(max(int(state.ss_get(f"{prefix}_page") or 1), 1), pages)
+    rows = views.page_of(shown, page, size)
+    first = (page - 1) * size
+    where = (
+        f" · page {page:,} of {pages:,}: {first + 1:,}–{first + len(rows):,}" if pages > 1 else ""
+    )
+    n_changed = f" · {len(changed):,} changed" if changed else ""
+    if changed is not None:
+        rows = rows.copy()
+        rows.insert(
+            rows.columns.get_loc("status") + 1,
+            BEFORE_COLUMN,
+            [changed.get(p, "") for p in rows["packet_id"]],
+        )
+    return DecisionPage(
+        rows,
+        f"{len(shown):,} of {len(frame):,} decisions{where}{n_changed} · sorted by "
+        f"{SORT_LABELS[by]}{' (descending)' if desc else ''}",
+    )
+
+
+def show_decision_page(page: DecisionPage, prefix: str) -> None:
+    st.caption(page.caption)
     st.dataframe(
-        shown,
+        page.rows,
         hide_index=True,
         column_config=DECISION_CONFIG,
         key=f"{prefix}_decisions",
-        height=min(38 + 35 * len(shown), 560),
+        height=min(38 + 35 * len(page.rows), 560),
         placeholder=MISSING,
     )
+
+
+def decisions_table(
+    frame: pd.DataFrame, prefix: str, changed: Mapping[str, str] | None = None
+) -> None:
+    """The decisions, filterable by status, kind, partition and text, sorted over all rows and
+    sent a page at a time (docs/design.md, "The app"): ``decision_controls``, then the page
+    they ask for (``decision_page``, ``show_decision_page``)."""
+    decision_controls(frame, prefix, changed=changed is not None)
+    show_decision_page(decision_page(frame, prefix, changed), prefix)
 
 
 FINDING_CONFIG = {

@@ -409,6 +409,7 @@ class RunCounter:
     def __init__(self) -> None:
         self.finished = 0  # whole-script runs
         self.fragments = 0  # st.fragment runs (e.g. a page's live-refresh timer)
+        self.recording: list[tuple[int, Any]] | None = None  # (size, ForwardMsg) while recording
 
     def on_websocket(self, ws: Any) -> None:
         ws.on("framereceived", self._on_frame)
@@ -423,6 +424,8 @@ class RunCounter:
             msg.ParseFromString(bytes(payload))
         except Exception:  # not a ForwardMsg (should not happen); never break the page
             return
+        if self.recording is not None:
+            self.recording.append((len(payload), msg))
         if msg.WhichOneof("type") != "script_finished":
             return
         if msg.script_finished == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY:
@@ -461,6 +464,19 @@ def runs(page: Any) -> int:
 def fragment_runs(page: Any) -> int:
     """How many fragment runs (``st.fragment``) of this page's session have finished."""
     return _COUNTERS[id(page)].fragments
+
+
+@contextmanager
+def recording(page: Any) -> Iterator[list[tuple[int, Any]]]:
+    """The messages the server sends this page meanwhile, each with its size on the wire:
+    ``(bytes, ForwardMsg)``, in order."""
+    counter = _COUNTERS[id(page)]
+    got: list[tuple[int, Any]] = []
+    counter.recording = got
+    try:
+        yield got
+    finally:
+        counter.recording = None
 
 
 def wait_runs(

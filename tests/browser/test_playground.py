@@ -9,6 +9,7 @@ from . import (
     exceptions_text,
     fragment_runs,
     goto,
+    recording,
     rerun_and_settle,
     runs,
     screenshot,
@@ -187,3 +188,80 @@ def test_a_knob_move_reruns_only_the_result(tab, browser_data) -> None:
     assert summary and "flipped" not in _bar_text(page)
     assert page.get_by_text(summary, exact=True).is_visible()
     assert exceptions_text(page) == []
+
+
+#: what a knob move may draw: the summary (numbers, heading, flipped table or note, window
+#: bar, its caption) and the rows of the decisions table with the line above them
+MOVE_ELEMENTS = {"markdown", "heading", "dataframe", "plotly_chart", "empty"}
+
+
+def _decision_pages(got) -> list:
+    """The decisions tables (Arrow, decoded) among the recorded messages."""
+    import pyarrow as pa
+
+    out = []
+    for _size, msg in got:
+        if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+            continue
+        el = msg.delta.new_element
+        if el.WhichOneof("type") != "dataframe":
+            continue
+        table = pa.ipc.open_stream(el.dataframe.arrow_data.data).read_all()
+        if "reason_text" in table.column_names:
+            out.append(table)
+    return out
+
+
+def _drawn(got) -> set[str]:
+    return {
+        msg.delta.new_element.WhichOneof("type")
+        for _size, msg in got
+        if msg.WhichOneof("type") == "delta" and msg.delta.WhichOneof("type") == "new_element"
+    }
+
+
+def test_a_knob_move_sends_one_page_of_decisions_changed_first(tab, browser_data) -> None:
+    """On a trace of more decisions than a page, a knob move sends one page of the table (not
+    every row, not its controls), the packets that changed first with their status before;
+    turning the page sends the next rows, and the pages hold every decision once."""
+    from ctxcore.formats.load import load_file
+    from ui import views
+
+    page = tab.page
+    demo = [t for f in browser_data.demo_files for t in load_file(f, "auto")]
+    big = max(
+        (t for t in demo if t.result and t.config.preset == "ctxscope"),
+        key=lambda t: len(t.result.decisions),
+    )
+    assert big.result is not None and len(big.result.decisions) > views.PAGE_ROWS
+    _open(page, tab.url, big.trace_id)
+    with recording(page) as got:
+        rerun_and_settle(page, lambda: _click_track(page, "min_relevance", 0.35), fragment=True)
+    assert exceptions_text(page) == []
+    (first,) = _decision_pages(got)
+    assert first.num_rows == views.PAGE_ROWS
+    assert _drawn(got) <= MOVE_ELEMENTS, "a move redrew more than the result (e.g. the controls)"
+    flipped = _flipped(page)
+    before = first.column("before").to_pylist()
+    changed = sum(1 for b in before if b)
+    assert 0 < changed <= flipped, (changed, flipped)
+    assert all(before[:changed]) and not any(before[changed:]), "changed rows must lead"
+    caption = page.get_by_text(re.compile(r"^[\d,]+ of [\d,]+ decisions · page 1 of 2")).first
+    caption.wait_for()
+    total = int(caption.inner_text().split(" of ")[1].split()[0].replace(",", ""))
+    # the next page: its rows alone are sent, by the body fragment
+    box = page.get_by_label("Page", exact=True)
+    whole = runs(page)
+
+    def turn() -> None:
+        box.fill("2")
+        box.press("Enter")
+
+    with recording(page) as got:
+        rerun_and_settle(page, turn, fragment=True)
+    assert runs(page) == whole, "turning the page reran the whole page"
+    (second,) = _decision_pages(got)
+    assert _drawn(got) <= {"markdown", "dataframe"}
+    ids = first.column("packet_id").to_pylist() + second.column("packet_id").to_pylist()
+    assert len(ids) == len(set(ids)) == total
+    screenshot(page, "playground-decisions-page-2")
