@@ -212,8 +212,9 @@ def duckdb_read_json(src: Path, db: Path) -> float:
     transaction, ending with a CHECKPOINT like the ingest timing.
 
     The peer a user would reach for instead of ctxscope ingest (issue 17). It does less:
-    no validation of a line against the trace schema, the JSON kept as plain text rather
-    than zstd, ``lost_must_keep`` not derived, a decision's packet taken by position."""
+    no validation of a line against the trace schema, the JSON kept as plain text in one
+    piece rather than zstd in pieces, each distinct packet text in one piece,
+    ``lost_must_keep`` not derived, a decision's packet taken by position."""
     os.sync()
     con = duckdb.connect(str(db))
     migrations.apply(con)
@@ -242,14 +243,14 @@ def duckdb_read_json(src: Path, db: Path) -> float:
             len(result.decisions) AS n_packets, {counts},
             len(result.warnings) AS n_warnings, 0 AS lost_must_keep, 'unknown' AS verdict,
             tags, source_trace_id, filename AS source_file, md5(js::VARCHAR) AS content_hash,
-            now()::TIMESTAMP AS ingested_at, strlen(js::VARCHAR) AS json_bytes,
-            encode(js::VARCHAR) AS trace_zst
+            now()::TIMESTAMP AS ingested_at, strlen(js::VARCHAR) AS json_bytes
         FROM j
         """
     )
+    con.execute("INSERT INTO trace_parts SELECT tseq, 0, encode(js::VARCHAR) FROM j")
     con.execute(
         """
-        INSERT INTO decisions BY NAME
+        CREATE TEMP TABLE dj AS
         SELECT tseq, trace_id, ord, d.packet_id, d.kind, d.tokens_before, d.tokens_after,
             d.relevance, d.recency, d.score, d.rank, d.status, d.reason, d.reason_text,
             d.partition, d.budget_left, p.must_keep, p.content
@@ -260,6 +261,17 @@ def duckdb_read_json(src: Path, db: Path) -> float:
         )
         """
     )
+    con.execute(
+        "CREATE TEMP TABLE texts AS SELECT row_number() OVER () AS cid, content "
+        "FROM (SELECT DISTINCT content FROM dj WHERE content IS NOT NULL)"
+    )
+    con.execute("INSERT INTO contents BY NAME SELECT cid, 0 AS part, content AS text FROM texts")
+    con.execute(
+        "INSERT INTO decisions BY NAME SELECT dj.* EXCLUDE (content), t.cid "
+        "FROM dj LEFT JOIN texts t USING (content)"
+    )
+    con.execute("DROP TABLE dj")
+    con.execute("DROP TABLE texts")
     con.execute(
         """
         INSERT INTO partitions BY NAME

@@ -124,3 +124,32 @@ def test_the_fingerprint_follows_the_code(tmp_path: Path) -> None:
     target.write_text(target.read_text(encoding="utf-8") + "\n# changed\n", encoding="utf-8")
     source_fingerprint.cache_clear()
     assert source_fingerprint(copy) != first
+
+
+def test_an_imported_prompt_is_diagnosed_without_a_pipeline_rerun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another system assembled an imported prompt, so the re-run comparisons (optimal fill,
+    uncompressed prompt) never apply to it: it is not re-run, and its findings are the ones
+    a re-run would have led to."""
+    from ctxcore.diagnostics import counterfactual
+    from ctxcore.formats.load import load_file
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "imports"
+    traces = [
+        t
+        for name in ("claude-code/ccviewer-task-sidechain-session.jsonl", "codex")
+        for path in sorted((fixtures / name).glob("*.jsonl")) or [fixtures / name]
+        for t in load_file(path)
+    ]
+    assert len(traces) > 10 and all(t.builder.name.startswith("import/") for t in traces)
+    with monkeypatch.context() as m:  # as before: imported prompts re-run, never reproduced
+        m.setattr(TraceView, "imported", property(lambda _: False))
+        reran = [diagnose(t, options=INGEST_OPTIONS) for t in traces]
+        assert not any(TraceView(t, INGEST_OPTIONS, [], None).reproduces for t in traces)
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("an imported prompt was re-run")
+
+    monkeypatch.setattr(counterfactual, "rerun_outcome", refuse)
+    assert [diagnose(t, options=INGEST_OPTIONS) for t in traces] == reran

@@ -326,27 +326,9 @@ def test_a_big_session_log_imports_in_bounded_memory(tmp_path: Path) -> None:
     reps = _big_log(log, LOG_MB)
     calls = sum(1 for t in load_file(INIT_SESSION))
     out = tmp_path / "big-traces.jsonl"
-    peak_script = (
-        "import resource, subprocess, sys\n"
-        "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-        "sys.stdout.write(p.stdout); sys.stderr.write(p.stderr)\n"
-        "print(f'@@peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}',"
-        " file=sys.stderr)\n"
-        "sys.exit(p.returncode)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", peak_script, sys.executable, "-m", "ctxcore", "import", str(log)]
-        + ["-o", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=900,
-    )
-    err, _, peak_text = proc.stderr.rpartition("@@peak ")
-    assert proc.returncode == 0, err[-2000:]
-    peak = int(peak_text)
-    assert f"imported {reps * calls} trace(s) from {log}" in proc.stdout
-    assert f"… and {reps * calls - 20} more trace(s)" in proc.stdout
+    peak, stdout = _peak_of_import(log, "-o", str(out))
+    assert f"imported {reps * calls} trace(s) from {log}" in stdout
+    assert f"… and {reps * calls - 20} more trace(s)" in stdout
     # every trace written, each whole, in order (read back line by line)
     n = 0
     size = out.stat().st_size
@@ -359,6 +341,109 @@ def test_a_big_session_log_imports_in_bounded_memory(tmp_path: Path) -> None:
     # Holding every trace takes more than the JSON they make; the stream holds a few.
     assert size > 400 * MB
     assert peak < 640 * MB, f"import peaked at {peak / MB:,.0f} MB for {size / MB:,.0f} MB"
+
+
+def _long_session(path: Path, mb: float, pad: int = 30_000) -> int:
+    """One long Claude Code session of about ``mb`` MB: a chain of tool calls whose results
+    are real tool output from corpus/ (``pad`` characters each, every one different), the
+    output repeated in ``toolUseResult`` as Claude Code writes it, and an auto-compaction
+    whenever the context passes about 500,000 characters (a full window); returns the calls."""
+    corpus = "\n".join(p.read_text(errors="replace") for p in sorted((ROOT / "corpus").glob("d*")))
+    written = calls = context = 0
+    parent: str | None = None
+    n = 0
+
+    def line(obj: dict[str, Any]) -> str:
+        nonlocal parent, n
+        n += 1
+        uid = f"00000000-0000-4000-8000-{n:012d}"
+        sec = n * 7
+        when = f"2025-09-03T{sec // 3600 % 24:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}Z"
+        obj.setdefault("parentUuid", parent)
+        obj.update(uuid=uid, sessionId="long-session", timestamp=when, isSidechain=False)
+        parent = uid
+        return json.dumps(obj, ensure_ascii=False) + "\n"
+
+    with path.open("w", encoding="utf-8") as fh:
+        while written < mb * 1e6:
+            out: list[str] = []
+            if calls == 0:
+                out.append(line({"type": "user", "message": {"role": "user", "content": "Fix it"}}))
+            elif context > 500_000:
+                boundary = {
+                    "type": "system",
+                    "subtype": "compact_boundary",
+                    "parentUuid": None,
+                    "logicalParentUuid": parent,
+                    "content": "Conversation compacted",
+                    "compactMetadata": {"trigger": "auto", "preTokens": context // 4},
+                }
+                text = f"Summary {calls}: " + corpus[calls * 131 % 50_000 :][:4_000]
+                summary = {"role": "user", "content": text}
+                out.append(line(boundary))
+                out.append(line({"type": "user", "isCompactSummary": True, "message": summary}))
+                context = len(text)
+            else:
+                start = (calls * 7919) % (len(corpus) - pad)
+                output = f"[{calls}] " + corpus[start : start + pad]
+                result = {
+                    "type": "tool_result",
+                    "tool_use_id": f"toolu_{calls - 1:08d}",
+                    "content": output,
+                }
+                asked = {"role": "user", "content": [result]}
+                ran = {"stdout": output, "stderr": ""}
+                out.append(line({"type": "user", "message": asked, "toolUseResult": ran}))
+                context += len(output)
+            use = {
+                "type": "tool_use",
+                "id": f"toolu_{calls:08d}",
+                "name": "Bash",
+                "input": {"command": f"pytest -x tests/test_{calls}.py"},
+            }
+            usage = {
+                "input_tokens": 3,
+                "output_tokens": 40,
+                "cache_read_input_tokens": context // 4,
+            }
+            reply = {
+                "id": f"msg_{calls:08d}",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": f"Running check {calls}."}, use],
+                "stop_reason": "tool_use",
+                "usage": usage,
+            }
+            out.append(line({"type": "assistant", "message": reply}))
+            context += 200
+            calls += 1
+            for text in out:
+                fh.write(text)
+                written += len(text.encode())
+    return calls
+
+
+def _peak_of_import(log: Path, *args: str) -> tuple[int, str]:
+    """``ctxscope import LOG ARGS`` in a child process: its peak RSS (bytes) and output."""
+    peak_script = (
+        "import resource, subprocess, sys\n"
+        "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+        "sys.stdout.write(p.stdout); sys.stderr.write(p.stderr)\n"
+        "print(f'@@peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}',"
+        " file=sys.stderr)\n"
+        "sys.exit(p.returncode)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", peak_script, sys.executable, "-m", "ctxcore", "import", str(log)]
+        + list(args),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=1800,
+    )
+    err, _, peak_text = proc.stderr.rpartition("@@peak ")
+    assert proc.returncode == 0, err[-2000:]
+    return int(peak_text), proc.stdout
 
 
 def test_the_watched_folder_file_is_named_before_a_trace_is_read(tmp_path: Path) -> None:
@@ -418,3 +503,51 @@ def test_the_printed_summary_is_the_lists_summary(
     [line, done] = capsys.readouterr().out.splitlines()
     assert line == describe(load_file(TOOL_USE))[0] and line.startswith("  source (")
     assert done == f"imported 1 trace(s) from {TOOL_USE} -> {out}"
+
+
+@pytest.mark.slow
+def test_a_long_session_imports_into_a_store_in_short_values(tmp_path: Path) -> None:
+    """``ctxscope import --db`` of one long session (every call's context up to a full
+    window): no stored value is longer than PART_BYTES (a checkpoint then reads back only
+    what it writes: docs/design.md, "Store"), a text the calls share is stored once, every
+    trace reads back whole, and the import's peak memory stays under 1 GB."""
+    import duckdb
+
+    from ctxcore.store import TraceFilter, TraceStore
+    from ctxcore.store.rows import PART_BYTES
+
+    log = tmp_path / "long.jsonl"
+    calls = _long_session(log, 30)
+    db = tmp_path / "long.duckdb"
+    peak, stdout = _peak_of_import(log, "--db", str(db))
+    assert f"imported {calls} trace(s)" in stdout
+    con = duckdb.connect(str(db), read_only=True)
+    [(n, json_bytes)] = con.execute("SELECT count(*), sum(json_bytes) FROM traces").fetchall()
+    [(longest_part, longest_text)] = con.execute(
+        "SELECT (SELECT max(octet_length(data)) FROM trace_parts), "
+        "(SELECT max(strlen(text)) FROM contents)"
+    ).fetchall()
+    [(decisions, texts, distinct)] = con.execute(
+        "SELECT count(*), count(cid), count(DISTINCT cid) FROM decisions"
+    ).fetchall()
+    con.close()
+    assert n == calls and json_bytes > 200 * MB
+    assert longest_part <= PART_BYTES and longest_text <= PART_BYTES
+    assert texts > 5 * distinct  # each call repeats its context's texts: stored once
+    with open(log, encoding="utf-8") as fh:
+        last = ""
+        for line in fh:
+            if '"tool_result"' in line:
+                last = line
+    expected = json.loads(last)["message"]["content"][0]["content"]
+    with TraceStore(db, read_only=True) as store:
+        rows = store.list_traces(limit=calls).rows
+        newest = max(rows, key=lambda r: r.turn)
+        trace = store.get_trace(newest.trace_id)
+        assert trace is not None
+        held = [p for p in trace.input.packets if p.content == expected]
+        assert held, "the last tool output is in the last call's packets"
+        assert store.packet_content(newest.trace_id, held[0].id) == expected
+        marker = expected.split()[0]  # "[N]": the call's own output
+        assert store.list_traces(TraceFilter(search=marker)).total >= 1
+    assert peak < 1024 * MB, f"import --db peaked at {peak / MB:,.0f} MB"

@@ -256,7 +256,8 @@ def test_worker_processes_store_exactly_what_one_process_stores(
         with TraceStore(tmp_path / f"w{workers}{helps}.duckdb", diagnose=False) as s:
             cur = s._cur()
             dec = cur.execute(
-                "SELECT t.trace_id, d.ord, d.packet_id, d.status, d.content FROM decisions d "
+                "SELECT t.trace_id, d.ord, d.packet_id, d.status, (SELECT string_agg(c.text, '' "
+                "ORDER BY c.part) FROM contents c WHERE c.cid = d.cid) FROM decisions d "
                 "JOIN traces t USING (tseq) ORDER BY t.trace_id, d.ord"
             ).fetchall()
         results.append((c.traces_added, [(e.line, e.message) for e in c.error_rows], dec))

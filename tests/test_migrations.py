@@ -18,17 +18,21 @@ ALL_VERSIONS = [
     (3, "compressed_json"),
     (4, "file_state"),
     (5, "diagnosed_with"),
+    (6, "small_values"),
 ]
 
 # The schema the app and the charts are written against (docs/design.md, "Store").
 FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
+    "contents": [
+        ("cid", "BIGINT"), ("part", "INTEGER"), ("text", "VARCHAR"), ("tail", "VARCHAR"),
+    ],
     "decisions": [
         ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"),
         ("packet_id", "VARCHAR"), ("kind", "VARCHAR"), ("tokens_before", "BIGINT"),
         ("tokens_after", "BIGINT"), ("relevance", "DOUBLE"), ("recency", "DOUBLE"),
         ("score", "DOUBLE"), ("rank", "INTEGER"), ("status", "VARCHAR"),
         ("reason", "VARCHAR"), ("reason_text", "VARCHAR"), ("partition", "VARCHAR"),
-        ("budget_left", "BIGINT"), ("must_keep", "BOOLEAN"), ("content", "VARCHAR"),
+        ("budget_left", "BIGINT"), ("must_keep", "BOOLEAN"), ("cid", "BIGINT"),
     ],
     "file_offsets": [
         ("file", "VARCHAR"), ("offset", "BIGINT"), ("line", "BIGINT"), ("size", "BIGINT"),
@@ -50,6 +54,7 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
     "schema_migrations": [
         ("version", "INTEGER"), ("name", "VARCHAR"), ("applied_at", "TIMESTAMP"),
     ],
+    "trace_parts": [("tseq", "BIGINT"), ("part", "INTEGER"), ("data", "BLOB")],
     "traces": [
         ("trace_id", "VARCHAR"), ("tseq", "BIGINT"), ("session_id", "VARCHAR"),
         ("turn", "INTEGER"), ("created_at", "TIMESTAMP"), ("preset", "VARCHAR"),
@@ -60,8 +65,7 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
         ("lost_must_keep", "INTEGER"), ("verdict", "VARCHAR"), ("tags", "VARCHAR[]"),
         ("source_trace_id", "VARCHAR"), ("source_file", "VARCHAR"),
         ("content_hash", "VARCHAR"), ("ingested_at", "TIMESTAMP"), ("n_findings", "INTEGER"),
-        ("max_severity", "VARCHAR"), ("json_bytes", "BIGINT"), ("trace_zst", "BLOB"),
-        ("diagnosed_with", "VARCHAR"),
+        ("max_severity", "VARCHAR"), ("json_bytes", "BIGINT"), ("diagnosed_with", "VARCHAR"),
     ],
 }  # fmt: skip
 
@@ -123,6 +127,15 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
         [original.trace_id, created, created, text],
     )
     con.execute("INSERT INTO file_offsets VALUES ('f.jsonl', 10, 1, 10, 1.0, ?)", [created])
+    # Packet texts in the decisions, one long (version 6 stores it in pieces), one held by
+    # two decisions (stored once), one missing
+    long_text = "début " * 2_000 + "needle"
+    for ord_, pid, content in ((0, "a", long_text), (1, "b", long_text), (2, "c", None)):
+        con.execute(
+            "INSERT INTO decisions VALUES (1, ?, ?, ?, 'file', 5, 5, NULL, NULL, NULL, NULL,"
+            " 'kept', 'FITS', 'fits', NULL, NULL, false, ?)",
+            [original.trace_id, ord_, pid, content],
+        )
     con.close()
     assert [v for v, _ in versions(db)] == [1]
 
@@ -137,6 +150,16 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
         off = store.file_offset("f.jsonl")
         assert off is not None and off.offset == 10 and off.fingerprint is None
         assert (off.inode, off.head, off.failed) == (None, None, None)
+        assert store.packet_content(original.trace_id, "a") == long_text
+        assert store.packet_content(original.trace_id, "b") == long_text
+        assert store.packet_content(original.trace_id, "c") is None
+        assert store.list_traces(TraceFilter(search="DÉBUT needle")).total == 1
+        cur = store._cur()
+        [(texts, longest)] = cur.execute(
+            "SELECT count(DISTINCT cid), max(strlen(text)) FROM contents"
+        ).fetchall()
+        assert texts == 1 and longest <= 4000
+        assert [d["packet_id"] for d in store.decisions(original.trace_id)] == ["a", "b", "c"]
     assert schema_of(db) == FRESH_SCHEMA
     assert versions(db) == ALL_VERSIONS
 
@@ -167,5 +190,5 @@ def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> N
     con = duckdb.connect(str(db))
     migrations.apply(con, upto=1)
     con.close()
-    with pytest.raises(StoreError, match="version 1.*needs 5.*without read_only"):
+    with pytest.raises(StoreError, match="version 1.*needs 6.*without read_only"):
         TraceStore(db, read_only=True)

@@ -347,12 +347,74 @@ def test_bulk_text_columns_equal_arrows_own_conversion(values: list[str | None])
     from ctxcore.store.rows import _bulk_array
 
     assert _bulk_array(values, pa.string()).equals(pa.array(values, pa.string()))
-    blobs = [v.encode() for v in values if v is not None]
-    assert _bulk_array(blobs, pa.binary()).equals(pa.array(blobs, pa.binary()))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "short", "x" * 4000, "x" * 4001, "ab" * 9_000, "中文é" * 3_000, "a" * 3_999 + "中" * 5],
+)
+def test_a_text_is_stored_in_pieces_that_join_back(text: str) -> None:
+    """Pieces of at most PART_BYTES bytes of UTF-8, cut between characters, each but the
+    last at least 1,000 characters long; a blob likewise, without copying it piece by piece."""
+    from ctxcore.store.rows import PART_BYTES, blob_parts, text_parts
+
+    parts = text_parts(text)
+    assert "".join(parts) == text and parts
+    assert all(len(p.encode()) <= PART_BYTES for p in parts)
+    assert all(len(p) >= 1_000 for p in parts[:-1])
+    blobs = [text.encode(), b"", b"z" * 10_001]
+    data, which, number = blob_parts(blobs)
+    for k, blob in enumerate(blobs):
+        pieces = [data[i].as_py() for i in range(len(data)) if which[i] == k]
+        assert b"".join(pieces) == blob and all(len(x) <= PART_BYTES for x in pieces)
+        assert list(number[which == k]) == list(range(len(pieces)))
+
+
+def test_long_texts_are_stored_once_in_short_pieces(tmp_path: Path) -> None:
+    """No stored value is longer than PART_BYTES (docs/design.md, "Store"): a long packet
+    text comes back whole, search finds a word across the cut between two pieces (a word
+    longer than the kept tail too), and a text several traces hold is stored once."""
+    from ctxcore.models import Packet
+    from ctxcore.store.rows import PART_BYTES
+
+    cut = "é" * 1_999 + "x"  # 3,999 bytes: the next character starts the second piece
+    long_word = "Q" * 300
+    text = f"{cut}needle-across the cut " + "中文 " * 3_000 + "y" * 3_900 + long_word + " end"
+    a, b = make_trace(1, trace_id="long-a"), make_trace(2, trace_id="long-b")
+    packet = Packet(id="file:big.py", kind="file", content=text)
+    traces = []
+    for t in (a, b):
+        inp = t.input.model_copy(update={"packets": [*t.input.packets, packet]})
+        decisions = [*t.result.decisions, t.result.decisions[0].model_copy(
+            update={"packet_id": "file:big.py", "kind": "file"})]  # fmt: skip
+        result = t.result.model_copy(update={"decisions": decisions})
+        traces.append(t.model_copy(update={"input": inp, "result": result}))
+    with TraceStore(tmp_path / "s.duckdb") as s:
+        s.add_traces(traces)
+        assert s.packet_content("long-a", "file:big.py") == text
+        assert s.packet_content("long-b", "file:big.py") == text
+        assert s.packet_content("long-a", "tool:call_1") == traces[0].input.packets[1].content
+        for word in ("XNEEDLE-ACROSS", "needle", "yyyQQQ", "y" + long_word, "中文 中文"):
+            page = s.list_traces(TraceFilter(search=word), limit=10)
+            assert set(ids(page.rows)) == {"long-a", "long-b"}, word
+        assert s.list_traces(TraceFilter(search="needle-acrossX")).total == 0
+        cur = s._cur()
+        [(longest_text, n_texts)] = cur.execute(
+            "SELECT max(strlen(text)), count(DISTINCT cid) FROM contents"
+        ).fetchall()
+        [(longest_part,)] = cur.execute(
+            "SELECT max(octet_length(data)) FROM trace_parts"
+        ).fetchall()
+        assert longest_text <= PART_BYTES and longest_part <= PART_BYTES
+        shared = cur.execute(
+            "SELECT count(DISTINCT cid) FROM decisions WHERE packet_id = 'file:big.py'"
+        ).fetchall()
+        assert shared == [(1,)] and n_texts < 2 * len(traces[0].input.packets)
+        assert s.get_trace("long-a") == traces[0]
 
 
 def test_compressed_json_round_trips_exactly(tmp_path: Path) -> None:
-    """The stored JSON is the ingested text, byte for byte (zstd in the trace_zst column)."""
+    """The stored JSON is the ingested text, byte for byte (zstd, in trace_parts)."""
     from ctxcore.store.ingest import ingest_paths
 
     raw = make_trace(1, turn=1, trace_id="zst-1").to_json().replace('"turn":1', '"turn": 1')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import glob
 import hashlib
 import sys
@@ -37,6 +38,25 @@ TX_BYTES = 256 * 1024 * 1024
 #: How many traces ``ctxscope import`` describes (counts against the source), and lists.
 DESCRIBED = 20
 LISTED = 3
+#: Buffers of at least this many bytes get pages of their own, returned when freed (glibc's
+#: M_MMAP_THRESHOLD, set): a call's trace JSON and prompt are as long as its context, and
+#: glibc otherwise raises the threshold to the biggest buffer freed so far and carves such
+#: buffers out of its heaps, whose freed gaps stay in memory
+#: (docs/design.md, "Capture, import, export, redaction").
+MMAP_BYTES = 1024 * 1024
+_M_MMAP_THRESHOLD = -3  # malloc.h
+
+
+def big_buffers_mapped() -> bool:
+    """Have the C allocator map big buffers for themselves (``MMAP_BYTES``); False where it
+    is not glibc's (macOS, Windows, musl), which is left as it is."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_BYTES))
 
 
 def _drop_name(sources: list[Path], args: argparse.Namespace) -> str:
@@ -233,6 +253,7 @@ def cli_import(args: argparse.Namespace) -> int:
     """``ctxscope import PATH... [--format ...] [--window N] [--model M] [--db PATH] [-o FILE]``."""
     if args.window is not None and args.window <= 0:
         raise InputError(f"--window {args.window}: a context window is a positive token count")
+    big_buffers_mapped()
     sources = import_sources(list(args.paths))
     run = _Import(sources, args)
     stream = run.traces()

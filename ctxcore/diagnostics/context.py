@@ -205,9 +205,12 @@ class TraceView:
         """Does our re-run of the recorded input and config give the recorded prompt?
 
         Re-run comparisons (optimal fill, uncompressed prompt) are only about this trace
-        when our preset reproduces it; an imported or external trace may not.
+        when our preset reproduces it; an external trace may not. An imported prompt never
+        does (another system assembled it and ``formats.derive`` renders it as its messages,
+        not as a ctxscope build's sections), so it is not re-run: on a long session log that
+        re-run was half of ``ctxscope import --db``.
         """
-        if not self.options.rerun:
+        if not self.options.rerun or self.imported:
             return False
         if self.rebuilt is not None:
             return self.rebuilt.prompt == self.prompt

@@ -239,12 +239,140 @@ def m005_diagnosed_with(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE traces ADD COLUMN diagnosed_with VARCHAR")
 
 
+def m006_small_values(con: duckdb.DuckDBPyConnection) -> None:
+    """No stored value longer than ``rows.PART_BYTES``: a checkpoint after an append read the
+    long values of a table's whole last row group again (the trace JSON of up to 122,880
+    traces), past DuckDB's memory limit. The compressed JSON moves into ``trace_parts``, in
+    pieces; the decisions' packet texts into ``contents``, each distinct text once (then
+    named by ``decisions.cid``), in pieces: a session's calls repeat their context's texts,
+    so the decisions held them many times over (docs/design.md, "Store"). Moved in slices
+    of traces, so a big store is never all in memory."""
+    from ctxcore.store.rows import TAIL_CHARS, TEXT_KEYS, blob_parts, text_digest, text_parts
+
+    con.execute(
+        "CREATE TABLE trace_parts (tseq BIGINT NOT NULL, part INTEGER NOT NULL, "
+        "data BLOB USING COMPRESSION uncompressed NOT NULL)"
+    )
+    con.execute(
+        "CREATE TABLE contents (cid BIGINT NOT NULL, part INTEGER NOT NULL, "
+        "text VARCHAR NOT NULL, tail VARCHAR)"
+    )
+    con.execute(
+        """
+        CREATE TABLE decisions_v6 (
+            tseq BIGINT NOT NULL,
+            trace_id VARCHAR NOT NULL,
+            ord INTEGER NOT NULL,
+            packet_id VARCHAR NOT NULL,
+            kind VARCHAR NOT NULL,
+            tokens_before BIGINT,
+            tokens_after BIGINT,
+            relevance DOUBLE,
+            recency DOUBLE,
+            score DOUBLE,
+            rank INTEGER,
+            status VARCHAR,
+            reason VARCHAR,
+            reason_text VARCHAR,
+            partition VARCHAR,
+            budget_left BIGINT,
+            must_keep BOOLEAN NOT NULL,
+            cid BIGINT
+        )
+        """
+    )
+    cols = ", ".join(
+        f"d.{c}"
+        for c in (
+            "tseq", "trace_id", "ord", "packet_id", "kind", "tokens_before", "tokens_after",
+            "relevance", "recency", "score", "rank", "status", "reason", "reason_text",
+            "partition", "budget_left", "must_keep",
+        )
+    )  # fmt: skip
+    row = con.execute(
+        "SELECT least(min(lo), min(hi)), greatest(max(lo), max(hi)) FROM ("
+        "SELECT min(tseq) AS lo, max(tseq) AS hi FROM traces UNION ALL "
+        "SELECT min(tseq), max(tseq) FROM decisions)"
+    ).fetchall()[0]
+    lo, hi = (0, -1) if row[0] is None else (int(row[0]), int(row[1]))
+    seen: dict[bytes, int] = {}  # digest -> cid, the TEXT_KEYS latest
+    last_cid = 0
+    step = 200  # traces a slice: their texts and JSON are in memory together
+    for start in range(lo, hi + 1, step):
+        bounds = [start, start + step]
+        got = con.sql(
+            "SELECT tseq, trace_zst FROM traces WHERE tseq >= ? AND tseq < ? ORDER BY tseq",
+            params=bounds,
+        ).to_arrow_table()
+        if got.num_rows:
+            data, which, number = blob_parts(got.column("trace_zst").to_pylist())
+            tseqs = got.column("tseq").to_numpy()[which]
+            parts = pa.table(  # noqa: F841 - read by name by the SQL below (not registered:
+                # a view dropped inside a transaction keeps its Arrow data to the commit)
+                {"tseq": tseqs, "part": pa.array(number, pa.int32()), "data": data}
+            )
+            con.execute("INSERT INTO trace_parts SELECT tseq, part, data FROM parts")
+        dec = con.sql(
+            "SELECT tseq, ord, content FROM decisions WHERE tseq >= ? AND tseq < ?",
+            params=bounds,
+        ).to_arrow_table()
+        if not dec.num_rows:
+            continue
+        cids: list[int | None] = []
+        texts: dict[str, list[object]] = {"cid": [], "part": [], "text": [], "tail": []}
+        for text in dec.column("content").to_pylist():
+            if text is None:
+                cids.append(None)
+                continue
+            key = text_digest(text)
+            cid = seen.pop(key, None)
+            if cid is None:
+                last_cid += 1
+                cid = last_cid
+                pieces = text_parts(text)
+                texts["cid"] += [cid] * len(pieces)
+                texts["part"] += range(len(pieces))
+                texts["text"] += pieces
+                texts["tail"] += [p[:TAIL_CHARS] for p in pieces[1:]] + [None]
+            seen[key] = cid
+            if len(seen) > TEXT_KEYS:
+                del seen[next(iter(seen))]
+            cids.append(cid)
+        named = pa.table(  # noqa: F841 - read by name by the SQL below
+            {
+                "tseq": dec.column("tseq"),
+                "ord": dec.column("ord"),
+                "cid": pa.array(cids, pa.int64()),
+            }
+        )
+        con.execute(
+            f"INSERT INTO decisions_v6 SELECT {cols}, n.cid FROM decisions d "
+            "JOIN named n ON n.tseq = d.tseq AND n.ord = d.ord "
+            "WHERE d.tseq >= ? AND d.tseq < ?",
+            bounds,
+        )
+        if texts["cid"]:
+            stored = pa.table(  # noqa: F841 - read by name by the SQL below
+                {
+                    "cid": pa.array(texts["cid"], pa.int64()),
+                    "part": pa.array(texts["part"], pa.int32()),
+                    "text": pa.array(texts["text"], pa.string()),
+                    "tail": pa.array(texts["tail"], pa.string()),
+                }
+            )
+            con.execute("INSERT INTO contents SELECT cid, part, text, tail FROM stored")
+    con.execute("DROP TABLE decisions")
+    con.execute("ALTER TABLE decisions_v6 RENAME TO decisions")
+    con.execute("ALTER TABLE traces DROP COLUMN trace_zst")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "findings", m002_findings),
     Step(3, "compressed_json", m003_compressed_json),
     Step(4, "file_state", m004_file_state),
     Step(5, "diagnosed_with", m005_diagnosed_with),
+    Step(6, "small_values", m006_small_values),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -10,6 +10,10 @@ One trace whose rows cannot be built (a value the models should have refused, a 
 detector) never costs the others: ``prepare`` then builds the batch trace by trace and
 hands back the ones that failed, with why (``RowTables.rejected``), for the caller to
 report on their lines.
+
+No stored value is longer than ``PART_BYTES``: a trace's compressed JSON is cut into
+``trace_parts`` rows, and each distinct packet text of a batch goes once into ``contents``
+(in pieces), its decisions naming it by ``cid`` (docs/design.md, "Store").
 """
 
 from __future__ import annotations
@@ -40,12 +44,12 @@ _TRACE_COLS = (
     "builder_version", "budget", "used", "n_packets", "n_kept", "n_truncated", "n_summarized",
     "n_dropped", "n_filtered", "n_not_rendered", "n_warnings", "lost_must_keep", "verdict",
     "tags", "source_trace_id", "source_file", "content_hash", "ingested_at", "n_findings",
-    "max_severity", "json_bytes", "trace_zst", "diagnosed_with",
+    "max_severity", "json_bytes", "diagnosed_with",
 )  # fmt: skip
 _DECISION_COLS = (
     "tseq", "trace_id", "ord", "packet_id", "kind", "tokens_before", "tokens_after",
     "relevance", "recency", "score", "rank", "status", "reason", "reason_text", "partition",
-    "budget_left", "must_keep", "content",
+    "budget_left", "must_keep", "cid",
 )  # fmt: skip
 _PARTITION_COLS = ("tseq", "trace_id", "ord", "name", "budget", "used", "items")
 _FINDING_COLS = (
@@ -64,15 +68,20 @@ _SCHEMAS: dict[str, pa.Schema] = {
         + [("verdict", _STR), ("tags", _STRS), ("source_trace_id", _STR),
            ("source_file", _STR), ("content_hash", _STR), ("ingested_at", _TS),
            ("n_findings", _I32), ("max_severity", _STR), ("json_bytes", _I64),
-           ("trace_zst", pa.binary()), ("diagnosed_with", _STR)]
+           ("diagnosed_with", _STR)]
     ),
+    # the trace's compressed JSON (``pack_json``) in pieces of PART_BYTES, in order
+    "trace_parts": pa.schema([("tseq", _I64), ("part", _I32), ("data", pa.large_binary())]),
     "decisions": pa.schema(
         [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("packet_id", _STR),
          ("kind", _STR), ("tokens_before", _I64), ("tokens_after", _I64),
          ("relevance", _F64), ("recency", _F64), ("score", _F64), ("rank", _I32),
          ("status", _STR), ("reason", _STR), ("reason_text", _STR), ("partition", _STR),
-         ("budget_left", _I64), ("must_keep", pa.bool_()), ("content", _STR)]
+         ("budget_left", _I64), ("must_keep", pa.bool_()), ("cid", _I64)]
     ),
+    # a packet's text in pieces of at most PART_BYTES (``text_parts``); ``tail`` holds the
+    # start of the next piece, for a search word across the two
+    "contents": pa.schema([("cid", _I64), ("part", _I32), ("text", _STR), ("tail", _STR)]),
     "partitions": pa.schema(
         [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("name", _STR),
          ("budget", _I64), ("used", _I64), ("items", _I32)]
@@ -99,6 +108,63 @@ def content_hash(raw: bytes) -> str:
 #: The trace JSON is stored zstd-compressed: DuckDB then writes a seventh of the bytes, and
 #: compressing costs less than DuckDB spends storing the plain text (bench/bench_store.py).
 _CODEC = "zstd"
+
+
+#: The longest value stored, in bytes. DuckDB keeps a string or blob under 4 KiB inside
+#: its column segment, and a checkpoint after an append then writes the new rows only; a
+#: longer one it keeps apart, and a checkpoint read those of the table's whole last row
+#: group again: every trace of a store of up to 122,880, past its memory limit
+#: (docs/design.md, "Store").
+PART_BYTES = 4000
+#: Characters of the next piece of a text kept beside a piece (``contents.tail``): a search
+#: word up to this long is found across the cut (docs/design.md, "Store").
+TAIL_CHARS = 256
+#: How many stored packet texts (digest -> cid) a process or a migration remembers, the
+#: most recently used: a text one of them holds is not stored again
+#: (docs/design.md, "Store").
+TEXT_KEYS = 50_000
+
+
+def text_parts(text: str) -> list[str]:
+    """``text`` in pieces of at most PART_BYTES bytes of UTF-8, cut between characters (one
+    piece, maybe empty, at least); every piece but the last holds 1,000 characters or more."""
+    if text.isascii():
+        return [text[i : i + PART_BYTES] for i in range(0, max(len(text), 1), PART_BYTES)]
+    raw = text.encode("utf-8", "surrogatepass")
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        j = min(i + PART_BYTES, len(raw))
+        while j < len(raw) and raw[j] & 0xC0 == 0x80:  # not inside a character
+            j -= 1
+        out.append(raw[i:j].decode("utf-8", "surrogatepass"))
+        i = j
+    return out
+
+
+def text_digest(text: str) -> bytes:
+    """What tells two packet texts apart in the store's ``contents`` (16 bytes)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def blob_parts(blobs: Sequence[bytes]) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """The blobs cut into pieces of PART_BYTES (one piece, maybe empty, at least): the
+    pieces (one Arrow array over the joined bytes, nothing copied again), and for each
+    piece the index of its blob and its number in it."""
+    data = b"".join(blobs)
+    lens = np.fromiter(map(len, blobs), np.int64, len(blobs))
+    counts = np.maximum(1, -(-lens // PART_BYTES))
+    ends = np.cumsum(counts)
+    which = np.repeat(np.arange(len(blobs), dtype=np.int64), counts)
+    number = np.arange(int(ends[-1]) if len(blobs) else 0, dtype=np.int64) - np.repeat(
+        ends - counts, counts
+    )
+    starts = np.repeat(np.cumsum(lens) - lens, counts) + number * PART_BYTES
+    offsets = np.append(starts, len(data)).astype(np.int64)
+    arr = pa.Array.from_buffers(
+        pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    return arr, which, number
 
 
 def pack_json(raw: bytes) -> bytes:
@@ -284,8 +350,32 @@ class RowBatch:
     def __init__(self, diagnose: bool = True) -> None:
         self.diagnose = diagnose
         self.cols: dict[str, dict[str, list[Any]]] = {
-            name: {c: [] for c in schema.names} for name, schema in _SCHEMAS.items()
+            name: {c: [] for c in schema.names}
+            for name, schema in _SCHEMAS.items()
+            if name != "trace_parts"
         }
+        #: each distinct packet text of the batch -> its index (the ``cid`` its decisions
+        #: hold until the store assigns the real one), and the texts' digests by index
+        self._texts: dict[str, int] = {}
+        self.text_digests: list[bytes] = []
+        #: (tseq, compressed JSON) of each trace, cut into ``trace_parts`` at the end
+        self._blobs: list[tuple[int, bytes]] = []
+
+    def _cid(self, text: str | None) -> int | None:
+        """The batch's index of a packet text (its pieces queued once)."""
+        if text is None:
+            return None
+        ix = self._texts.get(text)
+        if ix is None:
+            ix = self._texts[text] = len(self.text_digests)
+            self.text_digests.append(text_digest(text))
+            parts = text_parts(text)
+            c = self.cols["contents"]
+            c["cid"] += [ix] * len(parts)
+            c["part"] += range(len(parts))
+            c["text"] += parts
+            c["tail"] += [p[:TAIL_CHARS] for p in parts[1:]] + [None]
+        return ix
 
     def add(
         self,
@@ -345,7 +435,7 @@ class RowBatch:
             d["partition"] += [x.partition for x in decs]
             d["budget_left"] += [x.budget_left for x in decs]
             d["must_keep"] += must
-            d["content"] += contents
+            d["cid"] += map(self._cid, contents)
             p = self.cols["partitions"]
             for i, part in enumerate(result.partitions):
                 p["tseq"].append(tseq)
@@ -364,7 +454,7 @@ class RowBatch:
                 d["tseq"][-1], d["trace_id"][-1], d["ord"][-1] = tseq, tid, i
                 d["packet_id"][-1], d["kind"][-1] = pkt.id, pkt.kind
                 d["tokens_before"][-1], d["relevance"][-1] = pkt.tokens, pkt.relevance
-                d["must_keep"][-1], d["content"][-1] = pkt.must_keep, pkt.content
+                d["must_keep"][-1], d["cid"][-1] = pkt.must_keep, self._cid(pkt.content)
             n_packets = len(trace.input.packets)
 
         findings, diagnosed_with = diagnose_trace(trace, raw) if self.diagnose else (None, None)
@@ -401,11 +491,11 @@ class RowBatch:
             "n_findings": None if findings is None else len(findings),
             "max_severity": max_sev,
             "json_bytes": len(raw),
-            "trace_zst": blob,
             "diagnosed_with": diagnosed_with,
         }
         for c, v in values.items():
             t[c].append(v)
+        self._blobs.append((tseq, blob))
 
     def add_findings(self, tid: str, tseq: int, findings: list[Finding]) -> str | None:
         """Queue finding rows; returns the highest severity."""
@@ -438,24 +528,28 @@ class RowBatch:
                 for f in schema
             ]
             out[name] = pa.Table.from_arrays(arrays, schema=schema)
+        if self._blobs:
+            data, which, number = blob_parts([b for _, b in self._blobs])
+            tseqs = np.fromiter((t for t, _ in self._blobs), np.int64, len(self._blobs))
+            out["trace_parts"] = pa.Table.from_arrays(
+                [pa.array(tseqs[which], _I64), pa.array(number, _I32), data],
+                schema=_SCHEMAS["trace_parts"],
+            )
         return out
 
 
-#: Big text/bytes columns, built from one joined buffer (pa.array converts them one
-#: object at a time: about three times slower on packet contents and trace blobs).
-_BULK_COLUMNS = frozenset({"content", "trace_zst"})
+#: Big text columns, built from one joined buffer (pa.array converts them one object at a
+#: time: about three times slower on packet texts).
+_BULK_COLUMNS = frozenset({"text"})
 
 
 def _bulk_array(values: list[Any], typ: pa.DataType) -> pa.Array:
-    if typ == pa.binary():
-        data = b"".join(values)
-    else:
-        if None in values:
-            return pa.array(values, typ)
-        text = "".join(values)
-        if not text.isascii():  # byte lengths differ from str lengths: convert one by one
-            return pa.array(values, typ)
-        data = text.encode("ascii")
+    if None in values:
+        return pa.array(values, typ)
+    text = "".join(values)
+    if not text.isascii():  # byte lengths differ from str lengths: convert one by one
+        return pa.array(values, typ)
+    data = text.encode("ascii")
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
     if len(data) >= 2**31:  # beyond 32-bit offsets
@@ -468,8 +562,8 @@ def _bulk_array(values: list[Any], typ: pa.DataType) -> pa.Array:
 @dataclass
 class RowTables:
     """The rows of a batch of traces, ready to insert; ``tseq`` holds the index in ``ids``
-    until the store assigns the real one. Picklable, so ingest can make them in worker
-    processes."""
+    and ``cid`` the index in ``text_digests`` until the store assigns the real ones.
+    Picklable, so ingest can make them in worker processes."""
 
     ids: list[str]
     digests: list[str]
@@ -480,6 +574,8 @@ class RowTables:
     positions: list[int] = field(default_factory=list)
     #: (position in that batch, why) of the traces whose rows could not be built
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    #: the digest (``text_digest``) of each distinct packet text of the batch, by index
+    text_digests: list[bytes] = field(default_factory=list)
 
 
 def unexpected(exc: BaseException) -> str:
@@ -510,7 +606,8 @@ def _prepare(
         batch.add(trace, raw, blob, digest, k, src)
         ids.append(trace.trace_id)
         digests.append(digest)
-    return RowTables(ids, digests, list(sources), batch.tables(), positions)
+    tables = batch.tables()
+    return RowTables(ids, digests, list(sources), tables, positions, [], batch.text_digests)
 
 
 def prepare(

@@ -3,7 +3,8 @@
 The app, the watcher and the CLI all go through this class. What the UI filters, sorts
 and charts on are real columns (``traces``, ``decisions``, ``partitions``, ``findings``),
 so lists and charts are SQL with server-side paging; the full trace JSON is kept too,
-zstd-compressed (``trace_zst``, its size in ``json_bytes``).
+zstd-compressed in pieces (``trace_parts``, its size in ``json_bytes``), and each packet
+text once per batch that first brings it (``contents``, named by the decisions' ``cid``).
 
 Concurrency: DuckDB lets one process open a file read-write. Inside that process every
 thread gets its own cursor (``_cur``), and writes are serialised by one lock so that the
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ctxcore import settings
 from ctxcore.errors import InputError, StoreError
@@ -62,6 +64,8 @@ from ctxcore.store.rows import (
     _I64,
     _STR,
     _TS,
+    TAIL_CHARS,
+    TEXT_KEYS,
     RowBatch,
     RowTables,
     diagnose_trace,
@@ -156,10 +160,51 @@ def _file_offset(row: Sequence[Any]) -> FileOffset:
     )
 
 
+def _packed(cur: duckdb.DuckDBPyConnection, tseqs: Sequence[int]) -> dict[int, bytes]:
+    """The compressed JSON (``rows.pack_json``) of the traces stored as these tseqs, from
+    their pieces (one query per 1,000)."""
+    out: dict[int, bytes] = {}
+    for i in range(0, len(tseqs), 1000):
+        chunk = list(tseqs[i : i + 1000])
+        rows = cur.execute(
+            "SELECT tseq, data FROM trace_parts WHERE tseq IN (SELECT unnest(?::BIGINT[])) "
+            "ORDER BY tseq, part",
+            [chunk],
+        ).fetchall()
+        pieces: dict[int, list[bytes]] = {}
+        for tseq, data in rows:
+            pieces.setdefault(int(tseq), []).append(data)
+        out.update((t, b"".join(p)) for t, p in pieces.items())
+    return out
+
+
+def _batch_blob(prep: RowTables, k: int) -> bytes:
+    """Trace ``k`` of a prepared batch, compressed (its ``trace_parts`` pieces joined)."""
+    parts = prep.tables["trace_parts"]
+    rows = parts.filter(pc.equal(parts.column("tseq"), k))
+    return b"".join(rows.column("data").to_pylist())
+
+
 @dataclass
 class _Shared:
     lock: threading.RLock = field(default_factory=threading.RLock)
     tseq: int | None = None
+    #: the last ``cid`` given, and digest -> cid of texts committed by this process (at most
+    #: TEXT_KEYS, least recently used first)
+    cid: int | None = None
+    texts: dict[bytes, int] = field(default_factory=dict)
+
+    def text_cid(self, key: bytes) -> int | None:
+        cid = self.texts.pop(key, None)
+        if cid is not None:
+            self.texts[key] = cid
+        return cid
+
+    def remember(self, new: dict[bytes, int]) -> None:
+        """The texts a commit stored (a rolled-back transaction's are never given here)."""
+        self.texts.update(new)
+        while len(self.texts) > TEXT_KEYS:
+            del self.texts[next(iter(self.texts))]
 
 
 _SHARED: dict[str, _Shared] = {}
@@ -189,7 +234,9 @@ class TraceStore:
         with _SHARED_LOCK:
             self._shared = _SHARED.setdefault(str(self.path.resolve()), _Shared())
         with self._shared.lock:
-            self._shared.tseq = None  # another process may have written since we last did
+            # another process may have written since we last did (or replaced the file)
+            self._shared.tseq = self._shared.cid = None
+            self._shared.texts.clear()
         self._write_lock = self._shared.lock
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; run `ctxscope ingest` first")
@@ -311,8 +358,9 @@ class TraceStore:
                     f"{source or 'import'}: trace_id {t.trace_id!r} cannot be written as JSON "
                     f"({str(exc).splitlines()[0]}); nothing was stored"
                 ) from exc
+        texts: dict[bytes, int] = {}
         with self.transaction() as cur:
-            res = self.insert(cur, items, source=source)
+            res = self.insert(cur, items, source=source, texts=texts)
             problems = [
                 f"trace_id {tid!r} is already stored (from {src}) with different content"
                 for _, tid, src in res.conflicts
@@ -323,6 +371,7 @@ class TraceStore:
                     f"{source or 'import'}: {problems[0]}{more}; nothing was stored: give "
                     "each trace its own trace_id"
                 )
+        self._shared.remember(texts)
         return res.added
 
     def insert(
@@ -332,14 +381,19 @@ class TraceStore:
         *,
         source: str | None = None,
         sources: Sequence[str | None] | None = None,
+        texts: dict[bytes, int] | None = None,
     ) -> InsertResult:
         """Bulk-insert (trace, its JSON) pairs inside the caller's transaction.
 
         Same ``trace_id`` and same JSON is skipped (idempotent); same id with different
         content is skipped too and returned in ``conflicts`` for the caller to report, as
-        are traces whose rows could not be built (``rejected``)."""
+        are traces whose rows could not be built (``rejected``). ``texts`` gets the packet
+        texts stored (digest -> cid), for the caller to ``_Shared.remember`` once its
+        transaction commits."""
         srcs = list(sources) if sources is not None else [source] * len(items)
-        tables, res = self._plan_insert(cur, prepare(items, srcs, self.diagnose))
+        tables, res = self._plan_insert(
+            cur, prepare(items, srcs, self.diagnose), texts=texts if texts is not None else {}
+        )
         for name, table in tables.items():
             insert_table(cur, name, table)
         return res
@@ -378,12 +432,16 @@ class TraceStore:
         cur: duckdb.DuckDBPyConnection,
         prep: RowTables,
         pending: dict[str, tuple[str, str | None]] | None = None,
+        texts: dict[bytes, int] | None = None,
     ) -> tuple[dict[str, pa.Table], InsertResult]:
-        """Which traces of ``prep`` are new, and their rows with ``tseq`` assigned.
+        """Which traces of ``prep`` are new, and their rows with ``tseq`` and ``cid``
+        assigned (a packet text the open transaction or this process already stored is
+        named, not stored again).
 
         ``cur`` looks up the stored traces; ``pending`` (trace_id -> (digest, source)) holds
         the ones inserted in the open transaction when ``cur`` cannot see them (a read
-        cursor); it is updated with the new ones."""
+        cursor), and ``texts`` (digest -> cid) the texts it stored: both are updated with
+        the new ones."""
         if not prep.ids:
             return {}, InsertResult(0, 0, [], prep.rejected)
         known: dict[str, tuple[str, str | None]] = {}
@@ -405,13 +463,12 @@ class TraceStore:
         keep: list[int] = []
         skipped = 0
         conflicts: list[tuple[int, str, str]] = []
-        blobs = prep.tables["traces"].column("trace_zst")
         sizes = prep.tables["traces"].column("json_bytes")
         for k, (tid, digest) in enumerate(zip(prep.ids, prep.digests, strict=True)):
             prev = known.get(tid)
             if prev is not None:
                 if prev[0] == digest or self._same_as_stored(
-                    cur, tid, unpack_json(blobs[k].as_py(), sizes[k].as_py())
+                    cur, tid, unpack_json(_batch_blob(prep, k), sizes[k].as_py())
                 ):
                     skipped += 1
                 else:
@@ -431,6 +488,8 @@ class TraceStore:
                 base + 1, base + 1 + len(keep), dtype=np.int64
             )
             for name, table in prep.tables.items():
+                if name == "contents":
+                    continue
                 tseq = mapping[table.column("tseq").to_numpy()]
                 if len(keep) < len(prep.ids):
                     table = table.filter(pa.array(tseq >= 0))
@@ -439,7 +498,48 @@ class TraceStore:
                 table = table.set_column(col, "tseq", pa.array(tseq, _I64))
                 if table.num_rows:
                     out[name] = table
+            self._assign_texts(cur, prep, out, texts if texts is not None else {})
         return out, InsertResult(len(keep), skipped, conflicts, prep.rejected)
+
+    def _assign_texts(
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        prep: RowTables,
+        out: dict[str, pa.Table],
+        texts: dict[bytes, int],
+    ) -> None:
+        """The new decisions' ``cid``: a text ``texts`` (this transaction) or the process
+        holds keeps its cid, any other gets the next one and its pieces join ``out``."""
+        decisions = out.get("decisions")
+        pieces = prep.tables.get("contents")
+        if decisions is None or pieces is None:
+            out.pop("contents", None)
+            return
+        shared = self._shared
+        if shared.cid is None:
+            row = _first(cur.execute("SELECT coalesce(max(cid), 0) FROM contents").fetchall())
+            shared.cid = int(row[0]) if row else 0
+        local = pc.fill_null(decisions.column("cid"), -1).to_numpy()
+        cids = np.full(len(prep.text_digests), -1, dtype=np.int64)
+        fresh = np.zeros(len(prep.text_digests), dtype=bool)
+        for ix in np.unique(local[local >= 0]).tolist():
+            key = prep.text_digests[ix]
+            cid = texts.get(key)
+            if cid is None:
+                cid = shared.text_cid(key)
+            if cid is None:
+                shared.cid += 1
+                cid = texts[key] = shared.cid
+                fresh[ix] = True
+            cids[ix] = cid
+        named = np.where(local >= 0, cids[np.maximum(local, 0)], -1)
+        col = decisions.schema.get_field_index("cid")
+        out["decisions"] = decisions.set_column(col, "cid", pa.array(named, _I64, mask=named < 0))
+        ix = pieces.column("cid").to_numpy()
+        pieces = pieces.filter(pa.array(fresh[ix]))
+        if pieces.num_rows:
+            new = cids[pieces.column("cid").to_numpy()]
+            out["contents"] = pieces.set_column(0, "cid", pa.array(new, _I64))
 
     def undiagnosed(self) -> int:
         """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
@@ -453,22 +553,19 @@ class TraceStore:
         were diagnosed (0 when none wait)."""
         if self.read_only:
             return 0
-        rows = (
-            self._cur()
-            .execute(
-                "SELECT tseq, json_bytes, trace_zst FROM traces WHERE n_findings IS NULL "
-                "ORDER BY tseq LIMIT ?",
-                [int(max_traces)],
-            )
-            .fetchall()
-        )
+        cur = self._cur()
+        rows = cur.execute(
+            "SELECT tseq, json_bytes FROM traces WHERE n_findings IS NULL ORDER BY tseq LIMIT ?",
+            [int(max_traces)],
+        ).fetchall()
         if not rows:
             return 0
+        blobs = _packed(cur, [int(r[0]) for r in rows])
         batch = RowBatch()
         updates: list[tuple[int, int, str | None, str | None]] = []
-        for tseq, size, blob in rows:
+        for tseq, size in rows:
             try:
-                raw = unpack_json(blob, size)
+                raw = unpack_json(blobs[int(tseq)], size)
                 trace = Trace.model_validate_json(raw)
                 found, by = diagnose_trace(trace, raw)
             except Exception:
@@ -514,26 +611,17 @@ class TraceStore:
         """The stored JSON of a trace, as UTF-8 bytes."""
         row = _first(
             cur.execute(
-                "SELECT json_bytes, trace_zst FROM traces WHERE trace_id = ?", [trace_id]
+                "SELECT tseq, json_bytes FROM traces WHERE trace_id = ?", [trace_id]
             ).fetchall()
         )
-        return None if row is None else unpack_json(row[1], row[0])
+        if row is None:
+            return None
+        return unpack_json(_packed(cur, [int(row[0])])[int(row[0])], row[1])
 
     def traces_json(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
         """The stored JSON (UTF-8) of each trace asked for that exists, in the order asked,
         read in one query per 1,000 ids (``replay --all`` hands it to worker processes)."""
-        out: list[tuple[str, bytes]] = []
-        cur = self._cur()
-        for i in range(0, len(trace_ids), 1000):
-            chunk = list(trace_ids[i : i + 1000])
-            rows = cur.execute(
-                "SELECT trace_id, json_bytes, trace_zst FROM traces "
-                "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
-                [chunk],
-            ).fetchall()
-            found = {r[0]: unpack_json(r[2], r[1]) for r in rows}
-            out += [(tid, found[tid]) for tid in chunk if tid in found]
-        return out
+        return [(tid, unpack_json(blob, size)) for tid, blob, size in self.traces_packed(trace_ids)]
 
     def traces_packed(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes, int]]:
         """``traces_json`` as stored: each trace's compressed JSON and its size, for a
@@ -544,11 +632,12 @@ class TraceStore:
         for i in range(0, len(trace_ids), 1000):
             chunk = list(trace_ids[i : i + 1000])
             rows = cur.execute(
-                "SELECT trace_id, trace_zst, json_bytes FROM traces "
+                "SELECT trace_id, tseq, json_bytes FROM traces "
                 "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
                 [chunk],
             ).fetchall()
-            found = {r[0]: (r[0], r[1], int(r[2])) for r in rows}
+            blobs = _packed(cur, [int(r[1]) for r in rows])
+            found = {r[0]: (r[0], blobs[int(r[1])], int(r[2])) for r in rows}
             out += [found[tid] for tid in chunk if tid in found]
         return out
 
@@ -743,13 +832,28 @@ class TraceStore:
             )
             params.append(flt.finding)
         for term in (flt.search or "").split():
-            # Every word must occur in some packet's content (or id) of the trace.
+            # Every word must occur in some packet's text (or id) of the trace: in one
+            # piece of the text, or across a cut (the piece's end and the next one's start,
+            # ``tail``; a word longer than TAIL_CHARS + 1 joins the two pieces themselves).
             pat = "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            span = len(term) - 1
+            if span <= TAIL_CHARS:
+                across = (
+                    "SELECT cid FROM contents WHERE tail IS NOT NULL AND "
+                    f"(right(text, {span}) || tail) ILIKE ? ESCAPE '\\'"
+                )
+            else:
+                across = (
+                    "SELECT a.cid FROM contents a JOIN contents b ON b.cid = a.cid AND "
+                    f"b.part = a.part + 1 WHERE (right(a.text, {span}) || left(b.text, {span})) "
+                    "ILIKE ? ESCAPE '\\'"
+                )
             conds.append(
-                "tseq IN (SELECT tseq FROM decisions WHERE content ILIKE ? ESCAPE '\\' "
-                "OR packet_id ILIKE ? ESCAPE '\\')"
+                "tseq IN (SELECT tseq FROM decisions WHERE packet_id ILIKE ? ESCAPE '\\' "
+                "OR cid IN (SELECT cid FROM contents WHERE text ILIKE ? ESCAPE '\\' "
+                f"UNION ALL {across}))"
             )
-            params += [pat, pat]
+            params += [pat, pat, pat]
         return (" WHERE " + " AND ".join(conds)) if conds else "", params
 
     def list_traces(
@@ -846,17 +950,20 @@ class TraceStore:
         )
 
     def packet_content(self, trace_id: str, packet_id: str) -> str | None:
-        row = (
-            self._cur()
-            .execute(
-                "SELECT content FROM decisions WHERE tseq = (SELECT tseq FROM traces "
-                "WHERE trace_id = ?) AND packet_id = ?",
+        cur = self._cur()
+        row = _first(
+            cur.execute(
+                "SELECT cid FROM decisions WHERE tseq = (SELECT tseq FROM traces "
+                "WHERE trace_id = ?) AND packet_id = ? ORDER BY ord LIMIT 1",
                 [trace_id, packet_id],
-            )
-            .fetchall()
+            ).fetchall()
         )
-        row = _first(row)
-        return None if row is None else row[0]
+        if row is None or row[0] is None:
+            return None
+        parts = cur.execute(
+            "SELECT text FROM contents WHERE cid = ? ORDER BY part", [row[0]]
+        ).fetchall()
+        return "".join(p[0] for p in parts)
 
     def sessions(self) -> list[SessionRow]:
         rows = (

@@ -204,6 +204,7 @@ class Spilled:
     paths: dict[str, str]
     positions: list[int] = field(default_factory=list)
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    text_digests: list[bytes] = field(default_factory=list)
 
     @staticmethod
     def save(rows: RowTables, folder: str) -> Spilled:
@@ -215,7 +216,15 @@ class Spilled:
             paths[name] = f"{base}.{name}.arrow"
             with pa.OSFile(paths[name], "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
                 w.write_table(table)
-        return Spilled(rows.ids, rows.digests, rows.sources, paths, rows.positions, rows.rejected)
+        return Spilled(
+            rows.ids,
+            rows.digests,
+            rows.sources,
+            paths,
+            rows.positions,
+            rows.rejected,
+            rows.text_digests,
+        )
 
     def load(self) -> RowTables:
         """The tables, memory-mapped (no copy); the files are gone once read."""
@@ -224,7 +233,13 @@ class Spilled:
             tables[name] = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
             os.unlink(path)  # the mapping outlives the name
         return RowTables(
-            self.ids, self.digests, self.sources, tables, self.positions, self.rejected
+            self.ids,
+            self.digests,
+            self.sources,
+            tables,
+            self.positions,
+            self.rejected,
+            self.text_digests,
         )
 
     def discard(self) -> None:

@@ -2,11 +2,12 @@
 
 Kept apart from ``tracestore`` (which owns the rest of the SQL) because only bulk loads use
 it: ``TraceStore.bulk_writer`` hands one out. It owns the transactions of an ingest run,
-dedupes trace ids against the store and within the open transaction, and streams decision
-rows (most of the bytes) into one INSERT while the caller prepares the next batch. A
-DuckDB failure (a full disk, a damaged file) comes out as one ``StoreError`` saying what
-happened and what to do, with the open transaction rolled back. See docs/design.md,
-"Store".
+dedupes trace ids against the store and within the open transaction (and packet texts
+against the texts it and the process stored), and streams decision rows into one INSERT
+while the caller prepares the next batch. What it holds for the other tables is written
+each time it reaches ``HELD_BYTES``. A DuckDB failure (a full disk, a damaged file) comes
+out as one ``StoreError`` saying what happened and what to do, with the open transaction
+rolled back. See docs/design.md, "Store".
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from ctxcore.store.tracestore import (
     insert_table,
     store_fault,
 )
+
+#: Arrow bytes of the other tables' rows (traces and their JSON, texts, partitions, findings)
+#: held for the open transaction before they are inserted (docs/design.md, "Store").
+HELD_BYTES = 16 * 1024 * 1024
 
 
 class _DecisionStream:
@@ -86,11 +91,13 @@ class BulkWriter:
     transaction: a trace already stored with the same content is skipped, with different
     content it is skipped and reported (``InsertResult.conflicts``).
 
-    Decision rows (most of the bytes) stream into one INSERT on a thread of the writer's
-    own while the caller prepares the next batch; the other tables and the errors and file
-    offsets are inserted at the commit (they are small). Because that INSERT holds the
+    Decision rows stream into one INSERT on a thread of the writer's own while the caller
+    prepares the next batch; the rows of the other tables are held until they reach
+    HELD_BYTES (then that INSERT ends, they are inserted, and the next batch starts
+    another) or the commit, with the errors and file offsets. Because that INSERT holds the
     transaction's cursor, the ids already stored are looked up through a read cursor (it
-    sees committed rows) plus the ids this transaction added.
+    sees committed rows) plus the ids this transaction added; a packet text this
+    transaction or an earlier commit of this process stored is named by its cid.
 
     One writer serves a whole run, transaction after transaction, from one thread (the one
     that holds the write lock). As a context manager it commits at the end, aborts on an
@@ -107,7 +114,10 @@ class BulkWriter:
         self._stream: _DecisionStream | None = None
         #: trace_id -> (digest, source) of the traces the open transaction added
         self._added: dict[str, tuple[str, str | None]] = {}
+        #: digest -> cid of the packet texts the open transaction stored
+        self._texts: dict[bytes, int] = {}
         self._tables: dict[str, list[pa.Table]] = {}
+        self._held = 0  # Arrow bytes in _tables
         self._errors: list[tuple[str, int, str]] = []
         self._offsets: list[FileOffset] = []
 
@@ -145,7 +155,7 @@ class BulkWriter:
         try:
             if self._read_cur is None:
                 self._read_cur = self._store.read_cursor()
-            tables, res = self._store._plan_insert(self._read_cur, rows, self._added)
+            tables, res = self._store._plan_insert(self._read_cur, rows, self._added, self._texts)
             decisions = tables.pop("decisions", None)
             if decisions is not None:
                 if self._stream is None:
@@ -153,14 +163,29 @@ class BulkWriter:
                         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
                     self._stream = _DecisionStream(cur, self._thread)
                 self._stream.put(decisions)
+            for name, table in tables.items():
+                self._tables.setdefault(name, []).append(table)
+                self._held += table.nbytes
+            if self._held >= HELD_BYTES:
+                self._write_held(cur)
         except BaseException as exc:
             self.abort()
             if isinstance(exc, duckdb.Error):
                 raise store_fault(self._store.path, exc) from exc
             raise
-        for name, table in tables.items():
-            self._tables.setdefault(name, []).append(table)
         return res
+
+    def _write_held(self, cur: duckdb.DuckDBPyConnection) -> None:
+        """End the decisions INSERT (it has every row once this returns) and insert the rows
+        held for the other tables."""
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            stream.close()
+        for name in ("traces", "trace_parts", "contents", "partitions", "findings"):
+            parts = self._tables.pop(name, [])
+            if parts:
+                insert_table(cur, name, pa.concat_tables(parts))
+        self._held = 0
 
     def add_errors(self, errors: Sequence[tuple[str, int, str]]) -> None:
         """(file, line, message) rows for ``ingest_errors``, written at the commit."""
@@ -179,13 +204,7 @@ class BulkWriter:
         if cur is None:
             return []
         try:
-            if self._stream is not None:
-                stream, self._stream = self._stream, None
-                stream.close()  # the decisions INSERT has every row once this returns
-            for name in ("traces", "partitions", "findings"):
-                parts = self._tables.pop(name, [])
-                if parts:
-                    insert_table(cur, name, pa.concat_tables(parts))
+            self._write_held(cur)
             errors = self._store.insert_errors(cur, self._errors)
             self._store.set_file_offsets(cur, self._offsets)
             cur.execute("COMMIT")
@@ -194,6 +213,7 @@ class BulkWriter:
             if isinstance(exc, duckdb.Error):
                 raise store_fault(self._store.path, exc) from exc
             raise
+        self._store._shared.remember(self._texts)
         self._end()
         return errors
 
@@ -215,6 +235,7 @@ class BulkWriter:
     def _end(self) -> None:
         self._cur = None
         self._added, self._tables, self._errors, self._offsets = {}, {}, [], []
+        self._texts, self._held = {}, 0
         self._store._write_lock.release()
 
     def close(self) -> None:
