@@ -354,9 +354,10 @@ def test_a_store_wide_replay_starts_the_workers_server_before_anything_else(
     assert main([*base, "2", "--all"]) == 0
     assert main(["replay", "--db", str(db), "--format", "json", "--tag", "x", "--workers", "2"])
     assert started == [False, True]
-    # and a ctxscope command imports nothing heavy before it knows what to do
+    # and a ctxscope command imports nothing heavy before it knows what to do (its parser,
+    # every sub-command's arguments, built)
     code = (
-        "import sys, ctxcore.cli; "
+        "import sys, ctxcore.cli; ctxcore.cli.make_parser(); "
         "print(sorted(m for m in ('ctxcore.models', 'ctxcore.replay', 'duckdb', 'numpy') "
         "if m in sys.modules))"
     )

@@ -273,9 +273,15 @@ def make_parser() -> argparse.ArgumentParser:
     co.add_argument("--traces", default=traces)
     co.set_defaults(func=_lazy("live", "cmd_collect"))
 
-    from ctxcore.cli.tune import add_parser as add_tune
-
-    add_tune(sub)
+    t = sub.add_parser("tune", help="search the ctxscope knobs for the best context recall")
+    t.add_argument("sessions", nargs="*", help="corpus session files (default: all of them)")
+    t.add_argument("--corpus", default="corpus")
+    t.add_argument("--budget", type=int, default=8000, help="max_tokens (default 8,000)")
+    t.add_argument("--max-steps", type=int, default=8, help="steps per session (default 8)")
+    t.add_argument("--rounds", type=int, default=1)
+    t.add_argument("--show-missed", type=int, default=10)
+    t.add_argument("-o", "--output", default="ctxscope-tuned.json")
+    t.set_defaults(func=_lazy("tune", "cli_tune"))
     return p
 
 

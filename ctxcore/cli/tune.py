@@ -99,17 +99,4 @@ def cli_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any) -> None:
-    """The ``tune`` sub-command's arguments."""
-    t = sub.add_parser("tune", help="search the ctxscope knobs for the best context recall")
-    t.add_argument("sessions", nargs="*", help="corpus session files (default: all of them)")
-    t.add_argument("--corpus", default="corpus")
-    t.add_argument("--budget", type=int, default=8000, help="max_tokens (default 8,000)")
-    t.add_argument("--max-steps", type=int, default=8, help="steps per session (default 8)")
-    t.add_argument("--rounds", type=int, default=1)
-    t.add_argument("--show-missed", type=int, default=10)
-    t.add_argument("-o", "--output", default="ctxscope-tuned.json")
-    t.set_defaults(func=cli_tune)
-
-
-__all__ = ["GRID", "add_parser", "cli_tune", "tune"]
+__all__ = ["GRID", "cli_tune", "tune"]
