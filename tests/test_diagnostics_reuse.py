@@ -153,3 +153,31 @@ def test_an_imported_prompt_is_diagnosed_without_a_pipeline_rerun(
 
     monkeypatch.setattr(counterfactual, "rerun_outcome", refuse)
     assert [diagnose(t, options=INGEST_OPTIONS) for t in traces] == reran
+
+
+def test_greedy_waste_skips_its_rerun_only_where_no_fill_could_add_a_packet(
+    sessions: list[list[Trace]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where nothing was left out, cut or summarized for room, greedy_waste answers without
+    re-running the optimal fill: on the demo and on variants that leave more or less room,
+    its findings are the ones of the re-run (or the knapsack) every time."""
+    from ctxcore.diagnostics import detectors
+    from ctxcore.errors import CtxscopeError
+    from ctxcore.replay import _variant
+
+    builds: list[Trace] = []
+    for session in sessions:
+        for t in session[::4]:
+            builds.append(t)
+            for settings in ({"max_tokens": 64_000}, {"min_relevance": 0.3}, {"fill": "break"}):
+                try:
+                    builds.append(_variant(t, settings, reasons=True))
+                except CtxscopeError:  # a knob the preset does not have
+                    continue
+    views = [TraceView(t, INGEST_OPTIONS, [], None) for t in builds]
+    short = [detectors.greedy_waste(v) for v in views]
+    skipped = sum(all(d.reason in detectors._NOT_FOR_ROOM for d in v.decisions) for v in views)
+    monkeypatch.setattr(detectors, "_NOT_FOR_ROOM", frozenset())
+    full = [detectors.greedy_waste(TraceView(t, INGEST_OPTIONS, [], None)) for t in builds]
+    assert short == full
+    assert skipped > 40 and sum(map(bool, full)) > 20  # both kinds of build were compared

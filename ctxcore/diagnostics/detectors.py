@@ -321,9 +321,28 @@ _NOT_SELECTED = frozenset({Reason.NO_ROOM, Reason.AFTER_BREAK, Reason.NOT_IN_OPT
 _DEFAULT_FILL = {"hello-agents": "skip", "hello-agents-book": "break"}
 
 
+#: Reasons a packet gets before the fill, whatever the fill does (or for being kept).
+_NOT_FOR_ROOM = frozenset(
+    {
+        Reason.MUST_KEEP,
+        Reason.FITS,
+        Reason.BELOW_MIN_RELEVANCE,
+        Reason.HISTORY_LIMIT,
+        Reason.NOISE,
+        Reason.TYPE_NOT_RENDERED,
+        Reason.DUPLICATE,
+        Reason.EMPTY,
+    }
+)
+
+
 def greedy_waste(v: TraceView) -> list[Finding]:
     fill = v.config.fill or _DEFAULT_FILL.get(v.config.preset)
     if fill not in ("skip", "break"):
+        return []
+    if all(d.reason in _NOT_FOR_ROOM for d in v.decisions):
+        # nothing was left out, cut or summarized for room: every packet the fill saw is in
+        # the prompt whole, so no fill could add one (the optimal re-run would be the same)
         return []
     if v.config.preset == "ctxscope" and v.reproduces:
         alt = rerun_outcome(v.trace, {"fill": "optimal"})
