@@ -605,3 +605,26 @@ def test_traces_json_returns_the_stored_json_in_the_order_asked(tmp_path: Path) 
     assert [t for t, _ in got] == [traces[2].trace_id, traces[0].trace_id]
     assert Trace.model_validate_json(got[0][1]) == traces[2]
     assert Trace.model_validate_json(got[1][1]) == traces[0]
+
+
+def test_the_process_remembers_the_latest_stored_texts_in_bounded_memory() -> None:
+    """``_Shared`` names a packet text a commit of this process stored lately by its cid: at
+    least the last TEXT_KEYS, never more than twice as many (plus one commit's), a text
+    looked up again kept as a new one."""
+    from ctxcore.store.rows import TEXT_KEYS
+    from ctxcore.store.tracestore import _Shared
+
+    shared = _Shared()
+    n = 3 * TEXT_KEYS
+    key = [i.to_bytes(16, "little") for i in range(n)]
+    shared.remember({key[i]: i for i in range(TEXT_KEYS + 1)})  # the newer ones pass TEXT_KEYS
+    assert shared.text_cid(key[0]) == 0  # looked up: it moves to the newer generation
+    shared.remember({key[i]: i for i in range(TEXT_KEYS + 1, 2 * TEXT_KEYS + 2)})
+    assert shared.text_cid(key[0]) == 0 and shared.text_cid(key[1]) is None
+    for start in range(2 * TEXT_KEYS + 2, n, 7_000):
+        shared.remember({key[i]: i for i in range(start, min(start + 7_000, n))})
+        assert len(shared.texts) + len(shared.older) <= 2 * TEXT_KEYS + 7_000
+    assert all(shared.text_cid(key[i]) == i for i in range(n - TEXT_KEYS, n))
+    assert shared.text_cid(key[TEXT_KEYS // 2]) is None
+    shared.forget()
+    assert shared.text_cid(key[-1]) is None

@@ -12,6 +12,7 @@ read back in Python, which ctxscope does not depend on); the store converts at t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -295,7 +296,7 @@ def m006_small_values(con: duckdb.DuckDBPyConnection) -> None:
         "SELECT min(tseq), max(tseq) FROM decisions)"
     ).fetchall()[0]
     lo, hi = (0, -1) if row[0] is None else (int(row[0]), int(row[1]))
-    seen: dict[bytes, int] = {}  # digest -> cid, the TEXT_KEYS latest
+    seen: OrderedDict[bytes, int] = OrderedDict()  # digest -> cid, the TEXT_KEYS latest
     last_cid = 0
     step = 200  # traces a slice: their texts and JSON are in memory together
     for start in range(lo, hi + 1, step):
@@ -325,7 +326,7 @@ def m006_small_values(con: duckdb.DuckDBPyConnection) -> None:
                 cids.append(None)
                 continue
             key = text_digest(text)
-            cid = seen.pop(key, None)
+            cid = seen.get(key)
             if cid is None:
                 last_cid += 1
                 cid = last_cid
@@ -335,8 +336,9 @@ def m006_small_values(con: duckdb.DuckDBPyConnection) -> None:
                 texts["text"] += pieces
                 texts["tail"] += [p[:TAIL_CHARS] for p in pieces[1:]] + [None]
             seen[key] = cid
+            seen.move_to_end(key)
             if len(seen) > TEXT_KEYS:
-                del seen[next(iter(seen))]
+                seen.popitem(last=False)
             cids.append(cid)
         named = pa.table(  # noqa: F841 - read by name by the SQL below
             {

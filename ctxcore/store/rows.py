@@ -119,9 +119,9 @@ PART_BYTES = 4000
 #: Characters of the next piece of a text kept beside a piece (``contents.tail``): a search
 #: word up to this long is found across the cut (docs/design.md, "Store").
 TAIL_CHARS = 256
-#: How many stored packet texts (digest -> cid) a process or a migration remembers, the
-#: most recently used: a text one of them holds is not stored again
-#: (docs/design.md, "Store").
+#: How many stored packet texts (digest -> cid) a migration remembers, the most recently
+#: used (a process: from this many to twice as many): a text one of them holds is not
+#: stored again (docs/design.md, "Store").
 TEXT_KEYS = 50_000
 
 

@@ -189,22 +189,34 @@ def _batch_blob(prep: RowTables, k: int) -> bytes:
 class _Shared:
     lock: threading.RLock = field(default_factory=threading.RLock)
     tseq: int | None = None
-    #: the last ``cid`` given, and digest -> cid of texts committed by this process (at most
-    #: TEXT_KEYS, least recently used first)
+    #: the last ``cid`` given, and digest -> cid of texts committed by this process (the
+    #: TEXT_KEYS to 2 x TEXT_KEYS most recently used)
     cid: int | None = None
+    #: Two generations, newest first: a text found in the older one moves to the newer,
+    #: and when the newer one passes TEXT_KEYS it becomes the older (the oldest texts let go
+    #: at once; letting them go one by one from the front of a dict took quadratic time).
     texts: dict[bytes, int] = field(default_factory=dict)
+    older: dict[bytes, int] = field(default_factory=dict)
 
     def text_cid(self, key: bytes) -> int | None:
-        cid = self.texts.pop(key, None)
-        if cid is not None:
-            self.texts[key] = cid
+        cid = self.texts.get(key)
+        if cid is None:
+            cid = self.older.pop(key, None)
+            if cid is not None:
+                self._add({key: cid})
         return cid
 
     def remember(self, new: dict[bytes, int]) -> None:
         """The texts a commit stored (a rolled-back transaction's are never given here)."""
+        self._add(new)
+
+    def _add(self, new: dict[bytes, int]) -> None:
         self.texts.update(new)
-        while len(self.texts) > TEXT_KEYS:
-            del self.texts[next(iter(self.texts))]
+        if len(self.texts) > TEXT_KEYS:
+            self.older, self.texts = self.texts, {}
+
+    def forget(self) -> None:
+        self.texts, self.older = {}, {}
 
 
 _SHARED: dict[str, _Shared] = {}
@@ -236,7 +248,7 @@ class TraceStore:
         with self._shared.lock:
             # another process may have written since we last did (or replaced the file)
             self._shared.tseq = self._shared.cid = None
-            self._shared.texts.clear()
+            self._shared.forget()
         self._write_lock = self._shared.lock
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such store; run `ctxscope ingest` first")
