@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from ctxcore.models import Config, Trace
 from ctxcore.pipeline import build_trace
@@ -106,3 +107,23 @@ def link_trace() -> Trace:
         tags=list(LINKS),
         metadata={f"m{i}": s for i, s in enumerate(LINKS)},
     )
+
+
+APP = str(ROOT / "app.py")
+
+
+def open_page(page: str, *, timeout: float = 120, **params: str) -> Any:
+    """The real app through Streamlit's AppTest, on ``page`` (``traces`` is the home page)
+    with ``params`` as its query parameters; the app raised nothing on the way."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if page != "traces":
+        at.switch_page(f"pages/{page}.py")
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at

@@ -13,6 +13,7 @@ from pathlib import Path
 import app_support as data
 import pandas as pd
 import pytest
+from app_support import open_page
 from streamlit.testing.v1 import AppTest
 
 from ctxcore.models import Config, Trace
@@ -35,17 +36,6 @@ def db(big: Trace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     path = tmp_path / "ctxscope.duckdb"
     data.fill(path, [big])
     return path
-
-
-def opened(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.switch_page(f"pages/{page}.py")
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def rows(at: AppTest) -> pd.DataFrame:
@@ -73,7 +63,7 @@ def every_page(at: AppTest, prefix: str) -> list[str]:
 def test_inspect_shows_every_decision_across_its_pages(db: Path, big: Trace) -> None:
     assert big.result is not None
     decisions = big.result.decisions
-    at = opened("inspect", trace=big.trace_id)
+    at = open_page("inspect", trace=big.trace_id)
     first = rows(at)
     assert len(first) == views.PAGE_ROWS  # a page, not the 230 rows
     n = len(decisions)
@@ -111,7 +101,7 @@ def test_playground_puts_what_changed_first_and_redraws_the_rows_alone(
     db: Path, big: Trace
 ) -> None:
     assert big.result is not None
-    at = opened("playground", trace=big.trace_id)
+    at = open_page("playground", trace=big.trace_id)
     assert len(rows(at)) == views.PAGE_ROWS
     assert at.selectbox(key="pg_sort").value == views.CHANGED_FIRST
     # a move that leaves more out: the rows that changed lead the first page

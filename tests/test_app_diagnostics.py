@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from app_support import open_page
 from streamlit.testing.v1 import AppTest
 
 from ctxcore.diagnostics import diagnose
@@ -70,17 +71,6 @@ def db(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Trace]:
     with TraceStore(tmp_path / "ctxscope.duckdb") as store:
         store.add_traces(traces, source="tests")
     return traces
-
-
-def open_page(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.switch_page(f"pages/{page}.py")
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import app_support as data
 import pytest
+from app_support import open_page
 from streamlit.testing.v1 import AppTest
 
 from ctxcore import figures
@@ -35,18 +36,6 @@ def db(built: dict[str, list[Trace]], monkeypatch: pytest.MonkeyPatch, tmp_path:
     path = tmp_path / "ctxscope.duckdb"
     data.fill(path, [t for ts in built.values() for t in ts])
     return path
-
-
-def opened(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    if page != "traces":
-        at.switch_page(f"pages/{page}.py")
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def stored(db: Path, flt: TraceFilter) -> list[tuple[str, str, int, str, str]]:
@@ -94,7 +83,7 @@ def select(at: AppTest, key: str, row: int) -> None:
 
 
 def test_traces_findings_view_follows_the_filters(db: Path, built) -> None:
-    at = opened("traces")
+    at = open_page("traces")
     at.session_state["tr_view"] = "Findings"
     at.run()
     want = stored(db, TraceFilter())
@@ -114,7 +103,7 @@ def test_traces_findings_view_follows_the_filters(db: Path, built) -> None:
 
 
 def test_a_finding_row_opens_its_turn_on_inspects_findings_tab(db: Path, built) -> None:
-    at = opened("traces")
+    at = open_page("traces")
     at.session_state["tr_view"] = "Findings"
     at.run()
     rows = findings_view(at)
@@ -130,7 +119,7 @@ def test_a_finding_row_opens_its_turn_on_inspects_findings_tab(db: Path, built) 
 
 def test_timeline_lists_each_finding_with_its_turn_and_opens_it(db: Path, built) -> None:
     traces = built["book"]
-    at = opened("timeline", session="sess-book")
+    at = open_page("timeline", session="sess-book")
     diag = diagnose_session(traces, options=INGEST_OPTIONS)
     frame = next(d.value for d in at.dataframe if "detector" in d.value.columns)
     want = [(t.turn, f.detector, f.message) for t in reversed(diag.turns) for f in t.findings]
@@ -146,7 +135,7 @@ def test_timeline_lists_each_finding_with_its_turn_and_opens_it(db: Path, built)
 
 def test_timeline_findings_heatmap_cell_opens_its_turn(db: Path, built) -> None:
     traces = built["book"]
-    at = opened("timeline", session="sess-book")
+    at = open_page("timeline", session="sess-book")
     spec = next(
         json.loads(c.proto.spec)
         for c in at.get("plotly_chart")
@@ -166,7 +155,7 @@ def test_timeline_findings_heatmap_cell_opens_its_turn(db: Path, built) -> None:
 
 def test_timeline_legend_is_a_chart_of_its_own(db: Path, built) -> None:
     # its place on screen (in view while the rows scroll) is tested in the browser
-    at = opened("timeline", session="sess-book")
+    at = open_page("timeline", session="sess-book")
     specs = {c.proto.spec: c for c in at.get("plotly_chart")}
     charts = [json.loads(s) for s in specs]
     legend = next(c for c in charts if c["data"] and c["data"][0]["type"] == "scatter")
@@ -180,7 +169,7 @@ def test_timeline_legend_is_a_chart_of_its_own(db: Path, built) -> None:
 
 
 def test_the_findings_view_has_its_own_link(db: Path, built) -> None:
-    at = opened("traces", view="findings", session="sess-book")
+    at = open_page("traces", view="findings", session="sess-book")
     want = stored(db, TraceFilter(session_id="sess-book"))
     assert findings_view(at) == want
     at.session_state["tr_view"] = "Traces"

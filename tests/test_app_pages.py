@@ -13,12 +13,20 @@ from pathlib import Path
 
 import app_support as data
 import pytest
+from app_support import open_page as _open_page
 from streamlit.testing.v1 import AppTest
 
 from ctxcore.models import Status, Trace
 from ui import views
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def open_page(page: str, **params: str) -> AppTest:
+    at: AppTest = _open_page(page, timeout=60, **params)
+    return at
+
+
 PAGES = ["traces", "inspect", "timeline", "playground", "compare", "sweep", "share"]
 TITLES = {
     "traces": "Traces",
@@ -46,19 +54,6 @@ def db(built: dict[str, list[Trace]], monkeypatch: pytest.MonkeyPatch, tmp_path:
     path = tmp_path / "ctxscope.duckdb"  # the conftest points CTXSCOPE_DB here
     data.fill(path, [t for ts in built.values() for t in ts])
     return path
-
-
-def open_page(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    if page != "traces":
-        at.switch_page(f"pages/{page}.py")
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def frame_with(at: AppTest, column: str):

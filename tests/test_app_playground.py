@@ -9,6 +9,7 @@ import app_support as data
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
+from app_support import open_page as _open_page
 from streamlit.testing.v1 import AppTest
 
 from ctxcore import figures
@@ -17,6 +18,11 @@ from ctxcore.pipeline import build, resolve_config
 from ui import views
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def open_page(page: str, **params: str) -> AppTest:
+    at: AppTest = _open_page(page, timeout=60, **params)
+    return at
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +36,6 @@ def db(built: list[Trace], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> P
     path = tmp_path / "ctxscope.duckdb"
     data.fill(path, built)
     return path
-
-
-def open_page(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page(f"pages/{page}.py")
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def move(at: AppTest, kind: str, key: str, value: object) -> AppTest:

@@ -14,6 +14,7 @@ from pathlib import Path
 import app_support as data
 import pandas as pd
 import pytest
+from app_support import open_page
 from streamlit.testing.v1 import AppTest
 
 from ctxcore.models import Trace
@@ -70,17 +71,6 @@ class Scan:
                     self.problems.append(f"{name}, column {col!r} holds {words}")
 
 
-def opened(page: str, **params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    if page != "traces":
-        at.switch_page(f"pages/{page}.py")
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    return at
-
-
 def _each(at: AppTest, key: str, values: list[str], scan: Scan, where: str) -> None:
     for v in values:
         at.session_state[key] = v
@@ -91,17 +81,17 @@ def _each(at: AppTest, key: str, values: list[str], scan: Scan, where: str) -> N
 @pytest.mark.slow
 def test_no_table_on_any_page_prints_none(db: Path, built: dict[str, list[Trace]]) -> None:
     scan = Scan()
-    at = opened("traces")
+    at = open_page("traces")
     scan(at, "traces")
     _each(at, "tr_view", ["Findings", "Traces"], scan, "traces")
     last = {preset: ts[-1] for preset, ts in built.items()}
     for preset, t in last.items():
-        at = opened("inspect", trace=t.trace_id)
+        at = open_page("inspect", trace=t.trace_id)
         _each(at, "in_section", ["Decisions", "Scores", "Findings"], scan, f"inspect {preset}")
-        scan(opened("timeline", session=t.session_id), f"timeline {preset}")
+        scan(open_page("timeline", session=t.session_id), f"timeline {preset}")
     # the Playground after a preset switch: other ids, other gaps, both diff modes
     t = last["ctxscope"]
-    at = opened("playground", trace=t.trace_id)
+    at = open_page("playground", trace=t.trace_id)
     scan(at, "playground")
     for preset in ("hello-agents-book", "hello-agents"):
         at.selectbox(key="pg_preset").set_value(preset).run()
@@ -110,18 +100,18 @@ def test_no_table_on_any_page_prints_none(db: Path, built: dict[str, list[Trace]
         scan(at, f"playground -> {preset}, against the previous run")
         at.radio(key="pg_diff_mode").set_value("recorded build").run()
     # Compare: another stored trace of another preset, then the same input under another
-    at = opened("compare", a=t.trace_id, b=last["hello-agents-book"].trace_id)
+    at = open_page("compare", a=t.trace_id, b=last["hello-agents-book"].trace_id)
     scan(at, "compare a/b")
     at.radio(key="cmp_b_mode").set_value("same input as A, another preset").run()
     for preset in at.selectbox(key="cmp_b_preset").options:
         at.selectbox(key="cmp_b_preset").set_value(preset).run()
         scan(at, f"compare same input, {preset}")
-    scan(opened("sweep", trace=t.trace_id), "sweep")
-    at = opened("replay", session=t.session_id)
+    scan(open_page("sweep", trace=t.trace_id), "sweep")
+    at = open_page("replay", session=t.session_id)
     at.number_input(key="rp_after_max_tokens").set_value(1500).run()
     at.checkbox(key="rp_findings").check().run()
     scan(at, "replay at 1,500 tokens")
-    scan(opened("share", trace=t.trace_id), "share")
+    scan(open_page("share", trace=t.trace_id), "share")
     assert scan.problems == []
     # the scan met real gaps (decision ranks and scores no preset gave) and passed them
     assert scan.gaps > 0 and scan.tables >= 20, (scan.gaps, scan.tables)
@@ -129,7 +119,7 @@ def test_no_table_on_any_page_prints_none(db: Path, built: dict[str, list[Trace]
 
 def test_the_decisions_table_draws_a_gap_as_a_dash(db: Path, built: dict[str, list[Trace]]) -> None:
     t = built["hello-agents-book"][-1]
-    at = opened("inspect", trace=t.trace_id)
+    at = open_page("inspect", trace=t.trace_id)
     table = next(d for d in at.dataframe if "budget_left" in d.value.columns)
     frame = table.value
     unranked = [d.packet_id for d in t.result.decisions if d.rank is None]
