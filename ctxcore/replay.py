@@ -19,6 +19,7 @@ process at a time write a file).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -395,40 +396,44 @@ class TraceJson:
 
 
 _M = TypeVar("_M", bound=BaseModel)
-#: per model: its fields, and the fields whose struct value is turned into a model or an enum
-_READERS: dict[type[BaseModel], tuple[frozenset[str], list[tuple[str, Callable[[Any], Any]]]]] = {}
+_Reader = Callable[[Any], Any]
+#: per (model, struct type): the function that makes the model from such a struct
+_READERS: dict[tuple[type[BaseModel], type], _Reader] = {}
 
 
 def _read_struct(model: type[_M], struct: Any) -> _M:
-    """``model`` made from a struct that has its fields (same names) holding values the
-    model accepts as they are (``TraceJson.decode``): nested structs become their models and
-    plain strings the enum members, the rest is taken as it is, nothing is validated again
-    (the same internals a validated model has; tests/test_replay_speed.py compares them)."""
-    spec = _READERS.get(model)
-    if spec is None:
-        spec = _READERS[model] = _reader_spec(model)
-    fields, convert = spec
+    """``model`` made from a struct that has its fields (same names, same order) holding
+    values the model accepts as they are (``TraceJson.decode``): nested structs become their
+    models and plain strings the enum members, the rest is taken as it is, nothing is
+    validated again (the same internals a validated model has; tests/test_replay_speed.py
+    compares them). What to convert is worked out once per model and struct type."""
+    read = _READERS.get((model, type(struct)))
+    if read is None:
+        read = _READERS[(model, type(struct))] = _reader(model, type(struct))
+    out: _M = read(struct)
+    return out
+
+
+def _reader(model: type[BaseModel], struct_type: type) -> _Reader:
+    if tuple(getattr(struct_type, "__struct_fields__", ())) != tuple(model.model_fields):
+        raise TypeError(f"a {struct_type.__name__} struct is not a {model.__name__}")
     # msgspec only here: ctxcore is imported where it is not installed (the hello-agents
     # adapter runs in the package's own environment), and only the store's reader makes structs
     from msgspec.structs import asdict
 
-    values: dict[str, Any] = asdict(struct)
-    if values.keys() != fields:
-        raise TypeError(f"a {type(struct).__name__} struct is not a {model.__name__}")
-    for name, fn in convert:
-        values[name] = fn(values[name])
-    return unvalidated(model, values)
-
-
-def _reader_spec(
-    model: type[BaseModel],
-) -> tuple[frozenset[str], list[tuple[str, Callable[[Any], Any]]]]:
     hints = typing.get_type_hints(model, include_extras=True)
     convert = [(n, fn) for n in model.model_fields if (fn := _converter(hints[n])) is not None]
-    return frozenset(model.model_fields), convert
+
+    def read(struct: Any) -> BaseModel:
+        values: dict[str, Any] = asdict(struct)
+        for name, fn in convert:
+            values[name] = fn(values[name])
+        return unvalidated(model, values)
+
+    return read
 
 
-def _converter(tp: Any) -> Callable[[Any], Any] | None:
+def _converter(tp: Any) -> _Reader | None:
     """How a field's struct value becomes the model's (None: as it is)."""
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
@@ -442,7 +447,10 @@ def _converter(tp: Any) -> Callable[[Any], Any] | None:
         one = inner[0]
         return lambda v: None if v is None else one(v)
     if origin is list:
-        item = _converter(typing.get_args(tp)[0])
+        args = typing.get_args(tp)
+        if isinstance(args[0], type) and issubclass(args[0], BaseModel):
+            return functools.partial(_read_structs, args[0])
+        item = _converter(args[0])
         return None if item is None else (lambda v: [item(x) for x in v])
     if origin is dict:
         if _converter(typing.get_args(tp)[1]) is not None:
@@ -451,9 +459,17 @@ def _converter(tp: Any) -> Callable[[Any], Any] | None:
     if isinstance(tp, type) and issubclass(tp, Enum):
         return tp._value2member_map_.__getitem__
     if isinstance(tp, type) and issubclass(tp, BaseModel):
-        sub = tp
-        return lambda v: _read_struct(sub, v)
+        return functools.partial(_read_struct, tp)
     return None
+
+
+def _read_structs(model: type[BaseModel], structs: list[Any]) -> list[Any]:
+    """A list of structs made models (one reader looked up for a list of one struct type)."""
+    if not structs:
+        return []
+    kind = type(structs[0])
+    read = _READERS.get((model, kind)) or _READERS.setdefault((model, kind), _reader(model, kind))
+    return [read(x) if type(x) is kind else _read_struct(model, x) for x in structs]
 
 
 TraceLike = Trace | TraceJson

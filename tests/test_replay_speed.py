@@ -527,3 +527,24 @@ def test_the_fork_server_loads_the_default_tables_for_every_worker(
     assert len(sessions) >= replay_mod.POOL_MIN_TRACES
     report = replay_mod.replay_sessions([sessions], {"max_tokens": 3000}, workers=2)
     assert report.turns and asked and "ctxcore.replay_preload" in asked[0]
+
+
+def test_a_struct_whose_fields_differ_from_the_models_is_refused() -> None:
+    """The reader made once per struct type checks the fields (names and order: the model's
+    ``__dict__`` keeps that order) before it is used; a struct that differs is refused, and
+    ``TraceJson.load`` then lets pydantic read the JSON."""
+    import msgspec
+
+    from ctxcore.models import Totals
+    from ctxcore.replay import _read_struct
+
+    names = list(Totals.model_fields)
+    swapped = msgspec.defstruct("Totals", [(n, object) for n in [names[1], names[0], *names[2:]]])
+    fewer = msgspec.defstruct("Totals", [(n, object) for n in names[:-1]])
+    for kind in (swapped, fewer):
+        with pytest.raises(TypeError, match="is not a Totals"):
+            _read_struct(Totals, kind(*range(len(kind.__struct_fields__))))
+    same = msgspec.defstruct("Totals", [(n, object) for n in names])
+    values = Totals.model_validate({**dict.fromkeys(names, 1), "tokenizer": "x"}).model_dump()
+    made = _read_struct(Totals, same(**values))
+    assert made == Totals.model_validate(values) and list(made.__dict__) == names

@@ -9,6 +9,7 @@ change between processes.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import zlib
@@ -345,13 +346,12 @@ def near_duplicate_pairs(
     for i in reps:
         for band, key in zip(buckets, _bands(sets[i]), strict=True):
             band.setdefault(key, []).append(i)
+    # near-identical texts share a bucket in most bands: each group of members once, its
+    # pairs made in C (members are in index order, so each pair is (smaller, larger))
+    groups = {tuple(m) for band in buckets for m in band.values() if len(m) > 1}
     candidates: set[tuple[int, int]] = set()
-    for band in buckets:
-        for members in band.values():
-            if len(members) > 1:
-                for x in range(len(members)):
-                    for y in range(x + 1, len(members)):
-                        candidates.add((members[x], members[y]))
+    for members in groups:
+        candidates.update(itertools.combinations(members, 2))
     for i, j in sorted(candidates):
         a, b = sets[i], sets[j]
         if min(len(a), len(b)) < threshold * max(len(a), len(b)):
