@@ -161,9 +161,19 @@ def check_free_json(value: dict[str, Any]) -> dict[str, Any]:
         node, depth = todo.pop()
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for key, child in items:
-            if isinstance(key, str) and not key.isascii() and _LONE_SURROGATE.search(key):
+            if type(key) is str:
+                if not key.isascii() and _LONE_SURROGATE.search(key):
+                    raise _free_json_error(_SURROGATE_ERROR)
+            elif type(key) is not int and _bad_text(key):
                 raise _free_json_error(_SURROGATE_ERROR)
-            if isinstance(child, dict | list):
+            kind = type(child)
+            # the exact JSON types first (one type test each); subclasses and the rest below
+            if kind is str:
+                if not child.isascii() and _LONE_SURROGATE.search(child):
+                    raise _free_json_error(_SURROGATE_ERROR)
+            elif kind is int or kind is bool or child is None:
+                continue
+            elif isinstance(child, dict | list):
                 if depth >= MAX_JSON_DEPTH:
                     raise _free_json_error(
                         f"nested more than {MAX_JSON_DEPTH} levels deep, the limit for "
@@ -175,9 +185,14 @@ def check_free_json(value: dict[str, Any]) -> dict[str, Any]:
                     f"holds the number {child!r}, which JSON cannot hold (too large for a "
                     "64-bit float, or not a number)"
                 )
-            elif isinstance(child, str) and not child.isascii() and _LONE_SURROGATE.search(child):
+            elif isinstance(child, str) and _bad_text(child):
                 raise _free_json_error(_SURROGATE_ERROR)
     return value
+
+
+def _bad_text(value: object) -> bool:
+    """A string holding a lone UTF-16 surrogate (anything else: False)."""
+    return isinstance(value, str) and not value.isascii() and bool(_LONE_SURROGATE.search(value))
 
 
 def _free_json_error(message: str) -> PydanticCustomError:

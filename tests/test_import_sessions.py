@@ -638,3 +638,33 @@ def test_a_log_read_in_bounded_memory_gives_the_same_traces(
     assert max(held) <= 20_000 and len(reads) > 50  # let go, and read again for the rewinds
     kept = sum(1 for n in reader.nodes.values() if n.norm is not None)
     assert kept < len(reader.nodes) // 4
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_imported_decisions_are_the_decisions_pydantic_validates(name: str) -> None:
+    """The import sets its decisions without pydantic's validation (``calls._decision``):
+    each must be what validating its values gives (same values, same types, same JSON), the
+    summarized ones of a compaction included (made once, shared by the calls after it)."""
+    from ctxcore.models import Decision
+
+    traces = load_file(FIXTURES / name)
+    decisions = [d for t in traces if t.result is not None for d in t.result.decisions]
+    assert decisions
+    for d in decisions:
+        again = Decision.model_validate(d.model_dump())
+        assert d == again and d.model_dump_json() == again.model_dump_json()
+        assert type(d.status) is Status and all(type(n) is str for n in d.notes)
+        assert d.model_fields_set == set(Decision.model_fields)
+    if EXPECTED[name].get("compactions"):
+        assert any(d.status == Status.SUMMARIZED for d in decisions)
+
+
+def test_a_decision_out_of_the_models_bounds_is_refused_as_pydantic_refuses_it() -> None:
+    from pydantic import ValidationError
+
+    from ctxcore.formats.sessions.calls import _kept
+    from ctxcore.settings import MAX_TOKENS
+
+    assert _kept("m1", "history", 3, 10, 20).tokens_before == 10
+    with pytest.raises(ValidationError, match="tokens_before"):
+        _kept("m1", "history", 3, MAX_TOKENS + 1, 20)

@@ -53,6 +53,7 @@ from ctxcore.formats.derive import (
 )
 from ctxcore.formats.openai import NormMessage, captured_input_from_norm
 from ctxcore.models import (
+    INT32_MIN,
     Builder,
     CapturedInput,
     Config,
@@ -66,8 +67,10 @@ from ctxcore.models import (
     ToolDef,
     Totals,
     Trace,
+    unvalidated,
 )
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
+from ctxcore.settings import MAX_INT32, MAX_TOKENS
 from ctxcore.tokens import TokenCounter, get_counter
 
 #: What an imported decision says (the same words as ``derive``'s).
@@ -227,6 +230,9 @@ class Compaction:
     replaced: list[Segment]
     info: dict[str, Any] = field(default_factory=dict)
     _items: list[_Item] | None = None
+    #: the decisions on what it replaced, and the (rank, budget, tokenizer) they were made
+    #: for: every call after it until the next compaction shows the same ones
+    _decided: tuple[tuple[int, int, str], list[Decision]] | None = None
 
 
 @dataclass(eq=False)
@@ -744,22 +750,72 @@ def _sums(items: list[_Item], tok: str, counter: TokenCounter) -> tuple[int, ...
     return prev
 
 
-def _kept(
-    pid: str, kind: str, rank: int, n: int, left: int, notes: list[str] | None = None
+def _decision(
+    pid: str,
+    kind: str,
+    status: Status,
+    reason: Reason,
+    text: str,
+    rank: int,
+    before: int,
+    after: int,
+    left: int,
+    notes: list[str],
 ) -> Decision:
+    """A decision of an imported call. Every call of a session decides again on every
+    message before it (a long session: hundreds of thousands of decisions), so the values,
+    all computed here (the ids and kinds strings, the counts ints), are set without
+    pydantic's validation (``models.unvalidated``) once the numbers are checked against the
+    model's bounds; out of bounds, ``Decision`` validates them and words the error.
+    ``tests/test_import_sessions.py`` compares them with validated decisions."""
+    if (
+        INT32_MIN <= rank <= MAX_INT32
+        and -MAX_TOKENS <= before <= MAX_TOKENS
+        and -MAX_TOKENS <= after <= MAX_TOKENS
+        and -MAX_TOKENS <= left <= MAX_TOKENS
+        and type(pid) is str
+        and type(kind) is str
+    ):
+        return unvalidated(
+            Decision,
+            {
+                "packet_id": pid,
+                "kind": kind,
+                "status": status,
+                "reason": reason,
+                "reason_text": text,
+                "partition": _partition(kind),
+                "relevance": None,
+                "recency": None,
+                "score": None,
+                "rank": rank,
+                "tokens_before": before,
+                "tokens_after": after,
+                "budget_left": left,
+                "notes": notes,
+            },
+        )
     return Decision(
         packet_id=pid,
         kind=kind,
-        status=Status.KEPT,
-        # what the source builder thought is unknown: it simply fit
-        reason=Reason.FITS,
-        reason_text=KEPT_TEXT,
+        status=status,
+        reason=reason,
+        reason_text=text,
         partition=_partition(kind),
         rank=rank,
-        tokens_before=n,
-        tokens_after=n,
+        tokens_before=before,
+        tokens_after=after,
         budget_left=left,
-        notes=list(notes or []),
+        notes=notes,
+    )
+
+
+def _kept(
+    pid: str, kind: str, rank: int, n: int, left: int, notes: list[str] | None = None
+) -> Decision:
+    # what the source builder thought is unknown: it simply fit
+    return _decision(
+        pid, kind, Status.KEPT, Reason.FITS, KEPT_TEXT, rank, n, n, left, list(notes or [])
     )
 
 
@@ -799,26 +855,29 @@ def _prompt(items: list[_Item], tools_json: str) -> str:
 
 def _summarized(comp: Compaction, rank: int, left: int, tok: str) -> list[Decision]:
     """The messages a compaction replaced: summarized, with no tokens left in the prompt."""
+    if comp._decided is not None and comp._decided[0] == (rank, left, tok):
+        return comp._decided[1]
     counter = get_counter(tok)
+    text = f"replaced by the summary of {comp.label}: the model saw the summary, not this message"
     out: list[Decision] = []
     for it in comp._items or []:
         if tok not in it.tokens:
             it.tokens[tok] = counter.count(it.entry.content)
         out.append(
-            Decision(
-                packet_id=it.item_id,
-                kind=it.kind,
-                status=Status.SUMMARIZED,
-                reason=Reason.DEGRADED,
-                reason_text=f"replaced by the summary of {comp.label}: the model saw the "
-                "summary, not this message",
-                partition=_partition(it.kind),
-                rank=rank + len(out),
-                tokens_before=it.tokens[tok],
-                tokens_after=0,
-                budget_left=left,
+            _decision(
+                it.item_id,
+                it.kind,
+                Status.SUMMARIZED,
+                Reason.DEGRADED,
+                text,
+                rank + len(out),
+                it.tokens[tok],
+                0,
+                left,
+                [],
             )
         )
+    comp._decided = ((rank, left, tok), out)
     return out
 
 
