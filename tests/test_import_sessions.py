@@ -657,6 +657,14 @@ def test_imported_decisions_are_the_decisions_pydantic_validates(name: str) -> N
         assert d.model_fields_set == set(Decision.model_fields)
     if EXPECTED[name].get("compactions"):
         assert any(d.status == Status.SUMMARIZED for d in decisions)
+    from ctxcore.models import PartitionUsage
+
+    usages = [u for t in traces if t.result is not None for u in t.result.partitions]
+    assert usages
+    for u in usages:
+        again = PartitionUsage.model_validate(u.model_dump())
+        assert u == again and u.model_dump_json() == again.model_dump_json()
+        assert u.model_fields_set == set(PartitionUsage.model_fields)
 
 
 def test_a_decision_out_of_the_models_bounds_is_refused_as_pydantic_refuses_it() -> None:
@@ -668,3 +676,8 @@ def test_a_decision_out_of_the_models_bounds_is_refused_as_pydantic_refuses_it()
     assert _kept("m1", "history", 3, 10, 20).tokens_before == 10
     with pytest.raises(ValidationError, match="tokens_before"):
         _kept("m1", "history", 3, MAX_TOKENS + 1, 20)
+    from ctxcore.formats.sessions.calls import _usage
+
+    assert _usage("history", 5, 2).used == 5
+    with pytest.raises(ValidationError, match="used"):
+        _usage("history", MAX_TOKENS + 1, 2)

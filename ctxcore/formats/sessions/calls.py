@@ -665,9 +665,7 @@ class CallTraces:
             "format overhead": (overhead, 1),
         }
         partitions = [
-            PartitionUsage(name=name, budget=None, used=usage[name][0], items=usage[name][1])
-            for name in IMPORT_PARTITIONS
-            if usage.get(name, (0, 0))[1]
+            _usage(name, *usage[name]) for name in IMPORT_PARTITIONS if usage.get(name, (0, 0))[1]
         ]
         return out, partitions, must
 
@@ -808,6 +806,16 @@ def _decision(
         budget_left=left,
         notes=notes,
     )
+
+
+def _usage(name: str, used: int, items: int) -> PartitionUsage:
+    """A partition's usage in an imported call, set without validation as ``_decision``
+    is (the name one of IMPORT_PARTITIONS, the numbers checked against the bounds)."""
+    if -MAX_TOKENS <= used <= MAX_TOKENS and INT32_MIN <= items <= MAX_INT32:
+        return unvalidated(
+            PartitionUsage, {"name": name, "budget": None, "used": used, "items": items}
+        )
+    return PartitionUsage(name=name, budget=None, used=used, items=items)
 
 
 def _kept(
