@@ -497,14 +497,17 @@ _MB = TypeVar("_MB", bound=BaseModel)
 _set_attr = object.__setattr__
 
 
-def unvalidated(model: type[_MB], values: dict[str, Any]) -> _MB:
-    """``model`` holding ``values`` (every field, each as validation would store it) without
-    validating again: what ``model_construct`` does, without its ~10 µs a call. For values a
-    builder made itself or a reader already checked; tests compare the results with validated
-    models (tests/test_preset_ctxscope.py, tests/test_replay_speed.py)."""
+def unvalidated(model: type[_MB], values: dict[str, Any], given: set[str] | None = None) -> _MB:
+    """``model`` holding ``values`` (every field in the model's order, each as validation
+    would store it) without validating again: what ``model_construct`` does, without its
+    ~10 µs a call. For values a builder made itself or a reader already checked; tests
+    compare the results with validated models (tests/test_preset_ctxscope.py,
+    tests/test_replay_speed.py, tests/test_import_sessions.py). ``given``: the fields set
+    explicitly (``model_fields_set``; default: all)."""
     obj = object.__new__(model)
     _set_attr(obj, "__dict__", values)
-    _set_attr(obj, "__pydantic_fields_set__", set(values))  # model_copy adds to it
+    # model_copy adds to it
+    _set_attr(obj, "__pydantic_fields_set__", set(values) if given is None else given)
     _set_attr(obj, "__pydantic_extra__", None)
     _set_attr(obj, "__pydantic_private__", None)
     return obj

@@ -33,7 +33,7 @@ from ctxcore.formats.openai import captured_input_from_norm
 from ctxcore.formats.sessions import claude_code, codex, openhands, trajectories
 from ctxcore.formats.sessions.calls import Call, CallTraces
 from ctxcore.formats.sessions.lines import read_lines
-from ctxcore.models import Status, Trace
+from ctxcore.models import CapturedInput, Status, Trace
 from ctxcore.tokens import get_counter
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
@@ -659,12 +659,46 @@ def test_imported_decisions_are_the_decisions_pydantic_validates(name: str) -> N
         assert any(d.status == Status.SUMMARIZED for d in decisions)
     from ctxcore.models import PartitionUsage
 
+    for t in traces:  # the inputs and traces are set the same way (``calls._input``, ``_trace``)
+        again_t = Trace.model_validate_json(t.to_json())
+        assert t == again_t and t.to_json() == again_t.to_json()
+        assert t.input == CapturedInput.model_validate(t.input.model_dump())
+        assert t.input.model_fields_set == set(CapturedInput.model_fields)
+        unset = {"schema_", "source_trace_id", "redactions"}
+        assert t.model_fields_set == set(Trace.model_fields) - unset
+        assert t.input.history is not t.input.packets and type(t.input.tools) is list
     usages = [u for t in traces if t.result is not None for u in t.result.partitions]
     assert usages
     for u in usages:
         again = PartitionUsage.model_validate(u.model_dump())
         assert u == again and u.model_dump_json() == again.model_dump_json()
         assert u.model_fields_set == set(PartitionUsage.model_fields)
+
+
+def test_an_input_or_trace_pydantic_would_refuse_is_refused_as_pydantic_words_it() -> None:
+    """The checked fast path of ``calls._input`` / ``calls._trace`` falls back to pydantic
+    for what it does not accept: the error is pydantic's."""
+    from pydantic import ValidationError
+
+    from ctxcore.formats.sessions.calls import _input, _trace
+    from ctxcore.models import Packet
+
+    ok = _input("q", NOW, "", [], [], [], None, None)
+    assert ok == CapturedInput(query="q", now=NOW)
+    twice = [Packet(id="a", kind="note", content="x"), Packet(id="a", kind="note", content="y")]
+    with pytest.raises(ValidationError, match="duplicate packet id 'a'"):
+        _input("q", NOW, "", [], twice, [], None, None)
+    with pytest.raises(ValidationError, match="timezone"):
+        _input("q", NOW.replace(tzinfo=None), "", [], [], [], None, None)
+    with pytest.raises(ValidationError, match="window"):
+        _input("q", NOW, "", [], [], [], 0, None)
+    trace = load_file(FIXTURES / LOGS[0])[0]
+    given = {k: getattr(trace, k) for k in trace.model_fields_set}
+    assert _trace(given) == trace
+    with pytest.raises(ValidationError, match="free_json|surrogate"):
+        _trace({**given, "metadata": {"x": "\ud800"}})
+    with pytest.raises(ValidationError, match="trace_id"):
+        _trace({**given, "trace_id": ""})
 
 
 def test_a_decision_out_of_the_models_bounds_is_refused_as_pydantic_refuses_it() -> None:

@@ -54,7 +54,9 @@ from ctxcore.formats.derive import (
 from ctxcore.formats.openai import NormMessage, captured_input_from_norm
 from ctxcore.models import (
     INT32_MIN,
+    SCHEMA,
     Builder,
+    BuildResult,
     CapturedInput,
     Config,
     Decision,
@@ -67,10 +69,11 @@ from ctxcore.models import (
     ToolDef,
     Totals,
     Trace,
+    check_free_json,
     unvalidated,
 )
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
-from ctxcore.settings import MAX_INT32, MAX_TOKENS
+from ctxcore.settings import MAX_CONTENT_CHARS, MAX_INT32, MAX_TOKENS
 from ctxcore.tokens import TokenCounter, get_counter
 
 #: What an imported decision says (the same words as ``derive``'s).
@@ -520,15 +523,15 @@ class CallTraces:
             if window is None and known_window(call.model) is not None:
                 window = known_window(call.model)
                 source = f"the context window of {call.model} (ctxscope's model table)"
-            inp = CapturedInput(
-                query=query,
-                now=call.created_at,
-                system_instructions=system,
-                history=history,
-                packets=packets,
-                tools=call.tools,
-                window=window,
-                output_reserve=call.output_reserve,
+            inp = _input(
+                query,
+                call.created_at,
+                system,
+                history,
+                packets,
+                call.tools,
+                window,
+                call.output_reserve,
             )
             instr = counter.count(system) if system else 0
             tools_json = tools_text(call.tools) if call.tools else ""
@@ -580,20 +583,22 @@ class CallTraces:
             timer=timer,
         )
         self.tokens_in_calls += used
-        return Trace(
-            trace_id=stable_id(self.builder.name, call.session_id, call.key),
-            session_id=call.session_id,
-            turn=call.turn,
-            created_at=call.created_at,
-            builder=self.builder,
-            tags=["imported"],
-            metadata=self._metadata(prep, window, source, used, counter.name),
-            input=inp,
-            config=self._config(inp, tok),
-            result=result,
-            outcome=Outcome(output=call.output, usage=call.usage)
-            if (call.usage or call.output is not None)
-            else None,
+        return _trace(
+            {
+                "trace_id": stable_id(self.builder.name, call.session_id, call.key),
+                "session_id": call.session_id,
+                "turn": call.turn,
+                "created_at": call.created_at,
+                "builder": self.builder,
+                "tags": ["imported"],
+                "metadata": self._metadata(prep, window, source, used, counter.name),
+                "input": inp,
+                "config": self._config(inp, tok),
+                "result": result,
+                "outcome": Outcome(output=call.output, usage=call.usage)
+                if (call.usage or call.output is not None)
+                else None,
+            }
         )
 
     def _decisions(
@@ -806,6 +811,124 @@ def _decision(
         budget_left=left,
         notes=notes,
     )
+
+
+def _when(at: object) -> bool:
+    """An aware datetime well inside the calendar (what ``models.Timestamp`` accepts)."""
+    return (
+        type(at) is datetime
+        and at.utcoffset() is not None
+        and 1 < at.year < 9999  # the first and last years can leave the calendar in UTC
+    )
+
+
+def _input(
+    query: str,
+    now: datetime,
+    system: str,
+    history: list[Message],
+    packets: list[Packet],
+    tools: list[ToolDef],
+    window: int | None,
+    reserve: int | None,
+) -> CapturedInput:
+    """A call's captured input. Its parts are validated models already (each message, packet
+    and tool was made from the log once, and is shared by the calls that hold it), so the
+    input of every call is set without pydantic walking them all again, once what it would
+    check holds: the strings' lengths, the time, the bounds, that every part is its model,
+    unique packet ids. Anything else is validated (and refused as pydantic words it)."""
+    ids = [p.id for p in packets]
+    if (
+        type(query) is str
+        and type(system) is str
+        and len(query) <= MAX_CONTENT_CHARS
+        and len(system) <= MAX_CONTENT_CHARS
+        and _when(now)
+        and all(type(m) is Message for m in history)
+        and all(type(p) is Packet for p in packets)
+        and all(type(t) is ToolDef for t in tools)
+        and (window is None or (type(window) is int and 0 < window <= MAX_TOKENS))
+        and (reserve is None or (type(reserve) is int and 0 <= reserve <= MAX_TOKENS))
+        and len(set(ids)) == len(ids)
+    ):
+        return unvalidated(
+            CapturedInput,
+            {
+                "query": query,
+                "now": now,
+                "system_instructions": system,
+                "history": list(history),
+                "packets": list(packets),
+                "tools": list(tools),
+                "window": window,
+                "output_reserve": reserve,
+            },
+        )
+    return CapturedInput(
+        query=query,
+        now=now,
+        system_instructions=system,
+        history=history,
+        packets=packets,
+        tools=tools,
+        window=window,
+        output_reserve=reserve,
+    )
+
+
+#: the fields ``_trace`` is given (the others keep their defaults)
+_TRACE_GIVEN = (
+    "trace_id",
+    "session_id",
+    "turn",
+    "created_at",
+    "builder",
+    "tags",
+    "metadata",
+    "input",
+    "config",
+    "result",
+    "outcome",
+)
+
+
+def _trace(given: dict[str, Any]) -> Trace:
+    """A call's trace, set without validation as ``_input`` is once every field holds what
+    pydantic would accept as it is (the metadata checked by ``check_free_json``, as the
+    model checks it); otherwise validated."""
+    meta = given["metadata"]
+    if (
+        given.keys() == set(_TRACE_GIVEN)
+        and type(given["trace_id"]) is str
+        and given["trace_id"]
+        and type(given["session_id"]) is str
+        and type(given["turn"]) is int
+        and INT32_MIN <= given["turn"] <= MAX_INT32
+        and _when(given["created_at"])
+        and type(given["builder"]) is Builder
+        and type(given["tags"]) is list
+        and all(type(t) is str for t in given["tags"])
+        and type(meta) is dict
+        and all(type(k) is str for k in meta)
+        and type(given["input"]) is CapturedInput
+        and type(given["config"]) is Config
+        and type(given["result"]) in (BuildResult, type(None))
+        and type(given["outcome"]) in (Outcome, type(None))
+    ):
+        try:
+            check_free_json(meta)
+        except ValueError:
+            return Trace(**given)
+        values = {
+            "schema_": SCHEMA,
+            **{k: given[k] for k in _TRACE_GIVEN[:6]},
+            "metadata": meta,
+            "source_trace_id": None,
+            "redactions": {},
+            **{k: given[k] for k in _TRACE_GIVEN[7:]},
+        }
+        return unvalidated(Trace, values, given=set(_TRACE_GIVEN))
+    return Trace(**given)
 
 
 def _usage(name: str, used: int, items: int) -> PartitionUsage:
