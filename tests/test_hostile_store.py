@@ -749,8 +749,9 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_workers_and_the_forkserver_die_with_a_killed_ingest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
+    import shutil
     import signal
     import tempfile
 
@@ -762,8 +763,10 @@ def test_workers_and_the_forkserver_die_with_a_killed_ingest(
         )
     script = tmp_path / "ingester.py"
     script.write_text(INGESTER, encoding="utf-8")
-    spill = tmp_path / "tmp"
-    spill.mkdir()
+    # short: the forkserver's socket lives in it, and an AF_UNIX path holds 107 bytes at most
+    # (pytest-xdist's tmp_path is too long for that)
+    spill = Path(tempfile.mkdtemp(prefix="ctxk-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(spill, ignore_errors=True))
     env = {**os.environ, "TMPDIR": str(spill), "PYTHONPATH": str(ROOT)}
     db = tmp_path / "k.duckdb"
     proc = subprocess.Popen([sys.executable, str(script), str(db), str(src)], cwd=ROOT, env=env,
