@@ -9,8 +9,10 @@ command's own start and its reading of the store (docs/design.md, "Diagnostics")
 from __future__ import annotations
 
 import os
-from multiprocessing import forkserver, get_context
+from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
+
+from ctxcore.processes import fork_server_fits, worker_context
 
 #: what the fork server imports before it forks a worker: the replay, the default
 #: tokenizer's tables (``ctxcore.replay_preload``) and, for a replay with findings, the
@@ -22,10 +24,9 @@ DIAGNOSTICS = ("ctxcore.diagnostics", "ctxcore.diagnostics.session")
 def pool_context(findings: bool) -> BaseContext:
     """The context the replay workers are made in: forked from a server that has imported
     ``PRELOAD`` (and ``DIAGNOSTICS`` when asked for; each worker importing them again cost
-    it a third of a second of CPU)."""
-    ctx = get_context("forkserver")
-    ctx.set_forkserver_preload([*PRELOAD, *(DIAGNOSTICS if findings else ())])
-    return ctx
+    it a third of a second of CPU); spawned where the server's socket does not fit in the
+    temporary folder (``ctxcore.processes``)."""
+    return worker_context([*PRELOAD, *(DIAGNOSTICS if findings else ())])
 
 
 def start_workers(findings: bool = True) -> None:
@@ -33,7 +34,8 @@ def start_workers(findings: bool = True) -> None:
     replay uses the running server; one with more detectors than it was started for
     imports them in each worker."""
     pool_context(findings)
-    forkserver.ensure_running()
+    if fork_server_fits():
+        forkserver.ensure_running()
 
 
 def default_workers() -> int:

@@ -791,6 +791,77 @@ def test_workers_and_the_forkserver_die_with_a_killed_ingest(
     assert not list(spill.glob("ctxscope-ingest-*"))
 
 
+LONG_TMPDIR_SCRIPT = """
+import sys
+from pathlib import Path
+from ctxcore.models import Trace
+import ctxcore.replay_pool as replay_pool
+import ctxcore.store.ingest as ingest_mod
+import ctxcore.store.workers as workers
+from ctxcore.processes import fork_server_fits
+from ctxcore.replay import replay
+from ctxcore.store import TraceStore
+from ctxcore.store.ingest import ingest_paths
+ingest_mod.POOL_MIN_BYTES = 0
+ingest_mod.SMALL_FILE_BYTES = 0
+ingest_mod.POOL_CHUNK_BYTES = 64 * 1024
+made = []
+def recording(real):
+    def context(preload):
+        ctx = real(preload)
+        made.append(ctx.get_start_method())
+        return ctx
+    return context
+workers.worker_context = recording(workers.worker_context)
+replay_pool.worker_context = recording(replay_pool.worker_context)
+if __name__ == "__main__":
+    assert not fork_server_fits()
+    with TraceStore(sys.argv[1], diagnose=False) as store:
+        counts = ingest_paths(store, [sys.argv[2]], workers=2)
+    print(counts.traces_added, counts.errors, flush=True)
+    traces = [
+        Trace.model_validate_json(line)
+        for f in sorted(Path(sys.argv[2]).glob("*.jsonl"))
+        for line in f.read_text(encoding="utf-8").splitlines()
+    ]
+    a = replay(traces, {"max_tokens": 2000}, workers=2, findings=False)
+    b = replay(traces, {"max_tokens": 2000}, workers=1, findings=False)
+    same = a.model_dump(exclude={"seconds"}) == b.model_dump(exclude={"seconds"})
+    print(len(a.turns), same, ",".join(made), flush=True)
+"""
+
+
+def test_a_temp_folder_too_long_for_the_fork_servers_socket_spawns_the_workers(
+    tmp_path: Path,
+) -> None:
+    """Under a TMPDIR where multiprocessing's AF_UNIX socket path would pass 107 bytes, the
+    fork server cannot start ("AF_UNIX path too long"): ingest's parsers and replay's
+    workers are spawned instead, and do the same work."""
+    from ctxcore.processes import SOCKET_PATH_MAX, SOCKET_TAIL
+
+    long_tmp = tmp_path / ("t" * max(1, SOCKET_PATH_MAX - SOCKET_TAIL - len(str(tmp_path)) + 5))
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) + SOCKET_TAIL > SOCKET_PATH_MAX
+    src = tmp_path / "in"
+    src.mkdir()
+    for k in range(2):
+        made = [make_trace(k * 1000 + i, n_packets=20) for i in range(150)]
+        write_jsonl(src / f"f{k}.jsonl", made)
+    script = tmp_path / "long_tmp.py"
+    script.write_text(LONG_TMPDIR_SCRIPT, encoding="utf-8")
+    env = {**os.environ, "TMPDIR": str(long_tmp), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "s.duckdb"), str(src)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    ingested, replayed = out.stdout.split("\n")[:2]
+    assert ingested == "300 0"
+    turns, same, methods = replayed.split()
+    assert int(turns) == 300 and same == "True"
+    assert set(methods.split(",")) == {"spawn"}, methods
+
+
 # --------------------------------------------------------------------------- the limits
 
 

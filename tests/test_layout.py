@@ -39,6 +39,7 @@ PARTS: dict[str, tuple[str, ...]] = {
         "ctxcore.summarize",
         "ctxcore.loading",
         "ctxcore.figures",
+        "ctxcore.processes",
     ),
     "pipeline": ("ctxcore.pipeline",),
     "diagnostics": ("ctxcore.diagnostics",),

@@ -513,16 +513,16 @@ def test_the_fork_server_loads_the_default_tables_for_every_worker(
     assert out.stdout.strip() == "['cl100k_base']"
     # and a replay big enough for the pool asks its fork server to import it
     asked: list[list[str]] = []
-    from ctxcore import replay_pool
+    from ctxcore import processes
 
-    real = replay_pool.get_context
+    real = processes.get_context
 
     def get_context(method: str) -> Any:
         ctx = real(method)
         monkeypatch.setattr(ctx, "set_forkserver_preload", asked.append, raising=False)
         return ctx
 
-    monkeypatch.setattr(replay_pool, "get_context", get_context)
+    monkeypatch.setattr(processes, "get_context", get_context)
     sessions = [t for t in traces if t.config.preset == "ctxscope"][:60]
     assert len(sessions) >= replay_mod.POOL_MIN_TRACES
     report = replay_mod.replay_sessions([sessions], {"max_tokens": 3000}, workers=2)

@@ -33,7 +33,6 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,6 +43,7 @@ from ctxcore import settings
 from ctxcore.errors import InputError
 from ctxcore.loading import explain_errors, open_regular, parse_json, trace_from_obj
 from ctxcore.models import Trace
+from ctxcore.processes import worker_context
 from ctxcore.settings import MAX_ERRORS_PER_FILE, MAX_LINE_BYTES
 from ctxcore.store import fastdecode
 from ctxcore.store.readers import FP_BYTES, LineBlocks, RangeReader, ReadState, too_long
@@ -423,8 +423,7 @@ class ParsePool:
         self._ready = False  # a worker has finished a chunk (they have started)
         self._inflight: deque[tuple[Future[ParsedChunk], Then]] = deque()
         self.spill_dir = tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-")
-        ctx = get_context("forkserver")
-        ctx.set_forkserver_preload(["__main__", __name__])
+        ctx = worker_context(["__main__", __name__])
         self._pool = ProcessPoolExecutor(
             max_workers=n_workers,
             mp_context=ctx,
