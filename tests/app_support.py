@@ -117,10 +117,14 @@ def open_page(page: str, *, timeout: float = 120, **params: str) -> Any:
     with ``params`` as its query parameters; the app raised nothing on the way."""
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(APP, default_timeout=timeout)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    if page != "traces":
+    at = rerun(AppTest.from_file(APP, default_timeout=timeout))
+    return rerun(at, page if page != "traces" else None, **params)
+
+
+def rerun(at: Any, page: str | None = None, **params: str) -> Any:
+    """``at`` run again (on ``page``, if given, with ``params`` as query parameters); the app
+    raised nothing."""
+    if page is not None:
         at.switch_page(f"pages/{page}.py")
     for k, v in params.items():
         at.query_params[k] = v

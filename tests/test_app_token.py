@@ -35,14 +35,7 @@ def db(traces, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return path
 
 
-def run(at: AppTest, page: str | None = None, **params: str) -> AppTest:
-    if page is not None:
-        at.switch_page(f"pages/{page}.py")
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+run = data.rerun
 
 
 def locked(at: AppTest) -> bool:
