@@ -800,6 +800,22 @@ def _worker_start() -> None:
     gc.set_threshold(*_WORKER_GC)
 
 
+def _run_in_worker(job: _Job) -> _JobResult:
+    """``_run_job`` in a worker process, which then lets go of what only this session could
+    use: the prepared inputs (the pipeline keeps 64, and no turn of another session is one
+    of them) and the detectors' memos (keyed by this session's prompts and packets). Kept,
+    a worker held ~50 MB more of them by its twentieth session, for no hit (bench_replay.py:
+    the same CPU seconds either way)."""
+    from ctxcore.diagnostics.text import clear_memos
+    from ctxcore.pipeline.gather import PREPARED
+
+    try:
+        return _run_job(job)
+    finally:
+        PREPARED.clear()
+        clear_memos()
+
+
 def _jobs(traces: Iterable[Trace]) -> list[list[Trace]]:
     by_session: dict[str, list[Trace]] = {}
     for t in traces:
@@ -893,7 +909,7 @@ def replay_sessions(
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_start) as pool:
             pending: set[Future[_JobResult]] = set()
             for job in itertools.chain(first, todo):
-                pending.add(pool.submit(_run_job, job))
+                pending.add(pool.submit(_run_in_worker, job))
                 if len(pending) >= 2 * n:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     results.extend(f.result() for f in done)

@@ -548,3 +548,25 @@ def test_a_struct_whose_fields_differ_from_the_models_is_refused() -> None:
     values = Totals.model_validate({**dict.fromkeys(names, 1), "tokenizer": "x"}).model_dump()
     made = _read_struct(Totals, same(**values))
     assert made == Totals.model_validate(values) and list(made.__dict__) == names
+
+
+def test_a_replay_worker_lets_go_of_a_sessions_prepared_inputs_and_memos() -> None:
+    """After each session a worker empties the pipeline's prepared inputs and the detectors'
+    memos (nothing of another session hits them; kept, they held ~50 MB per worker); the
+    report is the one ``_run_job`` gives."""
+    from ctxcore.diagnostics import text
+    from ctxcore.pipeline.gather import PREPARED
+
+    replay_mod = importlib.import_module("ctxcore.replay")
+    session = demo("swe-pytest-7571.jsonl")[:6]
+    job = replay_mod._Job(session, None, {"min_relevance": 0.3}, True, False)
+
+    def held() -> tuple[int, int]:
+        return len(PREPARED._data), sum(len(m._data) for m in text._MEMOS)
+
+    kept = replay_mod._run_job(job)
+    prepared, memos = held()
+    assert prepared > 0 and memos > 0  # what a worker would carry into its next session
+    assert len(text._MEMOS) >= 10  # every memo of the detectors is registered
+    assert replay_mod._run_in_worker(job) == kept
+    assert held() == (0, 0)

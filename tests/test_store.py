@@ -628,3 +628,39 @@ def test_the_process_remembers_the_latest_stored_texts_in_bounded_memory() -> No
     assert shared.text_cid(key[TEXT_KEYS // 2]) is None
     shared.forget()
     assert shared.text_cid(key[-1]) is None
+
+
+def test_traces_whose_pieces_pass_duckdbs_memory_limit_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading traces streams their ``trace_parts`` pieces out of DuckDB: 40 traces of ~2.2 MB
+    of incompressible text each (~66 MB stored) are read back whole from a store opened with
+    a 32 MB limit (sorting the pieces in SQL held them all and failed "Out of Memory")."""
+    import base64
+    import random
+
+    from helpers_store import make_trace
+
+    rng = random.Random(7)
+    traces = []
+    for i in range(40):
+        t = make_trace(i, 2, session_id="big", turn=i)
+        blob = base64.b64encode(rng.randbytes(1_650_000)).decode("ascii")
+        p = t.input.packets[1].model_copy(update={"content": blob})
+        traces.append(
+            t.model_copy(
+                update={"input": t.input.model_copy(update={"packets": [t.input.packets[0], p]})}
+            )
+        )
+    db = tmp_path / "big.duckdb"
+    with TraceStore(db, diagnose=False) as store:
+        store.add_traces(traces)
+    monkeypatch.setenv("CTXSCOPE_DB_MEMORY", "32MB")
+    with TraceStore(db, read_only=True) as store:
+        stored = sum(len(blob) for _, blob, _ in store.traces_packed([t.trace_id for t in traces]))
+        assert stored > 60 * 2**20  # near twice the limit
+        got = store.traces_json([t.trace_id for t in reversed(traces)])
+        one = store.get_trace(traces[3].trace_id)
+    assert [tid for tid, _ in got] == [t.trace_id for t in reversed(traces)]
+    assert [Trace.model_validate_json(js) for _, js in got] == list(reversed(traces))
+    assert one == traces[3]

@@ -16,7 +16,7 @@ import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -43,6 +43,7 @@ class Memo(Generic[K, V]):
         self._data: OrderedDict[K, V] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
+        _MEMOS.append(self)
 
     def __call__(self, key: K) -> V:
         # a hit takes no lock: each OrderedDict call is one step under the GIL, and a key
@@ -73,6 +74,17 @@ class Memo(Generic[K, V]):
         with self._lock:
             self._data.clear()
             self._size = 0
+
+
+#: every ``Memo`` made (they are module globals: made once, at import)
+_MEMOS: list[Memo[Any, Any]] = []
+
+
+def clear_memos() -> None:
+    """Empty every ``Memo``: a replay worker does after each session (docs/design.md,
+    "Diagnostics"), whose texts the next session's turns do not hold."""
+    for memo in _MEMOS:
+        memo.clear()
 
 
 def _lowered_ws_of(text: str) -> str:

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,20 +163,28 @@ def _file_offset(row: Sequence[Any]) -> FileOffset:
 
 def _packed(cur: duckdb.DuckDBPyConnection, tseqs: Sequence[int]) -> dict[int, bytes]:
     """The compressed JSON (``rows.pack_json``) of the traces stored as these tseqs, from
-    their pieces (one query per 1,000)."""
+    their pieces (one query per 1,000). The pieces are streamed out of DuckDB and put in
+    order here: sorted in SQL, every piece of the 1,000 traces was held inside DuckDB under
+    its memory limit, and a read whose pieces passed the limit failed ("Out of Memory")."""
     out: dict[int, bytes] = {}
     for i in range(0, len(tseqs), 1000):
         chunk = list(tseqs[i : i + 1000])
-        rows = cur.execute(
-            "SELECT tseq, data FROM trace_parts WHERE tseq IN (SELECT unnest(?::BIGINT[])) "
-            "ORDER BY tseq, part",
+        res = cur.execute(
+            "SELECT tseq, part, data FROM trace_parts WHERE tseq IN (SELECT unnest(?::BIGINT[]))",
             [chunk],
-        ).fetchall()
-        pieces: dict[int, list[bytes]] = {}
-        for tseq, data in rows:
-            pieces.setdefault(int(tseq), []).append(data)
-        out.update((t, b"".join(p)) for t, p in pieces.items())
+        )
+        pieces: dict[int, list[tuple[int, bytes]]] = {}
+        while rows := res.fetchmany(_STREAM_ROWS):
+            for tseq, part, data in rows:
+                pieces.setdefault(int(tseq), []).append((int(part), data))
+        for t, ps in pieces.items():
+            ps.sort(key=itemgetter(0))
+            out[t] = b"".join(data for _, data in ps)
     return out
+
+
+#: rows fetched at a time from a streamed result
+_STREAM_ROWS = 2048
 
 
 def _batch_blob(prep: RowTables, k: int) -> bytes:
