@@ -173,6 +173,43 @@ def _unchecked(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     return go.Figure({"data": data, "layout": lay}, _validate=False)
 
 
+#: characters in a line of a title or subtitle: plotly never wraps them, and a half-width
+#: chart at 1024 px holds about this many before its edge cuts the line
+LINE_CHARS = 40
+
+
+def _lines(parts: Sequence[str], sep: str = " · ", width: int = LINE_CHARS) -> str:
+    """``parts`` (escaped already) joined by ``sep`` in lines of at most ``width`` characters
+    where a part allows it, ``<br>`` between the lines."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(html.unescape(lines[-1] + sep + part)) <= width:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return "<br>".join(lines)
+
+
+def _top_title(title: str, subtitle: str) -> dict[str, Any]:
+    """A title held at the figure's top edge, its subtitle's lines growing downwards into the
+    top margin (a title placed by plotly sits in the middle of the margin, and a subtitle of
+    several lines then ran into the plot)."""
+    return {
+        "text": title,
+        "subtitle": {"text": subtitle},
+        "y": 1,
+        "yref": "container",
+        "yanchor": "top",
+        "pad": {"t": 12},
+    }
+
+
+def _legend_rows(entries: int, per_row: int = 2) -> int:
+    """Rows a horizontal legend of ``entries`` takes in the narrowest chart that shows it
+    (two entries a row at 300 px)."""
+    return -(-entries // per_row)
+
+
 def window_bar(
     trace: Trace, x_max: int | None = None, note: str | None = None, legend: bool = True
 ) -> go.Figure:
@@ -201,20 +238,29 @@ def window_bar(
         }
         for label, n, color in window_segments(trace)
     ]
-    subtitle = (
-        f"window {t.window:,} · available {t.available:,} · used {t.used:,} "
-        f"({_pct(t.used, t.available)}) · tokenizer {esc(t.tokenizer)}"
+    subtitle = _lines(
+        [
+            f"window {t.window:,}",
+            f"available {t.available:,}",
+            f"used {t.used:,} ({_pct(t.used, t.available)})",
+            f"tokenizer {esc(t.tokenizer)}",
+        ]
     )
     if note:
-        subtitle += "<br>" + esc(note)
+        subtitle += "<br>" + _lines(esc(note).split(" "), sep=" ")
+    lines = subtitle.count("<br>") + 1
+    rows = _legend_rows(len(data)) if legend else 0
     layout = {
         "barmode": "stack",
-        "title": {"text": title, "subtitle": {"text": subtitle}},
-        "height": 250 if note else 230,
-        "margin": {"l": 10, "r": 10, "t": 90 if note else 70, "b": 40},
+        "title": _top_title(title, subtitle),
+        # the bar keeps its 70 px whatever the title's and legend's lines take
+        "height": 150 + 17 * lines + 20 * rows,
+        "margin": {"l": 10, "r": 10, "t": 50 + 17 * lines, "b": 30 + 20 * rows},
         "yaxis": {"visible": False},
         "xaxis": {"range": [0, x_max or window_extent(trace)], "ticksuffix": " tok"},
-        "legend": {"orientation": "h", "y": -0.3, "traceorder": "normal"},
+        # under the tick labels (32 px under the 70 px bar), its top edge anchored: a legend
+        # anchored by its bottom grew upwards over the tick labels
+        "legend": {"orientation": "h", "y": -0.45, "yanchor": "top", "traceorder": "normal"},
         "showlegend": legend,
         **_LAYOUT,
     }
@@ -222,7 +268,9 @@ def window_bar(
 
 
 def partition_budgets(trace: Trace) -> go.Figure:
-    """Budget vs used per partition (partitions without a budget show used only)."""
+    """Budget vs used per partition (partitions without a budget show used only), one
+    horizontal bar a partition: the names read across, never turned or run together in a
+    half-width column."""
     title = "Partitions: budget vs used"
     if trace.result is None:
         return _empty(title, "This trace has no build result (captured input only).")
@@ -238,8 +286,9 @@ def partition_budgets(trace: Trace) -> go.Figure:
     if any(b is not None for b in budgets):
         fig.add_trace(
             go.Bar(
-                x=names,
-                y=[b if b is not None else 0 for b in budgets],
+                y=names,
+                x=[b if b is not None else 0 for b in budgets],
+                orientation="h",
                 name="budget",
                 marker={"color": "rgba(0,0,0,0)", "line": {"color": "#555", "width": 1.5}},
                 hovertext=[
@@ -251,8 +300,9 @@ def partition_budgets(trace: Trace) -> go.Figure:
         )
     fig.add_trace(
         go.Bar(
-            x=names,
-            y=used,
+            y=names,
+            x=used,
+            orientation="h",
             name="used",
             marker={"color": colors},
             hovertext=[
@@ -263,6 +313,7 @@ def partition_budgets(trace: Trace) -> go.Figure:
             hoverinfo="text",
             text=[f"{u:,}" for u in used],
             textposition="outside",
+            cliponaxis=False,
         )
     )
     caps = [b for b in budgets if b is not None]
@@ -276,13 +327,21 @@ def partition_budgets(trace: Trace) -> go.Figure:
         )
     else:
         note = f"the caps add up to {sum(caps):,} of the {avail:,} tokens available"
+    subtitle = _lines(esc(note).split(" "), sep=" ")
+    lines = subtitle.count("<br>") + 1
+    top = 50 + 17 * lines
+    rows = 28 * len(parts)
+    longest = max(map(used.__getitem__, range(len(used))), default=0)
+    reach = max([longest, *caps, 1])
     fig.update_layout(
         barmode="overlay",
-        title={"text": title, "subtitle": {"text": esc(note)}},
-        height=340,
-        margin={"l": 10, "r": 10, "t": 70, "b": 40},
-        yaxis={"title": "tokens"},
-        legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        title=_top_title(title, subtitle),
+        height=top + rows + 100,
+        margin={"l": 10, "r": 10, "t": top, "b": 100},
+        # room on the right for the longest bar's number
+        xaxis={"title": "tokens", "range": [0, reach * 1.2]},
+        yaxis={"autorange": "reversed", "automargin": True},
+        legend={"orientation": "h", "y": -72 / rows, "yanchor": "top"},
         **_LAYOUT,
     )
     return fig
@@ -498,15 +557,16 @@ def tokenizer_drift(rows: Sequence[Mapping[str, Any]], exact_name: str) -> go.Fi
 
     ``rows``: ``{"partition": str, "exact": int, "estimates": {name: int}}``.
     """
-    title = f"Estimated vs real tokenizer ({esc(exact_name)})"
+    title = "Estimated vs real tokens"
     if not rows:
         return _empty(title, "No partition text to count.")
     names = [esc(r["partition"]) for r in rows]
     fig = go.Figure()
     fig.add_trace(
         go.Bar(
-            x=names,
-            y=[r["exact"] for r in rows],
+            y=names,
+            x=[r["exact"] for r in rows],
+            orientation="h",
             name=esc(exact_name),
             marker={"color": "#333"},
             hovertext=[
@@ -528,21 +588,29 @@ def tokenizer_drift(rows: Sequence[Mapping[str, Any]], exact_name: str) -> go.Fi
             hover.append(f"{n}: {v:,} by {esc(est)} ({err} vs {esc(exact_name)})")
         fig.add_trace(
             go.Bar(
-                x=names,
-                y=vals,
+                y=names,
+                x=vals,
+                orientation="h",
                 name=esc(est),
                 marker={"color": palette[i % len(palette)]},
                 hovertext=hover,
                 hoverinfo="text",
             )
         )
+    # one horizontal group a partition (names read across in a half-width column); the
+    # exact count is the reference, each estimator's error against it in the hover
+    series = 1 + len(estimators)
+    rows_px = len(rows) * max(28, 9 * series + 10)
+    subtitle = f"each estimator against {esc(exact_name)}"
+    top = 50 + 17
     fig.update_layout(
         barmode="group",
-        title=title,
-        height=320,
-        margin={"l": 10, "r": 10, "t": 50, "b": 40},
-        yaxis={"title": "tokens"},
-        legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right"},
+        title=_top_title(title, subtitle),
+        height=top + rows_px + 100 + 20 * (_legend_rows(series) - 1),
+        margin={"l": 10, "r": 10, "t": top, "b": 100 + 20 * (_legend_rows(series) - 1)},
+        xaxis={"title": "tokens"},
+        yaxis={"autorange": "reversed", "automargin": True},
+        legend={"orientation": "h", "y": -72 / rows_px, "yanchor": "top"},
         **_LAYOUT,
     )
     return fig
@@ -558,6 +626,7 @@ def timeline_heatmap(
     title: str = "Packets across turns",
     group_by_kind: bool = False,
     legend: bool = True,
+    colors: Mapping[str, str] = STATUS_COLORS,
 ) -> go.Figure:
     """Packet id × turn, one cell per decision, coloured by status.
 
@@ -571,6 +640,8 @@ def timeline_heatmap(
     """
     if not rows:
         return _empty(title, "No decisions recorded for this session.")
+    order = tuple(colors)
+    code = {s: i for i, s in enumerate(order)}
     turns = sorted({int(r["turn"]) for r in rows})
     first_seen: dict[str, tuple[int, int]] = {}
     for i, r in enumerate(rows):
@@ -591,17 +662,17 @@ def timeline_heatmap(
         i, j = pidx[str(r["packet_id"])], tidx[int(r["turn"])]
         status = str(r["status"])
         # The centre of colour band k, so that the band edges never decide the colour.
-        z[i][j] = STATUS_CODE.get(status, len(STATUS_ORDER) - 1) + 0.5
+        z[i][j] = code.get(status, len(order) - 1) + 0.5
         hover[i][j] = (
             f"<b>{esc(r['packet_id'], 120)}</b><br>turn {r['turn']} · {esc(r.get('kind', ''))}"
             f"<br>{esc(status)} · {esc(r.get('reason', ''))} · {int(r.get('tokens_after') or 0):,}"
             " tokens"
         )
-    n = len(STATUS_ORDER)
+    n = len(order)
     scale: list[list[Any]] = []
-    for k, s in enumerate(STATUS_ORDER):
-        scale.append([k / n, STATUS_COLORS[s]])
-        scale.append([(k + 1) / n, STATUS_COLORS[s]])
+    for k, s in enumerate(order):
+        scale.append([k / n, colors[s]])
+        scale.append([(k + 1) / n, colors[s]])
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -621,7 +692,7 @@ def timeline_heatmap(
         )
     )
     if legend:
-        _add_status_legend(fig, STATUS_ORDER)
+        _add_status_legend(fig, order, colors)
     tall = len(packets) > _TALL_ROWS
     if tall:  # the turns again under the last rows, where a long chart is read
         fig.add_trace(
@@ -636,41 +707,49 @@ def timeline_heatmap(
             )
         )
     level, last_gap = 0, -99
+    # a label is ~65 px wide: in a half-width chart (~100-250 px of cells) that is up to half
+    # the columns, however many there are
+    near = max(5, len(turns) // 2)
     for j in range(1, len(turns)):
         if turns[j] != turns[j - 1] + 1:
             fig.add_vline(x=j - 0.5, line={"color": "#222", "width": 2, "dash": "dash"})
-            # gaps a few columns apart take turns on three lines, so their labels never overlap
-            level = (level + 1) % 3 if j - last_gap < 5 else 0
+            # gaps closer than a label's width take turns on three lines, so their labels
+            # never overlap
+            level = (level + 1) % 3 if j - last_gap < near else 0
             last_gap = j
             fig.add_annotation(
                 x=j - 0.5,
                 y=0,
                 yref="paper",
                 yanchor="top",
-                # near an edge the label reads inwards from the line instead of being cut
-                xanchor="right" if j > len(turns) - 3 else ("left" if j < 3 else "center"),
+                # the label reads inwards from its line, towards the wider side: centred, one
+                # near an edge of a narrow chart was cut
+                xanchor="right" if j > len(turns) / 2 else "left",
                 text=f"gap: {turns[j] - turns[j - 1] - 1} turn(s)",
                 showarrow=False,
                 font={"size": 10},
-                yshift=(-24 if tall else 0) - 13 * level,  # under the turn labels
+                yshift=(-24 if tall else 0) - 15 * level,  # under the turn labels
             )
-    # 22 px a row keeps ~190 labels apart; the legend goes on top, by the title
+    # 22 px a row keeps ~190 labels apart. The title goes to the very top (the "turn" axis
+    # title under it would otherwise run into a long session id at 1024 px) and the legend,
+    # where there is one, on lines of its own under it (beside the title, it wrapped over it
+    # in a half-width chart)
+    height = timeline_height(len(packets)) + (_TIMELINE_LEGEND if legend else 0)
     fig.update_layout(
-        # without the legend, the title goes to the very top: the "turn" axis title under it
-        # would otherwise run into a long session id at 1024 px
-        title=(
-            esc(title)
-            if legend
-            else {
-                "text": esc(title),
-                "y": 1,
-                "yref": "container",
-                "yanchor": "top",
-                "pad": {"t": 10},
-            }
-        ),
-        height=timeline_height(len(packets)),
-        margin={"l": 10, "r": 10, "t": 110 if legend else 95, "b": 90 if tall else 60},
+        title={
+            "text": esc(title),
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 10},
+        },
+        height=height,
+        margin={
+            "l": 10,
+            "r": 10,
+            "t": 95 + (_TIMELINE_LEGEND if legend else 0),
+            "b": 90 if tall else 60,
+        },
         # exact ranges: one column a turn, one row a packet, no padding after the last
         xaxis={
             "title": "turn",
@@ -686,9 +765,9 @@ def timeline_heatmap(
         },
         legend={
             "orientation": "h",
-            "x": 1,
-            "xanchor": "right",
-            "y": 1,
+            "x": 0,
+            "xanchor": "left",
+            "y": 1 - 36 / height,
             "yanchor": "top",
             "yref": "container",
         },
@@ -708,8 +787,48 @@ def timeline_heatmap(
     return fig
 
 
+#: ``timeline_diff``'s cells: a status after the change where it differs from before, pale
+#: where it is the same, "not a candidate" where a packet is one on the before side only
+UNCHANGED = "unchanged"
+GONE = "not a candidate"
+DIFF_COLORS: dict[str, str] = {**STATUS_COLORS, UNCHANGED: "#e8e8e8", GONE: "#4d4d4d"}
+
+
+def timeline_diff(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    title: str = "What changed: each packet's status after, where it differs from before",
+) -> go.Figure:
+    """Both sides of a replay in one grid (rows as ``timeline_heatmap`` reads them): a cell
+    whose status changed takes the colour of its status after, one that stayed the same is
+    pale, and the hover says before -> after. What a settings change did across a session
+    reads at a glance, at any width (two grids side by side leave a half-width column
+    each)."""
+    old = {(int(r["turn"]), str(r["packet_id"])): r for r in before}
+    new = {(int(r["turn"]), str(r["packet_id"])): r for r in after}
+    rows: list[dict[str, Any]] = []
+    for key, r in new.items():
+        was = old.get(key)
+        was_status = str(was["status"]) if was is not None else "not a candidate"
+        rows.append(
+            {
+                **r,
+                "status": UNCHANGED if was_status == str(r["status"]) else str(r["status"]),
+                "reason": f"{was_status} → {r['status']} · {r.get('reason', '')}",
+            }
+        )
+    rows += [
+        {**r, "status": GONE, "reason": f"{r['status']} → not a candidate"}
+        for key, r in old.items()
+        if key not in new
+    ]
+    return timeline_heatmap(rows, title, colors=DIFF_COLORS)
+
+
 #: a timeline with more rows than this also labels the turns under its last row
 _TALL_ROWS = 25
+#: pixels ``timeline_heatmap`` adds on top for its legend (three lines at ~280 px)
+_TIMELINE_LEGEND = 60
 
 
 def timeline_height(rows: int) -> int:
@@ -717,7 +836,9 @@ def timeline_height(rows: int) -> int:
     return max(300, min(4400, 22 * rows + 170))
 
 
-def _add_status_legend(fig: go.Figure, statuses: Sequence[str]) -> None:
+def _add_status_legend(
+    fig: go.Figure, statuses: Sequence[str], colors: Mapping[str, str] = STATUS_COLORS
+) -> None:
     for s in statuses:  # a legend made of invisible markers
         fig.add_trace(
             go.Scatter(
@@ -725,7 +846,7 @@ def _add_status_legend(fig: go.Figure, statuses: Sequence[str]) -> None:
                 y=[None],
                 mode="markers",
                 name=s,
-                marker={"color": STATUS_COLORS[s], "size": 10, "symbol": "square"},
+                marker={"color": colors[s], "size": 10, "symbol": "square"},
             )
         )
 

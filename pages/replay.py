@@ -226,19 +226,41 @@ def render() -> None:
             key="rp_errors",
         )
 
-    h1, h2 = st.columns(2)
-    for col, label, attr in ((h1, "Before", "before_id"), (h2, "After", "after_id")):
-        side = report.before if attr == "before_id" else report.after
+    draw = st.radio(
+        "Timeline",
+        ["difference", "side by side"],
+        horizontal=True,
+        key="rp_draw",
+        help="difference: one grid, each cell coloured by its status after where it changed "
+        "and pale where it did not (hover: before → after). side by side: both timelines, "
+        "each half as wide.",
+    )
+    rows = {
+        attr: (lambda attr=attr: _status_rows(_side(report, recorded, attr)))
+        for attr in ("before_id", "after_id")
+    }
+    # drawn once per (session, settings of both sides, store version): a knob moved back to
+    # a value seen before redraws from the cache
+    version = state.latest_change()
+    if draw == "difference":
+        fig = state.derived(
+            "replay_diff",
+            sid,
+            f"{report.before}|{report.after}|{version}",
+            lambda: figures.timeline_diff(rows["before_id"](), rows["after_id"]()),
+        )
+        st.plotly_chart(fig, key="rp_heat_diff")
+    else:
+        h1, h2 = st.columns(2)
+        for col, label, attr in ((h1, "Before", "before_id"), (h2, "After", "after_id")):
+            side = report.before if attr == "before_id" else report.after
 
-        def heatmap(attr: str = attr, label: str = label) -> go.Figure:
-            rows = _status_rows(_side(report, recorded, attr))
-            return figures.timeline_heatmap(rows, f"{label}: packets across the turns")
+            def heatmap(attr: str = attr, label: str = label) -> go.Figure:
+                return figures.timeline_heatmap(rows[attr](), f"{label}: packets across the turns")
 
-        # drawn once per (session, side's settings, store version): a knob moved back to a
-        # value seen before redraws from the cache
-        fig = state.derived("replay_heatmap", sid, f"{side}|{state.latest_change()}", heatmap)
-        with col:
-            st.plotly_chart(fig, key=f"rp_heat_{attr}")
+            fig = state.derived("replay_heatmap", sid, f"{side}|{version}", heatmap)
+            with col:
+                st.plotly_chart(fig, key=f"rp_heat_{attr}")
     st.markdown("**Tokens used per turn**")
     bars = pd.DataFrame(
         {

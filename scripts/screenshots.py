@@ -48,6 +48,7 @@ PAGES = {
     "playground": "playground?trace={t}",
     "compare": "compare?a={t}",
     "sweep": "sweep?trace={t}",
+    "replay": "replay?session={s}",
     "share": "share?trace={t}",
 }
 

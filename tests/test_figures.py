@@ -165,10 +165,13 @@ def test_partition_budgets_marks_overspent_partition(trace: Trace) -> None:
     fig = figures.partition_budgets(trace)
     used = next(b for b in fig.data if b.name == "used")
     budget = next(b for b in fig.data if b.name == "budget")
-    i = list(used.x).index("[Evidence]")
-    assert used.y[i] == 900 and budget.y[i] == 1000
+    # one horizontal bar a partition, first on top: names read across in a narrow column
+    assert used.orientation == budget.orientation == "h"
+    assert fig.layout.yaxis.autorange == "reversed"
+    i = list(used.y).index("[Evidence]")
+    assert used.x[i] == 900 and budget.x[i] == 1000
     assert used.marker.color[i] != figures.OVER_COLOR
-    j = list(used.x).index("[Task]")
+    j = list(used.y).index("[Task]")
     assert "no budget of its own" in budget.hovertext[j]
 
 
@@ -290,7 +293,8 @@ def test_tokenizer_drift_reports_relative_error() -> None:
         [{"partition": "[Task]", "exact": 100, "estimates": {"len/4": 123}}], "cl100k_base"
     )
     est = next(b for b in fig.data if b.name == "len/4")
-    assert est.y[0] == 123 and "+23%" in est.hovertext[0]
+    assert est.orientation == "h" and list(est.y) == ["[Task]"]
+    assert est.x[0] == 123 and "+23%" in est.hovertext[0]
 
 
 def test_result_less_trace_gives_a_message(trace: Trace) -> None:
@@ -327,8 +331,11 @@ def test_timeline_marks_gaps_and_groups_rows_by_kind() -> None:
     gaps = [a.text for a in fig.layout.annotations]
     assert gaps == ["gap: 20 turn(s)"], gaps
     assert len(fig.layout.shapes) == 1 and fig.layout.shapes[0].x0 == 0.5
-    # the legend sits at the top, where a tall chart opens
-    assert fig.layout.legend.yanchor == "top" and fig.layout.legend.y == 1
+    # the legend sits at the top, where a tall chart opens, on lines of its own under the
+    # title (which holds the very top)
+    legend, title = fig.layout.legend, fig.layout.title
+    assert legend.yref == title.yref == "container" and legend.yanchor == title.yanchor == "top"
+    assert title.y == 1 and 0.8 < legend.y < 1
     grouped = figures.timeline_heatmap(rows, group_by_kind=True)
     assert list(grouped.data[0].y) == ["history · msg-1", "tool · tool:a", "tool · tool:b"]
     # consecutive turns: no gap drawn
@@ -360,3 +367,30 @@ def test_window_bars_share_a_scale_and_partition_caps_say_when_they_overlap(
         assert "they overlap" in text
     else:
         assert f"add up to {sum(caps):,}" in text
+
+
+def test_timeline_diff_colours_what_changed_and_pales_what_did_not() -> None:
+    before = [_row(1, "a", "tool"), _row(1, "b", "tool"), _row(2, "a", "tool"), _row(2, "c", "x")]
+    after = [
+        _row(1, "a", "tool"),
+        {**_row(1, "b", "tool"), "status": "dropped"},
+        _row(2, "a", "tool"),
+        _row(2, "d", "x"),
+    ]
+    fig = figures.timeline_diff(before, after)
+    grid = fig.data[0]
+    order = list(figures.DIFF_COLORS)
+
+    def cell(turn: int, pid: str) -> tuple[float | None, str]:
+        i, j = list(grid.y).index(pid), list(grid.x).index(str(turn))
+        return grid.z[i][j], grid.hovertext[i][j]
+
+    assert cell(1, "a")[0] == order.index(figures.UNCHANGED) + 0.5
+    z, hover = cell(1, "b")
+    assert z == order.index("dropped") + 0.5 and "kept → dropped" in hover
+    z, hover = cell(2, "d")  # a candidate after only
+    assert z == order.index("kept") + 0.5 and "not a candidate → kept" in hover
+    z, hover = cell(2, "c")  # a candidate before only
+    assert z == order.index(figures.GONE) + 0.5 and "kept → not a candidate" in hover
+    assert cell(1, "c")[0] is None  # not a candidate on either side: blank
+    assert [d.name for d in fig.data[1:]] == order  # the legend names every colour

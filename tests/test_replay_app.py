@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from test_replay import HELLO, load
 
+from ctxcore import figures
 from ctxcore.models import Trace
 from ctxcore.replay import variant_id
 from ctxcore.store import TraceStore
@@ -51,6 +52,12 @@ def test_recorded_settings_change_nothing(db: Path, hello: list[Trace]) -> None:
     assert at.title[0].value == "Replay"
     assert metric(at, "turns changed") == f"0 of {len(hello)}"
     assert metric(at, "turns losing must-keep / error evidence") == "0"
+    # one grid of both sides by default: every cell the same before and after
+    (diff,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    cells = {v for row in diff["data"][0]["z"] for v in row if v is not None}
+    assert cells == {list(figures.DIFF_COLORS).index(figures.UNCHANGED) + 0.5}
+    at.radio(key="rp_draw").set_value("side by side").run()
+    assert not at.exception, [e.value for e in at.exception]
     heatmaps = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(heatmaps) == 2
     assert heatmaps[0]["data"][0]["z"] == heatmaps[1]["data"][0]["z"]
@@ -68,6 +75,14 @@ def test_a_smaller_budget_shows_the_turns_that_changed_and_opens_compare(
     row = frame[frame["turn"] == 11].iloc[0]
     assert "tool:call_7" in row["lost"]
     assert int(row["Δ tokens"]) < 0
+    # the difference grid colours that cell by its status after and says before -> after
+    (diff,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    grid = diff["data"][0]
+    i, j = grid["y"].index("tool:call_7"), grid["x"].index("11")
+    after = grid["hovertext"][i][j]
+    assert "kept → " in after, after
+    status = after.split("kept → ")[1].split(" ·")[0]
+    assert status != "kept" and grid["z"][i][j] == list(figures.DIFF_COLORS).index(status) + 0.5
     at.selectbox(key="rp_turn").set_value(11).run()
     at.button(key="rp_open").click().run()
     assert not at.exception, [e.value for e in at.exception]

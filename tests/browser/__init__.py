@@ -605,3 +605,63 @@ def cut_metrics(page: Any) -> list[str]:
     """The metrics on the page whose label or value is cut ("3,…", "summari…")."""
     found: list[str] = page.evaluate(_CUT_METRICS_JS)
     return found
+
+
+#: the text of every plotly chart on the page that a reader cannot read whole: a label cut by
+#: the chart's edge, or two labels (tick labels, legend entries or the legend's box, titles,
+#: annotations) drawn over each other, by their bounding boxes (an overlap of more than 15 %
+#: of the smaller box; a legend's own entries and box go together)
+_LABEL_CLASHES_JS = r"""
+() => {
+  const out = [];
+  const inter = (a, b) =>
+    Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left)) *
+    Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+  const legendish = g => g === 'legend entry' || g === 'legend box';
+  document.querySelectorAll('.js-plotly-plot').forEach((plot, k) => {
+    const svg = plot.querySelector('svg.main-svg');
+    if (!svg) return;
+    const name = ((plot.querySelector('.gtitle') || {}).textContent || `chart ${k + 1}`).trim();
+    const edge = svg.getBoundingClientRect();
+    const groups = {
+      'x tick': '.xtick text, .x2tick text',
+      'y tick': '.ytick text, .y2tick text',
+      'legend entry': '.legendtext',
+      'legend box': '.legend > .bg',
+      'title': '.gtitle, .g-gtitle text, .g-xtitle text, .g-ytitle text, .g-x2title text',
+      'annotation': '.annotation-text',
+    };
+    const items = [];
+    for (const [g, sel] of Object.entries(groups)) {
+      plot.querySelectorAll(sel).forEach(el => {
+        const r = el.getBoundingClientRect();
+        if (r.width >= 1 && r.height >= 1)
+          items.push({g, r, t: el.textContent.trim().slice(0, 40)});
+      });
+    }
+    for (const it of items) {
+      const r = it.r;
+      if (r.left < edge.left - 1 || r.right > edge.right + 1 ||
+          r.top < edge.top - 1 || r.bottom > edge.bottom + 1)
+        out.push(`${name}: ${it.g} '${it.t}' is cut by the chart's edge`);
+    }
+    for (let i = 0; i < items.length; i++) {
+      for (let j = i + 1; j < items.length; j++) {
+        const a = items[i], b = items[j];
+        if (legendish(a.g) && legendish(b.g)) continue;
+        const small = Math.min(a.r.width * a.r.height, b.r.width * b.r.height);
+        if (inter(a.r, b.r) > 0.15 * small)
+          out.push(`${name}: ${a.g} '${a.t}' overlaps ${b.g} '${b.t}'`);
+      }
+    }
+  });
+  return out;
+}
+"""
+
+
+def label_clashes(page: Any) -> list[str]:
+    """Chart labels on the page that are cut or drawn over each other ("Context window: x
+    tick '1000 tok' overlaps legend box ''"), measured by their bounding boxes."""
+    found: list[str] = page.evaluate(_LABEL_CLASHES_JS)
+    return found

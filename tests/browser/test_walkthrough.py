@@ -26,6 +26,7 @@ FLIPPED = re.compile(r"Flipped \((\d+)\)")
         ("playground", "Playground"),
         ("compare", "Compare"),
         ("sweep", "Sweep"),
+        ("replay", "Replay"),
         ("share", "Share / Import"),
     ],
 )
@@ -107,3 +108,61 @@ def test_no_metric_is_cut_at_both_sizes(chromium, app_server, width, height) -> 
             screenshot(page, f"layout-{path}-{width}x{height}")
     finally:
         page.context.close()
+
+
+def _walkthrough_trace() -> str:
+    """The id of the walk-through's turn 15, read from the demo file (the app holds the
+    store)."""
+    from pathlib import Path
+
+    from ctxcore.loading import parse_json, trace_from_obj
+
+    path = Path(__file__).resolve().parents[2] / "traces" / "demo" / f"{SESSION}.jsonl"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            t = trace_from_obj(parse_json(line, str(path)), str(path))
+            if t.turn == 15:
+                return t.trace_id
+    raise AssertionError(f"{path}: no turn 15")
+
+
+@pytest.mark.parametrize(("width", "height"), [(1024, 768), (1440, 900)])
+def test_no_chart_label_is_cut_or_drawn_over_another_at_both_sizes(
+    chromium, app_server, width, height
+) -> None:
+    """Every chart of every page, on the walk-through's trace and session: tick labels,
+    legends, titles and notes are inside the chart and clear of each other, measured by
+    their bounding boxes in the browser (the window bar's legend once covered its tick
+    labels, the partition names ran together at 1024 px, a long title ran off the chart)."""
+    from . import label_clashes, new_page
+
+    trace = _walkthrough_trace()
+    s = quote(SESSION)
+    pages = [
+        "traces",
+        "traces?view=findings",
+        f"inspect?trace={trace}",
+        f"timeline?session={s}",
+        f"playground?trace={trace}",
+        f"compare?a={trace}",
+        f"sweep?trace={trace}",
+        f"replay?session={s}",
+        f"share?trace={trace}",
+    ]
+    page = new_page(chromium, width=width, height=height)
+    found: list[str] = []
+    try:
+        for path in pages:
+            goto(page, f"{app_server.url}/{path}")
+            assert exceptions_text(page) == [], path
+            if path.startswith(("inspect", "timeline", "playground", "compare", "replay")):
+                assert page.locator(".js-plotly-plot").count(), f"/{path}: no chart drawn"
+            found += [f"/{path}: {c}" for c in label_clashes(page)]
+            if path.startswith("replay"):
+                side = page.get_by_text("side by side", exact=True)
+                rerun_and_settle(page, side.click)
+                assert page.locator(".js-plotly-plot").count() == 2  # before, after
+                found += [f"/{path} side by side: {c}" for c in label_clashes(page)]
+    finally:
+        page.context.close()
+    assert found == [], "\n".join(found)
