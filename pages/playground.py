@@ -67,12 +67,14 @@ RECORDED = "recorded build"
 PREVIOUS = "previous run"
 #: widths in pixels for every column (as ``widgets.DECISION_CONFIG``: unsized columns are measured
 #: cell by cell in the browser at every knob move)
+#: the flipped table's row height: three lines of a reason
+FLIP_ROW_PX = 68
 FLIP_CONFIG = {
-    "packet_id": st.column_config.TextColumn("packet id", width=150),
-    "status_before": st.column_config.TextColumn("before", width=80),
-    "status_now": st.column_config.TextColumn("now", width=80),
-    "reason_before": st.column_config.TextColumn("reason before", width=280),
-    "reason_now": st.column_config.TextColumn("reason now", width=280),
+    "packet_id": st.column_config.TextColumn("packet id", width=104),
+    "status_before": st.column_config.TextColumn("before", width=72),
+    "status_now": st.column_config.TextColumn("now", width=72),
+    "reason_before": st.column_config.TextColumn("reason before", width=155),
+    "reason_now": st.column_config.TextColumn("reason now", width=155),
     "change": st.column_config.TextColumn("change", width=110),
     "kind": st.column_config.TextColumn("kind", width=80),
     "tokens_before": st.column_config.TextColumn("tokens_before", width=90),
@@ -108,6 +110,23 @@ def _baseline(t: Trace, cfg: Config, mode: str) -> tuple[Config, BuildResult | N
 SUMMARY = "pg_summary"
 BODY = "pg_body"
 MOVED = [SUMMARY, BODY]
+#: below 1,200 px of window (a 1024-px screen, the sidebar open), a settings column beside the
+#: result left the result ~370 px: its tables showed three columns. There the settings go
+#: above the result, in rows of three knobs, and the result takes the page's width. Our own
+#: fixed CSS (no trace text), on the keyed containers ``pg_layout`` and ``pg_settings``.
+NARROW_CSS = """<style>
+@media (max-width: 1199px) {
+  .st-key-pg_layout > div > [data-testid="stHorizontalBlock"] { flex-direction: column; }
+  .st-key-pg_layout > div > [data-testid="stHorizontalBlock"] > [data-testid="stColumn"] {
+    width: 100% !important; flex: 1 1 auto !important; min-width: 100% !important;
+  }
+  .st-key-pg_settings {
+    display: grid !important; grid-template-columns: repeat(3, minmax(0, 1fr));
+    column-gap: 1.5rem;
+  }
+  .st-key-pg_settings > div:first-child { grid-column: 1 / -1; }
+}
+</style>"""
 SECTIONS = ["Decisions", "Prompt", "Prompt diff", "Scores", "Permalink & save"]
 
 
@@ -118,9 +137,11 @@ def render() -> None:
         return
     _ensure_loaded(t)
     widgets.trace_caption(t)
-    # wide enough for "hello-agents-book" and "cl100k_base" at 1024 px
-    left, right = st.columns([1.4, 3], gap="medium")
-    with left:
+    # wide enough for "hello-agents-book" and "cl100k_base" at 1024 px; under NARROW_CSS's
+    # width the settings go above the result, three knobs a row
+    st.html(NARROW_CSS)
+    left, right = st.container(key="pg_layout").columns([1.4, 3], gap="medium")
+    with left.container(key="pg_settings"):
         st.subheader("Settings")
         with state.guard():
             # A value knob reruns only the MOVED fragments; a knob that changes the panel
@@ -255,6 +276,9 @@ def _draw_summary(t: Trace, run: _Run) -> None:
             hide_index=True,
             key="pg_flipped",
             column_config=FLIP_CONFIG,
+            # rows past 4rem wrap their text: both reasons whole, side by side, in the
+            # ~570 px a 1024-px screen leaves the result
+            row_height=FLIP_ROW_PX,
         )
     # The flip count goes under the bar, not into the figure: Streamlit redraws a plotly
     # chart from scratch whenever its figure changes, and most moves (a filter, a weight)

@@ -25,6 +25,9 @@ def test_worked_case_then_a_turn_opens_in_compare(tab, browser_data) -> None:
     page = tab.page
     goto(page, f"{tab.url}/replay?session={HELLO}")
     assert exceptions_text(page) == []
+    # one grid of both sides by default, the two timelines side by side on request
+    assert page.locator('[data-testid="stPlotlyChart"]').count() == 1, "no difference grid"
+    rerun_and_settle(page, page.get_by_text("side by side", exact=True).click)
     assert page.locator('[data-testid="stPlotlyChart"]').count() == 2, "no before/after timelines"
     rerun_and_settle(page, page.get_by_role("button", name=re.compile("^Worked case")).click)
     assert exceptions_text(page) == []

@@ -166,3 +166,42 @@ def test_no_chart_label_is_cut_or_drawn_over_another_at_both_sizes(
     finally:
         page.context.close()
     assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize(("width", "height"), [(1024, 768), (1440, 900)])
+def test_the_playground_result_has_room_for_both_reasons_at_both_sizes(
+    chromium, app_server, width, height
+) -> None:
+    """At 1024 px the settings go above the result, three knobs a row, and the result takes
+    the page's width; at 1440 they stay beside it. Either way the flipped table shows the
+    reason before and the reason now whole, side by side, without scrolling sideways."""
+    from . import new_page
+
+    page = new_page(chromium, width=width, height=height)
+    try:
+        goto(page, f"{app_server.url}/playground?trace={_walkthrough_trace()}&min_relevance=0.2")
+        assert exceptions_text(page) == []
+        settings = page.locator(".st-key-pg_settings").bounding_box()
+        heading = page.get_by_role("heading", name=FLIPPED).bounding_box()
+        assert settings and heading
+        if width < 1200:
+            assert settings["y"] + settings["height"] <= heading["y"], "settings beside result"
+            boxes = [
+                page.locator('[data-testid="stSelectbox"]').filter(has_text=n).bounding_box()
+                for n in ("Preset", "Tokenizer")
+            ]
+            assert boxes[0] and boxes[1], boxes
+            assert boxes[0]["y"] == boxes[1]["y"] and boxes[0]["x"] < boxes[1]["x"], boxes
+        else:
+            assert settings["x"] + settings["width"] <= heading["x"], "settings above result"
+        # the grid draws on a canvas: the table's width against its first five columns'
+        # (packet id, before, now, reason before, reason now)
+        from pages.playground import FLIP_CONFIG
+
+        first = ("packet_id", "status_before", "status_now", "reason_before", "reason_now")
+        need = sum(FLIP_CONFIG[c]["width"] for c in first)
+        table = page.locator('[data-testid="stDataFrame"]').first.bounding_box()
+        assert table is not None and table["width"] >= need, (table, need)
+        screenshot(page, f"playground-flipped-{width}x{height}")
+    finally:
+        page.context.close()
