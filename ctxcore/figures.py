@@ -438,22 +438,95 @@ def strongest_signal(d: Decision) -> str | None:
     return None
 
 
-def score_scatter(trace: Trace) -> go.Figure:
+#: ``score_scatter``'s axes: the signals' own values, or each packet's rank by them
+AXES = ("values", "ranks")
+#: share of scored packets that sit on another's spot (to ``_SPOT`` decimals) past which
+#: ``score_axes`` picks ranks: a 187-packet turn had all but 12 at relevance 0 with recency
+#: 0 or 1, and its summarized and dropped packets hid under each other
+CROWDED = 0.25
+_SPOT = 2
+
+
+def _scored(trace: Trace) -> list[Decision]:
+    if trace.result is None:
+        return []
+    return [d for d in trace.result.decisions if d.relevance is not None and d.recency is not None]
+
+
+def crowding(trace: Trace) -> float:
+    """The share of scored packets that share their (relevance, recency) spot, rounded to
+    two decimals, with another packet."""
+    spots: dict[tuple[float, float], int] = {}
+    scored = _scored(trace)
+    for d in scored:
+        key = (round(d.relevance or 0.0, _SPOT), round(d.recency or 0.0, _SPOT))
+        spots[key] = spots.get(key, 0) + 1
+    shared = sum(n for n in spots.values() if n > 1)
+    return shared / len(scored) if scored else 0.0
+
+
+def score_axes(trace: Trace) -> str:
+    """The axes ``score_scatter`` reads best with for this build: ``ranks`` when more than
+    ``CROWDED`` of its packets pile up on shared spots, else ``values``."""
+    return "ranks" if crowding(trace) > CROWDED else "values"
+
+
+def _ranks(values: Sequence[float], ties: Sequence[float]) -> list[float]:
+    """Each value's rank among ``values``, 0 (lowest) to 1 (highest); equal values ordered by
+    ``ties`` (the score), then by position, so no two packets share a rank."""
+    order = sorted(range(len(values)), key=lambda i: (values[i], ties[i], i))
+    top = max(1, len(values) - 1)
+    out = [0.0] * len(values)
+    for r, i in enumerate(order):
+        out[i] = r / top
+    return out
+
+
+def _jitter(key: int, scale: float) -> float:
+    """A fixed offset in [-scale, scale] for the ``key``-th point (the same on every draw)."""
+    return scale * (((key * 2654435761) % 1000) / 500.0 - 1.0)
+
+
+def score_scatter(trace: Trace, axes: str = "values") -> go.Figure:
     """Relevance × recency per packet; size = tokens, colour = status, marker = the
     strongest signal that fired for it (ctxscope preset).
 
-    Shows the ``min_relevance`` threshold as a vertical line and the score cut-off (the
-    lowest score the fill still let in) as the iso-score line when the score is a plain
-    weighted sum of the two axes.
+    ``axes="values"`` plots the signals' values, packets on the very same spot spread by a
+    small fixed jitter, with the ``min_relevance`` threshold as a vertical line and the score
+    cut-off (the lowest score the fill still let in) as the iso-score line when the score is
+    a plain weighted sum of the two axes. ``axes="ranks"`` plots each packet's rank by
+    relevance against its rank by recency (ties ordered by score): every packet gets a place
+    of its own however many share a value (``score_axes`` picks it for crowded builds); the
+    threshold is then where the ranks cross it, and the hover keeps the real values.
     """
     title = "Packet scores"
     if trace.result is None:
         return _empty(title, "This trace has no build result (captured input only).")
+    if axes not in AXES:
+        raise ValueError(f"axes must be one of {AXES}, not {axes!r}")
     decisions = trace.result.decisions
-    scored = [d for d in decisions if d.relevance is not None and d.recency is not None]
+    scored = _scored(trace)
     if not scored:
         return _empty(title, "No packet in this build has both a relevance and a recency.")
+    ranked = axes == "ranks"
+    rel = [float(d.relevance or 0.0) for d in scored]
+    rec = [float(d.recency or 0.0) for d in scored]
+    if ranked:
+        scores = [float(d.score or 0.0) for d in scored]
+        xs, ys = _ranks(rel, scores), _ranks(rec, scores)
+    else:
+        seen: dict[tuple[float, float], int] = {}
+        xs, ys = [], []
+        for k, (x, y) in enumerate(zip(rel, rec, strict=True)):
+            n = seen.get((x, y), 0)
+            seen[(x, y)] = n + 1
+            # the first packet on a spot stays on it; the others spread around it
+            xs.append(x + (_jitter(k, 0.02) if n else 0.0))
+            ys.append(y + (_jitter(k + 7, 0.02) if n else 0.0))
+    where = {id(d): (x, y) for d, x, y in zip(scored, xs, ys, strict=True)}
     biggest = max(d.tokens_before for d in scored)
+    # many markers: smaller, so the ones under them still show
+    size_scale = 1.0 if len(scored) <= 100 else 0.6
     fig = go.Figure()
     index = {id(d): i for i, d in enumerate(decisions)}
     for status in STATUS_ORDER:
@@ -462,12 +535,12 @@ def score_scatter(trace: Trace) -> go.Figure:
             continue
         fig.add_trace(
             go.Scatter(
-                x=[d.relevance for d in group],
-                y=[d.recency for d in group],
+                x=[where[id(d)][0] for d in group],
+                y=[where[id(d)][1] for d in group],
                 mode="markers",
                 name=f"{status} ({len(group)})",
                 marker={
-                    "size": [_marker_size(d.tokens_before, biggest) for d in group],
+                    "size": [size_scale * _marker_size(d.tokens_before, biggest) for d in group],
                     "symbol": [
                         SIGNAL_SYMBOLS.get(strongest_signal(d) or "", "circle") for d in group
                     ],
@@ -496,22 +569,29 @@ def score_scatter(trace: Trace) -> go.Figure:
             )
     min_rel = trace.config.min_relevance
     if min_rel is not None:
-        fig.add_vline(
-            x=min_rel,
-            line={"color": "#555", "dash": "dash", "width": 1.5},
-            annotation_text=f"min_relevance {min_rel:g}",
-            annotation_position="top left",
-        )
+        # in ranks: between the last packet below the threshold and the first at or above it
+        below = sum(1 for v in rel if v < min_rel)
+        line_x = (below - 0.5) / max(1, len(rel) - 1) if ranked else min_rel
+        if not ranked or 0 < below < len(rel):
+            fig.add_vline(
+                x=line_x,
+                line={"color": "#555", "dash": "dash", "width": 1.5},
+                annotation_text=f"min_relevance {min_rel:g}",
+                # the label reads away from the nearer edge (at 0.05 it was cut on the left)
+                annotation_position="top right" if line_x < 0.5 else "top left",
+            )
     cutoff = score_cutoff(decisions)
     weights = score_weights(trace)
     cut_note = ""
     if cutoff is not None:
         cut_note = f"score cut-off {cutoff:.3f}"
-        if weights is not None and weights[1] > 0 and _is_linear(decisions, *weights):
+        if ranked:
+            cut_note += " (no line on rank axes)"
+        elif weights is not None and weights[1] > 0 and _is_linear(decisions, *weights):
             w_rel, w_rec = weights
-            xs = [i / 50 for i in range(51)]
-            ys = [(cutoff - w_rel * x) / w_rec for x in xs]
-            pts = [(x, y) for x, y in zip(xs, ys, strict=True) if -0.05 <= y <= 1.05]
+            lx = [i / 50 for i in range(51)]
+            ly = [(cutoff - w_rel * x) / w_rec for x in lx]
+            pts = [(x, y) for x, y in zip(lx, ly, strict=True) if -0.05 <= y <= 1.05]
             if pts:
                 fig.add_trace(
                     go.Scatter(
@@ -530,19 +610,26 @@ def score_scatter(trace: Trace) -> go.Figure:
         else:
             cut_note += " (score is not a plain weighted sum here; line not drawn)"
     hidden = len(decisions) - len(scored)
-    sub = [f"{len(scored)} scored packets; size = tokens"]
+    sub = [f"{len(scored)} scored packets", "size = tokens"]
     if fired:
         sub.append("marker = strongest signal")
+    if ranked:
+        sub.append("axes: ranks (ties by score), hover for the values")
+    elif any(n > 1 for n in seen.values()):
+        sub.append(f"{sum(n - 1 for n in seen.values() if n > 1)} on a shared spot, jittered")
     if hidden:
         sub.append(f"{hidden} without relevance/recency not shown")
     if cut_note:
         sub.append(cut_note)
+    subtitle = _lines(sub, width=2 * LINE_CHARS)
+    lines = subtitle.count("<br>") + 1
+    label = "rank by {}" if ranked else "{}"
     fig.update_layout(
-        title={"text": title, "subtitle": {"text": " · ".join(sub)}},
-        height=460,
-        margin={"l": 10, "r": 10, "t": 70, "b": 40},
-        xaxis={"title": "relevance", "range": [-0.05, 1.05]},
-        yaxis={"title": "recency", "range": [-0.05, 1.1]},
+        title=_top_title(title, subtitle),
+        height=440 + 17 * lines,
+        margin={"l": 10, "r": 10, "t": 55 + 17 * lines, "b": 40},
+        xaxis={"title": label.format("relevance"), "range": [-0.05, 1.05]},
+        yaxis={"title": label.format("recency"), "range": [-0.05, 1.1]},
         legend={"title": "status"},
         **_LAYOUT,
     )

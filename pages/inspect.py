@@ -23,7 +23,6 @@ class _Figures:
 
     window: go.Figure
     budgets: go.Figure
-    scatter: go.Figure
     drift: go.Figure
     frame: pd.DataFrame
 
@@ -37,7 +36,6 @@ def _figs(t: Trace) -> _Figures:
         return _Figures(
             window=figures.window_bar(t),
             budgets=figures.partition_budgets(t),
-            scatter=figures.score_scatter(t),
             drift=figures.tokenizer_drift(
                 views.partition_token_rows(result.prompt, tok),
                 tok if tok in ("cl100k_base", "o200k_base") else "cl100k_base",
@@ -148,7 +146,7 @@ def render() -> None:
             widgets.decisions_table(figs.frame, "in")
         elif part == "Scores":
             # thousands of hoverable markers: drawn when asked for, not on every open
-            st.plotly_chart(figs.scatter, key="in_scatter")
+            widgets.score_chart(t, "in", cache=t.trace_id)
             _signals(t)
         elif part == "Prompt":
             widgets.prompt_view(t.result.prompt, "in")

@@ -349,7 +349,7 @@ def _draw_body(t: Trace, run: _Run, part: str) -> None:
         st.code(diff or "(the prompts are identical)", language="diff", height=520)
     elif part == "Scores":
         variant = t.model_copy(update={"config": run.cfg, "result": result})
-        st.plotly_chart(figures.score_scatter(variant), key="pg_scatter")
+        widgets.score_chart(variant, "pg")
     else:
         st.caption("Permalink: opens this trace with exactly these settings.")
         page_url = (st.context.url or "").split("?")[0]

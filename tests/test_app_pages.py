@@ -373,3 +373,34 @@ def test_a_file_ingest_cannot_read_is_named_on_traces_and_share(db: Path, tmp_pa
         assert not at.exception
         assert any("could not be read" in w.value for w in at.warning), page
         assert any(str(bad) in t.value for t in at.text), page
+
+
+def test_inspect_opens_a_crowded_builds_scores_on_ranks_and_switches_to_values(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The demo's 187-packet CJK turn opens its Scores on rank axes (every packet in a place
+    of its own); the switch redraws it on the values."""
+    from ctxcore.loading import parse_json, trace_from_obj
+
+    path = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    path = path / "zh-opencode-codesummary-ctxscope.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    traces = [trace_from_obj(parse_json(ln, str(path)), str(path)) for ln in lines if ln.strip()]
+    t = next(x for x in traces if x.turn == 88)
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    data.fill(tmp_path / "ctxscope.duckdb", [t])
+    at = open_page("inspect", trace=t.trace_id)
+    at.session_state["in_section"] = "Scores"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+
+    def scatter() -> dict:
+        specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        return next(s for s in specs if s["layout"]["title"]["text"] == "Packet scores")
+
+    radio = at.radio(key=f"in_axes_{t.trace_id}")
+    assert radio.value == "ranks"
+    assert scatter()["layout"]["xaxis"]["title"]["text"] == "rank by relevance"
+    radio.set_value("values").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert scatter()["layout"]["xaxis"]["title"]["text"] == "relevance"

@@ -394,3 +394,54 @@ def test_timeline_diff_colours_what_changed_and_pales_what_did_not() -> None:
     assert z == order.index(figures.GONE) + 0.5 and "kept → not a candidate" in hover
     assert cell(1, "c")[0] is None  # not a candidate on either side: blank
     assert [d.name for d in fig.data[1:]] == order  # the legend names every colour
+
+
+def _demo_turn(name: str, turn: int) -> Trace:
+    from ctxcore.loading import parse_json, trace_from_obj
+
+    path = Path(__file__).resolve().parent.parent / "traces" / "demo" / name
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found = [trace_from_obj(parse_json(ln, str(path)), str(path)) for ln in lines if ln.strip()]
+    return next(t for t in found if t.turn == turn)
+
+
+def test_a_crowded_build_opens_its_score_scatter_on_ranks_where_every_packet_shows() -> None:
+    """The demo's 187-packet CJK turn has all but a few packets at relevance 0 with recency
+    0 or 1: on rank axes each packet has a spot of its own, and the hover keeps the values."""
+    t = _demo_turn("zh-opencode-codesummary-ctxscope.jsonl", 88)
+    assert t.result is not None
+    assert figures.crowding(t) > figures.CROWDED and figures.score_axes(t) == "ranks"
+    fig = figures.score_scatter(t, "ranks")
+    points = [
+        (x, y, h)
+        for tr in fig.data
+        if tr.mode == "markers" and tr.hovertext
+        for x, y, h in zip(tr.x, tr.y, tr.hovertext, strict=True)
+    ]
+    scored = [d for d in t.result.decisions if d.relevance is not None and d.recency is not None]
+    assert len(points) == len(scored) == 187
+    assert len({(x, y) for x, y, _ in points}) == 187  # no packet under another
+    assert all(0 <= x <= 1 and 0 <= y <= 1 for x, y, _ in points)
+    assert fig.layout.xaxis.title.text == "rank by relevance"
+    # the threshold sits between the ranks below min_relevance and those at or above it
+    (line,) = fig.layout.shapes
+    below = sum(1 for d in scored if (d.relevance or 0) < (t.config.min_relevance or 0))
+    ranks = sorted(x for x, _, _ in points)
+    assert ranks[below - 1] < line.x0 < ranks[below]
+    # on value axes the packets that share a spot are spread a little, and said to be
+    values = figures.score_scatter(t, "values")
+    spots = [
+        (x, y)
+        for tr in values.data
+        if tr.mode == "markers" and tr.hovertext
+        for x, y in zip(tr.x, tr.y, strict=True)
+    ]
+    assert len(set(spots)) == len(spots) == 187
+    assert "jittered" in values.layout.title.subtitle.text
+
+
+def test_a_build_with_spread_scores_keeps_value_axes() -> None:
+    t = _demo_turn("zh-toolchat-glaive-197-ctxscope.jsonl", 3)
+    assert figures.crowding(t) <= figures.CROWDED and figures.score_axes(t) == "values"
+    with pytest.raises(ValueError):
+        figures.score_scatter(t, "log")

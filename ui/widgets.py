@@ -415,3 +415,27 @@ def prompt_view(prompt: str, prefix: str) -> None:
         line_numbers=not marked,
         height=480,
     )
+
+
+def score_chart(t: Trace, prefix: str, cache: str | None = None) -> None:
+    """The score scatter with its axes switch: values, or ranks, which give every packet a
+    place of its own; a build whose packets pile up on shared spots opens on ranks
+    (``figures.score_axes``). ``cache`` names the build for the figure cache (Inspect: the
+    trace; the Playground draws its re-run fresh)."""
+    best = figures.score_axes(t)
+    axes = st.radio(
+        "Axes",
+        figures.AXES,
+        index=figures.AXES.index(best),
+        horizontal=True,
+        # a key per build, so another build opens on the axes that suit it
+        key=f"{prefix}_axes_{t.trace_id}",
+        help="values: relevance and recency as the builder computed them (packets on the "
+        "same spot spread a little). ranks: each packet's rank by relevance and by recency, "
+        "ties ordered by score, so none hides under another; the hover gives the values.",
+    )
+    if cache is None:
+        fig = figures.score_scatter(t, axes)
+    else:
+        fig = state.derived("score_scatter", cache, axes, lambda: figures.score_scatter(t, axes))
+    st.plotly_chart(fig, key=f"{prefix}_scatter")
