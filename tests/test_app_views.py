@@ -411,3 +411,22 @@ def test_changed_first_puts_the_flipped_packets_first_in_their_order() -> None:
     got = list(views.sort_decisions(part, views.CHANGED_FIRST, first=first)["packet_id"])
     lead = [p for p in kept if p in set(part["packet_id"])]
     assert got[: len(lead)] == lead and sorted(got) == sorted(part["packet_id"])
+
+
+def test_the_flip_summary_names_the_packets_that_flipped_as_code() -> None:
+    import pandas as pd
+
+    flips = pd.DataFrame(
+        {
+            "packet_id": ["tool:call_4", "tool:call_5", "a", "b", "c", "d", "[x](http://e.vil)"],
+            "status_before": ["filtered"] * 6 + ["kept"],  # the last one: other tokens
+            "status_now": ["kept", "dropped", "kept", "kept", "kept", "kept", "kept"],
+        }
+    )
+    line = views.flip_summary(flips)
+    assert line == (
+        "flipped (7): 5 now kept (` tool:call_4 `, ` a `, ` b ` +2), "
+        "1 now dropped (` tool:call_5 `), 1 with other tokens or rank"
+    )
+    hostile = views.flip_summary(flips.iloc[[6]].assign(status_before="filtered"))
+    assert hostile == "flipped (1): 1 now kept (` [x](http://e.vil) `)"  # a code span, no link

@@ -376,15 +376,20 @@ def shown_ints(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
     return out
 
 
-def flip_summary(flips: pd.DataFrame) -> str | None:
-    """One line for the window bar: how many packets flipped, and to what."""
+def flip_summary(flips: pd.DataFrame, named: int = 3) -> str | None:
+    """One markdown line under the window bar: how many packets flipped, to what, and which
+    (the first ``named`` of each, ids as code spans)."""
     if flips.empty:
         return None
     moved = flips[flips["status_before"] != flips["status_now"]]
-    to: dict[str, int] = {}
-    for s in moved["status_now"]:
-        to[s] = to.get(s, 0) + 1
-    parts = [f"{n:,} now {s if s != '—' else 'not a candidate'}" for s, n in to.items()]
+    to: dict[str, list[str]] = {}
+    for pid, s in zip(moved["packet_id"], moved["status_now"], strict=True):
+        to.setdefault(s, []).append(str(pid))
+    parts = []
+    for s, ids in to.items():
+        shown = ", ".join(code(i) for i in ids[:named])
+        more = f" +{len(ids) - named:,}" if len(ids) > named else ""
+        parts.append(f"{len(ids):,} now {s if s != '—' else 'not a candidate'} ({shown}{more})")
     others = len(flips) - len(moved)
     if others:
         parts.append(f"{others:,} with other tokens or rank")
