@@ -45,12 +45,15 @@ def main() -> int:
             goto(page, f"{server.url}/inspect?trace={TRACE}")
             shutil.copy(screenshot(page, "readme-inspect", max_height=1500), out / "inspect.png")
             rerun_and_settle(page, lambda: page.get_by_role("tab", name="Findings").click())
-            box = page.get_by_role("combobox", name="Packet that was dropped, filtered or cut")
-            box.click()
-            box.fill("tool:call_4")
-            rerun_and_settle(page, lambda: page.keyboard.press("Enter"))
+            # the walk-through's steps, as tests/browser/test_walkthrough.py takes them
+            box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Packet that was")
+            box.locator("input").click()
+            box.locator("input").fill("tool:call_4")
+            option = page.get_by_role("option").filter(has_text="tool:call_4").first
+            option.wait_for()
+            rerun_and_settle(page, option.click)
             rerun_and_settle(
-                page, lambda: page.get_by_text("Search the smallest single change").click()
+                page, lambda: page.get_by_text("Search the smallest change").click()
             )
             page.get_by_text("min_relevance ≤").first.scroll_into_view_if_needed()
             shutil.copy(screenshot(page, "readme-findings"), out / "findings.png")
