@@ -52,9 +52,7 @@ def main() -> int:
             option = page.get_by_role("option").filter(has_text="tool:call_4").first
             option.wait_for()
             rerun_and_settle(page, option.click)
-            rerun_and_settle(
-                page, lambda: page.get_by_text("Search the smallest change").click()
-            )
+            rerun_and_settle(page, lambda: page.get_by_text("Search the smallest change").click())
             page.get_by_text("min_relevance ≤").first.scroll_into_view_if_needed()
             shutil.copy(screenshot(page, "readme-findings"), out / "findings.png")
             goto(page, f"{server.url}/timeline?session={SESSION}")
