@@ -157,6 +157,10 @@ def test_no_chart_label_is_cut_or_drawn_over_another_at_both_sizes(
             assert exceptions_text(page) == [], path
             if path.startswith(("inspect", "timeline", "playground", "compare", "replay")):
                 assert page.locator(".js-plotly-plot").count(), f"/{path}: no chart drawn"
+            if path.startswith("sweep"):  # its charts come with a run
+                run = page.get_by_role("button", name=re.compile(r"^Run \d+ builds$"))
+                rerun_and_settle(page, run.click)
+                assert page.locator(".js-plotly-plot").count() >= 2, "no sweep heatmaps"
             found += [f"/{path}: {c}" for c in label_clashes(page)]
             if path.startswith("replay"):
                 side = page.get_by_text("side by side", exact=True)
