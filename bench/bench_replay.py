@@ -10,7 +10,8 @@ Rows:
   the run before (``ctxcore.replay.RECORDED_FINDINGS``); the row "recorded side diagnosed"
   forgets them first, as a one-shot ``ctxscope replay`` pays;
 - what the app's Replay view computes after a knob change on that session (the replay
-  without findings, both timelines drawn and serialised); target ≤ 2 s (the browser test
+  without findings; the difference grid and both timelines drawn and serialised); target
+  ≤ 2 s (the browser test
   measures the real page);
 - ``ctxscope replay --all`` over a store of ``--traces`` traces of ~100 packets (sessions of
   20 turns built from the corpus with the default preset), through the real command in a
@@ -92,7 +93,10 @@ def timed(fn: object, repeat: int = 2) -> str:
 
 
 def view_update(traces: list[Trace], budget: int) -> None:
+    """What the Replay page computes after a knob change: the replay, both sides' rows, the
+    difference grid it opens on and the two timelines of its side-by-side view."""
     report = replay(traces, {"max_tokens": budget}, findings=False, workers=1, keep_variants=True)
+    sides = []
     for side in (traces, report.variants):
         rows = [
             {
@@ -107,7 +111,9 @@ def view_update(traces: list[Trace], budget: int) -> None:
             if t.result is not None
             for d in t.result.decisions
         ]
+        sides.append(rows)
         figures.timeline_heatmap(rows, "bench").to_json()
+    figures.timeline_diff(*sides).to_json()
 
 
 def make_store(db: Path, n_traces: int) -> int:
