@@ -249,7 +249,9 @@ def window_bar(
     if note:
         subtitle += "<br>" + _lines(esc(note).split(" "), sep=" ")
     lines = subtitle.count("<br>") + 1
-    rows = _legend_rows(len(data)) if legend else 0
+    # a bar with its legend is never narrower than ~440 px (Compare's half-width bars have
+    # none), where three entries fit a row
+    rows = _legend_rows(len(data), per_row=3) if legend else 0
     layout = {
         "barmode": "stack",
         "title": _top_title(title, subtitle),

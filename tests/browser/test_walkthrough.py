@@ -162,6 +162,10 @@ def test_no_chart_label_is_cut_or_drawn_over_another_at_both_sizes(
                 rerun_and_settle(page, run.click)
                 assert page.locator(".js-plotly-plot").count() >= 2, "no sweep heatmaps"
             found += [f"/{path}: {c}" for c in label_clashes(page)]
+            if path.startswith(("inspect", "playground")):  # the score scatter's tab
+                rerun_and_settle(page, page.get_by_role("tab", name="Scores").click)
+                page.get_by_text("Packet scores").first.wait_for()
+                found += [f"/{path} Scores: {c}" for c in label_clashes(page)]
             if path.startswith("replay"):
                 side = page.get_by_text("side by side", exact=True)
                 rerun_and_settle(page, side.click)
