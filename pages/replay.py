@@ -196,7 +196,9 @@ def render() -> None:
         return
     recorded = {t.trace_id: t for t in state.session_traces(sid)}
     changed = report.changed_turns
-    m1, m2, m3, m4 = st.columns(4)
+    # two a row: four long labels side by side were cut at 1024 px ("turns losing must-k…")
+    m1, m2 = st.columns(2)
+    m3, m4 = st.columns(2)
     m1.metric("turns changed", f"{len(changed)} of {len(report.turns)}")
     delta = report.tokens_delta
     m2.metric("tokens spent" if delta > 0 else "tokens saved", f"{abs(delta):,}")

@@ -106,6 +106,10 @@ def test_no_metric_is_cut_at_both_sizes(chromium, app_server, width, height) -> 
             assert exceptions_text(page) == []
             assert cut_metrics(page) == [], f"{path} at {width}x{height}: cut metrics"
             screenshot(page, f"layout-{path}-{width}x{height}")
+        for path in (f"timeline?session={quote(SESSION)}", f"replay?session={quote(SESSION)}"):
+            goto(page, f"{app_server.url}/{path}")
+            assert exceptions_text(page) == []
+            assert cut_metrics(page) == [], f"{path} at {width}x{height}: cut metrics"
     finally:
         page.context.close()
 
