@@ -333,8 +333,7 @@ def partition_budgets(trace: Trace) -> go.Figure:
     lines = subtitle.count("<br>") + 1
     top = 50 + 17 * lines
     rows = 28 * len(parts)
-    longest = max(map(used.__getitem__, range(len(used))), default=0)
-    reach = max([longest, *caps, 1])
+    reach = max([*used, *caps, 1])
     fig.update_layout(
         barmode="overlay",
         title=_top_title(title, subtitle),
@@ -706,8 +705,6 @@ def tokenizer_drift(rows: Sequence[Mapping[str, Any]], exact_name: str) -> go.Fi
 
 
 # --------------------------------------------------------------------------- sessions
-
-STATUS_CODE = {s: i for i, s in enumerate(STATUS_ORDER)}
 
 
 def timeline_heatmap(

@@ -65,10 +65,10 @@ def _save(t: Trace, cfg: Config) -> None:
 
 RECORDED = "recorded build"
 PREVIOUS = "previous run"
-#: widths in pixels for every column (as ``widgets.DECISION_CONFIG``: unsized columns are measured
-#: cell by cell in the browser at every knob move)
 #: the flipped table's row height: three lines of a reason
 FLIP_ROW_PX = 68
+#: widths in pixels for every column (as ``widgets.DECISION_CONFIG``: unsized columns are measured
+#: cell by cell in the browser at every knob move)
 FLIP_CONFIG = {
     "packet_id": st.column_config.TextColumn("packet id", width=104),
     "status_before": st.column_config.TextColumn("before", width=72),
