@@ -691,11 +691,15 @@ def tokenizer_drift(rows: Sequence[Mapping[str, Any]], exact_name: str) -> go.Fi
     rows_px = len(rows) * max(28, 9 * series + 10)
     subtitle = f"each estimator against {esc(exact_name)}"
     top = 50 + 17
+    # room under the axis for the legend one entry a row, as a half-width column at 1024 px
+    # draws it (short of room, plotly takes it from the plot and the legend rises into the
+    # axis title)
+    bottom = 90 + 20 * _legend_rows(series, per_row=1)
     fig.update_layout(
         barmode="group",
         title=_top_title(title, subtitle),
-        height=top + rows_px + 100 + 20 * (_legend_rows(series) - 1),
-        margin={"l": 10, "r": 10, "t": top, "b": 100 + 20 * (_legend_rows(series) - 1)},
+        height=top + rows_px + bottom,
+        margin={"l": 10, "r": 10, "t": top, "b": bottom},
         xaxis={"title": "tokens"},
         yaxis={"autorange": "reversed", "automargin": True},
         legend={"orientation": "h", "y": -72 / rows_px, "yanchor": "top"},

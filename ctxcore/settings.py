@@ -41,6 +41,9 @@ ENV_OPENAI_BASE_URL = "OPENAI_BASE_URL"
 ENV_ANTHROPIC_BASE_URL = "ANTHROPIC_BASE_URL"
 #: The subfolder of the watched folder that captured calls are appended to.
 LIVE_SUBDIR = "live"
+#: how an imported trace's builder name starts (``import/claude-code``, ``import/openai``...):
+#: its prompt is what another system sent, not a build of a ctxscope preset
+IMPORT_BUILDER_PREFIX = "import/"
 
 # --------------------------------------------------------------------------- environment
 

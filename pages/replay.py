@@ -16,11 +16,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ctxcore import figures
+from ctxcore import figures, settings
 from ctxcore.models import Trace
 from ctxcore.pipeline import PRESET_NAMES
 from ctxcore.replay import REPLAY_TAG, ReplayReport, TurnReport
-from ui import state
+from ui import state, views
 
 RECORDED = "the recording"
 OTHER = "other settings"
@@ -196,6 +196,23 @@ def render() -> None:
         return
     recorded = {t.trace_id: t for t in state.session_traces(sid)}
     changed = report.changed_turns
+    imported = sorted(
+        {
+            t.builder.name
+            for t in recorded.values()
+            if t.builder.name.startswith(settings.IMPORT_BUILDER_PREFIX)
+        }
+    )
+    if mode == RECORDED and imported:
+        # the recording is what another agent sent, not a build of a ctxscope preset: a
+        # rebuild differs from it even with nothing changed
+        st.info(
+            f"These turns were imported ({', '.join(views.code(n) for n in imported)}): the "
+            "recording is the prompt that agent sent, and replay rebuilds each turn with a "
+            "ctxscope preset, so turns differ from it even with the recorded settings. "
+            "Compare two settings with *Before is: other settings*.",
+            icon=":material/info:",
+        )
     # two a row: four long labels side by side were cut at 1024 px ("turns losing must-k…")
     m1, m2 = st.columns(2)
     m3, m4 = st.columns(2)

@@ -430,3 +430,12 @@ def test_the_flip_summary_names_the_packets_that_flipped_as_code() -> None:
     )
     hostile = views.flip_summary(flips.iloc[[6]].assign(status_before="filtered"))
     assert hostile == "flipped (1): 1 now kept (` [x](http://e.vil) `)"  # a code span, no link
+
+
+def test_long_numbers_take_fewer_metric_cards_a_row() -> None:
+    from ui.widgets import metrics_per_row
+
+    assert metrics_per_row([5_100, 3_715, 5, None], 4) == 4
+    assert metrics_per_row([200_000, 2_108_385, 25], 4) == 3  # "2,108,385" was cut four a row
+    assert metrics_per_row([2_000_000_000, 1], 4) == 2
+    assert metrics_per_row([2_108_385], 7) == 3 and metrics_per_row([2_108_385], 2) == 2

@@ -51,6 +51,7 @@ def test_recorded_settings_change_nothing(db: Path, hello: list[Trace]) -> None:
     at = open_replay(hello[0].session_id)
     assert at.title[0].value == "Replay"
     assert metric(at, "turns changed") == f"0 of {len(hello)}"
+    assert not any("imported" in i.value for i in at.info)
     assert metric(at, "turns losing must-keep / error evidence") == "0"
     # one grid of both sides by default: every cell the same before and after
     (diff,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
@@ -107,3 +108,26 @@ def test_the_worked_case_compares_two_window_sizes(db: Path, hello: list[Trace])
     changed = metric(at, "turns changed")
     assert not changed.startswith("0 of"), changed
     assert metric(at, "tokens spent") != "0"
+
+
+def test_an_imported_session_says_why_its_turns_differ_from_the_recording(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A public Claude Code log imported: its recording is what Claude Code sent, so replay's
+    ctxscope rebuild differs from it even with nothing changed, and the page says why (a
+    ctxscope-built session says nothing of the kind)."""
+    from ctxcore.formats.load import load_file
+
+    log = Path(__file__).parent / "fixtures" / "imports" / "claude-code"
+    traces = load_file(log / "ccviewer-task-sidechain-session.jsonl", "auto")
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    with TraceStore(tmp_path / "ctxscope.duckdb", diagnose=False) as store:
+        store.add_traces(traces, source="tests")
+    main = max({t.session_id for t in traces}, key=lambda s: sum(t.session_id == s for t in traces))
+    at = open_replay(main)
+    said = [i.value for i in at.info]
+    assert any("were imported (` import/claude-code `)" in s for s in said), said
+    assert not metric(at, "turns changed").startswith("0 of")  # what the note explains
+    at.radio(key="rp_before_mode").set_value("other settings").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any("import/claude-code" in i.value for i in at.info)

@@ -134,12 +134,23 @@ def metrics_changes(result: BuildResult, before: BuildResult | None = None) -> N
     st.markdown(" · ".join(parts))
 
 
+def metrics_per_row(values: Sequence[int | None], per_row: int) -> int:
+    """How many metric cards a row holds: ``per_row``, fewer when a number is long (an
+    imported session's "used 2,108,385" was cut at 1024 px four a row): three for 9 or 10
+    characters, two past that."""
+    longest = max((len(f"{v:,}") for v in values if v is not None), default=0)
+    if longest <= 8:
+        return per_row
+    return min(per_row, 3 if longest <= 10 else 2)
+
+
 def metrics(result: BuildResult, before: BuildResult | None = None, per_row: int = 7) -> None:
     """Budget, used and counts; with ``before``, each shows its change."""
     now = _summary(result)
     old = _summary(before) if before is not None else None
     # narrow columns take fewer per row, so five-digit numbers with deltas stay readable
     items = list(now.items())
+    per_row = metrics_per_row([v for _, v in items], per_row)
     cols = [c for i in range(0, len(items), per_row) for c in st.columns(per_row)]
     for col, (label, value) in zip(cols, items, strict=False):
         delta = None

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ctxcore import settings
 from ctxcore.diagnostics.text import lowered_ws
 from ctxcore.errors import InputError
 from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Status, Trace
@@ -236,7 +237,7 @@ class TraceView:
     @property
     def imported(self) -> bool:
         """A prompt another system assembled, imported as it was sent (``ctxcore.formats``)."""
-        return self.trace.builder.name.startswith("import/")
+        return self.trace.builder.name.startswith(settings.IMPORT_BUILDER_PREFIX)
 
     @property
     def window_known(self) -> bool:
