@@ -30,7 +30,7 @@ import types
 import typing
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -53,7 +53,7 @@ from ctxcore.models import (
     unvalidated,
 )
 from ctxcore.pipeline import build, build_trace, ctxscope, resolve_config
-from ctxcore.replay_pool import default_workers, pool_context
+from ctxcore.replay_pool import default_workers, worker_pool
 from ctxcore.summarize import error_evidence
 from ctxcore.tokens import get_counter
 
@@ -905,8 +905,7 @@ def replay_sessions(
             _run_job(dataclasses.replace(j, remember=True)) for j in itertools.chain(first, todo)
         ]
     else:
-        ctx = pool_context(findings)
-        with ProcessPoolExecutor(max_workers=n, mp_context=ctx, initializer=_worker_start) as pool:
+        with worker_pool(n, findings, _worker_start) as pool:
             pending: set[Future[_JobResult]] = set()
             for job in itertools.chain(first, todo):
                 pending.add(pool.submit(_run_in_worker, job))

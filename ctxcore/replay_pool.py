@@ -3,16 +3,19 @@
 Light on purpose (the standard library only): ``ctxscope replay --all`` starts the server
 (``start_workers``) before it imports anything heavy, so the server's imports (the replay,
 the detectors, the default tokenizer's tables: about two seconds of CPU) overlap the
-command's own start and its reading of the store (docs/design.md, "Diagnostics").
+command's own start and its reading of the store (docs/design.md, "Diagnostics"). The workers
+end with the replaying process, also when it is killed with SIGKILL (``worker_pool``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 
-from ctxcore.processes import fork_server_fits, worker_context
+from ctxcore.processes import die_with, fork_server_fits, worker_context
 
 #: what the fork server imports before it forks a worker: the replay, the default
 #: tokenizer's tables (``ctxcore.replay_preload``) and, for a replay with findings, the
@@ -27,6 +30,24 @@ def pool_context(findings: bool) -> BaseContext:
     it a third of a second of CPU); spawned where the server's socket does not fit in the
     temporary folder (``ctxcore.processes``)."""
     return worker_context([*PRELOAD, *(DIAGNOSTICS if findings else ())])
+
+
+def _start(owner: int, then: Callable[[], None]) -> None:
+    die_with(owner)
+    then()
+
+
+def worker_pool(n: int, findings: bool, initializer: Callable[[], None]) -> ProcessPoolExecutor:
+    """``n`` replay workers (``pool_context``), each set up by ``initializer`` (a module-level
+    function). Each ends with this process, however it ends (``ctxcore.processes.die_with``):
+    before, a replay killed with SIGKILL left its workers, the fork server and the resource
+    tracker running (some 450 MB), the workers waiting on the queue of a pool gone."""
+    return ProcessPoolExecutor(
+        max_workers=n,
+        mp_context=pool_context(findings),
+        initializer=_start,
+        initargs=(os.getpid(), initializer),
+    )
 
 
 def start_workers(findings: bool = True) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import random
 import re
 import sys
@@ -471,9 +472,8 @@ def test_replay_workers_collect_garbage_rarely_and_never_over_the_servers_module
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
+    from ctxcore import replay_pool
     from ctxcore.replay import _WORKER_GC, _worker_start, replay_sessions
-
-    replay_module = importlib.import_module("ctxcore.replay")  # the package exports a function
 
     assert _WORKER_GC[0] > gc.get_threshold()[0]
     with ProcessPoolExecutor(
@@ -486,14 +486,15 @@ def test_replay_workers_collect_garbage_rarely_and_never_over_the_servers_module
 
     class Recording(ProcessPoolExecutor):
         def __init__(self, *args: Any, **kw: Any) -> None:
-            seen.append(kw.get("initializer"))
+            seen.append(kw.get("initargs"))
             super().__init__(*args, **kw)
 
-    monkeypatch.setattr(replay_module, "ProcessPoolExecutor", Recording)
+    monkeypatch.setattr(replay_pool, "ProcessPoolExecutor", Recording)
     session = demo("swe-pytest-7571-hello-agents.jsonl")
     copies = -(-48 // len(session))  # enough traces for a pool
     report = replay_sessions([session] * copies, {"max_tokens": 3000}, findings=False, workers=2)
-    assert seen == [_worker_start] and len(report.turns) == copies * len(session)
+    # (each worker first ties its life to this process: ctxcore.processes.die_with)
+    assert seen == [(os.getpid(), _worker_start)] and len(report.turns) == copies * len(session)
 
 
 def test_the_fork_server_loads_the_default_tables_for_every_worker(

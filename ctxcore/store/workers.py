@@ -17,18 +17,13 @@ spill folders that killed runs left behind.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import importlib.abc
 import json
 import os
-import select
 import shutil
-import signal
 import sys
 import tempfile
-import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -43,7 +38,7 @@ from ctxcore import settings
 from ctxcore.errors import InputError
 from ctxcore.loading import explain_errors, open_regular, parse_json, trace_from_obj
 from ctxcore.models import Trace
-from ctxcore.processes import worker_context
+from ctxcore.processes import die_with, worker_context
 from ctxcore.settings import MAX_ERRORS_PER_FILE, MAX_LINE_BYTES
 from ctxcore.store import fastdecode
 from ctxcore.store.readers import FP_BYTES, LineBlocks, RangeReader, ReadState, too_long
@@ -278,46 +273,10 @@ class _NoPandas(importlib.abc.MetaPathFinder):
         return None
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(owner: int) -> None:
-    """End this worker as soon as the ingesting process ``owner`` is gone, even killed
-    with SIGKILL. A worker's parent is the forkserver, which lives on while any worker
-    holds its pipe, and a worker waiting for its next chunk holds the pool's queue: so the
-    worker watches the owner itself (a pidfd where Linux has them, else a poll), and dies
-    with the forkserver too (``PR_SET_PDEATHSIG``). Then the forkserver, its last client
-    gone, exits by itself."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    try:
-        fd: int | None = os.pidfd_open(owner)
-    except ProcessLookupError:
-        os._exit(1)
-    except (AttributeError, OSError):
-        fd = None
-
-    def watch() -> None:
-        if fd is not None:
-            select.select([fd], [], [])
-        else:
-            while True:
-                time.sleep(0.5)
-                try:
-                    os.kill(owner, 0)
-                except ProcessLookupError:
-                    break
-                except PermissionError:
-                    continue
-        os._exit(1)
-
-    threading.Thread(target=watch, name="ctxscope-owner-watch", daemon=True).start()
-
-
 def _worker_init(owner: int) -> None:
     """Set up an ingest worker process (the pool's initializer).
 
-    - It ends with the ingesting process ``owner`` (``_die_with``).
+    - It ends with the ingesting process ``owner`` (``ctxcore.processes.die_with``).
     - Nothing a worker does needs pandas, but pyarrow imports it the first time it builds
       an array, to recognise pandas objects: 0.2-0.3 s of CPU per worker. A worker's
       imports do not find it, and pyarrow carries on without it.
@@ -326,7 +285,7 @@ def _worker_init(owner: int) -> None:
       they set off cost 13% of a worker's time. Everything imported is frozen first, and
       ``_prepare_chunk`` collects what little is left after each chunk.
     """
-    _die_with(owner)
+    die_with(owner)
     sys.meta_path.insert(0, _NoPandas())
     pa.array([0])  # pyarrow's pandas check, now settled without pandas
     gc.freeze()
@@ -414,7 +373,7 @@ class ParsePool:
     instead of importing for ~0.3 s each. The forkserver re-imports the ``__main__``
     script: only start a pool from a script guarded by ``if __name__ == "__main__"``.
     While the workers start, the ingesting process parses chunks itself. Workers end with
-    this process, however it ends (``_die_with``).
+    this process, however it ends (``ctxcore.processes.die_with``).
     """
 
     def __init__(self, n_workers: int, diagnose: bool) -> None:
