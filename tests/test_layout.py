@@ -38,6 +38,7 @@ PARTS: dict[str, tuple[str, ...]] = {
         "ctxcore.scoring",
         "ctxcore.summarize",
         "ctxcore.loading",
+        "ctxcore.output",
         "ctxcore.figures",
         "ctxcore.processes",
     ),

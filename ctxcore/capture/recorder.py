@@ -246,9 +246,16 @@ def append_line(path: Path, data: bytes) -> None:
     """Append ``data`` (one line, ending in a newline) atomically with respect to other
     writers: O_APPEND puts each write at the end, one ``os.write`` keeps it contiguous, and
     ``flock`` keeps other ctxscope writers out for lines bigger than PIPE_BUF (whose
-    writes the kernel may split) and out of the rare short write's retry."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    writes the kernel may split) and out of the rare short write's retry.
+
+    Nothing is renamed, so a device or a FIFO standing at ``path`` is written through and
+    stays what it is (docs/design.md, "Capture, import, export, redaction", "Writing
+    outputs"). A FIFO is opened without waiting: with no reader the open fails (ENXIO) and
+    the caller reports it, instead of the agent hanging on its next call."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     try:
+        # blocking again for the writes: a FIFO whose reader is slow is waited for
+        os.set_blocking(fd, True)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             view = memoryview(data)

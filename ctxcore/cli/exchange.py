@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import glob
 import hashlib
@@ -16,9 +17,10 @@ from ctxcore import settings
 from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
 from ctxcore.formats.accounting import describe_trace
-from ctxcore.formats.load import iter_traces, load_file, write_jsonl, write_text_atomic
+from ctxcore.formats.load import iter_traces, load_file, write_jsonl
 from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
+from ctxcore.output import STDOUT, is_stdout, write_output
 
 if TYPE_CHECKING:
     from ctxcore.store import TraceStore
@@ -264,6 +266,14 @@ def cli_import(args: argparse.Namespace) -> int:
     traces = chain([first], stream)
     src = sources[0] if len(sources) == 1 else Path(f"{len(sources)} files")
     if args.output:
+        if is_stdout(args.output):
+            # the traces are the standard output: everything said about them goes to stderr
+            real = sys.stdout
+            with contextlib.redirect_stdout(sys.stderr):
+                write_output(STDOUT, (t.to_json() + "\n" for t in traces), stdout=real)
+                run.described()
+                print(f"imported {run.count} trace(s) from {src} -> standard output")
+            return run.rc
         out = Path(args.output)
         write_jsonl(traces, out)
         run.described()
@@ -387,12 +397,11 @@ def cli_export(args: argparse.Namespace) -> int:
         text = otlp_json(traces)
     else:
         text = html_report(traces, redactions=counts)
-    if args.output:
-        out = Path(args.output)
-        write_text_atomic(out, [text])
-        print(f"exported {len(traces)} trace(s) as {args.format} -> {out}", file=sys.stderr)
+    if args.output and not is_stdout(args.output):
+        write_output(args.output, [text])
+        print(f"exported {len(traces)} trace(s) as {args.format} -> {args.output}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        write_output(STDOUT, [text])
     if counts:
         detail = ", ".join(f"{k}: {v}" for k, v in counts.items())
         print(

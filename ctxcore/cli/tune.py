@@ -12,6 +12,7 @@ and the turns they still miss, and writes them as a config file that ``ctxscope 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 from ctxcore.demo.recall import SESSIONS, Score, Turn, recall_of, turns_of
 from ctxcore.errors import InputError
 from ctxcore.models import Config
+from ctxcore.output import STDOUT, is_stdout, write_output
 from ctxcore.pipeline.signals import DEFAULT_WEIGHTS, WEIGHT_KNOBS
 
 #: the knobs searched and the grid each is searched over
@@ -69,6 +71,25 @@ def tune(
 
 
 def cli_tune(args: argparse.Namespace) -> int:
+    """``ctxscope tune [SESSIONS] [-o FILE]``; with ``-o -`` the config is the standard output
+    and everything else goes to stderr."""
+    if not is_stdout(args.output):
+        cfg = _search(args)
+        write_output(args.output, [_config_text(cfg)])
+        print(f"wrote {args.output} (ctxscope build INPUT --config {args.output})")
+        return 0
+    real = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        cfg = _search(args)
+        write_output(STDOUT, [_config_text(cfg)], stdout=real)
+    return 0
+
+
+def _config_text(cfg: Config) -> str:
+    return json.dumps(cfg.model_dump(exclude_none=True), indent=1) + "\n"
+
+
+def _search(args: argparse.Namespace) -> Config:
     paths = [Path(p) for p in args.sessions] or [
         Path(args.corpus) / name for name in SESSIONS if (Path(args.corpus) / name).exists()
     ]
@@ -92,11 +113,7 @@ def cli_tune(args: argparse.Namespace) -> int:
         print(f"turns still missing something ({len(top.missed)}):")
         for session, step, lost in top.missed[: args.show_missed]:
             print(f"  {session} step {step}: {', '.join(x[:60] for x in lost[:3])}")
-    cfg = Config(max_tokens=args.budget, **best)
-    out = Path(args.output)
-    out.write_text(json.dumps(cfg.model_dump(exclude_none=True), indent=1) + "\n", "utf-8")
-    print(f"wrote {out} (ctxscope build INPUT --config {out})")
-    return 0
+    return Config(max_tokens=args.budget, **best)
 
 
 __all__ = ["GRID", "cli_tune", "tune"]

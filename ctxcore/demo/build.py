@@ -22,8 +22,6 @@ a preset changes (``tests/test_demo.py`` checks that they match).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from ctxcore import settings
@@ -31,6 +29,7 @@ from ctxcore.demo.sessions import all_sessions
 from ctxcore.demo.turns import DemoTurn, Session, trace_id_for
 from ctxcore.errors import InputError
 from ctxcore.models import Outcome, Trace
+from ctxcore.output import write_output
 from ctxcore.pipeline import build_trace
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "corpus"
@@ -75,19 +74,6 @@ def _trace(session: Session, turn: DemoTurn) -> Trace:
     return trace.model_copy(update={"outcome": outcome})
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; these are shared, committed files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def render_session(session: Session) -> str:
     """The JSONL text of one session's traces."""
     return "".join(_trace(session, t).to_json() + "\n" for t in session.turns)
@@ -105,7 +91,8 @@ def generate(corpus_dir: Path | None = None, out_dir: Path | None = None) -> lis
     written: list[Path] = []
     for session in sessions(corpus):
         path = out / f"{session.id}.jsonl"
-        _write_atomic(path, render_session(session))
+        # 0o644: these are shared, committed files
+        write_output(path, [render_session(session)], mode=0o644)
         written.append(path)
     return written
 

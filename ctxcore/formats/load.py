@@ -26,8 +26,6 @@ same as a list).
 
 from __future__ import annotations
 
-import errno
-import os
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import chain
@@ -52,6 +50,7 @@ from ctxcore.loading import (
     trace_from_obj,
 )
 from ctxcore.models import Trace
+from ctxcore.output import write_output
 from ctxcore.settings import IMPORT_FORMATS, ImportFormat
 
 Format = ImportFormat
@@ -337,34 +336,10 @@ def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
 # --------------------------------------------------------------------------- writing
 
 
-def write_text_atomic(path: Path, chunks: Iterable[str]) -> None:
-    """Write ``chunks`` to ``path`` whole or not at all: a temp file beside it, flushed to
-    disk, then renamed over it. A full disk or a read-only folder leaves no empty or
-    half-written file behind (and a watcher never sees a partial one); so does an error
-    raised by ``chunks`` itself (a stream of traces that fails), which goes on up."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        hint = "; free some space or write elsewhere" if exc.errno == errno.ENOSPC else ""
-        raise InputError(
-            f"{path}: cannot write ({exc.strerror}){hint}; nothing was written"
-        ) from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_jsonl(traces: Iterable[Trace], path: Path) -> None:
-    """Write traces as JSONL atomically (temp file + rename: watchers see whole files)."""
-    write_text_atomic(path, (t.to_json() + "\n" for t in traces))
+def write_jsonl(traces: Iterable[Trace], path: Path | str) -> None:
+    """Write traces as JSONL to ``path`` (``ctxcore.output.write_output``: a file whole or
+    not at all, so a watcher sees whole files; a device or FIFO in place; ``-`` is stdout)."""
+    write_output(path, (t.to_json() + "\n" for t in traces))
 
 
 __all__ = [
@@ -375,5 +350,4 @@ __all__ = [
     "load_file",
     "traces_from_value",
     "write_jsonl",
-    "write_text_atomic",
 ]
