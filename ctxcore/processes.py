@@ -64,8 +64,7 @@ def check_workers(n: int, flag: str = "--workers") -> int:
     limit = workers_limit()
     if not 1 <= n <= limit:
         raise InputError(
-            f"{flag} {n}: give 1 to {limit} (this machine has {os.cpu_count() or 1} CPUs; "
-            f"past {WORKERS_CAP} processes, or one per CPU, more only cost memory)"
+            f"{flag} {n}: give a number from 1 to {limit} (each worker is a process of its own)"
         )
     return n
 

@@ -85,3 +85,24 @@ def test_kill_9_of_replay_all_leaves_no_process(replay_db: Path) -> None:
         proc.wait(timeout=30)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+@pytest.mark.parametrize("n", ["1000000000", "0", "-2"])
+def test_workers_out_of_bounds_is_one_line(
+    tmp_path: Path, n: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxcore.cli import main
+    from ctxcore.processes import workers_limit
+
+    db = tmp_path / "w.duckdb"
+    with TraceStore(db, diagnose=False) as store:
+        store.add_traces([make_trace(i, session_id="s") for i in range(3)])
+    assert main(["replay", "--all", "--db", str(db), "--workers", n, "--no-findings"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"ctxscope replay: error: --workers {n}: give a number from 1 to {workers_limit()} "
+        "(each worker is a process of its own)"
+    ]
+    # the bound itself is accepted
+    limit = str(workers_limit())
+    assert main(["replay", "--all", "--db", str(db), "--workers", limit, "--no-findings"]) == 0

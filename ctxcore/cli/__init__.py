@@ -117,10 +117,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ctxcore.replay_pool import default_workers, start_workers
 
     store_wide = (args.all or args.tag) and not args.session and not args.files
-    workers = args.workers if args.workers is not None else default_workers()
+    workers = check_workers(args.workers) if args.workers is not None else default_workers()
     if store_wide and workers > 1:
         start_workers(not args.no_findings)
     from ctxcore.cli.replay import cli_replay
+    from ctxcore.processes import check_workers
 
     return cli_replay(args)
 
@@ -244,7 +245,12 @@ def make_parser() -> argparse.ArgumentParser:
         "any packet that was in the prompt, info = squeezed too",
     )
     rp.add_argument("--save", action="store_true", help="store the variants, tagged replay")
-    rp.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
+    rp.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes (default: one per CPU; at most 32, or one per CPU where that is more)",
+    )
     rp.add_argument(
         "--no-findings", action="store_true", help="skip the diagnostics (several times faster)"
     )
