@@ -114,6 +114,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """``ctxscope replay``. A replay of a store (``--all``, ``--tag``) on more than one
     worker starts the workers' fork server first, before the replay's own imports and the
     reading of the store, which its imports then overlap (``ctxcore.replay_pool``)."""
+    from ctxcore.processes import check_workers
     from ctxcore.replay_pool import default_workers, start_workers
 
     store_wide = (args.all or args.tag) and not args.session and not args.files
@@ -121,7 +122,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if store_wide and workers > 1:
         start_workers(not args.no_findings)
     from ctxcore.cli.replay import cli_replay
-    from ctxcore.processes import check_workers
 
     return cli_replay(args)
 
