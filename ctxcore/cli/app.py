@@ -43,6 +43,7 @@ from typing import Any
 
 from ctxcore import settings
 from ctxcore.errors import InputError
+from ctxcore.store.readers import APP_NOTE_SUFFIX
 
 #: How long the child gets to exit after a forwarded signal before it is killed.
 STOP_GRACE_S = 5.0
@@ -71,7 +72,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 def note_path(db: Path) -> Path:
     """Where a running app leaves its note: beside the store, ``<store>.app.json``."""
-    return db.with_name(db.name + ".app.json")
+    return db.with_name(db.name + APP_NOTE_SUFFIX)
 
 
 def write_note(db: Path, traces_dir: Path, pid: int, otlp_port: int | None = None) -> Path:

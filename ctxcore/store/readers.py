@@ -33,6 +33,8 @@ from ctxcore.settings import MAX_LINE_BYTES
 from ctxcore.store.records import FileOffset
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz")
+#: what ``ctxscope app`` appends to its store's name for the note it leaves beside it
+APP_NOTE_SUFFIX = ".app.json"
 #: bytes of a file just before its offset that must be unchanged to read on from there.
 FP_BYTES = 64
 #: bytes at the start of a file that must be unchanged to read on from the offset.
@@ -52,10 +54,21 @@ def too_long(limit: int = MAX_LINE_BYTES) -> str:
     )
 
 
+def is_app_note(path: str | Path) -> bool:
+    """The note a running ``ctxscope app`` leaves beside its store (``<store>.app.json``,
+    ``ctxcore/cli/app.py``): a store usually sits in the folder the app watches, and the
+    note is not a trace file."""
+    p = Path(path)
+    return (
+        p.name.endswith(APP_NOTE_SUFFIX) and p.with_name(p.name[: -len(APP_NOTE_SUFFIX)]).is_file()
+    )
+
+
 def is_trace_file(path: str | Path) -> bool:
-    """A file ingest reads: .jsonl/.json/.jsonl.gz, not hidden, not an editor's temp file."""
+    """A file ingest reads: .jsonl/.json/.jsonl.gz, not hidden, not an editor's temp file,
+    not an app's note beside its store."""
     name = Path(path).name
-    return not name.startswith(".") and name.endswith(SUFFIXES)
+    return not name.startswith(".") and name.endswith(SUFFIXES) and not is_app_note(path)
 
 
 def find_files(paths: Iterable[str | Path]) -> list[Path]:
