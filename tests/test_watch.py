@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -93,18 +94,42 @@ def test_temp_file_renamed_into_place(watched) -> None:  # type: ignore[no-untyp
     wait_for(lambda: store.count() == 4)
 
 
-def test_watch_command(tmp_path: Path) -> None:
-    folder = tmp_path / "w"
-    db = tmp_path / "w.duckdb"
+@contextlib.contextmanager
+def watch_command(
+    folder: Path, db: Path, sigint_ignored: bool = False
+) -> Iterator[subprocess.Popen[str]]:
+    """A real ``ctxscope watch``, in a process group of its own that is killed on the way out
+    whatever happened (a test never leaves a process behind). ``sigint_ignored``: started as a
+    background job of a non-interactive shell is (``ctxscope watch &`` in a script)."""
+
+    def ignore_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "ctxcore", "watch", str(folder), "--db", str(db)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
+        preexec_fn=ignore_sigint if sigint_ignored else None,
     )
     try:
-        assert proc.stdout is not None
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_watch_command(tmp_path: Path) -> None:
+    folder = tmp_path / "w"
+    db = tmp_path / "w.duckdb"
+    with watch_command(folder, db) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
         first = proc.stdout.readline()
         assert first.startswith("watching ")
         (folder / "a.jsonl").write_text(line(1) + line(2) + "{x\n", encoding="utf-8")
@@ -112,12 +137,33 @@ def test_watch_command(tmp_path: Path) -> None:
         assert "ingested 2 new traces from 1 files (0 already stored, 1 errors)" in out
         err = proc.stdout.readline().rstrip()
         assert err.startswith(str((folder / "a.jsonl").resolve()) + ":3: malformed JSON")
-    finally:
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=30)
-    assert rc == 0
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr.read().startswith("stopped; ")
     with TraceStore(db) as store:
         assert store.count() == 2
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_watch_stops_on_a_signal_when_started_in_the_background(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    folder = tmp_path / "w"
+    db = tmp_path / "w.duckdb"
+    with watch_command(folder, db, sigint_ignored=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().startswith("watching ")
+        (folder / "a.jsonl").write_text(line(1), encoding="utf-8")
+        assert "ingested 1 new traces" in proc.stdout.readline()
+        proc.send_signal(how)
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"ctxscope watch did not stop on {how.name}")
+        assert rc == 0
+        assert proc.stderr.read().startswith("stopped; 1 new traces")
+    with TraceStore(db) as store:  # closed cleanly: the store opens, the trace is in
+        assert store.count() == 1
 
 
 def test_watcher_fills_in_deferred_diagnostics(tmp_path: Path) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 from ctxcore.store.ingest import format_counts, format_error, ingest_paths
@@ -78,16 +81,30 @@ def cli_watch(args: argparse.Namespace) -> int:
         for e in c.error_rows:
             print(format_error(e), flush=True)
 
-    with TraceStore(args.db) as store:
-        watcher = Watcher(store, args.dir, on_ingest=report)
-        watcher.start()
-        print(f"watching {Path(args.dir).resolve()} into {args.db} (Ctrl-C to stop)", flush=True)
-        try:
-            while watcher.running:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            watcher.stop()
+    # Ctrl-C and a supervisor's SIGTERM stop it cleanly (the store closed, the totals said).
+    # Handlers are installed, not inherited: a background job of a non-interactive shell
+    # (`ctxscope watch &` in a script) starts with SIGINT ignored, and Python then keeps it so.
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, on_signal) for s in stops}
+    try:
+        with TraceStore(args.db) as store:
+            watcher = Watcher(store, args.dir, on_ingest=report)
+            watcher.start()
+            print(
+                f"watching {Path(args.dir).resolve()} into {args.db} (Ctrl-C to stop)", flush=True
+            )
+            try:
+                while watcher.running and not stop.wait(0.5):
+                    pass
+            finally:
+                watcher.stop()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     print(f"stopped; {format_counts(watcher.totals)}", file=sys.stderr)
     return 0
