@@ -1,7 +1,14 @@
-"""Shared fixtures: every data path and cache points at tmp_path."""
+"""Shared fixtures: every data path and cache points at tmp_path. And no test leaves a process
+behind: a child of the pytest process still running at the end of the session fails the run,
+naming the test that started it (and is then killed)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +17,12 @@ from ctxcore import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = settings.corpus_dir(ROOT / "corpus")
+
+#: multiprocessing's helper processes: started once per pytest process by whatever first uses
+#: a fork server, they end with it (their pipes from it close); what they started does not.
+_SHARED_HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+#: how long a leftover has to exit on its own at the end of the session
+_GRACE_S = 5.0
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +37,81 @@ def corpus() -> Path:
     if not CORPUS.exists():
         pytest.skip(f"corpus not found at {CORPUS}")
     return CORPUS
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as fh:
+                kids += [int(k) for k in fh.read().split()]
+    return kids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
+def _descendants() -> dict[int, str]:
+    """The running descendants of this process (pid -> command line), but for
+    ``_SHARED_HELPERS`` themselves."""
+    out: dict[int, str] = {}
+    todo = _children(os.getpid())
+    while todo:
+        pid = todo.pop()
+        todo += _children(pid)
+        cmd = _cmdline(pid)
+        if _running(pid) and not any(h in cmd for h in _SHARED_HELPERS):
+            out[pid] = cmd
+    return out
+
+
+#: descendant pid -> the test during which it was first seen
+_STARTED_BY: dict[int, str] = {}
+_CHECKED = os.path.isdir("/proc/self/task")
+
+
+@pytest.fixture(autouse=True)
+def _note_new_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if _CHECKED:
+        for pid in _descendants():
+            _STARTED_BY.setdefault(pid, request.node.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not _CHECKED or session.config.pluginmanager.get_plugin("dsession") is not None:
+        return  # no /proc, or pytest-xdist's controller (its children are the workers)
+    end = time.monotonic() + _GRACE_S
+    left = _descendants()
+    while left and time.monotonic() < end:
+        time.sleep(0.1)
+        left = _descendants()
+    if not left:
+        return
+    lines = [
+        f"a test left {len(left)} process(es) running (a test must end what it starts: "
+        "kill its process group in a finally):"
+    ]
+    for pid, cmd in sorted(left.items()):
+        lines.append(f"  pid {pid}, started in {_STARTED_BY.get(pid, '?')}: {cmd[:200]}")
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\n".join(lines), red=True)
+    else:
+        print("\n".join(lines))
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED

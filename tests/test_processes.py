@@ -29,6 +29,14 @@ def wait_for(cond: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.1)
 
 
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
+
+
 def in_session(sid: int) -> list[int]:
     """The live (not zombie) processes of session ``sid``: a command started with
     ``start_new_session`` and everything it started, also once reparented."""
@@ -106,3 +114,47 @@ def test_workers_out_of_bounds_is_one_line(
     # the bound itself is accepted
     limit = str(workers_limit())
     assert main(["replay", "--all", "--db", str(db), "--workers", limit, "--no-findings"]) == 0
+
+
+LEAKY = """
+import subprocess, sys
+
+def test_clean():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_leaves_one():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    with open("leftover.pid", "w") as fh:
+        fh.write(str(proc.pid))
+"""
+
+
+@pytest.mark.parametrize("leaky", [False, True], ids=["clean", "leaky"])
+def test_a_test_that_leaves_a_process_fails_the_session(tmp_path: Path, leaky: bool) -> None:
+    """tests/conftest.py's guard, on a suite of its own: the process is named, with the
+    test that started it, the run fails, and the process is killed."""
+    (tmp_path / "test_some.py").write_text(
+        LEAKY if leaky else LEAKY.split("def test_leaves_one")[0], encoding="utf-8"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+         "--rootdir", str(tmp_path), "test_some.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if not leaky:
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "left" not in run.stdout
+        return
+    pid = int((tmp_path / "leftover.pid").read_text())
+    try:
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "2 passed" in run.stdout
+        assert "a test left 1 process(es) running" in run.stdout
+        named = [ln for ln in run.stdout.splitlines() if ln.strip().startswith(f"pid {pid},")]
+        assert len(named) == 1 and "test_some.py::test_leaves_one" in named[0], run.stdout
+        assert "time.sleep(300)" in named[0]
+        wait_for(lambda: not running(pid), 10)  # and killed
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
