@@ -15,8 +15,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +28,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from proxy_support import FIXTURES, Proc, start_collector, start_upstream, wait_for
+from proxy_support import (
+    FIXTURES,
+    Proc,
+    read_traces,
+    start_collector,
+    start_upstream,
+    wait_for,
+)
+
+from ctxcore.formats.otlp import traces_from_otlp
+
+JSON = "application/json"
 
 AGENT = textwrap.dedent(
     """
@@ -167,27 +180,27 @@ def _span(span_id: str, messages: str) -> dict[str, object]:
     }
 
 
-def test_partial_success_names_the_rejected_span(workdir: Path, collector: Proc) -> None:
-    good = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hello there"}]}])
-    export = {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": []},
-                "scopeSpans": [
-                    {"spans": [_span("051581bf3cb55c13", good), _span("051581bf3cb55c14", "[{")]}
-                ],
-            }
-        ]
+def _export(*spans: dict[str, object]) -> dict[str, object]:
+    return {
+        "resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": list(spans)}]}]
     }
+
+
+GOOD = json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hello there"}]}])
+
+
+def test_partial_success_names_the_rejected_span(workdir: Path, collector: Proc) -> None:
+    export = _export(_span("051581bf3cb55c13", GOOD), _span("051581bf3cb55c14", "[{"))
     raw = json.dumps(export).encode()
     status, body, _ = post(collector.port, "/v1/traces", raw, "application/json")
     assert status == 200
     partial = json.loads(body)["partialSuccess"]
     assert partial["rejectedSpans"] == "1"
     assert "gen_ai.input.messages" in partial["errorMessage"]
-    # protobuf, gzip: the same, answered in protobuf
+    # protobuf, gzip: the same (other span ids), answered in protobuf
     from google.protobuf.json_format import ParseDict
 
+    export = _export(_span("051581bf3cb55c15", GOOD), _span("051581bf3cb55c16", "[{"))
     pb = ParseDict(_b64_ids(export), ExportTraceServiceRequest()).SerializeToString()
     status, body, ctype = post(
         collector.port,
@@ -229,3 +242,126 @@ def test_what_the_protocol_refuses(collector: Proc) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{collector.port}/v1/traces", timeout=10)
     assert err.value.code == 405
+
+
+def _status(port: int) -> dict[str, object]:
+    url = f"http://127.0.0.1:{port}/__ctxscope__/collect"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        got: dict[str, object] = json.loads(resp.read())
+        return got
+
+
+def _settled(port: int, written: int) -> dict[str, object]:
+    """The receiver's status once it has written ``written`` traces and holds nothing back."""
+    deadline = time.monotonic() + 60
+    while True:
+        status = _status(port)
+        if status["written"] == written and status["backlog"] == 0:
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the receiver did not settle at {written} traces: {status}")
+        time.sleep(0.1)
+
+
+def test_a_batch_posted_again_is_written_once(tmp_path: Path) -> None:
+    """Exporters retry a batch whose answer they missed: its spans, and log records joined to
+    a span, must not become duplicate traces with new turn numbers."""
+    collector = start_collector(tmp_path / "traces")
+    try:
+        trace_id = "7c9d" * 8
+        first = {**_span("00000000000000a1", GOOD), "traceId": trace_id}
+        spans = json.dumps(_export(first)).encode()
+        for _ in range(2):
+            status, body, _ = post(collector.port, "/v1/traces", spans, "application/json")
+            assert status == 200 and json.loads(body) == {}
+        # a span whose messages come as log records, the log records posted twice
+        second = {
+            **_span("00000000000000a2", GOOD),
+            "traceId": trace_id,
+            "attributes": [
+                {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+                {"key": "gen_ai.request.model", "value": {"stringValue": "gpt-4o-mini"}},
+            ],
+        }
+        records = [
+            {
+                "timeUnixNano": str(1796078064712464003 + i),
+                "traceId": trace_id,
+                "spanId": "00000000000000a2",
+                "eventName": name,
+                "body": {
+                    "kvlistValue": {"values": [{"key": "content", "value": {"stringValue": text}}]}
+                },
+            }
+            for i, (name, text) in enumerate(
+                [("gen_ai.system.message", "be brief"), ("gen_ai.user.message", "once only")]
+            )
+        ]
+        logs = {"resourceLogs": [{"scopeLogs": [{"logRecords": records}]}]}
+        for _ in range(2):
+            status, _, _ = post(collector.port, "/v1/logs", json.dumps(logs).encode(), JSON)
+            assert status == 200
+        status, _, _ = post(
+            collector.port, "/v1/traces", json.dumps(_export(second)).encode(), JSON
+        )
+        assert status == 200
+        got = wait_for(
+            tmp_path / "traces" / "live" / "otlp.jsonl",
+            lambda t: t["trace_id"].startswith(trace_id),
+            2,
+        )
+        settled = _settled(collector.port, 2)
+        assert settled["duplicates"] == 1
+        got = read_traces(tmp_path / "traces" / "live" / "otlp.jsonl")
+        assert sorted(t["turn"] for t in got) == [0, 1]
+        # the log records' messages once each, as the importer reads the batch sent once
+        [joined] = [t for t in got if t["trace_id"].endswith("00000000000000a2")]
+        once = traces_from_otlp({**_export(second), **logs})[0]
+        assert joined["input"] == json.loads(once.input.model_dump_json())
+    finally:
+        collector.stop()
+
+
+def _peak_rss(pid: int) -> int:
+    """The most memory the process has held (VmHWM, bytes)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def _gzip_of_zeros(n: int) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = bytes(1 << 20)
+    return b"".join(z.compress(block) for _ in range(n >> 20)) + z.flush()
+
+
+def test_a_gzip_bomb_is_refused_while_it_unpacks(tmp_path: Path) -> None:
+    """A 0.5 MB gzip body that unpacks to 512 MB: 413 in one line, and the receiver never
+    holds much more than its 64 MB limit (it used to unpack all of it, then refuse)."""
+    bomb = _gzip_of_zeros(512 << 20)
+    assert len(bomb) < 1 << 20
+    collector = start_collector(tmp_path / "traces")
+    try:
+        before = _peak_rss(collector.proc.pid)
+        status, body, _ = post(
+            collector.port, "/v1/traces", bomb, JSON, **{"Content-Encoding": "gzip"}
+        )
+        assert status == 413
+        message = json.loads(body)["message"]
+        assert "unpacks past 67,108,864 bytes" in message and "\n" not in message
+        grew = _peak_rss(collector.proc.pid) - before
+        assert grew < 3 * (64 << 20), f"the receiver grew by {grew >> 20} MB"
+        # broken and cut gzip bodies: 400, one line each
+        status, body, _ = post(
+            collector.port, "/v1/traces", b"not gzip", JSON, **{"Content-Encoding": "gzip"}
+        )
+        assert status == 400 and "does not unpack" in json.loads(body)["message"]
+        cut = gzip.compress(json.dumps(_export(_span("00000000000000b1", GOOD))).encode())[:-12]
+        status, body, _ = post(
+            collector.port, "/v1/traces", cut, JSON, **{"Content-Encoding": "gzip"}
+        )
+        assert status == 400 and "ends before its end" in json.loads(body)["message"]
+        assert "Traceback" not in collector.text
+    finally:
+        collector.stop()

@@ -25,9 +25,11 @@ records that the SDK exports separately, usually earlier (events of
 opentelemetry-instrumentation-openai-v2 up to 2.3b0). So a GenAI span without a prompt waits a
 moment (``settle``) for its log records, and log records wait longer (``orphan_wait``) for
 their span before they are read on their own, as the importer reads log records whose span is
-not in the file. The session is the importer's (a ``gen_ai.conversation.id`` or ``session.id``
-on the span or an ancestor seen so far, else the trace id); turns count per session in the
-order calls are written.
+not in the file. Exporters retry a batch whose answer they missed, so a span seen again (by
+its trace and span id, among the last 100,000) and a log record seen again (the same record
+at the same time) are not written twice. The session is the importer's (a
+``gen_ai.conversation.id`` or ``session.id`` on the span or an ancestor seen so far, else the
+trace id); turns count per session in the order calls are written.
 
 Traces are built by worker processes (reading a prompt and counting its tokens costs about a
 millisecond a span), which append to the trace file themselves.
@@ -37,14 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gzip
 import json
 import logging
 import multiprocessing
 import os
 import socket
 import time
-import zlib
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -59,6 +59,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from ctxcore import settings
 from ctxcore.capture.calls import LIVE_TAG
+from ctxcore.capture.inflate import Broken, Inflater, TooBig
 from ctxcore.capture.proxy import Receive, Scope, Send, serve
 from ctxcore.capture.recorder import append_line
 from ctxcore.capture.spool import live_file
@@ -66,12 +67,14 @@ from ctxcore.errors import CtxscopeError, ImportFormatError
 from ctxcore.formats import otlp
 from ctxcore.formats.otlp_records import (
     ATTRIBUTE_PREFIXES,
+    EventRecord,
     Prompt,
     SpanRecord,
     records_from_exports,
 )
 from ctxcore.formats.protodict import message_to_dict
 from ctxcore.formats.redact import redact_trace
+from ctxcore.loading import too_deep
 
 log = logging.getLogger("ctxscope.collect")
 
@@ -85,7 +88,8 @@ _REQUESTS: dict[str, type[ProtoMessage]] = {
 }
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-#: The largest request body read (an exporter's batch is far smaller).
+#: The largest request body read, and the most a gzip body is unpacked to (an exporter's
+#: batch is far smaller).
 MAX_BODY = 64 * 1024 * 1024
 #: The session keys read on ancestors (``otlp.SESSION_KEYS``), kept for spans seen so far.
 _SESSION_KEYS = frozenset(otlp.SESSION_KEYS)
@@ -160,7 +164,14 @@ def _known(span: SpanRecord) -> bool:
     return bool(span.events) or any(k.startswith(ATTRIBUTE_PREFIXES) for k in span.attrs)
 
 
-def _sorted_events(span: SpanRecord) -> None:
+def _add_events(span: SpanRecord, events: list[EventRecord]) -> None:
+    """Log records joined to their span, in time order; a record already there with the same
+    timestamp is an exporter's retry and is not added twice."""
+    have = {(e.time_ns, e.name, repr(e.attrs), repr(e.body)) for e in span.events if e.time_ns}
+    for e in events:
+        if e.time_ns and (e.time_ns, e.name, repr(e.attrs), repr(e.body)) in have:
+            continue
+        span.events.append(e)
     if all(e.time_ns for e in span.events):
         span.events.sort(key=lambda e: e.time_ns)
 
@@ -182,6 +193,8 @@ class Joiner:
         self.done: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.without_prompt = 0
         self.late_log_records = 0
+        #: spans received again (an exporter retrying a batch that did arrive)
+        self.duplicates = 0
         self.failed: list[str] = []
         #: the prompt read from each ready span (by its key), handed on with it
         self.prompts: dict[tuple[str, str], Prompt] = {}
@@ -203,13 +216,20 @@ class Joiner:
         """Spans received: those ready now, and the errors of those rejected."""
         ready: list[SpanRecord] = []
         rejected: list[str] = []
+        taken: set[tuple[str, str]] = set()
         for span in spans:
-            self._remember(span)
             key = (span.trace_id, span.span_id)
+            waiting = self.waiting.get(key)
+            if key in self.done or key in taken or (waiting is not None and waiting.span):
+                # an exporter's retry (or a batch sent twice): the span has its trace, or is
+                # waiting for its log records, already
+                self.duplicates += 1
+                continue
+            taken.add(key)
+            self._remember(span)
             early = self.waiting.pop(key, None)
             if early is not None and early.orphan is not None:
-                span.events.extend(early.orphan.events)
-                _sorted_events(span)
+                _add_events(span, early.orphan.events)
             if not _known(span):
                 continue
             try:
@@ -240,8 +260,7 @@ class Joiner:
                 continue
             into = waiting.span or waiting.orphan
             assert into is not None
-            into.events.extend(orphan.events)
-            _sorted_events(into)
+            _add_events(into, orphan.events)
             waiting.last = now
 
     def due(self, now: float, *, everything: bool = False) -> list[SpanRecord]:
@@ -410,6 +429,7 @@ class CollectorApp:
             "waiting": len(self.joiner.waiting),
             "without_prompt": self.joiner.without_prompt,
             "late_log_records": self.joiner.late_log_records,
+            "duplicates": self.joiner.duplicates,
             "backlog": self.backlog,
             "errors": [*self.joiner.failed, *self.errors][-20:],
         }
@@ -434,30 +454,39 @@ class CollectorApp:
                 send, 415, f"Content-Type {ctype or '(none)'}: send {PROTOBUF} or {JSON}", JSON
             )
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > MAX_BODY:
-                await self._fail(send, 413, f"the body is over {MAX_BODY} bytes", encoding)
-                return
-            if not message.get("more_body", False):
-                break
-        raw = b"".join(chunks)
         coding = headers.get(b"content-encoding", "identity").strip().lower()
-        if coding == "gzip":
-            try:
-                raw = gzip.decompress(raw)
-            except (OSError, EOFError, zlib.error) as exc:
-                await self._fail(send, 400, f"the gzip body does not decompress: {exc}", encoding)
-                return
-        elif coding not in ("identity", ""):
+        if coding not in ("identity", "", "gzip"):
             await self._fail(send, 415, f"Content-Encoding {coding}: send gzip or none", encoding)
             return
+        # a gzip body is unpacked as it arrives, to MAX_BODY at most: a small body can
+        # unpack to gigabytes (docs/design.md, "Live capture")
+        inflater = Inflater("gzip", MAX_BODY) if coding == "gzip" else None
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                piece: bytes = message.get("body", b"")
+                size += len(piece)
+                if size > MAX_BODY:
+                    await self._fail(send, 413, f"the body is over {MAX_BODY:,} bytes", encoding)
+                    return
+                chunks.append(piece if inflater is None else inflater.feed(piece))
+                if not message.get("more_body", False):
+                    break
+        except TooBig as exc:
+            await self._fail(send, 413, str(exc), encoding)
+            return
+        except Broken as exc:
+            await self._fail(send, 400, str(exc), encoding)
+            return
+        if inflater is not None and not inflater.complete and size:
+            await self._fail(send, 400, "the gzip body ends before its end", encoding)
+            return
+        raw = b"".join(chunks)
+        del chunks
         if self.backlog >= self.config.max_backlog:
             await self._fail(send, 503, "traces are still being written; retry", encoding)
             return
@@ -483,7 +512,10 @@ class CollectorApp:
         if not raw.strip():
             return []
         if encoding == JSON:
-            data = json.loads(raw)
+            try:
+                data = json.loads(raw)
+            except RecursionError as exc:  # a 400 in one line, as every reader says it
+                raise too_deep("the JSON body") from exc
             if not isinstance(data, dict) or (data and key not in data):
                 raise ImportFormatError(f"not an OTLP JSON export of {path[4:]}: no {key!r}")
         else:
