@@ -655,6 +655,62 @@ def test_a_corrupt_or_truncated_store_is_never_reported_as_locked(tmp_path: Path
         assert "damaged" in out.stderr and "Traceback" not in out.stderr
 
 
+def _damaged_past_open(tmp_path: Path) -> dict[str, Path]:
+    """A store cut short and one with a flipped byte, each damaged where opening it does not
+    look (the damage is found when the traces are read), and damaged on the last such block."""
+    good = tmp_path / "good.duckdb"
+    with TraceStore(good) as store:
+        store.add_traces([make_trace(i, n_packets=20) for i in range(200)])
+    data = good.read_bytes()
+    block = 256 * 1024
+    found: dict[str, Path] = {}
+    for n in range(len(data) // block, 0, -1):
+        flipped = bytearray(data)
+        flipped[n * block + 4096] ^= 0xFF
+        for name, content in (("cut short", data[: n * block]), ("bit flip", bytes(flipped))):
+            if name in found:
+                continue
+            path = tmp_path / f"{name.replace(' ', '_')}-{n}.duckdb"
+            path.write_bytes(content)
+            try:
+                store = TraceStore(path, read_only=True)
+            except StoreError:
+                continue
+            try:
+                with store:
+                    store.traces_json([r.trace_id for r in store.list_traces(limit=500).rows])
+            except Exception:  # the damage this case wants: found on reading
+                found[name] = path
+    assert set(found) == {"cut short", "bit flip"}, found
+    return found
+
+
+@pytest.mark.slow
+def test_a_store_damaged_past_what_open_reads_is_one_line_for_every_reader(
+    tmp_path: Path,
+) -> None:
+    empty = tmp_path / "no-files"
+    empty.mkdir()
+    env = dict(os.environ, CTXSCOPE_TRACES=str(empty))
+    for name, path in _damaged_past_open(tmp_path).items():
+        with TraceStore(path, read_only=True) as store, pytest.raises(StoreError) as info:
+            store.traces_json([r.trace_id for r in store.list_traces(limit=500).rows])
+        assert "damaged or not a ctxscope store" in str(info.value), (name, info.value)
+        for cmd in (
+            ["replay", "--session", "s1", "--set", "max_tokens=300"],
+            ["replay", "--all", "--no-findings"],
+            ["export", "--session", "s1", "--format", "json"],
+        ):
+            out = subprocess.run(
+                [sys.executable, "-m", "ctxcore", *cmd, "--db", str(path)],
+                cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+            )  # fmt: skip
+            said = (name, cmd, out.stderr)
+            assert out.returncode == 2 and out.stderr.count("\n") == 1, said
+            assert "damaged" in out.stderr and "move it aside" in out.stderr, said
+            assert "Traceback" not in out.stderr, said
+
+
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """Mount small tmpfs folders (root only): a full disk and a read-only folder."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -150,3 +151,90 @@ def test_replay_a_stored_session_and_save_the_variants(
 def test_an_unknown_session_is_an_error(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--session", "nope", "--db", str(db)]) == 2
     assert "no traces in session 'nope'" in capsys.readouterr().err
+
+
+#: Holds a store open for writing, as the app does: adds a trace (left in the write-ahead
+#: log: a reader's copy must carry it), leaves an app note naming its folder, then adds a
+#: trace for every line it reads, until its stdin closes.
+HOLDER = """
+import os, sys
+from pathlib import Path
+from ctxcore.cli.app import write_note
+from ctxcore.models import Trace
+from ctxcore.store import TraceStore
+
+db, first, folder = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+trace = Trace.model_validate_json(first.read_text(encoding="utf-8"))
+store = TraceStore(db, diagnose=False)
+store.add_traces([trace])
+write_note(db, folder, os.getpid())
+print("ready", flush=True)
+for k, _ in enumerate(sys.stdin):
+    store.add_traces([trace.model_copy(update={"trace_id": f"held-more-{k}"})])
+    print(store.count(), flush=True)
+store.close()
+"""
+
+
+@pytest.mark.slow
+def test_replay_and_export_read_the_store_while_another_process_writes_it(
+    tmp_path: Path, db: Path, hello: list[Trace]
+) -> None:
+    """The app holds its store's write lock all the time it runs: reading must not need it."""
+    import signal
+
+    first = tmp_path / "held.json"
+    first.write_text(
+        hello[3].model_copy(update={"trace_id": "held-0", "session_id": "held"}).to_json(),
+        encoding="utf-8",
+    )
+    folder = tmp_path / "watched"
+    folder.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CTXSCOPE_TRACES=str(tmp_path / "no-files"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db), str(first), str(folder)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "ready\n"
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "ctxcore", *args, "--db", str(db)],
+                capture_output=True, text=True, env=env, timeout=300,
+            )  # fmt: skip
+
+        sid = hello[0].session_id
+        rep = run("replay", "--session", sid, "--set", "max_tokens=3000", "--fail-on", "error")
+        assert rep.returncode == 0, rep.stderr
+        assert f"{len(hello)} turn(s)" in rep.stdout
+        assert "open for writing in another process; reading a copy" in rep.stderr
+        assert "Traceback" not in rep.stderr and "drop your trace files" not in rep.stderr
+        # the trace the holder committed and has not checkpointed is read (no files to fall
+        # back to: CTXSCOPE_TRACES is an empty place)
+        out = tmp_path / "held-export.json"
+        exp = run("export", "--session", "held", "--format", "json", "-o", str(out))
+        assert exp.returncode == 0, exp.stderr
+        assert "held-0" in out.read_text(encoding="utf-8")
+        # --save while the app holds the store: the variants go to the folder it watches
+        saved = run("replay", "--session", sid, "--set", "max_tokens=3000", "--no-findings",
+                    "--save")  # fmt: skip
+        assert saved.returncode == 0, saved.stderr
+        dropped = list(folder.glob("replay-*.jsonl"))
+        assert len(dropped) == 1, saved.stderr
+        lines = dropped[0].read_text(encoding="utf-8").splitlines()
+        assert len(lines) == len(hello)
+        assert {Trace.model_validate_json(x).source_trace_id for x in lines} == {
+            t.trace_id for t in hello
+        }
+        # the writer was never disturbed, and the copies are gone
+        holder.stdin.write("one more\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == f"{len(hello) + 2}\n"
+        assert sorted(p.name for p in tmp_path.iterdir() if ".read-" in p.name) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=30)

@@ -101,7 +101,9 @@ class _Import:
 
     def traces(self) -> Iterator[Trace]:
         for path in self.sources:
-            stream = iter_traces(path, self.format, window=self.window, model=self.model)
+            stream = iter_traces(
+                path, self.format, window=self.window, model=self.model, skipped=self._skipped
+            )
             got = 0
             while True:
                 try:
@@ -119,6 +121,11 @@ class _Import:
                     break
                 got += 1
                 yield self._seen(trace)
+
+    def _skipped(self, error: str) -> None:
+        """A line of a JSONL file that could not be imported: said; the lines after it are."""
+        self.failed.append(error)
+        print(f"ctxscope import: error: {error}", file=sys.stderr)
 
     def _seen(self, trace: Trace) -> Trace:
         from ctxcore.formats.redact import redact_trace
@@ -317,9 +324,11 @@ def cli_import(args: argparse.Namespace) -> int:
 
 
 def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:
-    from ctxcore.store import TraceFilter, TraceStore
+    from ctxcore.store import TraceFilter
+    from ctxcore.store.reading import read_store
 
-    with TraceStore(db, read_only=True) as store:
+    # a store another process writes (the app) is read from a copy (docs/design.md, "Store")
+    with read_store(db, note=lambda why: print(f"note: {why}", file=sys.stderr)) as store:
         if trace_id:
             t = store.get_trace(trace_id)
             return [t] if t is not None else []
@@ -343,7 +352,8 @@ def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trac
 
 
 def _from_folder(folder: Path, trace_id: str | None, session: str | None) -> list[Trace]:
-    """Look for the traces in the watched folder's files (when the store is unavailable)."""
+    """Look for the traces in the watched folder's files (when there is no store, or it is
+    damaged)."""
     found: dict[str, Trace] = {}
     if not folder.is_dir():
         return []
@@ -363,17 +373,30 @@ def _from_folder(folder: Path, trace_id: str | None, session: str | None) -> lis
     return sorted(found.values(), key=lambda t: (t.session_id, t.turn, t.created_at, t.trace_id))
 
 
-def find_traces(db: str, trace_id: str | None, session: str | None) -> tuple[list[Trace], str]:
-    """The traces to export, and where they came from (store, file or watched folder)."""
+def find_traces(
+    db: str, trace_id: str | None, session: str | None
+) -> tuple[list[Trace], str, StoreError | None]:
+    """The traces to export, where they came from (store, file or watched folder), and why
+    the store could not be read, if it could not (a damaged or missing store)."""
     if trace_id and not session and Path(trace_id).is_file():
-        return load_file(trace_id), trace_id
+        return load_file(trace_id), trace_id, None
+    folder = settings.traces_dir()
     try:
-        return _from_store(db, trace_id, session), db
+        stored = _from_store(db, trace_id, session)
     except StoreError as exc:
-        why = str(exc)
-        folder = settings.traces_dir()
-        print(f"note: {why}; looking in {folder}/ instead", file=sys.stderr)
-        return _from_folder(folder, trace_id, session), str(folder)
+        found = _from_folder(folder, trace_id, session)
+        if found:
+            print(f"note: {exc}; read from {folder}/ instead", file=sys.stderr)
+        return found, f"{folder}/", exc
+    if stored:
+        return stored, db, None
+    # dropped into the watched folder and not ingested yet (e.g. by `import` while the app
+    # holds the store)
+    found = _from_folder(folder, trace_id, session)
+    if found:
+        print(f"note: not in {db} (yet); read from {folder}/", file=sys.stderr)
+        return found, f"{folder}/", None
+    return [], db, None
 
 
 def cli_export(args: argparse.Namespace) -> int:
@@ -381,9 +404,11 @@ def cli_export(args: argparse.Namespace) -> int:
     if bool(args.trace_id) == bool(args.session):
         raise InputError("give exactly one of TRACE_ID or --session ID")
     db = getattr(args, "db", None) or str(settings.db_path())
-    traces, where = find_traces(db, args.trace_id, args.session)
+    traces, where, unread = find_traces(db, args.trace_id, args.session)
     if not traces:
         what = f"trace {args.trace_id!r}" if args.trace_id else f"session {args.session!r}"
+        if unread is not None:  # one line: why the store was not read, and where else
+            raise InputError(f"{unread}; {what} is not in the files of {where} either")
         raise InputError(
             f"{what} not found in {where}; list what is there with the app's Traces page "
             "or `ctxscope ingest` the file first"

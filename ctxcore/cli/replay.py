@@ -1,9 +1,11 @@
 """``ctxscope replay``: re-run a session, a tag, the whole store or trace files with new settings.
 
-The store is opened once, read-only, by this process, and closed before the replay starts:
-DuckDB lets one process at a time write a file, so the worker processes of
-``ctxcore.replay.replay`` get traces, never the store. ``--save`` opens it again afterwards
-to add the variants (tagged ``replay``, ``source_trace_id`` = the recorded trace). The exit
+The store is opened once, read-only, by this process (while another process, the app, writes
+it: a copy taken now, ``ctxcore.store.reading``): DuckDB lets one process at a time write a
+file, so the worker processes of ``ctxcore.replay.replay`` get traces, never the store.
+``--save`` opens it again afterwards to add the variants (tagged ``replay``,
+``source_trace_id`` = the recorded trace), or, while the app holds it, writes them into the
+folder the app watches, as ``ctxscope import`` does. The exit
 code is 0 when nothing the "before" side kept is lost at or above ``--fail-on``, 1 when
 something is, 2 on bad input (printed by ``ctxcore.cli``).
 """
@@ -11,14 +13,18 @@ something is, 2 on bad input (printed by ``ctxcore.cli``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 from ctxcore.cli import parse_set
-from ctxcore.errors import InputError
+from ctxcore.cli.app import app_folder
+from ctxcore.errors import InputError, StoreLockedError
+from ctxcore.formats.load import write_jsonl
 from ctxcore.loading import load_config
 from ctxcore.models import Trace
 from ctxcore.replay import (
@@ -31,6 +37,7 @@ from ctxcore.replay import (
     replay_sessions,
 )
 from ctxcore.store import TraceFilter, TraceStore
+from ctxcore.store.reading import read_store
 
 FAIL_ON = ("info", "warning", "error", "never")
 _PAGE = 1000
@@ -208,6 +215,46 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
             w(f"  {d}: {report.findings_before.get(d, 0)} → {report.findings_after.get(d, 0)}\n")
 
 
+def _note(why: str) -> None:
+    print(f"note: {why}", file=sys.stderr)
+
+
+def _save(db: str, report: ReplayReport) -> None:
+    """The variants into the store; while the app writes it, into the folder it watches (as
+    ``ctxscope import`` does), which it ingests."""
+    try:
+        store = TraceStore(db)
+    except StoreLockedError as exc:
+        folder = app_folder(Path(db))
+        if folder is None:
+            raise InputError(
+                f"{exc}; no ctxscope app is serving this store, so the variants cannot be "
+                "saved: stop that process and replay with --save again"
+            ) from exc
+        digest = hashlib.sha1(
+            "\0".join(v.trace_id for v in report.variants).encode("utf-8")
+        ).hexdigest()[:10]
+        out = folder / f"replay-{digest}.jsonl"
+        write_jsonl(report.variants, out)
+        print(
+            f"ctxscope replay: the store is in use by the ctxscope app; wrote "
+            f"{len(report.variants)} variant(s) tagged {REPLAY_TAG!r} to {out}, the folder "
+            "that app watches: it ingests them from there",
+            file=sys.stderr,
+        )
+        return
+    with store:
+        # a variant id names (recording, settings); its timings differ run to run, so one
+        # already stored is kept as it is rather than refused as different content
+        new = [v for v in report.variants if store.get_trace(v.trace_id) is None]
+        added = store.add_traces(new, source="replay") if new else 0
+    print(
+        f"ctxscope replay: saved {added} new variant(s) tagged {REPLAY_TAG!r} "
+        f"({len(report.variants) - added} already stored)",
+        file=sys.stderr,
+    )
+
+
 def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.fail_on not in FAIL_ON:
@@ -233,8 +280,9 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if unread:
             report = report.model_copy(update={"errors": unread + report.errors})
     else:
-        # read-only, and closed before --save opens it to write
-        with TraceStore(args.db, read_only=True) as store:
+        # read-only (a copy while another process, the app, writes it: docs/design.md,
+        # "Store"), and closed before --save opens it to write
+        with read_store(args.db, note=_note) as store:
             if args.session:
                 stored = _session_json(store, args.session, args.tag, not args.no_findings)
                 if not stored:
@@ -253,16 +301,7 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
     else:
         print_table(report, out)
     if args.save:
-        with TraceStore(args.db) as store:
-            # a variant id names (recording, settings); its timings differ run to run, so one
-            # already stored is kept as it is rather than refused as different content
-            new = [v for v in report.variants if store.get_trace(v.trace_id) is None]
-            added = store.add_traces(new, source="replay") if new else 0
-        print(
-            f"ctxscope replay: saved {added} new variant(s) tagged {REPLAY_TAG!r} "
-            f"({len(report.variants) - added} already stored)",
-            file=sys.stderr,
-        )
+        _save(args.db, report)
     if args.fail_on == "never":
         return 0
     losses = report.losses(args.fail_on)

@@ -23,16 +23,17 @@ lock held by another process is ``StoreLockedError``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
 import numpy as np
@@ -226,6 +227,26 @@ class _Shared:
 
     def forget(self) -> None:
         self.texts, self.older = {}, {}
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reading(
+    method: Callable[Concatenate[TraceStore, _P], _R],
+) -> Callable[Concatenate[TraceStore, _P], _R]:
+    """A read whose DuckDB failure is one ``StoreError`` (``store_fault``): a damaged block is
+    found when it is read, not on open (docs/design.md, "Store", faults of the file)."""
+
+    @functools.wraps(method)
+    def read(self: TraceStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except duckdb.Error as exc:
+            raise store_fault(self.path, exc) from exc
+
+    return read
 
 
 _SHARED: dict[str, _Shared] = {}
@@ -562,6 +583,7 @@ class TraceStore:
             new = cids[pieces.column("cid").to_numpy()]
             out["contents"] = pieces.set_column(0, "cid", pa.array(new, _I64))
 
+    @_reading
     def undiagnosed(self) -> int:
         """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
         row = _first(
@@ -639,11 +661,13 @@ class TraceStore:
             return None
         return unpack_json(_packed(cur, [int(row[0])])[int(row[0])], row[1])
 
+    @_reading
     def traces_json(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
         """The stored JSON (UTF-8) of each trace asked for that exists, in the order asked,
         read in one query per 1,000 ids (``replay --all`` hands it to worker processes)."""
         return [(tid, unpack_json(blob, size)) for tid, blob, size in self.traces_packed(trace_ids)]
 
+    @_reading
     def traces_packed(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes, int]]:
         """``traces_json`` as stored: each trace's compressed JSON and its size, for a
         reader elsewhere to unpack (``rows.unpack_json``): ``replay --all`` leaves that to
@@ -662,6 +686,7 @@ class TraceStore:
             out += [found[tid] for tid in chunk if tid in found]
         return out
 
+    @_reading
     def stored_findings(
         self, trace_ids: Sequence[str], fingerprint: str
     ) -> dict[str, list[Finding]]:
@@ -695,6 +720,7 @@ class TraceStore:
                     )
         return out
 
+    @_reading
     def session_listing(self) -> list[tuple[str, list[tuple[str, tuple[str, ...]]]]]:
         """Every session with its traces' ids and tags in turn order (then insertion, as
         ``list_traces(sort="turn")``), sessions most recently active first (as ``sessions()``
@@ -715,6 +741,7 @@ class TraceStore:
             out[-1][1].append((tid, tuple(tags or ())))
         return out
 
+    @_reading
     def findings(self, trace_id: str) -> list[dict[str, Any]]:
         """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
         rows = self._dicts(
@@ -757,6 +784,7 @@ class TraceStore:
         )
         return [IngestErrorRow(f, ln, m, now.replace(tzinfo=UTC)) for f, ln, m in errors]
 
+    @_reading
     def file_offset(self, file: str) -> FileOffset | None:
         rows = self._cur().execute(f"{_OFFSET_SQL} WHERE file = ?", [file]).fetchall()
         row = _first(rows)
@@ -769,6 +797,7 @@ class TraceStore:
             raise store_fault(self.path, exc) from exc
         return {r[0]: _file_offset(r) for r in rows}
 
+    @_reading
     def failing_files(self, limit: int = 100) -> list[FailingFile]:
         """The files ingest (or the watcher) could not read, newest first, with why: for
         the app's banner. A file leaves the list once it is read after it changed."""
@@ -819,6 +848,7 @@ class TraceStore:
         names = [d[0] for d in cur.description or []]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
+    @_reading
     def count(self) -> int:
         row = self._cur().execute("SELECT count(*) FROM traces").fetchall()
         row = _first(row)
@@ -877,6 +907,7 @@ class TraceStore:
             params += [pat, pat, pat]
         return (" WHERE " + " AND ".join(conds)) if conds else "", params
 
+    @_reading
     def list_traces(
         self,
         flt: TraceFilter | None = None,
@@ -912,6 +943,7 @@ class TraceStore:
             out.append(TraceRow(**d))
         return TracePage(rows=out, total=total, offset=offset, limit=limit)
 
+    @_reading
     def list_findings(
         self, flt: TraceFilter | None = None, *, limit: int = 50, offset: int = 0
     ) -> FindingPage:
@@ -955,10 +987,12 @@ class TraceStore:
         ]
         return FindingPage(rows=out, total=total, offset=offset, limit=limit)
 
+    @_reading
     def get_trace(self, trace_id: str) -> Trace | None:
         raw = self._trace_json(self._cur(), trace_id)
         return None if raw is None else Trace.model_validate_json(raw)
 
+    @_reading
     def decisions(self, trace_id: str) -> list[dict[str, Any]]:
         """Per-packet rows: packet_id, kind, tokens_before, tokens_after, relevance, recency,
         score, rank, status, reason, reason_text, partition, budget_left, must_keep."""
@@ -970,6 +1004,7 @@ class TraceStore:
             [trace_id],
         )
 
+    @_reading
     def packet_content(self, trace_id: str, packet_id: str) -> str | None:
         cur = self._cur()
         row = _first(
@@ -986,6 +1021,7 @@ class TraceStore:
         ).fetchall()
         return "".join(p[0] for p in parts)
 
+    @_reading
     def sessions(self) -> list[SessionRow]:
         rows = (
             self._cur()
@@ -1000,6 +1036,7 @@ class TraceStore:
             for r in rows
         ]
 
+    @_reading
     def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
         """Rows: turn, trace_id, packet_id, kind, status, reason, tokens_after."""
         return self._dicts(
@@ -1009,6 +1046,7 @@ class TraceStore:
             [session_id],
         )
 
+    @_reading
     def session_partitions(self, session_id: str) -> list[dict[str, Any]]:
         """Rows: turn, trace_id, partition, budget, used, items."""
         return self._dicts(
@@ -1018,6 +1056,7 @@ class TraceStore:
             [session_id],
         )
 
+    @_reading
     def facets(self) -> dict[str, list[str]]:
         """Distinct values for filter widgets: session_id, preset, tags, verdict."""
         cur = self._cur()
@@ -1031,6 +1070,7 @@ class TraceStore:
         out["finding"] = [r[0] for r in rows]
         return out
 
+    @_reading
     def ingest_errors(self, limit: int = 200) -> list[IngestErrorRow]:
         rows = (
             self._cur()
@@ -1043,6 +1083,7 @@ class TraceStore:
         )
         return [IngestErrorRow(r[0], int(r[1]), r[2], _aware(r[3])) for r in rows]
 
+    @_reading
     def live_calls(self, since: datetime, limit: int = 5_000) -> LiveCalls:
         """Calls captured live (traces tagged ``live``) created at or after ``since``, newest
         first and at most ``limit`` of them, with their count in all and the newest one ever."""
@@ -1072,6 +1113,7 @@ class TraceStore:
                 last = LiveCall(_aware(row[0]), row[1], int(row[2]), row[3], row[4])
         return LiveCalls(recent, int(total[0]) if total else 0, last)
 
+    @_reading
     def latest_change(self) -> int:
         """A number that grows whenever traces are added (for live refresh)."""
         row = (
