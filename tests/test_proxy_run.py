@@ -7,11 +7,14 @@ The upstream is the fake one replaying recorded responses and streams (``fake_up
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from proxy_support import (
     Proc,
     free_port,
     read_traces,
+    start_collector,
     start_proxy,
     start_upstream,
 )
@@ -172,3 +176,63 @@ def test_run_uses_a_proxy_that_is_already_running(tmp_path: Path, upstream: Proc
     finally:
         proxy.stop()
     _check_traces(tmp_path / "shared" / "live" / "python.jsonl")
+
+
+def _run_nothing(traces: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """``ctxscope run`` of a command that calls no model: the proxy it starts, started and
+    stopped."""
+    return subprocess.run(
+        [sys.executable, "-m", "ctxcore", "run", "--proxy-port", str(port), "--traces",
+         str(traces), "--", sys.executable, "-c", "pass"],
+        capture_output=True, text=True, cwd=ROOT, timeout=240,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_run_and_stopped_services_leave_no_leaked_semaphores(tmp_path: Path) -> None:
+    """Stopped with SIGTERM, the proxy (its converter's stop event) and the OTLP receiver (its
+    pool) exit normally: multiprocessing unlinks their semaphores, and its resource tracker
+    has nothing to warn about."""
+    run = _run_nothing(tmp_path / "traces", free_port())
+    assert run.returncode == 0, run.stderr
+    assert "a new proxy" in run.stderr and "0 call(s) recorded" in run.stderr
+    assert "leaked" not in run.stderr and "Traceback" not in run.stderr, run.stderr
+    for service in (start_proxy(tmp_path / "p", free_port()), start_collector(tmp_path / "c")):
+        try:
+            assert service.stop() == 0, service.text
+        finally:
+            service.proc.kill()
+            service.proc.wait()
+        assert "leaked" not in service.text and "Traceback" not in service.text, service.text
+
+
+@pytest.mark.slow
+def test_run_names_the_app_that_watches_its_folder(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    run = _run_nothing(traces, free_port())
+    assert run.returncode == 0, run.stderr
+    assert f"see them with `ctxscope app --traces {traces}` at http://127.0.0.1:8501" in run.stderr
+    # an app on another port watches that folder (on the store `run` and `app` default to)
+    port = free_port()
+    app = subprocess.Popen(
+        [sys.executable, "-m", "ctxcore", "app", "--traces", str(traces), "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        note = Path(os.environ["CTXSCOPE_DB"] + ".app.json")
+        deadline = time.monotonic() + 90
+        while not note.exists():
+            assert app.poll() is None and time.monotonic() < deadline, "the app did not start"
+            time.sleep(0.2)
+        run = _run_nothing(traces, free_port())
+        assert run.returncode == 0, run.stderr
+        assert f"the running app shows them at http://127.0.0.1:{port}" in run.stderr
+        assert ":8501" not in run.stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(app.pid, signal.SIGTERM)
+        try:
+            app.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(app.pid, signal.SIGKILL)
+            app.wait(timeout=30)

@@ -12,9 +12,10 @@ network, so it needs a token: the app then shows nothing until the URL carries
 ``?token=...`` (see ``ui.boot``).
 
 While it runs, the command leaves a note beside the store (``<store>.app.json``: the child's
-pid, the folder it watches and the OTLP port it receives on), so that ``ctxscope import`` on a
-store the app holds can drop its traces into that very folder rather than into one nobody
-watches, and the app can say where it listens.
+pid, the folder it watches, the OTLP port it receives on and its URL, never its token), so that
+``ctxscope import`` on a store the app holds can drop its traces into that very folder rather
+than into one nobody watches, ``ctxscope run`` can name the app that shows its calls, and the
+app can say where it listens.
 
 ``--otlp [PORT]`` also runs the OTLP/HTTP receiver of ``ctxscope collect`` beside the app,
 writing into the folder the app watches: spans an instrumented agent exports show up on Traces
@@ -75,9 +76,17 @@ def note_path(db: Path) -> Path:
     return db.with_name(db.name + APP_NOTE_SUFFIX)
 
 
-def write_note(db: Path, traces_dir: Path, pid: int, otlp_port: int | None = None) -> Path:
+def write_note(
+    db: Path, traces_dir: Path, pid: int, otlp_port: int | None = None, url: str | None = None
+) -> Path:
     note = note_path(db)
-    data = {"pid": pid, "db": str(db), "traces": str(traces_dir), "otlp_port": otlp_port}
+    data = {
+        "pid": pid,
+        "db": str(db),
+        "traces": str(traces_dir),
+        "otlp_port": otlp_port,
+        "url": url,
+    }
     tmp = note.with_name(f".{note.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, note)
@@ -133,11 +142,13 @@ def run_child(
     env: dict[str, str],
     note: Path | None = None,
     companion: tuple[subprocess.Popen[bytes], str, int] | None = None,
+    url: str | None = None,
 ) -> int:
     """Run ``cmd``; forward SIGTERM/SIGINT/SIGHUP to it; kill it 5 s after if it lingers.
 
     ``companion`` (process, name, port) is a helper started before it (the OTLP receiver): it
-    is stopped after ``cmd`` exits, and its exit while ``cmd`` runs is said once."""
+    is stopped after ``cmd`` exits, and its exit while ``cmd`` runs is said once. ``url``
+    (where the app listens, without its token) goes in the ``note``."""
     preexec = _die_with_parent if sys.platform.startswith("linux") else None
     proc = subprocess.Popen(cmd, env=env, preexec_fn=preexec)
     if note is not None:
@@ -146,6 +157,7 @@ def run_child(
             Path(env[settings.ENV_TRACES]),
             proc.pid,
             otlp_port=companion[2] if companion else None,
+            url=url,
         )
     asked_at: list[float] = []
     companion_said = False
@@ -230,8 +242,11 @@ def cmd_app(args: argparse.Namespace) -> int:
         "--server.fileWatcherType",
         "none",
     ]
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{host}:{args.port}" + ("/?token=<your token>" if token else "")
     try:
-        return run_child(cmd, env, note=note_path(Path(env[settings.ENV_DB])), companion=companion)
+        note = note_path(Path(env[settings.ENV_DB]))
+        return run_child(cmd, env, note=note, companion=companion, url=url)
     finally:
         if companion is not None:  # run_child stops it; this covers a failure to start the app
             stop_companion(companion[0], companion[1], OTLP_DRAIN_S)

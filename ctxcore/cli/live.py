@@ -17,10 +17,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from ctxcore import settings
-from ctxcore.cli.app import run_child, service_info, start_service
+from ctxcore.cli.app import app_note, run_child, service_info, start_service
 from ctxcore.errors import InputError
 
 #: How long ``run`` waits for the proxy it started to listen, and to finish its traces.
@@ -36,6 +37,19 @@ def _upstream(given: str | None, env_name: str, default: str) -> str:
 
 def _print(command: str, text: str) -> None:
     print(f"ctxscope {command}: {text}", file=sys.stderr, flush=True)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _stop_cleanly_on_sigterm() -> None:
+    """SIGTERM ends the server with the interpreter's normal exit. uvicorn stops gracefully on
+    it and then raises it again for the handler it found; the default one killed the process
+    there, skipping the interpreter's exit, where multiprocessing unlinks the named
+    semaphores of the converter's stop event (or the collector's pool): the resource tracker
+    then warned of 5 'leaked semaphore objects' every time."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:
@@ -63,6 +77,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         f"point an agent at it: {settings.ENV_OPENAI_BASE_URL}=http://{settings.DEFAULT_HOST}:"
         f"{port}/v1 {settings.ENV_ANTHROPIC_BASE_URL}=http://{settings.DEFAULT_HOST}:{port}",
     )
+    _stop_cleanly_on_sigterm()
     run_proxy(cfg, sock)
     return 0
 
@@ -84,6 +99,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         f"point an exporter at it: OTEL_EXPORTER_OTLP_ENDPOINT=http://{settings.DEFAULT_HOST}:"
         f"{port} OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
     )
+    _stop_cleanly_on_sigterm()
     run_collector(cfg, sock)
     return 0
 
@@ -191,10 +207,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         if started is not None:
             _stop_proxy(started)
     said = f"{recorded} call(s) recorded" if recorded is not None else "calls recorded"
-    _print(
-        "run",
-        f"{said} in {traces / settings.LIVE_SUBDIR}/; see them with "
-        f"`ctxscope app --traces {traces}` at http://{settings.DEFAULT_HOST}:"
-        f"{settings.DEFAULT_PORT}",
-    )
+    _print("run", f"{said} in {traces / settings.LIVE_SUBDIR}/; {_where_to_see(traces)}")
     return rc if rc >= 0 else 128 - rc
+
+
+def _where_to_see(traces: Path) -> str:
+    """The running app that shows what went into ``traces``, from the note ``ctxscope app``
+    leaves beside its store (``ctxcore.cli.app``), at its own address; else the command that
+    starts one."""
+    note = app_note(settings.db_path()) or {}
+    watched, url = note.get("traces"), note.get("url")
+    if isinstance(watched, str) and isinstance(url, str):
+        live = (traces / settings.LIVE_SUBDIR).resolve()
+        if live.is_relative_to(Path(watched).resolve()):  # the watcher reads subfolders
+            return f"the running app shows them at {url}"
+    return (
+        f"see them with `ctxscope app --traces {traces}` at "
+        f"http://{settings.DEFAULT_HOST}:{settings.DEFAULT_PORT}"
+    )
