@@ -8,6 +8,12 @@ Files are read with bounded memory whatever they hold (docs/design.md, "Ingest a
 watcher"): JSONL line by line, each line refused past ``MAX_LINE_BYTES`` while it is read;
 a single JSON document refused past ``MAX_DOCUMENT_BYTES`` (unpacked, for a ``.gz``); and a
 FIFO or a device is refused before it is opened for reading (it would block).
+
+Two rules hold for every reader (docs/design.md, "Capture, import, export, redaction"): a
+UTF-8 byte order mark that starts a file, or a line (files joined with ``cat`` keep
+theirs), is skipped, as Windows tools write one; and JSON nested deeper than Python's
+parsers can follow (their recursion limit, about a thousand levels) is refused in one line
+(``TOO_DEEP``, ``too_deep``), a JSONL line costing that line only.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ from ctxcore.settings import MAX_DOCUMENT_BYTES, MAX_JSON_DEPTH, MAX_LINE_BYTES
 
 #: bytes read per step when streaming a file's lines
 _READ_BYTES = 1024 * 1024
+#: The UTF-8 byte order mark Notepad and PowerShell put first in a file: not JSON, skipped.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(raw: bytes) -> bytes:
+    """``raw`` less a UTF-8 byte order mark it starts with."""
+    return raw[3:] if raw[:3] == UTF8_BOM else raw
 
 
 def _where(prefix: str) -> str:
@@ -38,9 +51,10 @@ def _where(prefix: str) -> str:
 
 
 def decode_utf8(data: bytes, where: str = "") -> str:
-    """Decode strictly; name the byte offset (and line) of the first invalid sequence."""
+    """Decode strictly (less a leading byte order mark); name the byte offset (and line) of
+    the first invalid sequence."""
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputError(
@@ -67,9 +81,10 @@ _JSON = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_fl
 
 
 def parse_json(text: str, where: str = "") -> Any:
-    """``json.loads`` that rejects NaN/Infinity (also ``1e400``) and reports line:column."""
+    """``json.loads`` that rejects NaN/Infinity (also ``1e400``) and reports line:column;
+    a leading byte order mark is skipped, JSON nested too deeply refused (``too_deep``)."""
     try:
-        return _JSON.decode(text)
+        return _JSON.decode(text.removeprefix("\ufeff"))
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{_where(where)}malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
@@ -77,14 +92,21 @@ def parse_json(text: str, where: str = "") -> Any:
     except ValueError as exc:
         raise InputError(f"{_where(where)}{exc}") from exc
     except RecursionError as exc:
-        raise InputError(f"{_where(where)}{TOO_DEEP}") from exc
+        raise too_deep(where) from exc
 
 
-#: The error for JSON nested beyond what Python's parser can read at all.
+#: The error for JSON nested beyond what Python's parsers can read at all (json's and
+#: msgspec's recurse once a level, up to the interpreter's recursion limit).
 TOO_DEEP = (
     "JSON nested too deeply to read (hundreds of levels); metadata and tool parameters may "
     f"nest at most {MAX_JSON_DEPTH} levels: store a deeper structure as a JSON string"
 )
+
+
+def too_deep(where: str = "") -> InputError:
+    """The one-line error of every JSON reader for a ``RecursionError`` of its parser: the
+    guard that keeps a hostile nesting from ending in a traceback (or a 500)."""
+    return InputError(f"{_where(where)}{TOO_DEEP}")
 
 
 def _loc_to_text(loc: tuple[Any, ...], data: Any) -> str:
@@ -327,9 +349,10 @@ def iter_lines(path: str | Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[
 
 
 def decode_line(raw: bytes, where: str) -> str:
-    """One line as text; invalid UTF-8 is named by its byte in the line."""
+    """One line as text (less a leading byte order mark); invalid UTF-8 is named by its byte
+    in the line."""
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise InputError(
             f"{where}: invalid UTF-8 at byte {exc.start} of the line "

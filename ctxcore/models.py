@@ -217,6 +217,14 @@ def _finite(value: float | None, name: str) -> float | None:
     return value
 
 
+def not_a_bool(value: Any) -> Any:
+    """Refuse true/false where a number belongs: pydantic reads ``true`` as 1, so
+    ``max_tokens: true`` (or ``--set max_tokens=true``) would quietly be a budget of one."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    return value
+
+
 # --------------------------------------------------------------------------- input
 
 
@@ -266,6 +274,11 @@ class CapturedInput(_NullIsDefault):
     window: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     output_reserve: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
 
+    @field_validator("window", "output_reserve", mode="before")
+    @classmethod
+    def _numbers(cls, v: Any) -> Any:
+        return not_a_bool(v)
+
     @model_validator(mode="after")
     def _unique_ids(self) -> CapturedInput:
         check_unique_ids([p.id for p in self.packets])
@@ -308,6 +321,29 @@ class Config(_NullIsDefault):
     reference_weight: float | None = Field(default=None, ge=0, le=1)
     metadata_weight: float | None = Field(default=None, ge=0, le=1)
     lexical_weight: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator(
+        "max_tokens",
+        "reserve_ratio",
+        "output_reserve",
+        "safety_margin",
+        "min_relevance",
+        "relevance_weight",
+        "recency_weight",
+        "priority_weight",
+        "recency_tau_hours",
+        "history_limit",
+        "current_turn_weight",
+        "error_weight",
+        "mention_weight",
+        "reference_weight",
+        "metadata_weight",
+        "lexical_weight",
+        mode="before",
+    )
+    @classmethod
+    def _numbers(cls, v: Any) -> Any:
+        return not_a_bool(v)
 
     @field_validator(
         "reserve_ratio",

@@ -52,7 +52,7 @@ from ctxcore.models import (
     Trace,
     unvalidated,
 )
-from ctxcore.pipeline import build, build_trace, ctxscope, resolve_config
+from ctxcore.pipeline import build, build_trace, check_input_facts, ctxscope, resolve_config
 from ctxcore.replay_pool import default_workers, worker_pool
 from ctxcore.summarize import error_evidence
 from ctxcore.tokens import get_counter
@@ -252,8 +252,11 @@ def _variant(trace: Trace, settings: Settings | None, *, reasons: bool) -> Trace
         inp = input_from_obj({**inp.model_dump(mode="json"), **facts}, "replay settings")
         if "window" in facts and "max_tokens" not in patch:
             base.pop("max_tokens", None)
+        if "output_reserve" in facts:
+            base.pop("output_reserve", None)  # the recorded config's reserve would win over it
     base.update(patch)
     cfg = config_from_obj(base, "replay settings")
+    check_input_facts(cfg.preset, facts, f"replay settings {', '.join(facts)}")
     return _build_trace(
         inp,
         cfg,

@@ -36,6 +36,10 @@ def parse_set(pairs: Sequence[str]) -> dict[str, Any]:
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
+        except RecursionError as exc:
+            from ctxcore.loading import too_deep
+
+            raise too_deep(f"--set {key}") from exc
         if isinstance(value, float) and value != value:  # NaN: keep the literal text
             value = raw
         out[key] = value
@@ -75,7 +79,7 @@ def _build_source(
 
 def cmd_build(args: argparse.Namespace) -> int:
     from ctxcore.loading import config_from_obj, input_from_obj, load_config
-    from ctxcore.pipeline import build_trace
+    from ctxcore.pipeline import build_trace, check_input_facts
 
     inp, trace_cfg, trace = _build_source(args.file, getattr(args, "trace", None))
     base: dict[str, Any] = {}
@@ -96,8 +100,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         inp = input_from_obj({**inp.model_dump(mode="json"), **facts}, "input (after --set)")
         if "window" in facts and "max_tokens" not in sets:
             base.pop("max_tokens", None)  # the budget follows the new window
+        if "output_reserve" in facts:
+            base.pop("output_reserve", None)  # a recorded config's reserve would win over it
     base.update(sets)
     cfg: Config = config_from_obj(base, "config (after --config/--preset/--set)")
+    check_input_facts(cfg.preset, facts, f"--set {', '.join(facts)}")
     out = build_trace(
         inp,
         cfg,

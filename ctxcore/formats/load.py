@@ -214,25 +214,34 @@ def _maybe_protobuf(p: Path) -> bool:
         return False  # not readable as gzip: the streaming reader says why
 
 
+class BadLine(str):
+    """A JSONL line that could not be parsed, in place of its value: the line's error."""
+
+
 def iter_values(p: Path) -> tuple[bool, Iterator[tuple[str, Any]]]:
     """Whether a file is JSONL, and the JSON values it holds with where each is, as a stream.
 
-    JSONL (a first non-blank line that is a whole JSON object, and more lines) is streamed
-    line by line, each line refused past MAX_LINE_BYTES while it is read; anything else is
-    one document, read whole up to MAX_DOCUMENT_BYTES (``ctxcore.loading``): a huge file
-    costs one error line, not all the memory."""
+    JSONL (a name ending in ``.jsonl``, or a first non-blank line that is a whole JSON
+    object, and more lines) is streamed line by line, each line refused past MAX_LINE_BYTES
+    while it is read; a line that does not parse comes as a ``BadLine`` (its error, naming
+    ``file:line``) and the lines after it still come. Anything else is one document, read
+    whole up to MAX_DOCUMENT_BYTES (``ctxcore.loading``): a huge file costs one error line,
+    not all the memory."""
     lines = ((n, raw) for n, raw in iter_lines(p) if raw.strip())
     first = next(lines, None)
     if first is None:
         raise ImportFormatError(f"{p}: the file is empty")
     second = next(lines, None)
-    head = decode_line(first[1], f"{p}:{first[0]}").strip()
-    jsonl = second is not None and head.startswith("{") and head.endswith("}")
-    if jsonl:
-        try:
-            parse_json(head)
-        except InputError:
-            jsonl = False
+    if p.name.lower().removesuffix(".gz").endswith(".jsonl"):
+        jsonl = True
+    else:
+        head = decode_line(first[1], f"{p}:{first[0]}").strip()
+        jsonl = second is not None and head.startswith("{") and head.endswith("}")
+        if jsonl:
+            try:
+                parse_json(head)
+            except InputError:
+                jsonl = False
     if not jsonl:
         lines.close()
         return False, iter([(str(p), parse_json(read_text(p), str(p)))])
@@ -240,7 +249,10 @@ def iter_values(p: Path) -> tuple[bool, Iterator[tuple[str, Any]]]:
     def values() -> Iterator[tuple[str, Any]]:
         for n, raw in chain([first], [second] if second is not None else [], lines):
             where = f"{p}:{n}"
-            yield where, parse_json(decode_line(raw, where), where)
+            try:
+                yield where, parse_json(decode_line(raw, where), where)
+            except InputError as exc:
+                yield where, BadLine(exc)
 
     return True, values()
 
@@ -257,6 +269,7 @@ def iter_traces(
     *,
     window: int | None = None,
     model: str | None = None,
+    skipped: Callable[[str], None] | None = None,
 ) -> Iterator[Trace]:
     """Every trace a file holds, as a stream (docs/design.md, "Capture, import, export,
     redaction"): a session log's traces while it is read, and a JSONL file's line by line
@@ -264,7 +277,9 @@ def iter_traces(
     file does not say: a session log takes them as its calls are made (a compaction's
     decisions stay); a trace of another format is re-derived with them (``with_window``).
 
-    A file that fails part-way has yielded the traces before the failure, then raises."""
+    A JSONL line that cannot be read or converted is that line's error: given to
+    ``skipped`` (``file:line: why``), and the lines after it are read; without ``skipped``
+    it is raised. Any other failure part-way has yielded the traces before it, then raises."""
     p = Path(path)
     try:
         st = p.stat()
@@ -294,8 +309,25 @@ def iter_traces(
             why = stream.errors[0] if stream.errors else "no model call in it"
             raise ImportFormatError(f"{p}: a {log} log with no call ctxscope can read ({why})")
         return
-    jsonl, values = iter_values(p)
-    first = next(values)
+    jsonl, read = iter_values(p)
+
+    def bad(where: str, message: str) -> None:
+        said = message if message.startswith(str(p)) else f"{where}: {message}"
+        if skipped is None:
+            raise ImportFormatError(said)
+        skipped(said)
+
+    def good() -> Iterator[tuple[str, Any]]:
+        for where, value in read:
+            if isinstance(value, BadLine):
+                bad(where, str(value))
+            else:
+                yield where, value
+
+    values = good()
+    first = next(values, None)
+    if first is None:
+        return  # every line was bad, and each was said
     second = next(values, None)
     head = [first] if second is None else [first, second]
     if second is not None and (detect_format(first[1]) if fmt == "auto" else fmt) == "otlp":
@@ -318,7 +350,12 @@ def iter_traces(
             traces = traces_from_value(
                 value, fmt, where=where, session_id=session, default_now=mtime
             )
-        except ImportFormatError as exc:
+        except CtxscopeError as exc:
+            if jsonl:  # one line's error, not the file's
+                bad(where, str(exc))
+                continue
+            if not isinstance(exc, ImportFormatError):
+                raise
             msg = str(exc)
             raise ImportFormatError(msg if msg.startswith(str(p)) else f"{where}: {msg}") from exc
         kind = detect_format(value) if fmt == "auto" else fmt
@@ -328,9 +365,12 @@ def iter_traces(
         yield from _windowed(traces, window, model)
 
 
-def load_file(path: str | Path, fmt: Format = "auto") -> list[Trace]:
-    """Every trace a file holds (JSON, or JSONL with one value per line), as a list."""
-    return list(iter_traces(path, fmt))
+def load_file(
+    path: str | Path, fmt: Format = "auto", skipped: Callable[[str], None] | None = None
+) -> list[Trace]:
+    """Every trace a file holds (JSON, or JSONL with one value per line), as a list
+    (``skipped``: as ``iter_traces``)."""
+    return list(iter_traces(path, fmt, skipped=skipped))
 
 
 # --------------------------------------------------------------------------- writing
@@ -346,6 +386,7 @@ __all__ = [
     "SNAPSHOT_FORMAT",
     "detect_format",
     "iter_traces",
+    "BadLine",
     "iter_values",
     "load_file",
     "traces_from_value",

@@ -15,7 +15,7 @@ Same input + same config + same tokenizer ⇒ byte-identical result (``timings``
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from importlib import import_module
 from typing import Any, Protocol, cast
@@ -47,12 +47,41 @@ class PresetModule(Protocol):
     ) -> BuildResult: ...
 
 
+#: The facts of the captured input a preset reads besides its content (``--set window=N`` and
+#: ``output_reserve=N`` change the input): the hello-agents packages size the prompt from
+#: their own ``max_tokens`` and ``reserve_ratio`` alone.
+_READS_INPUT: dict[str, tuple[str, ...]] = {
+    "ctxscope": ("window", "output_reserve"),
+    "hello-agents": (),
+    "hello-agents-book": (),
+}
+
+
 def preset(name: str) -> PresetModule:
     from ctxcore.errors import InputError
 
     if name not in _MODULES:
         raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESET_NAMES)}")
     return cast(PresetModule, import_module(_MODULES[name]))
+
+
+def knobs(name: str) -> list[str]:
+    """The config knobs preset ``name`` takes (those it has not refuses, ``UNSUPPORTED``)."""
+    refused = set(getattr(preset(name), "UNSUPPORTED", ()))
+    return [k for k in Config.model_fields if k != "preset" and k not in refused]
+
+
+def check_input_facts(name: str, facts: Iterable[str], where: str) -> None:
+    """Refuse a change of the input's ``window``/``output_reserve`` preset ``name`` never
+    reads: taken, it would change nothing, and the user would think it had."""
+    from ctxcore.errors import InputError
+
+    ignored = [f for f in facts if f not in _READS_INPUT[name]]
+    if ignored:
+        raise InputError(
+            f"{where}: preset {name} does not read {' or '.join(ignored)} (it would be "
+            f"ignored); the knobs it takes: {', '.join(knobs(name))}"
+        )
 
 
 def resolve_config(config: Config | None, input: CapturedInput) -> Config:

@@ -50,6 +50,8 @@ _FLOAT_MAX = sys.float_info.max
 COVERED_VALIDATORS: dict[tuple[str, str], str] = {
     ("CapturedInput", "_unique_ids"): "check_unique_ids in _post",
     ("Config", "_finite_knobs"): "finite bounds on every float",
+    ("Config", "_numbers"): "msgspec's int and float refuse true and false",
+    ("CapturedInput", "_numbers"): "msgspec's int and float refuse true and false",
     ("Config", "_partition_ratios"): "check_partition_budgets in _post",
     ("Trace", "_schema"): "check_schema in _post",
     # stricter: a null for a field with a non-null default is refused here, and pydantic's

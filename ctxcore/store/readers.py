@@ -427,7 +427,7 @@ def json_values(data: bytes) -> tuple[list[tuple[int, Any, str]], tuple[int, str
     traces, a ``{"traces": [...]}`` export, or one trace; or the (line, message) of the
     error that stops the file from being read."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a byte order mark is no JSON
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         return [], (line, f"invalid UTF-8 at byte {exc.start}; re-save the file as UTF-8")

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from ctxcore import settings
 from ctxcore.errors import InputError
-from ctxcore.loading import explain_errors, open_regular, parse_json, trace_from_obj
+from ctxcore.loading import UTF8_BOM, explain_errors, open_regular, parse_json, trace_from_obj
 from ctxcore.models import Trace
 from ctxcore.processes import die_with, worker_context
 from ctxcore.settings import MAX_ERRORS_PER_FILE, MAX_LINE_BYTES
@@ -126,6 +126,8 @@ class FileRun:
             self.error(lineno, unexpected(exc))
 
     def _line(self, lineno: int, raw: bytes) -> None:
+        if raw[:3] == UTF8_BOM:  # a file's first line, as Windows tools write it
+            raw = raw[3:]
         if raw[:1].isspace() or raw[-1:].isspace():  # (strip copies the line)
             raw = raw.strip()
         if not raw:

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from ctxcore.errors import InputError
+from ctxcore.loading import too_deep, without_bom
 
 #: How many bytes of a file ``first_values`` reads to tell its format.
 SNIFF_BYTES = 256 * 1024
@@ -48,10 +49,14 @@ def _open(path: Path) -> io.BufferedIOBase:
 
 
 def _parse(raw: bytes, where: str) -> LogLine | Any:
+    """A line's value, or a ``LogLine`` saying why it has none (a byte order mark that starts
+    it is skipped; nesting past the parser's stack is ``too_deep``, that line's error)."""
     try:
-        return _decoder.decode(raw)
+        return _decoder.decode(without_bom(raw))
     except msgspec.DecodeError as exc:
         return LogLine(0, None, f"{where}: not a JSON line ({exc})")
+    except RecursionError:
+        return LogLine(0, None, str(too_deep(where)))
 
 
 def read_lines(path: Path, name: str | None = None) -> Iterator[LogLine]:
