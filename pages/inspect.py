@@ -46,6 +46,11 @@ def _figs(t: Trace) -> _Figures:
     return state.derived("inspect", t.trace_id, "", make)
 
 
+#: the two ways to the Playground, told apart: a verified change applied, or the recording
+CF_BUTTON = "Open in Playground with this change"
+RECORDED_BUTTON = "Open in Playground as recorded"
+
+
 def _open_fix(t: Trace, patch: dict[str, Any], key: str, label: str) -> None:
     """One click from a verified fix to the Playground with those settings."""
     if st.button(label, key=key):
@@ -72,7 +77,7 @@ def _findings(t: Trace) -> None:
                 t,
                 f.fix,
                 f"in_fix_{i}",
-                f"Open '{views.md(evidence.get('fix_label') or 'fix')}' in Playground",
+                f"Open in Playground with '{views.md(evidence.get('fix_label') or 'the fix')}'",
             )
     _what_would_keep(t)
 
@@ -109,7 +114,8 @@ def _what_would_keep(t: Trace) -> None:
         c1, c2 = st.columns([3, 1])
         c1.text(cf.sentence)
         with c2:
-            _open_fix(t, cf.patch, f"in_cf_open_{k}", "Open in Playground")
+            # says what it opens: the page's own button below opens the recorded settings
+            _open_fix(t, cf.patch, f"in_cf_open_{k}", CF_BUTTON)
 
 
 def render() -> None:
@@ -162,7 +168,7 @@ def render() -> None:
         else:
             st.json(t.config.model_dump(mode="json", exclude_none=True))
     c1, c2, c3 = st.columns(3)
-    if c1.button("Open in Playground", key="in_to_playground"):
+    if c1.button(RECORDED_BUTTON, key="in_to_playground"):
         state.switch("playground", trace=t.trace_id)
     if c2.button("Session timeline", key="in_to_timeline"):
         state.switch("timeline", session=t.session_id, trace=t.trace_id)

@@ -63,6 +63,48 @@ def _save(t: Trace, cfg: Config) -> None:
     state.ss_set("pg_saved", variant.trace_id)
 
 
+CONFIG_FILE_KEY = "pg_config_file"
+_CONFIG_NOTE = "pg_config_note"
+
+
+def _load_config_file(t: Trace) -> None:
+    """The uploader's callback: the file's settings into the knobs (before the page reruns,
+    as the reset button does), or one line saying why not."""
+    up = state.ss_get(CONFIG_FILE_KEY)
+    if up is None:
+        state.ss_pop(_CONFIG_NOTE)
+        return
+    try:
+        cfg = resolve_config(views.config_from_file(up.getvalue(), up.name, t.config), t.input)
+    except CtxscopeError as exc:
+        state.ss_set(_CONFIG_NOTE, ("error", str(exc)))
+        return
+    knobs.load(cfg, t.input)
+    state.ss_set(_CONFIG_NOTE, ("ok", f"{up.name}: its settings are in the knobs"))
+
+
+def _config_file(t: Trace) -> None:
+    """Load a config file into the knobs: what ``ctxscope tune -o`` writes, or any file
+    ``ctxscope build --config`` takes (its knobs over the recorded ones, as build does)."""
+    st.file_uploader(
+        "Load a config file",
+        type=["json"],
+        key=CONFIG_FILE_KEY,
+        on_change=_load_config_file,
+        args=(t,),
+        max_upload_size=1,
+        help="A config written by `ctxscope tune -o FILE` or read by `ctxscope build "
+        "--config FILE`: its settings replace the recorded ones they name.",
+    )
+    note = state.ss_get(_CONFIG_NOTE)
+    if note is not None:
+        kind, text = note
+        if kind == "error":
+            st.error(views.md(text), icon=":material/error:")
+        else:
+            st.caption(views.md(text))
+
+
 RECORDED = "recorded build"
 PREVIOUS = "previous run"
 #: the flipped table's row height: three lines of a reason
@@ -153,6 +195,7 @@ def render() -> None:
             on_click=knobs.load,
             args=(t.config, t.input),
         )
+        _config_file(t)
     with right:
         _result(t)
 

@@ -248,17 +248,35 @@ def _traces(flt: TraceFilter) -> None:
     rows = getattr(getattr(event, "selection", None), "rows", None) or []
     if rows:
         chosen = frame.iloc[rows[0]]["trace_id"]
-    c1, c2 = st.columns([3, 1])
+    c0, c1, c2 = st.columns([1.3, 3, 1], vertical_alignment="bottom")
     label = {r.trace_id: widgets.trace_label(r) for r in result.rows}
-    pick = c1.selectbox(
-        "Open trace",
-        list(frame["trace_id"]),
-        key="tr_open_id",
-        format_func=label.__getitem__,
-        help="session · turn · preset · verdict · findings · trace id; type to search",
+    # Our own search, not the picker's: its fuzzy match listed turns 12, 14, 11 and 7 for
+    # "turn 15" (in-order letters anywhere in the label).
+    query = c0.text_input(
+        "Find on this page",
+        key="tr_open_find",
+        placeholder="turn 15, an id, a preset",
+        help="“turn 15” finds turn 15 only; a bare number finds that turn first, then ids "
+        "and counts holding it; other words must all appear (any case) in the session, "
+        "preset, verdict, findings or trace id.",
     )
-    if c2.button("Open in Inspect", key="tr_open", type="primary"):
-        chosen = pick
+    ids = views.find_traces([(r.trace_id, r.turn, label[r.trace_id]) for r in result.rows], query)
+    if ids:
+        if state.ss_get("tr_open_id") not in ids:
+            state.ss_set("tr_open_id", ids[0])
+        pick = c1.selectbox(
+            "Open trace",
+            ids,
+            key="tr_open_id",
+            format_func=label.__getitem__,
+            filter_mode=None,
+            help="session · turn · preset · verdict · findings · trace id (the box beside "
+            "it narrows this list)",
+        )
+        if c2.button("Open in Inspect", key="tr_open", type="primary"):
+            chosen = pick
+    else:
+        c1.caption(f"No trace on this page matches {views.code(query.strip())}.")
     if chosen:
         state.switch("inspect", trace=str(chosen))
 

@@ -118,6 +118,28 @@ def test_counterfactuals_for_any_dropped_packet(db: list[Trace]) -> None:
     assert at.title[0].value == "Playground"
 
 
+def test_after_a_counterfactual_one_button_says_it_applies_the_change(db: list[Trace]) -> None:
+    """Two buttons both named "Open in Playground" stood side by side after a counterfactual:
+    one applied the change, the other opened the recording. Each now says which it does."""
+    t = db[1]
+    at = open_page("inspect", trace=t.trace_id)
+    at.session_state["in_section"] = "Findings"
+    at.run()
+    at.selectbox(key="in_cf_packet").set_value("note:constraint-api").run()
+    at.toggle(key="in_cf_go").set_value(True).run()
+    to_playground = [b for b in at.button if "Playground" in b.label]
+    labels = [b.label for b in to_playground]
+    applying = [b for b in to_playground if b.key.startswith("in_cf_open_")]
+    assert applying and all(b.label == "Open in Playground with this change" for b in applying)
+    [recorded] = [b for b in to_playground if b.key == "in_to_playground"]
+    assert recorded.label == "Open in Playground as recorded"
+    assert not [b for b in to_playground if b.label == "Open in Playground"], labels
+    applying[0].click().run()
+    assert at.title[0].value == "Playground"
+    assert at.query_params["min_relevance"] != str(t.config.min_relevance)
+    assert at.slider(key="pg_min_relevance").value != t.config.min_relevance
+
+
 def test_timeline_shows_detector_hits_per_turn_and_first_lost_turn(db: list[Trace]) -> None:
     at = open_page("timeline", session="diag")
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

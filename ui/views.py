@@ -25,6 +25,7 @@ import pandas as pd
 
 from ctxcore.diagnostics import TurnFindings
 from ctxcore.errors import InputError
+from ctxcore.loading import config_from_obj, decode_utf8, parse_json
 from ctxcore.models import PARTITIONS, BuildResult, Config, Decision, Message, Trace
 from ctxcore.pipeline.sweep import SweepGrid
 from ctxcore.store.records import FindingRow
@@ -683,6 +684,56 @@ def params_to_config_dict(params: Mapping[str, str]) -> dict[str, object]:
     if budgets:
         out["partition_budgets"] = budgets
     return out
+
+
+_TURN_WORDS = re.compile(r"\bturn\s*#?\s*(\d+)\b")
+
+
+def find_traces(items: Sequence[tuple[str, int, str]], query: str) -> list[str]:
+    """The ids of ``items`` (trace id, turn, label as the pickers show it) that ``query``
+    finds, best first: "turn 15" is turn 15 and no other (not 150, not 12); a bare number
+    is that turn first, then any label holding it (an id, a count); every other word must
+    appear in the label (any case). Items otherwise keep their order."""
+    q = query.strip().lower()
+    if not q:
+        return [tid for tid, _, _ in items]
+    turns = {int(n) for n in _TURN_WORDS.findall(q)}
+    words = _TURN_WORDS.sub(" ", q).split()
+    found: list[tuple[int, int, str]] = []
+    for pos, (tid, turn, label) in enumerate(items):
+        if turns and turns != {turn}:
+            continue
+        low, rank = label.lower(), 0
+        for w in words:
+            if w.isdigit() and int(w) == turn:
+                continue  # the turn itself: the best match
+            if w not in low:
+                break
+            rank += 1
+        else:
+            found.append((rank, pos, tid))
+    return [tid for _, _, tid in sorted(found)]
+
+
+#: a config file is a few hundred bytes; anything much bigger is not one
+CONFIG_FILE_BYTES = 64 * 1024
+
+
+def config_from_file(data: bytes, name: str, recorded: Config) -> Config:
+    """A config file (``ctxscope tune -o FILE``, or any file ``ctxscope build --config``
+    reads) applied over a trace's recorded settings, as ``build --config`` applies it: the
+    same parsing and the same model, so a file one takes the other takes. A bad file is one
+    ``InputError`` naming the file and the field."""
+    name = Path(name).name or "config file"
+    if len(data) > CONFIG_FILE_BYTES:
+        raise InputError(
+            f"{name}: {len(data):,} bytes is not a config file (they are under "
+            f"{CONFIG_FILE_BYTES // 1024} KB: the knobs of one preset as a JSON object)"
+        )
+    patch = config_from_obj(parse_json(decode_utf8(data, name), name), name)
+    base = recorded.model_dump(exclude_none=True)
+    base.update(patch.model_dump(exclude_none=True))
+    return config_from_obj(base, name)
 
 
 def config_json(cfg: Config) -> str:

@@ -54,7 +54,16 @@ def test_readme_walk_through(tab) -> None:
     # 1. Traces: Session and Finding filters (as the README says), then open turn 15.
     goto(page, f"{tab.url}/traces?session={quote(SESSION)}&finding=must_have_lost")
     assert exceptions_text(page) == []
-    _pick(page, "Open trace", f"{SESSION} · turn 15 ·")
+    # "turn 15" finds turn 15 and nothing else (the picker's fuzzy search offered 12, 14, …)
+    find = page.get_by_label("Find on this page")
+    find.fill("turn 15")
+    rerun_and_settle(page, lambda: find.press("Enter"))
+    picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Open trace")
+    picker.click()
+    page.get_by_role("option").first.wait_for()
+    offered = page.get_by_role("option").all_inner_texts()
+    assert offered and all(" · turn 15 · " in o for o in offered), offered
+    page.keyboard.press("Escape")
     rerun_and_settle(page, page.get_by_role("button", name="Open in Inspect").click)
     settle(page)
     assert "/inspect" in page.url, page.url
@@ -78,8 +87,10 @@ def test_readme_walk_through(tab) -> None:
     assert "verified by re-running hello-agents" in sentence.first.inner_text()
     assert "history_limit" in body.inner_text()  # the searched knobs are named
     screenshot(page, "walkthrough-findings")
-    opens = page.get_by_role("button", name="Open in Playground")
-    rerun_and_settle(page, opens.first.click)
+    # one button says it applies this change (the page's own opens the recording)
+    opens = page.get_by_role("button", name="Open in Playground with this change", exact=True)
+    assert opens.count() == 1
+    rerun_and_settle(page, opens.click)
     settle(page)
 
     # 4. Playground: the change is live, with the packets that flipped listed.
