@@ -75,26 +75,32 @@ def _claude_usages(path: Path) -> dict[str, dict[str, int]]:
 
 
 def _codex_usages(path: Path) -> list[dict[str, int]]:
-    """Each call's ``last_token_usage``: after each turn_context, the first token_count whose
-    cumulative total is new (the one right after the turn_context repeats the last call)."""
+    """Each call's ``last_token_usage``. A call is a reply: a run of reasoning, assistant
+    messages and tool calls, ended by any other item, a turn_context or its usage; its usage
+    is the first token_count whose cumulative total is new (the one right after a
+    turn_context repeats the last call), ``{}`` if the next reply comes first."""
     out: list[dict[str, int]] = []
     total: Any = None
-    waiting = answered = False
+    replying = fed = waiting = False
     for obj in _lines(path):
         p = obj["payload"]
-        if obj["type"] == "turn_context":
-            waiting, answered = True, False
-        elif obj["type"] == "response_item" and (
-            p.get("type") in ("reasoning", "function_call", "custom_tool_call")
-            or p.get("role") == "assistant"
-        ):
-            answered = True
+        if obj["type"] == "response_item":
+            if p.get("type") in ("reasoning", "function_call", "custom_tool_call") or (
+                p.get("role") == "assistant"
+            ):
+                if not replying or fed:
+                    out.append({})
+                    waiting, replying, fed = True, True, False
+            elif replying:
+                fed = True
+        elif obj["type"] in ("turn_context", "compacted"):
+            replying = False
         elif obj["type"] == "event_msg" and p.get("type") == "token_count" and p.get("info"):
             new = p["info"]["total_token_usage"] != total
             total = p["info"]["total_token_usage"]
-            if new and waiting and answered:
-                out.append(_flat(p["info"]["last_token_usage"]))
-                waiting = False
+            if new and waiting:
+                out[-1] = _flat(p["info"]["last_token_usage"])
+                waiting = replying = False
     return out
 
 
@@ -212,7 +218,9 @@ def test_codex_usage_is_each_calls_own_not_the_repeats(name: str) -> None:
     assert _sum(traces, "reasoning_output_tokens") == usage["reasoning_tokens"]
     # the base instructions are recorded: the system prompt is there, the tools are not
     for t in traces:
-        assert t.input.system_instructions.startswith("[REDACTED_TEXT len=13131")
+        assert t.input.system_instructions.startswith(
+            exp.get("system_prefix", "[REDACTED_TEXT len=13131")
+        )
         assert t.metadata["import"]["reconstructed"] == ["tool definitions"]
         assert t.input.window == 258_400
 
@@ -334,6 +342,41 @@ def test_claude_code_compaction_on_the_timeline(tmp_path: Path) -> None:
     # one message, one row: kept while it was in the context, summarized at the compaction
     assert by_packet["msg-2"] == {1: "kept", 2: "kept", 3: "kept", 4: "summarized"}
     assert by_packet["msg-10"] == {4: "kept"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "codex/vscode-0135-turn-context-first.subset.jsonl",
+        "codex/vscode-0135-no-token-count.subset.jsonl",
+    ],
+)
+def test_codex_the_call_that_answers_a_prompt_holds_it(name: str) -> None:
+    # 0.135 writes each turn's turn_context before the user's message, and a rollout
+    # without token_count events has nothing but the replies to mark its calls: the
+    # calls are the replies, each with every item before it
+    exp = EXPECTED[name]
+    traces = load_file(FIXTURES / name)
+    assert [t.input.query for t in traces] == exp["prompts"]
+    assert [len(t.metadata["session_log"].get("tool_calls", [])) for t in traces] == [0, 1]
+    assert traces[1].input.history[-1].content.startswith("Noted. I’ll use")
+    assert traces[-1].metadata["session_log"]["after_last_call"] == {
+        "messages": 0,
+        "tool_results": 1,
+    }
+    assert [t.metadata["session_log"]["line"] for t in traces] == [9, 19 - ("no-token" in name)]
+
+
+def test_codex_a_log_cut_before_any_reply_says_so(tmp_path: Path) -> None:
+    src = FIXTURES / "codex/vscode-0135-turn-context-first.subset.jsonl"
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(src.read_text(encoding="utf-8").splitlines(True)[:8]))
+    reader = codex.Reader(str(cut), "s", NOW)
+    assert list(reader.calls(read_lines(cut))) == []
+    assert reader.errors == [
+        f"{cut}: no model reply in the log (no reasoning, assistant message or tool call): "
+        "3 messages and 0 other items belong to no call"
+    ]
 
 
 def test_codex_compaction_replaces_the_history() -> None:

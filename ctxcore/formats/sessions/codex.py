@@ -4,15 +4,21 @@ Each line is ``{"timestamp", "type", "payload"}``:
 
 - ``session_meta``: the session's id, cwd, CLI version, originator and the base
   instructions (the system prompt, recorded);
-- ``turn_context``: written before each model call, with the model, the approval and
-  sandbox policies; a call's context is every item recorded before it;
+- ``turn_context``: the model, the approval and sandbox policies of the calls that follow.
+  Older CLIs (0.104) write one before each call, after the user's message; newer ones
+  (0.135) one per turn, before the user's message: it marks no call boundary;
 - ``response_item``: a Responses API item, read by ``ctxcore.formats.responses`` (messages,
   ``function_call``/``function_call_output``, ``reasoning``…); Codex's own
   ``custom_tool_call``/``custom_tool_call_output`` (apply_patch) and ``local_shell_call`` are
-  tool calls and results too; the items after a ``turn_context`` are that call's output;
+  tool calls and results too. A call is the model's reply: a run of items the model
+  produces (reasoning, assistant messages, tool calls); its context is every item recorded
+  before the run, and an item the model did not produce (a tool result, the user's next
+  message) ends the run, so the next reply is the next call;
 - ``event_msg`` ``token_count``: the usage of the call that just ended. The one written right
   after a ``turn_context`` repeats the previous call's, so a call's usage is the first
-  ``last_token_usage`` whose cumulative total is new (never the sum of the repeats);
+  ``last_token_usage`` whose cumulative total is new (never the sum of the repeats). A
+  rollout without any (0.77, or one cut before the first) has its calls all the same, with
+  no usage;
 - ``compacted``: the context is replaced by ``replacement_history`` (or, in older rollouts,
   a summary ``message``); the calls after it show what it replaced as summarized.
 
@@ -130,6 +136,10 @@ class Reader:
         self.context: list[Segment] = []
         self.pending: list[tuple[int, dict[str, Any]]] = []
         self.open: _Open | None = None
+        #: an item the model did not produce came after the open call's reply: the next
+        #: reply is another call
+        self.fed = False
+        self.when: datetime | None = None  # the last time a line gave
         self.last_total: Any = None
         self.window: int | None = None
         self.model: str | None = None
@@ -165,6 +175,14 @@ class Reader:
             if ready is not None:
                 yield ready
             ready = self._close(None)
+        if ready is None and self.pending:
+            # no reply: no call to hold what the log recorded, and nothing to say so but this
+            msgs = sum(1 for _, it in self.pending if it.get("type") == "message")
+            self.errors.append(
+                f"{self.name}: no model reply in the log (no reasoning, assistant message or "
+                f"tool call): {msgs} messages and {len(self.pending) - msgs} other items "
+                "belong to no call"
+            )
         if ready is not None:
             after = {
                 "messages": sum(
@@ -187,10 +205,12 @@ class Reader:
             raise ImportFormatError("not a rollout event ({type, payload})")
         kind, payload = obj["type"], obj["payload"]
         when = parse_time(obj.get("timestamp"))
+        sent = self.when  # the request went out after the lines before this one
+        self.when = when or self.when
         if kind == "session_meta":
             self._session_meta(n, payload)
         elif kind == "turn_context":
-            if self.open is not None and self.open.outputs:
+            if self.open is not None:  # a new turn: the open call's reply is over
                 yield self._close(None)
             model = payload.get("model")
             self.model = model if isinstance(model, str) and model else self.model
@@ -199,7 +219,6 @@ class Reader:
                 for k in ("approval_policy", "sandbox_policy", "effort", "cwd")
                 if k in payload
             }
-            self.open = self._start(n, when)
         elif kind == "response_item":
             item = payload
             itype = item.get("type")
@@ -207,14 +226,18 @@ class Reader:
                 self.skipped[str(itype)] = self.skipped.get(str(itype), 0) + 1
                 return
             if _is_output(item):
-                if self.open is None:  # a rollout without a turn_context per call
-                    self.open = self._start(n, when)
+                if self.open is not None and self.fed:
+                    yield self._close(None)
+                if self.open is None:  # the first item of a reply: a call starts
+                    self.open = self._start(n, sent or when)
                 self.open.outputs.append(item)
+            elif self.open is not None:
+                self.fed = True
             self.pending.append((n, item))
         elif kind == "event_msg":
             yield from self._event(payload)
         elif kind == "compacted":
-            if self.open is not None and self.open.outputs:
+            if self.open is not None:
                 yield self._close(None)
             self.open = None
             self._compacted(n, payload)
@@ -248,7 +271,7 @@ class Reader:
         total = info.get("total_token_usage")
         new = total != self.last_total
         self.last_total = total
-        if new and self.open is not None and self.open.outputs:
+        if new and self.open is not None:
             yield self._close(usage_from_obj(info.get("last_token_usage")))
 
     def _flush(self) -> None:
@@ -330,6 +353,7 @@ class Reader:
         o = self.open
         assert o is not None
         self.open = None
+        self.fed = False
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
         for it in o.outputs:
