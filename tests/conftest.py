@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,27 +92,50 @@ def _note_new_processes(request: pytest.FixtureRequest) -> Iterator[None]:
             _STARTED_BY.setdefault(pid, request.node.nodeid)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    if not _CHECKED or session.config.pluginmanager.get_plugin("dsession") is not None:
-        return  # no /proc, or pytest-xdist's controller (its children are the workers)
+#: what pytest-xdist's workers found (the controller reports it)
+_FROM_WORKERS: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _FROM_WORKERS.extend(getattr(node, "workeroutput", {}).get("ctxscope_leftovers", []))
+
+
+def _leftovers() -> list[str]:
+    """Lines naming the processes still running (each killed once named)."""
     end = time.monotonic() + _GRACE_S
     left = _descendants()
     while left and time.monotonic() < end:
         time.sleep(0.1)
         left = _descendants()
-    if not left:
-        return
-    lines = [
-        f"a test left {len(left)} process(es) running (a test must end what it starts: "
-        "kill its process group in a finally):"
-    ]
+    lines = []
     for pid, cmd in sorted(left.items()):
         lines.append(f"  pid {pid}, started in {_STARTED_BY.get(pid, '?')}: {cmd[:200]}")
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("\n".join(lines), red=True)
+    return lines
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if config.pluginmanager.get_plugin("dsession") is not None:
+        lines = _FROM_WORKERS  # pytest-xdist's controller: its children are the workers
+    elif _CHECKED:
+        lines = _leftovers()
+        if hasattr(config, "workerinput"):  # a worker: the controller says it
+            config.workeroutput["ctxscope_leftovers"] = lines
+            return
     else:
-        print("\n".join(lines))
+        return
+    if not lines:
+        return
+    head = (
+        f"a test left {len(lines)} process(es) running (a test must end what it starts: "
+        "kill its process group in a finally):"
+    )
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("\n".join([head, *lines]), red=True)
+    else:
+        print("\n".join([head, *lines]))
     session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -129,17 +129,24 @@ def test_leaves_one():
 """
 
 
-@pytest.mark.parametrize("leaky", [False, True], ids=["clean", "leaky"])
-def test_a_test_that_leaves_a_process_fails_the_session(tmp_path: Path, leaky: bool) -> None:
+@pytest.mark.parametrize(
+    ("leaky", "xdist"),
+    [(False, False), (True, False), (True, True)],
+    ids=["clean", "leaky", "leaky-xdist"],
+)
+def test_a_test_that_leaves_a_process_fails_the_session(
+    tmp_path: Path, leaky: bool, xdist: bool
+) -> None:
     """tests/conftest.py's guard, on a suite of its own: the process is named, with the
-    test that started it, the run fails, and the process is killed."""
+    test that started it, the run fails, and the process is killed (also where
+    pytest-xdist's worker ran the test)."""
     (tmp_path / "test_some.py").write_text(
         LEAKY if leaky else LEAKY.split("def test_leaves_one")[0], encoding="utf-8"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-         "--rootdir", str(tmp_path), "test_some.py"],
+         "--rootdir", str(tmp_path), "-n", "1" if xdist else "0", "test_some.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     if not leaky:
