@@ -13,6 +13,8 @@ forwards it like any other header):
   ``x-test-delay-ms`` apart;
 - ``echo`` — a Chat Completions stream whose reply is ``echo: <the last user message>``,
   in several chunks with usage last (to tell 200 concurrent calls apart);
+- ``bomb:<MB>`` — 200 with a gzip-encoded Chat Completions reply that unpacks to that many
+  megabytes (its JSON padded with spaces): a decompression bomb, small on the wire;
 - ``status:<code>`` — that status with a provider-style JSON error and ``retry-after``;
 - ``stall`` — read the request and never answer; ``stall-mid:<path>`` — send the headers
   and two events, then nothing;
@@ -33,6 +35,7 @@ import json
 import socket
 import struct
 import sys
+import zlib
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
@@ -112,6 +115,23 @@ def _echo_stream(req: Request) -> bytes:
     )
 
 
+def _bomb(megabytes: int) -> bytes:
+    """A valid JSON reply padded to ``megabytes`` MB with spaces, gzip-compressed a
+    megabyte at a time (never held unpacked)."""
+    reply = {
+        "id": "chatcmpl-bomb",
+        "object": "chat.completion",
+        "model": "bomb-1",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "boom"}}],
+    }
+    z = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    pad = b" " * (1 << 20)
+    parts = [z.compress(b"{")]
+    parts += [z.compress(pad) for _ in range(megabytes)]
+    parts += [z.compress(json.dumps(reply).encode()[1:]), z.flush()]
+    return b"".join(parts)
+
+
 class Upstream:
     def __init__(self, record: Path | None) -> None:
         self.record = record
@@ -181,6 +201,16 @@ class Upstream:
                 self._reset(writer)
                 return False
             writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        if kind == "bomb":
+            data = _bomb(int(arg))
+            headers = [
+                ("content-type", "application/json"),
+                ("content-encoding", "gzip"),
+                ("content-length", str(len(data))),
+            ]
+            writer.write(_head(200, headers) + data)
             await writer.drain()
             return True
         if kind == "status":

@@ -9,12 +9,22 @@ from __future__ import annotations
 import gzip
 import json
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 
 from ctxcore.capture import sse
-from ctxcore.capture.calls import CallError, CallRecord, Sessions, fingerprint, trace_from_call
+from ctxcore.capture.calls import (
+    MAX_DECODED_BYTES,
+    CallError,
+    CallRecord,
+    Sessions,
+    decode_body,
+    fingerprint,
+    trace_from_call,
+)
+from ctxcore.capture.inflate import Broken, Inflater, TooBig
 
 STREAMS = Path(__file__).resolve().parent / "fixtures" / "imports" / "streams"
 IMPORTS = STREAMS.parent
@@ -84,6 +94,44 @@ def test_a_gzip_reply_is_read_for_the_trace() -> None:
     rec = record("openai.chat", content_type="application/json", content_encoding="br")
     trace = trace_from_call(rec, request, b"\x8b\x00", Sessions())
     assert trace.outcome is not None and "br-encoded" in trace.outcome.note
+
+
+def test_replies_unpack_in_every_framing_and_never_past_the_limit() -> None:
+    """Several gzip members, zlib-wrapped and raw deflate, a cut body, and bombs: each coding
+    is unpacked to the limit at most, also when it arrives in pieces."""
+    reply = (IMPORTS / "openai-chat/otel-contrib-tool-calls-turn1.response.json").read_bytes()
+    half = len(reply) // 2
+    members = gzip.compress(reply[:half]) + gzip.compress(reply[half:])
+    assert decode_body(members, "gzip") == reply
+    raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    assert decode_body(raw.compress(reply) + raw.flush(), "deflate") == reply
+    assert decode_body(zlib.compress(reply), "deflate") == reply
+    cut = gzip.compress(reply)[: len(reply) // 4]
+    got = decode_body(cut, "gzip")
+    assert got is not None and reply.startswith(got) and got
+    with pytest.raises(Broken, match="does not unpack"):
+        decode_body(b"not gzip at all", "gzip")
+    bomb = gzip.compress(bytes(64 << 20))
+    with pytest.raises(TooBig, match="unpacks past 1,048,576 bytes"):
+        decode_body(bomb, "gzip", limit=1 << 20)
+    # two layers: each is bounded
+    with pytest.raises(TooBig):
+        decode_body(gzip.compress(bomb), "gzip, gzip", limit=1 << 20)
+    inflater = Inflater("gzip", 1 << 20)
+    with pytest.raises(TooBig):
+        for i in range(0, len(bomb), 4096):
+            assert len(inflater.feed(bomb[i : i + 4096])) <= 1 << 20
+    assert inflater.size == (1 << 20) + 1
+
+
+def test_a_reply_that_unpacks_past_the_limit_is_the_outcome() -> None:
+    request = (IMPORTS / "openai-chat/otel-contrib-tool-calls-turn1.request.json").read_bytes()
+    rec = record("openai.chat", content_type="application/json", content_encoding="gzip")
+    bomb = gzip.compress(b"{" + b" " * (MAX_DECODED_BYTES + 1) + b"}")
+    trace = trace_from_call(rec, request, bomb, Sessions())
+    assert trace.outcome is not None and trace.outcome.output is None
+    assert f"unpacks past {MAX_DECODED_BYTES:,} bytes" in trace.outcome.note
+    assert "failed" in trace.tags
 
 
 def test_a_request_no_importer_reads_is_an_error() -> None:

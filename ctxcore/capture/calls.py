@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ctxcore.capture import sse
+from ctxcore.capture.inflate import CODINGS, Broken, TooBig, inflate
 from ctxcore.errors import CtxscopeError
 from ctxcore.formats import anthropic, openai, responses
 from ctxcore.formats.openai import text_of, usage_from_obj
@@ -77,23 +77,21 @@ class CallRecord:
 # --------------------------------------------------------------------------- bodies
 
 
-def decode_body(raw: bytes, encoding: str) -> bytes | None:
-    """The body without its ``Content-Encoding`` (gzip, deflate); None for an encoding
-    Python cannot undo without another package (br, zstd)."""
+#: The most a reply is unpacked to for its trace (the copy the proxy keeps is as big at most).
+MAX_DECODED_BYTES = 32 * 1024 * 1024
+
+
+def decode_body(raw: bytes, encoding: str, limit: int = MAX_DECODED_BYTES) -> bytes | None:
+    """The body without its ``Content-Encoding`` (gzip, deflate), each coding unpacked to at
+    most ``limit`` bytes (``inflate.TooBig`` past it, ``inflate.Broken`` for damaged data);
+    None for an encoding Python cannot undo without another package (br, zstd)."""
     codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
     for coding in reversed(codings):
         if coding == "identity":
             continue
-        if coding in ("gzip", "x-gzip", "deflate"):
-            try:
-                raw = zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(raw)
-            except zlib.error:
-                try:  # raw deflate, as some servers send it
-                    raw = zlib.decompressobj(-zlib.MAX_WBITS).decompress(raw)
-                except zlib.error:
-                    return None
-        else:
+        if coding not in CODINGS:
             return None
+        raw = inflate(raw, coding, limit)
     return raw
 
 
@@ -277,16 +275,22 @@ def trace_from_call(
     request = _obj(request_body)
     if request is None:
         raise CallError(f"call {record.id} to {record.path}: the request body is not a JSON object")
-    decoded = decode_body(response_body, record.content_encoding)
-    stream = record.content_type.split(";")[0].strip().lower() == "text/event-stream"
-    ok = record.status is not None and 200 <= record.status < 300
-    response: dict[str, Any] | None = None
     problems: list[str] = []
     if record.error:
         problems.append(record.error)
-    if decoded is None:
-        problems.append(f"the reply is {record.content_encoding}-encoded; ctxscope read no reply")
-    elif stream:
+    try:
+        decoded = decode_body(response_body, record.content_encoding)
+        if decoded is None:
+            problems.append(
+                f"the reply is {record.content_encoding}-encoded; ctxscope read no reply"
+            )
+    except (TooBig, Broken) as exc:
+        decoded = None
+        problems.append(f"{str(exc).replace('body', 'reply', 1)}; ctxscope read no reply")
+    stream = record.content_type.split(";")[0].strip().lower() == "text/event-stream"
+    ok = record.status is not None and 200 <= record.status < 300
+    response: dict[str, Any] | None = None
+    if decoded is not None and stream:
         text = decoded.decode("utf-8", "replace")
         assemble = {
             "openai.chat": sse.chat_completion,
@@ -301,7 +305,7 @@ def trace_from_call(
             )
         elif ok and not got.complete and not record.error:
             problems.append("the stream ended before its last event")
-    else:
+    elif decoded is not None:
         body = _obj(decoded)
         if ok:
             response = body
@@ -387,6 +391,7 @@ __all__ = [
     "CLIENT_GONE",
     "FAILED_TAG",
     "LIVE_TAG",
+    "MAX_DECODED_BYTES",
     "Sessions",
     "decode_body",
     "fingerprint",

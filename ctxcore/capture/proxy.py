@@ -45,10 +45,13 @@ import os
 import re
 import socket
 import ssl
+import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_exit
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -102,6 +105,11 @@ CAPTURED: dict[bytes, str] = {
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 #: The largest reply copied for a trace; past it the trace keeps the beginning.
 MAX_CAPTURE_BYTES = 32 * 1024 * 1024
+#: The largest request body the proxy takes (it holds a body whole to forward and spool it;
+#: the APIs' own limits are lower: Anthropic 32 MB, OpenAI 50 MB of files in one request).
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+#: A converter that stops on its own is started again, up to this many times a minute.
+CONVERTER_RESTARTS = 5
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,8 @@ class ProxyConfig:
     #: seconds without a byte from the upstream before the call counts as stalled
     read_timeout: float = 600.0
     connect_timeout: float = 10.0
+    #: larger request bodies are refused with 413 before they are read
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
 
 @dataclass
@@ -206,9 +216,15 @@ def _error_body(kind: str, message: str) -> bytes:
 class ProxyApp:
     """The proxy as an ASGI application (see the module docstring)."""
 
-    def __init__(self, config: ProxyConfig, spool: SpoolWriter | None) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        spool: SpoolWriter | None,
+        converter: ConverterProcess | None = None,
+    ) -> None:
         self.config = config
         self.spool = spool
+        self.converter = converter
         self.upstreams = {
             "openai": Upstream.parse(config.upstream_openai),
             "anthropic": Upstream.parse(config.upstream_anthropic),
@@ -259,7 +275,9 @@ class ProxyApp:
                 "pid": os.getpid(),
                 "traces": str(self.config.traces_dir.resolve()),
                 "calls": self.calls,
+                # spooled: the converter writes their traces (``converter`` says if it runs)
                 "recorded": self.recorded,
+                "converter": None if self.converter is None else self.converter.status(),
             }
         ).encode()
         await send(
@@ -278,17 +296,37 @@ class ProxyApp:
         if raw_path == SERVICE_PATH and scope["method"] == "GET":
             await self._service(send)
             return
+        if not raw_path.startswith(b"/"):
+            # ``OPTIONS *`` and the like: there is no path to forward
+            said = raw_path.decode("latin-1")
+            await self._refuse(send, 400, f"request target {said!r}: the proxy forwards paths")
+            return
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
         r = route(raw_path, headers, self.upstreams)
+        limit = self.config.max_request_bytes
+        declared = _header(headers, b"content-length").strip()
+        size = int(declared) if declared.isdigit() else 0
         chunks: list[bytes] = []
-        while True:
+        received = 0
+        while size <= limit:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return  # gone before it finished asking: nothing was sent upstream
             chunks.append(message.get("body", b""))
+            received += len(chunks[-1])
+            size = max(size, received)
             if not message.get("more_body", False):
                 break
+        if size > limit:
+            # refused before it is held: a declared length is trusted, a chunked body is
+            # counted as it comes
+            why = f"the request body is over {limit:,} bytes, the proxy's limit"
+            path = r.path.decode("latin-1")
+            log.warning("ctxscope proxy: refused %s %s: %s", scope["method"], path, why)
+            await self._refuse(send, 413, why)
+            return
         body = b"".join(chunks)
+        chunks.clear()  # the body is held once, not twice, while the call lasts
         self.calls += 1
         capture = r.api is not None and scope["method"] == "POST" and self.spool is not None
         query: bytes = scope.get("query_string", b"")
@@ -357,6 +395,24 @@ class ProxyApp:
             }
         )
         await send({"type": "http.response.body", "body": _error_body(kind, message)})
+
+    async def _refuse(self, send: Send, status: int, message: str) -> None:
+        """A request the proxy does not forward: one line that says why (nothing recorded)."""
+        body = _error_body("ctxscope_proxy_refused", message) + b"\n"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-ctxscope-proxy", b"error"),
+                    # what of the body was not read stays unread: the connection ends here
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
     async def _exchange(
         self,
@@ -489,18 +545,98 @@ def serve(
     uvicorn.Server(config).run(sockets=[sock])
 
 
+class ConverterProcess:
+    """The converter process, started again when it stops on its own (killed, out of
+    memory), at most ``CONVERTER_RESTARTS`` times a minute; each stop is one line on stderr
+    and the status endpoint says whether one runs (docs/design.md, "Live capture")."""
+
+    def __init__(self, traces_dir: Path) -> None:
+        self.traces_dir = traces_dir
+        self._ctx = multiprocessing.get_context("spawn")
+        self._stop = self._ctx.Event()
+        self._proc: Any = None
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._stops: deque[float] = deque()
+        self.restarts = 0
+        self.alive = False
+        self.error: str | None = None
+        self._watch = threading.Thread(target=self._run, name="ctxscope-converter-watch")
+        self._watch.daemon = True
+
+    def start(self) -> None:
+        self._spawn()
+        self._watch.start()
+
+    def _spawn(self) -> None:
+        proc = self._ctx.Process(
+            target=converter_main,
+            args=(str(self.traces_dir), os.getpid(), self._stop, True),
+            name="ctxscope-converter",
+        )
+        proc.start()
+        self._proc = proc
+        self.alive = True
+
+    def _run(self) -> None:
+        # only this thread reaps the process until ``stop`` (two threads waiting for one
+        # child would take its exit status from each other)
+        while True:
+            wait_for_exit([self._proc.sentinel])
+            with self._lock:
+                if self._stopping:
+                    return
+                proc = self._proc
+                proc.join()
+                self.alive = False
+                code = proc.exitcode
+                how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                now = time.monotonic()
+                self._stops.append(now)
+                while self._stops and now - self._stops[0] > 60:
+                    self._stops.popleft()
+                if len(self._stops) > CONVERTER_RESTARTS:
+                    self.error = (
+                        f"the converter stopped {len(self._stops)} times in a minute (last: "
+                        f"{how}); calls are still spooled in {spool_dir(self.traces_dir)} "
+                        "but no traces are written until a ctxscope proxy starts again"
+                    )
+                    log.error("ctxscope proxy: %s", self.error)
+                    return
+                self.restarts += 1
+                self._spawn()
+                log.warning(
+                    "ctxscope proxy: the converter (pid %d) stopped (%s); started another "
+                    "(pid %d): calls it had not written are still spooled and it writes them",
+                    proc.pid,
+                    how,
+                    self._proc.pid,
+                )
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": None if self._proc is None else self._proc.pid,
+            "alive": self.alive,
+            "restarts": self.restarts,
+            "error": self.error,
+        }
+
+    def stop(self) -> None:
+        """Tell the converter to finish what is spooled, and wait for it."""
+        with self._lock:
+            self._stopping = True
+            self._stop.set()
+        if self._proc is not None:
+            self._proc.join()
+            self.alive = False
+
+
 def run_proxy(config: ProxyConfig, sock: socket.socket) -> None:
     """Serve the proxy on ``sock`` with its spool and its converter process until
     SIGINT/SIGTERM; on the way out, wait until every recorded call is a trace."""
     traces = config.traces_dir
     spool = SpoolWriter(spool_dir(traces))
-    ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
-    converter = ctx.Process(
-        target=converter_main,
-        args=(str(traces), os.getpid(), stop, True),
-        name="ctxscope-converter",
-    )
+    converter = ConverterProcess(traces)
     converter.start()
     finished: list[bool] = []
 
@@ -509,10 +645,9 @@ def run_proxy(config: ProxyConfig, sock: socket.socket) -> None:
             return
         finished.append(True)
         spool.close()
-        stop.set()
-        converter.join()
+        converter.stop()
 
-    app = ProxyApp(config, spool)
+    app = ProxyApp(config, spool, converter)
     app.on_shutdown.append(finish)
     try:
         serve(app, sock)
@@ -522,7 +657,10 @@ def run_proxy(config: ProxyConfig, sock: socket.socket) -> None:
 
 __all__ = [
     "CAPTURED",
+    "CONVERTER_RESTARTS",
+    "ConverterProcess",
     "MAX_CAPTURE_BYTES",
+    "MAX_REQUEST_BYTES",
     "ProxyApp",
     "ProxyConfig",
     "Route",

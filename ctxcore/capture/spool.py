@@ -14,6 +14,14 @@ and the two body lengths) followed by the request and the response bytes. The pr
 after a second without calls, and at exit); the converter deletes a ``.spool`` file it has
 read to the end. The folder is hidden and private (0700): request bodies may hold what the
 redaction is there to remove, so they stay there only until their traces are written.
+
+A call that cannot become a trace (its request is no API's request, its conversion fails)
+becomes one line in ``failed.jsonl`` beside the spool files: its record (no headers, no
+bodies) and why; its bodies go with the spool file. A call whose conversion stops the
+converter itself (killed, out of memory) must not stop every converter after it: before a
+batch is converted, ``<file>.trying`` says where, so the next converter takes that stretch
+one call at a time, and the call that was being converted alone when a converter stopped is
+the one moved to ``failed.jsonl`` (docs/design.md, "Live capture").
 """
 
 from __future__ import annotations
@@ -46,6 +54,10 @@ BATCH = 256
 IDLE_S = 1.0
 #: On the way out, the converter writes what is spooled for at most this long.
 DRAIN_S = 60.0
+#: Buffers handed to one ``os.writev`` (Linux and macOS take up to 1024).
+_IOV_MAX = 512
+#: Calls no trace could be written for, one JSON line each (the quarantine).
+FAILED_FILE = "failed.jsonl"
 
 
 def spool_dir(traces_dir: Path) -> Path:
@@ -131,20 +143,29 @@ class SpoolWriter:
             log.warning("ctxscope proxy: could not close the spool file: %s", exc)
 
     def _write(self, batch: list[tuple[CallRecord, bytes, bytes]]) -> None:
-        parts: list[bytes] = []
+        parts: list[memoryview] = []
         for record, request, response in batch:
             head = asdict(record)
             head["req"], head["resp"] = len(request), len(response)
-            parts += [json.dumps(head, separators=(",", ":")).encode() + b"\n", request, response]
-        data = b"".join(parts)
+            parts += [
+                memoryview(json.dumps(head, separators=(",", ":")).encode() + b"\n"),
+                memoryview(request),
+                memoryview(response),
+            ]
+        size = sum(map(len, parts))
         try:
             if self._fd is None:
                 self._open()
             assert self._fd is not None
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            self._size += len(data)
+            # written from the bodies as they are (no joined copy: a request may be 64 MB)
+            parts = [p for p in parts if p]
+            while parts:
+                n = os.writev(self._fd, parts[:_IOV_MAX])
+                while parts and n >= len(parts[0]):
+                    n -= len(parts.pop(0))
+                if n:
+                    parts[0] = parts[0][n:]
+            self._size += size
             if self._size >= self.rotate_bytes:
                 self._finish()
         except OSError as exc:
@@ -250,6 +271,22 @@ class Converter:
                 offset = got.offset
         return left
 
+    def _marker(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(path.with_suffix(".trying").read_text())
+            return {
+                "at": int(data["at"]),
+                "alone": bool(data["alone"]),
+                "until": int(data["until"]),
+            }
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _write_small(self, target: Path, text: str) -> None:
+        tmp = target.with_name(target.name + "-tmp")
+        tmp.write_text(text)
+        os.replace(tmp, target)
+
     def step(self, until: float | None = None) -> int:
         """Convert what is there now (or until the monotonic time ``until``); the number
         of records read."""
@@ -264,17 +301,41 @@ class Converter:
             while True:
                 try:
                     offset = self._offset(path)
-                    got = read_records(path, offset)
+                    mark = self._marker(path)
+                    if mark is not None and mark["until"] <= offset:
+                        mark = None
+                    if mark is not None and mark["at"] == offset and mark["alone"]:
+                        # this call, converted alone, was in hand when a converter stopped
+                        got = read_records(path, offset, limit=1)
+                        for record, _, _ in got.items:
+                            self._failed(record, "converting it stopped the converter")
+                    else:
+                        # inside a stretch a converter stopped in: one call at a time
+                        got = read_records(path, offset, limit=1 if mark else BATCH)
+                        if got.items:
+                            stretch = max(got.offset, mark["until"] if mark else 0)
+                            self._write_small(
+                                path.with_suffix(".trying"),
+                                json.dumps({"at": offset, "alone": bool(mark), "until": stretch}),
+                            )
+                            self._convert(got.items)
                 except FileNotFoundError:
                     break  # renamed from .open to .spool meanwhile: read on the next pass
-                if got.items:
-                    self._convert(got.items)
-                    done += len(got.items)
+                if got.bad:
+                    log.warning(
+                        "ctxscope: %s is damaged at byte %d; the calls after it are dropped",
+                        path,
+                        offset,
+                    )
+                done += len(got.items)
                 if got.offset != offset:
-                    tmp = self._offset_file(path).with_suffix(".offset-tmp")
-                    tmp.write_text(str(got.offset))
-                    os.replace(tmp, self._offset_file(path))
-                if len(got.items) < BATCH or (until is not None and time.monotonic() >= until):
+                    self._write_small(self._offset_file(path), str(got.offset))
+                mark = self._marker(path)
+                if mark is not None and mark["until"] <= got.offset:
+                    path.with_suffix(".trying").unlink(missing_ok=True)
+                if len(got.items) < (1 if mark else BATCH) or (
+                    until is not None and time.monotonic() >= until
+                ):
                     break
             try:
                 finished = closed and got.offset >= path.stat().st_size
@@ -283,7 +344,18 @@ class Converter:
             if finished:
                 path.unlink(missing_ok=True)
                 self._offset_file(path).unlink(missing_ok=True)
+                path.with_suffix(".trying").unlink(missing_ok=True)
         return done
+
+    def _failed(self, record: CallRecord, why: str) -> None:
+        """One call no trace is written for: one log line, one line in ``failed.jsonl``."""
+        self.failed += 1
+        log.warning("ctxscope: no trace for call %s to %s: %s", record.id, record.path, why)
+        line = json.dumps({**asdict(record), "why": why}, separators=(",", ":"))
+        try:
+            append_line(self.folder / FAILED_FILE, line.encode("utf-8") + b"\n")
+        except OSError as exc:
+            log.warning("ctxscope: could not note it in %s: %s", self.folder / FAILED_FILE, exc)
 
     def _convert(self, items: list[tuple[CallRecord, bytes, bytes]]) -> None:
         lines: dict[Path, list[bytes]] = {}
@@ -294,8 +366,10 @@ class Converter:
                     trace = redact_trace(trace)[0]
                 line = trace.to_json().encode("utf-8") + b"\n"
             except CallError as exc:
-                self.failed += 1
-                log.warning("ctxscope: no trace for %s", exc)
+                self._failed(record, str(exc).split(": ", 1)[-1])
+                continue
+            except Exception as exc:  # noqa: BLE001 - one call's failure never costs the others
+                self._failed(record, f"converting it failed ({type(exc).__name__}: {exc})")
                 continue
             target = live_file(self.traces_dir, record.source or "proxy")
             lines.setdefault(target, []).append(line)
@@ -358,6 +432,7 @@ def converter_main(traces_dir: str, parent_pid: int, stop: Any, redact: bool) ->
 __all__ = [
     "BATCH",
     "Converter",
+    "FAILED_FILE",
     "ROTATE_BYTES",
     "SPOOL_DIR",
     "SpoolWriter",
