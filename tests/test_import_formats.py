@@ -190,3 +190,22 @@ def test_anthropic_system_blocks_and_cache_marks_are_kept() -> None:
     assert trace.input.system_instructions == "\n\n".join(b["text"] for b in req["system"])
     assert _import_meta(trace)["cache_control"] == ["messages[0].content[0]"]
     assert not [f for f in diagnose(trace) if f.severity == "error"]
+
+
+@pytest.mark.parametrize("fmt", ["auto", "anthropic"])
+def test_cline_history_a_bare_message_list_is_anthropic(fmt: str) -> None:
+    # Cline keeps a task's conversation as a bare list of Anthropic messages: its tool_use
+    # blocks are tool calls, not JSON text of an OpenAI chat
+    name = "anthropic-messages/cline-api-conversation-history.subset.request.json"
+    exp = EXPECTED[name]
+    messages = json.loads((FIXTURES / name).read_text())
+    assert detect_format(messages) == "anthropic"
+    [trace] = traces_from_value(messages, fmt)  # type: ignore[arg-type]
+    assert _import_meta(trace)["source"] == _expected_counts(exp)
+    assert imported_counts(trace) == _expected_counts(exp)
+    assert "kept_as_text" not in _import_meta(trace)
+    calls = [c for m in trace.input.history for c in m.metadata.get("tool_calls") or []]
+    assert [c["id"] for c in calls] == [
+        b["id"] for m in messages for b in m["content"] if b["type"] == "tool_use"
+    ]
+    assert not [f for f in diagnose(trace) if f.detector == "import_loss"]

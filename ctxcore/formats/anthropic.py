@@ -338,15 +338,31 @@ def trace_from_request(
     )
 
 
+def is_message_list(data: Any) -> bool:
+    """Whether a JSON value is a bare list of messages (``[{"role", "content"}, ...]``), as
+    Cline's ``api_conversation_history.json`` keeps a conversation, not a list of requests."""
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m for m in data
+        )
+    )
+
+
 def traces_from_obj(
     data: Any, *, session_id: str | None = None, default_now: datetime | None = None
 ) -> list[Trace]:
-    """A request, a ``{"request": ..., "response": ...}`` pair, or a list of either."""
+    """A request, a ``{"request": ..., "response": ...}`` pair, a list of either, or a bare
+    list of messages (one request holding them)."""
+    if is_message_list(data):
+        data = {"messages": data}
     return each_request(data, trace_from_request, session_id=session_id, default_now=default_now)
 
 
 __all__ = [
     "FORMAT",
+    "is_message_list",
     "looks_like",
     "normalize",
     "normalize_message",

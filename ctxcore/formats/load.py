@@ -122,6 +122,9 @@ def detect_format(
         isinstance(data, list) and data and all(anthropic.looks_like(x) for x in data)
     ):
         return "anthropic"
+    # a bare message list with Anthropic blocks (tool_use, tool_result…): Cline's history
+    if anthropic.is_message_list(data) and anthropic.looks_like({"messages": data}):
+        return "anthropic"
     if isinstance(data, dict) and isinstance(data.get("request"), dict):
         if anthropic.looks_like(data["request"]):
             return "anthropic"
