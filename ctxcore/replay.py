@@ -58,6 +58,14 @@ from ctxcore.summarize import error_evidence
 from ctxcore.tokens import get_counter
 
 REPLAY_TAG = "replay"
+#: what a "changed" turn is, in the words the CLI and the app print (``TurnReport.changed``)
+CHANGED_MEANS = "a packet's status or the tokens used differ"
+#: what "first lost" means, in the words the CLI and the app print (``FirstLoss``)
+FIRST_LOST_MEANS = (
+    "the first turn each item leaves the prompt, before → after, counted from the first "
+    "turn it was in the prompt on either side; never: it does not leave the prompt in the "
+    "turns replayed"
+)
 #: knobs of ``settings`` that are facts of the model call (the captured input), not of the
 #: builder; ``ctxscope build --set`` reads them the same way
 INPUT_FACTS = ("window", "output_reserve")
@@ -120,6 +128,18 @@ class TurnReport(_Model):
     def tokens_delta(self) -> int:
         return self.used_after - self.used_before
 
+    @property
+    def changed(self) -> bool:
+        """The model would be sent another context: a packet's status or the tokens used
+        differ (``CHANGED_MEANS``). Findings alone do not count: they are compared only when
+        asked for, and a count that moved with that switch said 14 turns changed in the CLI
+        and 9 in the app for the same replay."""
+        return bool(self.flips) or self.used_before != self.used_after
+
+    @property
+    def findings_changed(self) -> bool:
+        return bool(self.findings_added or self.findings_cleared)
+
     def losses(self, at: str = "info") -> list[Flip]:
         """The flips that lose something, at severity ``at`` or above."""
         floor = _severity_rank(at)
@@ -141,7 +161,10 @@ class TurnError(_Model):
 
 
 class FirstLoss(_Model):
-    """The first turn an item was lost on each side (None: never)."""
+    """The first turn an item left the prompt on each side (None: never), counted from the
+    first turn it was in the prompt on either side (a must-keep packet: from its first
+    turn). An item the new settings drop from the turn it arrives, where the recording kept
+    it, is lost at that turn after the change, not never."""
 
     session_id: str
     item: str  # a packet id, or the text of a user constraint
@@ -174,7 +197,14 @@ class ReplayReport(_Model):
 
     @property
     def changed_turns(self) -> list[TurnReport]:
-        return [t for t in self.turns if t.flips or t.findings_added or t.findings_cleared]
+        """The turns whose context changed (``TurnReport.changed``, ``CHANGED_MEANS``): the
+        one count the CLI and the app show."""
+        return [t for t in self.turns if t.changed]
+
+    @property
+    def findings_only_turns(self) -> list[TurnReport]:
+        """Turns built the same on both sides whose findings differ (only when compared)."""
+        return [t for t in self.turns if not t.changed and t.findings_changed]
 
     def losses(self, at: str = "info") -> list[tuple[TurnReport, Flip]]:
         """Every loss at ``at`` or above, with its turn."""
@@ -762,8 +792,10 @@ def _run_job(job: _Job) -> _JobResult:
         )
     only_a = [t for t, _ in built_a]
     only_b = [t for t, _ in built_b]
-    lost_a = {x.item: x for x in lost_items(only_a, ta if job.findings else [])}
-    lost_b = {x.item: x for x in lost_items(only_b, tb if job.findings else [])}
+    # an item in either side's prompt counts as had on both (``FirstLoss``)
+    seen = _first_in_prompt([*only_a, *only_b])
+    lost_a = {x.item: x for x in lost_items(only_a, ta if job.findings else [], seen=seen)}
+    lost_b = {x.item: x for x in lost_items(only_b, tb if job.findings else [], seen=seen)}
     sid = traces[0].session_id
     first = [
         FirstLoss(
@@ -785,6 +817,19 @@ def _run_job(job: _Job) -> _JobResult:
         if job.keep_variants
         else [],
     )
+
+
+def _first_in_prompt(traces: Iterable[Trace]) -> dict[str, int]:
+    """Per packet id, the first turn any of ``traces`` had it in the prompt."""
+    from ctxcore.diagnostics.context import IN_PROMPT
+
+    out: dict[str, int] = {}
+    for t in traces:
+        assert t.result is not None
+        for d in t.result.decisions:
+            if d.status in IN_PROMPT and t.turn < out.get(d.packet_id, t.turn + 1):
+                out[d.packet_id] = t.turn
+    return out
 
 
 #: the collector's thresholds in a replay worker (Python's defaults: 700, 10, 10)
@@ -948,6 +993,8 @@ def replay_sessions(
 
 
 __all__ = [
+    "CHANGED_MEANS",
+    "FIRST_LOST_MEANS",
     "INPUT_FACTS",
     "POOL_MIN_TRACES",
     "LOSS_SEVERITIES",

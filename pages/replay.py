@@ -19,7 +19,13 @@ import streamlit as st
 from ctxcore import figures, settings
 from ctxcore.models import Trace
 from ctxcore.pipeline import PRESET_NAMES
-from ctxcore.replay import REPLAY_TAG, ReplayReport, TurnReport
+from ctxcore.replay import (
+    CHANGED_MEANS,
+    FIRST_LOST_MEANS,
+    REPLAY_TAG,
+    ReplayReport,
+    TurnReport,
+)
 from ui import state, views
 
 RECORDED = "the recording"
@@ -145,6 +151,34 @@ def _changed_frame(turns: Sequence[TurnReport]) -> pd.DataFrame:
     )
 
 
+def _described(label: str) -> str:
+    """A side of the replay (``ReplayReport.before``/``after``) in words."""
+    if label == "recorded":
+        return "the recording"
+    patch = json.loads(label)
+    if not patch:
+        return "the recorded settings (no knob set)"
+    return ", ".join(f"{k} {v}" for k, v in patch.items())
+
+
+def _nothing_changed(report: ReplayReport) -> str:
+    """What was compared, for a replay where no turn changed."""
+    n = len(report.turns)
+    said = (
+        f"**Nothing changed**: all {n} turn(s) build the same context with "
+        f"{_described(report.after)} as with {_described(report.before)} "
+        f"(compared: each packet's status and the tokens used)."
+    )
+    if report.findings_compared:
+        same = len(report.findings_only_turns)
+        said += (
+            f" The findings differ at {same} turn(s): see *Findings by detector*."
+            if same
+            else " The findings are the same too."
+        )
+    return said
+
+
 def _open_in_compare(report: ReplayReport, turn: TurnReport) -> None:
     # Compare reads both sides from the store: store the variants it needs (ids are stable
     # per recording and settings, so opening the same turn again adds nothing)
@@ -216,7 +250,11 @@ def render() -> None:
     # two a row: four long labels side by side were cut at 1024 px ("turns losing must-k…")
     m1, m2 = st.columns(2)
     m3, m4 = st.columns(2)
-    m1.metric("turns changed", f"{len(changed)} of {len(report.turns)}")
+    m1.metric(
+        "turns changed",
+        f"{len(changed)} of {len(report.turns)}",
+        help=f"turns where {CHANGED_MEANS}",
+    )
     delta = report.tokens_delta
     m2.metric("tokens spent" if delta > 0 else "tokens saved", f"{abs(delta):,}")
     m3.metric("turns losing must-keep / error evidence", len(report.turns_losing_must_keep))
@@ -244,6 +282,21 @@ def render() -> None:
             hide_index=True,
             key="rp_errors",
         )
+
+    if not changed:
+        # an all-pale grid of every packet and turn said "nothing changed" in 70 rows
+        st.info(_nothing_changed(report), icon=":material/check_circle:")
+        _findings_table(report)
+        return
+    st.caption(
+        f"Changed: {CHANGED_MEANS}."
+        + (
+            f" {len(report.findings_only_turns)} more turn(s) build the same context and "
+            "differ in their findings only."
+            if report.findings_only_turns
+            else ""
+        )
+    )
 
     draw = st.radio(
         "Timeline",
@@ -291,23 +344,21 @@ def render() -> None:
     st.bar_chart(bars, stack=False, height=260)
 
     st.subheader(f"Turns that changed ({len(changed)})")
-    if not changed:
-        st.caption("Every turn builds the same context with these settings.")
-    else:
-        st.dataframe(_changed_frame(changed), hide_index=True, key="rp_changed")
-        by_turn = {t.turn: t for t in changed}
-        c1, c2 = st.columns([3, 1])
-        pick = c1.selectbox(
-            "Turn",
-            list(by_turn),
-            key="rp_turn",
-            format_func=lambda n: f"turn {n} · {len(by_turn[n].flips)} flip(s)",
-        )
-        if c2.button("Open turn in Compare", key="rp_open", type="primary"):
-            _open_in_compare(report, by_turn[pick])
+    st.dataframe(_changed_frame(changed), hide_index=True, key="rp_changed")
+    by_turn = {t.turn: t for t in changed}
+    c1, c2 = st.columns([3, 1])
+    pick = c1.selectbox(
+        "Turn",
+        list(by_turn),
+        key="rp_turn",
+        format_func=lambda n: f"turn {n} · {len(by_turn[n].flips)} flip(s)",
+    )
+    if c2.button("Open turn in Compare", key="rp_open", type="primary"):
+        _open_in_compare(report, by_turn[pick])
     moved = [x for x in report.first_lost if x.before_turn != x.after_turn]
     if moved:
         st.markdown("**First turn each item is lost**")
+        st.caption(FIRST_LOST_MEANS[0].upper() + FIRST_LOST_MEANS[1:] + ".")
         st.dataframe(
             [
                 {
@@ -321,6 +372,10 @@ def render() -> None:
             hide_index=True,
             key="rp_first_lost",
         )
+    _findings_table(report)
+
+
+def _findings_table(report: ReplayReport) -> None:
     if report.findings_compared:
         dets = sorted({*report.findings_before, *report.findings_after})
         st.markdown("**Findings by detector**")

@@ -135,6 +135,40 @@ def test_a_smaller_budget_flips_the_expected_packets_at_the_expected_turns() -> 
         assert_no_new_losses(report)
 
 
+def test_an_item_the_new_settings_drop_from_its_first_turn_is_lost_there_not_never() -> None:
+    """tool:call_12 arrives at turn 13: the recording keeps it until turn 37, a 3,000 budget
+    drops it from turn 13 on. It was never in that side's prompt, and it is lost at 13 all
+    the same (it printed "37 → never", which read as a fix)."""
+    report = replay(load(HELLO), {"max_tokens": 3000}, findings=False, workers=1)
+    turns = {t.turn: t for t in report.turns}
+    flips = {f.packet_id: (f.before, f.after) for f in turns[13].flips}
+    assert flips["tool:call_12"] == ("kept", "dropped")
+    first = {x.item: (x.before_turn, x.after_turn) for x in report.first_lost}
+    assert first["tool:call_12"] == (37, 13)
+    assert first["tool:call_36"] == (None, 37)  # was missing: never in the prompt after
+    # every packet lost at a turn on either side has that turn or an earlier one as its first
+    for t in report.turns:
+        for f in t.losses("warning"):
+            after = first[f.packet_id][1]
+            assert after is not None and after <= t.turn, (t.turn, f.packet_id, after)
+
+
+def test_a_changed_turn_is_one_whose_context_changed_with_or_without_findings() -> None:
+    """One definition for the CLI and the app: the findings are compared only when asked
+    for, so they do not make a turn "changed" (14 changed in the CLI, 9 in the app)."""
+    traces = load(HELLO)
+    plain = replay(traces, {"max_tokens": 3000}, findings=False, workers=1)
+    full = replay(traces, {"max_tokens": 3000}, workers=1)
+    assert [t.turn for t in full.changed_turns] == [t.turn for t in plain.changed_turns]
+    assert {t.turn for t in plain.changed_turns} == {
+        t.turn for t in plain.turns if t.flips or t.used_before != t.used_after
+    }
+    assert plain.findings_only_turns == []
+    only = full.findings_only_turns
+    assert only and all(not t.flips and t.used_before == t.used_after for t in only)
+    assert all(t.findings_added or t.findings_cleared for t in only)
+
+
 def test_error_evidence_dropped_is_an_error_level_loss() -> None:
     traces = with_traceback(load(HELLO), "tool:call_7")
     report = replay(traces, {"max_tokens": 2000}, findings=False, workers=1)

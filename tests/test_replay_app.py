@@ -13,7 +13,7 @@ from test_replay import HELLO, load
 
 from ctxcore import figures
 from ctxcore.models import Trace
-from ctxcore.replay import variant_id
+from ctxcore.replay import CHANGED_MEANS, variant_id
 from ctxcore.store import TraceStore
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -47,21 +47,73 @@ def metric(at: AppTest, label: str) -> str:
     return next(str(m.value) for m in at.metric if m.label == label)
 
 
-def test_recorded_settings_change_nothing(db: Path, hello: list[Trace]) -> None:
+def test_recorded_settings_change_nothing_and_the_page_says_so(
+    db: Path, hello: list[Trace]
+) -> None:
+    """Nothing changed is said in words, with what was compared, not drawn as a grid of
+    every packet and turn all in the pale "unchanged" colour."""
     at = open_replay(hello[0].session_id)
     assert at.title[0].value == "Replay"
     assert metric(at, "turns changed") == f"0 of {len(hello)}"
     assert not any("imported" in i.value for i in at.info)
     assert metric(at, "turns losing must-keep / error evidence") == "0"
-    # one grid of both sides by default: every cell the same before and after
-    (diff,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    cells = {v for row in diff["data"][0]["z"] for v in row if v is not None}
-    assert cells == {list(figures.DIFF_COLORS).index(figures.UNCHANGED) + 0.5}
-    at.radio(key="rp_draw").set_value("side by side").run()
+    said = [i.value for i in at.info]
+    assert any(
+        f"**Nothing changed**: all {len(hello)} turn(s) build the same context with the "
+        "recorded settings (no knob set) as with the recording (compared: each packet's "
+        "status and the tokens used)" in s
+        for s in said
+    ), said
+    assert at.get("plotly_chart") == []
+    assert not any("Δ tokens" in d.value.columns for d in at.dataframe)
+    # the recorded budget set by hand changes nothing either, and the page names it
+    (budget,) = {t.config.max_tokens for t in hello}
+    at.number_input(key="rp_after_max_tokens").set_value(budget).run()
     assert not at.exception, [e.value for e in at.exception]
-    heatmaps = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    assert len(heatmaps) == 2
-    assert heatmaps[0]["data"][0]["z"] == heatmaps[1]["data"][0]["z"]
+    said = [i.value for i in at.info]
+    assert any(f"with max_tokens {budget} as with the recording" in s for s in said), said
+    assert at.get("plotly_chart") == []
+    at.checkbox(key="rp_findings").check().run()
+    assert any("findings" in i.value for i in at.info), [i.value for i in at.info]
+    assert any("detector" in d.value.columns for d in at.dataframe)
+
+
+def test_the_page_counts_changed_turns_and_first_losses_as_the_cli_does(
+    db: Path, hello: list[Trace], tmp_path: Path
+) -> None:
+    """One definition of a changed turn in ctxcore, shown by both, whether or not findings are
+    compared; and an item the new settings drop where the recording kept it is lost there,
+    not "never"."""
+    import subprocess
+    import sys
+
+    sid = hello[0].session_id
+    cli = subprocess.run(
+        [sys.executable, "-m", "ctxcore", "replay", "--session", sid, "--db", str(db),
+         "--set", "max_tokens=3000", "--fail-on", "never"],
+        capture_output=True, text=True, timeout=300,
+        cwd=Path(APP).parent,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    head = next(x for x in cli.stdout.splitlines() if " turn(s), " in x)
+    said = head.split(" turn(s), ")[1].split(" changed")[0]
+    assert f"changed ({CHANGED_MEANS})" in head
+    lost = {
+        x.split(": ")[1]: x.split(": ")[2]
+        for x in cli.stdout.split("first turn lost (")[1].splitlines()[1:]
+        if x.startswith("  ") and x.count(": ") == 2
+    }
+    assert lost["tool:call_12"] == "37 → 13", lost
+    at = open_replay(sid)
+    at.number_input(key="rp_after_max_tokens").set_value(3000).run()
+    for findings in (False, True):
+        at.checkbox(key="rp_findings").set_value(findings).run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert metric(at, "turns changed") == f"{said} of {len(hello)}", findings
+        (first,) = [d.value for d in at.dataframe if "item" in d.value.columns]
+        row = first[first["item"] == "tool:call_12"].iloc[0]
+        assert (row["before"], row["after"]) == ("37", "13")
+        assert any(CHANGED_MEANS in c.value for c in at.caption)
 
 
 def test_a_smaller_budget_shows_the_turns_that_changed_and_opens_compare(

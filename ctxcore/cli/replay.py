@@ -28,6 +28,8 @@ from ctxcore.formats.load import write_jsonl
 from ctxcore.loading import load_config
 from ctxcore.models import Trace
 from ctxcore.replay import (
+    CHANGED_MEANS,
+    FIRST_LOST_MEANS,
     REPLAY_TAG,
     ReplayReport,
     TraceJson,
@@ -162,12 +164,16 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
     w = out.write
     w(f"before: {report.before}\nafter:  {report.after}\n\n")
     changed = report.changed_turns
-    w(f"{len(report.turns)} turn(s), {len(changed)} changed, {report.seconds:.2f} s\n")
+    w(
+        f"{len(report.turns)} turn(s), {len(changed)} changed ({CHANGED_MEANS}), "
+        f"{report.seconds:.2f} s\n"
+    )
     if changed:
         w(
             f"{'session':<28} {'turn':>4} {'used before':>11} {'after':>7} {'budget':>13} "
             f"{'flips':>5}  {'losses':<24} findings\n"
         )
+        w(f"{'':<34}(under a turn, each packet it loses: status before → after)\n")
     for t in changed:
         budget = (
             f"{t.budget_before}"
@@ -185,6 +191,11 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
                     " must-keep" if f.must_keep else " error evidence" if f.error_evidence else ""
                 )
                 w(f"{'':<34}{f.loss:<8} {f.packet_id}: {f.before} → {f.after}{mark}\n")
+    same = report.findings_only_turns
+    if same:
+        turns = ", ".join(f"{t.session_id}:{t.turn}" for t in same[:12])
+        more = f" and {len(same) - 12} more" if len(same) > 12 else ""
+        w(f"same context, other findings: {len(same)} turn(s) ({turns}{more})\n")
     delta = report.tokens_delta
     w(f"\ntokens: {'spent' if delta > 0 else 'saved'} {abs(delta):,} over all turns\n")
     must = report.turns_losing_must_keep
@@ -195,7 +206,7 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
     )
     moved = [x for x in report.first_lost if x.before_turn != x.after_turn]
     if moved:
-        w("first turn each item is lost (before → after):\n")
+        w(f"first turn lost ({FIRST_LOST_MEANS}):\n")
         for x in moved:
             b = "never" if x.before_turn is None else str(x.before_turn)
             a = "never" if x.after_turn is None else str(x.after_turn)

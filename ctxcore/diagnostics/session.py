@@ -10,6 +10,7 @@ prompt after having been in it — or, for a must-keep packet, was never let in.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -77,9 +78,17 @@ def _tracked(packet_id: str) -> bool:
     return not packet_id.startswith(HISTORY_ID)
 
 
-def lost_items(traces: list[Trace], turns: list[TurnFindings]) -> list[LostItem]:
-    """Packets and constraints, each with the first turn where it was lost (turn order)."""
+def lost_items(
+    traces: list[Trace], turns: list[TurnFindings], *, seen: Mapping[str, int] | None = None
+) -> list[LostItem]:
+    """Packets and constraints, each with the first turn where it was lost (turn order).
+
+    ``seen`` gives, per packet id, a turn from which it counts as having been in the prompt
+    although these traces never let it in: replay compares two builds of a session, and an
+    item the other side had in its prompt at turn 13 is lost at turn 13 on a side that drops
+    it there (without ``seen`` that side never "lost" it, having never had it)."""
     seen_in: dict[str, int] = {}
+    also = seen or {}
     out: dict[str, LostItem] = {}
     for t in traces:
         assert t.result is not None
@@ -92,7 +101,7 @@ def lost_items(traces: list[Trace], turns: list[TurnFindings]) -> list[LostItem]
                 seen_in.setdefault(pid, t.turn)
                 continue
             lost = d.status in LOST or d.status == Status.SUMMARIZED
-            if lost and (pid in seen_in or pid in must):
+            if lost and (pid in seen_in or pid in must or also.get(pid, t.turn + 1) <= t.turn):
                 out[pid] = LostItem(
                     item=pid,
                     kind="packet",
