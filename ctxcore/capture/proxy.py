@@ -23,6 +23,10 @@ What the proxy promises the agent (docs/design.md, "Capture, import, export, red
   Each of these is the trace's outcome.
 - **No credential is written.** Headers never reach the spool, a trace or a log; traces are
   redacted as exports are (``ctxcore.formats.redact``).
+- **Limits are said, not suffered.** A request body past ``MAX_REQUEST_BYTES`` is 413 before
+  it is read, a request target that is no path (``OPTIONS *``) 400, each one JSON line; a
+  converter that dies is started again, and says so on stderr and in the status
+  (``ConverterProcess``; docs/design.md, "Live capture").
 
 Routing: a path ``/<source>/v1/...`` tags the calls with ``source:<source>`` (e.g.
 ``http://127.0.0.1:4040/claude``) and is forwarded as ``/v1/...``. Paths under
