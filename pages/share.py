@@ -17,6 +17,7 @@ import streamlit as st
 
 from ctxcore.formats.accounting import describe
 from ctxcore.formats.load import Format, load_file, traces_from_value
+from ctxcore.formats.redact import redact_text
 from ctxcore.formats.share import html_report, redact_all, snapshot_json
 from ctxcore.loading import parse_json
 from ctxcore.models import Trace
@@ -35,7 +36,9 @@ def _export(t: Trace) -> None:
     scope = st.radio("What", ["this trace", "its whole session"], key="sh_scope", horizontal=True)
     with state.guard():
         traces = [t] if scope == "this trace" else state.session_traces(t.session_id)
-        name = views.file_stem(t.trace_id if scope == "this trace" else t.session_id)
+        ident = t.trace_id if scope == "this trace" else t.session_id
+        # the file's name is redacted as its content: an id can carry a key as well
+        name = views.file_stem(redact_text(ident)[0] if redact else ident)
 
         def make() -> tuple[str, str, dict[str, int]]:
             out, counts = redact_all(traces) if redact else (traces, {})
@@ -100,10 +103,13 @@ def _import() -> None:
     if st.button("Import", key="sh_import", type="primary"):
         with state.guard():
             traces: list[Trace] = []
+            # a JSONL line that cannot be read costs that line only: said below, as text
+            skipped: list[str] = []
             if up is not None:
                 with tempfile.TemporaryDirectory() as tmp:
                     path = views.saved_upload(up, up.name, Path(tmp), limit << 20)
-                    traces += load_file(path, fmt)
+                    traces += load_file(path, fmt, skipped.append)
+                    skipped = [s.replace(str(path), path.name, 1) for s in skipped]
             if pasted.strip():
                 data = parse_json(pasted, "pasted JSON")
                 traces += traces_from_value(
@@ -113,8 +119,16 @@ def _import() -> None:
                     session_id="pasted",
                     default_now=datetime.now(UTC).replace(microsecond=0),
                 )
+            for line in skipped[:5]:
+                st.text(f"not imported: {line}")
+            if len(skipped) > 5:
+                st.text(f"… and {len(skipped) - 5} more lines not imported")
             if not traces:
-                st.warning("Nothing to import: upload a file or paste JSON first.")
+                st.warning(
+                    "Nothing imported: no line of the file could be read (above)."
+                    if skipped
+                    else "Nothing to import: upload a file or paste JSON first."
+                )
                 return
             added = state.add_traces(traces, source=up.name if up is not None else "paste")
             state.ss_set("sh_imported", [x.trace_id for x in traces])

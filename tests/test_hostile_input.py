@@ -307,3 +307,45 @@ def test_set_of_what_a_preset_never_reads_is_refused_naming_its_knobs(
     name = fact.split("=")[0]
     assert f"preset hello-agents does not read {name}" in line
     assert "the knobs it takes: tokenizer, max_tokens, reserve_ratio, min_relevance" in line
+
+
+# --------------------------------------------------------------------------- the app's upload
+
+
+def _upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, body: bytes) -> Any:
+    """The Share page with ``body`` uploaded as ``name`` and imported (the real app)."""
+    from app_support import open_page
+
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    at = open_page("share")
+    at.get("file_uploader")[0].set_value((name, body, "application/json")).run()
+    at.button(key="sh_import").click().run()
+    assert not at.exception
+    return at
+
+
+def test_an_upload_nested_too_deeply_is_one_line_in_the_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = _upload(tmp_path, monkeypatch, "req.json", _deep_document("openai").encode())
+    [error] = [e.value for e in at.error]
+    assert "nested too deeply" in error and len(error.splitlines()) == 1
+
+
+def test_an_uploaded_jsonl_keeps_its_good_lines_and_bom(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = (
+        json.dumps(
+            json.loads(
+                (FIXTURES / f"openai-chat/otel-contrib-tool-calls-turn{n}.request.json").read_text()
+            )
+        )
+        for n in (1, 2)
+    )
+    body = f"{first}\n" + '{"nested": ' + DEEP + "}\n" + f"{second}\n"
+    at = _upload(tmp_path, monkeypatch, "calls.jsonl", BOM + body.encode())
+    assert not at.error, [e.value for e in at.error]
+    assert any("Imported 2 trace(s)" in s.value for s in at.success)
+    said = [t.value for t in at.text if t.value.startswith("not imported:")]
+    assert len(said) == 1 and "calls.jsonl:2: JSON nested too deeply" in said[0]

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from ctxcore.cli import main
 from ctxcore.formats.openai import trace_from_request
 from ctxcore.formats.redact import redact_text, redact_trace
+from ctxcore.models import Trace
+from ctxcore.store import TraceStore
 
 RNG = random.Random(20240611)
 ALNUM = string.ascii_letters + string.digits
@@ -188,3 +191,95 @@ def test_redact_trace_counts_and_masks_every_field() -> None:
     # a second pass is a no-op
     again, counts2 = redact_trace(red)
     assert counts2 == {} and again == red
+
+
+#: The secrets their own rule finds alone (no name beside them needed).
+ALONE = [s for s in SECRETS if redact_text(s[2])[1] == {s[0]: 1}]
+
+
+@pytest.mark.parametrize(("kind", "template", "secret"), ALONE, ids=[s[0] for s in ALONE])
+def test_a_secret_glued_to_a_word_is_redacted(kind: str, template: str, secret: str) -> None:
+    del template
+    glued = [f"tool_{secret}", f"x_{secret}_1"]
+    if kind == "google_api_key":
+        glued = glued[:1]  # its alphabet holds "_": what follows the key may be more of it
+    for text in glued:
+        out, counts = redact_text(text)
+        assert secret not in out, text
+        assert counts == {kind: 1}
+
+
+def _glued_trace() -> tuple[Trace, list[str]]:
+    """A real import whose trace id, session id, tool name and a packet id carry a fake
+    Stripe key or AWS key id glued to a word, and those secrets."""
+    stripe, aws = "sk_live_" + rnd(24), "AKIA" + rnd(16, UPPER_NUM)
+    request = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "user", "content": "pay the invoice"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{aws}",
+                        "type": "function",
+                        "function": {"name": f"tool_{stripe}", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"call_{aws}", "content": "paid"},
+        ],
+        "tools": [{"type": "function", "function": {"name": f"tool_{stripe}", "parameters": {}}}],
+    }
+    trace = trace_from_request(request, now=datetime(2025, 1, 1, tzinfo=UTC))
+    trace = trace.model_copy(update={"trace_id": f"run_{aws}", "session_id": f"s_{aws}"})
+    return trace, [stripe, aws]
+
+
+@pytest.mark.parametrize("fmt", ["json", "html", "otlp"])
+def test_exports_carry_no_secret_glued_to_a_word(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    trace, secrets = _glued_trace()
+    assert all(s in trace.to_json() for s in secrets)
+    db = tmp_path / "store.duckdb"
+    with TraceStore(str(db)) as store:
+        store.add_traces([trace], source="tests")
+    out = tmp_path / f"export.{fmt}"
+    assert main(["export", trace.trace_id, "--db", str(db), "--format", fmt, "-o", str(out)]) == 0
+    capsys.readouterr()
+    text = out.read_text(encoding="utf-8")
+    assert text and not [s for s in secrets if s in text]
+
+
+def test_share_downloads_carry_no_secret_in_their_names_or_contents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app_support import fill, open_page
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+    from streamlit.testing.v1 import app_test
+
+    stores: list[MemoryMediaFileStorage] = []
+
+    class Kept(MemoryMediaFileStorage):
+        """The storage of an AppTest run's downloads, kept to read them after the run."""
+
+        def __init__(self, media_endpoint: str) -> None:
+            super().__init__(media_endpoint)
+            stores.append(self)
+
+    monkeypatch.setattr(app_test, "MemoryMediaFileStorage", Kept)
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    trace, secrets = _glued_trace()
+    fill(tmp_path / "ctxscope.duckdb", [trace])  # the conftest points CTXSCOPE_DB here
+    for scope in ("this trace", "its whole session"):
+        at = open_page("share", trace=trace.trace_id)
+        at.radio(key="sh_scope").set_value(scope).run()
+        assert not at.exception
+        files = list(stores[-1]._files_by_id.values())
+        names = [f.filename or "" for f in files]
+        assert sorted(n.rsplit(".", 1)[-1] for n in names) == ["html", "json"], names
+        for f in files:
+            leaked = [s for s in secrets if s in (f.filename or "") or s.encode() in f.content]
+            assert not leaked, (f.filename, leaked)

@@ -97,8 +97,14 @@ _GUARDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: ``\b`` of the rules, with ``_`` a separator rather than part of a word: a key glued to an
+#: identifier (``tool_sk_live_…`` in a tool name, ``x_AKIA…`` in a trace id) still ends a
+#: word there, where ``\b`` saw none and let the key through.
+_EDGE = r"(?:(?<![A-Za-z0-9])(?=[A-Za-z0-9])|(?<=[A-Za-z0-9])(?![A-Za-z0-9]))"
+
+
 def _r(name: str, regex: str, group: int = 0, flags: int = 0) -> Rule:
-    return Rule(name, re.compile(regex, flags), group, _GUARDS[name])
+    return Rule(name, re.compile(regex.replace(r"\b", _EDGE), flags), group, _GUARDS[name])
 
 
 #: A value that is not itself a secret but names one: a shell or template variable, a
