@@ -17,8 +17,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ctxcore import figures, settings
+from ctxcore.errors import InputError
 from ctxcore.models import Trace
-from ctxcore.pipeline import PRESET_NAMES
+from ctxcore.pipeline import PRESET_NAMES, check_input_facts
 from ctxcore.replay import (
     CHANGED_MEANS,
     FIRST_LOST_MEANS,
@@ -52,11 +53,22 @@ def _pick_session() -> str | None:
     return sid
 
 
-def _worked_case() -> None:
+def _reads_window(presets: set[str]) -> bool:
+    """Do all these presets read the input's window (the hello-agents ones refuse it)?"""
+    try:
+        for name in presets:
+            check_input_facts(name, ["window"], "")
+    except InputError:
+        return False
+    return True
+
+
+def _worked_case(window: bool) -> None:
     state.ss_set("rp_before_mode", OTHER)
     for side in ("before", "after"):
-        # the budget too: the hello-agents presets do not derive it from the window
-        state.ss_set(f"rp_{side}_window", WORKED[side])
+        # the budget too: the hello-agents presets do not derive it from the window (and
+        # refuse a window they would ignore)
+        state.ss_set(f"rp_{side}_window", WORKED[side] if window else 0)
         state.ss_set(f"rp_{side}_max_tokens", WORKED[side])
         state.ss_set(f"rp_{side}_preset", AS_RECORDED)
 
@@ -202,11 +214,14 @@ def render() -> None:
     if sid is None:
         return
     state.qp_set({"session": sid})
+    window = _reads_window({t.config.preset for t in state.session_traces(sid)})
+    what = "window" if window else "budget"
     st.button(
-        f"Worked case: a {WORKED['before'] // 1000}K vs {WORKED['after'] // 1000}K window",
+        f"Worked case: a {WORKED['before'] // 1000}K vs {WORKED['after'] // 1000}K {what}",
         key="rp_worked",
         on_click=_worked_case,
-        help="the same session at two window sizes",
+        args=(window,),
+        help=f"the same session at two {what} sizes",
     )
     mode = st.radio("Before is", [RECORDED, OTHER], key="rp_before_mode", horizontal=True)
     cb, ca = st.columns(2)

@@ -149,14 +149,19 @@ def test_a_smaller_budget_shows_the_turns_that_changed_and_opens_compare(
         assert store.get_trace(rec.trace_id) == rec
 
 
-def test_the_worked_case_compares_two_window_sizes(db: Path, hello: list[Trace]) -> None:
+def test_the_worked_case_compares_two_budgets_where_the_preset_reads_no_window(
+    db: Path, hello: list[Trace]
+) -> None:
     at = open_replay(hello[0].session_id)
     at.button(key="rp_worked").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.radio(key="rp_before_mode").value == "other settings"
-    assert at.number_input(key="rp_before_window").value == 4000
-    assert at.number_input(key="rp_after_window").value == 8000
+    # a hello-agents session: its presets size the prompt from the budget, not the window
+    assert at.number_input(key="rp_before_window").value == 0
+    assert at.number_input(key="rp_after_window").value == 0
+    assert at.number_input(key="rp_before_max_tokens").value == 4000
     assert at.number_input(key="rp_after_max_tokens").value == 8000
+    assert not at.error, [e.value for e in at.error]
     changed = metric(at, "turns changed")
     assert not changed.startswith("0 of"), changed
     assert metric(at, "tokens spent") != "0"

@@ -25,13 +25,17 @@ def test_worked_case_then_a_turn_opens_in_compare(tab, browser_data) -> None:
     page = tab.page
     goto(page, f"{tab.url}/replay?session={HELLO}")
     assert exceptions_text(page) == []
+    # nothing set, nothing changed: said in words, not drawn as an all-pale grid
+    assert page.get_by_text("Nothing changed", exact=True).count() == 1
+    assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
+    rerun_and_settle(page, page.get_by_role("button", name=re.compile("^Worked case")).click)
+    assert exceptions_text(page) == []
+    assert _changed(page) > 0
     # one grid of both sides by default, the two timelines side by side on request
     assert page.locator('[data-testid="stPlotlyChart"]').count() == 1, "no difference grid"
     rerun_and_settle(page, page.get_by_text("side by side", exact=True).click)
     assert page.locator('[data-testid="stPlotlyChart"]').count() == 2, "no before/after timelines"
-    rerun_and_settle(page, page.get_by_role("button", name=re.compile("^Worked case")).click)
-    assert exceptions_text(page) == []
-    assert _changed(page) > 0
+    rerun_and_settle(page, page.get_by_text("difference", exact=True).click)
     screenshot(page, "replay-worked-case")
     rerun_and_settle(page, page.get_by_role("button", name="Open turn in Compare").click)
     settle(page)
