@@ -35,7 +35,7 @@ from proxy_support import (
 )
 
 from ctxcore.capture.calls import MAX_DECODED_BYTES, CallRecord
-from ctxcore.capture.proxy import MAX_REQUEST_BYTES
+from ctxcore.capture.proxy import CONVERTER_RESTARTS, MAX_REQUEST_BYTES
 from ctxcore.capture.spool import FAILED_FILE, SpoolWriter, spool_dir
 
 CHAT = "/v1/chat/completions"
@@ -288,3 +288,33 @@ def test_a_call_that_kills_every_converter_is_set_aside(tmp_path: Path) -> None:
     # the bodies are gone with the spool file; only the failed list stays
     assert sorted(p.name for p in spool_dir(traces).iterdir()) == [FAILED_FILE]
     assert b"weather in Seattle" not in (spool_dir(traces) / FAILED_FILE).read_bytes()
+
+
+def test_a_converter_that_keeps_dying_is_given_up_on_loudly(tmp_path: Path, upstream: Proc) -> None:
+    """Past CONVERTER_RESTARTS deaths in a minute the proxy stops starting converters and
+    says so, on stderr and in its status; calls still pass and stay spooled."""
+    traces = tmp_path / "traces"
+    proxy = start_proxy(traces, upstream.port)
+    try:
+        pid = status(proxy.port)["converter"]["pid"]
+        for _ in range(CONVERTER_RESTARTS + 1):
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while (now := status(proxy.port)["converter"])["pid"] == pid and not now["error"]:
+                assert time.monotonic() < deadline, "the proxy did not notice"
+                time.sleep(0.05)
+            pid = now["pid"]
+        assert now["restarts"] == CONVERTER_RESTARTS and not now["alive"]
+        assert f"stopped {CONVERTER_RESTARTS + 1} times in a minute" in now["error"]
+        assert now["error"] in proxy.text
+        chat(proxy.port, f"json:{STEM}.response.json")
+        assert status(proxy.port)["recorded"] == 1
+    finally:
+        proxy.stop()
+    # the next proxy's converter writes what was spooled
+    proxy = start_proxy(traces, upstream.port)
+    try:
+        [t] = wait_traces(live(traces), 1)
+        assert t["metadata"]["capture"]["status"] == 200
+    finally:
+        proxy.stop()
