@@ -12,7 +12,7 @@ import pytest
 from ctxcore.cli import main
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.derive import FORMAT_ID, TASK_ID, TOOLS_ID, tools_text
-from ctxcore.formats.load import load_file
+from ctxcore.formats.load import load_file, traces_from_value
 from ctxcore.formats.openai import (
     captured_input_from_messages,
     messages_from_sharegpt,
@@ -423,3 +423,21 @@ def test_gzipped_jsonl_imports_like_the_plain_file(corpus: Path, tmp_path: Path)
     assert len(zipped) == 50
     assert [t.input for t in zipped] == [t.input for t in plain]
     assert [t.trace_id for t in zipped] == [t.trace_id for t in plain]
+
+
+def test_a_recorded_reply_that_calls_tools_keeps_its_calls_as_the_output() -> None:
+    # a completion log: the request with the response beside it; the reply only calls tools
+    folder = Path(__file__).resolve().parent / "fixtures" / "imports" / "openai-chat"
+    request = json.loads((folder / "otel-contrib-tool-calls-turn1.request.json").read_text())
+    response = json.loads((folder / "otel-contrib-tool-calls-turn1.response.json").read_text())
+    [trace] = traces_from_value({**request, "response": response})
+    calls = response["choices"][0]["message"]["tool_calls"]
+    assert trace.outcome is not None
+    assert trace.outcome.output == "\n".join(
+        f"{c['function']['name']}({c['function']['arguments']})" for c in calls
+    )
+    # a reply with text only is its text, as before
+    [trace] = traces_from_value(
+        {**request, "response": {"choices": [{"message": {"content": "Sunny."}}]}}
+    )
+    assert trace.outcome is not None and trace.outcome.output == "Sunny."

@@ -111,7 +111,17 @@ def test_a_generated_variant_imports_the_recorded_calls(name: str, recorded: lis
             "output_tokens": resp["usage"]["output_tokens"],
         }
         body = json.loads((FIXTURES / "openai-chat" / f"{stem}.response.json").read_text())
-        assert trace.outcome.output == body["choices"][0]["message"]["content"]
+        reply = body["choices"][0]["message"]
+        # the reply's text, or the tool calls it made (name, and the arguments as the
+        # variant recorded them: a JSON string or an object)
+        calls = [c["function"] for c in reply.get("tool_calls") or []]
+        if reply["content"] is not None or not calls:
+            assert trace.outcome.output == reply["content"]
+        else:
+            got = [x.partition("(") for x in (trace.outcome.output or "").split("\n")]
+            assert [(n, json.loads(a[:-1])) for n, _, a in got] == [
+                (c["name"], json.loads(c["arguments"])) for c in calls
+            ]
         assert (trace.session_id, trace.turn) == (session, turn)
         assert trace.metadata["otlp"]["messages_from"] == VARIANTS[name]
         assert trace.metadata["model"] == "gpt-4o-mini"
@@ -337,3 +347,39 @@ def test_vercel_tool_step_becomes_packets_and_reasoning() -> None:
         "edff2fc5854be6170e8cccccec0c82cf",
     ]
     assert real[1].input.system_instructions == "You are a helpful assistant."
+
+
+def _recorded_replies(name: str) -> list[str]:
+    """Each span's gen_ai.output.messages, read here: its text, then each tool call as a
+    ``name(args)`` line (arguments as compact JSON)."""
+    out: list[str] = []
+    for line in _lines(name):
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    attrs = {a["key"]: a["value"] for a in span["attributes"]}
+                    if "gen_ai.output.messages" not in attrs:
+                        continue
+                    [reply] = json.loads(attrs["gen_ai.output.messages"]["stringValue"])
+                    lines = [p["content"] for p in reply["parts"] if p["type"] == "text"]
+                    lines += [
+                        f"{p['name']}({json.dumps(p['arguments'], separators=(',', ':'))})"
+                        for p in reply["parts"]
+                        if p["type"] == "tool_call"
+                    ]
+                    out.append("\n".join(lines))
+    return out
+
+
+def test_a_reply_that_calls_tools_keeps_its_calls_as_its_output() -> None:
+    # gen_ai.output.messages with tool_call parts (span attributes) or a gen_ai.choice
+    # event with tool_calls (logs): the reply is its calls, not nothing
+    want = _recorded_replies("otlp-json/openai-v2-latest-span-only.otlp.jsonl")
+    assert sum("(" in r for r in want) == 2
+    for name in (
+        "otlp-json/openai-v2-latest-span-only.otlp.jsonl",
+        "otlp-protobuf/openai-v2-latest-span-only.traces.binpb",
+        "otlp-logs/openai-v2-latest-event-only.otlp.jsonl",
+    ):
+        got = [t.outcome.output if t.outcome else None for t in load_file(FIXTURES / name)]
+        assert got == want, name

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace, stable_id
-from ctxcore.loading import error_message
+from ctxcore.loading import TOO_DEEP, error_message
 from ctxcore.models import CapturedInput, Message, Packet, ToolDef, Trace
 
 BUILDER_NAME = "import/openai"
@@ -97,6 +97,8 @@ def _call_from_obj(obj: Any, where: str) -> ToolCall:
             obj = json.loads(obj)
         except json.JSONDecodeError as exc:
             raise ImportFormatError(f"{where}: tool call is not JSON ({exc.msg})") from exc
+        except RecursionError as exc:
+            raise ImportFormatError(f"{where}: tool call: {TOO_DEEP}") from exc
     if not isinstance(obj, dict):
         raise ImportFormatError(f"{where}: a tool call must be an object")
     fn = _inner(obj)
@@ -261,6 +263,8 @@ def parse_tools(tools: Any) -> list[ToolDef]:
             tools = json.loads(tools) if tools.strip() else []
         except json.JSONDecodeError as exc:
             raise ImportFormatError(f"tools: not valid JSON ({exc.msg})") from exc
+        except RecursionError as exc:
+            raise ImportFormatError(f"tools: {TOO_DEEP}") from exc
     if not isinstance(tools, list):
         raise ImportFormatError("tools: expected a list of tool definitions")
     return [tool_from_obj(t, i) for i, t in enumerate(tools)]
@@ -268,6 +272,23 @@ def parse_tools(tools: Any) -> list[ToolDef]:
 
 def _call_line(call: ToolCall) -> str:
     return f"{call.name}({call.arguments})"
+
+
+def reply_text(m: NormMessage) -> str | None:
+    """A recorded reply as ``outcome.output``: its text, then each tool call it made as a
+    ``name(args)`` line (as the Responses and Codex readers write them): a reply that only
+    calls tools is not an empty one."""
+    lines = [m.text] if m.text else []
+    lines.extend(_call_line(c) for c in m.tool_calls)
+    return "\n".join(lines) or None
+
+
+def _response_output(message: dict[str, Any]) -> str | None:
+    """The reply of a Chat Completions response's first choice (text and tool calls)."""
+    try:
+        return reply_text(normalize_message({"role": "assistant", **message}, 0))
+    except ImportFormatError:  # a reply we cannot read as a message: its content only
+        return text_of(message.get("content")) or None
 
 
 def captured_input_from_norm(
@@ -502,7 +523,7 @@ def trace_from_request(
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         message = choices[0].get("message")
         if isinstance(message, dict):
-            output = text_of(message.get("content")) or None
+            output = _response_output(message)
     model = request.get("model") or response.get("model")
     return make_trace(
         inp,

@@ -34,7 +34,13 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import NormMessage, normalize_message, parse_tools, text_of
+from ctxcore.formats.openai import (
+    NormMessage,
+    normalize_message,
+    parse_tools,
+    reply_text,
+    text_of,
+)
 from ctxcore.formats.otlp_records import EventRecord, Prompt, SpanRecord, structured
 from ctxcore.models import ToolDef
 
@@ -158,7 +164,7 @@ def _prompt_value(value: Any) -> list[Any]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON any parser reads: text
             return [{"role": "user", "content": value}]
     if isinstance(value, dict) and isinstance(value.get("messages"), list):
         return list(value["messages"])
@@ -231,7 +237,7 @@ def _flattened_functions(attrs: dict[str, Any]) -> list[dict[str, Any]] | None:
                 if fld == "parameters" and isinstance(value, str):
                     try:
                         value = json.loads(value)
-                    except json.JSONDecodeError:
+                    except (json.JSONDecodeError, RecursionError):
                         value = {"description": value}
                 rows.setdefault(int(idx), {})[fld] = value
     return [rows[i] for i in sorted(rows)] or None
@@ -242,7 +248,7 @@ def _output(attrs: dict[str, Any], where: str) -> str | None:
     if raw is not None:
         value = structured(raw, "gen_ai.output.messages", where)
         if isinstance(value, list) and value:
-            return normalize_message(value[0], 0).text or None
+            return reply_text(normalize_message(value[0], 0))
         return None
     completion = attrs.get("gen_ai.completion")
     if completion is not None:
@@ -256,7 +262,7 @@ def _completion_text(value: Any) -> str | None:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return value or None
     if isinstance(value, dict):
         text = value.get("text", value.get("content"))
@@ -264,7 +270,7 @@ def _completion_text(value: Any) -> str | None:
     if isinstance(value, list) and value:
         first = value[0]
         if isinstance(first, dict) and "role" in first:
-            return normalize_message(first, 0).text or None
+            return reply_text(normalize_message(first, 0))
         return text_of(first) or None
     return None
 
@@ -281,7 +287,7 @@ def _event_body(event: EventRecord) -> dict[str, Any]:
         if isinstance(raw, str):
             try:
                 body = json.loads(raw)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 body = {"content": raw}
         elif raw is not None:
             body = raw
@@ -322,8 +328,16 @@ def _event_messages(
         if event.name == CHOICE_EVENT:
             body = _event_body(event)
             if body.get("index", 0) in (0, None) and isinstance(body.get("message"), dict):
-                content = body["message"].get("content")
-                output = text_of(_content(content)) or None if content is not None else None
+                message = body["message"]
+                content = message.get("content")
+                reply = NormMessage(index=0, role="assistant", text="")
+                reply.text = text_of(_content(content)) if content is not None else ""
+                try:  # the tool calls the reply made are part of it
+                    calls = {"role": "assistant", "tool_calls": message.get("tool_calls")}
+                    reply.tool_calls = normalize_message(calls, 0).tool_calls
+                except ImportFormatError:
+                    pass  # calls we cannot read: the reply's text only
+                output = reply_text(reply)
                 break
         elif event.name == "gen_ai.content.completion" and "gen_ai.completion" in event.attrs:
             output = _completion_text(event.attrs["gen_ai.completion"])
