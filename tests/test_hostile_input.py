@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proxy_support import start_collector
+from proxy_support import start_collector, wait_for
 
+from ctxcore.capture.calls import CallError, CallRecord, Sessions, trace_from_call
 from ctxcore.cli import main
 from ctxcore.store import TraceStore
 
@@ -349,3 +350,125 @@ def test_an_uploaded_jsonl_keeps_its_good_lines_and_bom(
     assert any("Imported 2 trace(s)" in s.value for s in at.success)
     said = [t.value for t in at.text if t.value.startswith("not imported:")]
     assert len(said) == 1 and "calls.jsonl:2: JSON nested too deeply" in said[0]
+
+
+# --------------------------------------------------------------------------- JSON inside strings
+
+
+def _span(span_id: str, key: str, value: str) -> dict[str, Any]:
+    return {
+        "traceId": "5b8aa5a2d2c872e8321cf37308d69df2",
+        "spanId": span_id,
+        "name": "chat gpt-4o-mini",
+        "startTimeUnixNano": "1796078064712464003",
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.request.model", "value": {"stringValue": "gpt-4o-mini"}},
+            {"key": key, "value": {"stringValue": value}},
+        ],
+    }
+
+
+#: An OTLP export of three spans: messages nested too deeply (refused, that span only), a
+#: prompt nested too deeply (its text, as any prompt that is not JSON) and a good one.
+DEEP_SPANS = {
+    "resourceSpans": [
+        {
+            "resource": {"attributes": []},
+            "scopeSpans": [
+                {
+                    "spans": [
+                        _span("00000000000000a1", "gen_ai.input.messages", DEEP),
+                        _span("00000000000000a2", "gen_ai.prompt", DEEP),
+                        _span(
+                            "00000000000000a3",
+                            "gen_ai.input.messages",
+                            json.dumps([{"role": "user", "parts": [{"content": "hello there"}]}]),
+                        ),
+                    ]
+                }
+            ],
+        }
+    ]
+}
+
+
+def test_json_nested_too_deeply_in_an_attribute_costs_its_span_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "spans.otlp.json"
+    path.write_text(json.dumps(DEEP_SPANS))
+    rc = main(["import", str(path), "-o", str(tmp_path / "out.jsonl")])
+    out, err = capsys.readouterr()
+    assert rc == 0 and not err
+    traces = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [t["input"]["query"] for t in traces] == [DEEP, "hello there"]
+    [said] = [line for line in out.splitlines() if "not imported" in line]
+    assert "spans[0]" in said and "gen_ai.input.messages: JSON nested too deeply" in said
+
+
+def test_the_receiver_rejects_only_the_span_whose_attribute_is_nested_too_deeply(
+    tmp_path: Path,
+) -> None:
+    collector = start_collector(tmp_path / "traces")
+    try:
+        status, reply = _post(collector.port, json.dumps(DEEP_SPANS).encode())
+        assert status == 200
+        partial = json.loads(reply)["partialSuccess"]
+        assert partial["rejectedSpans"] == "1" and "nested too deeply" in partial["errorMessage"]
+        written = wait_for(tmp_path / "traces" / "live" / "otlp.jsonl", lambda t: True, 2)
+        assert sorted(t["input"]["query"] for t in written) == sorted([DEEP, "hello there"])
+    finally:
+        collector.stop()
+    assert "Traceback" not in collector.text
+
+
+def _call(api: str, **kw: Any) -> CallRecord:
+    base: dict[str, Any] = {
+        "id": "call-1",
+        "api": api,
+        "path": "/v1/chat/completions",
+        "source": "",
+        "started_at": 1796078064.0,
+        "latency_ms": 5.0,
+        "status": 200,
+        "content_type": "application/json",
+    }
+    return CallRecord(**{**base, **kw})
+
+
+def test_the_proxy_converter_says_a_body_nested_too_deeply_in_one_line() -> None:
+    request = (FIXTURES / SOURCES["openai"]).read_bytes()
+    deep = ('{"nested": ' + DEEP + "}").encode()
+    with pytest.raises(CallError, match="the request body: JSON nested too deeply"):
+        trace_from_call(_call("openai.chat"), deep, b"{}", Sessions())
+    # a reply nested too deeply: the call is kept, and says why it has no reply
+    trace = trace_from_call(_call("openai.chat"), request, deep, Sessions())
+    assert trace.outcome is not None and "the reply: JSON nested too deeply" in trace.outcome.note
+    # a stream whose events nest too deeply: read as events that say nothing
+    stream = f"data: {deep.decode()}\n\ndata: [DONE]\n\n".encode()
+    sse = _call("openai.chat", content_type="text/event-stream")
+    assert trace_from_call(sse, request, stream, Sessions()).input.query
+
+
+def test_tool_arguments_nested_too_deeply_are_exported_as_their_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = json.loads((FIXTURES / SOURCES["openai"]).read_text(encoding="utf-8"))
+    request["messages"].append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c9", "type": "function", "function": {"name": "f", "arguments": DEEP}}
+            ],
+        }
+    )
+    src = tmp_path / "req.json"
+    src.write_text(json.dumps(request))
+    traces = tmp_path / "traces.jsonl"
+    assert main(["import", str(src), "-o", str(traces)]) == 0
+    out = tmp_path / "export.json"
+    assert main(["export", str(traces), "--format", "otlp", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert DEEP in out.read_text()  # the arguments as the model wrote them

@@ -34,6 +34,7 @@ from ctxcore.capture.inflate import CODINGS, Broken, TooBig, inflate
 from ctxcore.errors import CtxscopeError
 from ctxcore.formats import anthropic, openai, responses
 from ctxcore.formats.openai import text_of, usage_from_obj
+from ctxcore.loading import TOO_DEEP
 from ctxcore.models import Outcome, Trace
 
 Api = Literal["openai.chat", "openai.responses", "anthropic.messages"]
@@ -272,7 +273,10 @@ def trace_from_call(
     record: CallRecord, request_body: bytes, response_body: bytes, sessions: Sessions
 ) -> Trace:
     """The trace of one captured call (see the module docstring)."""
-    request = _obj(request_body)
+    try:
+        request = _obj(request_body)
+    except RecursionError as exc:  # the call's one line, in the words of every JSON reader
+        raise CallError(f"call {record.id} to {record.path}: the request body: {TOO_DEEP}") from exc
     if request is None:
         raise CallError(f"call {record.id} to {record.path}: the request body is not a JSON object")
     problems: list[str] = []
@@ -306,7 +310,11 @@ def trace_from_call(
         elif ok and not got.complete and not record.error:
             problems.append("the stream ended before its last event")
     elif decoded is not None:
-        body = _obj(decoded)
+        try:
+            body = _obj(decoded)
+        except RecursionError:
+            body = None
+            problems.append(f"the reply: {TOO_DEEP}")
         if ok:
             response = body
         elif record.status is not None:

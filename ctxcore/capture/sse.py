@@ -61,7 +61,7 @@ def events(text: str) -> Iterator[Event]:
 def _json(data: str) -> dict[str, Any] | None:
     try:
         value = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # an event no parser can read is no event
         return None
     return value if isinstance(value, dict) else None
 
@@ -260,7 +260,7 @@ def anthropic_message(text: str) -> Assembled:
         raw = "".join(parts)
         try:
             blocks[index]["input"] = json.loads(raw) if raw else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             blocks[index]["input"] = raw  # cut mid-argument: kept as the text that arrived
     if message is None and not blocks:
         return Assembled(None, error, n, done)

@@ -107,7 +107,7 @@ def _json(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past the parser: unreadable
             return None
     return value
 

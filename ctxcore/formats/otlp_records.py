@@ -31,6 +31,7 @@ from typing import Any
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.openai import NormMessage
+from ctxcore.loading import TOO_DEEP
 from ctxcore.models import ToolDef
 
 #: Attribute-name prefixes that mark a flat JSON object as a span's attributes.
@@ -135,6 +136,8 @@ def structured(value: Any, name: str, where: str) -> Any:
             return json.loads(value)
         except json.JSONDecodeError as exc:
             raise ImportFormatError(f"{where}: {name} is not valid JSON ({exc.msg})") from exc
+        except RecursionError as exc:
+            raise ImportFormatError(f"{where}: {name}: {TOO_DEEP}") from exc
     return value
 
 

@@ -134,8 +134,8 @@ def _genai_messages(trace: Trace) -> tuple[list[dict[str, Any]], list[dict[str, 
                 parsed = json.loads(args)
                 if _js(parsed) == args:
                     args = parsed
-            except (json.JSONDecodeError, TypeError):
-                pass
+            except (json.JSONDecodeError, TypeError, RecursionError):
+                pass  # not JSON a reader could parse back: the string as it is
             parts.append({"type": "tool_call", "id": c["id"], "name": c["name"], "arguments": args})
         out.append({"role": m.role, "parts": parts})
     return system, out
