@@ -9,6 +9,7 @@ LangChain's serialized message shapes.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -199,6 +200,24 @@ def test_bedrock_tool_result_json_content_and_error_status() -> None:
     assert packet.id == f"tool:{result['toolUseId']}"
     assert json.loads(packet.content) == {"song": "Rock and Roll Hall", "plays": 12}
     assert packet.metadata["is_error"] is True
+
+
+def test_bedrock_text_document_bytes_are_read_as_text() -> None:
+    # a DocumentBlock as the Converse API documents it (API_runtime_DocumentBlock: format,
+    # name, source.bytes as base64 in JSON): a txt/md/csv/html document is text, its bytes
+    # UTF-8; a pdf, or bytes that are not UTF-8, stay a placeholder naming format and size
+    req = _load("bedrock-converse/openinference-converse-tool-use.request.json")
+    text = "city,forecast\nParis,rain — 57°F\n"
+    content = req["messages"][0]["content"]
+    raw = base64.b64encode(text.encode()).decode()
+    content.append({"document": {"format": "csv", "name": "forecast", "source": {"bytes": raw}}})
+    content.append({"document": {"format": "pdf", "name": "scan", "source": {"bytes": raw}}})
+    bad = base64.b64encode(b"\xff\xfe").decode()
+    content.append({"document": {"format": "txt", "name": "odd", "source": {"bytes": bad}}})
+    message = _one(req).input.query
+    assert f"[document forecast]\n{text}" in message
+    assert f"[document: pdf {len(raw) * 3 // 4} bytes scan]" in message
+    assert "[document: txt 3 bytes odd]" in message
 
 
 def test_bedrock_system_list_is_not_taken_for_anthropic() -> None:

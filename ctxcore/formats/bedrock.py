@@ -13,7 +13,8 @@ normalised messages as an OpenAI chat request (``ctxcore.formats.openai``):
   ``tool:<toolUseId>`` packet (content blocks ``{text}``, ``{json}`` as its JSON text,
   ``{image}``/``{document}``/``{video}`` as placeholders; ``status: error`` kept); ``{image}``/
   ``{document}``/``{video}`` → a placeholder line naming format and size, recorded in
-  ``metadata.media`` (documents with a text source keep their text); ``{reasoningContent}``
+  ``metadata.media`` (documents with a text source, or text bytes — txt, md, csv, html —
+  keep their text); ``{reasoningContent}``
   → the message's reasoning (metadata, not counted); ``{guardContent}`` → its text, the
   guardrail qualifiers kept in metadata; ``{citationsContent}`` → its text; any other block
   → its JSON kept as text and listed in ``metadata.import.kept_as_text``;
@@ -23,6 +24,8 @@ normalised messages as an OpenAI chat request (``ctxcore.formats.openai``):
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -70,6 +73,8 @@ _REQUEST_KEYS = frozenset(
     }
 )
 _MEDIA = ("image", "document", "video")
+#: Document formats that are text: their bytes are read as UTF-8 (the others are binary).
+_TEXT_FORMATS = frozenset({"txt", "md", "csv", "html"})
 
 
 def _is_block(block: Any) -> bool:
@@ -95,6 +100,17 @@ def looks_like(data: Any) -> bool:
     )
 
 
+def _decoded(data: Any) -> str | None:
+    """A text document's base64 bytes as its text (None when they are not base64 of UTF-8:
+    the block is then a placeholder, as a binary document is)."""
+    if not isinstance(data, str):
+        return None
+    try:
+        return base64.b64decode(data, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
 def _media(kind: str, body: Any, path: str) -> tuple[str, dict[str, Any]]:
     """A placeholder line for an image, document or video block, and what it was."""
     info: dict[str, Any] = {"type": kind, "path": path}
@@ -110,9 +126,12 @@ def _media(kind: str, body: Any, path: str) -> tuple[str, dict[str, Any]]:
     s3 = source.get("s3Location")
     if isinstance(s3, dict) and isinstance(s3.get("uri"), str):
         info["url"] = s3["uri"]
-    if kind == "document" and isinstance(source.get("text"), str):
+    text = source.get("text")
+    if kind == "document" and not isinstance(text, str) and info.get("format") in _TEXT_FORMATS:
+        text = _decoded(source.get("bytes"))
+    if kind == "document" and isinstance(text, str):
         head = f"[document {info.get('name') or ''}]".replace(" ]", "]")
-        return f"{head}\n{source['text']}", info
+        return f"{head}\n{text}", info
     desc = " ".join(
         str(x)
         for x in (
