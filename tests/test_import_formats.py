@@ -209,3 +209,29 @@ def test_cline_history_a_bare_message_list_is_anthropic(fmt: str) -> None:
         b["id"] for m in messages for b in m["content"] if b["type"] == "tool_use"
     ]
     assert not [f for f in diagnose(trace) if f.detector == "import_loss"]
+
+
+def test_pydantic_ai_tool_returns_in_a_user_message_are_tool_results() -> None:
+    # pydantic-ai sends a tool's return as a tool_call_response part of a 'user' message,
+    # beside the user's own text: a tool result packet, not words of the user
+    name = "otlp-traces/pydantic-ai-instrumented-model-tool-returns.attributes.json"
+    attrs = json.loads((FIXTURES / name).read_text())
+    [user] = [m for m in json.loads(attrs["gen_ai.input.messages"]) if m["role"] == "user"]
+    returns = [p for p in user["parts"] if p["type"] == "tool_call_response"]
+    words = [p["content"] for p in user["parts"] if p["type"] == "text"]
+    [trace] = load_file(FIXTURES / name)
+    assert {p.id: p.content for p in trace.input.packets if p.kind == "tool_result"} == {
+        f"tool:{p['id']}": p["result"] for p in returns
+    }
+    assert trace.input.query == "\n".join(words)
+    # the reply called two tools: they are in its output, after its text
+    [reply] = json.loads(attrs["gen_ai.output.messages"])
+    calls = [p for p in reply["parts"] if p["type"] == "tool_call"]
+    assert trace.outcome is not None and trace.outcome.output is not None
+    args = [
+        a if isinstance(a, str) else json.dumps(a, separators=(",", ":"))
+        for a in (c["arguments"] for c in calls)
+    ]
+    assert trace.outcome.output.split("\n")[-len(calls) :] == [
+        f"{c['name']}({a})" for c, a in zip(calls, args, strict=True)
+    ]

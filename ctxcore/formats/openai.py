@@ -157,11 +157,15 @@ def _media_part(part: dict[str, Any], ptype: str, path: str) -> tuple[str, dict[
     return f"[{ptype}{': ' + desc if desc else ''}]", info
 
 
-def normalize_message(msg: Any, index: int, tally: Tally | None = None) -> NormMessage:
+def normalize_message(
+    msg: Any, index: int, tally: Tally | None = None, *, results_apart: bool = False
+) -> NormMessage:
     """Reduce one message of any supported shape to a ``NormMessage``.
 
     ``tally`` (when given) counts what the message holds and records parts of unknown
-    types, which are kept as their JSON text rather than dropped."""
+    types, which are kept as their JSON text rather than dropped. ``results_apart``: its
+    ``tool_call_response`` parts are left out (``normalize_parts_message`` makes them tool
+    messages of their own)."""
     tally = tally if tally is not None else Tally("openai-chat")
     where = f"messages[{index}]"
     if not isinstance(msg, dict):
@@ -200,6 +204,8 @@ def normalize_message(msg: Any, index: int, tally: Tally | None = None) -> NormM
             elif ptype == "tool_call":
                 out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
                 tally.add("tool_calls")
+            elif ptype == "tool_call_response" and results_apart:
+                continue
             elif ptype == "tool_call_response":
                 out.tool_call_id = str(part["id"]) if part.get("id") else out.tool_call_id
                 texts.append(text_of(part.get("response", part.get("result", value))))
@@ -235,6 +241,39 @@ def normalize_message(msg: Any, index: int, tally: Tally | None = None) -> NormM
     if isinstance(msg.get("name"), str):
         out.name = msg["name"]
     return out
+
+
+def _is_tool_response(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "tool_call_response"
+
+
+def normalize_parts_message(msg: Any, index: int, tally: Tally | None = None) -> list[NormMessage]:
+    """``normalize_message``, with each ``tool_call_response`` part of a message that is not a
+    tool's own (pydantic-ai returns tool results in a ``user`` message, beside the user's
+    text) as a tool message of its own, ids ``msg-<index>.<j>``, before the rest: a tool
+    result, not words of the user (as the Anthropic reader splits ``tool_result`` blocks).
+    The message is counted once, its results once each."""
+    tally = tally if tally is not None else Tally("openai-chat")
+    parts = msg.get("parts") if isinstance(msg, dict) and msg.get("content") is None else None
+    if (
+        not isinstance(parts, list)
+        or msg.get("role") in ("tool", "function", "ipython")
+        or not any(_is_tool_response(p) for p in parts)
+    ):
+        return [normalize_message(msg, index, tally)]
+    results: list[NormMessage] = []
+    for j, part in enumerate(parts):
+        if _is_tool_response(part):
+            # counted below as the message's result (normalize_message counts a tool
+            # message and its response part); this one only reads it
+            result = normalize_message({"role": "tool", "parts": [part]}, index)
+            result.id = f"msg-{index}.{j}"
+            results.append(result)
+    main = normalize_message(msg, index, tally, results_apart=True)
+    tally.add("tool_results", len(results))
+    if main.text or main.tool_calls or main.reasoning or main.media or not results:
+        return [*results, main]
+    return results
 
 
 def tool_from_obj(obj: Any, index: int) -> ToolDef:

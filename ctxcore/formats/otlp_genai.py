@@ -37,6 +37,7 @@ from ctxcore.formats.accounting import Tally
 from ctxcore.formats.openai import (
     NormMessage,
     normalize_message,
+    normalize_parts_message,
     parse_tools,
     reply_text,
     text_of,
@@ -95,7 +96,7 @@ def prompt_from_span(span: SpanRecord) -> Prompt | None:
         source, messages = found
         for i, m in enumerate(messages):
             try:
-                norm.append(normalize_message(m, i, tally))
+                norm.extend(normalize_parts_message(m, i, tally))
             except ImportFormatError as exc:
                 prefix = "gen_ai.input." if source == "gen_ai.input.messages" else f"{source}: "
                 raise ImportFormatError(f"{where}: {prefix}{exc}") from exc
