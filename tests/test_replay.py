@@ -190,7 +190,7 @@ def test_against_compares_two_settings_not_the_recording() -> None:
 
 
 def test_a_window_is_a_fact_of_the_input_and_the_budget_follows_it() -> None:
-    t = load(HELLO)[-1]
+    t = load("zh-opencode-codesummary-ctxscope.jsonl")[-1]
     v = variant(t, {"window": 12000})
     assert v.input.window == 12000 and t.input.window != 12000
     assert v.result is not None and t.result is not None
@@ -198,6 +198,9 @@ def test_a_window_is_a_fact_of_the_input_and_the_budget_follows_it() -> None:
     assert v.source_trace_id == t.trace_id and REPLAY_TAG in v.tags
     assert v.trace_id == variant_id(t.trace_id, {"window": 12000}) != t.trace_id
     assert variant(t, None) is t  # the recorded side is the recording itself
+    # the hello-agents presets never read the window: refused rather than ignored
+    with pytest.raises(ctxcore.InputError, match="preset hello-agents does not read window"):
+        variant(load(HELLO)[-1], {"window": 12000})
 
 
 @pytest.mark.slow
