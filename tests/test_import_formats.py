@@ -235,3 +235,17 @@ def test_pydantic_ai_tool_returns_in_a_user_message_are_tool_results() -> None:
     assert trace.outcome.output.split("\n")[-len(calls) :] == [
         f"{c['name']}({a})" for c, a in zip(calls, args, strict=True)
     ]
+
+
+def test_mistral_thinking_chunks_are_reasoning_not_anthropic() -> None:
+    # Mistral's thinking chunk holds a list of text chunks (Anthropic's thinking is a
+    # string): the request is an OpenAI-style chat, its reasoning the chunks' text
+    name = "openai-chat/pydantic-ai-mistral-thinking.request.json"
+    req = json.loads((FIXTURES / name).read_text())
+    assert detect_format(req) == "openai"
+    [thinking] = [c for c in req["messages"][1]["content"] if c["type"] == "thinking"]
+    [trace] = load_file(FIXTURES / name)
+    [reply] = [m for m in trace.input.history if m.role == "assistant"]
+    assert reply.metadata["reasoning"] == "".join(c["text"] for c in thinking["thinking"])
+    [text] = [c["text"] for c in req["messages"][1]["content"] if c["type"] == "text"]
+    assert reply.content == text

@@ -61,7 +61,9 @@ def looks_like(data: Any) -> bool:
         if isinstance(content, list):
             for block in content:
                 btype = block.get("type") if isinstance(block, dict) else None
-                if isinstance(btype, str) and btype in _ANTHROPIC_BLOCKS:
+                # Mistral's thinking chunk holds a list of text chunks, Anthropic's a string
+                mistral = btype == "thinking" and isinstance(block.get("thinking"), list)
+                if isinstance(btype, str) and btype in _ANTHROPIC_BLOCKS and not mistral:
                     return True
                 if (
                     isinstance(block, dict)

@@ -200,7 +200,13 @@ def normalize_message(
             if ptype in ("text", "input_text", "output_text", "refusal"):
                 texts.append(text_of(value if ptype != "refusal" else part.get("refusal", value)))
             elif ptype in ("reasoning", "thinking"):
-                reasoning.append(text_of(value if value is not None else part.get("thinking")))
+                thought = value if value is not None else part.get("thinking")
+                if isinstance(thought, list):  # Mistral: a list of text chunks
+                    thought = "".join(
+                        str(c.get("text", "")) if isinstance(c, dict) else text_of(c)
+                        for c in thought
+                    )
+                reasoning.append(text_of(thought))
             elif ptype == "tool_call":
                 out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
                 tally.add("tool_calls")
