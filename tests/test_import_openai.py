@@ -441,3 +441,18 @@ def test_a_recorded_reply_that_calls_tools_keeps_its_calls_as_the_output() -> No
         {**request, "response": {"choices": [{"message": {"content": "Sunny."}}]}}
     )
     assert trace.outcome is not None and trace.outcome.output == "Sunny."
+
+
+def test_an_openhands_completion_log_keeps_the_replys_tool_call() -> None:
+    # OpenHands SDK llm-logs: the request with the provider's response beside it
+    path = (
+        Path(__file__).resolve().parent
+        / "fixtures/imports/openai-chat/openhands-sdk-llm-log-tool-call.request.json"
+    )
+    message = json.loads(path.read_text())["response"]["choices"][0]["message"]
+    [trace] = load_file(path)
+    assert trace.outcome is not None
+    assert trace.outcome.output == "\n".join(
+        [message["content"]]
+        + [f"{c['function']['name']}({c['function']['arguments']})" for c in message["tool_calls"]]
+    )
