@@ -45,6 +45,25 @@ def _b_side(a: Trace) -> Trace | None:
     )
 
 
+#: which packet, its two statuses and B's reason at the left (the A/B twin of the Playground's
+#: flipped table), every column sized: "reason_A" ran past the edge at 1024 px
+DIFF_CONFIG = {
+    "packet_id": st.column_config.TextColumn("packet id", width=170),
+    "status_A": st.column_config.TextColumn("A", width=widgets.STATUS_PX),
+    "status_B": st.column_config.TextColumn("B", width=widgets.STATUS_PX),
+    "reason_B": st.column_config.TextColumn("reason B", width=widgets.REASON_PX),
+    "reason_A": st.column_config.TextColumn("reason A", width=widgets.REASON_PX),
+    "change": st.column_config.TextColumn("change", width=150),
+    "kind": st.column_config.TextColumn("kind", width=90),
+    "tokens_A": st.column_config.TextColumn("tokens A", width=80),
+    "tokens_B": st.column_config.TextColumn("tokens B", width=80),
+    "rank_A": st.column_config.TextColumn("rank A", width=70),
+    "rank_B": st.column_config.TextColumn("rank B", width=70),
+    "id_B": st.column_config.TextColumn("id B (other preset)", width=170),
+}
+DIFF_ORDER = list(DIFF_CONFIG)
+
+
 def render() -> None:
     st.title("Compare")
     a = widgets.trace_picker("cmp_a", "Trace A", qp_name="a")
@@ -79,17 +98,28 @@ def render() -> None:
                 st.subheader(f"{label} · preset {t.config.preset}")
                 widgets.trace_caption(t)
                 widgets.metrics_line(result)
-                st.plotly_chart(
-                    figures.window_bar(t, x_max=x_max, legend=False), key=f"cmp_window_{label}"
-                )
+                fig = figures.window_bar(t, x_max=x_max, legend=False)
+                # half a page wide, a narrow segment's name ("output reserve") was turned on
+                # its side and unreadable: names stay level, and one that does not fit at a
+                # readable size is left to the segment's hover
+                fig.update_traces(textangle=0, selector={"type": "bar"})
+                fig.update_layout(uniformtext={"minsize": 10, "mode": "hide"})
+                st.plotly_chart(fig, key=f"cmp_window_{label}")
         st.subheader("Budgets per partition")
-        st.dataframe(views.budgets_frame({"A": a, "B": b}), hide_index=True, key="cmp_budgets")
+        with st.container(key="tbl_cmp_budgets"):
+            st.dataframe(views.budgets_frame({"A": a, "B": b}), hide_index=True, key="cmp_budgets")
         diff = views.decision_diff(a, b)
         st.subheader(f"Decision diff ({len(diff)} packets)")
         if diff.empty:
             st.caption("Every packet had the same fate in both builds.")
         else:
-            st.dataframe(diff, hide_index=True, key="cmp_decisions")
+            widgets.readable_table(
+                diff,
+                "cmp_decisions",
+                column_config=DIFF_CONFIG,
+                column_order=DIFF_ORDER,
+                whole=["packet_id", "status_A", "status_B", "reason_A", "reason_B", "change"],
+            )
         st.subheader("Prompt diff")
         text = views.prompt_diff(a.result.prompt, b.result.prompt, "A", "B")
         lines = (text or "").count("\n") + 1

@@ -167,12 +167,14 @@ def render() -> None:
             _findings(t)
         else:
             st.json(t.config.model_dump(mode="json", exclude_none=True))
-    c1, c2, c3 = st.columns(3)
-    if c1.button(RECORDED_BUTTON, key="in_to_playground"):
+    # each button as wide as its label: in thirds of the page "Open in Playground as
+    # recorded" was cut at 1024 px
+    row = st.container(horizontal=True, gap="small")
+    if row.button(RECORDED_BUTTON, key="in_to_playground"):
         state.switch("playground", trace=t.trace_id)
-    if c2.button("Session timeline", key="in_to_timeline"):
+    if row.button("Session timeline", key="in_to_timeline"):
         state.switch("timeline", session=t.session_id, trace=t.trace_id)
-    if c3.button("Compare with…", key="in_to_compare"):
+    if row.button("Compare with…", key="in_to_compare"):
         state.switch("compare", a=t.trace_id)
 
 
@@ -199,7 +201,18 @@ def _signals(t: Trace) -> None:
     st.caption(
         f"Signals that fired for {len(rows)} packets (marker shape in the scatter = strongest):"
     )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="in_signals")
+    widgets.readable_table(
+        pd.DataFrame(rows),
+        "in_signals",
+        column_config={
+            "packet": st.column_config.TextColumn("packet", width=widgets.ID_PX),
+            "status": st.column_config.TextColumn("status", width=widgets.STATUS_PX),
+            "score": st.column_config.NumberColumn("score", format="%.3f", width=70),
+            "strongest signal": st.column_config.TextColumn("strongest signal", width=200),
+            "signals": st.column_config.TextColumn("signals", width=widgets.REASON_PX),
+        },
+        whole=["packet", "status", "strongest signal", "signals"],
+    )
 
 
 if __name__ == "__main__":

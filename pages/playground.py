@@ -107,24 +107,40 @@ def _config_file(t: Trace) -> None:
 
 RECORDED = "recorded build"
 PREVIOUS = "previous run"
-#: the flipped table's row height: three lines of a reason
-FLIP_ROW_PX = 68
 #: widths in pixels for every column (as ``widgets.DECISION_CONFIG``: unsized columns are measured
-#: cell by cell in the browser at every knob move)
+#: cell by cell in the browser at every knob move). One line a row: wrapped reasons broke words
+#: and were cut after three lines; the selected row shows them whole (``widgets.readable_table``).
 FLIP_CONFIG = {
-    "packet_id": st.column_config.TextColumn("packet id", width=104),
-    "status_before": st.column_config.TextColumn("before", width=72),
-    "status_now": st.column_config.TextColumn("now", width=72),
-    "reason_before": st.column_config.TextColumn("reason before", width=155),
-    "reason_now": st.column_config.TextColumn("reason now", width=155),
-    "change": st.column_config.TextColumn("change", width=110),
-    "kind": st.column_config.TextColumn("kind", width=80),
-    "tokens_before": st.column_config.TextColumn("tokens_before", width=90),
-    "tokens_now": st.column_config.TextColumn("tokens_now", width=90),
-    "rank_before": st.column_config.TextColumn("rank_before", width=90),
-    "rank_now": st.column_config.TextColumn("rank_now", width=80),
-    "id_now": st.column_config.TextColumn("id now (other preset)", width=160),
+    "packet_id": st.column_config.TextColumn("packet id", width=170),
+    "status_before": st.column_config.TextColumn("before", width=widgets.STATUS_PX),
+    "status_now": st.column_config.TextColumn("now", width=widgets.STATUS_PX),
+    "reason_before": st.column_config.TextColumn("reason before", width=widgets.REASON_PX),
+    "reason_now": st.column_config.TextColumn("reason now", width=widgets.REASON_PX),
+    "change": st.column_config.TextColumn("change", width=150),
+    "kind": st.column_config.TextColumn("kind", width=90),
+    "tokens_before": st.column_config.TextColumn("tokens before", width=100),
+    "tokens_now": st.column_config.TextColumn("tokens now", width=90),
+    "rank_before": st.column_config.TextColumn("rank before", width=90),
+    "rank_now": st.column_config.TextColumn("rank now", width=80),
+    "id_now": st.column_config.TextColumn("id now (other preset)", width=170),
 }
+#: what flipped and why now at the left, where the ~560 px a 1024-px screen leaves the result
+#: shows them; the reason before follows
+FLIP_ORDER = [
+    "packet_id",
+    "status_before",
+    "status_now",
+    "reason_now",
+    "reason_before",
+    "change",
+    "kind",
+    "tokens_before",
+    "tokens_now",
+    "rank_before",
+    "rank_now",
+    "id_now",
+]
+FLIP_WHOLE = ["packet_id", "status_before", "status_now", "reason_before", "reason_now", "change"]
 
 
 def _baseline(t: Trace, cfg: Config, mode: str) -> tuple[Config, BuildResult | None]:
@@ -314,14 +330,12 @@ def _draw_summary(t: Trace, run: _Run) -> None:
     if note is not None:
         st.caption(note)
     else:
-        st.dataframe(
+        widgets.readable_table(
             flips,
-            hide_index=True,
-            key="pg_flipped",
+            "pg_flipped",
             column_config=FLIP_CONFIG,
-            # rows past 4rem wrap their text: both reasons whole, side by side, in the
-            # ~570 px a 1024-px screen leaves the result
-            row_height=FLIP_ROW_PX,
+            column_order=FLIP_ORDER,
+            whole=[*FLIP_WHOLE, *(["id_now"] if flips["id_now"].any() else [])],
         )
     # The flip count goes under the bar, not into the figure: Streamlit redraws a plotly
     # chart from scratch whenever its figure changes, and most moves (a filter, a weight)

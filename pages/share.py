@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import get_args
 
+import pandas as pd
 import streamlit as st
 
 from ctxcore.formats.accounting import describe
@@ -160,10 +161,26 @@ def render() -> None:
     errs = state.ingest_errors()
     if errs:
         with st.expander(f"Ingest errors ({len(errs)})"):
-            st.dataframe(
-                [{"file": e.file, "line": e.line, "message": e.message, "at": e.at} for e in errs],
-                hide_index=True,
-                key="sh_errors",
+            frame = pd.DataFrame(
+                {
+                    "message": [e.message for e in errs],
+                    "file": [e.file for e in errs],
+                    "line": [e.line for e in errs],
+                    "at": [e.at for e in errs],
+                }
+            )
+            widgets.readable_table(
+                frame,
+                "sh_errors",
+                column_config={
+                    "message": st.column_config.TextColumn("message", width=widgets.REASON_PX),
+                    "file": st.column_config.TextColumn("file", width=260),
+                    "line": st.column_config.NumberColumn("line", width=70),
+                    "at": st.column_config.DatetimeColumn(
+                        "at", format="YYYY-MM-DD HH:mm:ss", width=160
+                    ),
+                },
+                whole=["file", "line", "message"],
             )
 
 

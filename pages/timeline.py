@@ -59,18 +59,35 @@ def _diagnostics(sid: str) -> None:
     lost = diag.lost
     if lost:
         st.markdown("**First turn where it was lost**")
+        # the item and when and why it was lost at the left: with the item's text as wide
+        # as its longest, "lost at turn" was off-screen at 1024 px
         frame = pd.DataFrame(
             {
-                "item": [x.item[:120] for x in lost],
-                "kind": [x.kind for x in lost],
-                # a turn number, or a gap (never in the prompt) drawn as widgets.MISSING
-                "first in prompt": pd.array([x.first_seen_turn for x in lost], dtype="Int64"),
+                "item": [x.item for x in lost],
                 "lost at turn": [x.lost_turn for x in lost],
                 "status": [x.status for x in lost],
                 "reason": [x.reason for x in lost],
+                # a turn number, or a gap (never in the prompt) drawn as widgets.MISSING
+                "first in prompt": pd.array([x.first_seen_turn for x in lost], dtype="Int64"),
+                "kind": [x.kind for x in lost],
             }
         )
-        st.dataframe(frame, hide_index=True, key="tl_lost", placeholder=widgets.MISSING)
+        widgets.readable_table(
+            frame,
+            "tl_lost",
+            column_config=LOST_CONFIG,
+            whole=["item", "lost at turn", "status", "reason", "first in prompt", "kind"],
+        )
+
+
+LOST_CONFIG = {
+    "item": st.column_config.TextColumn("item", width=widgets.ID_PX),
+    "lost at turn": st.column_config.NumberColumn("lost at turn", width=95),
+    "status": st.column_config.TextColumn("status", width=widgets.STATUS_PX),
+    "reason": st.column_config.TextColumn("reason", width=widgets.REASON_PX),
+    "first in prompt": st.column_config.NumberColumn("first in prompt", width=110),
+    "kind": st.column_config.TextColumn("kind", width=90),
+}
 
 
 def render() -> None:

@@ -226,7 +226,8 @@ def _traces(flt: TraceFilter) -> None:
         st.info("No trace matches these filters.")
         return
     frame = _frame(result.rows)
-    event = st.dataframe(
+    table = st.container(key="tbl_tr_table")
+    event = table.dataframe(
         frame,
         hide_index=True,
         on_select="rerun",

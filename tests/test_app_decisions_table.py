@@ -69,7 +69,7 @@ def test_inspect_shows_every_decision_across_its_pages(db: Path, big: Trace) -> 
     n = len(decisions)
     pages = views.page_count(n)
     assert (
-        f"{n:,} of {n:,} decisions · page 1 of {pages}: 1–100" in [c.value for c in at.caption][-1]
+        f"{n:,} of {n:,} decisions · page 1 of {pages}: 1–100" in [c.value for c in at.caption][-2]
     )
     assert every_page(at, "in") == [d.packet_id for d in decisions]
     # a sort runs over all the decisions, not over the page shown

@@ -145,3 +145,32 @@ def test_every_decision_column_has_a_width_in_pixels() -> None:
     for column in views.FLIP_COLUMNS:
         spec = playground.FLIP_CONFIG.get(column)
         assert spec is not None and isinstance(spec.get("width"), int), (column, spec)
+
+
+@pytest.mark.parametrize(
+    ("page", "key", "column", "label"),
+    [
+        ("inspect", "in_decisions", "reason_text", "reason"),
+        ("compare", "cmp_decisions", "reason_A", "reason A"),
+    ],
+)
+def test_a_selected_row_is_shown_whole_beneath_its_table(
+    db: Path, built: dict[str, list[Trace]], page: str, key: str, column: str, label: str
+) -> None:
+    """A reason longer than its column (one line a row) is read whole: the row selected is
+    shown beneath the table, as text, every column it names on a line of its own."""
+    ts = built["hello-agents"]
+    params = {"trace": ts[-1].trace_id} if page == "inspect" else {"a": ts[0].trace_id}
+    if page == "compare":
+        params["b"] = ts[-1].trace_id
+    at = open_page(page, **params)
+    frame = next(d.value for d in at.dataframe if column in d.value.columns)
+    pos = int(frame[column].astype(str).str.len().to_numpy().argmax())
+    want = str(frame.iloc[pos][column])
+    assert len(want) > 40, "the longest reason here must be longer than its column shows"
+    assert not [c for c in at.code if want in c.value]
+    at.session_state[key] = {"selection": {"rows": [pos], "columns": [], "cells": []}}
+    at.run()
+    assert not at.exception
+    [shown] = [c.value for c in at.code if want in c.value]
+    assert f"{label}: {want}" in shown.splitlines()

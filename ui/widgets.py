@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import streamlit as st
@@ -175,22 +175,32 @@ def _summary(r: BuildResult) -> dict[str, int]:
     }
 
 
+#: How wide a column of statuses and of reason codes is: "not_rendered" and
+#: "TRUNCATED_BY_COMPRESS" whole, with the cell's padding (they were cut to "not_rende" and
+#: "BELOW_MIN_REL").
+STATUS_PX = 100
+CODE_PX = 180
+#: A packet id: most whole; a longer one, and a reason past its column, are read whole in the
+#: selected row beneath the table (``readable_table``).
+ID_PX = 200
+REASON_PX = 400
+
 BEFORE_COLUMN = "before"
 #: Every column has a width in pixels: a column without one is sized in the browser by measuring
 #: its cells, which on a 2,000-packet trace cost a sixth of a Playground knob move's time.
 DECISION_CONFIG = {
     "rank": st.column_config.NumberColumn("rank", width=60),
-    "packet_id": st.column_config.TextColumn("packet id", width=150),
-    "kind": st.column_config.TextColumn("kind", width=80),
-    "status": st.column_config.TextColumn("status", width=70),
+    "packet_id": st.column_config.TextColumn("packet id", width=ID_PX),
+    "kind": st.column_config.TextColumn("kind", width=90),
+    "status": st.column_config.TextColumn("status", width=STATUS_PX),
     # the Playground's: the status a changed packet had in the build compared with
     BEFORE_COLUMN: st.column_config.TextColumn(
         "before",
-        width=80,
+        width=STATUS_PX,
         help="status in the build compared with, for the packets that changed (empty: unchanged)",
     ),
-    "reason": st.column_config.TextColumn("code", width=110),
-    "reason_text": st.column_config.TextColumn("reason", width=400),
+    "reason": st.column_config.TextColumn("code", width=CODE_PX),
+    "reason_text": st.column_config.TextColumn("reason", width=REASON_PX),
     "partition": st.column_config.TextColumn("partition", width=100),
     "tokens_before": st.column_config.NumberColumn("tokens_before", width=90),
     "tokens_after": st.column_config.NumberColumn("tokens_after", width=90),
@@ -323,16 +333,87 @@ def decision_page(
     )
 
 
+#: The why first: which packet, what happened to it and the reason sit at the left, where a
+#: 1024-px screen shows them (the reason was off-screen there, right of rank, kind and code).
+DECISION_ORDER = [
+    "packet_id",
+    "status",
+    "reason_text",
+    BEFORE_COLUMN,
+    "reason",
+    "kind",
+    "rank",
+    "partition",
+    "tokens_before",
+    "tokens_after",
+    "relevance",
+    "recency",
+    "score",
+    "budget_left",
+    "notes",
+]
+#: what the selected decision shows whole beneath the table
+DECISION_WHOLE = ["packet_id", "status", BEFORE_COLUMN, "reason", "reason_text", "notes"]
+
+
 def show_decision_page(page: DecisionPage, prefix: str) -> None:
     st.caption(page.caption)
-    st.dataframe(
+    readable_table(
         page.rows,
-        hide_index=True,
+        f"{prefix}_decisions",
         column_config=DECISION_CONFIG,
-        key=f"{prefix}_decisions",
+        column_order=[c for c in DECISION_ORDER if c in page.rows.columns],
+        whole=[c for c in DECISION_WHOLE if c in page.rows.columns],
         height=min(38 + 35 * len(page.rows), 560),
-        placeholder=MISSING,
     )
+
+
+def _label(column: str, config: Mapping[str, Any]) -> str:
+    cfg = config.get(column)
+    label = cfg.get("label") if isinstance(cfg, Mapping) else None
+    return str(label or column)
+
+
+def readable_table(
+    frame: pd.DataFrame,
+    key: str,
+    *,
+    whole: Sequence[str],
+    column_config: Mapping[str, Any] | None = None,
+    column_order: Sequence[str] | None = None,
+    height: int | Literal["auto"] = "auto",
+) -> None:
+    """A table whose long cells (a reason, an id) can always be read whole: the row selected
+    (the box at its left) is shown beneath it, the ``whole`` columns one a line, as text. A
+    cell is one line in the table; wrapping in the grid broke words ("summari/zed") and cut
+    after three lines with no sign of it (docs/design.md, "The app").
+
+    The table sits in a container keyed ``tbl_<key>``: the browser's layout checks name it
+    by that (``tests/browser``, ``table_cuts``)."""
+    config = dict(column_config or {})
+    with st.container(key=f"tbl_{key}"):
+        event = st.dataframe(
+            frame,
+            hide_index=True,
+            key=key,
+            column_config=config,
+            column_order=list(column_order) if column_order is not None else None,
+            height=height,
+            on_select="rerun",
+            selection_mode="single-row",
+            placeholder=MISSING,
+        )
+        rows = selected(event, "rows")
+        if not rows or not 0 <= int(rows[0]) < len(frame):
+            st.caption("Select a row (the box at its left) to read it whole here.")
+            return
+        row = frame.iloc[int(rows[0])]
+        lines = []
+        for c in whole:
+            v = row[c]
+            shown = MISSING if v is None or v is pd.NA or pd.isna(v) is True or v == "" else v
+            lines.append(f"{_label(c, config)}: {shown}")
+        st.code("\n".join(lines), language=None, wrap_lines=True)
 
 
 def decisions_table(
@@ -384,18 +465,22 @@ def findings_table(frame: pd.DataFrame, key: str, *, session: bool = True) -> No
     """Findings (``views.findings_frame``), one row each; selecting a row opens its turn in
     Inspect on the Findings tab. ``session=False`` leaves out the session column (all rows
     are of one session)."""
-    st.caption("Select a row (the box at its left) to open that turn in Inspect.")
-    event = st.dataframe(
-        frame,
-        hide_index=True,
-        on_select="rerun",
-        selection_mode="single-row",
-        key=key,
-        column_config=FINDING_CONFIG,
-        column_order=[c for c in frame.columns if session or c != "session"],
-        height=min(38 + 35 * len(frame), 560),
-        placeholder=MISSING,
+    st.caption(
+        "Select a row (the box at its left) to open that turn in Inspect, where each finding "
+        "is shown whole."
     )
+    with st.container(key=f"tbl_{key}"):
+        event = st.dataframe(
+            frame,
+            hide_index=True,
+            on_select="rerun",
+            selection_mode="single-row",
+            key=key,
+            column_config=FINDING_CONFIG,
+            column_order=[c for c in frame.columns if session or c != "session"],
+            height=min(38 + 35 * len(frame), 560),
+            placeholder=MISSING,
+        )
     rows = selected(event, "rows")
     if rows:
         open_in_inspect(str(frame.iloc[rows[0]]["trace_id"]), section="Findings")

@@ -441,6 +441,7 @@ def new_page(browser: Any, *, width: int = 1400, height: int = 900) -> Any:
     ctx = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
     ctx.set_default_timeout(SETTLE_TIMEOUT_MS)
     page = ctx.new_page()
+    page.add_init_script(_TEXT_HOOK_JS)  # for table_cuts: tables draw their text on canvases
     counter = RunCounter()
     _COUNTERS[id(page)] = counter
     page.on("websocket", counter.on_websocket)
@@ -665,3 +666,147 @@ def label_clashes(page: Any) -> list[str]:
     tick '1000 tok' overlaps legend box ''"), measured by their bounding boxes."""
     found: list[str] = page.evaluate(_LABEL_CLASHES_JS)
     return found
+
+
+# --------------------------------------------------------------------------- tables
+
+#: Streamlit's tables (glide-data-grid) draw on canvases: no DOM element holds a cell's text.
+#: Installed before any page script (``new_page``), this records every text a canvas draws,
+#: where (in CSS pixels, the canvas's transform applied) and how wide, the last draw at each
+#: spot winning; ``table_cuts`` reads a table's header and cells from it.
+_TEXT_HOOK_JS = r"""
+(() => {
+  const P = CanvasRenderingContext2D.prototype;
+  const fill = P.fillText;
+  const drawn = new WeakMap();
+  window.__ctxscopeDrawn = c => drawn.get(c);
+  P.fillText = function (text, x, y, maxWidth) {
+    try {
+      const m = this.getTransform(), dpr = window.devicePixelRatio || 1;
+      const s = String(text);
+      const w = this.measureText(s).width * m.a / dpr;
+      const X = (m.a * x + m.c * y + m.e) / dpr, Y = (m.b * x + m.d * y + m.f) / dpr;
+      let at = drawn.get(this.canvas);
+      if (!at) { at = new Map(); drawn.set(this.canvas, at); }
+      at.set(`${Math.round(X)}:${Math.round(Y)}`, {t: s, x: X, y: Y, w, align: this.textAlign});
+    } catch (e) { /* never break the page's drawing */ }
+    return fill.apply(this, arguments);
+  };
+})();
+"""
+
+#: Per table on the page: its name (the ``tbl_<key>`` container of ``widgets.readable_table``
+#: and the pages), the grid's visible width, whether it scrolls sideways, its header labels
+#: as drawn (text span, whether the grid's edge cuts them) and the cells whose text runs past
+#: their column (the grid clips it, with no ellipsis): column label, the whole text, and the
+#: height of its row's middle in the grid.
+_TABLE_CUTS_JS = r"""
+() => {
+  const PAD = 8;  // glide's cell padding: a header's text starts this far into its column
+  const span = r => (r.align === 'right' || r.align === 'end') ? [r.x - r.w, r.x]
+    : (r.align === 'center' ? [r.x - r.w / 2, r.x + r.w / 2] : [r.x, r.x + r.w]);
+  return Array.from(document.querySelectorAll('[data-testid="stDataFrame"]')).map((df, k) => {
+    const keyed = df.closest('[class*="st-key-tbl_"]');
+    const m = keyed && keyed.className.match(/st-key-tbl_(\S+)/);
+    const grid = df.querySelector('canvas[data-testid="data-grid-canvas"]');
+    const head = Array.from(df.querySelectorAll('canvas')).find(c => c !== grid);
+    const scroller = df.querySelector('.dvn-scroller');
+    const W = grid ? grid.clientWidth : 0;
+    const rec = c => (c && window.__ctxscopeDrawn && window.__ctxscopeDrawn(c)) || new Map();
+    const headers = Array.from(rec(head).values())
+      .map(r => ({t: r.t, a: span(r)[0], b: span(r)[1], align: r.align}))
+      .sort((p, q) => p.a - q.a);
+    // column i spans [lo[i], hi[i]): its neighbour's text start less the padding, or its
+    // own right-aligned text's end plus the padding
+    const lo = [], hi = [];
+    headers.forEach((h, i) => {
+      const right = h.align === 'right' || h.align === 'end';
+      lo.push(right ? (i ? hi[i - 1] : 0) : h.a - PAD);
+      const next = headers[i + 1];
+      hi.push(next ? ((next.align === 'right' || next.align === 'end') ? h.b + PAD
+        : next.a - PAD) : W);
+    });
+    const cut = [];
+    for (const r of rec(grid).values()) {
+      const [a, b] = span(r);
+      const i = headers.findIndex((h, j) => a >= lo[j] - 1 && a < hi[j]);
+      if (i < 0) continue;  // the row markers' column
+      if (b > Math.min(hi[i], W) + 0.5) cut.push([headers[i].t, r.t, r.y]);
+    }
+    return {
+      name: m ? m[1] : null,
+      k, W,
+      scrolls: scroller ? scroller.scrollWidth > scroller.clientWidth + 1 : false,
+      headers: headers.map(h => [h.t, h.b > W + 0.5]),
+      cut,
+    };
+  });
+}
+"""
+
+#: What each table must show on screen whole, at 1024 × 768 and at 1440 × 900: which
+#: item, what happened to it and why (the columns to its right scroll into view).
+TABLE_WHY: dict[str, tuple[str, ...]] = {
+    "in_decisions": ("packet id", "status", "reason"),
+    "pg_decisions": ("packet id", "status", "reason"),
+    "pg_flipped": ("packet id", "before", "now", "reason now"),
+    "cmp_decisions": ("packet id", "A", "B", "reason B"),
+    "cmp_budgets": ("partition", "budget_A", "used_A", "budget_B", "used_B"),
+    "tl_lost": ("item", "lost at turn", "status", "reason"),
+    "tl_findings_list": ("turn", "severity", "detector", "message"),
+    "tr_findings": ("turn", "severity", "detector", "message"),
+    "tr_table": ("session", "turn", "verdict"),
+    "in_signals": ("packet", "status", "strongest signal"),
+    "sh_errors": ("message", "file"),
+}
+#: Columns of short words (a status, a code, a turn) that must never be cut: there is no
+#: more to read in them than what the cell holds.
+WHOLE_CELLS = frozenset(
+    {"status", "before", "now", "A", "B", "code", "severity", "verdict", "turn", "lost at turn"}
+)
+#: Tables whose longer cells (a reason, an id, a message) may run past their column: the
+#: selected row is shown whole beneath the table (``widgets.readable_table``), or opens where
+#: it is shown whole (a finding, a trace in Inspect).
+READ_WHOLE_ELSEWHERE = frozenset(
+    {
+        "in_decisions",
+        "pg_decisions",
+        "pg_flipped",
+        "cmp_decisions",
+        "tl_lost",
+        "in_signals",
+        "sh_errors",
+        "tl_findings_list",
+        "tr_findings",
+        "tr_table",
+    }
+)
+
+
+def tables(page: Any) -> list[dict[str, Any]]:
+    """What ``_TABLE_CUTS_JS`` reads of every table on the page."""
+    found: list[dict[str, Any]] = page.evaluate(_TABLE_CUTS_JS)
+    return found
+
+
+def table_cuts(page: Any) -> list[str]:
+    """Every way a table on the page hides the why: a table no check names; a column it must
+    show (``TABLE_WHY``) off-screen or its header cut; a cell of a short column cut; a longer
+    cell cut in a table that offers no way to read it whole."""
+    out: list[str] = []
+    for t in tables(page):
+        name = t["name"] or f"table {t['k'] + 1} ({', '.join(h for h, _ in t['headers'][:4])})"
+        shown = {label: cut for label, cut in t["headers"]}
+        if t["name"] not in TABLE_WHY:
+            out.append(f"{name}: not named by the layout checks (tests/browser TABLE_WHY)")
+        for label in TABLE_WHY.get(t["name"], ()):
+            if label not in shown:
+                out.append(f"{name}: column {label!r} is off-screen ({t['W']:.0f} px wide)")
+            elif shown[label]:
+                out.append(f"{name}: the grid's edge cuts column {label!r}")
+        for label, text, _y in t["cut"]:
+            if label in WHOLE_CELLS:
+                out.append(f"{name}: {label!r} cut: {text[:60]!r}")
+            elif t["name"] not in READ_WHOLE_ELSEWHERE:
+                out.append(f"{name}: {label!r} cut with no way to read it whole: {text[:60]!r}")
+    return out
