@@ -144,16 +144,20 @@ def _live() -> None:
     # New traces (watcher, another tab saving a variant) bump latest_change(): rerun the
     # whole page so the list, facets and counts all move together. Once a second: a call
     # captured live is listed within 2 s of its end (the watcher takes under one).
-    change = state.latest_change()
-    seen = state.ss_get("tr_seen_change")
-    if seen is None:
-        state.ss_set("tr_seen_change", change)
-    elif change != seen:
-        state.ss_set("tr_seen_change", change)
-        st.rerun()
-    where, db = views.code(state.traces_dir()), views.code(state.db_path())
-    st.caption(f"Live · watching {where} · store {db}")
-    live.render()
+    with state.guard():  # a fragment's rerun runs outside app.py's error handling
+        if state.held() is not None:
+            st.caption(f"Read-only copy of {views.code(state.db_path())} · not watching")
+            return
+        change = state.latest_change()
+        seen = state.ss_get("tr_seen_change")
+        if seen is None:
+            state.ss_set("tr_seen_change", change)
+        elif change != seen:
+            state.ss_set("tr_seen_change", change)
+            st.rerun()
+        where, db = views.code(state.traces_dir()), views.code(state.db_path())
+        st.caption(f"Live · watching {where} · store {db}")
+        live.render()
 
 
 #: findings a page of the findings view shows

@@ -104,9 +104,23 @@ def in_app() -> Iterator[None]:
         _IN_APP.reset(token)
 
 
+def _page(render: Callable[[], None]) -> None:
+    """A page, under the line saying the store is a read-only copy when another process
+    holds it (a second ``ctxscope app`` on the same store)."""
+    import streamlit as st
+
+    from ui import state
+    from ui.views import md
+
+    held = state.held()
+    if held is not None:
+        st.warning(md(held), icon=":material/lock:")
+    render()
+
+
 def run_page(render: Callable[[], None]) -> None:
     if _IN_APP.get():
-        render()
+        _page(render)
         return
     import streamlit as st
     from streamlit import config
@@ -115,7 +129,7 @@ def run_page(render: Callable[[], None]) -> None:
     if config.get_option("global.appTest"):
         with in_app():
             if unlocked():
-                render()
+                _page(render)
         return
     from streamlit.runtime.pages_manager import PagesManager
 

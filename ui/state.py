@@ -20,7 +20,8 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,7 +39,7 @@ from ctxcore.diagnostics import (
 )
 from ctxcore.diagnostics import counterfactuals as search_counterfactuals
 from ctxcore.diagnostics.counterfactual import searched_knobs
-from ctxcore.errors import CtxscopeError
+from ctxcore.errors import CtxscopeError, StoreError, StoreLockedError
 from ctxcore.models import BuildResult, Config, Finding, Trace
 from ctxcore.pipeline import build
 from ctxcore.pipeline.sweep import SweepGrid
@@ -47,6 +48,7 @@ from ctxcore.replay import ReplayReport
 from ctxcore.replay import replay as run_replay
 from ctxcore.settings import SortKey
 from ctxcore.store.ingest import ingest_paths
+from ctxcore.store.reading import read_store
 from ctxcore.store.records import FailingFile, LiveCalls
 from ctxcore.store.tracestore import (
     FindingPage,
@@ -89,21 +91,54 @@ def guard() -> Iterator[None]:
 # --------------------------------------------------------------------------- resources
 
 
+@dataclass
+class _Opened:
+    """The app's store, and why it is read-only when it is: another process (another app, an
+    ingest) holds the file, and this app reads a copy of it (``store.reading``)."""
+
+    store: TraceStore
+    held: str | None = None
+
+
 @st.cache_resource(show_spinner="Opening the trace store…")
-def _open_store(path: str, demo_dir: str) -> TraceStore:
+def _open_store(path: str, demo_dir: str) -> _Opened:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    store = TraceStore(path)
+    try:
+        store = TraceStore(path)
+    except StoreLockedError as exc:
+        return _read_only(path, exc)
     if store.count() == 0 and Path(demo_dir).is_dir():
         ingest_paths(store, [Path(demo_dir)])
-    return store
+    return _Opened(store)
+
+
+def _read_only(path: str, exc: StoreLockedError) -> _Opened:
+    """A second app on a store another process holds: it shows a copy taken now, read-only
+    (DuckDB lets no other process open a file one holds for writing, not even to read)."""
+    stack = ExitStack()
+    copy = stack.enter_context(read_store(path))
+    atexit.register(stack.close)  # the copy goes with the process
+    held = (
+        f"Read-only: {path} is held by {cli_app.holder(exc)}, so this app shows a copy of it as of "
+        f"{datetime.now():%H:%M:%S}; nothing is ingested or saved here. Use the app that "
+        "holds it, or stop that one and reload this page."
+    )
+    return _Opened(copy, held)
 
 
 def store() -> TraceStore:
-    """The process-wide store on ``$CTXSCOPE_DB`` (demo traces loaded into an empty one)."""
-    s = _open_store(db_path(), str(Path(traces_dir()) / "demo"))
-    _start_watcher(db_path(), traces_dir())
+    """The process-wide store on ``$CTXSCOPE_DB`` (demo traces loaded into an empty one); a
+    read-only copy when another process holds it (``held``)."""
+    opened = _open_store(db_path(), str(Path(traces_dir()) / "demo"))
+    if opened.held is None:
+        _start_watcher(db_path(), traces_dir())
     _warm_up()
-    return s
+    return opened.store
+
+
+def held() -> str | None:
+    """One line when this app shows a read-only copy of a store another process holds."""
+    return _open_store(db_path(), str(Path(traces_dir()) / "demo")).held
 
 
 def _warm_figures() -> None:
@@ -166,7 +201,7 @@ def _start_watcher(path: str, folder: str) -> Watcher | None:
     # are ingested by it, and pages notice through store.latest_change().
     if settings.watch_disabled():
         return None
-    w = Watcher(_open_store(path, str(Path(folder) / "demo")), Path(folder))
+    w = Watcher(_open_store(path, str(Path(folder) / "demo")).store, Path(folder))
     w.start()
     # Stop the watcher thread (and its DuckDB cursor) before the interpreter tears down.
     atexit.register(w.stop)
@@ -316,6 +351,11 @@ def rebuild(trace: Trace, cfg: Config, cfg_json: str) -> BuildResult:
 
 def add_traces(traces: list[Trace], source: str) -> int:
     """Store new traces and drop exactly the caches a write makes stale."""
+    if held() is not None:
+        raise StoreError(
+            f"Not saved: this app shows {db_path()} read-only (another process holds it); "
+            "save from the app that holds it, or drop the trace file into its folder"
+        )
     n = store().add_traces(traces, source=source)
     # Listing caches are keyed by latest_change() and refresh by themselves; only a
     # remembered miss of one of these ids could be stale.

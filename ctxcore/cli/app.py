@@ -33,6 +33,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,7 +44,7 @@ from types import FrameType
 from typing import Any
 
 from ctxcore import settings
-from ctxcore.errors import InputError
+from ctxcore.errors import InputError, StoreError, StoreLockedError
 from ctxcore.store.readers import APP_NOTE_SUFFIX
 
 #: How long the child gets to exit after a forwarded signal before it is killed.
@@ -122,6 +123,29 @@ def app_note(db: Path) -> dict[str, object] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return data if alive else None
+
+
+def holder(exc: StoreLockedError) -> str:
+    """Who holds a store, from the error of opening it ("PID 123 (python3)")."""
+    m = re.search(r"in use by (.+?);", str(exc))
+    return m[1] if m else "another process"
+
+
+def held_by(db: Path) -> str | None:
+    """Who holds ``db`` for writing when another process does (another app, an ingest);
+    None when nobody does, or the file is not there yet or cannot be read (the app says why
+    itself then)."""
+    if not db.is_file():
+        return None
+    from ctxcore.store.tracestore import TraceStore
+
+    try:
+        TraceStore(db, read_only=True).close()
+    except StoreLockedError as exc:
+        return holder(exc)
+    except StoreError:
+        return None
+    return None
 
 
 def stop_companion(proc: subprocess.Popen[bytes], name: str, grace: float) -> None:
@@ -219,6 +243,16 @@ def cmd_app(args: argparse.Namespace) -> int:
             "without it the app shows nothing",
             file=sys.stderr,
         )
+    db = Path(env[settings.ENV_DB])
+    by = held_by(db)
+    if by is not None:
+        # DuckDB lets no other process open a store one holds, not even to read: this app
+        # reads a copy, and leaves the holder's note (import finds that app's folder by it)
+        print(
+            f"ctxscope app: {db} is held by {by}; this app shows it read-only, as it is now "
+            "(nothing is ingested or saved here)",
+            file=sys.stderr,
+        )
     companion = None
     if args.otlp is not None:
         receiver = start_collector(args.otlp, Path(env[settings.ENV_TRACES]))
@@ -245,7 +279,7 @@ def cmd_app(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host}:{args.port}" + ("/?token=<your token>" if token else "")
     try:
-        note = note_path(Path(env[settings.ENV_DB]))
+        note = None if by else note_path(db)
         return run_child(cmd, env, note=note, companion=companion, url=url)
     finally:
         if companion is not None:  # run_child stops it; this covers a failure to start the app
