@@ -55,11 +55,12 @@ def test_readme_walk_through(tab) -> None:
     goto(page, f"{tab.url}/traces?session={quote(SESSION)}&finding=must_have_lost")
     assert exceptions_text(page) == []
     # "turn 15" finds turn 15 and nothing else (the picker's fuzzy search offered 12, 14, …)
-    find = page.get_by_label("Find on this page")
+    find = page.get_by_label("Find on this page", exact=True)
     find.fill("turn 15")
     rerun_and_settle(page, lambda: find.press("Enter"))
     picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Open trace")
-    picker.click()
+    picker.locator("input").click()
+    page.keyboard.press("ArrowDown")  # the list opens (there is nothing to type into)
     page.get_by_role("option").first.wait_for()
     offered = page.get_by_role("option").all_inner_texts()
     assert offered and all(" · turn 15 · " in o for o in offered), offered
