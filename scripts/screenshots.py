@@ -5,7 +5,10 @@ browser tests' corpus session when the demo folder is empty), opens each page in
 Chromium at each size (1024×768 and 1440×900 by default) and writes full-page PNGs named
 ``<page>-<width>x<height>.png``; the pages open on the README walk-through's session. It
 prints every metric whose value is cut (an ellipsis) as ``CUT <page> <size>: <label>``, and
-exits 1 when there is one. Same harness as the browser tests (``tests/browser``).
+every table that hides the why (``tests/browser``'s ``table_cuts``: a column it must show
+off-screen, a status or code cut, a long cell cut with no way to read it whole) as ``CUT <page>
+<size>: <table>: ...``, and exits 1 when there is one. Same harness as the browser tests
+(``tests/browser``).
 
     .venv/bin/python scripts/screenshots.py [--out DIR] [--sizes 1024x768,1440x900]
         [--pages traces,timeline]
@@ -33,6 +36,7 @@ from tests.browser import (  # noqa: E402
     new_page,
     slug,
     start_server,
+    table_cuts,
     write_jsonl,
 )
 from tests.browser import screenshot as _shot  # noqa: E402
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                 for name in wanted:
                     path = PAGES[name]
                     goto(page, f"{server.url}/{path.format(t=quote(trace_id), s=quote(session))}")
-                    for label in cut_metrics(page):
+                    page.wait_for_timeout(300)  # a table's grid paints a frame after layout
+                    for label in [*cut_metrics(page), *table_cuts(page)]:
                         cut += 1
                         print(f"CUT {name} {width}x{height}: {label}")
                     tmp = _shot(page, f"shot-{slug(name)}")
