@@ -8,6 +8,7 @@ on any input; nothing is lost or skipped without a word.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import json
@@ -746,6 +747,62 @@ def test_a_full_disk_is_one_line(tmp_path: Path, tmpfs: Callable[..., Path]) -> 
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "the disk is full" in out.stderr, out.stderr
     assert "free some space" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_fills_the_disk_is_one_line_and_the_watcher_keeps_going(
+    tmp_path: Path, tmpfs: Callable[..., Path]
+) -> None:
+    """One ingest of 3,600 traces on a 10 MB disk: the commit fits, the checkpoint after it
+    does not, and DuckDB gives up on the database ("invalidated"). `ctxscope watch` said so in
+    one line and then printed a traceback every two seconds (diagnostics on the dead
+    connection), and kept nothing even once there was room, until restarted. Now: one line,
+    no traceback, and once the disk has room the next rescan ingests every trace."""
+    import signal
+
+    disk = tmpfs("10m", "full")
+    src = tmp_path / "in"
+    src.mkdir()
+    for f in range(12):
+        traces = [make_trace(f * 300 + i, n_packets=20, session_id=f"s{f}") for i in range(300)]
+        write_jsonl(src / f"f{f:02}.jsonl", traces)
+    db = disk / "s.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxcore", "watch", str(src), "--db", str(db)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    err: list[str] = []
+    assert proc.stderr is not None and proc.stdout is not None
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not any("the disk is full" in x for x in err):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(err)
+            time.sleep(0.2)
+        time.sleep(5)  # idle moments: the diagnostics ran on the dead store (a traceback each)
+        subprocess.run(["mount", "-o", "remount,size=200m", str(disk)], check=True)
+        line = ""
+        while "ingested" not in line:  # the next rescan (every 10 s)
+            line = proc.stdout.readline()
+            assert line and time.monotonic() < deadline, "".join(err)
+        assert "3600 new traces" in line, line
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join(timeout=10)
+    said = "".join(err)
+    assert "Traceback" not in said, said
+    assert said.count("the disk is full") == 1, said
+    with TraceStore(db, read_only=True) as store:
+        assert store.count() == 3600
 
 
 def test_a_read_only_folder_is_one_line(tmp_path: Path, tmpfs: Callable[..., Path]) -> None:

@@ -287,30 +287,68 @@ class TraceStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise store_fault(self.path, exc) from exc
+        self._con = self._connect()
+        self._closed = False
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """The connection to the file, its memory capped and its schema checked."""
         try:
-            self._con = duckdb.connect(str(self.path), read_only=read_only)
+            con = duckdb.connect(str(self.path), read_only=self.read_only)
         except duckdb.Error as exc:
             raise store_fault(self.path, exc) from exc
         # DuckDB would cache up to 80% of RAM; the store shares the machine with an app and
         # agents, so it spills to disk past this instead (CTXSCOPE_DB_MEMORY, e.g. "2GB").
         limit = settings.db_memory_limit()
         try:
-            self._con.execute(f"SET memory_limit = '{limit}'")
+            con.execute(f"SET memory_limit = '{limit}'")
         except duckdb.Error as exc:
-            self._con.close()
+            con.close()
             raise StoreError(
                 f"CTXSCOPE_DB_MEMORY={limit!r} is not a memory size DuckDB understands "
                 "(use e.g. 512MB or 2GB)"
             ) from exc
+        self._con = con
         try:
-            self._check_schema(read_only)
+            self._check_schema(self.read_only)
         except duckdb.Error as exc:
-            self._con.close()
+            con.close()
             raise store_fault(self.path, exc) from exc
         except BaseException:
-            self._con.close()
+            con.close()
             raise
-        self._closed = False
+        return con
+
+    def reopen_if_invalidated(self) -> bool:
+        """Open the file again if DuckDB has given up on this connection: after a fatal
+        error (a checkpoint that failed on a full disk) it refuses every statement until the
+        database is opened anew, and a long-lived owner (the app's watcher) would fail on
+        every read and write until restarted. What was committed before is read back from
+        the file and its log; the failed transaction is gone. True when it reopened."""
+        if self._closed:
+            return False
+        with self._write_lock:
+            try:
+                self._con.execute("SELECT 1").fetchall()
+                return False
+            except duckdb.FatalException:
+                pass
+            except duckdb.Error as exc:
+                # "closed": an earlier attempt to open it again failed (the disk still full)
+                if not any(w in str(exc).lower() for w in ("invalidated", "closed")):
+                    return False
+            with self._cursors_lock:
+                for cur in self._cursors:
+                    with contextlib.suppress(duckdb.Error):
+                        cur.close()
+                self._cursors.clear()
+            self._local = threading.local()
+            with contextlib.suppress(duckdb.Error):
+                self._con.close()
+            self._shared.tseq = self._shared.cid = None
+            self._shared.forget()
+            self._con = self._connect()  # a StoreError leaves it closed: tried again later
+            log.warning("%s: opened again after a fatal error of the store", self.path)
+            return True
 
     def _check_schema(self, read_only: bool) -> None:
         """Bring the schema up to date (refuse an old one read-only), and read a table: a
@@ -591,6 +629,7 @@ class TraceStore:
         )
         return int(row[0]) if row else 0
 
+    @_reading
     def diagnose_pending(self, max_traces: int = 200) -> int:
         """Compute findings for traces stored with ``diagnose=False``; returns how many
         were diagnosed (0 when none wait)."""

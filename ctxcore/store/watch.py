@@ -11,7 +11,7 @@ The watcher never wedges on a bad file: ingest turns a file it cannot read into 
 row and a failed offset row (``TraceStore.failing_files``, for the app's banner), reads
 the other files, and does not try that file again until it changes. A failure of the
 store itself (a full disk) is logged and kept in ``last_error``; the next event or rescan
-tries again.
+tries again (a store DuckDB gave up on after a failed checkpoint is opened again first).
 """
 
 from __future__ import annotations
@@ -172,21 +172,38 @@ class Watcher:
         # Traces stored with deferred diagnostics get their findings while nothing arrives.
         try:
             self.store.diagnose_pending(50)
+        except CtxscopeError as exc:
+            self._store_failed(exc)
         except Exception as exc:  # a bug: keep watching, but loudly
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.exception("ctxscope watch: diagnostics failed")
+
+    def _store_failed(self, exc: CtxscopeError) -> None:
+        """A failure of the store (a full disk): said once, not at every idle moment or
+        rescan while it lasts; and the store opened again if DuckDB gave up on it (a failed
+        checkpoint), so that the next rescan, once there is room, ingests what this one
+        could not (the files' offsets were not advanced: nothing is skipped)."""
+        if str(exc) != self.last_error:
+            log.warning("ctxscope watch: %s", exc)
+        self.last_error = str(exc)
+        try:
+            self.store.reopen_if_invalidated()
+        except CtxscopeError as again:
+            if str(again) != self.last_error:
+                log.warning("ctxscope watch: %s", again)
+            self.last_error = str(again)
 
     def _ingest(self, paths: list[Path]) -> None:
         try:
             counts = ingest_paths(self.store, paths)
         except CtxscopeError as exc:
-            self.last_error = str(exc)
-            log.warning("ctxscope watch: %s", exc)
+            self._store_failed(exc)
             return
         except Exception as exc:  # a bug: keep watching, but loudly
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.exception("ctxscope watch: ingest of %s failed", paths)
             return
+        self.last_error = None
         t = self.totals
         t.files += counts.files
         t.traces_added += counts.traces_added
