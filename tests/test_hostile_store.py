@@ -712,6 +712,58 @@ def test_a_store_damaged_past_what_open_reads_is_one_line_for_every_reader(
             assert "Traceback" not in out.stderr, said
 
 
+BUSY_WRITER = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from helpers_store import make_trace
+from ctxcore.store import TraceStore
+store = TraceStore(sys.argv[1], diagnose=False)
+print("ready", flush=True)
+k = 0
+while True:  # until killed: a commit every few ms, and a checkpoint every tenth one
+    store.add_traces([make_trace(k * 20 + i, n_packets=20, session_id="busy") for i in range(20)])
+    k += 1
+    if k % 10 == 0:
+        store._cur().execute("CHECKPOINT")
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.slow
+def test_a_store_another_process_keeps_writing_is_read_from_whole_copies(
+    tmp_path: Path,
+) -> None:
+    """``read_store`` while another process commits and checkpoints without pause: every
+    read opens (a torn copy is taken again), sees whole traces, and never fewer than before."""
+    import signal
+
+    from ctxcore.store.reading import read_store
+
+    db = tmp_path / "busy.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BUSY_WRITER, str(db), str(ROOT / "tests")],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    notes: list[str] = []
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        seen = 0
+        for _ in range(12):
+            with read_store(db, note=notes.append) as store:
+                ids = [r.trace_id for r in store.list_traces(limit=100_000).rows]
+                assert len(ids) == store.count() >= seen
+                assert len(store.traces_json(ids)) == len(ids)
+                seen = len(ids)
+        assert proc.poll() is None  # the writer was never stopped
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert len(notes) == 12 and all("reading a copy" in n for n in notes)
+    assert seen > 0
+    assert [p.name for p in tmp_path.iterdir() if ".read-" in p.name] == []
+
+
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """Mount small tmpfs folders (root only): a full disk and a read-only folder."""

@@ -28,9 +28,11 @@ from pathlib import Path
 from ctxcore.errors import StoreError, StoreLockedError
 from ctxcore.store.tracestore import TraceStore
 
-#: copies of a busy store tried before giving up (each after a longer pause)
-COPY_ATTEMPTS = 6
-_PAUSE = 0.1
+#: copies of a busy store tried before giving up, each after a longer pause (up to
+#: ``_MAX_PAUSE``): a writer committing without a break tore a third of the copies
+COPY_ATTEMPTS = 20
+_PAUSE = 0.05
+_MAX_PAUSE = 0.5
 
 _Stamp = tuple[int, int, int] | None
 
@@ -92,7 +94,7 @@ def _snapshot(path: Path) -> Iterator[TraceStore]:
         last: StoreError | None = None
         for attempt in range(COPY_ATTEMPTS):
             if attempt:
-                time.sleep(_PAUSE * attempt)
+                time.sleep(min(_PAUSE * attempt, _MAX_PAUSE))
             try:
                 steady = _copy_of(path, copy)
             except OSError as exc:
