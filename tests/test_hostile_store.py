@@ -825,20 +825,27 @@ def test_a_checkpoint_that_fills_the_disk_is_one_line_and_the_watcher_keeps_goin
         start_new_session=True,
     )  # fmt: skip
     err: list[str] = []
-    assert proc.stderr is not None and proc.stdout is not None
-    reader = threading.Thread(target=lambda: err.extend(proc.stderr or ()), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 240
-        while not any("the disk is full" in x for x in err):
-            assert proc.poll() is None and time.monotonic() < deadline, "".join(err)
+    out: list[str] = []
+    readers = [
+        threading.Thread(target=lambda: err.extend(proc.stderr or ()), daemon=True),
+        threading.Thread(target=lambda: out.extend(proc.stdout or ()), daemon=True),
+    ]
+    for r in readers:
+        r.start()
+
+    def wait_for(what: str, lines: list[str]) -> str:
+        deadline = time.monotonic() + 120  # a bound on the wait, not a measurement
+        while not any(what in x for x in lines):
+            assert proc.poll() is None, "".join(err)
+            assert time.monotonic() < deadline, f"no {what!r}: {''.join(out + err)}"
             time.sleep(0.2)
+        return next(x for x in lines if what in x)
+
+    try:
+        wait_for("the disk is full", err)
         time.sleep(5)  # idle moments: the diagnostics ran on the dead store (a traceback each)
         subprocess.run(["mount", "-o", "remount,size=200m", str(disk)], check=True)
-        line = ""
-        while "ingested" not in line:  # the next rescan (every 10 s)
-            line = proc.stdout.readline()
-            assert line and time.monotonic() < deadline, "".join(err)
+        line = wait_for("ingested", out)  # by the next rescan (every 10 s)
         assert "3600 new traces" in line, line
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -849,7 +856,8 @@ def test_a_checkpoint_that_fills_the_disk_is_one_line_and_the_watcher_keeps_goin
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        reader.join(timeout=10)
+        for r in readers:
+            r.join(timeout=10)
     said = "".join(err)
     assert "Traceback" not in said, said
     assert said.count("the disk is full") == 1, said
