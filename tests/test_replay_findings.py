@@ -75,7 +75,7 @@ def assert_exact(report: ReplayReport, before: list[Trace], after: list[Trace]) 
     [
         (HELLO, {}, None),
         (HELLO, {"max_tokens": 2000}, None),
-        (HELLO, {"window": 6000}, None),
+        (CTXSCOPE, {"window": 6000}, None),  # hello-agents reads no window (refused)
         (CTXSCOPE, {}, None),
         (CTXSCOPE, {"max_tokens": 2000}, None),
         (CTXSCOPE, {"max_tokens": 3000}, {"max_tokens": 6000}),

@@ -98,6 +98,8 @@ class _Import:
         #: should others follow
         self._alone: list[str] = []
         self._first: list[str] = []
+        #: bad lines of the file being read, said or counted
+        self._bad = 0
 
     def traces(self) -> Iterator[Trace]:
         for path in self.sources:
@@ -105,12 +107,15 @@ class _Import:
                 path, self.format, window=self.window, model=self.model, skipped=self._skipped
             )
             got = 0
+            self._bad = 0
             while True:
                 try:
                     trace = next(stream)
                 except StopIteration:
+                    self._more_bad(path)
                     break
                 except CtxscopeError as exc:
+                    self._more_bad(path)
                     if len(self.sources) == 1 and got == 0:
                         raise
                     # one unreadable file among many, or a file cut part-way: said, and the
@@ -123,9 +128,24 @@ class _Import:
                 yield self._seen(trace)
 
     def _skipped(self, error: str) -> None:
-        """A line of a JSONL file that could not be imported: said; the lines after it are."""
-        self.failed.append(error)
-        print(f"ctxscope import: error: {error}", file=sys.stderr)
+        """A line of a JSONL file that could not be imported: said; the lines after it are.
+        The first ``MAX_ERRORS_PER_FILE`` of a file are said, the rest counted (a file of
+        two million bad lines is not two million lines of output, nor held)."""
+        self._bad += 1
+        if self._bad <= settings.MAX_ERRORS_PER_FILE:
+            self.failed.append(error)
+            print(f"ctxscope import: error: {error}", file=sys.stderr)
+
+    def _more_bad(self, path: Path) -> None:
+        more = self._bad - settings.MAX_ERRORS_PER_FILE
+        if more > 0:
+            self.failed.append(f"{path}: {more:,} more bad lines")
+            print(
+                f"ctxscope import: error: {path}: {more:,} more bad lines not listed (only "
+                f"the first {settings.MAX_ERRORS_PER_FILE:,} of a file are)",
+                file=sys.stderr,
+            )
+        self._bad = 0
 
     def _seen(self, trace: Trace) -> Trace:
         from ctxcore.formats.redact import redact_trace
