@@ -39,6 +39,19 @@ SOCKET_PATH_MAX = 103 if sys.platform == "darwin" else 107
 WORKERS_CAP = 32
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs (one of another user's counts: it exists)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def fork_server_fits() -> bool:
     """Can the fork server's socket be made in the temporary folder?"""
     return len(os.fsencode(tempfile.gettempdir())) + SOCKET_TAIL <= SOCKET_PATH_MAX

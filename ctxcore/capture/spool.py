@@ -41,6 +41,7 @@ from ctxcore import settings
 from ctxcore.capture.calls import CallError, CallRecord, Sessions, trace_from_call
 from ctxcore.capture.recorder import append_line, safe_file_stem
 from ctxcore.formats.redact import redact_trace
+from ctxcore.processes import pid_alive
 
 log = logging.getLogger("ctxscope.capture")
 
@@ -186,18 +187,6 @@ def _pid_of(path: Path) -> int:
         return -1
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass
 class Records:
     """Complete records read from one spool file, and the offset after the last one."""
@@ -296,7 +285,7 @@ class Converter:
         for path in self._files():
             if until is not None and time.monotonic() >= until:
                 break
-            closed = path.suffix == ".spool" or not _alive(_pid_of(path))
+            closed = path.suffix == ".spool" or not pid_alive(_pid_of(path))
             got = Records()
             while True:
                 try:

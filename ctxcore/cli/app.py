@@ -45,6 +45,7 @@ from typing import Any
 
 from ctxcore import settings
 from ctxcore.errors import InputError, StoreError, StoreLockedError
+from ctxcore.processes import pid_alive
 from ctxcore.store.readers import APP_NOTE_SUFFIX
 
 #: How long the child gets to exit after a forwarded signal before it is killed.
@@ -94,16 +95,6 @@ def write_note(
     return note
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def app_folder(db: Path) -> Path | None:
     """The folder a running ``ctxscope app`` on ``db`` watches, from its note; None when no
     live app left one (a stale note of a dead app does not count)."""
@@ -112,14 +103,14 @@ def app_folder(db: Path) -> Path | None:
         pid, folder = int(data["pid"]), Path(data["traces"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return folder if _pid_alive(pid) and folder.is_dir() else None
+    return folder if pid_alive(pid) and folder.is_dir() else None
 
 
 def app_note(db: Path) -> dict[str, object] | None:
     """What a live ``ctxscope app`` on ``db`` wrote in its note (pid, folder, OTLP port)."""
     try:
         data = json.loads(note_path(db.resolve()).read_text(encoding="utf-8"))
-        alive = isinstance(data, dict) and _pid_alive(int(data["pid"]))
+        alive = isinstance(data, dict) and pid_alive(int(data["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return data if alive else None

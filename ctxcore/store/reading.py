@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ctxcore.errors import StoreError, StoreLockedError
+from ctxcore.processes import pid_alive
 from ctxcore.store.tracestore import TraceStore
 
 #: copies of a busy store tried before giving up, each after a longer pause (up to
@@ -60,16 +61,6 @@ def _copy_of(src: Path, dst: Path) -> bool:
     return (_stamp(src), _stamp(_wal(src))) == before
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _snapshot_dir(path: Path) -> Path:
     """A folder for the copy beside the store (the same disk, where a copy of a big store
     fits if the store did), else in the temporary folder. Copies left by a reader that was
@@ -78,7 +69,7 @@ def _snapshot_dir(path: Path) -> Path:
     with contextlib.suppress(OSError):
         for old in path.parent.glob(f"{prefix}*"):
             pid = old.name[len(prefix) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(old, ignore_errors=True)
     try:
         return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=path.parent))
