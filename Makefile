@@ -39,13 +39,13 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -n auto -m "not browser and not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ctxcore app.py pages ui tests bench scripts
-	$(VENV)/bin/ruff format --check ctxcore app.py pages ui tests bench scripts
+	$(VENV)/bin/ruff check ctxcore ctxapp tests bench scripts
+	$(VENV)/bin/ruff format --check ctxcore ctxapp tests bench scripts
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format ctxcore app.py pages ui tests bench scripts
-	$(VENV)/bin/ruff check --fix ctxcore app.py pages ui tests bench scripts
+	$(VENV)/bin/ruff format ctxcore ctxapp tests bench scripts
+	$(VENV)/bin/ruff check --fix ctxcore ctxapp tests bench scripts
 
 golden: $(STAMP) $(ORACLE_STAMP)
 	$(PY) scripts/make_golden.py --oracle $(ORACLE_VENV)/bin/python

@@ -13,7 +13,7 @@ and the element that proves the page drew its content present.
   fragments, not the page: the wait is for those fragment runs.
 
 The store is built fresh in a temporary folder: the 2,000-packet trace from the same corpus
-input every engine bench uses (``bench/corpus_input.py``), a demo trace (``traces/demo`` when
+input every engine bench uses (``bench/corpus_input.py``), a demo trace (``ctxcore/data/demo`` when
 present, else a corpus session), and 100,000 small real builds inserted in bulk through
 ``TraceStore.add_traces``. Prints a table; exits 0 whatever the numbers (the machine is
 shared, numbers are noisy; targets are for reading, not asserting).

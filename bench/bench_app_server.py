@@ -28,7 +28,7 @@ logging.disable(logging.WARNING)
 from streamlit.testing.v1 import AppTest
 out = {{}}
 if {warm!r}:
-    from ui.state import _warm_figures
+    from ctxapp.ui.state import _warm_figures
     t = time.perf_counter(); _warm_figures(); out["warm_up"] = time.perf_counter() - t
 runs = []
 for _ in range(4):
@@ -47,7 +47,7 @@ def child(store: Path, warm: bool) -> dict[str, object]:
         db=str(store / "ctxscope.duckdb"),
         traces=str(store / "traces"),
         warm=warm,
-        page=str(ROOT / "pages" / "inspect.py"),
+        page=str(ROOT / "ctxapp" / "pages" / "inspect.py"),
     )
     res = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT

@@ -63,7 +63,7 @@ from ctxcore.models import Config, Trace  # noqa: E402
 from ctxcore.pipeline import build_trace  # noqa: E402
 from ctxcore.replay import RECORDED_FINDINGS, replay  # noqa: E402
 
-DEMO = ROOT / "traces" / "demo" / "swe-pytest-7571.jsonl"
+DEMO = ROOT / "ctxcore" / "data" / "demo" / "swe-pytest-7571.jsonl"
 CHILD = """
 import json, sys, time
 sys.path.insert(0, {root!r})

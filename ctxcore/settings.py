@@ -20,8 +20,11 @@ from typing import Literal, get_args
 DEFAULT_TRACES_DIR = Path("traces")
 #: The default DuckDB store.
 DEFAULT_DB = DEFAULT_TRACES_DIR / "ctxscope.duckdb"
-#: Where ``ctxscope demo`` writes the demo traces.
-DEFAULT_DEMO_DIR = DEFAULT_TRACES_DIR / "demo"
+#: The demo traces, shipped in the package: ``ctxscope app`` copies them into ``<traces>/demo``
+#: on a first start in an empty folder, and ``ctxscope demo`` regenerates them here.
+DEMO_DIR = Path(__file__).resolve().parent / "data" / "demo"
+#: Where the app looks for demo traces to load into an empty store: ``<traces>/demo``.
+DEMO_SUBDIR = "demo"
 #: The app binds loopback on this port unless told otherwise.
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
@@ -183,7 +186,8 @@ SORT_KEYS: tuple[str, ...] = get_args(SortKey)
 
 __all__ = [
     "DEFAULT_DB",
-    "DEFAULT_DEMO_DIR",
+    "DEMO_DIR",
+    "DEMO_SUBDIR",
     "DEFAULT_ENCODING",
     "DEFAULT_HOST",
     "DEFAULT_OTLP_PORT",

@@ -109,7 +109,7 @@ def link_trace() -> Trace:
     )
 
 
-APP = str(ROOT / "app.py")
+APP = str(ROOT / "ctxapp" / "app.py")
 
 
 def open_page(page: str, *, timeout: float = 120, **params: str) -> Any:

@@ -16,11 +16,11 @@ import pytest
 from app_support import open_page
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.ui import views
 from ctxcore.models import Config, Trace
 from ctxcore.pipeline import build, resolve_config
-from ui import views
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from ctxcore.models import CapturedInput, Config, Message, Packet, Status, Trace
 from ctxcore.pipeline import build, build_trace
 from ctxcore.store import TraceStore
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 CONSTRAINT = "Never change the public API of marshmallow fields; keep backwards compatibility."

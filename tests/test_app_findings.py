@@ -13,13 +13,13 @@ import pytest
 from app_support import open_page
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.ui import views
 from ctxcore import figures
 from ctxcore.diagnostics import INGEST_OPTIONS, diagnose_session
 from ctxcore.models import Trace
 from ctxcore.store import TraceFilter, TraceStore
-from ui import views
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from ctxcore.formats.load import write_jsonl
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 
 
 def _ids(at: AppTest) -> set[str]:

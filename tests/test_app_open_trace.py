@@ -14,8 +14,8 @@ import app_support as data
 import pytest
 from app_support import open_page
 
+from ctxapp.ui import views
 from ctxcore.models import Trace
-from ui import views
 
 TURNS = 17  # turns 0..16: 1, 5, 11, 12, 14 and 15 are all there to be confused
 

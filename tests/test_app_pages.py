@@ -16,10 +16,10 @@ import pytest
 from app_support import open_page as _open_page
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.ui import views
 from ctxcore.models import Status, Trace
-from ui import views
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 
 
 def open_page(page: str, **params: str) -> AppTest:
@@ -382,7 +382,7 @@ def test_inspect_opens_a_crowded_builds_scores_on_ranks_and_switches_to_values(
     of its own); the switch redraws it on the values."""
     from ctxcore.loading import parse_json, trace_from_obj
 
-    path = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    path = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
     path = path / "zh-opencode-codesummary-ctxscope.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines()
     traces = [trace_from_obj(parse_json(ln, str(path)), str(path)) for ln in lines if ln.strip()]

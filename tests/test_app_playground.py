@@ -12,12 +12,12 @@ import pytest
 from app_support import open_page as _open_page
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.ui import views
 from ctxcore import figures
 from ctxcore.models import Config, Trace
 from ctxcore.pipeline import build, resolve_config
-from ui import views
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 
 
 def open_page(page: str, **params: str) -> AppTest:
@@ -352,7 +352,7 @@ def test_the_app_settles_its_heap_after_a_run(db: Path, monkeypatch: pytest.Monk
     import subprocess
     import sys
 
-    from ui import boot
+    from ctxapp.ui import boot
 
     calls: list[int] = []
     monkeypatch.setattr(boot, "settle_heap", lambda: calls.append(1))

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from ctxcore.models import Trace
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 #: what a table must never print for a value
 WORDS = {"None", "none", "nan", "NaN", "<NA>", "NaT", "null"}
 
@@ -133,7 +133,7 @@ def test_the_decisions_table_draws_a_gap_as_a_dash(db: Path, built: dict[str, li
 def test_every_decision_column_has_a_width_in_pixels() -> None:
     # a column without a width is sized in the browser by measuring its cells: on a
     # 2,000-packet trace that was a sixth of a Playground knob move
-    from ui import views, widgets
+    from ctxapp.ui import views, widgets
 
     for column in views.DECISION_COLUMNS:
         spec = widgets.DECISION_CONFIG.get(column)
@@ -141,7 +141,7 @@ def test_every_decision_column_has_a_width_in_pixels() -> None:
         assert isinstance(spec.get("width"), int) and spec["width"] > 0, (column, spec)
     import importlib
 
-    playground = importlib.import_module("pages.playground")
+    playground = importlib.import_module("ctxapp.pages.playground")
     for column in views.FLIP_COLUMNS:
         spec = playground.FLIP_CONFIG.get(column)
         assert spec is not None and isinstance(spec.get("width"), int), (column, spec)

@@ -14,10 +14,10 @@ import app_support as data
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.ui.boot import LOCKED_MESSAGE
 from ctxcore import settings
-from ui.boot import LOCKED_MESSAGE
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 PAGES = ["traces", "inspect", "timeline", "playground", "compare", "sweep", "share"]
 TOKEN = "s3cret-Tøken"  # not ASCII: compared as bytes
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import app_support as data
 import pytest
 
+from ctxapp.ui import views
 from ctxcore.errors import InputError
 from ctxcore.loading import config_from_obj
 from ctxcore.models import Config
 from ctxcore.pipeline import build, resolve_config
-from ui import views
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +146,8 @@ def test_code_is_an_exact_code_span(text: str, want: str) -> None:
 def test_start_up_warm_up_runs_the_real_figures() -> None:
     """The background warm-up (ui.state) swallows its errors so it can never take the app
     down; run its body directly so a broken warm-up fails here instead of going quiet."""
+    from ctxapp.ui import state
     from ctxcore import tokens
-    from ui import state
 
     state._warm_figures()
     assert {"cl100k_base", "o200k_base"} <= set(tokens._encodings)
@@ -332,7 +332,7 @@ def test_decisions_frame_is_the_frame_built_row_by_row() -> None:
 
     from ctxcore.loading import parse_json, trace_from_obj
 
-    demo = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    demo = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
     lines = [ln for f in sorted(demo.glob("*.jsonl")) for ln in f.read_text("utf-8").splitlines()]
     traces = [trace_from_obj(parse_json(ln)) for ln in lines if ln.strip()]
     presets = {t.config.preset for t in traces}
@@ -352,7 +352,7 @@ def test_decisions_frame_is_the_frame_built_row_by_row() -> None:
 def _demo_traces() -> list:
     from ctxcore.loading import parse_json, trace_from_obj
 
-    demo = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    demo = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
     lines = [ln for f in sorted(demo.glob("*.jsonl")) for ln in f.read_text("utf-8").splitlines()]
     return [trace_from_obj(parse_json(ln)) for ln in lines if ln.strip()]
 
@@ -433,7 +433,7 @@ def test_the_flip_summary_names_the_packets_that_flipped_as_code() -> None:
 
 
 def test_long_numbers_take_fewer_metric_cards_a_row() -> None:
-    from ui.widgets import metrics_per_row
+    from ctxapp.ui.widgets import metrics_per_row
 
     assert metrics_per_row([5_100, 3_715, 5, None], 4) == 4
     assert metrics_per_row([200_000, 2_108_385, 25], 4) == 3  # "2,108,385" was cut four a row

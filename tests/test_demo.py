@@ -21,7 +21,7 @@ from ctxcore.loading import trace_from_obj
 from ctxcore.models import Status, Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMITTED = ROOT / "traces" / "demo"
+COMMITTED = ROOT / "ctxcore" / "data" / "demo"
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 LOST = {Status.DROPPED, Status.FILTERED, Status.SUMMARIZED, Status.NOT_RENDERED}
 
@@ -171,11 +171,11 @@ def test_deterministic(generated: list[Path], tmp_path: Path) -> None:
 def test_committed_demo_matches_generation(generated: list[Path]) -> None:
     committed = sorted(p.name for p in COMMITTED.glob("*.jsonl"))
     assert committed == sorted(p.name for p in generated), (
-        "traces/demo is out of date: run `ctxscope demo` and commit traces/demo"
+        "ctxcore/data/demo is out of date: run `ctxscope demo` and commit ctxcore/data/demo"
     )
     for path in generated:
         assert (COMMITTED / path.name).read_bytes() == path.read_bytes(), (
-            f"traces/demo/{path.name} differs from what `ctxscope demo` generates now "
+            f"ctxcore/data/demo/{path.name} differs from what `ctxscope demo` generates now "
             "(a preset changed?): regenerate and commit it"
         )
 

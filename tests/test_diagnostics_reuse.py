@@ -29,7 +29,7 @@ from ctxcore.diagnostics.context import TraceView
 from ctxcore.loading import parse_json, trace_from_obj
 from ctxcore.models import Trace
 
-DEMO = Path(__file__).resolve().parent.parent / "traces" / "demo"
+DEMO = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
 
 
 def _sessions() -> list[list[Trace]]:
@@ -163,7 +163,7 @@ def test_greedy_waste_skips_its_rerun_only_where_no_fill_could_add_a_packet(
     its findings are the ones of the re-run (or the knapsack) every time."""
     from ctxcore.diagnostics import detectors
     from ctxcore.errors import CtxscopeError
-    from ctxcore.replay import _variant
+    from ctxcore.replay.variants import _variant
 
     builds: list[Trace] = []
     for session in sessions:

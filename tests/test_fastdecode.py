@@ -20,7 +20,7 @@ from ctxcore.store import fastdecode
 from ctxcore.store.rows import TraceLike, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = sorted((ROOT / "traces" / "demo").glob("*.jsonl"))
+DEMO = sorted((ROOT / "ctxcore" / "data" / "demo").glob("*.jsonl"))
 
 
 def demo_lines() -> list[bytes]:

@@ -399,7 +399,7 @@ def test_timeline_diff_colours_what_changed_and_pales_what_did_not() -> None:
 def _demo_turn(name: str, turn: int) -> Trace:
     from ctxcore.loading import parse_json, trace_from_obj
 
-    path = Path(__file__).resolve().parent.parent / "traces" / "demo" / name
+    path = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo" / name
     lines = path.read_text(encoding="utf-8").splitlines()
     found = [trace_from_obj(parse_json(ln, str(path)), str(path)) for ln in lines if ln.strip()]
     return next(t for t in found if t.turn == turn)

@@ -16,12 +16,12 @@ import app_support as data
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.ui import live
 from ctxcore.models import Trace
 from ctxcore.store import TraceStore
 from ctxcore.store.records import LiveCalls
-from ui import live
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
 

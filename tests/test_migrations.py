@@ -118,7 +118,7 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
     assert migrations.apply(con, upto=1) == [1]
     created = datetime(2025, 6, 1, 9, 30)
     # A real trace's JSON (non-ASCII included): version 3 moves it into trace_zst.
-    demo = next(iter(sorted((ROOT / "traces" / "demo").glob("*.jsonl"))))
+    demo = next(iter(sorted((ROOT / "ctxcore" / "data" / "demo").glob("*.jsonl"))))
     text = demo.read_text(encoding="utf-8").splitlines()[0]
     original = Trace.model_validate_json(text)
     con.execute(

@@ -618,7 +618,7 @@ def test_outcome_is_what_run_decides() -> None:
     from ctxcore.pipeline import ctxscope
     from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
 
-    demo = Path(__file__).resolve().parent.parent / "traces" / "demo"
+    demo = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
     counter = get_counter("cl100k_base")
     cases = 0
     summaries = 0

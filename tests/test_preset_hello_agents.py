@@ -504,7 +504,7 @@ def test_query_overlap_is_the_packages_set_intersection() -> None:
     spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
     pieces = ["test", "Test", "TEST", "tests", "atest", "x", "é", "É", "İ", "ß", "fail", "::"]
     rng = random.Random(4)
-    demo = sorted((ROOT / "traces" / "demo").glob("*.jsonl"))
+    demo = sorted((ROOT / "ctxcore" / "data" / "demo").glob("*.jsonl"))
     lines = [json.loads(ln) for f in demo for ln in f.read_text("utf-8").splitlines() if ln]
     texts = [p["content"] for t in lines[::10] for p in t["input"]["packets"]]
     assert len(texts) > 100

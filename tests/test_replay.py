@@ -17,7 +17,7 @@ from ctxcore.replay import REPLAY_TAG, ReplayReport, replay, variant, variant_id
 from ctxcore.settings import PRESET_NAMES
 from ctxcore.testing import assert_no_new_losses
 
-DEMO = Path(__file__).resolve().parent.parent / "traces" / "demo"
+DEMO = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
 HELLO = "swe-pytest-7571-hello-agents.jsonl"
 
 
@@ -213,7 +213,7 @@ def test_the_parallel_replay_gives_the_serial_report() -> None:
 
 
 def test_the_report_is_the_public_typed_object() -> None:
-    report = ctxcore.replay(load(HELLO)[:2], {"max_tokens": 3000}, workers=1)
+    report = ctxcore.replay.replay(load(HELLO)[:2], {"max_tokens": 3000}, workers=1)
     assert isinstance(report, ctxcore.ReplayReport)
     again = ReplayReport.model_validate_json(report.model_dump_json())
     assert again.turns == report.turns

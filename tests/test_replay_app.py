@@ -16,7 +16,7 @@ from ctxcore.models import Trace
 from ctxcore.replay import CHANGED_MEANS, variant_id
 from ctxcore.store import TraceStore
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
 
 
 @pytest.fixture(scope="module")

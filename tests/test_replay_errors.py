@@ -21,7 +21,7 @@ from ctxcore.models import Trace
 from ctxcore.replay import TraceJson, replay, replay_sessions
 from ctxcore.testing import assert_no_new_losses
 
-DEMO = Path(__file__).resolve().parent.parent / "traces" / "demo"
+DEMO = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
 SESSION = DEMO / "zh-opencode-codesummary-ctxscope.jsonl"
 
 

@@ -44,7 +44,7 @@ from ctxcore.pipeline.fill import knapsack
 from ctxcore.summarize import error_evidence
 from ctxcore.tokens import get_counter
 
-DEMO = Path(__file__).resolve().parent.parent / "traces" / "demo"
+DEMO = Path(__file__).resolve().parent.parent / "ctxcore" / "data" / "demo"
 WHITESPACE = "".join(chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace())
 
 
@@ -339,7 +339,7 @@ def test_a_store_wide_replay_starts_the_workers_server_before_anything_else(
     session, files or one worker never start it."""
     import subprocess
 
-    from ctxcore import replay_pool
+    from ctxcore.replay import pool as replay_pool
     from ctxcore.store import TraceStore
 
     traces = demo("toolchat-ctxscope.jsonl")
@@ -369,7 +369,8 @@ def test_a_store_wide_replay_starts_the_workers_server_before_anything_else(
 def test_a_variant_the_report_does_not_keep_differs_only_in_its_sentences(
     traces: list[Trace],
 ) -> None:
-    from ctxcore.replay import _same_build, _variant, replay
+    from ctxcore.replay import replay
+    from ctxcore.replay.variants import _same_build, _variant
 
     session = demo("toolchat-ctxscope.jsonl")
     for settings in ({}, {"max_tokens": 2000}, {"window": 6000, "min_relevance": 0.2}):
@@ -408,7 +409,7 @@ def stored_lines() -> list[bytes]:
 
 def test_stored_json_read_with_msgspec_is_the_validated_trace() -> None:
     from ctxcore.models import Decision, Status
-    from ctxcore.replay import TraceJson, _read_struct
+    from ctxcore.replay.stored import TraceJson, _read_struct
     from ctxcore.store.fastdecode import decode
 
     lines = stored_lines()
@@ -472,8 +473,9 @@ def test_replay_workers_collect_garbage_rarely_and_never_over_the_servers_module
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    from ctxcore import replay_pool
-    from ctxcore.replay import _WORKER_GC, _worker_start, replay_sessions
+    from ctxcore.replay import pool as replay_pool
+    from ctxcore.replay import replay_sessions
+    from ctxcore.replay.jobs import _WORKER_GC, _worker_start
 
     assert _WORKER_GC[0] > gc.get_threshold()[0]
     with ProcessPoolExecutor(
@@ -506,7 +508,7 @@ def test_the_fork_server_loads_the_default_tables_for_every_worker(
     # importing the preload module loads cl100k_base's backend, nothing else is needed
     code = (
         "import ctxcore.tokens as t; assert not t._backends; "
-        "import ctxcore.replay_preload; print(sorted(t._backends))"
+        "import ctxcore.replay.preload; print(sorted(t._backends))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
@@ -527,7 +529,7 @@ def test_the_fork_server_loads_the_default_tables_for_every_worker(
     sessions = [t for t in traces if t.config.preset == "ctxscope"][:60]
     assert len(sessions) >= replay_mod.POOL_MIN_TRACES
     report = replay_mod.replay_sessions([sessions], {"max_tokens": 3000}, workers=2)
-    assert report.turns and asked and "ctxcore.replay_preload" in asked[0]
+    assert report.turns and asked and "ctxcore.replay.preload" in asked[0]
 
 
 def test_a_struct_whose_fields_differ_from_the_models_is_refused() -> None:
@@ -537,7 +539,7 @@ def test_a_struct_whose_fields_differ_from_the_models_is_refused() -> None:
     import msgspec
 
     from ctxcore.models import Totals
-    from ctxcore.replay import _read_struct
+    from ctxcore.replay.stored import _read_struct
 
     names = list(Totals.model_fields)
     swapped = msgspec.defstruct("Totals", [(n, object) for n in [names[1], names[0], *names[2:]]])
@@ -558,7 +560,7 @@ def test_a_replay_worker_lets_go_of_a_sessions_prepared_inputs_and_memos() -> No
     from ctxcore.diagnostics import text
     from ctxcore.pipeline.gather import PREPARED
 
-    replay_mod = importlib.import_module("ctxcore.replay")
+    replay_mod = importlib.import_module("ctxcore.replay.jobs")
     session = demo("swe-pytest-7571.jsonl")[:6]
     job = replay_mod._Job(session, None, {"min_relevance": 0.3}, True, False)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxcore import settings
+from ctxcore import __version__, settings
 from ctxcore.errors import CtxscopeError, InputError
 
 if TYPE_CHECKING:
@@ -120,9 +120,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     """``ctxscope replay``. A replay of a store (``--all``, ``--tag``) on more than one
     worker starts the workers' fork server first, before the replay's own imports and the
-    reading of the store, which its imports then overlap (``ctxcore.replay_pool``)."""
+    reading of the store, which its imports then overlap (``ctxcore.replay.pool``)."""
     from ctxcore.processes import check_workers
-    from ctxcore.replay_pool import default_workers, start_workers
+    from ctxcore.replay.pool import default_workers, start_workers
 
     store_wide = (args.all or args.tag) and not args.session and not args.files
     workers = check_workers(args.workers) if args.workers is not None else default_workers()
@@ -148,6 +148,9 @@ def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int]:
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ctxscope", description="See and fix what an LLM agent puts into its context."
+    )
+    p.add_argument(
+        "--version", action="version", version=f"ctxscope {__version__}", help="print the version"
     )
     sub = p.add_subparsers(dest="command", required=True)
     # $CTXSCOPE_DB / $CTXSCOPE_TRACES, else traces/ctxscope.duckdb and traces/
@@ -216,7 +219,7 @@ def make_parser() -> argparse.ArgumentParser:
     im.set_defaults(func=_lazy("exchange", "cli_import"))
 
     d = sub.add_parser("demo", help="(re)generate the demo traces from the corpus")
-    d.add_argument("--out", default=str(settings.DEFAULT_DEMO_DIR))
+    d.add_argument("--out", default=str(settings.DEMO_DIR))
     d.add_argument("--corpus", default=None)
     d.add_argument("--db", default=db)
     d.set_defaults(func=_lazy("demo", "cli_demo"))

@@ -1,6 +1,8 @@
 """``ctxscope app``: the Streamlit debugger as a child process that lives and dies with us.
 
-The app is ``streamlit run app.py`` in a child process. The child must never outlive the
+The app is ``streamlit run ctxapp/app.py`` in a child process; the app ships in the same package
+as ctxcore, and this command finds its file by the package's import spec, without importing it
+(ctxcore never imports the app: docs/design.md, "The app"). The child must never outlive the
 command: it holds the store open, so an orphan would lock every later command out of it.
 SIGTERM, SIGINT and SIGHUP are forwarded to it (Streamlit shuts down cleanly on them) and it
 is killed if it has not exited 5 s later; on Linux the kernel also sends it SIGTERM when
@@ -30,10 +32,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib.util
 import ipaddress
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -212,10 +216,35 @@ def run_child(
             note.unlink(missing_ok=True)
 
 
+def app_script() -> Path:
+    """The app's main file, ``app.py`` of the installed ``ctxapp`` package."""
+    spec = importlib.util.find_spec("ctxapp")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        if (Path(folder) / "app.py").is_file():
+            return Path(folder) / "app.py"
+    raise InputError(
+        "the ctxscope app (package ctxapp) is not installed beside ctxcore; reinstall ctxscope "
+        "(pip install ctxscope)"
+    )
+
+
+def seed_demo(db: Path, traces: Path) -> int:
+    """On a first start in an empty folder (no store yet, no traces), copy the demo traces that
+    ship in the package into ``<traces>/demo``, which the app loads into its empty store; the
+    number of files copied (0 when anything is there already)."""
+    if db.exists() or (traces.is_dir() and any(traces.iterdir())):
+        return 0
+    out = traces / settings.DEMO_SUBDIR
+    out.mkdir(parents=True, exist_ok=True)
+    files = sorted(settings.DEMO_DIR.glob("*.jsonl"))
+    for src in files:
+        shutil.copyfile(src, out / src.name)
+    return len(files)
+
+
 def cmd_app(args: argparse.Namespace) -> int:
-    app = Path(__file__).resolve().parents[2] / "app.py"
-    if not app.exists():
-        raise InputError(f"{app} not found; run `ctxscope app` from a ctxscope checkout")
+    app = app_script()
     token = args.token or settings.app_token()
     if not is_loopback(args.host) and not token:
         raise InputError(
@@ -226,6 +255,14 @@ def cmd_app(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env[settings.ENV_DB] = str(Path(args.db).resolve())
     env[settings.ENV_TRACES] = str(Path(args.traces).resolve())
+    seeded = seed_demo(Path(env[settings.ENV_DB]), Path(env[settings.ENV_TRACES]))
+    if seeded:
+        print(
+            f"ctxscope app: a new store, so the {seeded} demo trace files are copied into "
+            f"{Path(env[settings.ENV_TRACES]) / settings.DEMO_SUBDIR} and shown; traces you "
+            "write or import into that folder appear beside them",
+            file=sys.stderr,
+        )
     Path(env[settings.ENV_TRACES]).mkdir(parents=True, exist_ok=True)
     if token:
         env[settings.ENV_TOKEN] = token

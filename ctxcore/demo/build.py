@@ -33,7 +33,7 @@ from ctxcore.output import write_output
 from ctxcore.pipeline import build_trace
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "corpus"
-DEFAULT_OUT = settings.DEFAULT_DEMO_DIR
+DEFAULT_OUT = settings.DEMO_DIR
 GENERATOR = "ctxcore.demo/1"
 
 

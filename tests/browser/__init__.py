@@ -270,7 +270,7 @@ def write_jsonl(traces: Iterable[Any], path: Path) -> Path:
 
 
 def demo_trace_files() -> list[Path]:
-    demo = ROOT / "traces" / "demo"
+    demo = ROOT / "ctxcore" / "data" / "demo"
     if not demo.is_dir():
         return []
     return sorted(p for p in demo.iterdir() if p.suffix in (".jsonl", ".json", ".gz"))
@@ -344,7 +344,7 @@ def start_server(
         "-m",
         "streamlit",
         "run",
-        str(ROOT / "app.py"),
+        str(ROOT / "ctxapp" / "app.py"),
         "--server.address",
         "127.0.0.1",
         "--server.port",

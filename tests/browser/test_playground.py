@@ -125,10 +125,10 @@ def test_a_knob_move_reruns_only_the_result(tab, browser_data) -> None:
     """A slider move reruns the result fragments, not the page: the server reports fragment
     runs and no whole-script run. The window bar is not redrawn when the move leaves the
     window's usage as it was, and shows the new usage when the move changes it."""
+    from ctxapp.ui import views
     from ctxcore import figures
     from ctxcore.models import Config
     from ctxcore.pipeline import build, resolve_config
-    from ui import views
 
     page = tab.page
     t = browser_data.traces[0]
@@ -226,8 +226,8 @@ def test_a_knob_move_sends_one_page_of_decisions_changed_first(tab, browser_data
     """On a trace of more decisions than a page, a knob move sends one page of the table (not
     every row, not its controls), the packets that changed first with their status before;
     turning the page sends the next rows, and the pages hold every decision once."""
+    from ctxapp.ui import views
     from ctxcore.formats.load import load_file
-    from ui import views
 
     page = tab.page
     demo = [t for f in browser_data.demo_files for t in load_file(f, "auto")]

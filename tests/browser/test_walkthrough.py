@@ -133,7 +133,7 @@ def _walkthrough_trace() -> str:
 
     from ctxcore.loading import parse_json, trace_from_obj
 
-    path = Path(__file__).resolve().parents[2] / "traces" / "demo" / f"{SESSION}.jsonl"
+    path = Path(__file__).resolve().parents[2] / "ctxcore" / "data" / "demo" / f"{SESSION}.jsonl"
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             t = trace_from_obj(parse_json(line, str(path)), str(path))

@@ -15,10 +15,10 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from ctxapp.ui import state, views
 from ctxcore import figures
 from ctxcore.models import BuildResult, Trace
 from ctxcore.store.tracestore import TraceRow
-from ui import state, views
 
 STATUS_LIST = list(figures.STATUS_ORDER)
 #: What a table shows for a missing value (a rank the builder never gave, no score): the

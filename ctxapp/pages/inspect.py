@@ -10,11 +10,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from ctxapp.ui import state, views, widgets
 from ctxcore import figures
 from ctxcore.diagnostics import patched_config
 from ctxcore.diagnostics.counterfactual import searched_knobs
 from ctxcore.models import Trace
-from ui import state, views, widgets
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,6 @@ def _signals(t: Trace) -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from ctxapp.ui import state, views
 from ctxcore import figures, settings
 from ctxcore.errors import InputError
 from ctxcore.models import Trace
@@ -27,7 +28,6 @@ from ctxcore.replay import (
     ReplayReport,
     TurnReport,
 )
-from ui import state, views
 
 RECORDED = "the recording"
 OTHER = "other settings"
@@ -409,6 +409,6 @@ def _findings_table(report: ReplayReport) -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)

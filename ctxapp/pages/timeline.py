@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from ctxapp.ui import state, views, widgets
 from ctxcore import figures
 from ctxcore.diagnostics import DETECTORS
 from ctxcore.store import TraceFilter
-from ui import state, views, widgets
 
 #: The packet chart's box: a taller chart scrolls inside it, under a legend that stays put
 #: (~190 rows of a long session are ~4,000 px; the page's own legend would scroll away).
@@ -150,6 +150,6 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 import streamlit as st
 
+from ctxapp.ui import state, views
 from ctxcore.store.records import LiveCall, LiveCalls
-from ui import state, views
 
 #: The span the indicator describes; calls per minute are those of the last minute.
 WINDOW = timedelta(minutes=10)

@@ -8,10 +8,10 @@ from typing import get_args
 import pandas as pd
 import streamlit as st
 
+from ctxapp.ui import live, state, views, widgets
 from ctxcore.settings import SortKey
 from ctxcore.store import TraceFilter
 from ctxcore.store.tracestore import TraceRow
-from ui import live, state, views, widgets
 
 ANY = "(any)"
 SORTS: list[SortKey] = list(get_args(SortKey))
@@ -287,6 +287,6 @@ def _traces(flt: TraceFilter) -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ctxapp.ui import state, views, widgets
 from ctxcore import figures
 from ctxcore.models import Config, Trace
 from ctxcore.pipeline import PRESET_NAMES, resolve_config
 from ctxcore.store import TraceFilter
-from ui import state, views, widgets
 
 SAME_INPUT = "same input as A, another preset"
 OTHER = "another stored trace"
@@ -131,6 +131,6 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)

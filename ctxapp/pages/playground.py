@@ -8,12 +8,12 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
+from ctxapp.ui import knobs, state, views, widgets
 from ctxcore import figures
 from ctxcore.errors import CtxscopeError
 from ctxcore.loading import config_from_obj
 from ctxcore.models import BuildResult, Config, Trace
 from ctxcore.pipeline import build_trace, resolve_config
-from ui import knobs, state, views, widgets
 
 
 def _url_config(t: Trace) -> Config | None:
@@ -422,6 +422,6 @@ def _draw_body(t: Trace, run: _Run, part: str) -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)

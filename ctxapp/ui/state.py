@@ -83,7 +83,7 @@ def guard() -> Iterator[None]:
     try:
         yield
     except CtxscopeError as exc:
-        from ui.views import md
+        from ctxapp.ui.views import md
 
         st.error(md(exc), icon=":material/error:")
 
@@ -129,7 +129,7 @@ def _read_only(path: str, exc: StoreLockedError) -> _Opened:
 def store() -> TraceStore:
     """The process-wide store on ``$CTXSCOPE_DB`` (demo traces loaded into an empty one); a
     read-only copy when another process holds it (``held``)."""
-    opened = _open_store(db_path(), str(Path(traces_dir()) / "demo"))
+    opened = _open_store(db_path(), str(Path(traces_dir()) / settings.DEMO_SUBDIR))
     if opened.held is None:
         _start_watcher(db_path(), traces_dir())
     _warm_up()
@@ -138,7 +138,7 @@ def store() -> TraceStore:
 
 def held() -> str | None:
     """One line when this app shows a read-only copy of a store another process holds."""
-    return _open_store(db_path(), str(Path(traces_dir()) / "demo")).held
+    return _open_store(db_path(), str(Path(traces_dir()) / settings.DEMO_SUBDIR)).held
 
 
 def _warm_figures() -> None:
@@ -151,11 +151,11 @@ def _warm_figures() -> None:
     import plotly.graph_objects as go
     import plotly.io as pio
 
+    from ctxapp.ui import views
     from ctxcore import figures
     from ctxcore.models import CapturedInput, Config, Packet
     from ctxcore.pipeline import build_trace
     from ctxcore.tokens import get_encoding
-    from ui import views
 
     for name in ("cl100k_base", "o200k_base"):
         get_encoding(name)
@@ -201,7 +201,7 @@ def _start_watcher(path: str, folder: str) -> Watcher | None:
     # are ingested by it, and pages notice through store.latest_change().
     if settings.watch_disabled():
         return None
-    w = Watcher(_open_store(path, str(Path(folder) / "demo")).store, Path(folder))
+    w = Watcher(_open_store(path, str(Path(folder) / settings.DEMO_SUBDIR)).store, Path(folder))
     w.start()
     # Stop the watcher thread (and its DuckDB cursor) before the interpreter tears down.
     atexit.register(w.stop)

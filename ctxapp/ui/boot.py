@@ -69,8 +69,8 @@ def unlocked() -> bool:
     No token configured: always. Otherwise the session must have given it once, or give
     it now in the URL; the comparison takes the same time whatever the guess.
     """
+    from ctxapp.ui import state
     from ctxcore import settings
-    from ui import state
 
     want = settings.app_token()
     if not want:
@@ -97,7 +97,7 @@ def in_app() -> Iterator[None]:
     try:
         yield
     except CtxscopeError as exc:
-        from ui.views import md
+        from ctxapp.ui.views import md
 
         st.error(md(exc), icon=":material/error:")
     finally:
@@ -109,8 +109,8 @@ def _page(render: Callable[[], None]) -> None:
     holds it (a second ``ctxscope app`` on the same store)."""
     import streamlit as st
 
-    from ui import state
-    from ui.views import md
+    from ctxapp.ui import state
+    from ctxapp.ui.views import md
 
     held = state.held()
     if held is not None:

@@ -14,12 +14,12 @@ from typing import Any
 
 import streamlit as st
 
+from ctxapp.ui import state, views
 from ctxcore.errors import CtxscopeError
 from ctxcore.loading import config_from_obj
 from ctxcore.models import PARTITIONS, CapturedInput, Config
 from ctxcore.pipeline import PRESET_NAMES, resolve_config
 from ctxcore.tokens import TOKENIZERS
-from ui import state, views
 
 PREFIX = "pg_"
 FILLS = ["skip", "break", "optimal"]

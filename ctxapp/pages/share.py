@@ -16,13 +16,13 @@ from typing import get_args
 import pandas as pd
 import streamlit as st
 
+from ctxapp.ui import state, views, widgets
 from ctxcore.formats.accounting import describe
 from ctxcore.formats.load import Format, load_file, traces_from_value
 from ctxcore.formats.redact import redact_text
 from ctxcore.formats.share import html_report, redact_all, snapshot_json
 from ctxcore.loading import parse_json
 from ctxcore.models import Trace
-from ui import state, views, widgets
 
 FORMATS: list[Format] = list(get_args(Format))
 
@@ -185,6 +185,6 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ctxapp.ui import knobs, state, views, widgets
 from ctxcore import figures
 from ctxcore.models import Trace
 from ctxcore.pipeline.sweep import SweepGrid
-from ui import knobs, state, views, widgets
 
 #: knobs a sweep can vary, with the range offered when the trace's value is v
 NUMERIC = {
@@ -157,6 +157,6 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    from ui.boot import run_page
+    from ctxapp.ui.boot import run_page
 
     run_page(render)
