@@ -4,12 +4,14 @@ The trace contract (``ctxscope.trace/1``), exact token counting, the GSSC pipeli
 three presets, replay of recorded sessions with new settings, diagnostics, the DuckDB trace
 store, capture, import and export. ctxcore never imports Streamlit. Every public name loads on
 first use.
+
+``ctxcore.replay`` is the replay package (``ctxcore/replay/``), not a function: a package and a
+function cannot share a name (importing the package binds it on the root), so the function is
+``ctxcore.replay.replay`` (docs/design.md, "Parts and allowed imports").
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     )
     from ctxcore.pipeline import PRESET_NAMES, build, build_trace, resolve_config
     from ctxcore.pipeline.sweep import sweep
-    from ctxcore.replay import ReplayReport, replay
+    from ctxcore.replay.report import ReplayReport
     from ctxcore.store import TraceFilter, TraceStore
     from ctxcore.store.ingest import ingest_paths
     from ctxcore.tokens import TokenCounter, get_counter
@@ -82,7 +84,7 @@ _LAZY = {
         "ctxcore.models",
     ),
     **dict.fromkeys(("PRESET_NAMES", "build", "build_trace", "resolve_config"), "ctxcore.pipeline"),
-    "ReplayReport": "ctxcore.replay",
+    "ReplayReport": "ctxcore.replay.report",
     **dict.fromkeys(("TokenCounter", "get_counter"), "ctxcore.tokens"),
     "Recorder": "ctxcore.capture.recorder",
     "TraceFilter": "ctxcore.store",
@@ -92,6 +94,8 @@ _LAZY = {
     "ingest_paths": "ctxcore.store.ingest",
     "sweep": "ctxcore.pipeline.sweep",
 }
+#: public subpackages, imported on first use as the names above
+_SUBPACKAGES = frozenset({"replay"})
 
 
 def __getattr__(name: str) -> Any:
@@ -99,25 +103,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBPACKAGES:
+        return import_module(f"ctxcore.{name}")  # which binds it here
     raise AttributeError(f"module 'ctxcore' has no attribute {name!r}")
-
-
-class _Root(types.ModuleType):
-    """The package, where ``ctxcore.replay`` is the function: importing the submodule of the
-    same name (``ctxcore/replay.py``) would otherwise bind the module there."""
-
-    @property
-    def replay(self) -> Any:
-        from ctxcore.replay import replay
-
-        return replay
-
-    @replay.setter
-    def replay(self, value: Any) -> None:
-        pass  # the import system binding the submodule: it stays in sys.modules
-
-
-sys.modules[__name__].__class__ = _Root
 
 
 __all__ = [

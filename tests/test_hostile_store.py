@@ -978,7 +978,7 @@ LONG_TMPDIR_SCRIPT = """
 import sys
 from pathlib import Path
 from ctxcore.models import Trace
-import ctxcore.replay_pool as replay_pool
+import ctxcore.replay.pool as replay_pool
 import ctxcore.store.ingest as ingest_mod
 import ctxcore.store.workers as workers
 from ctxcore.processes import fork_server_fits

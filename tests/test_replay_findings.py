@@ -20,12 +20,11 @@ from ctxcore.replay import (
     RECORDED_FINDINGS,
     ReplayReport,
     TraceJson,
-    _rebuild_of,
-    _same_build,
     replay,
     replay_sessions,
     variant,
 )
+from ctxcore.replay.variants import _rebuild_of, _same_build
 
 CTXSCOPE = "toolchat-ctxscope.jsonl"  # the ctxscope preset: its detectors re-run the build
 

@@ -1,4 +1,4 @@
-"""What the fork server of ``ctxcore.replay`` imports before it forks the replay workers.
+"""What the replay workers' fork server (``ctxcore.replay.pool``) imports before it forks them.
 
 Importing this loads the default tokenizer's counting tables (cl100k_base in tiktoken and in
 the verified fast backend: ~80 MB, read and checked in about a second of CPU). Loaded once in

@@ -1,10 +1,11 @@
 """Where the replay workers come from: the fork server they are forked from and its imports.
 
-Light on purpose (the standard library only): ``ctxscope replay --all`` starts the server
-(``start_workers``) before it imports anything heavy, so the server's imports (the replay,
-the detectors, the default tokenizer's tables: about two seconds of CPU) overlap the
-command's own start and its reading of the store (docs/design.md, "Diagnostics"). The workers
-end with the replaying process, also when it is killed with SIGKILL (``worker_pool``).
+Light on purpose (the standard library only, and ``ctxcore.replay`` imports its names on first
+use): ``ctxscope replay --all`` starts the server (``start_workers``) before it imports anything
+heavy, so the server's imports (the replay, the detectors, the default tokenizer's tables:
+about two seconds of CPU) overlap the command's own start and its reading of the store
+(docs/design.md, "Diagnostics"). The workers end with the replaying process, also when it is
+killed with SIGKILL (``worker_pool``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from multiprocessing.context import BaseContext
 
 from ctxcore.processes import die_with, fork_server_fits, worker_context
 
-#: what the fork server imports before it forks a worker: the replay, the default
-#: tokenizer's tables (``ctxcore.replay_preload``) and, for a replay with findings, the
-#: detectors
-PRELOAD = ("ctxcore.replay", "ctxcore.replay_preload")
+#: what the fork server imports before it forks a worker: the replay (``jobs``, which a
+#: worker runs, and every module it imports), the default tokenizer's tables
+#: (``ctxcore.replay.preload``) and, for a replay with findings, the detectors
+PRELOAD = ("ctxcore.replay.jobs", "ctxcore.replay.preload")
 DIAGNOSTICS = ("ctxcore.diagnostics", "ctxcore.diagnostics.session")
 
 
