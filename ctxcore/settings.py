@@ -161,25 +161,6 @@ ENCODINGS: tuple[str, ...] = ("cl100k_base", "o200k_base")
 #: The encoding used when a trace names none (the hello-agents package's own).
 DEFAULT_ENCODING = "cl100k_base"
 
-ImportFormat = Literal[
-    "auto",
-    "trace",
-    "openai",
-    "anthropic",
-    "otlp",
-    "openai-responses",
-    "gemini",
-    "bedrock-converse",
-    "langchain",
-    "claude-code",
-    "codex",
-    "openhands",
-    "swe-agent",
-    "mini-swe-agent",
-]
-#: What ``ctxscope import --format`` accepts (``auto`` detects it from the file).
-IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
-
 SortKey = Literal["created_at", "turn", "used", "budget", "dropped", "summarized", "session_id"]
 #: The columns the trace list can be sorted by, the default first.
 SORT_KEYS: tuple[str, ...] = get_args(SortKey)
@@ -208,7 +189,6 @@ __all__ = [
     "ENV_REDACT_ON_INGEST",
     "ENV_TOKEN",
     "ENV_TRACES",
-    "IMPORT_FORMATS",
     "LIMITS",
     "LIVE_SUBDIR",
     "MAX_CONTENT_CHARS",
@@ -218,7 +198,6 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_LINE_BYTES",
     "MAX_TOKENS",
-    "ImportFormat",
     "PRESET_NAMES",
     "SORT_KEYS",
     "PresetName",

@@ -20,7 +20,7 @@ from test_import_otlp import otlp, span
 
 from ctxcore.errors import CtxscopeError
 from ctxcore.formats.load import traces_from_value
-from ctxcore.settings import IMPORT_FORMATS
+from ctxcore.formats.registry import NAMES
 
 SWAPS: list[Any] = [None, 0, -1, 2**70, 1.5, "", "x", True, [], [1, "a"], {}, {"k": "v"}]
 PATHS_PER_SEED = 160
@@ -206,7 +206,7 @@ def test_type_swapped_fields_give_one_line_errors_only(name: str, seed_doc: Any)
     bugs: list[str] = []
     tried = 0
     for label, doc in _mutants(seed_doc, seed=hash(name) & 0xFFFF):
-        for fmt in ("auto", "openai", "otlp", "trace", *([name] if name in IMPORT_FORMATS else [])):
+        for fmt in ("auto", "openai", "otlp", "trace", *([name] if name in NAMES else [])):
             tried += 1
             try:
                 traces_from_value(doc, fmt)  # type: ignore[arg-type]

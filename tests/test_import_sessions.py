@@ -29,7 +29,7 @@ from ctxcore.formats import sessions
 from ctxcore.formats.accounting import describe, imported_counts
 from ctxcore.formats.derive import make_trace
 from ctxcore.formats.load import detect_format, load_file, traces_from_value
-from ctxcore.formats.openai import captured_input_from_norm
+from ctxcore.formats.norm import captured_input_from_norm
 from ctxcore.formats.sessions import claude_code, codex, openhands, trajectories
 from ctxcore.formats.sessions.calls import Call, CallTraces
 from ctxcore.formats.sessions.lines import read_lines

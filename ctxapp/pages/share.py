@@ -11,20 +11,20 @@ from __future__ import annotations
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import get_args
 
 import pandas as pd
 import streamlit as st
 
 from ctxapp.ui import state, views, widgets
 from ctxcore.formats.accounting import describe
-from ctxcore.formats.load import Format, load_file, traces_from_value
+from ctxcore.formats.load import load_file, traces_from_value
 from ctxcore.formats.redact import redact_text
+from ctxcore.formats.registry import NAMES
 from ctxcore.formats.share import html_report, redact_all, snapshot_json
 from ctxcore.loading import parse_json
 from ctxcore.models import Trace
 
-FORMATS: list[Format] = list(get_args(Format))
+FORMATS: list[str] = list(NAMES)
 
 
 def _export(t: Trace) -> None:

@@ -27,18 +27,18 @@ import json
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-from ctxcore.capture import sse
 from ctxcore.capture.inflate import CODINGS, Broken, TooBig, inflate
+from ctxcore.capture.sse import Assembled
 from ctxcore.errors import CtxscopeError
-from ctxcore.formats import anthropic, openai, responses
-from ctxcore.formats.openai import text_of, usage_from_obj
+from ctxcore.formats import registry
+from ctxcore.formats.norm import usage_from_obj
 from ctxcore.loading import TOO_DEEP
 from ctxcore.models import Outcome, Trace
 
-Api = Literal["openai.chat", "openai.responses", "anthropic.messages"]
-APIS: tuple[str, ...] = ("openai.chat", "openai.responses", "anthropic.messages")
+#: The APIs the proxy records, as ``metadata.capture.api`` names them (``registry``).
+APIS: tuple[str, ...] = tuple(f.live.api for f in registry.live_formats() if f.live is not None)
 #: Tags every captured trace carries (and ``failed`` when the call did not succeed).
 LIVE_TAG = "live"
 FAILED_TAG = "failed"
@@ -109,31 +109,10 @@ def _obj(raw: bytes | None) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- sessions
 
 
-def _first_user(messages: Any) -> Any:
-    for m in messages if isinstance(messages, list) else []:
-        if isinstance(m, dict) and m.get("role") == "user":
-            return m.get("content")
-    return None
-
-
 def fingerprint(api: str, request: dict[str, Any]) -> str:
     """A session id from what stays the same through a conversation: the system prompt and
     the first user message."""
-    if api == "anthropic.messages":
-        parts = [request.get("system"), _first_user(request.get("messages"))]
-    elif api == "openai.responses":
-        items = request.get("input")
-        first = items if isinstance(items, str) else _first_user(items)
-        parts = [request.get("instructions"), first]
-    else:
-        raw = request.get("messages")
-        messages: list[Any] = raw if isinstance(raw, list) else []
-        system = [
-            m.get("content")
-            for m in messages
-            if isinstance(m, dict) and m.get("role") in ("system", "developer")
-        ][:1]
-        parts = [system, _first_user(messages)]
+    parts = registry.by_api(api).converter().conversation(request)
     digest = hashlib.blake2b(
         json.dumps(parts, sort_keys=True, default=str).encode("utf-8"), digest_size=6
     ).hexdigest()
@@ -151,10 +130,9 @@ class Sessions:
 
     def session_of(self, api: str, request: dict[str, Any]) -> tuple[str, str]:
         """The call's session and what named it."""
-        meta = request.get("metadata")
-        user = meta.get("user_id") if isinstance(meta, dict) else None
-        if api == "anthropic.messages" and isinstance(user, str) and user:
-            return user, "metadata.user_id"
+        named = registry.by_api(api).converter().session(request)
+        if named is not None:
+            return named
         key = request.get("prompt_cache_key")
         if isinstance(key, str) and key:
             return key, "prompt_cache_key"
@@ -181,74 +159,10 @@ class Sessions:
 # --------------------------------------------------------------------------- the reply
 
 
-def _reply_text(api: str, response: dict[str, Any]) -> str | None:
-    """The assistant's reply: its text, and each tool call as a ``name(args)`` line."""
-    lines: list[str] = []
-    if api == "anthropic.messages":
-        for block in response.get("content") or []:
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "text" and isinstance(block.get("text"), str):
-                lines.append(block["text"])
-            elif block.get("type") in ("tool_use", "server_tool_use"):
-                lines.append(f"{block.get('name')}({text_of_args(block.get('input'))})")
-    elif api == "openai.responses":
-        for item in response.get("output") or []:
-            if not isinstance(item, dict):
-                continue
-            if item.get("type") == "message":
-                for part in item.get("content") or []:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        lines.append(part["text"])
-            elif item.get("type") == "function_call":
-                lines.append(f"{item.get('name')}({text_of_args(item.get('arguments'))})")
-    else:
-        choices = response.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            message = choices[0].get("message")
-            if isinstance(message, dict):
-                text = text_of(message.get("content"))
-                if text:
-                    lines.append(text)
-                for call in message.get("tool_calls") or []:
-                    fn = call.get("function") if isinstance(call, dict) else None
-                    if isinstance(fn, dict):
-                        lines.append(f"{fn.get('name')}({text_of_args(fn.get('arguments'))})")
-    return "\n".join(lines) or None
-
-
-def text_of_args(args: Any) -> str:
-    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-
-
 def usage_summary(api: str, usage: dict[str, int]) -> dict[str, int]:
-    """``input`` (the whole prompt: Anthropic's ``input_tokens`` leaves out what was read
-    from or written to the cache, so those are added back), ``output``, ``cached`` and
-    ``cache_creation``, from a flattened provider usage."""
-    out: dict[str, int] = {}
-    if api == "anthropic.messages":
-        read = usage.get("cache_read_input_tokens", 0)
-        made = usage.get("cache_creation_input_tokens", 0)
-        if "input_tokens" in usage:
-            out["input"] = usage["input_tokens"] + read + made
-        if "output_tokens" in usage:
-            out["output"] = usage["output_tokens"]
-        if "cache_read_input_tokens" in usage:
-            out["cached"] = read
-        if "cache_creation_input_tokens" in usage:
-            out["cache_creation"] = made
-        return out
-    pairs = (
-        ("input", ("prompt_tokens", "input_tokens")),
-        ("output", ("completion_tokens", "output_tokens")),
-        ("cached", ("prompt_tokens_details.cached_tokens", "input_tokens_details.cached_tokens")),
-    )
-    for name, keys in pairs:
-        for key in keys:
-            if key in usage:
-                out[name] = usage[key]
-                break
-    return out
+    """``input`` (the whole prompt, cached tokens included), ``output``, ``cached`` and
+    ``cache_creation``, from a flattened provider usage (each API's own reading)."""
+    return registry.by_api(api).converter().usage(usage)
 
 
 def _error_text(body: dict[str, Any] | None, raw: bytes | None) -> str:
@@ -269,73 +183,93 @@ class CallError(CtxscopeError):
     """A call whose request no importer can read (not JSON, or not that API's request)."""
 
 
-def trace_from_call(
-    record: CallRecord, request_body: bytes, response_body: bytes, sessions: Sessions
-) -> Trace:
-    """The trace of one captured call (see the module docstring)."""
+@dataclass
+class _Reply:
+    """What the reply of a call came to: the response read from it (None when there is
+    none to read) and what went wrong on the way."""
+
+    response: dict[str, Any] | None
+    problems: list[str]
+    stream: bool
+
+
+def _decoded(record: CallRecord, body: bytes, problems: list[str]) -> bytes | None:
+    """The reply without its content encoding, or None (and why) when it cannot be read."""
     try:
-        request = _obj(request_body)
+        decoded = decode_body(body, record.content_encoding)
+    except (TooBig, Broken) as exc:
+        problems.append(f"{str(exc).replace('body', 'reply', 1)}; ctxscope read no reply")
+        return None
+    if decoded is None:
+        problems.append(f"the reply is {record.content_encoding}-encoded; ctxscope read no reply")
+    return decoded
+
+
+def _streamed(form: registry.Format, record: CallRecord, decoded: bytes, ok: bool) -> _Reply:
+    """A server-sent event stream, put back together as the response it stands for."""
+    got: Assembled = form.assembler()(decoded.decode("utf-8", "replace"))
+    problems: list[str] = []
+    if got.error is not None:
+        problems.append(
+            f"the stream ended in an error event: {_error_text({'error': got.error}, None)}"
+        )
+    elif ok and not got.complete and not record.error:
+        problems.append("the stream ended before its last event")
+    return _Reply(got.response, problems, True)
+
+
+def _read_reply(form: registry.Format, record: CallRecord, body: bytes) -> _Reply:
+    """The reply of a call: its response (streamed or whole) and what went wrong, the
+    error on the wire first."""
+    problems = [record.error] if record.error else []
+    decoded = _decoded(record, body, problems)
+    stream = record.content_type.split(";")[0].strip().lower() == "text/event-stream"
+    ok = record.status is not None and 200 <= record.status < 300
+    reply = _Reply(None, [], stream)
+    if decoded is not None and stream:
+        reply = _streamed(form, record, decoded, ok)
+    elif decoded is not None:
+        try:
+            body_obj = _obj(decoded)
+        except RecursionError:
+            body_obj = None
+            reply.problems.append(f"the reply: {TOO_DEEP}")
+        if ok:
+            reply.response = body_obj
+        elif record.status is not None:
+            problems.insert(
+                0, f"upstream answered {record.status}: {_error_text(body_obj, decoded)}"
+            )
+    reply.problems = problems + reply.problems
+    if record.truncated:
+        reply.problems.append(
+            "the reply was too big to keep whole; the outcome holds its beginning"
+        )
+    return reply
+
+
+def _request(record: CallRecord, body: bytes) -> dict[str, Any]:
+    """The call's request as a JSON object, or a ``CallError`` naming the call."""
+    try:
+        request = _obj(body)
     except RecursionError as exc:  # the call's one line, in the words of every JSON reader
         raise CallError(f"call {record.id} to {record.path}: the request body: {TOO_DEEP}") from exc
     if request is None:
         raise CallError(f"call {record.id} to {record.path}: the request body is not a JSON object")
-    problems: list[str] = []
-    if record.error:
-        problems.append(record.error)
-    try:
-        decoded = decode_body(response_body, record.content_encoding)
-        if decoded is None:
-            problems.append(
-                f"the reply is {record.content_encoding}-encoded; ctxscope read no reply"
-            )
-    except (TooBig, Broken) as exc:
-        decoded = None
-        problems.append(f"{str(exc).replace('body', 'reply', 1)}; ctxscope read no reply")
-    stream = record.content_type.split(";")[0].strip().lower() == "text/event-stream"
-    ok = record.status is not None and 200 <= record.status < 300
-    response: dict[str, Any] | None = None
-    if decoded is not None and stream:
-        text = decoded.decode("utf-8", "replace")
-        assemble = {
-            "openai.chat": sse.chat_completion,
-            "openai.responses": sse.responses,
-            "anthropic.messages": sse.anthropic_message,
-        }[record.api]
-        got = assemble(text)
-        response = got.response
-        if got.error is not None:
-            problems.append(
-                f"the stream ended in an error event: {_error_text({'error': got.error}, None)}"
-            )
-        elif ok and not got.complete and not record.error:
-            problems.append("the stream ended before its last event")
-    elif decoded is not None:
-        try:
-            body = _obj(decoded)
-        except RecursionError:
-            body = None
-            problems.append(f"the reply: {TOO_DEEP}")
-        if ok:
-            response = body
-        elif record.status is not None:
-            problems.insert(0, f"upstream answered {record.status}: {_error_text(body, decoded)}")
-    if record.truncated:
-        problems.append("the reply was too big to keep whole; the outcome holds its beginning")
+    return request
 
-    session, named_by = sessions.session_of(record.api, request)
+
+def _imported(
+    form: registry.Format,
+    record: CallRecord,
+    request: dict[str, Any],
+    response: dict[str, Any] | None,
+    session: str,
+) -> Trace:
+    """The request (and reply) read by its format's importer, as a file of it would be."""
     created = datetime.fromtimestamp(record.started_at, tz=UTC)
     try:
-        if record.api == "anthropic.messages":
-            trace = anthropic.trace_from_request(
-                request, session_id=session, now=created, response=response
-            )
-        elif record.api == "openai.responses":
-            trace = responses.trace_from_request(
-                request, session_id=session, now=created, response=response
-            )
-        else:
-            merged = {**request, "response": response} if response else request
-            trace = openai.trace_from_request(merged, session_id=session, now=created)
+        return form.converter().trace(request, response, session, created)
     except CtxscopeError as exc:
         raise CallError(f"call {record.id} to {record.path}: {exc}") from exc
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
@@ -344,8 +278,17 @@ def trace_from_call(
             f"reads ({type(exc).__name__}: {exc})"
         ) from exc
 
-    usage = usage_from_obj(response.get("usage")) if response else {}
-    model = (response or {}).get("model") or request.get("model")
+
+def _capture_meta(
+    record: CallRecord,
+    request: dict[str, Any],
+    reply: _Reply,
+    usage: dict[str, int],
+    named_by: str,
+) -> dict[str, Any]:
+    """``metadata.capture``: what only a live call has (see the module docstring)."""
+    response = reply.response or {}
+    model = response.get("model") or request.get("model")
     capture: dict[str, Any] = {
         "via": "proxy",
         "api": record.api,
@@ -353,7 +296,7 @@ def trace_from_call(
         "status": record.status,
         "latency_ms": round(record.latency_ms, 3),
         "ttfb_ms": None if record.ttfb_ms is None else round(record.ttfb_ms, 3),
-        "stream": stream,
+        "stream": reply.stream,
         "session_from": named_by,
         "usage": usage_summary(record.api, usage),
     }
@@ -363,27 +306,40 @@ def trace_from_call(
         capture["model"] = model
     if record.request_id:
         capture["request_id"] = record.request_id
-    response_id = (response or {}).get("id")
+    response_id = response.get("id")
     if isinstance(response_id, str) and response_id:
         capture["response_id"] = response_id
-        if record.api == "openai.responses":
-            sessions.answered(response_id, session)
-    if problems:
-        capture["error"] = "; ".join(problems)
+    if reply.problems:
+        capture["error"] = "; ".join(reply.problems)
+    return capture
+
+
+def trace_from_call(
+    record: CallRecord, request_body: bytes, response_body: bytes, sessions: Sessions
+) -> Trace:
+    """The trace of one captured call (see the module docstring)."""
+    form = registry.by_api(record.api)
+    request = _request(record, request_body)
+    reply = _read_reply(form, record, response_body)
+    response = reply.response
+    session, named_by = sessions.session_of(record.api, request)
+    trace = _imported(form, record, request, response, session)
+    usage = usage_from_obj(response.get("usage")) if response else {}
+    capture = _capture_meta(record, request, reply, usage, named_by)
+    if "response_id" in capture and form.converter().continues:
+        sessions.answered(capture["response_id"], session)
+    problems = reply.problems
     tags = [LIVE_TAG] + ([f"source:{record.source}"] if record.source else [])
     if problems and not (record.error or "").startswith(CLIENT_GONE):
         tags.append(FAILED_TAG)
-    outcome = Outcome(
-        output=_reply_text(record.api, response) if response else None,
-        usage=usage,
-        note="; ".join(problems),
-    )
+    lines = form.converter().reply(response) if response else []
+    outcome = Outcome(output="\n".join(lines) or None, usage=usage, note="; ".join(problems))
     return trace.model_copy(
         update={
             "trace_id": record.id,
             "session_id": session,
             "turn": sessions.next_turn(session),
-            "created_at": created,
+            "created_at": datetime.fromtimestamp(record.started_at, tz=UTC),
             "tags": tags,
             "metadata": {**trace.metadata, "capture": capture},
             "outcome": outcome,
@@ -393,7 +349,6 @@ def trace_from_call(
 
 __all__ = [
     "APIS",
-    "Api",
     "CallError",
     "CallRecord",
     "CLIENT_GONE",

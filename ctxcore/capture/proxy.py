@@ -69,6 +69,7 @@ from ctxcore import settings
 from ctxcore.capture.calls import CLIENT_GONE, CallRecord
 from ctxcore.capture.spool import SpoolWriter, converter_main, spool_dir
 from ctxcore.errors import InputError
+from ctxcore.formats import registry
 
 log = logging.getLogger("ctxscope.proxy")
 
@@ -99,11 +100,9 @@ _HOP = frozenset(
     }
 )
 _SOURCE = re.compile(rb"^/([A-Za-z0-9][A-Za-z0-9._-]{0,63})(/v1(?:/.*)?)$")
-#: The calls that become traces: (path, upstream) -> API.
-CAPTURED: dict[bytes, str] = {
-    b"/v1/chat/completions": "openai.chat",
-    b"/v1/responses": "openai.responses",
-    b"/v1/messages": "anthropic.messages",
+#: The calls that become traces: path -> how (the formats the registry marks ``live``).
+CAPTURED: dict[bytes, registry.Live] = {
+    f.live.path: f.live for f in registry.live_formats() if f.live is not None
 }
 #: Headers aiohttp would add by itself; a proxy sends only the client's.
 _AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
@@ -181,9 +180,9 @@ def route(raw_path: bytes, headers: list[tuple[bytes, bytes]], ups: dict[str, Up
     if not anthropic:
         anthropic = any(k == b"anthropic-version" for k, _ in headers)
     upstream = ups["anthropic" if anthropic else "openai"]
-    api = CAPTURED.get(path)
-    if api is not None and api.startswith("anthropic") != anthropic:
-        api = None
+    live = CAPTURED.get(path)
+    # a recorded path sent to the other upstream is passed through, not recorded
+    api = live.api if live is not None and (live.upstream == "anthropic") == anthropic else None
     return Route(upstream, path, api, source)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxcore import __version__, settings
 from ctxcore.errors import CtxscopeError, InputError
+from ctxcore.formats import registry
 
 if TYPE_CHECKING:
     from ctxcore.models import CapturedInput, Config, Trace
@@ -209,9 +210,14 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument("--db", default=db)
     e.set_defaults(func=_lazy("exchange", "cli_export"))
 
-    im = sub.add_parser("import", help="import an OpenAI request, OTLP JSON or snapshot")
+    im = sub.add_parser(
+        "import",
+        help="import model requests, session logs, OTLP or snapshots (--format lists them)",
+        epilog="formats (auto detects them):\n" + registry.help_lines(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     im.add_argument("paths", nargs="+", metavar="PATH", help="files, folders or glob patterns")
-    im.add_argument("--format", choices=list(settings.IMPORT_FORMATS), default="auto")
+    im.add_argument("--format", choices=list(registry.NAMES), default=registry.AUTO)
     im.add_argument("--db", default=db)
     im.add_argument("-o", "--output", help="write the trace JSON here instead of the store")
     im.add_argument("--window", type=int, help="the model's context window, if the file lacks it")

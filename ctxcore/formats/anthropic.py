@@ -24,18 +24,14 @@ request becomes the same captured input whichever API carried it:
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.derive import each_request, make_trace, stable_id
-from ctxcore.formats.openai import (
-    NormMessage,
-    ToolCall,
-    captured_input_from_norm,
-    usage_from_obj,
-)
+from ctxcore.formats.norm import NormMessage, Parts, ToolCall
+from ctxcore.formats.registry import LiveConverter
+from ctxcore.formats.request import RequestFormat, call_line, first_user
 from ctxcore.models import ToolDef, Trace
 
 BUILDER_NAME = "import/anthropic"
@@ -191,68 +187,69 @@ def normalize_message(
         raise ImportFormatError(
             f"{where}.content: expected a string or a list of blocks, got {type(content).__name__}"
         )
-    main = NormMessage(index=i, role=role, text="")
-    texts: list[str] = []
-    reasoning: list[str] = []
-    results: list[NormMessage] = []
+    parts = Parts(NormMessage(index=i, role=role, text=""))
     for j, block in enumerate(content):
         path = f"{where}.content[{j}]"
         if isinstance(block, str):
-            texts.append(block)
-            continue
-        if not isinstance(block, dict):
-            texts.append(tally.keep_unknown(path, block))
-            continue
-        _cache_mark(block, path, tally)
-        btype = block.get("type")
-        if btype == "text":
-            texts.append(str(block.get("text", "")))
-        elif btype == "thinking":
-            reasoning.append(str(block.get("thinking", "")))
-        elif btype == "redacted_thinking":
-            reasoning.append("[redacted thinking]")
-        elif btype == "tool_use" and role == "assistant":
-            name = block.get("name")
-            if not isinstance(name, str) or not name:
-                raise ImportFormatError(f"{path}: tool_use without a name")
-            main.tool_calls.append(
-                ToolCall(
-                    id=str(block["id"]) if block.get("id") else None,
-                    name=name,
-                    arguments=json.dumps(
-                        block.get("input", {}), ensure_ascii=False, separators=(",", ":")
-                    ),
-                )
-            )
-            tally.add("tool_calls")
-        elif btype == "tool_result":
-            media: list[dict[str, Any]] = []
-            text = _result_text(block.get("content"), path, tally, media)
-            extra = {"is_error": True} if block.get("is_error") else {}
-            tid = block.get("tool_use_id")
-            results.append(
-                NormMessage(
-                    index=i,
-                    role="tool",
-                    text=text,
-                    tool_call_id=str(tid) if tid else None,
-                    id=f"msg-{i}.{j}",
-                    media=media,
-                    extra=extra,
-                )
-            )
-            tally.add("tool_results")
-        elif btype in ("image", "document"):
-            line, info = _media(block, path, tally)
-            texts.append(line)
-            main.media.append(info)
+            parts.texts.append(block)
+        elif not isinstance(block, dict):
+            parts.texts.append(tally.keep_unknown(path, block))
         else:
-            texts.append(tally.keep_unknown(path, block))
-    main.text = "\n".join(texts)
-    main.reasoning = "\n".join(r for r in reasoning if r)
-    if main.text or main.tool_calls or main.reasoning or main.media or not results:
-        return [*results, main]
-    return results
+            _cache_mark(block, path, tally)
+            _read_block(block, path, f"msg-{i}.{j}", parts, tally)
+    return parts.messages()
+
+
+def _tool_use(block: dict[str, Any], path: str) -> ToolCall:
+    name = block.get("name")
+    if not isinstance(name, str) or not name:
+        raise ImportFormatError(f"{path}: tool_use without a name")
+    return ToolCall(
+        id=str(block["id"]) if block.get("id") else None,
+        name=name,
+        arguments=json.dumps(block.get("input", {}), ensure_ascii=False, separators=(",", ":")),
+    )
+
+
+def _tool_result(
+    block: dict[str, Any], path: str, mid: str, index: int, tally: Tally
+) -> NormMessage:
+    media: list[dict[str, Any]] = []
+    text = _result_text(block.get("content"), path, tally, media)
+    tid = block.get("tool_use_id")
+    return NormMessage(
+        index=index,
+        role="tool",
+        text=text,
+        tool_call_id=str(tid) if tid else None,
+        id=mid,
+        media=media,
+        extra={"is_error": True} if block.get("is_error") else {},
+    )
+
+
+def _read_block(block: dict[str, Any], path: str, mid: str, parts: Parts, tally: Tally) -> None:
+    """One content block into the message's parts (``mid``: a tool result's message id)."""
+    btype = block.get("type")
+    main = parts.main
+    if btype == "text":
+        parts.texts.append(str(block.get("text", "")))
+    elif btype == "thinking":
+        parts.reasoning.append(str(block.get("thinking", "")))
+    elif btype == "redacted_thinking":
+        parts.reasoning.append("[redacted thinking]")
+    elif btype == "tool_use" and main.role == "assistant":
+        main.tool_calls.append(_tool_use(block, path))
+        tally.add("tool_calls")
+    elif btype == "tool_result":
+        parts.results.append(_tool_result(block, path, mid, main.index, tally))
+        tally.add("tool_results")
+    elif btype in ("image", "document"):
+        line, info = _media(block, path, tally)
+        parts.texts.append(line)
+        main.media.append(info)
+    else:
+        parts.texts.append(tally.keep_unknown(path, block))
 
 
 def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
@@ -278,68 +275,6 @@ def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
     return out
 
 
-def trace_from_request(
-    request: dict[str, Any],
-    *,
-    session_id: str | None = None,
-    turn: int = 0,
-    now: datetime | None = None,
-    default_now: datetime | None = None,
-    response: dict[str, Any] | None = None,
-) -> Trace:
-    """One Anthropic Messages request (and, if given, its response) → a trace."""
-    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-        raise ImportFormatError("an Anthropic Messages request is an object with a 'messages' list")
-    tally = Tally(FORMAT)
-    norm = normalize(request, tally)
-    tools = parse_tools(request.get("tools"), tally)
-    when = now or default_now or datetime.now(UTC)
-    reserve = request.get("max_tokens")
-    inp, flat = captured_input_from_norm(
-        norm,
-        tools=tools,
-        now=when,
-        output_reserve=reserve if isinstance(reserve, int) and reserve >= 0 else None,
-    )
-    response = response if isinstance(response, dict) else request.get("response")
-    usage: dict[str, int] = {}
-    output = None
-    if isinstance(response, dict):
-        usage = usage_from_obj(response.get("usage"))
-        blocks = response.get("content")
-        if isinstance(blocks, list):
-            output = (
-                "\n".join(
-                    str(b.get("text", ""))
-                    for b in blocks
-                    if isinstance(b, dict) and b.get("type") == "text"
-                )
-                or None
-            )
-    meta: dict[str, Any] = {"import": tally.to_metadata()}
-    user = (
-        request.get("metadata", {}).get("user_id")
-        if isinstance(request.get("metadata"), dict)
-        else None
-    )
-    model = request.get("model") if isinstance(request.get("model"), str) else None
-    return make_trace(
-        inp,
-        flat,
-        builder=BUILDER_NAME,
-        model=model,
-        trace_id=stable_id(
-            BUILDER_NAME, request.get("system"), request["messages"], request.get("tools")
-        ),
-        session_id=session_id or (str(user) if user else "import"),
-        turn=turn,
-        created_at=when,
-        usage=usage,
-        output=output,
-        metadata=meta,
-    )
-
-
 def is_message_list(data: Any) -> bool:
     """Whether a JSON value is a bare list of messages (``[{"role", "content"}, ...]``), as
     Cline's ``api_conversation_history.json`` keeps a conversation, not a list of requests."""
@@ -352,18 +287,139 @@ def is_message_list(data: Any) -> bool:
     )
 
 
+def _output(response: dict[str, Any]) -> str | None:
+    """The reply's text blocks (what an imported pair's outcome shows)."""
+    blocks = response.get("content")
+    if not isinstance(blocks, list):
+        return None
+    texts = (
+        str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+    )
+    return "\n".join(texts) or None
+
+
+def _user_id(request: dict[str, Any]) -> Any:
+    meta = request.get("metadata")
+    return meta.get("user_id") if isinstance(meta, dict) else None
+
+
+class Messages(RequestFormat):
+    """The Anthropic Messages mapping (``request.RequestFormat``)."""
+
+    builder = BUILDER_NAME
+    source = FORMAT
+    shape = "an Anthropic Messages request is an object with a 'messages' list"
+    #: a request names its session (``metadata.user_id``), else it is ``import``
+    file_session = False
+
+    def looks_like(self, data: Any) -> bool:
+        return looks_like(data)
+
+    def detects(self, data: Any) -> bool:
+        # also a bare message list with Anthropic blocks (tool_use, tool_result…): Cline's
+        return super().detects(data) or (is_message_list(data) and looks_like({"messages": data}))
+
+    def accepts(self, request: Any) -> bool:
+        return isinstance(request, dict) and isinstance(request.get("messages"), list)
+
+    def normalize(
+        self, request: dict[str, Any], tally: Tally
+    ) -> tuple[list[NormMessage], dict[str, Any]]:
+        return normalize(request, tally), {}
+
+    def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
+        return parse_tools(request.get("tools"), tally)
+
+    def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
+        return request.get("system"), request["messages"], request.get("tools")
+
+    def reserve(self, request: dict[str, Any]) -> Any:
+        return request.get("max_tokens")
+
+    def response_of(self, request: dict[str, Any], response: Any) -> dict[str, Any] | None:
+        reply = response if isinstance(response, dict) else request.get("response")
+        return reply if isinstance(reply, dict) else None
+
+    def output(self, request: dict[str, Any], response: dict[str, Any] | None) -> str | None:
+        return _output(response) if response is not None else None
+
+    def model(self, request: dict[str, Any], response: dict[str, Any] | None) -> Any:
+        return request.get("model")
+
+    def session(self, request: dict[str, Any], session_id: str | None) -> str:
+        user = _user_id(request)
+        return session_id or (str(user) if user else "import")
+
+    def requests(self, data: Any) -> Any:
+        # a bare list of messages is one request holding them
+        return super().requests({"messages": data} if is_message_list(data) else data)
+
+
+REQUESTS = Messages()
+trace_from_request = REQUESTS.trace
+
+
 def traces_from_obj(
     data: Any, *, session_id: str | None = None, default_now: datetime | None = None
 ) -> list[Trace]:
     """A request, a ``{"request": ..., "response": ...}`` pair, a list of either, or a bare
     list of messages (one request holding them)."""
-    if is_message_list(data):
-        data = {"messages": data}
-    return each_request(data, trace_from_request, session_id=session_id, default_now=default_now)
+    return REQUESTS.traces(data, session_id=session_id, default_now=default_now)
+
+
+# --------------------------------------------------------------------------- live calls
+
+
+def _reply_lines(response: dict[str, Any]) -> list[str]:
+    """A live reply's text blocks, and each tool use as a ``name(input)`` line."""
+    lines: list[str] = []
+    for block in response.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            lines.append(block["text"])
+        elif block.get("type") in ("tool_use", "server_tool_use"):
+            lines.append(call_line(block.get("name"), block.get("input")))
+    return lines
+
+
+def _usage_summary(usage: dict[str, int]) -> dict[str, int]:
+    """``input`` is the whole prompt: ``input_tokens`` leaves out what was read from or
+    written to the cache, so those are added back."""
+    out: dict[str, int] = {}
+    read = usage.get("cache_read_input_tokens", 0)
+    made = usage.get("cache_creation_input_tokens", 0)
+    if "input_tokens" in usage:
+        out["input"] = usage["input_tokens"] + read + made
+    if "output_tokens" in usage:
+        out["output"] = usage["output_tokens"]
+    if "cache_read_input_tokens" in usage:
+        out["cached"] = read
+    if "cache_creation_input_tokens" in usage:
+        out["cache_creation"] = made
+    return out
+
+
+def _named_session(request: dict[str, Any]) -> tuple[str, str] | None:
+    user = _user_id(request)
+    return (user, "metadata.user_id") if isinstance(user, str) and user else None
+
+
+LIVE = LiveConverter(
+    trace=lambda request, response, session, now: REQUESTS.trace(
+        request, session_id=session, now=now, response=response
+    ),
+    reply=_reply_lines,
+    usage=_usage_summary,
+    conversation=lambda request: [request.get("system"), first_user(request.get("messages"))],
+    session=_named_session,
+)
 
 
 __all__ = [
     "FORMAT",
+    "LIVE",
+    "REQUESTS",
     "is_message_list",
     "looks_like",
     "normalize",

@@ -27,19 +27,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.derive import each_request, make_trace, stable_id
-from ctxcore.formats.openai import (
-    NormMessage,
-    ToolCall,
-    captured_input_from_norm,
-    usage_from_obj,
-)
-from ctxcore.models import ToolDef, Trace
+from ctxcore.formats.norm import NormMessage, Parts, ToolCall
+from ctxcore.formats.request import RequestFormat
+from ctxcore.models import ToolDef
 
 BUILDER_NAME = "import/bedrock"
 FORMAT = "bedrock-converse"
@@ -207,102 +201,118 @@ def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
     out of user messages, in order)."""
     out = _system(request, tally)
     for i, msg in enumerate(request["messages"]):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise ImportFormatError(f"{where}: a message must be an object")
-        role = msg.get("role")
-        if role not in ("user", "assistant"):
-            raise ImportFormatError(f"{where}: role must be 'user' or 'assistant', got {role!r}")
-        content = msg.get("content")
-        if not isinstance(content, list):
-            raise ImportFormatError(
-                f"{where}.content: expected a list of blocks, got {type(content).__name__}"
-            )
-        tally.add("messages")
-        main = NormMessage(index=i, role=role, text="")
-        texts: list[str] = []
-        reasoning: list[str] = []
-        results: list[NormMessage] = []
-        guards: list[list[str]] = []
-        for j, block in enumerate(content):
-            path = f"{where}.content[{j}]"
-            if not _is_block(block):
-                texts.append(tally.keep_unknown(path, block))
-                continue
-            key = next(iter(block))
-            body = block[key]
-            guard = _guard_text(body) if key == "guardContent" else None
-            if key == "text" and isinstance(body, str):
-                texts.append(body)
-            elif guard is not None:
-                texts.append(guard[0])
-                guards.append(guard[1])
-            elif key == "cachePoint":
-                tally.cache_control.append(path)
-            elif key in _MEDIA:
-                line, info = _media(key, body, path)
-                texts.append(line)
-                main.media.append(info)
-                tally.add("media")
-            elif key == "reasoningContent" and isinstance(body, dict):
-                rt = body.get("reasoningText")
-                if isinstance(rt, dict) and isinstance(rt.get("text"), str):
-                    reasoning.append(rt["text"])
-                elif "redactedContent" in body:
-                    reasoning.append("[redacted reasoning]")
-                else:
-                    texts.append(tally.keep_unknown(path, block))
-            elif key == "toolUse" and role == "assistant" and isinstance(body, dict):
-                name = body.get("name")
-                if not isinstance(name, str) or not name:
-                    raise ImportFormatError(f"{path}.toolUse: a tool use needs a name")
-                tid = body.get("toolUseId")
-                main.tool_calls.append(
-                    ToolCall(
-                        id=str(tid) if isinstance(tid, str) and tid else None,
-                        name=name,
-                        arguments=json.dumps(
-                            body.get("input", {}), ensure_ascii=False, separators=(",", ":")
-                        ),
-                    )
-                )
-                tally.add("tool_calls")
-            elif key == "toolResult" and isinstance(body, dict):
-                media: list[dict[str, Any]] = []
-                text = _result_text(body.get("content"), f"{path}.toolResult", tally, media)
-                tid = body.get("toolUseId")
-                status = body.get("status")
-                results.append(
-                    NormMessage(
-                        index=i,
-                        role="tool",
-                        text=text,
-                        tool_call_id=str(tid) if isinstance(tid, str) and tid else None,
-                        id=f"msg-{i}.{j}",
-                        media=media,
-                        extra={"is_error": True} if status == "error" else {},
-                    )
-                )
-                tally.add("tool_results")
-            elif key == "citationsContent" and isinstance(body, dict):
-                parts = body.get("content")
-                texts.append(
-                    "\n".join(
-                        str(p.get("text", ""))
-                        for p in (parts if isinstance(parts, list) else [])
-                        if isinstance(p, dict)
-                    )
-                )
-            else:
-                texts.append(tally.keep_unknown(path, block))
-        main.text = "\n".join(texts)
-        main.reasoning = "\n".join(r for r in reasoning if r)
-        if guards:
-            main.extra["guard_qualifiers"] = guards
-        out.extend(results)
-        if main.text or main.tool_calls or main.reasoning or main.media or not results:
-            out.append(main)
+        out.extend(_message(msg, i, tally))
     return out
+
+
+def _message(msg: Any, i: int, tally: Tally) -> list[NormMessage]:
+    """One Converse message: the tool results it holds, then the message itself."""
+    where = f"messages[{i}]"
+    if not isinstance(msg, dict):
+        raise ImportFormatError(f"{where}: a message must be an object")
+    role = msg.get("role")
+    if role not in ("user", "assistant"):
+        raise ImportFormatError(f"{where}: role must be 'user' or 'assistant', got {role!r}")
+    content = msg.get("content")
+    if not isinstance(content, list):
+        raise ImportFormatError(
+            f"{where}.content: expected a list of blocks, got {type(content).__name__}"
+        )
+    tally.add("messages")
+    parts = Parts(NormMessage(index=i, role=role, text=""))
+    guards: list[list[str]] = []
+    for j, block in enumerate(content):
+        path = f"{where}.content[{j}]"
+        if not _is_block(block):
+            parts.texts.append(tally.keep_unknown(path, block))
+            continue
+        key = next(iter(block))
+        guard = _guard_text(block[key]) if key == "guardContent" else None
+        if guard is not None:
+            parts.texts.append(guard[0])
+            guards.append(guard[1])
+        elif not _read_block(block, key, path, f"msg-{i}.{j}", parts, tally):
+            parts.texts.append(tally.keep_unknown(path, block))
+    if guards:
+        parts.main.extra["guard_qualifiers"] = guards
+    return parts.messages()
+
+
+def _reasoning(body: dict[str, Any]) -> str | None:
+    rt = body.get("reasoningText")
+    if isinstance(rt, dict) and isinstance(rt.get("text"), str):
+        return str(rt["text"])
+    return "[redacted reasoning]" if "redactedContent" in body else None
+
+
+def _tool_use(body: dict[str, Any], path: str) -> ToolCall:
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ImportFormatError(f"{path}.toolUse: a tool use needs a name")
+    tid = body.get("toolUseId")
+    return ToolCall(
+        id=str(tid) if isinstance(tid, str) and tid else None,
+        name=name,
+        arguments=json.dumps(body.get("input", {}), ensure_ascii=False, separators=(",", ":")),
+    )
+
+
+def _tool_result(
+    body: dict[str, Any], path: str, mid: str, index: int, tally: Tally
+) -> NormMessage:
+    media: list[dict[str, Any]] = []
+    text = _result_text(body.get("content"), f"{path}.toolResult", tally, media)
+    tid = body.get("toolUseId")
+    return NormMessage(
+        index=index,
+        role="tool",
+        text=text,
+        tool_call_id=str(tid) if isinstance(tid, str) and tid else None,
+        id=mid,
+        media=media,
+        extra={"is_error": True} if body.get("status") == "error" else {},
+    )
+
+
+def _read_block(
+    block: dict[str, Any], key: str, path: str, mid: str, parts: Parts, tally: Tally
+) -> bool:
+    """One content block (``{key: body}``) into the message's parts; False for a block
+    this reader does not know (kept as text by the caller)."""
+    body = block[key]
+    main = parts.main
+    if key == "text" and isinstance(body, str):
+        parts.texts.append(body)
+    elif key == "cachePoint":
+        tally.cache_control.append(path)
+    elif key in _MEDIA:
+        line, info = _media(key, body, path)
+        parts.texts.append(line)
+        main.media.append(info)
+        tally.add("media")
+    elif key == "reasoningContent" and isinstance(body, dict):
+        reasoning = _reasoning(body)
+        if reasoning is None:
+            return False
+        parts.reasoning.append(reasoning)
+    elif key == "toolUse" and main.role == "assistant" and isinstance(body, dict):
+        main.tool_calls.append(_tool_use(body, path))
+        tally.add("tool_calls")
+    elif key == "toolResult" and isinstance(body, dict):
+        parts.results.append(_tool_result(body, path, mid, main.index, tally))
+        tally.add("tool_results")
+    elif key == "citationsContent" and isinstance(body, dict):
+        cited = body.get("content")
+        parts.texts.append(
+            "\n".join(
+                str(c.get("text", ""))
+                for c in (cited if isinstance(cited, list) else [])
+                if isinstance(c, dict)
+            )
+        )
+    else:
+        return False
+    return True
 
 
 def parse_tools(request: dict[str, Any], tally: Tally) -> list[ToolDef]:
@@ -355,66 +365,52 @@ def _output(response: dict[str, Any]) -> str | None:
     return "\n".join(lines) or None
 
 
-def trace_from_request(
-    request: dict[str, Any],
-    *,
-    session_id: str | None = None,
-    turn: int = 0,
-    now: datetime | None = None,
-    default_now: datetime | None = None,
-    response: dict[str, Any] | None = None,
-) -> Trace:
-    """One Converse request (and, if given, its response) → a trace."""
-    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-        raise ImportFormatError("a Bedrock Converse request is an object with a 'messages' list")
-    tally = Tally(FORMAT)
-    norm = normalize(request, tally)
-    tools = parse_tools(request, tally)
-    when = now or default_now or datetime.now(UTC)
-    inference = request.get("inferenceConfig")
-    reserve = inference.get("maxTokens") if isinstance(inference, dict) else None
-    inp, flat = captured_input_from_norm(
-        norm,
-        tools=tools,
-        now=when,
-        output_reserve=reserve
-        if isinstance(reserve, int) and not isinstance(reserve, bool) and reserve >= 0
-        else None,
-    )
-    meta: dict[str, Any] = {"import": tally.to_metadata()}
-    if isinstance(request.get("guardrailConfig"), dict):
-        meta["guardrail"] = request["guardrailConfig"]
-    response = response if isinstance(response, dict) else None
-    usage: dict[str, int] = {}
-    output = None
-    if response is not None:
-        usage = usage_from_obj(response.get("usage"))
-        output = _output(response)
-        if isinstance(response.get("stopReason"), str):
-            meta["stop_reason"] = response["stopReason"]
-    model = request.get("modelId")
-    return make_trace(
-        inp,
-        flat,
-        builder=BUILDER_NAME,
-        model=model if isinstance(model, str) else None,
-        trace_id=stable_id(
-            BUILDER_NAME, request.get("system"), request["messages"], request.get("toolConfig")
-        ),
-        session_id=session_id or "import",
-        turn=turn,
-        created_at=when,
-        usage=usage,
-        output=output,
-        metadata=meta,
-    )
+class Converse(RequestFormat):
+    """The Bedrock Converse mapping (``request.RequestFormat``)."""
+
+    builder = BUILDER_NAME
+    source = FORMAT
+    shape = "a Bedrock Converse request is an object with a 'messages' list"
+
+    def looks_like(self, data: Any) -> bool:
+        return looks_like(data)
+
+    def accepts(self, request: Any) -> bool:
+        return isinstance(request, dict) and isinstance(request.get("messages"), list)
+
+    def normalize(
+        self, request: dict[str, Any], tally: Tally
+    ) -> tuple[list[NormMessage], dict[str, Any]]:
+        return normalize(request, tally), {}
+
+    def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
+        return parse_tools(request, tally)
+
+    def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
+        return request.get("system"), request["messages"], request.get("toolConfig")
+
+    def reserve(self, request: dict[str, Any]) -> Any:
+        inference = request.get("inferenceConfig")
+        return inference.get("maxTokens") if isinstance(inference, dict) else None
+
+    def request_meta(self, request: dict[str, Any]) -> dict[str, Any]:
+        guardrail = request.get("guardrailConfig")
+        return {"guardrail": guardrail} if isinstance(guardrail, dict) else {}
+
+    def response_meta(self, response: dict[str, Any]) -> dict[str, Any]:
+        stop = response.get("stopReason")
+        return {"stop_reason": stop} if isinstance(stop, str) else {}
+
+    def output(self, request: dict[str, Any], response: dict[str, Any] | None) -> str | None:
+        return _output(response) if response is not None else None
+
+    def model(self, request: dict[str, Any], response: dict[str, Any] | None) -> Any:
+        return request.get("modelId")
 
 
-def traces_from_obj(
-    data: Any, *, session_id: str | None = None, default_now: datetime | None = None
-) -> list[Trace]:
-    """A request, a ``{"request": ..., "response": ...}`` pair, or a list of either."""
-    return each_request(data, trace_from_request, session_id=session_id, default_now=default_now)
+REQUESTS = Converse()
+trace_from_request = REQUESTS.trace
+traces_from_obj = REQUESTS.traces
 
 
-__all__ = ["FORMAT", "looks_like", "normalize", "trace_from_request", "traces_from_obj"]
+__all__ = ["FORMAT", "REQUESTS", "looks_like", "normalize", "trace_from_request", "traces_from_obj"]

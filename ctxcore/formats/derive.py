@@ -415,28 +415,3 @@ def with_window(trace: Trace, *, window: int | None = None, model: str | None = 
         metadata=meta,
         tags=list(trace.tags),
     )
-
-
-def each_request(
-    data: Any,
-    trace_from_request: Any,
-    *,
-    session_id: str | None = None,
-    default_now: datetime | None = None,
-) -> list[Trace]:
-    """One trace per request in ``data``: a request, a ``{"request": ..., "response": ...}``
-    pair, or a list of either (turn = position). Shared by the request importers."""
-    items = data if isinstance(data, list) else [data]
-    out: list[Trace] = []
-    for n, item in enumerate(items):
-        pair = isinstance(item, dict) and isinstance(item.get("request"), dict)
-        out.append(
-            trace_from_request(
-                item["request"] if pair else item,
-                response=item.get("response") if pair else None,
-                session_id=session_id,
-                turn=n,
-                default_now=default_now,
-            )
-        )
-    return out

@@ -32,15 +32,10 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.derive import each_request, make_trace, stable_id
-from ctxcore.formats.openai import (
-    NormMessage,
-    ToolCall,
-    captured_input_from_norm,
-    text_of,
-    usage_from_obj,
-)
-from ctxcore.models import ToolDef, Trace
+from ctxcore.formats.norm import NormMessage, Parts, ToolCall, usage_from_obj
+from ctxcore.formats.openai import text_of
+from ctxcore.formats.request import RequestFormat
+from ctxcore.models import ToolDef
 
 BUILDER_NAME = "import/gemini"
 FORMAT = "gemini"
@@ -178,9 +173,31 @@ def normalize(request: dict[str, Any], tally: Tally) -> tuple[list[NormMessage],
         contents = [{"role": "user", "parts": [{"text": contents}]}]
     if not isinstance(contents, list):
         raise ImportFormatError("contents: expected a list of contents")
-    calls = _Calls()
-    code = {"executable_code": 0, "code_execution_result": 0}
+    reader = _Contents(tally)
     for i, content in enumerate(contents):
+        out.extend(reader.content(content, i))
+    return out, reader.notes()
+
+
+class _Contents:
+    """Reads a request's contents in order: the calls still open (``_Calls``) and the
+    code-tool parts seen carry from one content to the next."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+        self.calls = _Calls()
+        self.code = {"executable_code": 0, "code_execution_result": 0}
+
+    def notes(self) -> dict[str, Any]:
+        notes: dict[str, Any] = {}
+        if any(self.code.values()):
+            notes["code_parts"] = {k: v for k, v in self.code.items() if v}
+        if self.calls.synthesized:
+            notes["synthesized_call_ids"] = self.calls.synthesized
+        return notes
+
+    def content(self, content: Any, i: int) -> list[NormMessage]:
+        """One content: the function responses it holds, then the message itself."""
         where = f"contents[{i}]"
         if isinstance(content, str):
             content = {"role": "user", "parts": [{"text": content}]}
@@ -192,102 +209,95 @@ def normalize(request: dict[str, Any], tally: Tally) -> tuple[list[NormMessage],
         parts = content.get("parts")
         if not isinstance(parts, list):
             raise ImportFormatError(f"{where}: a content needs a 'parts' list")
-        tally.add("messages")
-        main = NormMessage(index=i, role=_ROLES.get(role, "user"), text="")
+        self.tally.add("messages")
+        read = Parts(NormMessage(index=i, role=_ROLES.get(role, "user"), text=""))
         if role not in ("user", "model"):
             # a function-role content (older API) or an unknown role: read as the user's
-            main.extra["source_role"] = role
-        texts: list[str] = []
-        reasoning: list[str] = []
-        results: list[NormMessage] = []
+            read.main.extra["source_role"] = role
         for j, part in enumerate(parts):
             path = f"{where}.parts[{j}]"
             if not isinstance(part, dict):
-                texts.append(tally.keep_unknown(path, part))
-                continue
-            if _get(part, "thoughtSignature") is not None:
-                # opaque to all but Gemini, which wants it back: counted, not kept
-                main.extra["thought_signatures"] = main.extra.get("thought_signatures", 0) + 1
-            fcall, fresp = _get(part, "functionCall"), _get(part, "functionResponse")
-            media = _media(part, path)
-            code_text = _code_text(part)
-            if isinstance(part.get("text"), str):
-                (reasoning if part.get("thought") is True else texts).append(part["text"])
-            elif isinstance(fcall, dict) and role == "model":
-                name = fcall.get("name")
-                if not isinstance(name, str) or not name:
-                    raise ImportFormatError(f"{path}.functionCall: a call needs a name")
-                cid = fcall.get("id")
-                if not isinstance(cid, str) or not cid:
-                    cid = f"call_{i}_{j}"
-                    calls.synthesized += 1
-                call = ToolCall(
-                    id=cid,
-                    name=name,
-                    arguments=json.dumps(
-                        fcall.get("args", {}), ensure_ascii=False, separators=(",", ":")
-                    ),
-                )
-                main.tool_calls.append(call)
-                calls.add(call)
-                tally.add("tool_calls")
-            elif isinstance(fresp, dict):
-                name = fresp.get("name")
-                rid = fresp.get("id")
-                result = NormMessage(
-                    index=i,
-                    role="tool",
-                    text=json.dumps(fresp.get("response"), ensure_ascii=False),
-                    tool_call_id=calls.answer(
-                        name if isinstance(name, str) else None,
-                        rid if isinstance(rid, str) and rid else None,
-                    ),
-                    name=name if isinstance(name, str) else None,
-                    id=f"msg-{i}.{j}",
-                )
-                inner = fresp.get("parts")
-                if isinstance(inner, list):  # multimodal function responses
-                    lines = [result.text]
-                    for k, sub in enumerate(inner):
-                        sub_media = (
-                            _media(sub, f"{path}.parts[{k}]") if isinstance(sub, dict) else None
-                        )
-                        if sub_media is None:
-                            lines.append(tally.keep_unknown(f"{path}.parts[{k}]", sub))
-                            continue
-                        lines.append(sub_media[0])
-                        result.media.append(sub_media[1])
-                        tally.add("media")
-                    result.text = "\n".join(lines)
-                results.append(result)
-                tally.add("tool_results")
-            elif media is not None:
-                texts.append(media[0])
-                main.media.append(media[1])
-                tally.add("media")
-            elif code_text is not None:
-                texts.append(code_text)
-                key = (
-                    "executable_code"
-                    if _get(part, "executableCode") is not None
-                    else "code_execution_result"
-                )
-                code[key] += 1
-            elif set(part) <= {"thoughtSignature", "thought_signature", "thought"}:
-                continue  # a bare signature: counted above
+                read.texts.append(self.tally.keep_unknown(path, part))
             else:
-                texts.append(tally.keep_unknown(path, part))
-        main.text = "\n".join(texts)
-        main.reasoning = "\n".join(r for r in reasoning if r)
-        out.extend(results)
-        if main.text or main.tool_calls or main.reasoning or main.media or not results:
-            out.append(main)
-    notes: dict[str, Any] = {}
-    if any(code.values()):
-        notes["code_parts"] = {k: v for k, v in code.items() if v}
-    if calls.synthesized:
-        notes["synthesized_call_ids"] = calls.synthesized
-    return out, notes
+                self.part(part, path, role, j, read)
+        return read.messages()
+
+    def part(self, part: dict[str, Any], path: str, role: str, j: int, read: Parts) -> None:
+        """One part of a content into its parts (``j``: its place, for made-up ids)."""
+        main, tally = read.main, self.tally
+        if _get(part, "thoughtSignature") is not None:
+            # opaque to all but Gemini, which wants it back: counted, not kept
+            main.extra["thought_signatures"] = main.extra.get("thought_signatures", 0) + 1
+        fcall, fresp = _get(part, "functionCall"), _get(part, "functionResponse")
+        media = _media(part, path)
+        code_text = _code_text(part)
+        if isinstance(part.get("text"), str):
+            (read.reasoning if part.get("thought") is True else read.texts).append(part["text"])
+        elif isinstance(fcall, dict) and role == "model":
+            main.tool_calls.append(self.call(fcall, path, main.index, j))
+            tally.add("tool_calls")
+        elif isinstance(fresp, dict):
+            read.results.append(self.response(fresp, path, main.index, j))
+            tally.add("tool_results")
+        elif media is not None:
+            read.texts.append(media[0])
+            main.media.append(media[1])
+            tally.add("media")
+        elif code_text is not None:
+            read.texts.append(code_text)
+            executable = _get(part, "executableCode") is not None
+            self.code["executable_code" if executable else "code_execution_result"] += 1
+        elif not set(part) <= {"thoughtSignature", "thought_signature", "thought"}:
+            read.texts.append(tally.keep_unknown(path, part))
+        # else: a bare signature, counted above
+
+    def call(self, fcall: dict[str, Any], path: str, i: int, j: int) -> ToolCall:
+        """A ``functionCall``; one without an id gets ``call_<content>_<part>``."""
+        name = fcall.get("name")
+        if not isinstance(name, str) or not name:
+            raise ImportFormatError(f"{path}.functionCall: a call needs a name")
+        cid = fcall.get("id")
+        if not isinstance(cid, str) or not cid:
+            cid = f"call_{i}_{j}"
+            self.calls.synthesized += 1
+        call = ToolCall(
+            id=cid,
+            name=name,
+            arguments=json.dumps(fcall.get("args", {}), ensure_ascii=False, separators=(",", ":")),
+        )
+        self.calls.add(call)
+        return call
+
+    def response(self, fresp: dict[str, Any], path: str, i: int, j: int) -> NormMessage:
+        """A ``functionResponse`` as a tool message answering its call (by id, else the
+        oldest open call of its name); the media parts of a multimodal one follow its
+        text."""
+        name = fresp.get("name")
+        rid = fresp.get("id")
+        result = NormMessage(
+            index=i,
+            role="tool",
+            text=json.dumps(fresp.get("response"), ensure_ascii=False),
+            tool_call_id=self.calls.answer(
+                name if isinstance(name, str) else None,
+                rid if isinstance(rid, str) and rid else None,
+            ),
+            name=name if isinstance(name, str) else None,
+            id=f"msg-{i}.{j}",
+        )
+        inner = fresp.get("parts")
+        if isinstance(inner, list):  # multimodal function responses
+            lines = [result.text]
+            for k, sub in enumerate(inner):
+                sub_media = _media(sub, f"{path}.parts[{k}]") if isinstance(sub, dict) else None
+                if sub_media is None:
+                    lines.append(self.tally.keep_unknown(f"{path}.parts[{k}]", sub))
+                    continue
+                lines.append(sub_media[0])
+                result.media.append(sub_media[1])
+                self.tally.add("media")
+            result.text = "\n".join(lines)
+        return result
 
 
 def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
@@ -364,77 +374,62 @@ def _created(response: dict[str, Any]) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def trace_from_request(
-    request: dict[str, Any],
-    *,
-    session_id: str | None = None,
-    turn: int = 0,
-    now: datetime | None = None,
-    default_now: datetime | None = None,
-    response: dict[str, Any] | None = None,
-) -> Trace:
-    """One ``generateContent`` request (and, if given, its response) → a trace."""
-    if not isinstance(request, dict) or "contents" not in request:
-        raise ImportFormatError("a Gemini generateContent request is an object with 'contents'")
-    tally = Tally(FORMAT)
-    norm, notes = normalize(request, tally)
-    cfg = _config(request)
-    tools_raw = request.get("tools")
-    tools = parse_tools(tools_raw if tools_raw is not None else cfg.get("tools"), tally)
-    response = response if isinstance(response, dict) else None
-    when = now or (_created(response) if response else None) or default_now or datetime.now(UTC)
-    reserve = _get(cfg, "maxOutputTokens")
-    inp, flat = captured_input_from_norm(
-        norm,
-        tools=tools,
-        now=when,
-        output_reserve=reserve
-        if isinstance(reserve, int) and not isinstance(reserve, bool) and reserve >= 0
-        else None,
-    )
-    imp = tally.to_metadata()
-    imp.update(notes)
-    meta: dict[str, Any] = {"import": imp}
-    cached = _get(request, "cachedContent")
-    if isinstance(cached, str):
+class GenerateContent(RequestFormat):
+    """The Gemini ``generateContent`` mapping (``request.RequestFormat``)."""
+
+    builder = BUILDER_NAME
+    source = FORMAT
+    shape = "a Gemini generateContent request is an object with 'contents'"
+
+    def looks_like(self, data: Any) -> bool:
+        return looks_like(data)
+
+    def accepts(self, request: Any) -> bool:
+        return isinstance(request, dict) and "contents" in request
+
+    def normalize(
+        self, request: dict[str, Any], tally: Tally
+    ) -> tuple[list[NormMessage], dict[str, Any]]:
+        return normalize(request, tally)
+
+    def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
+        raw = request.get("tools")
+        return parse_tools(raw if raw is not None else _config(request).get("tools"), tally)
+
+    def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
+        return _get(request, "systemInstruction"), request["contents"], request.get("tools")
+
+    def reserve(self, request: dict[str, Any]) -> Any:
+        return _get(_config(request), "maxOutputTokens")
+
+    def created(self, request: dict[str, Any], response: dict[str, Any] | None) -> datetime | None:
+        return _created(response) if response is not None else None
+
+    def request_meta(self, request: dict[str, Any]) -> dict[str, Any]:
+        cached = _get(request, "cachedContent")
         # context cached at Google: it is part of the prompt but not of this request
-        meta["cached_content"] = cached
-    usage: dict[str, int] = {}
-    output = None
-    model = request.get("model")
-    if response is not None:
-        usage = usage_from_obj(_get(response, "usageMetadata"))
-        output = _output(response)
+        return {"cached_content": cached} if isinstance(cached, str) else {}
+
+    def response_meta(self, response: dict[str, Any]) -> dict[str, Any]:
         rid = _get(response, "responseId")
-        if isinstance(rid, str):
-            meta["response_id"] = rid
-        if not isinstance(model, str):
-            model = _get(response, "modelVersion")
-    return make_trace(
-        inp,
-        flat,
-        builder=BUILDER_NAME,
-        model=model if isinstance(model, str) else None,
-        trace_id=stable_id(
-            BUILDER_NAME,
-            _get(request, "systemInstruction"),
-            request["contents"],
-            request.get("tools"),
-        ),
-        session_id=session_id or "import",
-        turn=turn,
-        created_at=when,
-        usage=usage,
-        output=output,
-        metadata=meta,
-    )
+        return {"response_id": rid} if isinstance(rid, str) else {}
+
+    def usage(self, request: dict[str, Any], response: dict[str, Any] | None) -> dict[str, int]:
+        return usage_from_obj(_get(response, "usageMetadata")) if response is not None else {}
+
+    def output(self, request: dict[str, Any], response: dict[str, Any] | None) -> str | None:
+        return _output(response) if response is not None else None
+
+    def model(self, request: dict[str, Any], response: dict[str, Any] | None) -> Any:
+        model = request.get("model")
+        if not isinstance(model, str) and response is not None:
+            return _get(response, "modelVersion")
+        return model
 
 
-def traces_from_obj(
-    data: Any, *, session_id: str | None = None, default_now: datetime | None = None
-) -> list[Trace]:
-    """A request, a ``{"request": ..., "response": ...}`` pair, or a list of either."""
-    return each_request(data, trace_from_request, session_id=session_id, default_now=default_now)
+REQUESTS = GenerateContent()
+trace_from_request = REQUESTS.trace
+traces_from_obj = REQUESTS.traces
 
 
-__all__ = ["FORMAT", "looks_like", "normalize", "trace_from_request", "traces_from_obj"]
+__all__ = ["FORMAT", "REQUESTS", "looks_like", "normalize", "trace_from_request", "traces_from_obj"]

@@ -35,13 +35,8 @@ from typing import Any
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace, stable_id
-from ctxcore.formats.openai import (
-    NormMessage,
-    ToolCall,
-    captured_input_from_norm,
-    text_of,
-    usage_from_obj,
-)
+from ctxcore.formats.norm import NormMessage, ToolCall, captured_input_from_norm, usage_from_obj
+from ctxcore.formats.openai import text_of
 from ctxcore.formats.responses import parse_tools, time_from_epoch
 from ctxcore.models import Trace
 
@@ -397,4 +392,9 @@ def traces_from_obj(
     return [trace_from_messages(data, session_id=session_id, default_now=default_now)]
 
 
-__all__ = ["FORMAT", "looks_like", "normalize", "trace_from_messages", "traces_from_obj"]
+def read(data: Any, *, where: str, session_id: str, default_now: datetime | None) -> list[Trace]:
+    """The LangChain format's reader (``registry.Reader``)."""
+    return traces_from_obj(data, session_id=session_id, default_now=default_now)
+
+
+__all__ = ["FORMAT", "looks_like", "normalize", "read", "trace_from_messages", "traces_from_obj"]

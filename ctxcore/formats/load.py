@@ -1,21 +1,12 @@
 """Bring prompts from other systems into ctxscope: detect the format, convert, store.
 
-Formats (``--format``, or ``auto`` to detect from the content):
-
-- ``trace`` — ctxscope traces: one trace JSON, a JSONL file of traces, or a snapshot
-  ``{"format": "ctxscope.snapshot/1", "traces": [...]}`` written by ``ctxscope export``;
-- ``openai`` — an OpenAI-style chat request ``{"messages", "tools"}`` (and the shapes
-  ``ctxcore.formats.openai.requests_from_obj`` accepts: a bare message list, a
-  SWE-agent trajectory, ShareGPT records), as JSON or JSONL (one conversation per line);
-- ``otlp`` — OpenTelemetry traces and logs of model calls: OTLP JSON (or JSONL of exports,
-  traces and logs in one file), OTLP protobuf, a list of spans, or one span's attributes
-  (GenAI, OpenInference and Vercel AI SDK conventions; ``ctxcore.formats.otlp``);
-- ``anthropic``, ``openai-responses``, ``gemini``, ``bedrock-converse`` — a request to that
-  API (or ``{"request": ..., "response": ...}``, or a list of either);
-- ``langchain`` — serialized LangChain messages, or a LangGraph state holding them;
-- ``claude-code``, ``codex`` (JSONL session logs, read as a stream), ``openhands``,
-  ``swe-agent``, ``mini-swe-agent`` (trajectories) — one trace per model call, one session
-  per log (``ctxcore.formats.sessions``).
+The formats are the table ``ctxcore.formats.registry.FORMATS`` (``ctxscope import --help``
+lists them, each with its one line): ``--format NAME`` reads a file as that format, ``auto``
+asks each format's detector in priority order. ``trace`` is ctxscope's own (a trace, a list
+or JSONL of them, or a snapshot ``{"format": "ctxscope.snapshot/1", "traces": [...]}``
+written by ``ctxscope export``); a JSONL session log (``claude-code``, ``codex``) is read
+as a stream; a JSONL file of a request format marked ``one_per_line`` holds one call of a
+conversation per line, numbered in file order; OTLP protobuf is read whole.
 
 ``ctxscope import FILE`` writes the traces into the store; if another process (the app)
 holds the store, it drops them into the watched folder instead, where that process picks
@@ -28,18 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, cast
 
 from ctxcore.errors import CtxscopeError, ImportFormatError, InputError
-from ctxcore.formats import anthropic, bedrock, gemini, langchain, responses, sessions
+from ctxcore.formats import registry
 from ctxcore.formats.derive import with_window
-from ctxcore.formats.openai import traces_from_obj
-from ctxcore.formats.otlp import looks_like as otlp_looks_like
-from ctxcore.formats.otlp import traces_from_exports, traces_from_otlp, traces_from_protobuf
+from ctxcore.formats.otlp import traces_from_exports, traces_from_protobuf
 from ctxcore.formats.otlp_proto import SUFFIXES as PROTOBUF_SUFFIXES
 from ctxcore.formats.otlp_proto import looks_binary, read_protobuf
+from ctxcore.formats.sessions import sniff
 from ctxcore.loading import (
     GZIP_ERRORS,
     decode_line,
@@ -51,84 +41,39 @@ from ctxcore.loading import (
 )
 from ctxcore.models import Trace
 from ctxcore.output import write_output
-from ctxcore.settings import IMPORT_FORMATS, ImportFormat
 
-Format = ImportFormat
-#: Request formats whose JSONL files hold one request of a conversation per line.
-_ONE_PER_LINE = frozenset({"openai", "openai-responses", "gemini", "bedrock-converse"})
+#: A format's name, or ``auto`` (``registry.NAMES`` lists them).
+Format = registry.FormatName
 SNAPSHOT_FORMAT = "ctxscope.snapshot/1"
 
 
-def _each_looks_like(looks_like: Callable[[Any], bool], data: Any) -> bool:
-    """Whether a request, a ``{"request": ...}`` pair, or every item of a list, passes."""
-
-    def one(x: Any) -> bool:
-        return looks_like(x) or (isinstance(x, dict) and looks_like(x.get("request")))
-
-    return bool(data) and all(one(x) for x in data) if isinstance(data, list) else one(data)
+def _is_trace(t: Any) -> bool:
+    return isinstance(t, dict) and str(t.get("schema", "")).startswith("ctxscope.trace")
 
 
-def detect_format(
-    data: Any,
-) -> Literal[
-    "trace",
-    "openai",
-    "anthropic",
-    "otlp",
-    "openai-responses",
-    "gemini",
-    "bedrock-converse",
-    "langchain",
-    "claude-code",
-    "codex",
-    "openhands",
-    "swe-agent",
-    "mini-swe-agent",
-]:
-    """Which importer a parsed JSON value belongs to."""
+def looks_like_trace(data: Any) -> bool:
+    """Whether a JSON value is ctxscope's own: a snapshot, a trace, or a list of traces."""
     if isinstance(data, dict):
         fmt = data.get("format")
         if isinstance(fmt, str) and fmt.startswith("ctxscope.snapshot/"):
-            return "trace"
-        if isinstance(data.get("schema"), str) and data["schema"].startswith("ctxscope.trace"):
-            return "trace"
-        if "resourceSpans" in data:
-            return "otlp"
-    if (
-        isinstance(data, list)
-        and data
-        and all(
-            isinstance(t, dict) and str(t.get("schema", "")).startswith("ctxscope.trace")
-            for t in data
-        )
-    ):
-        return "trace"
-    session = sessions.detect(data)  # agent logs and trajectories: one trace per model call
-    if session is not None:
-        return session
-    if otlp_looks_like(data):  # OTLP JSON (traces or logs), a span list, span attributes
-        return "otlp"
-    # most specific first: a LangGraph state has 'messages' as a chat request does, and a
-    # Converse request a 'system' list as an Anthropic one does
-    if langchain.looks_like(data):
-        return "langchain"
-    if _each_looks_like(bedrock.looks_like, data):
-        return "bedrock-converse"
-    if _each_looks_like(gemini.looks_like, data):
-        return "gemini"
-    if _each_looks_like(responses.looks_like, data):
-        return "openai-responses"
-    if anthropic.looks_like(data) or (
-        isinstance(data, list) and data and all(anthropic.looks_like(x) for x in data)
-    ):
-        return "anthropic"
-    # a bare message list with Anthropic blocks (tool_use, tool_result…): Cline's history
-    if anthropic.is_message_list(data) and anthropic.looks_like({"messages": data}):
-        return "anthropic"
-    if isinstance(data, dict) and isinstance(data.get("request"), dict):
-        if anthropic.looks_like(data["request"]):
-            return "anthropic"
-    return "openai"
+            return True
+        return isinstance(data.get("schema"), str) and data["schema"].startswith("ctxscope.trace")
+    return isinstance(data, list) and bool(data) and all(_is_trace(t) for t in data)
+
+
+def detect_format(data: Any) -> str:
+    """Which format a parsed JSON value is (``registry.detect``)."""
+    return registry.detect(data).name
+
+
+def _format(fmt: Format) -> registry.Format:
+    """The registry entry of a format name, or an error listing the names."""
+    try:
+        return registry.get(fmt)
+    except KeyError:
+        raise ImportFormatError(
+            f"unknown format {fmt!r}; ctxscope reads {', '.join(registry.NAMES)}"
+        ) from None
 
 
 def traces_from_snapshot_or_trace(data: Any, where: str) -> list[Trace]:
@@ -151,6 +96,14 @@ def traces_from_snapshot_or_trace(data: Any, where: str) -> list[Trace]:
     return [trace_from_obj(data, where)]
 
 
+def read_traces(
+    data: Any, *, where: str, session_id: str, default_now: datetime | None
+) -> list[Trace]:
+    """The ``trace`` format's reader (``registry.Reader``): the traces keep their own ids,
+    sessions and times."""
+    return traces_from_snapshot_or_trace(data, where)
+
+
 def traces_from_value(
     data: Any,
     fmt: Format = "auto",
@@ -160,37 +113,18 @@ def traces_from_value(
     default_now: datetime | None = None,
 ) -> list[Trace]:
     """Convert one parsed JSON value with the given (or detected) importer."""
-    kind = detect_format(data) if fmt == "auto" else fmt
+    form = registry.detect(data) if fmt == registry.AUTO else _format(fmt)
+    kind = form.name
     try:
-        if kind == "trace":
-            return traces_from_snapshot_or_trace(data, where)
-        if kind == "otlp":
-            return traces_from_otlp(
-                data, where=where, session_id=session_id, default_now=default_now
-            )
-        if kind == "anthropic":
-            return anthropic.traces_from_obj(data, default_now=default_now)
-        if kind == "openai-responses":
-            return responses.traces_from_obj(data, session_id=session_id, default_now=default_now)
-        if kind == "gemini":
-            return gemini.traces_from_obj(data, session_id=session_id, default_now=default_now)
-        if kind == "bedrock-converse":
-            return bedrock.traces_from_obj(data, session_id=session_id, default_now=default_now)
-        if kind == "langchain":
-            return langchain.traces_from_obj(data, session_id=session_id, default_now=default_now)
-        if kind in sessions.FORMATS:
-            return sessions.traces_from_value(
-                data, kind, where=where, session_id=session_id, default_now=default_now
-            )
-        return traces_from_obj(data, session_id=session_id, default_now=default_now)
+        return form.read(data, where=where, session_id=session_id, default_now=default_now)
     except ImportFormatError as exc:
-        if fmt != "auto" or kind != "openai":
+        if fmt != registry.AUTO or not form.fallback:
             raise
-        # OpenAI chat is what detection falls back to: nothing recognised the file
-        tried = ", ".join(f for f in IMPORT_FORMATS if f != "auto")
+        # what detection falls back to: nothing recognised the file
+        tried = ", ".join(f.name for f in registry.FORMATS)
         raise ImportFormatError(
             f"{where + ': ' if where else ''}not a format ctxscope reads (tried {tried}); "
-            f"closest, an OpenAI chat request: {str(exc).removeprefix(where + ': ')}"
+            f"closest, {form.summary.split(',')[0]}: {str(exc).removeprefix(where + ': ')}"
         ) from exc
     except CtxscopeError:
         raise
@@ -284,6 +218,8 @@ def iter_traces(
     ``skipped`` (``file:line: why``), and the lines after it are read; without ``skipped``
     it is raised. Any other failure part-way has yielded the traces before it, then raises."""
     p = Path(path)
+    if fmt != registry.AUTO:
+        _format(fmt)
     try:
         st = p.stat()
     except OSError as exc:
@@ -292,80 +228,118 @@ def iter_traces(
     # and keeps re-imports of the same file identical.
     mtime = datetime.fromtimestamp(st.st_mtime, tz=UTC).replace(microsecond=0)
     session = p.name.split(".")[0] or "import"
-    if fmt in ("auto", "otlp") and _maybe_protobuf(p) and (raw := read_protobuf(p)) is not None:
-        yield from _windowed(
-            traces_from_protobuf(raw, str(p), session_id=session, default_now=mtime),
-            window,
-            model,
-        )
+    raw = read_protobuf(p) if fmt in (registry.AUTO, "otlp") and _maybe_protobuf(p) else None
+    if raw is not None:
+        traces = traces_from_protobuf(raw, str(p), session_id=session, default_now=mtime)
+        yield from _windowed(traces, window, model)
         return
-    log = fmt if fmt in sessions.LOG_FORMATS else sessions.sniff(p) if fmt == "auto" else None
+    log = _log_format(p, fmt)
     if log is not None:
-        # a session log: read line by line; a broken line is that line's error (in the
-        # next trace's metadata.import.skipped) and the rest is imported
-        stream = sessions.iter_file(p, log, default_now=mtime, window=window, model=model)
-        made = 0
-        for t in stream.stream():
-            made += 1
-            yield t
-        if not made:
-            why = stream.errors[0] if stream.errors else "no model call in it"
-            raise ImportFormatError(f"{p}: a {log} log with no call ctxscope can read ({why})")
+        yield from _session_log(p, log, mtime, window, model)
         return
-    jsonl, read = iter_values(p)
+    file = _File(p, fmt, session, mtime, skipped)
+    yield from _windowed(file.traces(), window, model)
 
-    def bad(where: str, message: str) -> None:
-        said = message if message.startswith(str(p)) else f"{where}: {message}"
-        if skipped is None:
+
+def _log_format(p: Path, fmt: Format) -> registry.Format | None:
+    """The session-log format a file is read as line by line, if it is one."""
+    if fmt == registry.AUTO:
+        name = sniff(p)
+        return registry.get(name) if name is not None else None
+    form = registry.get(fmt)
+    return form if form.stream is not None else None
+
+
+def _session_log(
+    p: Path, log: registry.Format, mtime: datetime, window: int | None, model: str | None
+) -> Iterator[Trace]:
+    """A session log, read line by line: a broken line is that line's error (in the next
+    trace's ``metadata.import.skipped``) and the rest is imported."""
+    assert log.stream is not None
+    reader = cast(registry.StreamReader, registry.resolve(log.stream))
+    stream = reader(p, log.name, default_now=mtime, window=window, model=model)
+    made = 0
+    for t in stream.stream():
+        made += 1
+        yield t
+    if not made:
+        why = stream.errors[0] if stream.errors else "no model call in it"
+        raise ImportFormatError(f"{p}: a {log.name} log with no call ctxscope can read ({why})")
+
+
+class _File:
+    """The traces of a file that is not a session log or protobuf: one JSON document, or
+    JSONL with one value per line (an OTLP file's lines read as one export)."""
+
+    def __init__(
+        self,
+        p: Path,
+        fmt: Format,
+        session: str,
+        mtime: datetime,
+        skipped: Callable[[str], None] | None,
+    ) -> None:
+        self.p, self.fmt, self.session, self.mtime, self.skipped = p, fmt, session, mtime, skipped
+        self.jsonl = False
+
+    def bad(self, where: str, message: str) -> None:
+        """A line's error: said to ``skipped``, or raised without it."""
+        said = message if message.startswith(str(self.p)) else f"{where}: {message}"
+        if self.skipped is None:
             raise ImportFormatError(said)
-        skipped(said)
+        self.skipped(said)
 
-    def good() -> Iterator[tuple[str, Any]]:
+    def _good(self, read: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
         for where, value in read:
             if isinstance(value, BadLine):
-                bad(where, str(value))
+                self.bad(where, str(value))
             else:
                 yield where, value
 
-    values = good()
-    first = next(values, None)
-    if first is None:
-        return  # every line was bad, and each was said
-    second = next(values, None)
-    head = [first] if second is None else [first, second]
-    if second is not None and (detect_format(first[1]) if fmt == "auto" else fmt) == "otlp":
-        whole = [*head, *values]
-        if fmt == "otlp" or all(detect_format(v) == "otlp" for _, v in whole):
-            # An OpenTelemetry file exporter writes one export per line (traces and logs may
-            # share the file): read them as one, so that log records join their spans and
-            # turns are numbered across the whole file.
-            yield from _windowed(
-                traces_from_exports(whole, where=str(p), session_id=session, default_now=mtime),
-                window,
-                model,
-            )
-            return
-        values = iter(whole)
-    else:
-        values = chain(head, values)
-    for n, (where, value) in enumerate(values):
+    def _kind(self, value: Any) -> str:
+        return detect_format(value) if self.fmt == registry.AUTO else self.fmt
+
+    def traces(self) -> Iterator[Trace]:
+        """Every trace of the file, value by value."""
+        self.jsonl, read = iter_values(self.p)
+        values = self._good(read)
+        head = list(islice(values, 2))
+        if not head:
+            return  # every line was bad, and each was said
+        if len(head) == 2 and self._kind(head[0][1]) == "otlp":
+            whole = [*head, *values]
+            if self.fmt == "otlp" or all(detect_format(v) == "otlp" for _, v in whole):
+                # An OpenTelemetry file exporter writes one export per line (traces and logs
+                # may share the file): read them as one, so that log records join their
+                # spans and turns are numbered across the whole file.
+                yield from traces_from_exports(
+                    whole, where=str(self.p), session_id=self.session, default_now=self.mtime
+                )
+                return
+            values = iter(whole)
+        for n, (where, value) in enumerate(chain(head, values)):
+            yield from self._value(n, where, value)
+
+    def _value(self, n: int, where: str, value: Any) -> list[Trace]:
+        """The traces of the file's ``n``-th value (a JSONL line's error is that line's)."""
         try:
             traces = traces_from_value(
-                value, fmt, where=where, session_id=session, default_now=mtime
+                value, self.fmt, where=where, session_id=self.session, default_now=self.mtime
             )
         except CtxscopeError as exc:
-            if jsonl:  # one line's error, not the file's
-                bad(where, str(exc))
-                continue
+            if self.jsonl:  # one line's error, not the file's
+                self.bad(where, str(exc))
+                return []
             if not isinstance(exc, ImportFormatError):
                 raise
             msg = str(exc)
-            raise ImportFormatError(msg if msg.startswith(str(p)) else f"{where}: {msg}") from exc
-        kind = detect_format(value) if fmt == "auto" else fmt
-        if jsonl and kind in _ONE_PER_LINE and len(traces) == 1:
+            raise ImportFormatError(
+                msg if msg.startswith(str(self.p)) else f"{where}: {msg}"
+            ) from exc
+        if self.jsonl and registry.get(self._kind(value)).one_per_line and len(traces) == 1:
             # one conversation per line: number the turns in file order
             traces = [traces[0].model_copy(update={"turn": n})]
-        yield from _windowed(traces, window, model)
+        return traces
 
 
 def load_file(

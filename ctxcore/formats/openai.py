@@ -25,48 +25,25 @@ because providers do not send it back as context.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.derive import make_trace, stable_id
-from ctxcore.loading import TOO_DEEP, error_message
-from ctxcore.models import CapturedInput, Message, Packet, ToolDef, Trace
+from ctxcore.formats.norm import (
+    NormMessage,
+    ToolCall,
+    captured_input_from_norm,
+    reply_text,
+    usage_from_obj,
+)
+from ctxcore.formats.registry import LiveConverter
+from ctxcore.formats.request import RequestFormat, call_line, first_user
+from ctxcore.loading import TOO_DEEP
+from ctxcore.models import CapturedInput, ToolDef, Trace
 
 BUILDER_NAME = "import/openai"
 FORMAT = "openai-chat"
-
-
-@dataclass
-class ToolCall:
-    """A tool call requested by the model, whatever format it came in."""
-
-    id: str | None
-    name: str
-    arguments: str
-
-
-@dataclass
-class NormMessage:
-    """One chat message reduced to what every source format has in common."""
-
-    index: int
-    role: str
-    text: str
-    reasoning: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    tool_call_id: str | None = None  # for tool results
-    name: str | None = None
-    #: the message id in the trace (default ``msg-<index>``)
-    id: str | None = None
-    #: images, audio, documents: what each was (type, media type, size), kept in metadata
-    media: list[dict[str, Any]] = field(default_factory=list)
-    #: anything else worth keeping beside the text (cache_control marks, is_error, …)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _args_text(args: Any) -> str:
@@ -189,56 +166,15 @@ def normalize_message(
             pw = f"{where}.content[{j}]"
             if isinstance(part, str):
                 texts.append(part)
-                continue
-            if not isinstance(part, dict):
+            elif not isinstance(part, dict):
                 raise ImportFormatError(f"{pw}: a content part must be an object or a string")
-            ptype = part.get("type", "text")
-            if not isinstance(ptype, str):
-                texts.append(tally.keep_unknown(pw, part))
-                continue
-            value = part.get("text", part.get("content", part.get("value")))
-            if ptype in ("text", "input_text", "output_text", "refusal"):
-                texts.append(text_of(value if ptype != "refusal" else part.get("refusal", value)))
-            elif ptype in ("reasoning", "thinking"):
-                thought = value if value is not None else part.get("thinking")
-                if isinstance(thought, list):  # Mistral: a list of text chunks
-                    thought = "".join(
-                        str(c.get("text", "")) if isinstance(c, dict) else text_of(c)
-                        for c in thought
-                    )
-                reasoning.append(text_of(thought))
-            elif ptype == "tool_call":
-                out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
-                tally.add("tool_calls")
-            elif ptype == "tool_call_response" and results_apart:
-                continue
-            elif ptype == "tool_call_response":
-                out.tool_call_id = str(part["id"]) if part.get("id") else out.tool_call_id
-                texts.append(text_of(part.get("response", part.get("result", value))))
-                if role not in ("tool", "function", "ipython"):
-                    tally.add("tool_results")
-            elif ptype in _MEDIA_PARTS:
-                line, info = _media_part(part, str(ptype), pw)
-                texts.append(line)
-                out.media.append(info)
-                tally.add("media")
-            else:  # a part we do not know: kept whole, as JSON text, and reported
-                texts.append(tally.keep_unknown(pw, part))
+            elif not (results_apart and part.get("type") == "tool_call_response"):
+                _read_part(part, pw, out, texts, reasoning, tally)
     elif content is not None:
         texts.append(text_of(content))
     out.text = "\n".join(texts)
     out.reasoning = "\n".join(r for r in reasoning if r)
-    calls = msg.get("tool_calls") or []
-    if not isinstance(calls, list):
-        raise ImportFormatError(
-            f"{where}.tool_calls: expected a list of tool calls, got {type(calls).__name__}"
-        )
-    for j, call in enumerate(calls):
-        out.tool_calls.append(_call_from_obj(call, f"{where}.tool_calls[{j}]"))
-        tally.add("tool_calls")
-    if isinstance(msg.get("function_call"), dict):  # legacy single function call
-        out.tool_calls.append(_call_from_obj(msg["function_call"], f"{where}.function_call"))
-        tally.add("tool_calls")
+    out.tool_calls.extend(_message_calls(msg, where, tally))
     tcid = msg.get("tool_call_id")
     if tcid is None and isinstance(msg.get("tool_call_ids"), list) and msg["tool_call_ids"]:
         tcid = msg["tool_call_ids"][0]  # SWE-agent trajectories
@@ -246,6 +182,65 @@ def normalize_message(
         out.tool_call_id = str(tcid)
     if isinstance(msg.get("name"), str):
         out.name = msg["name"]
+    return out
+
+
+def _thought_text(part: dict[str, Any], value: Any) -> str:
+    """A reasoning part's text (Mistral's thinking is a list of text chunks)."""
+    thought = value if value is not None else part.get("thinking")
+    if isinstance(thought, list):
+        thought = "".join(
+            str(c.get("text", "")) if isinstance(c, dict) else text_of(c) for c in thought
+        )
+    return text_of(thought)
+
+
+def _read_part(
+    part: dict[str, Any],
+    pw: str,
+    out: NormMessage,
+    texts: list[str],
+    reasoning: list[str],
+    tally: Tally,
+) -> None:
+    """One content part of a message into its text, reasoning, calls or media."""
+    ptype = part.get("type", "text")
+    if not isinstance(ptype, str):
+        texts.append(tally.keep_unknown(pw, part))
+        return
+    value = part.get("text", part.get("content", part.get("value")))
+    if ptype in ("text", "input_text", "output_text", "refusal"):
+        texts.append(text_of(value if ptype != "refusal" else part.get("refusal", value)))
+    elif ptype in ("reasoning", "thinking"):
+        reasoning.append(_thought_text(part, value))
+    elif ptype == "tool_call":
+        out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
+        tally.add("tool_calls")
+    elif ptype == "tool_call_response":
+        out.tool_call_id = str(part["id"]) if part.get("id") else out.tool_call_id
+        texts.append(text_of(part.get("response", part.get("result", value))))
+        if out.role not in ("tool", "function", "ipython"):
+            tally.add("tool_results")
+    elif ptype in _MEDIA_PARTS:
+        line, info = _media_part(part, ptype, pw)
+        texts.append(line)
+        out.media.append(info)
+        tally.add("media")
+    else:  # a part we do not know: kept whole, as JSON text, and reported
+        texts.append(tally.keep_unknown(pw, part))
+
+
+def _message_calls(msg: dict[str, Any], where: str, tally: Tally) -> list[ToolCall]:
+    """A message's ``tool_calls`` (and a legacy single ``function_call``)."""
+    calls = msg.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise ImportFormatError(
+            f"{where}.tool_calls: expected a list of tool calls, got {type(calls).__name__}"
+        )
+    out = [_call_from_obj(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls)]
+    if isinstance(msg.get("function_call"), dict):  # legacy single function call
+        out.append(_call_from_obj(msg["function_call"], f"{where}.function_call"))
+    tally.add("tool_calls", len(out))
     return out
 
 
@@ -315,169 +310,12 @@ def parse_tools(tools: Any) -> list[ToolDef]:
     return [tool_from_obj(t, i) for i, t in enumerate(tools)]
 
 
-def _call_line(call: ToolCall) -> str:
-    return f"{call.name}({call.arguments})"
-
-
-def reply_text(m: NormMessage) -> str | None:
-    """A recorded reply as ``outcome.output``: its text, then each tool call it made as a
-    ``name(args)`` line (as the Responses and Codex readers write them): a reply that only
-    calls tools is not an empty one."""
-    lines = [m.text] if m.text else []
-    lines.extend(_call_line(c) for c in m.tool_calls)
-    return "\n".join(lines) or None
-
-
 def _response_output(message: dict[str, Any]) -> str | None:
     """The reply of a Chat Completions response's first choice (text and tool calls)."""
     try:
         return reply_text(normalize_message({"role": "assistant", **message}, 0))
     except ImportFormatError:  # a reply we cannot read as a message: its content only
         return text_of(message.get("content")) or None
-
-
-def captured_input_from_norm(
-    msgs: list[NormMessage],
-    *,
-    tools: list[ToolDef],
-    now: datetime,
-    query: str | None = None,
-    window: int | None = None,
-    output_reserve: int | None = None,
-) -> tuple[CapturedInput, list[Message]]:
-    """The captured input and the flat chat messages (for ``result.messages``).
-
-    A value the trace contract refuses (a 20 MB tool log, a negative window) becomes an
-    ``ImportFormatError`` naming the message, not a pydantic traceback.
-    """
-    try:
-        return _captured_input_from_norm(
-            msgs, tools=tools, now=now, query=query, window=window, output_reserve=output_reserve
-        )
-    except ValidationError as exc:
-        raise ImportFormatError(f"cannot import this prompt: {_first_error(exc)}") from exc
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    loc = ".".join(str(x) for x in err["loc"])
-    msg = error_message(err)
-    return f"{loc}: {msg}" if loc else msg
-
-
-def _captured_input_from_norm(
-    msgs: list[NormMessage],
-    *,
-    tools: list[ToolDef],
-    now: datetime,
-    query: str | None = None,
-    window: int | None = None,
-    output_reserve: int | None = None,
-) -> tuple[CapturedInput, list[Message]]:
-    last_user = None
-    if query is None:
-        for m in reversed(msgs):
-            if m.role == "user":
-                last_user = m.index
-                break
-    system: list[str] = []
-    history: list[Message] = []
-    packets: list[Packet] = []
-    flat: list[Message] = []
-    pending: list[ToolCall] = []  # calls without a result yet, oldest first
-    seen_ids: set[str] = set()
-    synth = 0
-    seen_conversation = False
-    for m in msgs:
-        try:
-            mid = m.id or f"msg-{m.index}"
-            side = _side_metadata(m)
-            late_developer = seen_conversation and m.role == "developer"
-            if m.role in ("system", "developer") and not late_developer:
-                system.append(m.text)
-                flat.append(Message(role=m.role, content=m.text, id=mid, metadata=side))
-                continue
-            if m.role == "developer":
-                packets.append(
-                    Packet(id=f"policy:{mid}", kind="policy", content=m.text, must_keep=True)
-                )
-                flat.append(Message(role=m.role, content=m.text, id=mid, metadata=side))
-                continue
-            seen_conversation = True
-            if m.role in ("tool", "function", "ipython"):
-                call = None
-                if m.tool_call_id is not None:
-                    call = next((c for c in pending if c.id == m.tool_call_id), None)
-                elif pending:
-                    call = pending[0]
-                if call is not None:
-                    pending.remove(call)
-                cid = m.tool_call_id or (call.id if call else None) or mid
-                pid = f"tool:{cid}"
-                n = 2
-                while pid in seen_ids:
-                    pid = f"tool:{cid}#{n}"
-                    n += 1
-                seen_ids.add(pid)
-                meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid, **side}
-                name = m.name or (call.name if call else None)
-                if name:
-                    meta["name"] = name
-                packets.append(Packet(id=pid, kind="tool_result", content=m.text, metadata=meta))
-                flat.append(
-                    Message(
-                        role="tool",
-                        content=m.text,
-                        id=mid,
-                        metadata={"tool_call_id": cid, **side},
-                    )
-                )
-                continue
-            if m.index == last_user:
-                flat.append(Message(role="user", content=m.text, id=mid, metadata=side))
-                continue
-            meta = dict(side)
-            content = m.text
-            if m.tool_calls:
-                calls = []
-                for c in m.tool_calls:
-                    if c.id is None:
-                        synth += 1
-                        c.id = f"call_{m.index}_{synth}"
-                    pending.append(c)
-                    calls.append({"id": c.id, "name": c.name, "arguments": c.arguments})
-                meta["tool_calls"] = calls
-                lines = "\n".join(_call_line(c) for c in m.tool_calls)
-                content = f"{content}\n{lines}" if content else lines
-            if m.reasoning:
-                meta["reasoning"] = m.reasoning
-            if m.name:
-                meta["name"] = m.name
-            msg = Message(role=m.role, content=content, id=mid, metadata=meta)
-            history.append(msg)
-            flat.append(msg)
-        except ValidationError as exc:
-            raise ImportFormatError(f"messages[{m.index}] ({m.role}): {_first_error(exc)}") from exc
-    if query is None:
-        query = next((m.text for m in msgs if m.index == last_user and m.role == "user"), "")
-    inp = CapturedInput(
-        query=query,
-        now=now,
-        system_instructions="\n\n".join(system),
-        history=history,
-        packets=packets,
-        tools=tools,
-        window=window,
-        output_reserve=output_reserve,
-    )
-    return inp, flat
-
-
-def _side_metadata(m: NormMessage) -> dict[str, Any]:
-    side: dict[str, Any] = dict(m.extra)
-    if m.media:
-        side["media"] = list(m.media)
-    return side
 
 
 def captured_input_from_messages(
@@ -496,28 +334,73 @@ def captured_input_from_messages(
     return inp
 
 
-def usage_from_obj(obj: Any) -> dict[str, int]:
-    """Integer counters of a provider ``usage`` object (nested details flattened)."""
-    out: dict[str, int] = {}
-    if not isinstance(obj, dict):
-        return out
-    for key, value in obj.items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int):
-            out[key] = value
-        elif isinstance(value, dict):
-            for sub, v in value.items():
-                if isinstance(v, int) and not isinstance(v, bool):
-                    out[f"{key}.{sub}"] = v
-    return out
-
-
 def _created(request: dict[str, Any]) -> datetime | None:
     for holder in (request, request.get("response")):
         if isinstance(holder, dict) and isinstance(holder.get("created"), int | float):
             return datetime.fromtimestamp(float(holder["created"]), tz=UTC)
     return None
+
+
+class Chat(RequestFormat):
+    """The Chat Completions mapping (``request.RequestFormat``): the reply rides in the
+    request (``response``, or ``usage``/``choices`` beside the messages)."""
+
+    builder = BUILDER_NAME
+    source = FORMAT
+
+    def looks_like(self, data: Any) -> bool:
+        return looks_like(data)
+
+    def accepts(self, request: Any) -> bool:
+        return isinstance(request, dict) and isinstance(request.get("messages"), list)
+
+    def shape_error(self, request: Any) -> str:
+        got = f"keys {sorted(request)[:6]}" if isinstance(request, dict) else type(request).__name__
+        return f"an OpenAI chat request is an object with a 'messages' list; got {got}"
+
+    def normalize(
+        self, request: dict[str, Any], tally: Tally
+    ) -> tuple[list[NormMessage], dict[str, Any]]:
+        return [normalize_message(m, i, tally) for i, m in enumerate(request["messages"])], {}
+
+    def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
+        tools = parse_tools(request.get("tools"))
+        tally.add("tools", len(tools))
+        return tools
+
+    def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
+        return request["messages"], request.get("tools")
+
+    def reserve(self, request: dict[str, Any]) -> Any:
+        return request.get("max_completion_tokens", request.get("max_tokens"))
+
+    def window(self, request: dict[str, Any]) -> int | None:
+        window = request.get("window")
+        return window if isinstance(window, int) else None
+
+    def response_of(self, request: dict[str, Any], response: Any) -> dict[str, Any] | None:
+        reply = request.get("response")
+        return reply if isinstance(reply, dict) else {}
+
+    def created(self, request: dict[str, Any], response: dict[str, Any] | None) -> datetime | None:
+        return _created(request)
+
+    def usage(self, request: dict[str, Any], response: dict[str, Any] | None) -> dict[str, int]:
+        return usage_from_obj(request.get("usage") or (response or {}).get("usage"))
+
+    def output(self, request: dict[str, Any], response: dict[str, Any] | None) -> str | None:
+        choices = (response or {}).get("choices") or request.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            if isinstance(message, dict):
+                return _response_output(message)
+        return None
+
+    def model(self, request: dict[str, Any], response: dict[str, Any] | None) -> Any:
+        return request.get("model") or (response or {}).get("model")
+
+
+REQUESTS = Chat()
 
 
 def trace_from_request(
@@ -536,52 +419,14 @@ def trace_from_request(
     twice is a no-op in the store. Without ``now`` the request's ``created`` time is used,
     else ``default_now`` (importers pass the file's modification time), else the clock.
     """
-    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-        raise ImportFormatError(
-            "an OpenAI chat request is an object with a 'messages' list; got "
-            + (
-                f"keys {sorted(request)[:6]}"
-                if isinstance(request, dict)
-                else type(request).__name__
-            )
-        )
-    tally = Tally(FORMAT)
-    norm = [normalize_message(m, i, tally) for i, m in enumerate(request["messages"])]
-    tools = parse_tools(request.get("tools"))
-    tally.add("tools", len(tools))
-    when = now or _created(request) or default_now or datetime.now(UTC)
-    window = request.get("window") if isinstance(request.get("window"), int) else None
-    reserve = request.get("max_completion_tokens", request.get("max_tokens"))
-    inp, flat = captured_input_from_norm(
-        norm,
-        tools=tools,
-        now=when,
-        query=query,
-        window=window,
-        output_reserve=reserve if isinstance(reserve, int) and reserve >= 0 else None,
-    )
-    raw_response = request.get("response")
-    response: dict[str, Any] = raw_response if isinstance(raw_response, dict) else {}
-    usage = usage_from_obj(request.get("usage") or response.get("usage"))
-    output = None
-    choices = response.get("choices") or request.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        message = choices[0].get("message")
-        if isinstance(message, dict):
-            output = _response_output(message)
-    model = request.get("model") or response.get("model")
-    return make_trace(
-        inp,
-        flat,
-        builder=BUILDER_NAME,
-        model=model if isinstance(model, str) else None,
-        trace_id=trace_id or stable_id(BUILDER_NAME, request["messages"], request.get("tools")),
+    return REQUESTS.trace(
+        request,
+        now=now,
         session_id=session_id,
         turn=turn,
-        created_at=when,
-        usage=usage,
-        output=output,
-        metadata={"import": tally.to_metadata()},
+        trace_id=trace_id,
+        query=query,
+        default_now=default_now,
     )
 
 
@@ -671,6 +516,22 @@ def requests_from_obj(data: Any) -> list[dict[str, Any]]:
     )
 
 
+def looks_like(data: Any) -> bool:
+    """Whether a JSON value has a shape ``requests_from_obj`` reads: a request, a message
+    list, a trajectory with ``history``, ShareGPT records, or a list of requests."""
+    keys = ("messages", "conversations", "history")
+    if isinstance(data, dict):
+        return any(isinstance(data.get(k), list) for k in keys)
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and (
+            all(isinstance(m, dict) and "role" in m for m in data)
+            or all(isinstance(m, dict) and any(k in m for k in keys) for m in data)
+        )
+    )
+
+
 def traces_from_obj(
     data: Any,
     *,
@@ -680,6 +541,70 @@ def traces_from_obj(
 ) -> list[Trace]:
     """One trace per request found in ``data`` (turn = its position)."""
     return [
-        trace_from_request(req, now=now, session_id=session_id, turn=i, default_now=default_now)
+        REQUESTS.trace(req, now=now, session_id=session_id, turn=i, default_now=default_now)
         for i, req in enumerate(requests_from_obj(data))
     ]
+
+
+def read(data: Any, *, where: str, session_id: str, default_now: datetime | None) -> list[Trace]:
+    """The chat format's reader (``registry.Reader``)."""
+    return traces_from_obj(data, session_id=session_id, default_now=default_now)
+
+
+# --------------------------------------------------------------------------- live calls
+
+
+def _reply_lines(response: dict[str, Any]) -> list[str]:
+    """A live reply's first choice: its text, and each tool call as a ``name(args)`` line."""
+    choices = response.get("choices")
+    if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+        return []
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        return []
+    text = text_of(message.get("content"))
+    lines = [text] if text else []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            lines.append(call_line(fn.get("name"), fn.get("arguments")))
+    return lines
+
+
+def usage_summary(usage: dict[str, int]) -> dict[str, int]:
+    """``input`` (the whole prompt, cached tokens included), ``output`` and ``cached`` from
+    a flattened Chat Completions or Responses usage."""
+    pairs = (
+        ("input", ("prompt_tokens", "input_tokens")),
+        ("output", ("completion_tokens", "output_tokens")),
+        ("cached", ("prompt_tokens_details.cached_tokens", "input_tokens_details.cached_tokens")),
+    )
+    out: dict[str, int] = {}
+    for name, keys in pairs:
+        key = next((k for k in keys if k in usage), None)
+        if key is not None:
+            out[name] = usage[key]
+    return out
+
+
+def _conversation(request: dict[str, Any]) -> list[Any]:
+    raw = request.get("messages")
+    messages: list[Any] = raw if isinstance(raw, list) else []
+    system = [
+        m.get("content")
+        for m in messages
+        if isinstance(m, dict) and m.get("role") in ("system", "developer")
+    ][:1]
+    return [system, first_user(messages)]
+
+
+def _live_trace(
+    request: dict[str, Any], response: dict[str, Any] | None, session: str, now: datetime
+) -> Trace:
+    merged = {**request, "response": response} if response else request
+    return REQUESTS.trace(merged, session_id=session, now=now)
+
+
+LIVE = LiveConverter(
+    trace=_live_trace, reply=_reply_lines, usage=usage_summary, conversation=_conversation
+)

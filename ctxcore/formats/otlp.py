@@ -37,7 +37,7 @@ from typing import Any
 from ctxcore.errors import ImportFormatError, InputError
 from ctxcore.formats import otlp_genai, otlp_openinference, otlp_vercel
 from ctxcore.formats.derive import make_trace, stable_id
-from ctxcore.formats.openai import captured_input_from_norm
+from ctxcore.formats.norm import captured_input_from_norm
 from ctxcore.formats.otlp_proto import exports_from_bytes
 from ctxcore.formats.otlp_records import (
     Prompt,

@@ -34,14 +34,8 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import (
-    NormMessage,
-    normalize_message,
-    normalize_parts_message,
-    parse_tools,
-    reply_text,
-    text_of,
-)
+from ctxcore.formats.norm import NormMessage, reply_text
+from ctxcore.formats.openai import normalize_message, normalize_parts_message, parse_tools, text_of
 from ctxcore.formats.otlp_records import EventRecord, Prompt, SpanRecord, structured
 from ctxcore.models import ToolDef
 

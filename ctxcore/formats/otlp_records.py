@@ -30,7 +30,7 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import NormMessage
+from ctxcore.formats.norm import NormMessage
 from ctxcore.loading import TOO_DEEP
 from ctxcore.models import ToolDef
 

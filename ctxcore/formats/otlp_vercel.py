@@ -25,7 +25,8 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import NormMessage, ToolCall, text_of
+from ctxcore.formats.norm import NormMessage, ToolCall
+from ctxcore.formats.openai import text_of
 from ctxcore.formats.otlp_records import Prompt, SpanRecord, structured
 from ctxcore.models import ToolDef
 

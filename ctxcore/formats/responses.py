@@ -36,15 +36,11 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.derive import each_request, make_trace, stable_id
-from ctxcore.formats.openai import (
-    NormMessage,
-    ToolCall,
-    captured_input_from_norm,
-    text_of,
-    usage_from_obj,
-)
-from ctxcore.models import ToolDef, Trace
+from ctxcore.formats.norm import NormMessage, ToolCall
+from ctxcore.formats.openai import text_of, usage_summary
+from ctxcore.formats.registry import LiveConverter
+from ctxcore.formats.request import RequestFormat, call_line, first_user
+from ctxcore.models import ToolDef
 
 BUILDER_NAME = "import/openai-responses"
 FORMAT = "openai-responses"
@@ -201,26 +197,43 @@ def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
         raise ImportFormatError(
             f"input: expected a string or a list of items, got {type(items).__name__}"
         )
-    reasoning: list[str] = []
-    reasoning_items: list[dict[str, Any]] = []
-    calls: NormMessage | None = None  # the assistant turn consecutive function_calls join
-
-    def attach_reasoning(msg: NormMessage) -> None:
-        if reasoning:
-            msg.reasoning = "\n".join([*reasoning, msg.reasoning] if msg.reasoning else reasoning)
-        if reasoning_items:
-            msg.extra["reasoning_items"] = list(reasoning_items)
-        reasoning.clear()
-        reasoning_items.clear()
-
-    def flush_reasoning(index: int) -> None:
-        # reasoning with no assistant output after it still belongs to the context
-        if reasoning or reasoning_items:
-            msg = NormMessage(index=index, role="assistant", text="", id=f"item-{index}")
-            attach_reasoning(msg)
-            out.append(msg)
-
+    reader = _Items(out, tally)
     for i, item in enumerate(items):
+        reader.item(item, i)
+    reader.flush_reasoning(len(items))
+    return out
+
+
+class _Items:
+    """Reads input items in order into ``out``: reasoning items wait for the assistant
+    output they belong to, and consecutive function calls join one assistant turn."""
+
+    def __init__(self, out: list[NormMessage], tally: Tally) -> None:
+        self.out = out
+        self.tally = tally
+        self.reasoning: list[str] = []
+        self.reasoning_items: list[dict[str, Any]] = []
+        self.calls: NormMessage | None = None  # the assistant turn consecutive calls join
+
+    def attach_reasoning(self, msg: NormMessage) -> None:
+        """The reasoning read since the last output, onto this assistant message."""
+        if self.reasoning:
+            before = self.reasoning
+            msg.reasoning = "\n".join([*before, msg.reasoning] if msg.reasoning else before)
+        if self.reasoning_items:
+            msg.extra["reasoning_items"] = list(self.reasoning_items)
+        self.reasoning = []
+        self.reasoning_items = []
+
+    def flush_reasoning(self, index: int) -> None:
+        """Reasoning with no assistant output after it still belongs to the context."""
+        if self.reasoning or self.reasoning_items:
+            msg = NormMessage(index=index, role="assistant", text="", id=f"item-{index}")
+            self.attach_reasoning(msg)
+            self.out.append(msg)
+
+    def item(self, item: Any, i: int) -> None:
+        """One input item, by its type."""
         where = f"input[{i}]"
         if isinstance(item, str):
             item = {"role": "user", "content": item}
@@ -228,61 +241,64 @@ def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
             raise ImportFormatError(f"{where}: an input item must be an object")
         itype = item.get("type", "message" if "role" in item else None)
         if itype == "function_call":
-            if calls is None:
-                calls = NormMessage(index=i, role="assistant", text="", id=f"item-{i}")
-                attach_reasoning(calls)
-                out.append(calls)
-            calls.tool_calls.append(_call(item, where))
-            tally.add("tool_calls")
-            continue
-        calls = None
+            self.function_call(item, where, i)
+            return
+        self.calls = None
         if itype == "reasoning":
             text, info = _reasoning(item, where)
             if text:
-                reasoning.append(text)
+                self.reasoning.append(text)
             if info:
-                reasoning_items.append(info)
-            continue
-        if itype == "message":
-            role = item.get("role")
-            if not isinstance(role, str) or not role:
-                raise ImportFormatError(f"{where}: a message item needs a 'role'")
-            msg = NormMessage(index=i, role=role, text="")
-            msg.text = _content(item.get("content"), f"{where}.content", tally, msg)
-            if isinstance(item.get("id"), str):
-                msg.extra["item_id"] = item["id"]
-            tally.add("messages")
-            if role in ("system", "developer"):
-                tally.add("system_parts")
-            if role == "assistant":
-                attach_reasoning(msg)
-            else:
-                flush_reasoning(i)
-            out.append(msg)
-            continue
-        flush_reasoning(i)
-        if itype == "function_call_output":
-            cid = item.get("call_id")
-            msg = NormMessage(
-                index=i,
-                role="tool",
-                text="",
-                tool_call_id=str(cid) if isinstance(cid, str | int) and cid != "" else None,
-                id=f"item-{i}",
-            )
-            msg.text = _content(item.get("output"), f"{where}.output", tally, msg)
-            tally.add("tool_results")
-            out.append(msg)
-            continue
-        # a built-in tool's call or output, an MCP item, a reference to a stored item…:
-        # kept whole as the assistant's, in place
-        out.append(
-            NormMessage(
-                index=i, role="assistant", text=tally.keep_unknown(where, item), id=f"item-{i}"
-            )
+                self.reasoning_items.append(info)
+        elif itype == "message":
+            self.message(item, where, i)
+        else:
+            self.flush_reasoning(i)
+            self.out.append(self.other(item, itype, where, i))
+
+    def function_call(self, item: dict[str, Any], where: str, i: int) -> None:
+        if self.calls is None:
+            self.calls = NormMessage(index=i, role="assistant", text="", id=f"item-{i}")
+            self.attach_reasoning(self.calls)
+            self.out.append(self.calls)
+        self.calls.tool_calls.append(_call(item, where))
+        self.tally.add("tool_calls")
+
+    def message(self, item: dict[str, Any], where: str, i: int) -> None:
+        role = item.get("role")
+        if not isinstance(role, str) or not role:
+            raise ImportFormatError(f"{where}: a message item needs a 'role'")
+        msg = NormMessage(index=i, role=role, text="")
+        msg.text = _content(item.get("content"), f"{where}.content", self.tally, msg)
+        if isinstance(item.get("id"), str):
+            msg.extra["item_id"] = item["id"]
+        self.tally.add("messages")
+        if role in ("system", "developer"):
+            self.tally.add("system_parts")
+        if role == "assistant":
+            self.attach_reasoning(msg)
+        else:
+            self.flush_reasoning(i)
+        self.out.append(msg)
+
+    def other(self, item: dict[str, Any], itype: Any, where: str, i: int) -> NormMessage:
+        """A function call's output as a tool message; anything else (a built-in tool's
+        call or output, an MCP item, a reference to a stored item…) kept whole as the
+        assistant's, in place."""
+        if itype != "function_call_output":
+            text = self.tally.keep_unknown(where, item)
+            return NormMessage(index=i, role="assistant", text=text, id=f"item-{i}")
+        cid = item.get("call_id")
+        msg = NormMessage(
+            index=i,
+            role="tool",
+            text="",
+            tool_call_id=str(cid) if isinstance(cid, str | int) and cid != "" else None,
+            id=f"item-{i}",
         )
-    flush_reasoning(len(items))
-    return out
+        msg.text = _content(item.get("output"), f"{where}.output", self.tally, msg)
+        self.tally.add("tool_results")
+        return msg
 
 
 def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
@@ -339,81 +355,114 @@ def _output(response: dict[str, Any]) -> str | None:
     return "\n".join(lines) or None
 
 
-def trace_from_request(
-    request: dict[str, Any],
-    *,
-    session_id: str | None = None,
-    turn: int = 0,
-    now: datetime | None = None,
-    default_now: datetime | None = None,
-    response: dict[str, Any] | None = None,
-) -> Trace:
-    """One Responses API request (and, if given, its response) → a trace."""
-    if not isinstance(request, dict) or "input" not in request:
-        raise ImportFormatError("an OpenAI Responses request is an object with an 'input'")
-    tally = Tally(FORMAT)
-    norm = normalize(request, tally)
-    tools = parse_tools(request.get("tools"), tally)
-    response = response if isinstance(response, dict) else None
-    created = time_from_epoch(response.get("created_at")) if response else None
-    when = now or created or default_now or datetime.now(UTC)
-    reserve = request.get("max_output_tokens")
-    inp, flat = captured_input_from_norm(
-        norm,
-        tools=tools,
-        now=when,
-        output_reserve=reserve
-        if isinstance(reserve, int) and not isinstance(reserve, bool) and reserve >= 0
-        else None,
-    )
-    meta: dict[str, Any] = {"import": tally.to_metadata()}
-    hint = {
+def _session_hint(request: dict[str, Any]) -> dict[str, str]:
+    return {
         key: request[key]
         for key in ("previous_response_id", "prompt_cache_key")
         if isinstance(request.get(key), str) and request[key]
     }
-    if hint:
-        meta["session_hint"] = hint
-    if isinstance(request.get("prompt"), dict):
-        # a stored prompt template: its text lives at OpenAI, only the reference is here
-        meta["prompt_template"] = request["prompt"]
-    usage: dict[str, int] = {}
-    output = None
-    if response is not None:
-        usage = usage_from_obj(response.get("usage"))
-        output = _output(response)
-        if isinstance(response.get("id"), str):
-            meta["response_id"] = response["id"]
-    model = request.get("model")
-    if not isinstance(model, str) and response is not None:
-        model = response.get("model")
-    cache_key = hint.get("prompt_cache_key")
-    return make_trace(
-        inp,
-        flat,
-        builder=BUILDER_NAME,
-        model=model if isinstance(model, str) else None,
-        trace_id=stable_id(
-            BUILDER_NAME, request.get("instructions"), request["input"], request.get("tools")
-        ),
-        session_id=cache_key or session_id or "import",
-        turn=turn,
-        created_at=when,
-        usage=usage,
-        output=output,
-        metadata=meta,
-    )
 
 
-def traces_from_obj(
-    data: Any, *, session_id: str | None = None, default_now: datetime | None = None
-) -> list[Trace]:
-    """A request, a ``{"request": ..., "response": ...}`` pair, or a list of either."""
-    return each_request(data, trace_from_request, session_id=session_id, default_now=default_now)
+class Responses(RequestFormat):
+    """The Responses API mapping (``request.RequestFormat``)."""
+
+    builder = BUILDER_NAME
+    source = FORMAT
+    shape = "an OpenAI Responses request is an object with an 'input'"
+
+    def looks_like(self, data: Any) -> bool:
+        return looks_like(data)
+
+    def accepts(self, request: Any) -> bool:
+        return isinstance(request, dict) and "input" in request
+
+    def normalize(
+        self, request: dict[str, Any], tally: Tally
+    ) -> tuple[list[NormMessage], dict[str, Any]]:
+        return normalize(request, tally), {}
+
+    def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
+        return parse_tools(request.get("tools"), tally)
+
+    def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
+        return request.get("instructions"), request["input"], request.get("tools")
+
+    def reserve(self, request: dict[str, Any]) -> Any:
+        return request.get("max_output_tokens")
+
+    def created(self, request: dict[str, Any], response: dict[str, Any] | None) -> datetime | None:
+        return time_from_epoch(response.get("created_at")) if response is not None else None
+
+    def request_meta(self, request: dict[str, Any]) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        hint = _session_hint(request)
+        if hint:
+            meta["session_hint"] = hint
+        if isinstance(request.get("prompt"), dict):
+            # a stored prompt template: its text lives at OpenAI, only the reference is here
+            meta["prompt_template"] = request["prompt"]
+        return meta
+
+    def response_meta(self, response: dict[str, Any]) -> dict[str, Any]:
+        rid = response.get("id")
+        return {"response_id": rid} if isinstance(rid, str) else {}
+
+    def output(self, request: dict[str, Any], response: dict[str, Any] | None) -> str | None:
+        return _output(response) if response is not None else None
+
+    def model(self, request: dict[str, Any], response: dict[str, Any] | None) -> Any:
+        model = request.get("model")
+        if not isinstance(model, str) and response is not None:
+            return response.get("model")
+        return model
+
+    def session(self, request: dict[str, Any], session_id: str | None) -> str:
+        return _session_hint(request).get("prompt_cache_key") or session_id or "import"
+
+
+REQUESTS = Responses()
+trace_from_request = REQUESTS.trace
+traces_from_obj = REQUESTS.traces
+
+
+# --------------------------------------------------------------------------- live calls
+
+
+def _reply_lines(response: dict[str, Any]) -> list[str]:
+    """A live reply's message texts, and each function call as a ``name(args)`` line."""
+    lines: list[str] = []
+    for item in response.get("output") or []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    lines.append(part["text"])
+        elif item.get("type") == "function_call":
+            lines.append(call_line(item.get("name"), item.get("arguments")))
+    return lines
+
+
+def _conversation(request: dict[str, Any]) -> list[Any]:
+    items = request.get("input")
+    return [request.get("instructions"), items if isinstance(items, str) else first_user(items)]
+
+
+LIVE = LiveConverter(
+    trace=lambda request, response, session, now: REQUESTS.trace(
+        request, session_id=session, now=now, response=response
+    ),
+    reply=_reply_lines,
+    usage=usage_summary,
+    conversation=_conversation,
+    continues=True,
+)
 
 
 __all__ = [
     "FORMAT",
+    "LIVE",
+    "REQUESTS",
     "looks_like",
     "normalize",
     "parse_tools",

@@ -65,6 +65,23 @@ def detect(data: Any) -> SessionFormat | None:
     return trajectories.detect(data)
 
 
+def _log_lines(data: Any) -> SessionFormat | None:
+    """The log format of a JSON list holding a log's events, if it is one."""
+    if isinstance(data, list) and len(data) > 1 and isinstance(data[0], dict):
+        return detect_lines(data[:5])
+    return None
+
+
+def looks_like_claude_code(data: Any) -> bool:
+    """Whether a JSON value is a Claude Code log's events (the registry's detector)."""
+    return _log_lines(data) == claude_code.FORMAT
+
+
+def looks_like_codex(data: Any) -> bool:
+    """Whether a JSON value is a Codex rollout's events (the registry's detector)."""
+    return _log_lines(data) == codex.FORMAT
+
+
 class SessionImport:
     """The traces of one log, as a stream; ``errors`` (``file:line: why``) and the counts
     grow while it is read. Iterate it once.
@@ -227,6 +244,27 @@ def traces_from_value(
     return traces
 
 
+def _value_reader(fmt: str) -> Callable[..., list[Trace]]:
+    """``traces_from_value`` for one format: that format's reader in the registry."""
+
+    def read(
+        data: Any, *, where: str, session_id: str, default_now: datetime | None
+    ) -> list[Trace]:
+        return traces_from_value(
+            data, fmt, where=where, session_id=session_id, default_now=default_now
+        )
+
+    read.__doc__ = f"The {fmt} reader (``registry.Reader``)."
+    return read
+
+
+read_claude_code = _value_reader(claude_code.FORMAT)
+read_codex = _value_reader(codex.FORMAT)
+read_openhands = _value_reader(openhands.FORMAT)
+read_swe_agent = _value_reader(trajectories.SWE_AGENT)
+read_mini_swe_agent = _value_reader(trajectories.MINI_SWE_AGENT)
+
+
 __all__ = [
     "FORMATS",
     "LOG_FORMATS",
@@ -236,6 +274,13 @@ __all__ = [
     "detect",
     "detect_lines",
     "iter_file",
+    "looks_like_claude_code",
+    "looks_like_codex",
+    "read_claude_code",
+    "read_codex",
+    "read_mini_swe_agent",
+    "read_openhands",
+    "read_swe_agent",
     "sniff",
     "traces_from_value",
 ]

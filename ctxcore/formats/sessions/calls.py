@@ -51,7 +51,7 @@ from ctxcore.formats.derive import (
     tools_text,
     usage_warning,
 )
-from ctxcore.formats.openai import NormMessage, captured_input_from_norm
+from ctxcore.formats.norm import NormMessage, captured_input_from_norm
 from ctxcore.models import (
     INT32_MIN,
     SCHEMA,

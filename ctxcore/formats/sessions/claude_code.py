@@ -40,7 +40,7 @@ from typing import Any
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats import anthropic
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import NormMessage, usage_from_obj
+from ctxcore.formats.norm import NormMessage, usage_from_obj
 from ctxcore.formats.sessions.calls import Call, Compaction, Segment, prepare
 from ctxcore.formats.sessions.lines import LogLine, parse_time, unexpected
 

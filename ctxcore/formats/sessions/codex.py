@@ -37,7 +37,7 @@ from typing import Any
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats import responses
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import NormMessage, usage_from_obj
+from ctxcore.formats.norm import NormMessage, usage_from_obj
 from ctxcore.formats.sessions.calls import Call, Compaction, Segment
 from ctxcore.formats.sessions.lines import LogLine, parse_time, unexpected
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import NormMessage, ToolCall, parse_tools, usage_from_obj
+from ctxcore.formats.norm import NormMessage, ToolCall, usage_from_obj
+from ctxcore.formats.openai import parse_tools
 from ctxcore.formats.sessions.calls import Call, Segment
 from ctxcore.formats.sessions.lines import parse_time, unexpected
 from ctxcore.models import ToolDef

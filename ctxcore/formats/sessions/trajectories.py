@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.openai import normalize_message, usage_from_obj
+from ctxcore.formats.norm import usage_from_obj
+from ctxcore.formats.openai import normalize_message
 from ctxcore.formats.sessions.calls import Call, Segment
 from ctxcore.formats.transcripts import (
     Conversation,
@@ -67,6 +68,16 @@ def detect(data: Any) -> Literal["swe-agent", "mini-swe-agent"] | None:
                 if "```mswea_bash_command" in content:
                     return "mini-swe-agent"
     return None
+
+
+def is_swe_agent(data: Any) -> bool:
+    """Whether a JSON value is a SWE-agent trajectory (the registry's detector)."""
+    return detect(data) == SWE_AGENT
+
+
+def is_mini_swe_agent(data: Any) -> bool:
+    """Whether a JSON value is a mini-swe-agent trajectory (the registry's detector)."""
+    return detect(data) == MINI_SWE_AGENT
 
 
 class _Segments:

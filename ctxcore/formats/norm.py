@@ -1,0 +1,272 @@
+"""The normalized chat message every request importer reduces its format to, and the
+captured input made from a list of them (docs/design.md, "Formats").
+
+Each reader turns its format's messages into ``NormMessage``s (role, text, tool calls, tool
+results, reasoning and media kept beside the text); ``captured_input_from_norm`` then maps
+them onto the trace contract the same way for all of them: system and early developer
+messages into the system instructions, a late developer message into a ``policy`` packet,
+tool results into ``tool:<id>`` packets, the last user message into the query, the rest
+into the history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from ctxcore.errors import ImportFormatError
+from ctxcore.loading import error_message
+from ctxcore.models import CapturedInput, Message, Packet, ToolDef
+
+
+@dataclass
+class ToolCall:
+    """A tool call requested by the model, whatever format it came in."""
+
+    id: str | None
+    name: str
+    arguments: str
+
+
+@dataclass
+class NormMessage:
+    """One chat message reduced to what every source format has in common."""
+
+    index: int
+    role: str
+    text: str
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None  # for tool results
+    name: str | None = None
+    #: the message id in the trace (default ``msg-<index>``)
+    id: str | None = None
+    #: images, audio, documents: what each was (type, media type, size), kept in metadata
+    media: list[dict[str, Any]] = field(default_factory=list)
+    #: anything else worth keeping beside the text (cache_control marks, is_error, …)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Parts:
+    """What one message's blocks add up to, for a format whose tool results sit inside a
+    message (Anthropic, Bedrock): its text, reasoning, calls and media (on ``main``), and
+    the tool results it holds."""
+
+    main: NormMessage
+    texts: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    results: list[NormMessage] = field(default_factory=list)
+
+    def messages(self) -> list[NormMessage]:
+        """The tool results first, then the message itself unless the results were all."""
+        main = self.main
+        main.text = "\n".join(self.texts)
+        main.reasoning = "\n".join(r for r in self.reasoning if r)
+        if main.text or main.tool_calls or main.reasoning or main.media or not self.results:
+            return [*self.results, main]
+        return self.results
+
+
+def _call_line(call: ToolCall) -> str:
+    return f"{call.name}({call.arguments})"
+
+
+def reply_text(m: NormMessage) -> str | None:
+    """A recorded reply as ``outcome.output``: its text, then each tool call it made as a
+    ``name(args)`` line (as the Responses and Codex readers write them): a reply that only
+    calls tools is not an empty one."""
+    lines = [m.text] if m.text else []
+    lines.extend(_call_line(c) for c in m.tool_calls)
+    return "\n".join(lines) or None
+
+
+def captured_input_from_norm(
+    msgs: list[NormMessage],
+    *,
+    tools: list[ToolDef],
+    now: datetime,
+    query: str | None = None,
+    window: int | None = None,
+    output_reserve: int | None = None,
+) -> tuple[CapturedInput, list[Message]]:
+    """The captured input and the flat chat messages (for ``result.messages``).
+
+    A value the trace contract refuses (a 20 MB tool log, a negative window) becomes an
+    ``ImportFormatError`` naming the message, not a pydantic traceback.
+    """
+    try:
+        last_user = None if query is not None else _last_user(msgs)
+        parts = _Assembly(last_user)
+        for m in msgs:
+            try:
+                parts.add(m)
+            except ValidationError as exc:
+                raise ImportFormatError(
+                    f"messages[{m.index}] ({m.role}): {_first_error(exc)}"
+                ) from exc
+        if query is None:
+            query = next((m.text for m in msgs if m.index == last_user and m.role == "user"), "")
+        inp = CapturedInput(
+            query=query,
+            now=now,
+            system_instructions="\n\n".join(parts.system),
+            history=parts.history,
+            packets=parts.packets,
+            tools=tools,
+            window=window,
+            output_reserve=output_reserve,
+        )
+    except ValidationError as exc:
+        raise ImportFormatError(f"cannot import this prompt: {_first_error(exc)}") from exc
+    return inp, parts.flat
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    msg = error_message(err)
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _last_user(msgs: list[NormMessage]) -> int | None:
+    """The index of the last user message: the query."""
+    return next((m.index for m in reversed(msgs) if m.role == "user"), None)
+
+
+class _Assembly:
+    """The parts of a captured input, filled message by message: system instructions,
+    history, packets (late developer messages, tool results) and the flat message list.
+    Tool results are matched to the calls still waiting for one, oldest first."""
+
+    def __init__(self, last_user: int | None) -> None:
+        self.last_user = last_user
+        self.system: list[str] = []
+        self.history: list[Message] = []
+        self.packets: list[Packet] = []
+        self.flat: list[Message] = []
+        self.pending: list[ToolCall] = []  # calls without a result yet, oldest first
+        self.seen_ids: set[str] = set()
+        self.synth = 0
+        self.seen_conversation = False
+
+    def add(self, m: NormMessage) -> None:
+        """One message, into the part its role (and place) puts it in."""
+        mid = m.id or f"msg-{m.index}"
+        side = _side_metadata(m)
+        if m.role in ("system", "developer"):
+            if m.role == "developer" and self.seen_conversation:
+                # injected mid-conversation: a policy packet, not the system prompt
+                self.packets.append(
+                    Packet(id=f"policy:{mid}", kind="policy", content=m.text, must_keep=True)
+                )
+            else:
+                self.system.append(m.text)
+            self.flat.append(Message(role=m.role, content=m.text, id=mid, metadata=side))
+            return
+        self.seen_conversation = True
+        if m.role in ("tool", "function", "ipython"):
+            self._tool_result(m, mid, side)
+        elif m.index == self.last_user:
+            self.flat.append(Message(role="user", content=m.text, id=mid, metadata=side))
+        else:
+            content = self._content(m)  # first: it names the calls that have no id
+            meta = {**side, **self._turn_metadata(m)}
+            msg = Message(role=m.role, content=content, id=mid, metadata=meta)
+            self.history.append(msg)
+            self.flat.append(msg)
+
+    def _answered_call(self, m: NormMessage) -> ToolCall | None:
+        """The pending call a tool result answers (by id, else the oldest), taken off."""
+        call = None
+        if m.tool_call_id is not None:
+            call = next((c for c in self.pending if c.id == m.tool_call_id), None)
+        elif self.pending:
+            call = self.pending[0]
+        if call is not None:
+            self.pending.remove(call)
+        return call
+
+    def _tool_result(self, m: NormMessage, mid: str, side: dict[str, Any]) -> None:
+        """A tool result: a ``tool:<call id>`` packet (``#2``… when an id repeats)."""
+        call = self._answered_call(m)
+        cid = m.tool_call_id or (call.id if call else None) or mid
+        pid = f"tool:{cid}"
+        n = 2
+        while pid in self.seen_ids:
+            pid = f"tool:{cid}#{n}"
+            n += 1
+        self.seen_ids.add(pid)
+        meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid, **side}
+        name = m.name or (call.name if call else None)
+        if name:
+            meta["name"] = name
+        self.packets.append(Packet(id=pid, kind="tool_result", content=m.text, metadata=meta))
+        self.flat.append(
+            Message(role="tool", content=m.text, id=mid, metadata={"tool_call_id": cid, **side})
+        )
+
+    def _content(self, m: NormMessage) -> str:
+        """A history message's text, its tool calls after it as ``name(args)`` lines (each
+        call without an id gets ``call_<index>_<n>``, and waits for its result)."""
+        if not m.tool_calls:
+            return m.text
+        for c in m.tool_calls:
+            if c.id is None:
+                self.synth += 1
+                c.id = f"call_{m.index}_{self.synth}"
+            self.pending.append(c)
+        lines = "\n".join(_call_line(c) for c in m.tool_calls)
+        return f"{m.text}\n{lines}" if m.text else lines
+
+    @staticmethod
+    def _turn_metadata(m: NormMessage) -> dict[str, Any]:
+        """What a history message keeps beside its content: its calls in full, its
+        reasoning, its name."""
+        meta: dict[str, Any] = {}
+        if m.tool_calls:
+            meta["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+            ]
+        if m.reasoning:
+            meta["reasoning"] = m.reasoning
+        if m.name:
+            meta["name"] = m.name
+        return meta
+
+
+def _side_metadata(m: NormMessage) -> dict[str, Any]:
+    side: dict[str, Any] = dict(m.extra)
+    if m.media:
+        side["media"] = list(m.media)
+    return side
+
+
+def usage_from_obj(obj: Any) -> dict[str, int]:
+    """Integer counters of a provider ``usage`` object (nested details flattened)."""
+    out: dict[str, int] = {}
+    if not isinstance(obj, dict):
+        return out
+    for key, value in obj.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            out[key] = value
+        elif isinstance(value, dict):
+            for sub, v in value.items():
+                if isinstance(v, int) and not isinstance(v, bool):
+                    out[f"{key}.{sub}"] = v
+    return out
+
+
+__all__ = [
+    "NormMessage",
+    "Parts",
+    "ToolCall",
+    "captured_input_from_norm",
+    "reply_text",
+    "usage_from_obj",
+]

@@ -1,0 +1,313 @@
+"""The import formats: one table the rest of ctxscope reads (docs/design.md, "Formats").
+
+Each ``Format`` names a format (``ctxscope import --format NAME``), says in one line what it
+is, and points at the functions that detect it, read it, and (for an API the proxy records)
+convert a live call. ``FORMATS`` is ordered by detection priority: ``detect`` asks each
+detector in turn and the first that says yes names the format, so a more specific shape comes
+before a more general one that also matches it (a LangGraph state holds ``messages`` as a chat
+request does; an Anthropic request is a chat request with more). ``openai`` comes last and is
+also what a value nothing recognises is read as (its error then lists what was tried).
+
+The functions are named as ``"module:attribute"`` and imported on first use: the command line
+reads the names and descriptions without importing a reader (``ctxscope --help`` stays fast).
+
+Adding a format is one module (its detector, its reader, for a request API a
+``request.RequestFormat``) and one entry here; docs/design.md, "How to add a format".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ctxcore.models import Trace
+
+#: What ``--format`` takes besides a format's name: detect it from the file.
+AUTO = "auto"
+#: A format name, or ``auto`` (what ``ctxscope import --format`` and ``load`` accept).
+FormatName = str
+
+
+class Reader(Protocol):
+    """Turns one parsed JSON value of a format into traces."""
+
+    def __call__(
+        self, data: Any, *, where: str, session_id: str, default_now: datetime | None
+    ) -> list[Trace]: ...
+
+
+class StreamReader(Protocol):
+    """Reads a JSONL session log as a stream (``sessions.iter_file``)."""
+
+    def __call__(
+        self,
+        path: Path,
+        fmt: str,
+        *,
+        default_now: datetime | None,
+        window: int | None,
+        model: str | None,
+    ) -> Any: ...
+
+
+@dataclass(frozen=True)
+class LiveConverter:
+    """What a request format adds for a call the proxy recorded (``capture.calls``): the
+    trace of the request and its reply, the reply as text lines, the usage summary of
+    ``metadata.capture``, what a conversation keeps the same (its session fingerprint), and
+    the session a request names itself, if its API has a field for it."""
+
+    trace: Callable[[dict[str, Any], dict[str, Any] | None, str, datetime], Trace]
+    reply: Callable[[dict[str, Any]], list[str]]
+    usage: Callable[[dict[str, int]], dict[str, int]]
+    conversation: Callable[[dict[str, Any]], list[Any]]
+    session: Callable[[dict[str, Any]], tuple[str, str] | None] = lambda _request: None
+    #: the API's requests name the response they continue (``previous_response_id``)
+    continues: bool = False
+
+
+@dataclass(frozen=True)
+class Live:
+    """A format the proxy records: the API's name in ``metadata.capture.api``, the request
+    path recorded, which upstream serves it, how a streamed reply is put back together
+    (``capture.sse``) and the format's ``LiveConverter``."""
+
+    api: str
+    path: bytes
+    upstream: str
+    assemble: str
+    converter: str
+
+
+@dataclass(frozen=True)
+class Format:
+    """One import format (see the module docstring)."""
+
+    name: str
+    #: one line for ``ctxscope import --help`` and the docs
+    summary: str
+    #: ``"module:function"``: whether a parsed JSON value is this format
+    detector: str
+    #: ``"module:function"``: a ``Reader``
+    reader: str
+    #: a JSONL file of requests holds one call of a conversation per line: turns in file order
+    one_per_line: bool = False
+    #: a JSONL session log read line by line (``"module:function"``, a ``StreamReader``)
+    stream: str | None = None
+    live: Live | None = None
+    #: detection falls back to this format when no detector says yes
+    fallback: bool = False
+
+    def detects(self, data: Any) -> bool:
+        """Whether this format's detector says ``data`` is of it."""
+        return bool(cast(Callable[[Any], bool], resolve(self.detector))(data))
+
+    def read(
+        self,
+        data: Any,
+        *,
+        where: str = "",
+        session_id: str = "import",
+        default_now: datetime | None = None,
+    ) -> list[Trace]:
+        """The traces ``data`` holds, read as this format."""
+        reader = cast(Reader, resolve(self.reader))
+        return reader(data, where=where, session_id=session_id, default_now=default_now)
+
+    def converter(self) -> LiveConverter:
+        """The format's live converter (only for a format with ``live``)."""
+        if self.live is None:
+            raise ValueError(f"{self.name}: the proxy records no calls of this format")
+        return cast(LiveConverter, resolve(self.live.converter))
+
+    def assembler(self) -> Callable[[str], Any]:
+        """How a streamed reply of this format is put back together (only with ``live``)."""
+        if self.live is None:
+            raise ValueError(f"{self.name}: the proxy records no calls of this format")
+        return cast(Callable[[str], Any], resolve(self.live.assemble))
+
+
+@cache
+def resolve(ref: str) -> Any:
+    """What a ``"module:attribute"`` reference names (``attribute`` may be dotted:
+    ``REQUESTS.read``)."""
+    module, _, attr = ref.partition(":")
+    obj: Any = import_module(module)
+    for name in attr.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+_F = "ctxcore.formats."
+_SESSIONS = _F + "sessions"
+
+#: Every import format, in detection priority (see the module docstring).
+FORMATS: tuple[Format, ...] = (
+    Format(
+        "trace",
+        "ctxscope traces: a trace, a list or JSONL of them, or an exported snapshot",
+        _F + "load:looks_like_trace",
+        _F + "load:read_traces",
+    ),
+    Format(
+        "otlp",
+        "OpenTelemetry traces and logs of model calls: OTLP JSON or protobuf, spans, attributes",
+        _F + "otlp:looks_like",
+        _F + "otlp:traces_from_otlp",
+    ),
+    Format(
+        "claude-code",
+        "a Claude Code session log (JSONL): one trace per model call",
+        _SESSIONS + ":looks_like_claude_code",
+        _SESSIONS + ":read_claude_code",
+        stream=_SESSIONS + ":iter_file",
+    ),
+    Format(
+        "codex",
+        "an OpenAI Codex CLI rollout (JSONL): one trace per model call",
+        _SESSIONS + ":looks_like_codex",
+        _SESSIONS + ":read_codex",
+        stream=_SESSIONS + ":iter_file",
+    ),
+    Format(
+        "openhands",
+        "an OpenHands trajectory (its event list): one trace per model call",
+        _SESSIONS + ".openhands:looks_like",
+        _SESSIONS + ":read_openhands",
+    ),
+    Format(
+        "swe-agent",
+        "a SWE-agent trajectory (.traj): one trace per model call",
+        _SESSIONS + ".trajectories:is_swe_agent",
+        _SESSIONS + ":read_swe_agent",
+    ),
+    Format(
+        "mini-swe-agent",
+        "a mini-swe-agent trajectory: one trace per model call",
+        _SESSIONS + ".trajectories:is_mini_swe_agent",
+        _SESSIONS + ":read_mini_swe_agent",
+    ),
+    Format(
+        "langchain",
+        "serialized LangChain messages, or a LangGraph state holding them",
+        _F + "langchain:looks_like",
+        _F + "langchain:read",
+    ),
+    Format(
+        "bedrock-converse",
+        "an Amazon Bedrock Converse request (or request/response pairs)",
+        _F + "bedrock:REQUESTS.detects",
+        _F + "bedrock:REQUESTS.read",
+        one_per_line=True,
+    ),
+    Format(
+        "gemini",
+        "a Gemini generateContent request (or request/response pairs)",
+        _F + "gemini:REQUESTS.detects",
+        _F + "gemini:REQUESTS.read",
+        one_per_line=True,
+    ),
+    Format(
+        "openai-responses",
+        "an OpenAI Responses API request (or request/response pairs)",
+        _F + "responses:REQUESTS.detects",
+        _F + "responses:REQUESTS.read",
+        one_per_line=True,
+        live=Live(
+            "openai.responses",
+            b"/v1/responses",
+            "openai",
+            "ctxcore.capture.sse:responses",
+            _F + "responses:LIVE",
+        ),
+    ),
+    Format(
+        "anthropic",
+        "an Anthropic Messages request (or request/response pairs, or a bare message list)",
+        _F + "anthropic:REQUESTS.detects",
+        _F + "anthropic:REQUESTS.read",
+        live=Live(
+            "anthropic.messages",
+            b"/v1/messages",
+            "anthropic",
+            "ctxcore.capture.sse:anthropic_message",
+            _F + "anthropic:LIVE",
+        ),
+    ),
+    Format(
+        "openai",
+        "an OpenAI chat request, a message list, a SWE-agent history or ShareGPT records",
+        _F + "openai:looks_like",
+        _F + "openai:read",
+        one_per_line=True,
+        live=Live(
+            "openai.chat",
+            b"/v1/chat/completions",
+            "openai",
+            "ctxcore.capture.sse:chat_completion",
+            _F + "openai:LIVE",
+        ),
+        fallback=True,
+    ),
+)
+
+_BY_NAME = {f.name: f for f in FORMATS}
+_BY_API = {f.live.api: f for f in FORMATS if f.live is not None}
+#: What ``ctxscope import --format`` accepts, ``auto`` first.
+NAMES: tuple[str, ...] = (AUTO, *(f.name for f in FORMATS))
+
+
+def get(name: str) -> Format:
+    """The format of that name (``KeyError`` for an unknown one: the callers validate)."""
+    return _BY_NAME[name]
+
+
+def detect(data: Any) -> Format:
+    """The format of a parsed JSON value: the first whose detector says yes, else the
+    fallback."""
+    for f in FORMATS:
+        if not f.fallback and f.detects(data):
+            return f
+    return next(f for f in FORMATS if f.fallback)
+
+
+def live_formats() -> Iterator[Format]:
+    """The formats the proxy records, in table order."""
+    return (f for f in FORMATS if f.live is not None)
+
+
+def by_api(api: str) -> Format:
+    """The format whose live calls carry that API name."""
+    return _BY_API[api]
+
+
+def help_lines() -> str:
+    """Each format's name and one line, a line each (``ctxscope import --help``)."""
+    width = max(len(f.name) for f in FORMATS) + 2
+    return "\n".join(f"  {f.name:<{width}}{f.summary}" for f in FORMATS)
+
+
+__all__ = [
+    "AUTO",
+    "FORMATS",
+    "Format",
+    "FormatName",
+    "Live",
+    "LiveConverter",
+    "NAMES",
+    "Reader",
+    "StreamReader",
+    "by_api",
+    "detect",
+    "get",
+    "help_lines",
+    "live_formats",
+    "resolve",
+]

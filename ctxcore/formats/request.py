@@ -1,0 +1,211 @@
+"""The shape every request importer shares (docs/design.md, "Formats").
+
+A request to a model API (OpenAI chat, Anthropic Messages, the Responses API, Gemini, Bedrock
+Converse) becomes a trace the same way: check the request's shape, reduce its messages to
+``NormMessage``s and its tools to ``ToolDef``s (counting what was read in a ``Tally``), map
+them onto a captured input (``norm.captured_input_from_norm``), and read the reply, if one
+came with the request, for the outcome (text, usage, model). ``RequestFormat.trace`` does that
+once; each format subclasses it and supplies only its mapping: the hooks below.
+
+A file may hold a request, a ``{"request": ..., "response": ...}`` pair, or a list of either
+(``requests``); ``read`` is the format's reader in ``registry``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from ctxcore.errors import ImportFormatError
+from ctxcore.formats.accounting import Tally
+from ctxcore.formats.derive import make_trace, stable_id
+from ctxcore.formats.norm import NormMessage, captured_input_from_norm, usage_from_obj
+from ctxcore.models import ToolDef, Trace
+
+
+def each_looks_like(looks_like: Callable[[Any], bool], data: Any) -> bool:
+    """Whether a request, a ``{"request": ...}`` pair, or every item of a list, passes."""
+
+    def one(x: Any) -> bool:
+        return looks_like(x) or (isinstance(x, dict) and looks_like(x.get("request")))
+
+    return bool(data) and all(one(x) for x in data) if isinstance(data, list) else one(data)
+
+
+def reserve_tokens(value: Any) -> int | None:
+    """A request's output-token limit, if it is a count (not a bool, not negative)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def call_line(name: Any, args: Any) -> str:
+    """A tool call as one ``name(args)`` line of a reply (arguments as JSON text)."""
+    return f"{name}({args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)})"
+
+
+def first_user(messages: Any) -> Any:
+    """The content of the first user message of a list, if any (a session fingerprint)."""
+    for m in messages if isinstance(messages, list) else []:
+        if isinstance(m, dict) and m.get("role") == "user":
+            return m.get("content")
+    return None
+
+
+class RequestFormat:
+    """A request API's importer: the skeleton (``trace``, ``traces``, ``read``) and the hooks
+    a format overrides. ``builder`` names the traces' builder (``import/<name>``); ``source``
+    is the format named in ``metadata.import``; ``shape`` says what a request is, for the
+    error when one is not."""
+
+    builder: ClassVar[str]
+    source: ClassVar[str]
+    shape: ClassVar[str]
+    #: the reader gives the file's name as the traces' session (else the request's own)
+    file_session: ClassVar[bool] = True
+
+    # ------------------------------------------------------------------ the mapping
+
+    def looks_like(self, data: Any) -> bool:
+        """Whether one JSON value is a request of this API (detection)."""
+        raise NotImplementedError
+
+    def accepts(self, request: Any) -> bool:
+        """Whether a value has the shape ``trace`` needs (else ``shape_error``)."""
+        raise NotImplementedError
+
+    def shape_error(self, request: Any) -> str:
+        return self.shape
+
+    def normalize(
+        self, request: dict[str, Any], tally: Tally
+    ) -> tuple[list[NormMessage], dict[str, Any]]:
+        """The request's messages (system included), normalised, and what was noticed
+        beyond the tally (for ``metadata.import``)."""
+        raise NotImplementedError
+
+    def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
+        raise NotImplementedError
+
+    def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
+        """The parts of the request its trace id is a hash of."""
+        raise NotImplementedError
+
+    def reserve(self, request: dict[str, Any]) -> Any:
+        """The request's output-token limit, as written."""
+        return None
+
+    def window(self, request: dict[str, Any]) -> int | None:
+        return None
+
+    def response_of(self, request: dict[str, Any], response: Any) -> dict[str, Any] | None:
+        """The reply read for the outcome: the one given beside the request, if any."""
+        return response if isinstance(response, dict) else None
+
+    def created(self, request: dict[str, Any], response: dict[str, Any] | None) -> datetime | None:
+        """When the call was made, if the request or its reply says."""
+        return None
+
+    def request_meta(self, request: dict[str, Any]) -> dict[str, Any]:
+        """What the request says beside its prompt, for the trace's metadata."""
+        return {}
+
+    def response_meta(self, response: dict[str, Any]) -> dict[str, Any]:
+        """What the reply says beside its text and usage, for the trace's metadata."""
+        return {}
+
+    def usage(self, request: dict[str, Any], response: dict[str, Any] | None) -> dict[str, int]:
+        return usage_from_obj(response.get("usage")) if response is not None else {}
+
+    def output(self, request: dict[str, Any], response: dict[str, Any] | None) -> str | None:
+        """The reply as ``outcome.output``."""
+        return None
+
+    def model(self, request: dict[str, Any], response: dict[str, Any] | None) -> Any:
+        return request.get("model")
+
+    def session(self, request: dict[str, Any], session_id: str | None) -> str:
+        return session_id or "import"
+
+    # ------------------------------------------------------------------ the skeleton
+
+    def trace(
+        self,
+        request: dict[str, Any],
+        *,
+        session_id: str | None = None,
+        turn: int = 0,
+        now: datetime | None = None,
+        default_now: datetime | None = None,
+        response: dict[str, Any] | None = None,
+        query: str | None = None,
+        trace_id: str | None = None,
+    ) -> Trace:
+        """One request (and, if given, its reply) → a trace. Its time is ``now``, else the
+        time the request or reply says, else ``default_now`` (importers pass the file's
+        time), else the clock; its id is ``trace_id``, else a hash of the request (importing
+        it twice is a no-op in the store)."""
+        if not self.accepts(request):
+            raise ImportFormatError(self.shape_error(request))
+        tally = Tally(self.source)
+        norm, notes = self.normalize(request, tally)
+        tools = self.tools(request, tally)
+        reply = self.response_of(request, response)
+        when = now or self.created(request, reply) or default_now or datetime.now(UTC)
+        inp, flat = captured_input_from_norm(
+            norm,
+            tools=tools,
+            now=when,
+            query=query,
+            window=self.window(request),
+            output_reserve=reserve_tokens(self.reserve(request)),
+        )
+        meta: dict[str, Any] = {"import": {**tally.to_metadata(), **notes}}
+        meta.update(self.request_meta(request))
+        if reply is not None:
+            meta.update(self.response_meta(reply))
+        model = self.model(request, reply)
+        return make_trace(
+            inp,
+            flat,
+            builder=self.builder,
+            model=model if isinstance(model, str) else None,
+            trace_id=trace_id or stable_id(self.builder, *self.identity(request)),
+            session_id=self.session(request, session_id),
+            turn=turn,
+            created_at=when,
+            usage=self.usage(request, reply),
+            output=self.output(request, reply),
+            metadata=meta,
+        )
+
+    def detects(self, data: Any) -> bool:
+        """Whether a JSON value is a request of this API, a pair, or a list of either."""
+        return each_looks_like(self.looks_like, data)
+
+    def requests(self, data: Any) -> Iterator[tuple[Any, Any]]:
+        """Each (request, reply) a value holds: a request, a ``{"request": ...,
+        "response": ...}`` pair, or a list of either."""
+        for item in data if isinstance(data, list) else [data]:
+            pair = isinstance(item, dict) and isinstance(item.get("request"), dict)
+            yield (item["request"], item.get("response")) if pair else (item, None)
+
+    def traces(
+        self, data: Any, *, session_id: str | None = None, default_now: datetime | None = None
+    ) -> list[Trace]:
+        """One trace per request ``data`` holds (turn = its position)."""
+        return [
+            self.trace(req, response=resp, session_id=session_id, turn=n, default_now=default_now)
+            for n, (req, resp) in enumerate(self.requests(data))
+        ]
+
+    def read(
+        self, data: Any, *, where: str, session_id: str, default_now: datetime | None
+    ) -> list[Trace]:
+        """The format's reader (``registry.Reader``): ``load`` says ``where`` in errors."""
+        return self.traces(
+            data, session_id=session_id if self.file_session else None, default_now=default_now
+        )
+
+
+__all__ = ["RequestFormat", "call_line", "each_looks_like", "first_user", "reserve_tokens"]
