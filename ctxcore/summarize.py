@@ -288,8 +288,9 @@ _REPO_PATH = re.compile(r"^([\w.\-]+(?:/[\w.\-]+)*\.?\w*):?\s*$")
 _ENTRY = re.compile(r"(?:^|/)(?:__main__|main|cli|app|index|server|setup|manage|run)\.\w+$")
 
 
-def summarize_repo_map(content: str, target_tokens: int, symbols: Iterable[str] = ()) -> str:
-    """The file tree (paths grouped by folder) plus the outline lines of entry files."""
+def _repo_files(content: str) -> tuple[list[str], dict[str, list[str]]]:
+    """A repo map's file paths (first-seen order) and, per path, its outline lines (those
+    that define something)."""
     files: list[str] = []
     body: dict[str, list[str]] = {}
     current: str | None = None
@@ -302,6 +303,12 @@ def summarize_repo_map(content: str, target_tokens: int, symbols: Iterable[str] 
                 body[current] = []
         elif current is not None and line.startswith("│") and _DEF.search(line[1:]):
             body[current].append(line)
+    return files, body
+
+
+def summarize_repo_map(content: str, target_tokens: int, symbols: Iterable[str] = ()) -> str:
+    """The file tree (paths grouped by folder) plus the outline lines of entry files."""
+    files, body = _repo_files(content)
     syms = {s.lower() for s in symbols if len(s) >= 3}
     tree: dict[str, list[str]] = {}
     for f in files:

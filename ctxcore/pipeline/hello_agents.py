@@ -170,17 +170,7 @@ class Package(HelloBuilder[PackageScores]):
         notes: dict[str, list[str]] = {}
         kept = history[max(len(history) - limit, 0) :]
         history_text = "\n".join(f"[{m.role}] {m.content}" for m in kept)
-        # Count everything the package counts in one batch (cached by content), on
-        # background threads; meanwhile find the query's words in each packet, which the
-        # score stage reads (cached by query and content)
-        texts = [input.system_instructions, history_text]
-        texts += [p.content for p in input.packets if not p.tokens]
-        pending = pc.count_many_started(texts)
-        query = frozenset(input.query.lower().split())
-        if query:
-            for p in input.packets:
-                query_overlap(query, p.content)
-        counted = dict(zip(texts, pending(), strict=True))
+        counted = self._count(input, history_text)
 
         if input.system_instructions:
             cands.append(
@@ -227,22 +217,45 @@ class Package(HelloBuilder[PackageScores]):
                 )
             tokens = p.tokens if p.tokens else counted[p.content]
             cands.append(packet_candidate(p, tokens, len(cands), now))
-        if pc.specials:
-            for c in cands:
-                tok = pc.special_in(c.content)
-                if tok is not None and c.tokens == counted.get(c.content):
-                    notes.setdefault(c.id, []).append(
-                        f"content spells the special token {tok}: the package's tiktoken "
-                        f"encode() raises and it falls back to len(text)//4 = "
-                        f"{fmt_tokens(c.tokens)} tokens (tiktoken would count "
-                        f"{fmt_tokens(pc.counter.count(c.content))})"
-                    )
+        self._special_notes(cands, counted, notes)
         for p in input.packets:
             if p.must_keep:
                 notes.setdefault(p.id, []).append(
                     "must_keep is ignored: the package has no notion of it"
                 )
         return Gathered(cands, cut, notes)
+
+    def _count(self, input: CapturedInput, history_text: str) -> dict[str, int]:
+        """Everything the package counts (the instructions, the history, the packets that
+        come without a count), counted in one batch (cached by content) on background
+        threads; meanwhile the query's words are found in each packet, which the score
+        stage reads (cached by query and content)."""
+        texts = [input.system_instructions, history_text]
+        texts += [p.content for p in input.packets if not p.tokens]
+        pending = self.pc.count_many_started(texts)
+        query = frozenset(input.query.lower().split())
+        if query:
+            for p in input.packets:
+                query_overlap(query, p.content)
+        return dict(zip(texts, pending(), strict=True))
+
+    def _special_notes(
+        self, cands: list[Candidate], counted: dict[str, int], notes: dict[str, list[str]]
+    ) -> None:
+        """A note on each candidate whose content spells a special token, counted here
+        as the package counts it (its fallback), not as tiktoken would."""
+        pc = self.pc
+        if not pc.specials:
+            return
+        for c in cands:
+            tok = pc.special_in(c.content)
+            if tok is not None and c.tokens == counted.get(c.content):
+                notes.setdefault(c.id, []).append(
+                    f"content spells the special token {tok}: the package's tiktoken "
+                    f"encode() raises and it falls back to len(text)//4 = "
+                    f"{fmt_tokens(c.tokens)} tokens (tiktoken would count "
+                    f"{fmt_tokens(pc.counter.count(c.content))})"
+                )
 
     # ------------------------------------------------------------------------- score
 

@@ -398,39 +398,80 @@ def compute(
     reads them too). Each entity and stem is looked for once in all the texts joined
     (``_Joined``: ``_Named``, ``lexical_overlap``); the file names of error output are read
     once per distinct line, run by run (``_frame_names``)."""
-    n = len(sources)
     if lows is None:
         lows = [s.text.lower() for s in sources]
-    cols: dict[str, list[float]] = {s: [0.0] * n for s in SIGNALS}
-    why: list[dict[str, str]] = [{} for _ in range(n)]
-
-    def fire(i: int, name: str, value: float, text: str) -> None:
-        col = cols[name]
-        if value > col[i]:
-            col[i] = value
-            why[i][name] = text
-
-    last_user = _last(input.history, "user")
-    last_asst = _last(input.history, "assistant")
-    said = input.query + ("\n" + last_user.content if last_user is not None else "")
-    mentioned = entities(said)
-    done = (last_asst.content if last_asst is not None else "") + "\n" + _calls_text(last_asst)
-    referenced = entities(done) - mentioned
-    packets = [k for k, s in enumerate(sources) if s.is_packet]
-    # the last tool call's own command, when the caller recorded it
+    fire = _Fired(len(sources))
     fresh = current_turn(input, sources)
     for k, reason in fresh.items():
         fire(k, "current_turn", 1.0 if reason.startswith("result") else 0.7, reason)
-        cmd = sources[k].metadata.get("command")
-        if reason.startswith("result") and isinstance(cmd, str):
-            referenced |= entities(cmd) - mentioned
-
+    mentioned, referenced = _turn_entities(input, sources, fresh)
+    packets = [k for k, s in enumerate(sources) if s.is_packet]
     errors: dict[int, list[str]] = {}
     for k in packets:
         lines = error_evidence(sources[k].text, lows[k])
         if lines:
             errors[k] = lines
             fire(k, "error", 1.0, lines[0][:80])
+    all_lows = _Joined(lows)
+    _name_signals(input, sources, packets, lows, all_lows, (mentioned, referenced), errors, fire)
+    lex = _lexical(input.query, sources, lows, all_lows)
+    for k in np.flatnonzero(lex >= LEXICAL_MIN).tolist():
+        fire(k, "lexical", float(lex[k]), f"{lex[k]:.0%} of the query's words")
+    strength = np.ascontiguousarray(np.array([fire.cols[s] for s in SIGNALS], dtype=np.float64).T)
+    # exempt: a packet without a caller's relevance that is fresh, error evidence, or named
+    own = np.array([s.is_packet and s.caller_relevance is None for s in sources], dtype=bool)
+    exempt = own & (strength[:, _FLOORED] > 0).any(axis=1)
+    return Signals(strength, fire.why, exempt, _floor(sources, errors, fresh), lex)
+
+
+class _Fired:
+    """The signals fired so far: per signal, each item's strongest value, and why it fired
+    (the first reason given for that value)."""
+
+    def __init__(self, n: int) -> None:
+        self.cols: dict[str, list[float]] = {s: [0.0] * n for s in SIGNALS}
+        self.why: list[dict[str, str]] = [{} for _ in range(n)]
+
+    def __call__(self, i: int, name: str, value: float, text: str) -> None:
+        col = self.cols[name]
+        if value > col[i]:
+            col[i] = value
+            self.why[i][name] = text
+
+
+def _turn_entities(
+    input: CapturedInput, sources: Sequence[Source], fresh: dict[int, str]
+) -> tuple[set[str], set[str]]:
+    """The entities the user mentioned (the query and the last user message) and those the
+    last step referenced and the user did not (the last assistant message, its tool calls,
+    and the last tool call's own command when the caller recorded it)."""
+    last_user = _last(input.history, "user")
+    last_asst = _last(input.history, "assistant")
+    said = input.query + ("\n" + last_user.content if last_user is not None else "")
+    mentioned = entities(said)
+    done = (last_asst.content if last_asst is not None else "") + "\n" + _calls_text(last_asst)
+    referenced = entities(done) - mentioned
+    for k, reason in fresh.items():
+        cmd = sources[k].metadata.get("command")
+        if reason.startswith("result") and isinstance(cmd, str):
+            referenced |= entities(cmd) - mentioned
+    return mentioned, referenced
+
+
+def _name_signals(
+    input: CapturedInput,
+    sources: Sequence[Source],
+    packets: list[int],
+    lows: Sequence[str],
+    all_lows: _Joined,
+    turn: tuple[set[str], set[str]],
+    errors: dict[int, list[str]],
+    fire: _Fired,
+) -> None:
+    """The signals of what names a packet: error output naming its file, the user's and the
+    last step's entities (``turn``: mentioned, referenced) in its text, path or id, and its
+    metadata (a path linked to a named file, search hits, recency)."""
+    mentioned, referenced = turn
     paths = [_path_of(sources[k].metadata, sources[k].id) for k in packets]
     # the files error output names matter only to packets that have a path
     frames = _frame_names(errors.values()) if any(paths) else set()
@@ -443,7 +484,6 @@ def compute(
             linked[path] = _linked(path, hot)
         return linked[path]
 
-    all_lows = _Joined(lows)
     named = _Named(packets, lows, paths, [sources[k].id.lower() for k in packets], all_lows)
     said_in, done_in = named.holding(mentioned), named.holding(referenced)
     for j, k in enumerate(packets):
@@ -462,7 +502,13 @@ def compute(
         if path or not s.metadata.keys().isdisjoint(_METADATA_KEYS):
             _metadata(s, path, linked_to, input.now, fire, k)
 
-    stems = query_stems(input.query)
+
+def _lexical(
+    query: str, sources: Sequence[Source], lows: Sequence[str], all_lows: _Joined
+) -> npt.NDArray[np.float64]:
+    """Per source, the share of the query's words its text holds (``lexical_overlap``); 0
+    where the caller gave its own relevance (it replaces ours, word matches included)."""
+    stems = query_stems(query)
     texts = [s.text for s in sources]
     lex_lows: list[str] | None = None
     if stems:
@@ -475,13 +521,15 @@ def compute(
     lex = lexical_overlap(stems, texts, lex_lows, all_lows if same else None)
     for k, s in enumerate(sources):
         if s.caller_relevance is not None:
-            lex[k] = 0.0  # a caller's relevance replaces ours, word matches included
-    for k in np.flatnonzero(lex >= LEXICAL_MIN).tolist():
-        fire(k, "lexical", float(lex[k]), f"{lex[k]:.0%} of the query's words")
-    strength = np.ascontiguousarray(np.array([cols[s] for s in SIGNALS], dtype=np.float64).T)
-    # exempt: a packet without a caller's relevance that is fresh, error evidence, or named
-    own = np.array([s.is_packet and s.caller_relevance is None for s in sources], dtype=bool)
-    exempt = own & (strength[:, _FLOORED] > 0).any(axis=1)
+            lex[k] = 0.0
+    return lex
+
+
+def _floor(
+    sources: Sequence[Source], errors: dict[int, list[str]], fresh: dict[int, str]
+) -> tuple[int, ...]:
+    """``Signals.floor``: the latest error output and the result of the last tool call, of
+    the packets without a caller's relevance."""
     floor: list[int] = []
     errors = {k: v for k, v in errors.items() if sources[k].caller_relevance is None}
     if errors:
@@ -495,7 +543,7 @@ def compute(
         and sources[last_result].caller_relevance is None
     ):
         floor.append(last_result)
-    return Signals(strength, why, exempt, tuple(floor), lex)
+    return tuple(floor)
 
 
 class _Named:
