@@ -375,8 +375,10 @@ def _waste_vs_rerun(v: TraceView, fill: str, alt: ctxscope.Outcome) -> list[Find
     )
 
 
-def _waste_vs_knapsack(v: TraceView, fill: str) -> list[Finding]:
-    items = [
+def _fill_items(v: TraceView) -> list[Decision]:
+    """The decisions the fill chose among: scored, decided by the fill, not the
+    instructions."""
+    return [
         d
         for d in v.decisions
         if d.score is not None
@@ -384,10 +386,12 @@ def _waste_vs_knapsack(v: TraceView, fill: str) -> list[Finding]:
         and d.packet_id != INSTRUCTIONS_ID
         and d.kind not in ("instructions", "system_instruction")
     ]
-    if not items:
-        return []
-    fill_ids = {d.packet_id for d in items}
-    fixed = sum(
+
+
+def _fixed_tokens(v: TraceView, fill_ids: set[str]) -> int:
+    """The tokens the prompt spends outside the fill (neither lost, filtered nor cut by the
+    history limit)."""
+    return sum(
         d.tokens_before
         for d in v.decisions
         if d.packet_id not in fill_ids
@@ -395,6 +399,13 @@ def _waste_vs_knapsack(v: TraceView, fill: str) -> list[Finding]:
         and d.status != Status.FILTERED
         and d.reason != Reason.HISTORY_LIMIT
     )
+
+
+def _waste_vs_knapsack(v: TraceView, fill: str) -> list[Finding]:
+    items = _fill_items(v)
+    if not items:
+        return []
+    fixed = _fixed_tokens(v, {d.packet_id for d in items})
     selected = [d for d in items if d.reason not in _NOT_SELECTED]
     greedy_used = sum(d.tokens_before for d in selected)
     capacity = max(v.budget - fixed, greedy_used)

@@ -33,7 +33,7 @@ from ctxcore.diagnostics.text import (
     normalized_ws,
     shingles,
 )
-from ctxcore.models import Finding, Reason, Severity, Status, Trace
+from ctxcore.models import Decision, Finding, Reason, Severity, Status, Trace
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 from ctxcore.scoring import bm25_relevance
 
@@ -368,9 +368,9 @@ def _bm25_scores(v: TraceView, ids: list[str]) -> dict[str, float]:
     return {i: round(float(s), 4) for i, s in zip(ids, scores, strict=True)}
 
 
-def relevance_blind_spot(v: TraceView) -> list[Finding]:
-    if v.config.preset not in _WHITESPACE_PRESETS or not v.input.query.strip():
-        return []
+def _blind_spot_candidates(v: TraceView) -> list[Decision]:
+    """The packets a whitespace scorer scored low (at most ``blind_spot_max_relevance``)
+    where the query or their text is mostly unspaced (CJK)."""
     q_cjk = cjk_share(v.input.query) >= 0.3
     cands = []
     for d in v.decisions:
@@ -388,6 +388,13 @@ def relevance_blind_spot(v: TraceView) -> list[Finding]:
             continue
         if q_cjk or cjk_share(v.content(d.packet_id)) >= 0.3:
             cands.append(d)
+    return cands
+
+
+def relevance_blind_spot(v: TraceView) -> list[Finding]:
+    if v.config.preset not in _WHITESPACE_PRESETS or not v.input.query.strip():
+        return []
+    cands = _blind_spot_candidates(v)
     if not cands:
         return []
     # The same measure the presets use (share of query terms found in the content), with
@@ -401,6 +408,12 @@ def relevance_blind_spot(v: TraceView) -> list[Finding]:
     ]
     if not hits:
         return []
+    return [_blind_spot_finding(v, hits, aware)]
+
+
+def _blind_spot_finding(v: TraceView, hits: list[Decision], aware: dict[str, float]) -> Finding:
+    """The finding on ``hits``, the packets a CJK-aware scorer finds relevant (``aware``:
+    its share of the query's terms per packet id)."""
     bm25 = _bm25_scores(v, [d.packet_id for d in v.decisions if d.relevance is not None])
     filtered = [d.packet_id for d in hits if d.reason == Reason.BELOW_MIN_RELEVANCE]
     lost = [d.packet_id for d in hits if d.status in LOST]
@@ -414,26 +427,24 @@ def relevance_blind_spot(v: TraceView) -> list[Finding]:
     )
     if filtered:
         msg += f", and {len(filtered)} were filtered out by min_relevance"
-    return [
-        finding(
-            "relevance_blind_spot",
-            severity,
-            msg,
-            [d.packet_id for d in hits],
-            {
-                "scorer": "share of query terms found, CJK bigrams as terms",
-                "packets": {
-                    d.packet_id: {
-                        "recorded": d.relevance,
-                        "cjk_aware": round(aware[d.packet_id], 4),
-                        "bm25": bm25.get(d.packet_id),
-                        "status": d.status.value,
-                    }
-                    for d in hits
-                },
+    return finding(
+        "relevance_blind_spot",
+        severity,
+        msg,
+        [d.packet_id for d in hits],
+        {
+            "scorer": "share of query terms found, CJK bigrams as terms",
+            "packets": {
+                d.packet_id: {
+                    "recorded": d.relevance,
+                    "cjk_aware": round(aware[d.packet_id], 4),
+                    "bm25": bm25.get(d.packet_id),
+                    "status": d.status.value,
+                }
+                for d in hits
             },
-        )
-    ]
+        },
+    )
 
 
 # --------------------------------------------------------------------------- summary_coverage
@@ -471,7 +482,19 @@ def cites_other_packets(v: TraceView) -> bool:
 
 
 def summary_coverage(v: TraceView) -> list[Finding]:
-    regions: list[tuple[str, list[str], str]] = []  # (label, source ids, original text)
+    out: list[Finding] = []
+    for label, ids, original in _summary_regions(v):
+        found = _coverage_finding(v, label, ids, original)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _summary_regions(v: TraceView) -> list[tuple[str, list[str], str]]:
+    """What was summarized in the prompt: (label, source ids, original text) for the history
+    summary, each summarized packet, and each packet in the prompt that says it covers
+    others (``_COVERS``)."""
+    regions: list[tuple[str, list[str], str]] = []
     summed = [d.packet_id for d in v.decisions if d.status == Status.SUMMARIZED]
     hist = [i for i in summed if v.is_history(i)]
     if hist:
@@ -489,35 +512,36 @@ def summary_coverage(v: TraceView) -> list[Finding]:
         srcs = [str(c) for c in covers if str(c) in lookup and str(c) != p.id]
         if srcs:
             regions.append((f"summary {p.id}", [p.id, *srcs], "\n".join(lookup[s] for s in srcs)))
-    out: list[Finding] = []
-    for label, ids, original in regions:
-        idents = identifiers(original)
-        lost = [t for t in idents if t not in v.prompt]
-        if len(lost) < v.options.coverage_min_lost or not idents:
-            continue
-        # what an engineer needs back first: names from error lines and from the task
-        wanted = "\n".join([v.input.query, *_error_text_lines(original)])
-        key = [t for t in lost if t in wanted]
-        share = len(lost) / len(idents)
-        severity: Severity = "warning" if key and share >= v.options.coverage_warn_share else "info"
-        shown = list(dict.fromkeys(key[:3] + lost))[:5]
-        out.append(
-            finding(
-                "summary_coverage",
-                severity,
-                f"{label} lost {len(lost)} of {len(idents)} identifiers, paths and numbers "
-                f"({', '.join(shown)}{', …' if len(lost) > 5 else ''})"
-                + (f"; {len(key)} of them from error lines or the task" if key else ""),
-                ids,
-                {
-                    "lost": list(dict.fromkeys(key + lost))[:50],
-                    "from_errors_or_task": key[:20],
-                    "total": len(idents),
-                    "share": round(share, 4),
-                },
-            )
-        )
-    return out
+    return regions
+
+
+def _coverage_finding(v: TraceView, label: str, ids: list[str], original: str) -> Finding | None:
+    """The finding on one summarized region, when the prompt lost enough of the
+    identifiers, paths and numbers of ``original``."""
+    idents = identifiers(original)
+    lost = [t for t in idents if t not in v.prompt]
+    if len(lost) < v.options.coverage_min_lost or not idents:
+        return None
+    # what an engineer needs back first: names from error lines and from the task
+    wanted = "\n".join([v.input.query, *_error_text_lines(original)])
+    key = [t for t in lost if t in wanted]
+    share = len(lost) / len(idents)
+    severity: Severity = "warning" if key and share >= v.options.coverage_warn_share else "info"
+    shown = list(dict.fromkeys(key[:3] + lost))[:5]
+    return finding(
+        "summary_coverage",
+        severity,
+        f"{label} lost {len(lost)} of {len(idents)} identifiers, paths and numbers "
+        f"({', '.join(shown)}{', …' if len(lost) > 5 else ''})"
+        + (f"; {len(key)} of them from error lines or the task" if key else ""),
+        ids,
+        {
+            "lost": list(dict.fromkeys(key + lost))[:50],
+            "from_errors_or_task": key[:20],
+            "total": len(idents),
+            "share": round(share, 4),
+        },
+    )
 
 
 # --------------------------------------------------------------------------- import_loss

@@ -61,7 +61,6 @@ def error_evidence_lost(v: TraceView) -> list[Finding]:
     filtered or dropped and none of its error lines is in the prompt — when it is the
     latest error output, belongs to the current turn, or less relevant items were kept."""
     sources = v.sources
-    fresh = set(v.current_turn)
     errors = {k: error_evidence(s.text) for k, s in enumerate(sources)}
     errors = {k: lines for k, lines in errors.items() if lines}
     if not errors:
@@ -79,43 +78,55 @@ def error_evidence_lost(v: TraceView) -> list[Finding]:
         groups.setdefault(normalized_ws(sources[k].text), []).append(k)
     out: list[Finding] = []
     for members in groups.values():
-        if any(_in_prompt(v, sources[k].id, sources[k].text) for k in members):
-            continue
-        k = latest if latest in members else members[-1]
-        s, lines = sources[k], errors[k]
-        if any(v.prompt_contains(normalize_ws(ln)[:120]) for ln in lines):
-            continue  # a summary or another rendering carries the error lines
-        mine = max(
-            (x for m in members if (x := _score(v.by_id.get(sources[m].id))) is not None),
-            default=None,
-        )
-        weaker = [
-            d.packet_id
-            for d in kept
-            if mine is not None and (ds := _score(d)) is not None and ds < mine
-        ]
-        is_fresh = any(m in fresh for m in members)
-        if latest not in members and not is_fresh and not weaker:
-            continue
-        ids = [sources[m].id for m in members]
-        why = "the latest error output" if latest in members else "error output"
-        if is_fresh:
-            why += " of the current turn"
-        copies = (
-            f" (and {len(ids) - 1} cop{'ies' if len(ids) > 2 else 'y'})" if len(ids) > 1 else ""
-        )
-        out.append(
-            finding(
-                "error_evidence_lost",
-                "error",
-                f"{why} {s.id}{copies} ({short(lines[0])!r}) is not in the prompt: "
-                f"{v.reason_of(s.id)}"
-                + (f"; less relevant items were kept ({id_list(weaker, 3)})" if weaker else ""),
-                ids,
-                {"error_lines": lines[:5], "latest": latest in members, "kept_weaker": weaker[:10]},
-            )
-        )
+        found = _lost_output(v, members, errors, latest, kept)
+        if found is not None:
+            out.append(found)
     return out
+
+
+def _lost_output(
+    v: TraceView,
+    members: list[int],
+    errors: dict[int, list[str]],
+    latest: int,
+    kept: list[Decision],
+) -> Finding | None:
+    """The finding on one error output (``members``: the indexes of its copies among the
+    sources, ``errors`` their error lines), when none of it is in the prompt and it is the
+    ``latest`` error output, of the current turn, or scored above a ``kept`` item."""
+    sources = v.sources
+    if any(_in_prompt(v, sources[k].id, sources[k].text) for k in members):
+        return None
+    k = latest if latest in members else members[-1]
+    s, lines = sources[k], errors[k]
+    if any(v.prompt_contains(normalize_ws(ln)[:120]) for ln in lines):
+        return None  # a summary or another rendering carries the error lines
+    mine = max(
+        (x for m in members if (x := _score(v.by_id.get(sources[m].id))) is not None),
+        default=None,
+    )
+    weaker = [
+        d.packet_id
+        for d in kept
+        if mine is not None and (ds := _score(d)) is not None and ds < mine
+    ]
+    is_fresh = any(m in v.current_turn for m in members)
+    if latest not in members and not is_fresh and not weaker:
+        return None
+    ids = [sources[m].id for m in members]
+    why = "the latest error output" if latest in members else "error output"
+    if is_fresh:
+        why += " of the current turn"
+    copies = f" (and {len(ids) - 1} cop{'ies' if len(ids) > 2 else 'y'})" if len(ids) > 1 else ""
+    return finding(
+        "error_evidence_lost",
+        "error",
+        f"{why} {s.id}{copies} ({short(lines[0])!r}) is not in the prompt: "
+        f"{v.reason_of(s.id)}"
+        + (f"; less relevant items were kept ({id_list(weaker, 3)})" if weaker else ""),
+        ids,
+        {"error_lines": lines[:5], "latest": latest in members, "kept_weaker": weaker[:10]},
+    )
 
 
 __all__ = ["error_evidence_lost", "evidence_starved"]

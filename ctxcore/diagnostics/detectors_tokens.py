@@ -54,11 +54,9 @@ def _headers(prompt: str) -> list[tuple[int, re.Match[str]]]:
 
 
 def compression_damage(v: TraceView) -> list[Finding]:
-    out: list[Finding] = []
     cut_ids = [d.packet_id for d in v.decisions if d.reason in _COMPRESS_REASONS]
     truncated = [d.packet_id for d in v.decisions if d.status == Status.TRUNCATED]
     compressed = bool(cut_ids) or any("compress" in w.lower() for w in v.result.warnings)
-    have = sections(v.prompt)
     full: dict[str, str] | None = None
     shortened = False
     if compressed and v.config.enable_compression and v.reproduces:
@@ -66,6 +64,35 @@ def compression_damage(v: TraceView) -> list[Finding]:
         if alt is not None:
             full = sections(alt.prompt)
             shortened = len(v.prompt) < len(alt.prompt)
+    out = _damaged_sections(v, compressed, full)
+    over = _over_budget(v, compressed)
+    if over is not None:
+        out.append(over)
+    cut = list(dict.fromkeys(cut_ids + truncated))
+    if (cut or shortened) and not MARKER.search(v.prompt):
+        what = (
+            f"{id_list(cut, 3)} {'was' if len(cut) == 1 else 'were'} cut"
+            if cut
+            else "compression cut the prompt"
+        )
+        out.append(
+            finding(
+                "compression_damage",
+                "warning",
+                f"{what} without a marker in the prompt: the model cannot tell that text is "
+                "missing",
+                cut,
+                {"cut": cut},
+            )
+        )
+    return out
+
+
+def _damaged_sections(v: TraceView, compressed: bool, full: dict[str, str] | None) -> list[Finding]:
+    """The [Task] and [Output] sections of a compressed prompt missing or cut short, against
+    ``full``: the sections of the prompt built without compression (None: not rebuilt)."""
+    out: list[Finding] = []
+    have = sections(v.prompt)
     # a prompt rendered without partitions (an imported chat) has no sections to lose
     protected = ("[Task]", "[Output]") if compressed and (have or full) else ()
     for name in protected:
@@ -93,44 +120,30 @@ def compression_damage(v: TraceView) -> list[Finding]:
                     evidence={"section": name, "kept": got, "expected": expected},
                 )
             )
+    return out
+
+
+def _over_budget(v: TraceView, compressed: bool) -> Finding | None:
+    """The prompt over the budget of a known window (after compression, if any ran)."""
     # An imported prompt's text is a readable rendering (role labels added), not what was
     # sent: its size is the totals' count. Against an unknown window there is no overflow.
     used = (
         v.result.totals.used if v.imported else max(v.result.totals.used, v.counter.count(v.prompt))
     )
-    if used > v.budget > 0 and v.window_known:
-        state = (
-            "after compression"
-            if compressed or v.config.enable_compression
-            else ("with compression off" if v.config.enable_compression is False else "")
-        )
-        out.append(
-            finding(
-                "compression_damage",
-                "error",
-                f"the prompt is {used:,} tokens, {used - v.budget:,} over the budget of "
-                f"{v.budget:,}{' ' + state if state else ''}",
-                evidence={"used": used, "budget": v.budget, "compressed": compressed},
-            )
-        )
-    cut = list(dict.fromkeys(cut_ids + truncated))
-    if (cut or shortened) and not MARKER.search(v.prompt):
-        what = (
-            f"{id_list(cut, 3)} {'was' if len(cut) == 1 else 'were'} cut"
-            if cut
-            else "compression cut the prompt"
-        )
-        out.append(
-            finding(
-                "compression_damage",
-                "warning",
-                f"{what} without a marker in the prompt: the model cannot tell that text is "
-                "missing",
-                cut,
-                {"cut": cut},
-            )
-        )
-    return out
+    if not (used > v.budget > 0 and v.window_known):
+        return None
+    state = (
+        "after compression"
+        if compressed or v.config.enable_compression
+        else ("with compression off" if v.config.enable_compression is False else "")
+    )
+    return finding(
+        "compression_damage",
+        "error",
+        f"the prompt is {used:,} tokens, {used - v.budget:,} over the budget of "
+        f"{v.budget:,}{' ' + state if state else ''}",
+        evidence={"used": used, "budget": v.budget, "compressed": compressed},
+    )
 
 
 # --------------------------------------------------------------------------- estimate_drift
