@@ -286,48 +286,10 @@ class Converter:
             if until is not None and time.monotonic() >= until:
                 break
             closed = path.suffix == ".spool" or not pid_alive(_pid_of(path))
-            got = Records()
-            while True:
-                try:
-                    offset = self._offset(path)
-                    mark = self._marker(path)
-                    if mark is not None and mark["until"] <= offset:
-                        mark = None
-                    if mark is not None and mark["at"] == offset and mark["alone"]:
-                        # this call, converted alone, was in hand when a converter stopped
-                        got = read_records(path, offset, limit=1)
-                        for record, _, _ in got.items:
-                            self._failed(record, "converting it stopped the converter")
-                    else:
-                        # inside a stretch a converter stopped in: one call at a time
-                        got = read_records(path, offset, limit=1 if mark else BATCH)
-                        if got.items:
-                            stretch = max(got.offset, mark["until"] if mark else 0)
-                            self._write_small(
-                                path.with_suffix(".trying"),
-                                json.dumps({"at": offset, "alone": bool(mark), "until": stretch}),
-                            )
-                            self._convert(got.items)
-                except FileNotFoundError:
-                    break  # renamed from .open to .spool meanwhile: read on the next pass
-                if got.bad:
-                    log.warning(
-                        "ctxscope: %s is damaged at byte %d; the calls after it are dropped",
-                        path,
-                        offset,
-                    )
-                done += len(got.items)
-                if got.offset != offset:
-                    self._write_small(self._offset_file(path), str(got.offset))
-                mark = self._marker(path)
-                if mark is not None and mark["until"] <= got.offset:
-                    path.with_suffix(".trying").unlink(missing_ok=True)
-                if len(got.items) < (1 if mark else BATCH) or (
-                    until is not None and time.monotonic() >= until
-                ):
-                    break
+            read, offset = self._drain(path, until)
+            done += read
             try:
-                finished = closed and got.offset >= path.stat().st_size
+                finished = closed and offset >= path.stat().st_size
             except FileNotFoundError:
                 finished = False
             if finished:
@@ -335,6 +297,57 @@ class Converter:
                 self._offset_file(path).unlink(missing_ok=True)
                 path.with_suffix(".trying").unlink(missing_ok=True)
         return done
+
+    def _drain(self, path: Path, until: float | None) -> tuple[int, int]:
+        """Read and convert one spool file from its offset, batch after batch, until what
+        is there is read (or ``until``); the number of records read and the offset after
+        the last batch read."""
+        done = 0
+        got = Records()
+        while True:
+            try:
+                offset = self._offset(path)
+                mark = self._marker(path)
+                if mark is not None and mark["until"] <= offset:
+                    mark = None
+                # inside a stretch a converter stopped in: one call at a time
+                got = read_records(path, offset, limit=1 if mark else BATCH)
+                self._take(path, offset, mark, got)
+            except FileNotFoundError:
+                break  # renamed from .open to .spool meanwhile: read on the next pass
+            if got.bad:
+                log.warning(
+                    "ctxscope: %s is damaged at byte %d; the calls after it are dropped",
+                    path,
+                    offset,
+                )
+            done += len(got.items)
+            if got.offset != offset:
+                self._write_small(self._offset_file(path), str(got.offset))
+            mark = self._marker(path)
+            if mark is not None and mark["until"] <= got.offset:
+                path.with_suffix(".trying").unlink(missing_ok=True)
+            if len(got.items) < (1 if mark else BATCH) or (
+                until is not None and time.monotonic() >= until
+            ):
+                break
+        return done, got.offset
+
+    def _take(self, path: Path, offset: int, mark: dict[str, Any] | None, got: Records) -> None:
+        """Convert the calls read at ``offset``, first marking the stretch they are in
+        (``.trying``: a converter that stops inside it is not given it whole again); the
+        call a converter stopped on, converted alone, is a failed call instead."""
+        if mark is not None and mark["at"] == offset and mark["alone"]:
+            # this call, converted alone, was in hand when a converter stopped
+            for record, _, _ in got.items:
+                self._failed(record, "converting it stopped the converter")
+        elif got.items:
+            stretch = max(got.offset, mark["until"] if mark else 0)
+            self._write_small(
+                path.with_suffix(".trying"),
+                json.dumps({"at": offset, "alone": bool(mark), "until": stretch}),
+            )
+            self._convert(got.items)
 
     def _failed(self, record: CallRecord, why: str) -> None:
         """One call no trace is written for: one log line, one line in ``failed.jsonl``."""

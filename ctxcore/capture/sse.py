@@ -78,11 +78,54 @@ class Assembled:
 
 @dataclass
 class _Choice:
+    """One choice of a Chat Completions stream, assembled from its deltas."""
+
     role: str = "assistant"
     content: list[str] = field(default_factory=list)
     refusal: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     finish_reason: str | None = None
+
+    def add(self, c: dict[str, Any]) -> None:
+        """One chunk's entry for this choice: its delta and finish reason."""
+        raw_delta = c.get("delta")
+        delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
+        if isinstance(delta.get("role"), str):
+            self.role = delta["role"]
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        if isinstance(delta.get("refusal"), str):
+            self.refusal.append(delta["refusal"])
+        for call in delta.get("tool_calls") or []:
+            if isinstance(call, dict):
+                self._add_call(call)
+        if c.get("finish_reason"):
+            self.finish_reason = c["finish_reason"]
+
+    def _add_call(self, call: dict[str, Any]) -> None:
+        """A piece of a tool call: its id, and more of its name and arguments."""
+        k = call.get("index", len(self.calls))
+        into = self.calls.setdefault(
+            k if isinstance(k, int) else len(self.calls),
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        if call.get("id"):
+            into["id"] = call["id"]
+        raw_fn = call.get("function")
+        fn: dict[str, Any] = raw_fn if isinstance(raw_fn, dict) else {}
+        if isinstance(fn.get("name"), str):
+            into["function"]["name"] += fn["name"]
+        if isinstance(fn.get("arguments"), str):
+            into["function"]["arguments"] += fn["arguments"]
+
+    def message(self) -> dict[str, Any]:
+        """The choice's message, as a non-streamed response has it."""
+        message: dict[str, Any] = {"role": self.role, "content": "".join(self.content) or None}
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
+        if self.calls:
+            message["tool_calls"] = [self.calls[k] for k in sorted(self.calls)]
+        return message
 
 
 def chat_completion(text: str) -> Assembled:
@@ -110,48 +153,16 @@ def chat_completion(text: str) -> Assembled:
         if chunk.get("usage"):
             usage = chunk["usage"]
         for c in chunk.get("choices") or []:
-            if not isinstance(c, dict):
-                continue
-            index = c.get("index", 0)
-            choice = choices.setdefault(index if isinstance(index, int) else 0, _Choice())
-            raw_delta = c.get("delta")
-            delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
-            if isinstance(delta.get("role"), str):
-                choice.role = delta["role"]
-            if isinstance(delta.get("content"), str):
-                choice.content.append(delta["content"])
-            if isinstance(delta.get("refusal"), str):
-                choice.refusal.append(delta["refusal"])
-            for call in delta.get("tool_calls") or []:
-                if not isinstance(call, dict):
-                    continue
-                k = call.get("index", len(choice.calls))
-                into = choice.calls.setdefault(
-                    k if isinstance(k, int) else len(choice.calls),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if call.get("id"):
-                    into["id"] = call["id"]
-                raw_fn = call.get("function")
-                fn: dict[str, Any] = raw_fn if isinstance(raw_fn, dict) else {}
-                if isinstance(fn.get("name"), str):
-                    into["function"]["name"] += fn["name"]
-                if isinstance(fn.get("arguments"), str):
-                    into["function"]["arguments"] += fn["arguments"]
-            if c.get("finish_reason"):
-                choice.finish_reason = c["finish_reason"]
+            if isinstance(c, dict):
+                index = c.get("index", 0)
+                choices.setdefault(index if isinstance(index, int) else 0, _Choice()).add(c)
     if not choices and usage is None and not head:
         return Assembled(None, error, n, done)
     out: dict[str, Any] = {"object": "chat.completion", **head, "choices": []}
     for index in sorted(choices):
         ch = choices[index]
-        message: dict[str, Any] = {"role": ch.role, "content": "".join(ch.content) or None}
-        if ch.refusal:
-            message["refusal"] = "".join(ch.refusal)
-        if ch.calls:
-            message["tool_calls"] = [ch.calls[k] for k in sorted(ch.calls)]
         out["choices"].append(
-            {"index": index, "message": message, "finish_reason": ch.finish_reason}
+            {"index": index, "message": ch.message(), "finish_reason": ch.finish_reason}
         )
     if usage is not None:
         out["usage"] = usage
@@ -228,30 +239,11 @@ def anthropic_message(text: str) -> Assembled:
         elif kind == "content_block_delta" and isinstance(data.get("delta"), dict):
             index = int(data.get("index", 0))
             block = blocks.setdefault(index, {"type": "text", "text": ""})
-            delta = data["delta"]
-            dtype = delta.get("type")
-            if dtype == "text_delta":
-                block["text"] = str(block.get("text") or "") + str(delta.get("text", ""))
-            elif dtype == "input_json_delta":
-                partial.setdefault(index, []).append(str(delta.get("partial_json", "")))
-            elif dtype == "thinking_delta":
-                block["thinking"] = str(block.get("thinking") or "") + str(
-                    delta.get("thinking", "")
-                )
-            elif dtype == "signature_delta":
-                block["signature"] = str(delta.get("signature", ""))
-            elif dtype == "citations_delta" and isinstance(delta.get("citation"), dict):
-                block.setdefault("citations", []).append(delta["citation"])
+            piece = _block_delta(block, data["delta"])
+            if piece is not None:
+                partial.setdefault(index, []).append(piece)
         elif kind == "message_delta":
-            if message is None:
-                message = {"type": "message", "role": "assistant", "content": [], "usage": {}}
-            if isinstance(data.get("delta"), dict):
-                for key in ("stop_reason", "stop_sequence"):
-                    if key in data["delta"]:
-                        message[key] = data["delta"][key]
-            if isinstance(data.get("usage"), dict):
-                # the final counts; newer streams repeat the input counts here too
-                message["usage"].update({k: v for k, v in data["usage"].items() if v is not None})
+            message = _message_delta(message, data)
         elif kind == "message_stop":
             done = True
         elif kind == "error":
@@ -267,6 +259,37 @@ def anthropic_message(text: str) -> Assembled:
     out = message or {"type": "message", "role": "assistant", "usage": {}}
     out["content"] = [blocks[k] for k in sorted(blocks)]
     return Assembled(out, error, n, done)
+
+
+def _block_delta(block: dict[str, Any], delta: dict[str, Any]) -> str | None:
+    """One ``content_block_delta`` applied to its block; a tool call's input arrives as
+    pieces of JSON, returned to be read when the stream ends."""
+    dtype = delta.get("type")
+    if dtype == "input_json_delta":
+        return str(delta.get("partial_json", ""))
+    if dtype == "text_delta":
+        block["text"] = str(block.get("text") or "") + str(delta.get("text", ""))
+    elif dtype == "thinking_delta":
+        block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking", ""))
+    elif dtype == "signature_delta":
+        block["signature"] = str(delta.get("signature", ""))
+    elif dtype == "citations_delta" and isinstance(delta.get("citation"), dict):
+        block.setdefault("citations", []).append(delta["citation"])
+    return None
+
+
+def _message_delta(message: dict[str, Any] | None, data: dict[str, Any]) -> dict[str, Any]:
+    """The message after a ``message_delta``: its stop reason and the final counts."""
+    if message is None:
+        message = {"type": "message", "role": "assistant", "content": [], "usage": {}}
+    if isinstance(data.get("delta"), dict):
+        for key in ("stop_reason", "stop_sequence"):
+            if key in data["delta"]:
+                message[key] = data["delta"][key]
+    if isinstance(data.get("usage"), dict):
+        # the final counts; newer streams repeat the input counts here too
+        message["usage"].update({k: v for k, v in data["usage"].items() if v is not None})
+    return message
 
 
 __all__ = ["Assembled", "Event", "anthropic_message", "chat_completion", "events", "responses"]
