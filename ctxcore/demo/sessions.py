@@ -22,6 +22,7 @@ the prompt, so a verdict note stays true when a preset changes.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from datetime import datetime, timedelta
@@ -87,14 +88,7 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
     for k, at in enumerate(steps_at, start=1):
         prev = conv.messages[at - 2] if at >= 2 else {}
         commands.update(commands_of(prev) if prev.get("role") == "assistant" else {})
-        last_obs = conv.messages[at - 1]
-        if last_obs.get("role") == "tool":
-            body = last_obs["content"]
-            summary = _PYTEST_SUMMARY.search(body)
-            if summary and "failed" in summary.group(0):
-                failing = last_obs["tool_call_id"]
-            elif summary and "passed" in summary.group(0):
-                failing = None
+        failing = _open_failure(conv.messages[at - 1], failing)
         if steps is not None and k not in steps:
             continue
         now = times[at]
@@ -118,30 +112,9 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
         enrichment = ["task:pytest-dev__pytest-7571 (the PR description, pinned)"]
         if k > plan_step:
             plan_at = steps_at[plan_step - 1]
-            plan = conv.messages[plan_at]["content"]
-            plan = plan[plan.index("Plan:") :].split("\n\n")[0]
-            extra.append(
-                Packet(
-                    id="note:plan",
-                    kind="state",
-                    content=plan,
-                    timestamp=times[plan_at],
-                    priority=5,
-                    metadata={"source": f"assistant step {plan_step}"},
-                )
-            )
+            extra.append(_plan_note(conv.messages[plan_at]["content"], times[plan_at], plan_step))
             enrichment.append(f"note:plan (the agent's plan from step {plan_step})")
-
-        def mark(p: Packet) -> Packet:
-            meta = dict(p.metadata)
-            cid = meta.get("tool_call_id", "")
-            if cid in commands:
-                meta["command"] = commands[cid]
-            code = _RETURNCODE.search(p.content)
-            if code:  # all mini-swe-agent tells: no "this is the failing test" flag
-                meta["returncode"] = int(code.group(1))
-            return p.model_copy(update={"metadata": meta})
-
+        mark = functools.partial(_with_command, commands, returncode=True)
         turns.append(
             DemoTurn(
                 step=k,
@@ -152,48 +125,91 @@ def _pytest_session(corpus: Path, preset: PresetName, steps: set[int] | None = N
                 facts={"open_failure": f"tool:{failing}"} if failing else {},
             )
         )
-
-    def judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
-        prompt = prompt_of(trace)
-        out = turn.output
-        if "testing/logging/test_caplog_restore.py" in out and "cat <<" in out:
-            where = status_of(trace, "msg-1")
-            if "DO NOT MODIFY: Tests" in prompt:
-                return "bad", (
-                    "The agent wrote a new file under testing/ although the prompt still "
-                    "says 'DO NOT MODIFY: Tests' (msg-1 is " + where + "); the constraint "
-                    "is buried in a long instructions block instead of being pinned."
-                )
-            return "bad", (
-                "The agent wrote a new file under testing/: the task message's 'DO NOT "
-                "MODIFY: Tests' is not in this prompt (msg-1 is " + where + ") and the "
-                "constraint was never pinned as its own packet."
-            )
-        for pid in [turn.facts["open_failure"]] if "open_failure" in turn.facts else []:
-            if "assert 42 == 0" not in prompt:
-                return "bad", (
-                    f"The only failing test run ({pid}: assert 42 == 0) is not in the prompt "
-                    f"({status_of(trace, pid)}) while it is still the open failure; the model "
-                    "reasons about the bug without the evidence that shows it."
-                    + crowded_out(turn, trace, pid)
-                )
-        if "caplog.set_level(42)" not in prompt:
-            return "bad", (
-                "The PR description (its reproducer caplog.set_level(42)) is not in the "
-                f"prompt: task:pytest-dev__pytest-7571 is "
-                f"{status_of(trace, 'task:pytest-dev__pytest-7571')} and msg-1 is "
-                f"{status_of(trace, 'msg-1')}."
-            )
-        return "good", good_note(trace)
-
     return Session(
         id=session_id,
         title=f"pytest-7571 caplog level · mini-swe-agent + Gemini 3 Pro · {preset}",
         source=conv.source,
         clock="corpus: provider 'created' stamps of each response",
         turns=turns,
-        judge=judge,
+        judge=_pytest_judge,
     )
+
+
+def _open_failure(last_obs: dict[str, Any], failing: str | None) -> str | None:
+    """The tool call id of the failing test run still open after the observation
+    ``last_obs``: a run that fails opens one, a run that passes closes it."""
+    if last_obs.get("role") != "tool":
+        return failing
+    summary = _PYTEST_SUMMARY.search(last_obs["content"])
+    if summary and "failed" in summary.group(0):
+        opened: str | None = last_obs["tool_call_id"]
+        return opened
+    if summary and "passed" in summary.group(0):
+        return None
+    return failing
+
+
+def _plan_note(step_text: str, when: datetime, step: int) -> Packet:
+    """The agent's plan (the paragraph from "Plan:" of its step ``step``) as a state note."""
+    plan = step_text[step_text.index("Plan:") :].split("\n\n")[0]
+    return Packet(
+        id="note:plan",
+        kind="state",
+        content=plan,
+        timestamp=when,
+        priority=5,
+        metadata={"source": f"assistant step {step}"},
+    )
+
+
+def _with_command(commands: dict[str, str], p: Packet, *, returncode: bool = False) -> Packet:
+    """``p`` with the command of the tool call it answers (``commands``: by call id) in its
+    metadata and, with ``returncode``, the exit code mini-swe-agent printed in it (all it
+    tells: no "this is the failing test" flag)."""
+    meta = dict(p.metadata)
+    cid = meta.get("tool_call_id", "")
+    if cid in commands:
+        meta["command"] = commands[cid]
+    code = _RETURNCODE.search(p.content) if returncode else None
+    if code:
+        meta["returncode"] = int(code.group(1))
+    return p.model_copy(update={"metadata": meta})
+
+
+def _pytest_judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
+    """b01's verdict: the new test file written against "DO NOT MODIFY: Tests", the open
+    failure out of view, or the PR's reproducer out of the prompt."""
+    prompt = prompt_of(trace)
+    out = turn.output
+    if "testing/logging/test_caplog_restore.py" in out and "cat <<" in out:
+        where = status_of(trace, "msg-1")
+        if "DO NOT MODIFY: Tests" in prompt:
+            return "bad", (
+                "The agent wrote a new file under testing/ although the prompt still "
+                "says 'DO NOT MODIFY: Tests' (msg-1 is " + where + "); the constraint "
+                "is buried in a long instructions block instead of being pinned."
+            )
+        return "bad", (
+            "The agent wrote a new file under testing/: the task message's 'DO NOT "
+            "MODIFY: Tests' is not in this prompt (msg-1 is " + where + ") and the "
+            "constraint was never pinned as its own packet."
+        )
+    for pid in [turn.facts["open_failure"]] if "open_failure" in turn.facts else []:
+        if "assert 42 == 0" not in prompt:
+            return "bad", (
+                f"The only failing test run ({pid}: assert 42 == 0) is not in the prompt "
+                f"({status_of(trace, pid)}) while it is still the open failure; the model "
+                "reasons about the bug without the evidence that shows it."
+                + crowded_out(turn, trace, pid)
+            )
+    if "caplog.set_level(42)" not in prompt:
+        return "bad", (
+            "The PR description (its reproducer caplog.set_level(42)) is not in the "
+            f"prompt: task:pytest-dev__pytest-7571 is "
+            f"{status_of(trace, 'task:pytest-dev__pytest-7571')} and msg-1 is "
+            f"{status_of(trace, 'msg-1')}."
+        )
+    return "good", good_note(trace)
 
 
 # --------------------------------------------------------------------------- session: marshmallow
@@ -239,50 +255,44 @@ def _marshmallow_session(
             enrichment.append(
                 f"{', '.join(p.id for p in files)} (open-file view: latest `open` output)"
             )
-
-        def mark(p: Packet) -> Packet:
-            meta = dict(p.metadata)
-            cid = meta.get("tool_call_id", "")
-            if cid in commands:
-                meta["command"] = commands[cid]
-            return p.model_copy(update={"metadata": meta})
-
         turns.append(
             DemoTurn(
                 step=k,
-                input=with_packets(inp, extra, mark),
+                input=with_packets(inp, extra, functools.partial(_with_command, commands)),
                 config=Config(preset=preset, max_tokens=max_tokens),
                 output=output_of(conv.messages[at]),
                 enrichment=tuple(enrichment),
             )
         )
-
-    def judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
-        prompt = prompt_of(trace)
-        assert trace.result is not None
-        lost = [s for s in ("[Task]", "[Output]") if s not in prompt]
-        if lost:
-            return "bad", (
-                f"Compression cut {' and '.join(lost)} out of the prompt "
-                f"({trace.result.totals.used} of {trace.result.totals.available} tokens): "
-                "the model no longer sees the question or the answer format."
-            )
-        if 'precision="milliseconds"' not in prompt:
-            return "bad", (
-                'The issue\'s reproducer (TimeDelta(precision="milliseconds")) is not in the '
-                f"prompt: task:marshmallow-1867 is {status_of(trace, 'task:marshmallow-1867')}; "
-                "the model sees tool output but not which rounding bug to fix."
-            )
-        return "good", good_note(trace)
-
     return Session(
         id=f"swe-marshmallow-1867-{preset}",
         title=f"marshmallow-1867 TimeDelta rounding · SWE-agent function calling · {preset}",
         source=conv.source,
         clock=f"synthetic: {SYNTHETIC_START.isoformat()} + 1 minute per turn",
         turns=turns,
-        judge=judge,
+        judge=_marshmallow_judge,
     )
+
+
+def _marshmallow_judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
+    """a01's verdict: [Task] or [Output] compressed away, or the issue's reproducer out of
+    the prompt."""
+    prompt = prompt_of(trace)
+    assert trace.result is not None
+    lost = [s for s in ("[Task]", "[Output]") if s not in prompt]
+    if lost:
+        return "bad", (
+            f"Compression cut {' and '.join(lost)} out of the prompt "
+            f"({trace.result.totals.used} of {trace.result.totals.available} tokens): "
+            "the model no longer sees the question or the answer format."
+        )
+    if 'precision="milliseconds"' not in prompt:
+        return "bad", (
+            'The issue\'s reproducer (TimeDelta(precision="milliseconds")) is not in the '
+            f"prompt: task:marshmallow-1867 is {status_of(trace, 'task:marshmallow-1867')}; "
+            "the model sees tool output but not which rounding bug to fix."
+        )
+    return "good", good_note(trace)
 
 
 # --------------------------------------------------------------------------- session: Chinese
@@ -317,11 +327,7 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
         prev_calls = [m for m in msgs[:at] if m["role"] == "assistant" and m.get("tool_calls")]
         for m in prev_calls:
             commands.update(commands_of(m))
-            for c in m["tool_calls"]:
-                if c["function"]["name"] == "todowrite":
-                    todos = json.loads(c["function"]["arguments"]).get("todos", [])
-                    lines = [f"[{t['status']}] {t['content']}" for t in todos]
-                    todo = "\n".join(lines)
+            todo = _todo_list(m, todo)
         if k not in steps:
             continue
         users = [m["content"] for m in msgs[:at] if m["role"] == "user"]
@@ -356,89 +362,103 @@ def _opencode_session(corpus: Path, preset: PresetName, steps: set[int]) -> Sess
                 f"{', '.join(p.id for p in files)} (open-file view: latest `read` output)"
             )
         if k >= 24:
-            extra.append(
-                Packet(
-                    id="memory:verify-log",
-                    kind="memory",
-                    content=verify_log,
-                    timestamp=times[0] - timedelta(days=1),
-                    metadata={
-                        "source": "corpus d07: verify.sh from another session of this repo",
-                        "timestamp": "unknown; set one day before this session",
-                    },
-                )
-            )
-            extra.append(
-                Packet(
-                    id="memory:jest-xresolver",
-                    kind="memory",
-                    content=jest_log,
-                    timestamp=times[0] - timedelta(days=1),
-                    metadata={
-                        "source": "corpus d06: jest run from session ses_4113 of this repo",
-                        "timestamp": "unknown; set one day before this session",
-                    },
-                )
-            )
+            extra += _opencode_memories(verify_log, jest_log, times[0] - timedelta(days=1))
             enrichment.append("memory:verify-log, memory:jest-xresolver (corpus d07, d06)")
-
-        def mark(p: Packet) -> Packet:
-            meta = dict(p.metadata)
-            cid = meta.get("tool_call_id", "")
-            if cid in commands:
-                meta["command"] = commands[cid]
-            idx = meta.get("message_index")
-            if isinstance(idx, int) and msgs[idx].get("is_error"):
-                meta["error"] = True
-            return p.model_copy(update={"metadata": meta})
-
         turns.append(
             DemoTurn(
                 step=k,
-                input=with_packets(inp, extra, mark),
+                input=with_packets(inp, extra, functools.partial(_opencode_mark, commands, msgs)),
                 config=Config(preset=preset, max_tokens=4000),
                 output=output_of(msgs[at]),
                 enrichment=tuple(enrichment),
             )
         )
-
-    def judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
-        out = turn.output
-        if re.search(r"sed -n '\d+,\d+,\d+", out) or re.search(r"NR==\d+,NR==\d+,NR==", out):
-            earlier = [
-                p.id
-                for p in turn.input.packets
-                if "unknown command: `,'" in p.content or "NR==86,NR==87" in p.content
-            ]
-            if not earlier:
-                return "bad", (
-                    "sed -n does not take a comma list of lines ('86,87,88p'); the command "
-                    "fails. A first mistake: no earlier error could have warned the model."
-                )
-            shown = "unknown command: `,'" in prompt_of(trace) or "NR==86,NR==87" in prompt_of(
-                trace
-            )
-            return "bad", (
-                "The agent repeats a sed/awk line-list syntax that already failed "
-                f"({', '.join(earlier)}): "
-                + (
-                    "the earlier error is in the prompt, among "
-                    f"{len(prompt_of(trace)):,} characters of other output."
-                    if shown
-                    else "none of those errors is in this prompt ("
-                    + ", ".join(f"{pid} {status_of(trace, pid)}" for pid in earlier[-2:])
-                    + ")."
-                )
-            )
-        return "good", good_note(trace)
-
     return Session(
         id=f"zh-opencode-codesummary-{preset}",
         title=f"OpenCode Sisyphus · GLM-4.7 · tsc error in codeSummary.ts (中文) · {preset}",
         source=conv.source,
         clock=conv.meta["clock"],
         turns=turns,
-        judge=judge,
+        judge=_opencode_judge,
+    )
+
+
+def _todo_list(m: dict[str, Any], todo: str | None) -> str | None:
+    """The todo list after the assistant message ``m``: its last ``todowrite`` call's list,
+    one "[status] content" line per item, else ``todo`` as it was."""
+    for c in m["tool_calls"]:
+        if c["function"]["name"] == "todowrite":
+            todos = json.loads(c["function"]["arguments"]).get("todos", [])
+            todo = "\n".join(f"[{t['status']}] {t['content']}" for t in todos)
+    return todo
+
+
+def _opencode_memories(verify_log: str, jest_log: str, when: datetime) -> list[Packet]:
+    """The two logs of other sessions of the same repo (corpus d07, d06) as memories."""
+    return [
+        Packet(
+            id="memory:verify-log",
+            kind="memory",
+            content=verify_log,
+            timestamp=when,
+            metadata={
+                "source": "corpus d07: verify.sh from another session of this repo",
+                "timestamp": "unknown; set one day before this session",
+            },
+        ),
+        Packet(
+            id="memory:jest-xresolver",
+            kind="memory",
+            content=jest_log,
+            timestamp=when,
+            metadata={
+                "source": "corpus d06: jest run from session ses_4113 of this repo",
+                "timestamp": "unknown; set one day before this session",
+            },
+        ),
+    ]
+
+
+def _opencode_mark(commands: dict[str, str], msgs: list[dict[str, Any]], p: Packet) -> Packet:
+    """``p`` with its tool call's command, and flagged ``error`` where OpenCode marked the
+    tool's output as an error."""
+    p = _with_command(commands, p)
+    meta = dict(p.metadata)
+    idx = meta.get("message_index")
+    if isinstance(idx, int) and msgs[idx].get("is_error"):
+        meta["error"] = True
+        return p.model_copy(update={"metadata": meta})
+    return p
+
+
+def _opencode_judge(turn: DemoTurn, trace: Trace) -> tuple[Verdict, str]:
+    """b05's verdict: the agent repeating a sed/awk line-list syntax, with or without the
+    earlier failure in view."""
+    out = turn.output
+    if not (re.search(r"sed -n '\d+,\d+,\d+", out) or re.search(r"NR==\d+,NR==\d+,NR==", out)):
+        return "good", good_note(trace)
+    earlier = [
+        p.id
+        for p in turn.input.packets
+        if "unknown command: `,'" in p.content or "NR==86,NR==87" in p.content
+    ]
+    if not earlier:
+        return "bad", (
+            "sed -n does not take a comma list of lines ('86,87,88p'); the command "
+            "fails. A first mistake: no earlier error could have warned the model."
+        )
+    prompt = prompt_of(trace)
+    shown = "unknown command: `,'" in prompt or "NR==86,NR==87" in prompt
+    return "bad", (
+        "The agent repeats a sed/awk line-list syntax that already failed "
+        f"({', '.join(earlier)}): "
+        + (
+            f"the earlier error is in the prompt, among {len(prompt):,} characters of other output."
+            if shown
+            else "none of those errors is in this prompt ("
+            + ", ".join(f"{pid} {status_of(trace, pid)}" for pid in earlier[-2:])
+            + ")."
+        )
     )
 
 
