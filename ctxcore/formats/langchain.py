@@ -252,47 +252,20 @@ def normalize(
         kind, fields = _unpack(raw, where)
         extra_kw = fields.get("additional_kwargs")
         akw: dict[str, Any] = extra_kw if isinstance(extra_kw, dict) else {}
-        role = _ROLES[kind]
-        if kind == "chat" and isinstance(fields.get("role"), str):
-            role = {"human": "user", "ai": "assistant"}.get(fields["role"], fields["role"])
-        if kind == "system" and akw.get("__openai_role__") == "developer":
-            role = "developer"
-        msg = NormMessage(index=i, role=role, text="")
+        msg = NormMessage(index=i, role=_role(kind, fields, akw), text="")
         tally.add("messages")
-        if role in ("system", "developer"):
+        if msg.role in ("system", "developer"):
             tally.add("system_parts")
         if kind == "ai":
-            listed = fields.get("tool_calls") or []
-            if not isinstance(listed, list):
-                raise ImportFormatError(f"{where}.tool_calls: expected a list")
-            if not listed and isinstance(akw.get("tool_calls"), list):
-                listed = akw["tool_calls"]  # older messages keep only OpenAI's raw calls
-            msg.tool_calls = [_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(listed)]
-            if not msg.tool_calls and isinstance(akw.get("function_call"), dict):
-                msg.tool_calls = [_call(akw["function_call"], f"{where}.function_call")]
-            tally.add("tool_calls", len(msg.tool_calls))
-            invalid = fields.get("invalid_tool_calls")
-            if isinstance(invalid, list) and invalid:
-                msg.extra["invalid_tool_calls"] = invalid
+            _ai_calls(msg, fields, akw, where, tally)
         _content(fields.get("content"), where, msg, tally)
         extra_reasoning = _reasoning_text(akw.get("reasoning") or akw.get("reasoning_content"))
         if extra_reasoning:
             msg.reasoning = "\n".join(r for r in (extra_reasoning, msg.reasoning) if r)
-        if role in ("tool", "function"):
+        if msg.role in ("tool", "function"):
+            _tool_result(msg, fields)
             tally.add("tool_results")
-            tcid = fields.get("tool_call_id")
-            msg.tool_call_id = str(tcid) if isinstance(tcid, str | int) and tcid != "" else None
-            if fields.get("status") == "error":
-                msg.extra["is_error"] = True
-            if fields.get("artifact") is not None:
-                msg.extra["has_artifact"] = True  # kept by LangChain, never sent to the model
-        if isinstance(fields.get("name"), str):
-            msg.name = fields["name"]
-        if isinstance(fields.get("id"), str):
-            msg.extra["source_id"] = fields["id"]
-        rest = {k: v for k, v in akw.items() if k not in _REPEATED_KWARGS}
-        if rest:
-            msg.extra["additional_kwargs"] = rest
+        _side_fields(msg, fields, akw)
         if kind == "ai":
             call = _model_call(fields, msg)
             if call:
@@ -303,6 +276,56 @@ def normalize(
                 tools.extend(t for t in echoed if isinstance(t, dict))
         out.append(msg)
     return out, calls, tools
+
+
+def _role(kind: str, fields: dict[str, Any], akw: dict[str, Any]) -> str:
+    """The chat role of a message of this kind (a ChatMessage's own role; a system message
+    OpenAI sent as ``developer`` stays one)."""
+    if kind == "chat" and isinstance(fields.get("role"), str):
+        return {"human": "user", "ai": "assistant"}.get(fields["role"], fields["role"])
+    if kind == "system" and akw.get("__openai_role__") == "developer":
+        return "developer"
+    return _ROLES[kind]
+
+
+def _ai_calls(
+    msg: NormMessage, fields: dict[str, Any], akw: dict[str, Any], where: str, tally: Tally
+) -> None:
+    """An AI message's tool calls (older messages keep only OpenAI's raw calls, or one
+    legacy ``function_call``), and the invalid ones kept aside."""
+    listed = fields.get("tool_calls") or []
+    if not isinstance(listed, list):
+        raise ImportFormatError(f"{where}.tool_calls: expected a list")
+    if not listed and isinstance(akw.get("tool_calls"), list):
+        listed = akw["tool_calls"]
+    msg.tool_calls = [_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(listed)]
+    if not msg.tool_calls and isinstance(akw.get("function_call"), dict):
+        msg.tool_calls = [_call(akw["function_call"], f"{where}.function_call")]
+    tally.add("tool_calls", len(msg.tool_calls))
+    invalid = fields.get("invalid_tool_calls")
+    if isinstance(invalid, list) and invalid:
+        msg.extra["invalid_tool_calls"] = invalid
+
+
+def _tool_result(msg: NormMessage, fields: dict[str, Any]) -> None:
+    """A tool message's call id, error status and whether it had an artifact."""
+    tcid = fields.get("tool_call_id")
+    msg.tool_call_id = str(tcid) if isinstance(tcid, str | int) and tcid != "" else None
+    if fields.get("status") == "error":
+        msg.extra["is_error"] = True
+    if fields.get("artifact") is not None:
+        msg.extra["has_artifact"] = True  # kept by LangChain, never sent to the model
+
+
+def _side_fields(msg: NormMessage, fields: dict[str, Any], akw: dict[str, Any]) -> None:
+    """The message's name, its id, and the provider kwargs not read elsewhere."""
+    if isinstance(fields.get("name"), str):
+        msg.name = fields["name"]
+    if isinstance(fields.get("id"), str):
+        msg.extra["source_id"] = fields["id"]
+    rest = {k: v for k, v in akw.items() if k not in _REPEATED_KWARGS}
+    if rest:
+        msg.extra["additional_kwargs"] = rest
 
 
 def _model_call(fields: dict[str, Any], msg: NormMessage) -> dict[str, Any]:

@@ -312,54 +312,77 @@ def _has_content(body: dict[str, Any]) -> bool:
     )
 
 
+def _choice_output(body: dict[str, Any]) -> str | None:
+    """The first choice of a ``gen_ai.choice`` event as the reply: its text, then the tool
+    calls it made (a call we cannot read leaves the text only)."""
+    message = body["message"]
+    content = message.get("content")
+    reply = NormMessage(index=0, role="assistant", text="")
+    reply.text = text_of(_content(content)) if content is not None else ""
+    try:  # the tool calls the reply made are part of it
+        calls = {"role": "assistant", "tool_calls": message.get("tool_calls")}
+        reply.tool_calls = normalize_message(calls, 0).tool_calls
+    except ImportFormatError:
+        pass  # calls we cannot read: the reply's text only
+    return reply_text(reply)
+
+
+def _events_output(events: list[EventRecord]) -> str | None:
+    """The answer the events record: the first choice, else a completion event's text."""
+    output: str | None = None
+    for event in events:
+        if event.name == CHOICE_EVENT:
+            body = _event_body(event)
+            if body.get("index", 0) in (0, None) and isinstance(body.get("message"), dict):
+                return _choice_output(body)
+        elif event.name == "gen_ai.content.completion" and "gen_ai.completion" in event.attrs:
+            output = _completion_text(event.attrs["gen_ai.completion"])
+    return output
+
+
+def _message_of_event(event: EventRecord, body: dict[str, Any]) -> dict[str, Any]:
+    """A per-message event's body as a chat message."""
+    msg: dict[str, Any] = {"role": body.get("role") or MESSAGE_EVENTS[event.name]}
+    if "content" in body:
+        msg["content"] = _content(body["content"])
+    if isinstance(body.get("tool_calls"), list):
+        msg["tool_calls"] = body["tool_calls"]
+    tcid = body.get("id", body.get("tool_call_id"))
+    if MESSAGE_EVENTS[event.name] == "tool" and tcid is not None:
+        msg["tool_call_id"] = tcid
+    return msg
+
+
+def _normalized(messages: list[Any], tally: Tally, where: str) -> list[NormMessage]:
+    """Chat messages normalised, an error naming the event (``where``) they came from."""
+    out: list[NormMessage] = []
+    for i, m in enumerate(messages):
+        try:
+            out.append(normalize_message(m, i, tally))
+        except ImportFormatError as exc:
+            raise ImportFormatError(f"{where}: {exc}") from exc
+    return out
+
+
 def _event_messages(
     events: list[EventRecord], tally: Tally, where: str
 ) -> tuple[str, list[NormMessage], str | None] | None:
     """Messages from per-message events (or a ``gen_ai.content.prompt`` event), and the
     answer from ``gen_ai.choice`` / ``gen_ai.content.completion``."""
     bodies = [(e, _event_body(e)) for e in events if e.name in MESSAGE_EVENTS]
-    output: str | None = None
-    for event in events:
-        if event.name == CHOICE_EVENT:
-            body = _event_body(event)
-            if body.get("index", 0) in (0, None) and isinstance(body.get("message"), dict):
-                message = body["message"]
-                content = message.get("content")
-                reply = NormMessage(index=0, role="assistant", text="")
-                reply.text = text_of(_content(content)) if content is not None else ""
-                try:  # the tool calls the reply made are part of it
-                    calls = {"role": "assistant", "tool_calls": message.get("tool_calls")}
-                    reply.tool_calls = normalize_message(calls, 0).tool_calls
-                except ImportFormatError:
-                    pass  # calls we cannot read: the reply's text only
-                output = reply_text(reply)
-                break
-        elif event.name == "gen_ai.content.completion" and "gen_ai.completion" in event.attrs:
-            output = _completion_text(event.attrs["gen_ai.completion"])
+    output = _events_output(events)
     if bodies and any(_has_content(b) for _, b in bodies):
         out: list[NormMessage] = []
         for i, (event, body) in enumerate(bodies):
-            msg: dict[str, Any] = {"role": body.get("role") or MESSAGE_EVENTS[event.name]}
-            if "content" in body:
-                msg["content"] = _content(body["content"])
-            if isinstance(body.get("tool_calls"), list):
-                msg["tool_calls"] = body["tool_calls"]
-            tcid = body.get("id", body.get("tool_call_id"))
-            if MESSAGE_EVENTS[event.name] == "tool" and tcid is not None:
-                msg["tool_call_id"] = tcid
             try:
-                out.append(normalize_message(msg, i, tally))
+                out.append(normalize_message(_message_of_event(event, body), i, tally))
             except ImportFormatError as exc:
                 raise ImportFormatError(f"{where}: {event.name} event: {exc}") from exc
         return "gen_ai.*.message events", out, output
     for event in events:
         if event.name == "gen_ai.content.prompt" and "gen_ai.prompt" in event.attrs:
-            norm = []
-            for i, m in enumerate(_prompt_value(event.attrs["gen_ai.prompt"])):
-                try:
-                    norm.append(normalize_message(m, i, tally))
-                except ImportFormatError as exc:
-                    raise ImportFormatError(f"{where}: gen_ai.content.prompt event: {exc}") from exc
+            prompt = _prompt_value(event.attrs["gen_ai.prompt"])
+            norm = _normalized(prompt, tally, f"{where}: gen_ai.content.prompt event")
             return "gen_ai.content.prompt event", norm, output
     return None
 

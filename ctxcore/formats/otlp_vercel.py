@@ -25,7 +25,7 @@ from typing import Any
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
-from ctxcore.formats.norm import NormMessage, ToolCall
+from ctxcore.formats.norm import NormMessage, Parts, ToolCall
 from ctxcore.formats.openai import text_of
 from ctxcore.formats.otlp_records import Prompt, SpanRecord, structured
 from ctxcore.models import ToolDef
@@ -122,56 +122,61 @@ def normalize(messages: list[Any], tally: Tally, where: str) -> list[NormMessage
                 f"{where}: {mw}.content: expected a string or a list of parts, got "
                 f"{type(content).__name__}"
             )
-        main = NormMessage(index=i, role=role, text="")
-        texts: list[str] = []
-        reasoning: list[str] = []
-        results: list[NormMessage] = []
+        parts = Parts(NormMessage(index=i, role=role, text=""))
         for j, part in enumerate(content):
             path = f"{mw}.content[{j}]"
-            ptype = part.get("type") if isinstance(part, dict) else None
-            if not isinstance(part, dict):
-                texts.append(tally.keep_unknown(path, part))
-            elif ptype == "text":
-                texts.append(text_of(part.get("text")))
-            elif ptype == "reasoning":
-                reasoning.append(text_of(part.get("text")))
-            elif ptype in ("image", "file"):
-                line, info = _media(part, path, tally)
-                texts.append(line)
-                main.media.append(info)
-            elif ptype == "tool-call" and isinstance(part.get("toolName"), str):
-                args = part.get("input", part.get("args", {}))
-                main.tool_calls.append(
-                    ToolCall(
-                        id=str(part["toolCallId"]) if part.get("toolCallId") else None,
-                        name=part["toolName"],
-                        arguments=args
-                        if isinstance(args, str)
-                        else json.dumps(args, ensure_ascii=False, separators=(",", ":")),
-                    )
-                )
-                tally.add("tool_calls")
-            elif ptype == "tool-result":
-                tcid = part.get("toolCallId")
-                results.append(
-                    NormMessage(
-                        index=i,
-                        role="tool",
-                        text=_tool_output(part),
-                        tool_call_id=str(tcid) if tcid else None,
-                        name=part["toolName"] if isinstance(part.get("toolName"), str) else None,
-                        id=f"msg-{i}.{j}",
-                    )
-                )
-                tally.add("tool_results")
-            else:
-                texts.append(tally.keep_unknown(path, part))
-        main.text = "\n".join(texts)
-        main.reasoning = "\n".join(r for r in reasoning if r)
-        out.extend(results)
-        if main.text or main.tool_calls or main.reasoning or main.media or not results:
-            out.append(main)
+            if not isinstance(part, dict) or not _read_part(
+                part, path, f"msg-{i}.{j}", parts, tally
+            ):
+                parts.texts.append(tally.keep_unknown(path, part))
+        out.extend(parts.messages())
     return out
+
+
+def _tool_call(part: dict[str, Any]) -> ToolCall:
+    args = part.get("input", part.get("args", {}))
+    return ToolCall(
+        id=str(part["toolCallId"]) if part.get("toolCallId") else None,
+        name=part["toolName"],
+        arguments=args
+        if isinstance(args, str)
+        else json.dumps(args, ensure_ascii=False, separators=(",", ":")),
+    )
+
+
+def _read_part(part: dict[str, Any], path: str, mid: str, parts: Parts, tally: Tally) -> bool:
+    """One content part into the message's parts; False for a part this reader does not
+    know (kept as text by the caller)."""
+    ptype = part.get("type")
+    main = parts.main
+    if ptype == "text":
+        parts.texts.append(text_of(part.get("text")))
+    elif ptype == "reasoning":
+        parts.reasoning.append(text_of(part.get("text")))
+    elif ptype in ("image", "file"):
+        line, info = _media(part, path, tally)
+        parts.texts.append(line)
+        main.media.append(info)
+    elif ptype == "tool-call" and isinstance(part.get("toolName"), str):
+        main.tool_calls.append(_tool_call(part))
+        tally.add("tool_calls")
+    elif ptype == "tool-result":
+        tcid = part.get("toolCallId")
+        name = part.get("toolName")
+        parts.results.append(
+            NormMessage(
+                index=main.index,
+                role="tool",
+                text=_tool_output(part),
+                tool_call_id=str(tcid) if tcid else None,
+                name=name if isinstance(name, str) else None,
+                id=mid,
+            )
+        )
+        tally.add("tool_results")
+    else:
+        return False
+    return True
 
 
 def _tools(value: Any, where: str) -> list[ToolDef]:

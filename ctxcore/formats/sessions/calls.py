@@ -416,6 +416,84 @@ def _start_counting(todo: dict[str, list[_Item]]) -> list[_Counting]:
     return out
 
 
+@dataclass(eq=False)
+class _Gathered:
+    """A call's captured input and the token counts its totals start from."""
+
+    inp: CapturedInput
+    last: tuple[int, ...]
+    query_at: int | None
+    system: str
+    instr: int
+    tools_json: str
+    tools_n: int
+    overhead: int
+    n_messages: int
+    window: int | None
+    source: str | None
+
+
+def _gather(prep: _Prepared, counter: TokenCounter) -> _Gathered:
+    """The call's input (the last user message as the query, the rest as history and
+    packets) and its counts; a window the log does not give comes from the model table."""
+    call, items = prep.call, prep.items
+    last = _sums(items, prep.tok, counter)
+    query_at = last[S_LAST_USER] if last[S_LAST_USER] >= 0 else None
+    history = [it.entry.history for it in items if it.entry.history is not None]
+    query = ""
+    if query_at is not None:
+        query = history.pop(items[query_at].sums[S_HIST] - 1).content
+    packets = [it.packet for it in items if it.packet is not None]
+    system = "\n\n".join(it.entry.content for it in items if it.kind == "system")
+    window, source = call.window, call.window_source
+    if window is None and known_window(call.model) is not None:
+        window = known_window(call.model)
+        source = f"the context window of {call.model} (ctxscope's model table)"
+    inp = _input(
+        query, call.created_at, system, history, packets, call.tools, window, call.output_reserve
+    )
+    tools_json = tools_text(call.tools) if call.tools else ""
+    n_messages = last[S_MESSAGES] + (1 if system else 0)
+    return _Gathered(
+        inp=inp,
+        last=last,
+        query_at=query_at,
+        system=system,
+        instr=counter.count(system) if system else 0,
+        tools_json=tools_json,
+        tools_n=counter.count(tools_json) if tools_json else 0,
+        overhead=FORMAT_TOKENS_PER_MESSAGE * n_messages + FORMAT_TOKENS_REPLY,
+        n_messages=n_messages,
+        window=window,
+        source=source,
+    )
+
+
+def _window_and_warnings(window: int | None, used: int, reserve: int) -> tuple[int, list[str]]:
+    """The window the totals use: the prompt's own size (and a warning) when unknown."""
+    if window is not None:
+        return window, []
+    return used + reserve, [
+        "the model's context window is unknown; the totals use the prompt's own size "
+        "(pass ctxscope import --window N or --model NAME to see the free space)"
+    ]
+
+
+def _call_warnings(call: Call, used: int, tokenizer: str) -> list[str]:
+    """What the log says about the call (its own warnings, records that could not be
+    read) and how its reported usage compares with the count."""
+    warns = list(call.warnings)
+    if call.skipped:
+        warns.append(
+            f"{len(call.skipped)} record(s) of the log could not be read (the first: "
+            f"{call.skipped[0]}); this call and the later ones may miss what they held"
+        )
+    warn = usage_warning(call.usage, used, tokenizer)
+    if warn is not None:
+        warns.append(warn)
+    return warns
+
+
 class CallTraces:
     """Turns a log's calls into traces, one session context per session id.
 
@@ -509,43 +587,10 @@ class CallTraces:
         timer = Timer()
         counter = get_counter(tok)
         with timer.stage("gather"):
-            last = _sums(items, tok, counter)
-            query_at = last[S_LAST_USER] if last[S_LAST_USER] >= 0 else None
-            flat = [it.flat for it in items]
-            history = [it.entry.history for it in items if it.entry.history is not None]
-            query = ""
-            if query_at is not None:
-                query = history.pop(items[query_at].sums[S_HIST] - 1).content
-            packets = [it.packet for it in items if it.packet is not None]
-            system = "\n\n".join(it.entry.content for it in items if it.kind == "system")
-            n_messages = last[S_MESSAGES] + (1 if system else 0)
-            window, source = call.window, call.window_source
-            if window is None and known_window(call.model) is not None:
-                window = known_window(call.model)
-                source = f"the context window of {call.model} (ctxscope's model table)"
-            inp = _input(
-                query,
-                call.created_at,
-                system,
-                history,
-                packets,
-                call.tools,
-                window,
-                call.output_reserve,
-            )
-            instr = counter.count(system) if system else 0
-            tools_json = tools_text(call.tools) if call.tools else ""
-            tools_n = counter.count(tools_json) if tools_json else 0
-            overhead = FORMAT_TOKENS_PER_MESSAGE * n_messages + FORMAT_TOKENS_REPLY
-        used = instr + tools_n + last[S_CONV] + overhead
-        reserve = inp.output_reserve or 0
-        warns: list[str] = []
-        if window is None:
-            window = used + reserve
-            warns.append(
-                "the model's context window is unknown; the totals use the prompt's own size "
-                "(pass ctxscope import --window N or --model NAME to see the free space)"
-            )
+            g = _gather(prep, counter)
+        used = g.instr + g.tools_n + g.last[S_CONV] + g.overhead
+        reserve = g.inp.output_reserve or 0
+        window, warns = _window_and_warnings(g.window, used, reserve)
         available = max(window - reserve, 0)
         if used > available:
             warns.append(
@@ -553,7 +598,15 @@ class CallTraces:
             )
         with timer.stage("select"):
             decisions, partitions, must = self._decisions(
-                prep, last, query_at, bool(system), instr, tools_n, overhead, n_messages, available
+                prep,
+                g.last,
+                g.query_at,
+                bool(g.system),
+                g.instr,
+                g.tools_n,
+                g.overhead,
+                g.n_messages,
+                available,
             )
         totals = Totals(
             window=window,
@@ -563,18 +616,10 @@ class CallTraces:
             used=used,
             tokenizer=counter.name,
         )
-        warn = usage_warning(call.usage, used, counter.name)
-        warns.extend(call.warnings)
-        if call.skipped:
-            warns.append(
-                f"{len(call.skipped)} record(s) of the log could not be read (the first: "
-                f"{call.skipped[0]}); this call and the later ones may miss what they held"
-            )
-        if warn is not None:
-            warns.append(warn)
+        warns.extend(_call_warnings(call, used, counter.name))
         result = finish(
-            prompt=_prompt(items, tools_json),
-            messages=flat,
+            prompt=_prompt(items, g.tools_json),
+            messages=[it.flat for it in items],
             decisions=decisions,
             partitions=partitions,
             totals=totals,
@@ -591,9 +636,9 @@ class CallTraces:
                 "created_at": call.created_at,
                 "builder": self.builder,
                 "tags": ["imported"],
-                "metadata": self._metadata(prep, window, source, used, counter.name),
-                "input": inp,
-                "config": self._config(inp, tok),
+                "metadata": self._metadata(prep, window, g.source, used, counter.name),
+                "input": g.inp,
+                "config": self._config(g.inp, tok),
                 "result": result,
                 "outcome": Outcome(output=call.output, usage=call.usage)
                 if (call.usage or call.output is not None)

@@ -203,41 +203,14 @@ class Reader:
         if uuid in self.nodes:
             raise ImportFormatError(f"uuid {uuid!r} repeats line {self.nodes[uuid].line}")
         side = bool(obj.get("isSidechain"))
-        pid = obj.get("parentUuid")
-        parent = self.nodes.get(pid) if isinstance(pid, str) else None
-        if isinstance(pid, str) and parent is None:
-            parent = self.last_side if side else self.last_main
-            self.errors.append(
-                f"{self.name}:{n}: its parent line ({pid}) is not in the file (a line that "
-                "could not be read?); "
-                + (f"continued from line {parent.line}" if parent else "read as a new start")
-            )
+        parent = self._parent(obj, side, n)
         session = parent.session if parent is not None else self._new_session(obj, side, n)
         node = _Node(uuid, parent, n, kind, session, offset=offset)
         message = obj.get("message")
         if kind in ("user", "assistant"):
-            try:
-                if not isinstance(message, dict):
-                    raise ImportFormatError(f"a {kind} line needs a 'message' object")
-                self._normalize(node, message, n)
-                self._hold(node)
-                if kind == "user":  # what a later call will see (or none, at the end)
-                    for key in ("messages", "tool_results"):
-                        v = (node.counts or {}).get(key, 0)
-                        session.since_call[key] = session.since_call.get(key, 0) + v
-            except ImportFormatError as exc:
-                # the line stays in the chain (its children still find their parent), its
-                # message is left out and the error says why
-                self.errors.append(f"{self.name}:{n}: {exc}")
-                node.norm = node.msg_id = None
-            node.summary = bool(obj.get("isCompactSummary"))
+            self._message_line(node, obj, message, n)
         elif kind == "system" and obj.get("subtype") == "compact_boundary":
-            node.compact = True
-            lp = obj.get("logicalParentUuid")
-            node.logical_parent = lp if isinstance(lp, str) else None
-            meta = obj.get("compactMetadata")
-            node.meta = meta if isinstance(meta, dict) else {}
-            session.compactions[uuid] = self._compaction(node, node.meta)
+            self._compact_boundary(node, obj)
         self.nodes[uuid] = node
         session.last = node
         if side:
@@ -251,6 +224,55 @@ class Reader:
             return None
         if isinstance(message, dict) and message.get("model") == "<synthetic>":
             return None  # a message Claude Code wrote itself (an API error), not a model call
+        return self._assistant(session, node, obj)
+
+    def _parent(self, obj: dict[str, Any], side: bool, n: int) -> _Node | None:
+        """The line this one continues; one whose parent is not in the file continues the
+        last line of its chain (main or sidechain), and the error says so."""
+        pid = obj.get("parentUuid")
+        if not isinstance(pid, str):
+            return None
+        parent = self.nodes.get(pid)
+        if parent is None:
+            parent = self.last_side if side else self.last_main
+            self.errors.append(
+                f"{self.name}:{n}: its parent line ({pid}) is not in the file (a line that "
+                "could not be read?); "
+                + (f"continued from line {parent.line}" if parent else "read as a new start")
+            )
+        return parent
+
+    def _message_line(self, node: _Node, obj: dict[str, Any], message: Any, n: int) -> None:
+        """A user or assistant line: its message, normalised. A line that cannot be read
+        stays in the chain (its children still find their parent), its message is left out
+        and the error says why."""
+        session = node.session
+        try:
+            if not isinstance(message, dict):
+                raise ImportFormatError(f"a {node.kind} line needs a 'message' object")
+            self._normalize(node, message, n)
+            self._hold(node)
+            if node.kind == "user":  # what a later call will see (or none, at the end)
+                for key in ("messages", "tool_results"):
+                    v = (node.counts or {}).get(key, 0)
+                    session.since_call[key] = session.since_call.get(key, 0) + v
+        except ImportFormatError as exc:
+            self.errors.append(f"{self.name}:{n}: {exc}")
+            node.norm = node.msg_id = None
+        node.summary = bool(obj.get("isCompactSummary"))
+
+    def _compact_boundary(self, node: _Node, obj: dict[str, Any]) -> None:
+        """A compaction's boundary line: where the conversation was summarised."""
+        node.compact = True
+        lp = obj.get("logicalParentUuid")
+        node.logical_parent = lp if isinstance(lp, str) else None
+        meta = obj.get("compactMetadata")
+        node.meta = meta if isinstance(meta, dict) else {}
+        node.session.compactions[node.uuid] = self._compaction(node, node.meta)
+
+    def _assistant(self, session: _Session, node: _Node, obj: dict[str, Any]) -> Call | None:
+        """An assistant line: a further line of the reply being read (same message id), or
+        the start of the next call, which ends the one before."""
         pending = session.pending
         if pending is not None and pending.msg_id == node.msg_id:
             pending.nodes.append(node)

@@ -153,62 +153,67 @@ def calls(data: Any, fmt: str, name: str, session_id: str, now: datetime) -> lis
     return _swe(data, name, session_id, now)
 
 
-def _swe(data: Any, name: str, session_id: str, now: datetime) -> list[Call]:
-    conv = sweagent_conversation(data, name, name)
+def _recorded_steps(data: Any) -> list[dict[str, Any]] | None:
+    """The trajectory's steps, when every one records the messages its call saw."""
     steps = data.get("trajectory") if isinstance(data, dict) else None
-    recorded_steps = (
-        isinstance(steps, list)
-        and all(
-            isinstance(st, dict)
-            and (_messages_like(st.get("query")) or _messages_like(st.get("messages")))
-            for st in steps
-        )
-        and bool(steps)
+    if not isinstance(steps, list) or not steps:
+        return None
+    if all(
+        isinstance(st, dict)
+        and (_messages_like(st.get("query")) or _messages_like(st.get("messages")))
+        for st in steps
+    ):
+        return steps
+    return None
+
+
+def _step_call(
+    st: dict[str, Any],
+    k: int,
+    name: str,
+    session_id: str,
+    now: datetime,
+    segs: _Segments,
+    base_meta: dict[str, Any],
+) -> Call:
+    """One recorded step as a call: its ``query`` is what the model saw; ``messages``,
+    written after the step, hold its own reply and what followed, which are not input."""
+    queried = _messages_like(st.get("query"))
+    raw = st.get("query") if queried else st.get("messages")
+    msgs, _ = sweagent_messages(raw, name, f"trajectory[{k}].messages")
+    reply = None
+    if not queried:
+        last = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=None)
+        reply = msgs[last] if last is not None else None
+        msgs = msgs[:last] if last is not None else msgs
+    resp = st.get("response")
+    output = resp if isinstance(resp, str) and resp else (_output(reply) if reply else None)
+    return Call(
+        session_id=session_id,
+        turn=k,
+        key=f"step-{k}",
+        context=segs.of(msgs),
+        created_at=now,
+        output=output,
+        metadata={"session_log": {**base_meta, "step": k, "tool_calls": _calls(reply)}},
+        recorded=["system prompt", "messages as the model saw them (trajectory)"],
+        reconstructed=["tool definitions", "usage per call"],
+        warnings=[
+            "reconstructed from a SWE-agent trajectory, which does not record the "
+            "tool definitions or each call's usage: this input lacks them"
+        ],
     )
-    stats = data.get("info", {}).get("model_stats") if isinstance(data.get("info"), dict) else None
-    base_meta: dict[str, Any] = {"file": name}
-    if isinstance(stats, dict):
-        base_meta["model_stats"] = stats
-    segs = _Segments(name)
-    out: list[Call] = []
-    if recorded_steps and isinstance(steps, list):
-        for k, st in enumerate(steps):
-            raw = st.get("query") if _messages_like(st.get("query")) else st.get("messages")
-            msgs, _ = sweagent_messages(raw, name, f"trajectory[{k}].messages")
-            if not _messages_like(st.get("query")):
-                # written after the step: its own reply and what followed are not input
-                last = max(
-                    (i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=None
-                )
-                reply = msgs[last] if last is not None else None
-                msgs = msgs[:last] if last is not None else msgs
-            else:
-                reply = None
-            resp = st.get("response")
-            output = resp if isinstance(resp, str) and resp else (_output(reply) if reply else None)
-            out.append(
-                Call(
-                    session_id=session_id,
-                    turn=k,
-                    key=f"step-{k}",
-                    context=segs.of(msgs),
-                    created_at=now,
-                    output=output,
-                    metadata={"session_log": {**base_meta, "step": k, "tool_calls": _calls(reply)}},
-                    recorded=["system prompt", "messages as the model saw them (trajectory)"],
-                    reconstructed=["tool definitions", "usage per call"],
-                    warnings=[
-                        "reconstructed from a SWE-agent trajectory, which does not record the "
-                        "tool definitions or each call's usage: this input lacks them"
-                    ],
-                )
-            )
-        _mark_trailing(out, conv.messages, conv.assistant_indices())
-        return out
+
+
+def _history_calls(
+    conv: Conversation, session_id: str, now: datetime, segs: _Segments, base_meta: dict[str, Any]
+) -> list[Call]:
+    """Calls read from the history alone: each assistant message is a call whose context
+    is the history before it."""
     msgs = conv.messages
     texted = bool(conv.meta.get("synthetic_call_ids"))
-    steps_at = conv.assistant_indices()
-    for k, a in enumerate(steps_at):
+    out: list[Call] = []
+    for k, a in enumerate(conv.assistant_indices()):
         out.append(
             Call(
                 session_id=session_id,
@@ -234,7 +239,26 @@ def _swe(data: Any, name: str, session_id: str, now: datetime) -> list[Call]:
                 ],
             )
         )
-    _mark_trailing(out, msgs, steps_at)
+    return out
+
+
+def _swe(data: Any, name: str, session_id: str, now: datetime) -> list[Call]:
+    """A SWE-agent trajectory's calls: from its recorded steps when every step has the
+    messages its call saw, else from its history."""
+    conv = sweagent_conversation(data, name, name)
+    stats = data.get("info", {}).get("model_stats") if isinstance(data.get("info"), dict) else None
+    base_meta: dict[str, Any] = {"file": name}
+    if isinstance(stats, dict):
+        base_meta["model_stats"] = stats
+    segs = _Segments(name)
+    steps = _recorded_steps(data)
+    if steps is not None:
+        out = [
+            _step_call(st, k, name, session_id, now, segs, base_meta) for k, st in enumerate(steps)
+        ]
+    else:
+        out = _history_calls(conv, session_id, now, segs, base_meta)
+    _mark_trailing(out, conv.messages, conv.assistant_indices())
     return out
 
 
