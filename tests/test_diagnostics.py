@@ -968,7 +968,7 @@ def test_an_imported_chat_has_no_sections_to_lose(corpus: Path) -> None:
         "model": "gpt-4o",
         "messages": [{k: v for k, v in m.items() if k in keys} for m in traj["history"]],
     }
-    (t,) = traces_from_value(request, "a02")
+    (t,) = traces_from_value(request, where="a02")
     assert t.result is not None and "[Task]" not in t.result.prompt
     assert of(diagnose(t), "compression_damage") == []
 

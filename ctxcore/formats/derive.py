@@ -187,6 +187,80 @@ def render_prompt(messages: list[Message], tools_json: str) -> str:
     return "\n\n".join(blocks)
 
 
+def window_warnings(window: int | None, used: int, reserve: int) -> tuple[int, int, list[str]]:
+    """The window an imported prompt's totals use (its own size when the window is
+    unknown), the space available in it, and the warnings about either."""
+    warns: list[str] = []
+    if window is None:
+        window = used + reserve
+        warns.append(
+            "the model's context window is unknown; the totals use the prompt's own size "
+            "(pass ctxscope import --window N or --model NAME to see the free space)"
+        )
+    available = max(window - reserve, 0)
+    if used > available:
+        warns.append(
+            f"the imported prompt uses {used:,} tokens, more than the {available:,} available"
+        )
+    return window, available, warns
+
+
+def _format_item(input: CapturedInput, messages: list[Message]) -> tuple[_Item, int]:
+    """The chat format's own tokens as an item: role markers around every message and the
+    reply primer (3 + 3 in OpenAI's published accounting for its chat models). Providers
+    differ a little; the reported usage, where the source has it, shows by how much."""
+    n_messages = sum(1 for m in messages if m.role not in ("system", "developer")) + (
+        1 if input.system_instructions else 0
+    )
+    item = _Item(
+        FORMAT_ID,
+        "format",
+        "",
+        "format overhead",
+        notes=[
+            f"{FORMAT_TOKENS_PER_MESSAGE} tokens of chat format per message × "
+            f"{n_messages} + {FORMAT_TOKENS_REPLY} to prime the reply"
+        ],
+    )
+    return item, FORMAT_TOKENS_PER_MESSAGE * n_messages + FORMAT_TOKENS_REPLY
+
+
+def _kept(
+    items: list[_Item], counts: list[int], available: int
+) -> tuple[list[Decision], list[PartitionUsage]]:
+    """Every item kept, in order (what the source builder thought is unknown: it simply
+    fit), and the partitions they fill."""
+    decisions: list[Decision] = []
+    p_used: dict[str, int] = {}
+    p_items: dict[str, int] = {}
+    left = available
+    for rank, (it, n) in enumerate(zip(items, counts, strict=True)):
+        left -= n
+        p_used[it.partition] = p_used.get(it.partition, 0) + n
+        p_items[it.partition] = p_items.get(it.partition, 0) + 1
+        decisions.append(
+            Decision(
+                packet_id=it.id,
+                kind=it.kind,
+                status=Status.KEPT,
+                reason=Reason.FITS,
+                reason_text="present in the imported prompt (imports keep everything they saw)",
+                partition=it.partition,
+                rank=rank,
+                tokens_before=n,
+                tokens_after=n,
+                budget_left=left,
+                notes=it.notes,
+            )
+        )
+    partitions = [
+        PartitionUsage(name=n, budget=None, used=p_used[n], items=p_items[n])
+        for n in IMPORT_PARTITIONS
+        if n in p_items
+    ]
+    return decisions, partitions
+
+
 def derive_result(
     input: CapturedInput,
     messages: list[Message],
@@ -199,66 +273,14 @@ def derive_result(
     with timer.stage("gather"):
         items = _items(input)
         counts = counter.count_many([it.content for it in items])
-        # The chat format's own tokens: role markers around every message and the reply
-        # primer (3 + 3 in OpenAI's published accounting for its chat models). Providers
-        # differ a little; the reported usage, where the source has it, shows by how much.
-        n_messages = sum(1 for m in messages if m.role not in ("system", "developer")) + (
-            1 if input.system_instructions else 0
-        )
-        overhead = FORMAT_TOKENS_PER_MESSAGE * n_messages + FORMAT_TOKENS_REPLY
-        items.append(
-            _Item(
-                FORMAT_ID,
-                "format",
-                "",
-                "format overhead",
-                notes=[
-                    f"{FORMAT_TOKENS_PER_MESSAGE} tokens of chat format per message × "
-                    f"{n_messages} + {FORMAT_TOKENS_REPLY} to prime the reply"
-                ],
-            )
-        )
+        item, overhead = _format_item(input, messages)
+        items.append(item)
         counts.append(overhead)
     used = sum(counts)
     reserve = input.output_reserve or 0
-    warns = list(warnings or [])
-    window = input.window
-    if window is None:
-        window = used + reserve
-        warns.append(
-            "the model's context window is unknown; the totals use the prompt's own size "
-            "(pass ctxscope import --window N or --model NAME to see the free space)"
-        )
-    available = max(window - reserve, 0)
-    if used > available:
-        warns.append(
-            f"the imported prompt uses {used:,} tokens, more than the {available:,} available"
-        )
-    decisions: list[Decision] = []
-    p_used: dict[str, int] = {}
-    p_items: dict[str, int] = {}
-    left = available
+    window, available, warns = window_warnings(input.window, used, reserve)
     with timer.stage("select"):
-        for rank, (it, n) in enumerate(zip(items, counts, strict=True)):
-            left -= n
-            p_used[it.partition] = p_used.get(it.partition, 0) + n
-            p_items[it.partition] = p_items.get(it.partition, 0) + 1
-            decisions.append(
-                Decision(
-                    packet_id=it.id,
-                    kind=it.kind,
-                    status=Status.KEPT,
-                    # what the source builder thought is unknown: it simply fit
-                    reason=Reason.FITS,
-                    reason_text="present in the imported prompt (imports keep everything they saw)",
-                    partition=it.partition,
-                    rank=rank,
-                    tokens_before=n,
-                    tokens_after=n,
-                    budget_left=left,
-                    notes=it.notes,
-                )
-            )
+        decisions, partitions = _kept(items, counts, available)
     totals = Totals(
         window=window,
         output_reserve=reserve,
@@ -271,14 +293,10 @@ def derive_result(
         prompt=render_prompt(messages, tools_text(input.tools) if input.tools else ""),
         messages=messages,
         decisions=decisions,
-        partitions=[
-            PartitionUsage(name=n, budget=None, used=p_used[n], items=p_items[n])
-            for n in IMPORT_PARTITIONS
-            if n in p_items
-        ],
+        partitions=partitions,
         totals=totals,
         must_keep_ids=[it.id for it in items if it.must_keep],
-        warnings=warns,
+        warnings=[*(warnings or []), *warns],
         timer=timer,
     )
 

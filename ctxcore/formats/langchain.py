@@ -281,8 +281,9 @@ def normalize(
 def _role(kind: str, fields: dict[str, Any], akw: dict[str, Any]) -> str:
     """The chat role of a message of this kind (a ChatMessage's own role; a system message
     OpenAI sent as ``developer`` stays one)."""
-    if kind == "chat" and isinstance(fields.get("role"), str):
-        return {"human": "user", "ai": "assistant"}.get(fields["role"], fields["role"])
+    own = fields.get("role")
+    if kind == "chat" and isinstance(own, str):
+        return {"human": "user", "ai": "assistant"}.get(own, own)
     if kind == "system" and akw.get("__openai_role__") == "developer":
         return "developer"
     return _ROLES[kind]

@@ -38,7 +38,7 @@ from ctxcore.errors import InputError
 from ctxcore.formats.load import SNAPSHOT_FORMAT
 from ctxcore.formats.otlp import DECISION_FIELDS, DECISION_PREFIX, JSON_FIELDS, RESULT_JSON_FIELDS
 from ctxcore.formats.redact import redact_trace
-from ctxcore.models import Finding, Message, Trace, utc_iso
+from ctxcore.models import BuildResult, CapturedInput, Finding, Message, Trace, utc_iso
 
 # --------------------------------------------------------------------------- redaction
 
@@ -141,16 +141,11 @@ def _genai_messages(trace: Trace) -> tuple[list[dict[str, Any]], list[dict[str, 
     return system, out
 
 
-def otlp_span(trace: Trace) -> dict[str, Any]:
-    """One OTLP JSON span carrying a trace (GenAI attributes + ``ctxscope.*``)."""
-    raw_meta = trace.metadata.get("otlp")
-    otlp_meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
-    trace_hex = str(otlp_meta.get("trace_id") or _hex(f"session:{trace.session_id}", 32))
-    span_hex = str(otlp_meta.get("span_id") or _hex(f"trace:{trace.trace_id}", 16))
-    start = int(trace.created_at.timestamp()) * 1_000_000_000 + trace.created_at.microsecond * 1000
+def _genai_attributes(trace: Trace, model: Any) -> dict[str, Any]:
+    """The GenAI semantic-convention attributes of a trace's span: the request, the
+    messages and tools, the usage (the counted prompt when none was reported) and the
+    reply."""
     res = trace.result
-    duration_ms = sum(res.timings.values()) if res is not None else 0.0
-    model = trace.metadata.get("model")
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.request.model": model if isinstance(model, str) else None,
@@ -171,21 +166,26 @@ def otlp_span(trace: Trace) -> dict[str, Any]:
     if trace.outcome is not None and trace.outcome.output is not None:
         out = [{"role": "assistant", "parts": [{"type": "text", "content": trace.outcome.output}]}]
         attrs["gen_ai.output.messages"] = _js(out)
+    return attrs
+
+
+def _ctxscope_attributes(trace: Trace) -> dict[str, Any]:
+    """The ``ctxscope.*`` attributes: the whole trace, so that importing the span gives it
+    back (a result's decisions one attribute group each)."""
     data = trace.to_dict()
-    attrs.update(
-        {
-            "ctxscope.schema": data["schema"],
-            "ctxscope.trace_id": trace.trace_id,
-            "ctxscope.session_id": trace.session_id,
-            "ctxscope.turn": trace.turn,
-            "ctxscope.created_at": data["created_at"],
-            "ctxscope.tags": list(trace.tags) or None,
-            "ctxscope.source_trace_id": trace.source_trace_id,
-            "ctxscope.preset": trace.config.preset,
-        }
-    )
+    attrs: dict[str, Any] = {
+        "ctxscope.schema": data["schema"],
+        "ctxscope.trace_id": trace.trace_id,
+        "ctxscope.session_id": trace.session_id,
+        "ctxscope.turn": trace.turn,
+        "ctxscope.created_at": data["created_at"],
+        "ctxscope.tags": list(trace.tags) or None,
+        "ctxscope.source_trace_id": trace.source_trace_id,
+        "ctxscope.preset": trace.config.preset,
+    }
     for name in JSON_FIELDS:
         attrs[f"ctxscope.{name}"] = None if data[name] is None else _js(data[name])
+    res = trace.result
     if res is not None:
         rd = data["result"]
         attrs["ctxscope.result.prompt"] = res.prompt
@@ -196,6 +196,20 @@ def otlp_span(trace: Trace) -> dict[str, Any]:
             for f in DECISION_FIELDS:
                 value = d[f]
                 attrs[f"{DECISION_PREFIX}{i}.{f}"] = value if value != [] else None
+    return attrs
+
+
+def otlp_span(trace: Trace) -> dict[str, Any]:
+    """One OTLP JSON span carrying a trace (GenAI attributes + ``ctxscope.*``)."""
+    raw_meta = trace.metadata.get("otlp")
+    otlp_meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    trace_hex = str(otlp_meta.get("trace_id") or _hex(f"session:{trace.session_id}", 32))
+    span_hex = str(otlp_meta.get("span_id") or _hex(f"trace:{trace.trace_id}", 16))
+    start = int(trace.created_at.timestamp()) * 1_000_000_000 + trace.created_at.microsecond * 1000
+    res = trace.result
+    duration_ms = sum(res.timings.values()) if res is not None else 0.0
+    model = trace.metadata.get("model")
+    attrs = {**_genai_attributes(trace, model), **_ctxscope_attributes(trace)}
     return {
         "traceId": trace_hex,
         "spanId": span_hex,
@@ -487,8 +501,24 @@ def _session_html(traces: list[Trace]) -> str:
 
 
 def _trace_section(t: Trace, k: int, findings: list[Finding], fixes: list[Counterfactual]) -> str:
-    res = t.result
+    """One trace of the HTML report: its facts, its result (or a note that it has none),
+    its captured input and its config."""
     out: list[str] = [f'<section id="trace-{k}"><h2 id="turn-{t.turn}">Trace {_e(t.trace_id)}</h2>']
+    out.append(_facts_table(t))
+    if t.result is None:
+        out.append('<p class="muted">Captured input only: this trace has no build result.</p>')
+    else:
+        out.extend(_result_html(t, t.result, findings, fixes))
+    out.extend(_input_html(t.input))
+    cfg = json.dumps(
+        t.config.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False
+    )
+    out.append(f"<h3>Config</h3><pre>{_e(cfg)}</pre></section>")
+    return "\n".join(out)
+
+
+def _facts_table(t: Trace) -> str:
+    """Session, turn, time, builder, preset, tags, the totals and what was redacted."""
     rows = [
         ("session", t.session_id),
         ("turn", t.turn),
@@ -497,8 +527,8 @@ def _trace_section(t: Trace, k: int, findings: list[Finding], fixes: list[Counte
         ("preset", t.config.preset),
         ("tags", ", ".join(t.tags)),
     ]
-    if res is not None:
-        tt = res.totals
+    if t.result is not None:
+        tt = t.result.totals
         rows += [
             ("tokenizer", tt.tokenizer),
             (
@@ -509,60 +539,76 @@ def _trace_section(t: Trace, k: int, findings: list[Finding], fixes: list[Counte
         ]
     if t.redactions:
         rows.append(("redacted", ", ".join(f"{a}: {b}" for a, b in t.redactions.items())))
-    out.append("<table>" + "".join(f"<tr><th>{_e(a)}</th><td>{_e(b)}</td></tr>" for a, b in rows))
-    out.append("</table>")
-    if res is None:
-        out.append('<p class="muted">Captured input only: this trace has no build result.</p>')
-    else:
-        if res.warnings:
-            out.append("<h3>Warnings</h3><ul>")
-            out.extend(f'<li class="warn">{_e(w)}</li>' for w in res.warnings)
-            out.append("</ul>")
-        out.append(_findings_html(findings))
-        out.append(_counterfactuals_html(fixes, searched_knobs(t)))
-        out.append("<h3>Where the tokens went</h3>")
-        out.append(_window_fig(t))
-        out.append(_partitions_fig(t))
-        out.append("<h3>Decisions</h3><table><tr>")
-        heads = (
-            "rank",
-            "packet",
-            "kind",
-            "status",
-            "reason",
-            "why",
-            "partition",
-            "relevance",
-            "recency",
-            "score",
-            "tokens before",
-            "tokens after",
-            "budget left",
-        )
-        out.append("".join(f"<th>{h}</th>" for h in heads) + "</tr>")
-        for d in res.decisions:
-            st = d.status.value
-            out.append(
-                f"<tr><td class=n>{_num(d.rank)}</td><td>{_e(d.packet_id)}</td>"
-                f"<td>{_e(d.kind)}</td>"
-                f'<td class="{st}">{st}</td><td>{d.reason.value}</td><td>{_e(d.reason_text)}'
-                + "".join(f"<br><span class=muted>{_e(n)}</span>" for n in d.notes)
-                + f"</td><td>{_e(d.partition)}</td><td class=n>{_num(d.relevance)}</td>"
-                f"<td class=n>{_num(d.recency)}</td><td class=n>{_num(d.score)}</td>"
-                f"<td class=n>{_num(d.tokens_before)}</td><td class=n>{_num(d.tokens_after)}</td>"
-                f"<td class=n>{_num(d.budget_left)}</td></tr>"
-            )
-        out.append("</table>")
-        rep = res.report
+    cells = "".join(f"<tr><th>{_e(a)}</th><td>{_e(b)}</td></tr>" for a, b in rows)
+    return f"<table>{cells}\n</table>"
+
+
+def _result_html(
+    t: Trace, res: BuildResult, findings: list[Finding], fixes: list[Counterfactual]
+) -> list[str]:
+    """A build result: warnings, findings, fixes, where the tokens went, the decisions,
+    the debug report and the final prompt."""
+    out: list[str] = []
+    if res.warnings:
+        out.append("<h3>Warnings</h3><ul>")
+        out.extend(f'<li class="warn">{_e(w)}</li>' for w in res.warnings)
+        out.append("</ul>")
+    out.append(_findings_html(findings))
+    out.append(_counterfactuals_html(fixes, searched_knobs(t)))
+    out.append("<h3>Where the tokens went</h3>")
+    out.append(_window_fig(t))
+    out.append(_partitions_fig(t))
+    out.extend(_decisions_table(res))
+    rep = res.report
+    out.append(
+        "<h3>Debug report</h3><pre>"
+        + _e(json.dumps(rep.model_dump(mode="json"), ensure_ascii=False, indent=2))
+        + "</pre>"
+    )
+    out.append(f"<h3>Final prompt</h3><pre>{_e(res.prompt)}</pre>")
+    return out
+
+
+_DECISION_HEADS = (
+    "rank",
+    "packet",
+    "kind",
+    "status",
+    "reason",
+    "why",
+    "partition",
+    "relevance",
+    "recency",
+    "score",
+    "tokens before",
+    "tokens after",
+    "budget left",
+)
+
+
+def _decisions_table(res: BuildResult) -> list[str]:
+    """Every decision, one row each."""
+    out = ["<h3>Decisions</h3><table><tr>"]
+    out.append("".join(f"<th>{h}</th>" for h in _DECISION_HEADS) + "</tr>")
+    for d in res.decisions:
+        st = d.status.value
         out.append(
-            "<h3>Debug report</h3><pre>"
-            + _e(json.dumps(rep.model_dump(mode="json"), ensure_ascii=False, indent=2))
-            + "</pre>"
+            f"<tr><td class=n>{_num(d.rank)}</td><td>{_e(d.packet_id)}</td>"
+            f"<td>{_e(d.kind)}</td>"
+            f'<td class="{st}">{st}</td><td>{d.reason.value}</td><td>{_e(d.reason_text)}'
+            + "".join(f"<br><span class=muted>{_e(n)}</span>" for n in d.notes)
+            + f"</td><td>{_e(d.partition)}</td><td class=n>{_num(d.relevance)}</td>"
+            f"<td class=n>{_num(d.recency)}</td><td class=n>{_num(d.score)}</td>"
+            f"<td class=n>{_num(d.tokens_before)}</td><td class=n>{_num(d.tokens_after)}</td>"
+            f"<td class=n>{_num(d.budget_left)}</td></tr>"
         )
-        out.append(f"<h3>Final prompt</h3><pre>{_e(res.prompt)}</pre>")
-    inp = t.input
-    out.append("<h3>Captured input</h3>")
-    out.append(f"<p><b>query</b></p><pre>{_e(inp.query)}</pre>")
+    out.append("</table>")
+    return out
+
+
+def _input_html(inp: CapturedInput) -> list[str]:
+    """The captured input: query, system instructions, packets, history, tools."""
+    out = ["<h3>Captured input</h3>", f"<p><b>query</b></p><pre>{_e(inp.query)}</pre>"]
     if inp.system_instructions:
         out.append(f"<p><b>system instructions</b></p><pre>{_e(inp.system_instructions)}</pre>")
     for p in inp.packets:
@@ -584,11 +630,7 @@ def _trace_section(t: Trace, k: int, findings: list[Finding], fixes: list[Counte
             f"<details><summary>{len(inp.tools)} tool definitions</summary>"
             f"<pre>{_e(tools)}</pre></details>"
         )
-    cfg = json.dumps(
-        t.config.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False
-    )
-    out.append(f"<h3>Config</h3><pre>{_e(cfg)}</pre></section>")
-    return "\n".join(out)
+    return out
 
 
 def report_findings(traces: list[Trace]) -> list[list[Finding]]:

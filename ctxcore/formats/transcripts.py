@@ -206,22 +206,12 @@ def mini_swe_conversation(
     first_user_seen = False
     for m in raw:
         role, content = m["role"], m.get("content") or ""
-        created = ((m.get("extra") or {}).get("response") or {}).get("created")
-        when = datetime.fromtimestamp(created, tz=UTC) if isinstance(created, int) else None
         if role == "assistant":
             step += 1
-            msg: OpenAIMessage = {"role": "assistant", "content": content}
-            block = _BASH_BLOCK.search(content)
-            if block:
-                pending = f"call_{step}"
-                thought = (content[: block.start()] + content[block.end() :]).strip()
-                thought = thought.removeprefix("THOUGHT:").strip()
-                msg = {
-                    "role": "assistant",
-                    "content": thought,
-                    "tool_calls": [_call(pending, "bash", {"command": block.group(1)})],
-                }
+            msg, call_id = _mini_action(content, step)
+            pending = call_id or pending  # a step without a block leaves the open call open
             out.append(msg)
+            when = _response_time(m)
             last_time = when or last_time
             times.append(when)
         elif role == "user" and first_user_seen:
@@ -234,11 +224,7 @@ def mini_swe_conversation(
             out.append({"role": role, "content": content})
             times.append(None)
     instance = data.get("instance_id") if isinstance(data, dict) else None
-    task = next((m["content"] for m in out if m["role"] == "user"), "")
-    title = instance or (task.strip().splitlines()[0] if task.strip() else untitled or source)
-    pr = re.search(r"<pr_description>\s*Consider the following PR description:\s*\n(.+)", task)
-    if pr:
-        title = pr.group(1).strip()
+    title = _mini_title(instance, out, untitled or source)
     return Conversation(
         source=source,
         title=title,
@@ -251,6 +237,39 @@ def mini_swe_conversation(
             "clock": "corpus" if any(times) else "none",
         },
     )
+
+
+def _response_time(m: dict[str, Any]) -> datetime | None:
+    """The provider's ``created`` stamp of the response a message was, if kept."""
+    created = ((m.get("extra") or {}).get("response") or {}).get("created")
+    return datetime.fromtimestamp(created, tz=UTC) if isinstance(created, int) else None
+
+
+def _mini_action(content: str, step: int) -> tuple[OpenAIMessage, str | None]:
+    """An assistant step: its bash block as the tool call ``call_<step>`` (the block taken
+    out of the text, the ``THOUGHT:`` prefix too), and that call's id (None without one)."""
+    block = _BASH_BLOCK.search(content)
+    if not block:
+        return {"role": "assistant", "content": content}, None
+    call_id = f"call_{step}"
+    thought = (content[: block.start()] + content[block.end() :]).strip()
+    thought = thought.removeprefix("THOUGHT:").strip()
+    msg: OpenAIMessage = {
+        "role": "assistant",
+        "content": thought,
+        "tool_calls": [_call(call_id, "bash", {"command": block.group(1)})],
+    }
+    return msg, call_id
+
+
+def _mini_title(instance: Any, out: list[OpenAIMessage], untitled: str) -> str:
+    """The instance id, else the PR the task describes, else the task's first line."""
+    task = next((m["content"] for m in out if m["role"] == "user"), "")
+    title = instance or (task.strip().splitlines()[0] if task.strip() else untitled)
+    pr = re.search(r"<pr_description>\s*Consider the following PR description:\s*\n(.+)", task)
+    if pr:
+        title = pr.group(1).strip()
+    return str(title)
 
 
 # --------------------------------------------------------------------------- OpenCode markdown
@@ -452,53 +471,62 @@ def _reason_tool_use(record: dict[str, Any], where: str) -> list[OpenAIMessage]:
         parts = m.get("content") if isinstance(m, dict) else None
         if not isinstance(parts, list):
             raise ImportFormatError(f"{where}.messages[{j}]: expected a list of content parts")
-        role = m["role"]
         texts = [p["value"] for p in parts if p.get("type") == "text"]
-        if role == "tool":
-            items: Any = None
-            try:
-                items = json.loads("\n".join(texts))
-            except json.JSONDecodeError:
-                items = None
-            if not isinstance(items, list):
-                out.append({"role": "tool", "content": "\n".join(texts)})
-                continue
+        if m["role"] == "tool":
             prev = out[-1] if out and out[-1]["role"] == "assistant" else None
-            calls = prev.get("tool_calls", []) if prev else []
-            for k, item in enumerate(items):
-                # items are {tool_call_id, name, content}, or just the result object
-                wrapped = isinstance(item, dict) and "content" in item and "name" in item
-                own = item.get("tool_call_id") if isinstance(item, dict) else None
-                fallback = calls[k]["id"] if k < len(calls) else f"call_{j}_{k}"
-                cid = str(own or fallback)
-                if k < len(calls):
-                    calls[k]["id"] = cid
-                body = item["content"] if wrapped else item
-                result: OpenAIMessage = {
-                    "role": "tool",
-                    "content": body
-                    if isinstance(body, str)
-                    else json.dumps(body, ensure_ascii=False),
-                    "tool_call_id": cid,
-                }
-                name = item.get("name") if wrapped else None
-                if name or k < len(calls):
-                    result["name"] = name or calls[k]["function"]["name"]
-                out.append(result)
-            continue
-        msg: OpenAIMessage = {"role": role, "content": "\n".join(texts)}
-        reasoning = [p["value"] for p in parts if p.get("type") == "reasoning"]
-        if reasoning:
-            msg["reasoning"] = "\n".join(reasoning)
-        calls_raw = [p["value"] for p in parts if p.get("type") == "tool_call"]
-        if calls_raw:
-            calls_out = []
-            for k, c in enumerate(calls_raw):
-                obj = json.loads(c) if isinstance(c, str) else c
-                calls_out.append(_call(f"call_{j}_{k}", obj["name"], obj.get("arguments", {})))
-            msg["tool_calls"] = calls_out
-        out.append(msg)
+            out.extend(_tool_results("\n".join(texts), prev, j))
+        else:
+            out.append(_parts_message(m["role"], parts, texts, j))
     return out
+
+
+def _tool_results(text: str, prev: OpenAIMessage | None, j: int) -> list[OpenAIMessage]:
+    """A tool message: one result per item of its JSON list, each answering the call of the
+    assistant message before it at the same place (whose id it takes, or gives); a text
+    that is no such list stays one tool message."""
+    try:
+        items: Any = json.loads(text)
+    except json.JSONDecodeError:
+        items = None
+    if not isinstance(items, list):
+        return [{"role": "tool", "content": text}]
+    calls = prev.get("tool_calls", []) if prev else []
+    out: list[OpenAIMessage] = []
+    for k, item in enumerate(items):
+        # items are {tool_call_id, name, content}, or just the result object
+        wrapped = isinstance(item, dict) and "content" in item and "name" in item
+        own = item.get("tool_call_id") if isinstance(item, dict) else None
+        fallback = calls[k]["id"] if k < len(calls) else f"call_{j}_{k}"
+        cid = str(own or fallback)
+        if k < len(calls):
+            calls[k]["id"] = cid
+        body = item["content"] if wrapped else item
+        result: OpenAIMessage = {
+            "role": "tool",
+            "content": body if isinstance(body, str) else json.dumps(body, ensure_ascii=False),
+            "tool_call_id": cid,
+        }
+        name = item.get("name") if wrapped else None
+        if name or k < len(calls):
+            result["name"] = name or calls[k]["function"]["name"]
+        out.append(result)
+    return out
+
+
+def _parts_message(role: str, parts: list[Any], texts: list[str], j: int) -> OpenAIMessage:
+    """A message of text, reasoning and tool-call parts (calls get ``call_<j>_<k>``)."""
+    msg: OpenAIMessage = {"role": role, "content": "\n".join(texts)}
+    reasoning = [p["value"] for p in parts if p.get("type") == "reasoning"]
+    if reasoning:
+        msg["reasoning"] = "\n".join(reasoning)
+    calls_raw = [p["value"] for p in parts if p.get("type") == "tool_call"]
+    if calls_raw:
+        calls_out = []
+        for k, c in enumerate(calls_raw):
+            obj = json.loads(c) if isinstance(c, str) else c
+            calls_out.append(_call(f"call_{j}_{k}", obj["name"], obj.get("arguments", {})))
+        msg["tool_calls"] = calls_out
+    return msg
 
 
 def parse_reason_tool_use(path: Path) -> list[Conversation]:

@@ -50,6 +50,7 @@ from ctxcore.formats.derive import (
     tokenizer_for_model,
     tools_text,
     usage_warning,
+    window_warnings,
 )
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm
 from ctxcore.models import (
@@ -469,16 +470,6 @@ def _gather(prep: _Prepared, counter: TokenCounter) -> _Gathered:
     )
 
 
-def _window_and_warnings(window: int | None, used: int, reserve: int) -> tuple[int, list[str]]:
-    """The window the totals use: the prompt's own size (and a warning) when unknown."""
-    if window is not None:
-        return window, []
-    return used + reserve, [
-        "the model's context window is unknown; the totals use the prompt's own size "
-        "(pass ctxscope import --window N or --model NAME to see the free space)"
-    ]
-
-
 def _call_warnings(call: Call, used: int, tokenizer: str) -> list[str]:
     """What the log says about the call (its own warnings, records that could not be
     read) and how its reported usage compares with the count."""
@@ -590,12 +581,7 @@ class CallTraces:
             g = _gather(prep, counter)
         used = g.instr + g.tools_n + g.last[S_CONV] + g.overhead
         reserve = g.inp.output_reserve or 0
-        window, warns = _window_and_warnings(g.window, used, reserve)
-        available = max(window - reserve, 0)
-        if used > available:
-            warns.append(
-                f"the imported prompt uses {used:,} tokens, more than the {available:,} available"
-            )
+        window, available, warns = window_warnings(g.window, used, reserve)
         with timer.stage("select"):
             decisions, partitions, must = self._decisions(
                 prep,

@@ -179,7 +179,7 @@ def _step_call(
     """One recorded step as a call: its ``query`` is what the model saw; ``messages``,
     written after the step, hold its own reply and what followed, which are not input."""
     queried = _messages_like(st.get("query"))
-    raw = st.get("query") if queried else st.get("messages")
+    raw: list[Any] = st["query"] if queried else st["messages"]  # ``_recorded_steps`` checked
     msgs, _ = sweagent_messages(raw, name, f"trajectory[{k}].messages")
     reply = None
     if not queried:
