@@ -39,9 +39,9 @@ PARTS: dict[str, tuple[str, ...]] = {
         "ctxcore.summarize",
         "ctxcore.loading",
         "ctxcore.output",
-        "ctxcore.figures",
         "ctxcore.processes",
     ),
+    "figures": ("ctxcore.figures",),
     "pipeline": ("ctxcore.pipeline",),
     "diagnostics": ("ctxcore.diagnostics",),
     "formats": ("ctxcore.formats",),
@@ -62,15 +62,17 @@ _CORE = {"settings", "core"}
 ALLOWED: dict[str, set[str]] = {
     "settings": {"settings"},
     "core": _CORE,
+    "figures": _CORE | {"figures"},
     "pipeline": _CORE | {"pipeline"},
     "diagnostics": _CORE | {"pipeline", "diagnostics"},
-    "formats": _CORE | {"pipeline", "diagnostics", "formats"},
+    "formats": _CORE | {"figures", "pipeline", "diagnostics", "formats"},
     "store": _CORE | {"pipeline", "diagnostics", "formats", "store"},
     "capture": _CORE | {"pipeline", "formats", "capture"},
     "testing": _CORE | {"pipeline", "diagnostics", "testing"},
-    "demo": _CORE | {"pipeline", "diagnostics", "formats", "store", "testing", "demo"},
+    "demo": _CORE | {"figures", "pipeline", "diagnostics", "formats", "store", "testing", "demo"},
     "cli": set(PARTS),
-    "root": _CORE | {"pipeline", "diagnostics", "formats", "store", "capture", "testing", "root"},
+    "root": _CORE
+    | {"figures", "pipeline", "diagnostics", "formats", "store", "capture", "testing", "root"},
 }
 
 #: Names any module may read from the package root: metadata, not API. The root is loaded

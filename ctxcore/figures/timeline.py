@@ -1,0 +1,305 @@
+"""A session's packets across its turns: the status grid, the grid of what a replay changed,
+and the status legend a page keeps above a tall grid."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from ctxcore.figures.common import (
+    LAYOUT,
+    STATUS_COLORS,
+    STATUS_ORDER,
+    banded_scale,
+    empty_figure,
+    esc,
+    legend_marker,
+)
+
+#: a timeline with more rows than this also labels the turns under its last row
+_TALL_ROWS = 25
+#: pixels ``timeline_heatmap`` adds on top for its legend (three lines at ~280 px)
+_TIMELINE_LEGEND = 60
+
+
+def timeline_height(rows: int) -> int:
+    """The pixel height ``timeline_heatmap`` gives a chart of ``rows`` packet rows."""
+    return max(300, min(4400, 22 * rows + 170))
+
+
+def _row_order(
+    rows: Sequence[Mapping[str, Any]], group_by_kind: bool
+) -> tuple[list[str], dict[str, str]]:
+    """The packet ids in order of first appearance (by turn, then by row), or by kind first;
+    and each packet's kind."""
+    first_seen: dict[str, tuple[int, int]] = {}
+    for i, r in enumerate(rows):
+        pid = str(r["packet_id"])
+        key = (int(r["turn"]), i)
+        if pid not in first_seen or key < first_seen[pid]:
+            first_seen[pid] = key
+    kinds = {str(r["packet_id"]): str(r.get("kind") or "") for r in rows}
+    if group_by_kind:
+        packets = sorted(first_seen, key=lambda p: (kinds[p], first_seen[p]))
+    else:
+        packets = sorted(first_seen, key=lambda p: first_seen[p])
+    return packets, kinds
+
+
+def _cells(
+    rows: Sequence[Mapping[str, Any]],
+    packets: Sequence[str],
+    turns: Sequence[int],
+    order: Sequence[str],
+) -> tuple[list[list[float | None]], list[list[str]]]:
+    """The grid's values (the centre of the status's colour band, so that the band edges
+    never decide the colour) and hover texts, a row a packet and a column a turn; blank
+    where a packet was not a candidate."""
+    code = {s: i for i, s in enumerate(order)}
+    pidx = {p: i for i, p in enumerate(packets)}
+    tidx = {t: i for i, t in enumerate(turns)}
+    z: list[list[float | None]] = [[None] * len(turns) for _ in packets]
+    hover: list[list[str]] = [[""] * len(turns) for _ in packets]
+    for r in rows:
+        i, j = pidx[str(r["packet_id"])], tidx[int(r["turn"])]
+        status = str(r["status"])
+        z[i][j] = code.get(status, len(order) - 1) + 0.5
+        hover[i][j] = (
+            f"<b>{esc(r['packet_id'], 120)}</b><br>turn {r['turn']} · {esc(r.get('kind', ''))}"
+            f"<br>{esc(status)} · {esc(r.get('reason', ''))} · {int(r.get('tokens_after') or 0):,}"
+            " tokens"
+        )
+    return z, hover
+
+
+def _add_turns_below(fig: go.Figure, turns: Sequence[int]) -> None:
+    """The turns again under the last rows, where a long chart is read (an invisible trace on
+    a second x axis at the bottom)."""
+    fig.add_trace(
+        go.Scatter(
+            x=[str(t) for t in turns],
+            y=[fig.data[0].y[-1]] * len(turns),
+            xaxis="x2",
+            mode="markers",
+            marker={"opacity": 0},
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
+
+
+def _add_gaps(fig: go.Figure, turns: Sequence[int], tall: bool) -> None:
+    """A dashed line between non-consecutive turns, labelled with the turns missing."""
+    level, last_gap = 0, -99
+    # a label is ~65 px wide: in a half-width chart (~100-250 px of cells) that is up to half
+    # the columns, however many there are
+    near = max(5, len(turns) // 2)
+    for j in range(1, len(turns)):
+        if turns[j] == turns[j - 1] + 1:
+            continue
+        fig.add_vline(x=j - 0.5, line={"color": "#222", "width": 2, "dash": "dash"})
+        # gaps closer than a label's width take turns on three lines, so their labels never
+        # overlap
+        level = (level + 1) % 3 if j - last_gap < near else 0
+        last_gap = j
+        fig.add_annotation(
+            x=j - 0.5,
+            y=0,
+            yref="paper",
+            yanchor="top",
+            # the label reads inwards from its line, towards the wider side: centred, one
+            # near an edge of a narrow chart was cut
+            xanchor="right" if j > len(turns) / 2 else "left",
+            text=f"gap: {turns[j] - turns[j - 1] - 1} turn(s)",
+            showarrow=False,
+            font={"size": 10},
+            yshift=(-24 if tall else 0) - 15 * level,  # under the turn labels
+        )
+
+
+def _timeline_layout(title: str, packets: int, turns: int, legend: bool) -> dict[str, Any]:
+    """The grid's layout: the title at the very top (the "turn" axis title under it would
+    otherwise run into a long session id at 1024 px) and the legend, where there is one, on
+    lines of its own under it (beside the title, it wrapped over it in a half-width chart);
+    22 px a row keeps ~190 labels apart."""
+    tall = packets > _TALL_ROWS
+    height = timeline_height(packets) + (_TIMELINE_LEGEND if legend else 0)
+    return {
+        "title": {
+            "text": esc(title),
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 10},
+        },
+        "height": height,
+        "margin": {
+            "l": 10,
+            "r": 10,
+            "t": 95 + (_TIMELINE_LEGEND if legend else 0),
+            "b": 90 if tall else 60,
+        },
+        # exact ranges: one column a turn, one row a packet, no padding after the last
+        "xaxis": {
+            "title": "turn",
+            "type": "category",
+            "side": "top",
+            "range": [-0.5, turns - 0.5],
+        },
+        "yaxis": {
+            "range": [packets - 0.5, -0.5],  # the first packet on top
+            "type": "category",
+            "dtick": 1,
+            "tickfont": {"size": 11},
+        },
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": 1 - 36 / height,
+            "yanchor": "top",
+            "yref": "container",
+        },
+        "showlegend": legend,
+        **LAYOUT,
+    }
+
+
+#: the second x axis of a tall timeline: the turns under its last row
+_TURNS_BELOW = {
+    "type": "category",
+    "side": "bottom",
+    "overlaying": "x",
+    "matches": "x",
+    "showgrid": False,
+}
+
+
+def timeline_heatmap(
+    rows: Sequence[Mapping[str, Any]],
+    title: str = "Packets across turns",
+    group_by_kind: bool = False,
+    legend: bool = True,
+    colors: Mapping[str, str] = STATUS_COLORS,
+) -> go.Figure:
+    """Packet id × turn, one cell per decision, coloured by status.
+
+    ``rows``: ``{"turn", "packet_id", "kind", "status", "reason", "tokens_after"}`` as
+    ``TraceStore.session_statuses`` returns them. Cells where a packet was not a candidate
+    stay blank. Rows are in order of first appearance (``group_by_kind``: by kind first,
+    each row labelled with it). The legend sits at the top, where a tall chart opens
+    (``legend=False``: none, for a page that keeps ``status_legend`` in view instead), the
+    turns are labelled above and, on a tall chart, below the rows too, and a dashed line
+    marks a gap between non-consecutive turns (turn 16, then 37).
+    """
+    if not rows:
+        return empty_figure(title, "No decisions recorded for this session.")
+    order = tuple(colors)
+    turns = sorted({int(r["turn"]) for r in rows})
+    packets, kinds = _row_order(rows, group_by_kind)
+    z, hover = _cells(rows, packets, turns, order)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[str(t) for t in turns],
+            y=[
+                f"{esc(kinds[p], 20)} · {esc(p, 50)}" if group_by_kind else esc(p, 60)
+                for p in packets
+            ],
+            zmin=0,
+            zmax=len(order),
+            colorscale=banded_scale([colors[s] for s in order]),
+            hovertext=hover,
+            hoverinfo="text",
+            xgap=1,
+            ygap=1,
+            showscale=False,
+        )
+    )
+    if legend:
+        _add_status_legend(fig, order, colors)
+    tall = len(packets) > _TALL_ROWS
+    if tall:
+        _add_turns_below(fig, turns)
+    _add_gaps(fig, turns, tall)
+    fig.update_layout(**_timeline_layout(title, len(packets), len(turns), legend))
+    if tall:
+        fig.update_layout(xaxis2=_TURNS_BELOW)
+    return fig
+
+
+#: ``timeline_diff``'s cells: a status after the change where it differs from before, pale
+#: where it is the same, "not a candidate" where a packet is one on the before side only
+UNCHANGED = "unchanged"
+GONE = "not a candidate"
+DIFF_COLORS: dict[str, str] = {**STATUS_COLORS, UNCHANGED: "#e8e8e8", GONE: "#4d4d4d"}
+
+
+def timeline_diff(
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+    title: str = "What changed: each packet's status after, where it differs from before",
+) -> go.Figure:
+    """Both sides of a replay in one grid (rows as ``timeline_heatmap`` reads them): a cell
+    whose status changed takes the colour of its status after, one that stayed the same is
+    pale, and the hover says before -> after. What a settings change did across a session
+    reads at a glance, at any width (two grids side by side leave a half-width column
+    each)."""
+    old = {(int(r["turn"]), str(r["packet_id"])): r for r in before}
+    new = {(int(r["turn"]), str(r["packet_id"])): r for r in after}
+    rows: list[dict[str, Any]] = []
+    for key, r in new.items():
+        was = old.get(key)
+        was_status = str(was["status"]) if was is not None else "not a candidate"
+        rows.append(
+            {
+                **r,
+                "status": UNCHANGED if was_status == str(r["status"]) else str(r["status"]),
+                "reason": f"{was_status} → {r['status']} · {r.get('reason', '')}",
+            }
+        )
+    rows += [
+        {**r, "status": GONE, "reason": f"{r['status']} → not a candidate"}
+        for key, r in old.items()
+        if key not in new
+    ]
+    return timeline_heatmap(rows, title, colors=DIFF_COLORS)
+
+
+def _add_status_legend(
+    fig: go.Figure, statuses: Sequence[str], colors: Mapping[str, str] = STATUS_COLORS
+) -> None:
+    for s in statuses:  # a legend made of invisible markers
+        fig.add_trace(legend_marker(s, colors[s]))
+
+
+#: ``status_legend``'s height: one line of legend, whole
+LEGEND_HEIGHT = 60
+
+
+def status_legend(statuses: Collection[str] = STATUS_ORDER) -> go.Figure:
+    """The status colours alone, one line high: a page shows it above a tall chart that
+    scrolls in a box of its own, so what each colour means stays in view."""
+    fig = go.Figure()
+    _add_status_legend(fig, [s for s in STATUS_ORDER if s in statuses])
+    fig.update_layout(
+        height=LEGEND_HEIGHT,
+        margin={"l": 0, "r": 0, "t": 0, "b": 0},
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        showlegend=True,
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": 0.5,
+            "yanchor": "middle",
+            "title": {"text": "status", "side": "left"},
+            "itemclick": False,
+            "itemdoubleclick": False,
+        },
+        **LAYOUT,
+    )
+    return fig
