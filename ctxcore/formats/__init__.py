@@ -1,7 +1,9 @@
 """Formats: what other systems write, turned into traces, and traces written for others.
 
-Readers: ``openai`` (chat requests), ``otlp`` (OpenTelemetry GenAI spans), ``transcripts``
-(agent transcripts and session logs), with ``derive`` making a trace's decisions from a prompt
-another system assembled, and ``load`` detecting which one a file holds. Writers: ``share``
-(snapshots, OTLP, the offline HTML report). ``redact`` masks secrets on every way out.
+Readers: the import formats are the table in ``registry`` (each format's detector, reader
+and, for an API the proxy records, its live converter); the request APIs share the skeleton
+in ``request`` and the normalised messages of ``norm``; ``derive`` makes a trace's decisions
+from a prompt another system assembled, and ``load`` reads a file with the format the table
+detects. ``transcripts`` reads the corpus's agent transcripts. Writers: ``share`` (snapshots,
+OTLP, the offline HTML report). ``redact`` masks secrets on every way out.
 """

@@ -24,6 +24,7 @@ request becomes the same captured input whichever API carried it:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -350,7 +351,7 @@ class Messages(RequestFormat):
         user = _user_id(request)
         return session_id or (str(user) if user else "import")
 
-    def requests(self, data: Any) -> Any:
+    def requests(self, data: Any) -> Iterator[tuple[Any, Any]]:
         # a bare list of messages is one request holding them
         return super().requests({"messages": data} if is_message_list(data) else data)
 

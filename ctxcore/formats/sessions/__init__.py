@@ -54,17 +54,6 @@ def sniff(path: str | Path) -> SessionFormat | None:
     return detect_lines(values) if lines > 1 else None
 
 
-def detect(data: Any) -> SessionFormat | None:
-    """Which session format a parsed JSON value is (None: none of them)."""
-    if isinstance(data, list) and len(data) > 1 and isinstance(data[0], dict):
-        fmt = detect_lines(data[:5])
-        if fmt is not None:
-            return fmt
-    if openhands.looks_like(data):
-        return "openhands"
-    return trajectories.detect(data)
-
-
 def _log_lines(data: Any) -> SessionFormat | None:
     """The log format of a JSON list holding a log's events, if it is one."""
     if isinstance(data, list) and len(data) > 1 and isinstance(data[0], dict):
@@ -271,7 +260,6 @@ __all__ = [
     "SessionFormat",
     "SessionImport",
     "VALUE_FORMATS",
-    "detect",
     "detect_lines",
     "iter_file",
     "looks_like_claude_code",
