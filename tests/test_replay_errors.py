@@ -75,7 +75,7 @@ def test_an_unreadable_stored_trace_is_an_error_of_its_own(traces: list[Trace]) 
 
 
 def test_a_damaged_compressed_trace_is_an_error_of_its_own(traces: list[Trace]) -> None:
-    from ctxcore.store.rows import pack_json, unpack_json
+    from ctxcore.store.codec import pack_json, unpack_json
 
     packed = [(t.trace_id, pack_json(t.to_json().encode())) for t in traces[:4]]
     good = [

@@ -422,17 +422,27 @@ def test_compressed_json_round_trips_exactly(tmp_path: Path) -> None:
     f.write_text(raw + "\n", encoding="utf-8")
     with TraceStore(tmp_path / "s.duckdb", diagnose=False) as s:
         assert ingest_paths(s, [f]).traces_added == 1
-        stored = s._trace_json(s._cur(), "zst-1")
+        [(_, stored)] = s.traces_json(["zst-1"])
+        [packed] = s.traces_packed(["zst-1"])
         size = s._cur().execute("SELECT json_bytes FROM traces").fetchall()[0][0]
-    assert stored == raw.encode() and size == len(raw.encode())
+    assert stored == raw.encode() and size == len(raw.encode()) == packed.size
+    assert packed.json() == stored and len(packed.data) < size
 
 
 def test_threads_are_set_for_a_while_and_restored(tmp_path: Path) -> None:
+    """The DuckDB engine (``duck.Database.threads``): a bulk writer with worker processes
+    keeps DuckDB to one thread until it closes."""
     with TraceStore(tmp_path / "t.duckdb") as s:
         cur = s._cur()
         before = cur.execute("SELECT current_setting('threads')").fetchall()[0][0]
-        with s.threads(1):
-            assert s.read_cursor().execute("SELECT current_setting('threads')").fetchall() == [(1,)]
+        with s._db.threads(1):
+            assert s._db.read_cursor().execute("SELECT current_setting('threads')").fetchall() == [
+                (1,)
+            ]
+        assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == before
+        with s.bulk_writer(workers=2) as w:
+            assert cur.execute("SELECT current_setting('threads')").fetchall() == [(1,)]
+            w.add(row_tables([make_trace(0)]))
         assert cur.execute("SELECT current_setting('threads')").fetchall()[0][0] == before
 
 
@@ -446,7 +456,7 @@ def row_tables(traces: list[Trace], source: str = "in.jsonl") -> RowTables:
 
 def committed(s: TraceStore) -> tuple[int, int, int, int]:
     """(traces, decisions, ingest errors, file offsets) as another cursor sees them."""
-    cur = s.read_cursor()
+    cur = s._db.read_cursor()
     try:
         return tuple(  # type: ignore[return-value]
             cur.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
@@ -608,13 +618,13 @@ def test_traces_json_returns_the_stored_json_in_the_order_asked(tmp_path: Path) 
 
 
 def test_the_process_remembers_the_latest_stored_texts_in_bounded_memory() -> None:
-    """``_Shared`` names a packet text a commit of this process stored lately by its cid: at
+    """``duck.Shared`` names a packet text a commit of this process stored lately by its cid: at
     least the last TEXT_KEYS, never more than twice as many (plus one commit's), a text
     looked up again kept as a new one."""
+    from ctxcore.store.duck import Shared
     from ctxcore.store.rows import TEXT_KEYS
-    from ctxcore.store.tracestore import _Shared
 
-    shared = _Shared()
+    shared = Shared()
     n = 3 * TEXT_KEYS
     key = [i.to_bytes(16, "little") for i in range(n)]
     shared.remember({key[i]: i for i in range(TEXT_KEYS + 1)})  # the newer ones pass TEXT_KEYS
@@ -657,7 +667,7 @@ def test_traces_whose_pieces_pass_duckdbs_memory_limit_are_read(
         store.add_traces(traces)
     monkeypatch.setenv("CTXSCOPE_DB_MEMORY", "32MB")
     with TraceStore(db, read_only=True) as store:
-        stored = sum(len(blob) for _, blob, _ in store.traces_packed([t.trace_id for t in traces]))
+        stored = sum(len(p.data) for p in store.traces_packed([t.trace_id for t in traces]))
         assert stored > 60 * 2**20  # near twice the limit
         got = store.traces_json([t.trace_id for t in reversed(traces)])
         one = store.get_trace(traces[3].trace_id)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from helpers_store import make_trace, write_jsonl
 
-from ctxcore.store.tracestore import IngestCounts, TraceStore
+from ctxcore.store.records import IngestCounts
+from ctxcore.store.tracestore import TraceStore
 from ctxcore.store.watch import Watcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,13 +213,13 @@ def test_many_small_ingests_leave_no_threads_behind(tmp_path: Path) -> None:
     d.mkdir()
     with TraceStore(tmp_path / "s.duckdb", diagnose=False) as s:
         opened = []
-        real = s.read_cursor
+        real = s._db.read_cursor  # the DuckDB engine's writer reads through one of these
 
         def tracked() -> duckdb.DuckDBPyConnection:
             opened.append(real())
             return opened[-1]
 
-        s.read_cursor = tracked  # type: ignore[method-assign]
+        s._db.read_cursor = tracked  # type: ignore[method-assign]
         before = {t.name for t in threading.enumerate()}
         for i in range(15):
             write_jsonl(d / f"t{i}.jsonl", [make_trace(i)])

@@ -47,17 +47,18 @@ from ctxcore.pipeline.sweep import sweep as run_sweep
 from ctxcore.replay import ReplayReport
 from ctxcore.replay import replay as run_replay
 from ctxcore.settings import SortKey
+from ctxcore.store.engines import open_store, read_store
 from ctxcore.store.ingest import ingest_paths
-from ctxcore.store.reading import read_store
-from ctxcore.store.records import FailingFile, LiveCalls
-from ctxcore.store.tracestore import (
+from ctxcore.store.protocol import Store
+from ctxcore.store.records import (
+    FailingFile,
     FindingPage,
     IngestErrorRow,
+    LiveCalls,
     SessionRow,
     TraceFilter,
     TracePage,
     TraceRow,
-    TraceStore,
 )
 from ctxcore.store.watch import Watcher
 
@@ -96,7 +97,7 @@ class _Opened:
     """The app's store, and why it is read-only when it is: another process (another app, an
     ingest) holds the file, and this app reads a copy of it (``store.reading``)."""
 
-    store: TraceStore
+    store: Store
     held: str | None = None
 
 
@@ -104,7 +105,7 @@ class _Opened:
 def _open_store(path: str, demo_dir: str) -> _Opened:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
-        store = TraceStore(path)
+        store = open_store(path)
     except StoreLockedError as exc:
         return _read_only(path, exc)
     if store.count() == 0 and Path(demo_dir).is_dir():
@@ -126,7 +127,7 @@ def _read_only(path: str, exc: StoreLockedError) -> _Opened:
     return _Opened(copy, held)
 
 
-def store() -> TraceStore:
+def store() -> Store:
     """The process-wide store on ``$CTXSCOPE_DB`` (demo traces loaded into an empty one); a
     read-only copy when another process holds it (``held``)."""
     opened = _open_store(db_path(), str(Path(traces_dir()) / settings.DEMO_SUBDIR))

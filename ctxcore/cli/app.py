@@ -132,10 +132,10 @@ def held_by(db: Path) -> str | None:
     itself then)."""
     if not db.is_file():
         return None
-    from ctxcore.store.tracestore import TraceStore
+    from ctxcore.store.engines import open_store
 
     try:
-        TraceStore(db, read_only=True).close()
+        open_store(db, read_only=True).close()
     except StoreLockedError as exc:
         return holder(exc)
     except StoreError:

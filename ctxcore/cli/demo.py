@@ -30,11 +30,11 @@ def cli_demo(args: argparse.Namespace) -> int:
     if not db:
         return 0
     from ctxcore.errors import StoreLockedError
-    from ctxcore.store import TraceStore
+    from ctxcore.store.engines import open_store
     from ctxcore.store.ingest import format_counts, format_error, ingest_paths
 
     try:
-        with TraceStore(db) as store:
+        with open_store(db) as store:
             counts = ingest_paths(store, [str(p) for p in paths], complete_tail=True)
     except StoreLockedError as exc:
         print(

@@ -23,8 +23,7 @@ from ctxcore.models import Trace
 from ctxcore.output import STDOUT, is_stdout, write_output
 
 if TYPE_CHECKING:
-    from ctxcore.store import TraceStore
-    from ctxcore.store.writer import BulkWriter
+    from ctxcore.store.protocol import BulkWriter, Store
 
 
 #: Traces prepared and inserted into the store together (``BulkWriter.add``): at most this
@@ -189,10 +188,10 @@ class _StoreSink:
     A trace already stored with the same content is skipped; with different content (or one
     whose rows cannot be built) the import stops with an error naming it and the open
     transaction is rolled back: an import under TX_BYTES stores nothing, as
-    ``TraceStore.add_traces`` would have it; a bigger one keeps the transactions committed
+    ``Store.add_traces`` would have it; a bigger one keeps the transactions committed
     before, and the error says how many traces they hold."""
 
-    def __init__(self, store: TraceStore, source: str) -> None:
+    def __init__(self, store: Store, source: str) -> None:
         self.store = store
         self.source = source
         self.added = 0
@@ -306,11 +305,11 @@ def cli_import(args: argparse.Namespace) -> int:
         run.described()
         print(f"imported {run.count} trace(s) from {src} -> {out}")
         return run.rc
-    from ctxcore.store import TraceStore
+    from ctxcore.store.engines import open_store
 
     db = getattr(args, "db", None) or str(settings.db_path())
     try:
-        store = TraceStore(db)
+        store = open_store(db)
     except StoreLockedError as exc:
         # Only a running app's folder is a safe detour: it ingests what lands there.
         folder = app_folder(Path(db))
@@ -344,8 +343,8 @@ def cli_import(args: argparse.Namespace) -> int:
 
 
 def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:
-    from ctxcore.store import TraceFilter
-    from ctxcore.store.reading import read_store
+    from ctxcore.store.engines import read_store
+    from ctxcore.store.records import TraceFilter
 
     # a store another process writes (the app) is read from a copy (docs/design.md, "Store")
     with read_store(db, note=lambda why: print(f"note: {why}", file=sys.stderr)) as store:

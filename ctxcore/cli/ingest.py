@@ -11,8 +11,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from ctxcore.store.engines import open_store
 from ctxcore.store.ingest import format_counts, format_error, ingest_paths
-from ctxcore.store.tracestore import IngestCounts, TraceStore
+from ctxcore.store.records import IngestCounts
 from ctxcore.store.watch import Watcher
 
 
@@ -50,7 +51,7 @@ def cli_ingest(args: argparse.Namespace) -> int:
     errors as file:line."""
     bar = ProgressBar()
     defer = bool(getattr(args, "defer_diagnostics", False))
-    with TraceStore(args.db, diagnose=not defer) as store:
+    with open_store(args.db, diagnose=not defer) as store:
         try:
             counts = ingest_paths(store, args.paths, bar, complete_tail=True, workers=None)
         finally:
@@ -92,7 +93,7 @@ def cli_watch(args: argparse.Namespace) -> int:
     stops = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.signal(s, on_signal) for s in stops}
     try:
-        with TraceStore(args.db) as store:
+        with open_store(args.db) as store:
             watcher = Watcher(store, args.dir, on_ingest=report)
             watcher.start()
             print(

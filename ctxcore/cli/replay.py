@@ -38,14 +38,15 @@ from ctxcore.replay import (
     replay,
     replay_sessions,
 )
-from ctxcore.store import TraceFilter, TraceStore
-from ctxcore.store.reading import read_store
+from ctxcore.store.engines import open_store, read_store
+from ctxcore.store.protocol import Store
+from ctxcore.store.records import TraceFilter
 
 FAIL_ON = ("info", "warning", "error", "never")
 _PAGE = 1000
 
 
-def _session_ids_of(store: TraceStore, session: str, tag: str | None) -> list[str]:
+def _session_ids_of(store: Store, session: str, tag: str | None) -> list[str]:
     """The ids of the session's traces to replay, in turn order."""
     flt = TraceFilter(session_id=session, tags=(tag,) if tag else ())
     out: list[str] = []
@@ -59,9 +60,7 @@ def _session_ids_of(store: TraceStore, session: str, tag: str | None) -> list[st
             return out
 
 
-def _session_json(
-    store: TraceStore, session: str, tag: str | None, findings: bool
-) -> list[TraceJson]:
+def _session_json(store: Store, session: str, tag: str | None, findings: bool) -> list[TraceJson]:
     """The session's traces as stored (their JSON, read where they are replayed with
     ingest's msgspec reader: half the time of pydantic; what it refuses, pydantic reads and
     words), and with ``findings`` the findings stored with them by this code."""
@@ -78,19 +77,16 @@ def _session_json(
 _READ_BATCH = 100
 
 
-def _sessions(
-    store: TraceStore, tag: str | None, findings: bool = True
-) -> Iterator[list[TraceJson]]:
+def _sessions(store: Store, tag: str | None, findings: bool = True) -> Iterator[list[TraceJson]]:
     """Every stored session with a trace to replay (one with ``tag``, if given), largest
     first (a long session started last would finish last, alone), read a batch of sessions
     at a time when the replay is ready for them: the store is listed once (ids and tags)
-    and never held in memory whole. The workers get each trace's compressed JSON and
-    unpack it themselves, in parallel; with ``findings``, also the findings the store
+    and never held in memory whole. The workers get each trace's packed JSON and unpack it
+    themselves, in parallel (``PackedTrace.unpack``); with ``findings``, also the findings the store
     computed at insert where this very code computed them (the recorded side's detectors
     that read one trace are not run again)."""
     from ctxcore.diagnostics import fingerprint
     from ctxcore.store.fastdecode import decode
-    from ctxcore.store.rows import unpack_json
 
     listing = [
         ids
@@ -111,16 +107,16 @@ def _sessions(
         if k + 1 < len(listing) and sum(map(len, batch)) + len(listing[k + 1]) <= _READ_BATCH:
             continue
         wanted = [t for s in batch for t in s]
-        packed = {tid: (blob, size) for tid, blob, size in store.traces_packed(wanted)}
+        packed = {p.trace_id: p for p in store.traces_packed(wanted)}
         found = store.stored_findings(wanted, fingerprint()) if findings else {}
         for ids_ in batch:
             yield [
                 TraceJson(
                     tid,
-                    packed[tid][0],
+                    packed[tid].data,
                     decode,
-                    size=packed[tid][1],
-                    unpack=unpack_json,
+                    size=packed[tid].size,
+                    unpack=packed[tid].unpack,
                     findings=found.get(tid),
                 )
                 for tid in ids_
@@ -234,7 +230,7 @@ def _save(db: str, report: ReplayReport) -> None:
     """The variants into the store; while the app writes it, into the folder it watches (as
     ``ctxscope import`` does), which it ingests."""
     try:
-        store = TraceStore(db)
+        store = open_store(db)
     except StoreLockedError as exc:
         folder = app_folder(Path(db))
         if folder is None:

@@ -11,20 +11,19 @@ MAX_ERRORS_PER_FILE rows per run, and one more row counts the rest.
 A file that cannot be read at all (a FIFO, a broken ``.gz``, no permission, a document over
 MAX_DOCUMENT_BYTES, or any unexpected exception while it is read) costs that file only:
 it gets an error row and its offset row says why (``FileOffset.failed``; the app shows
-``TraceStore.failing_files``), and it is not tried again until its size, mtime or inode
+``Store.failing_files``), and it is not tried again until its size, mtime or inode
 change. Only a failure of the store itself stops a run.
 
 Each file's new traces commit in one transaction with its offset; a transaction holds
 whole files only (several, up to TX_BYTES of input), and a big file streams in chunks
 inside one. This module orchestrates; ``readers`` finds files, offsets and complete lines,
 ``workers`` parses lines into rows (in worker processes for big ingests), and the store's
-``BulkWriter`` owns the transactions. Only the ingesting process touches DuckDB. See
-docs/design.md, "Ingest and the watcher".
+``BulkWriter`` (``protocol``) owns the transactions. Only the ingesting process touches the
+store. See docs/design.md, "Ingest and the watcher".
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -36,9 +35,10 @@ from ctxcore.errors import InputError, StoreError
 from ctxcore.loading import open_regular
 from ctxcore.settings import MAX_DOCUMENT_BYTES
 from ctxcore.store import readers
+from ctxcore.store.protocol import Store
 from ctxcore.store.readers import SUFFIXES, ReadState, find_files, too_long
+from ctxcore.store.records import FileOffset, IngestCounts, IngestErrorRow
 from ctxcore.store.rows import RowTables, prepare
-from ctxcore.store.tracestore import FileOffset, IngestCounts, IngestErrorRow, TraceStore
 from ctxcore.store.workers import (
     FileRun,
     ParsedChunk,
@@ -78,7 +78,7 @@ class _Ingest:
 
     def __init__(
         self,
-        store: TraceStore,
+        store: Store,
         files: Sequence[Path],
         progress: Progress | None,
         *,
@@ -96,12 +96,18 @@ class _Ingest:
         self.group: list[tuple[FileRun, FileOffset | None]] = []
         self.group_bytes = 0
         self.tx_bytes = 0
-        self.writer = store.bulk_writer()
         # Auto: one worker per CPU. This process only reads line boundaries and waits for
         # DuckDB, which inserts without holding the GIL (bench/bench_store.py, 2 CPUs: 2
         # workers 117k packets/s, no pool 83k).
         n = min((os.cpu_count() or 1) if workers is None else workers, MAX_WORKERS)
-        self.pool = ParsePool(n, store.diagnose) if self.total >= POOL_MIN_BYTES and n > 1 else None
+        n = n if self.total >= POOL_MIN_BYTES and n > 1 else 0
+        # with workers using the CPUs, the store's engine may keep to fewer threads
+        self.writer = store.bulk_writer(workers=n)
+        try:
+            self.pool = ParsePool(n, store.diagnose) if n else None
+        except BaseException:
+            self.writer.close()
+            raise
         self.chunk_bytes = CHUNK_BYTES if self.pool is None else POOL_CHUNK_BYTES
 
     def _left(self, path: Path) -> int:
@@ -118,14 +124,10 @@ class _Ingest:
 
     def run(self) -> IngestCounts:
         """Ingest the files; what was added, skipped and refused (errors by file and line)."""
-        # A bulk ingest whose workers use every CPU runs faster with DuckDB on one thread
-        # (``TraceStore.threads``).
-        one_thread = self.pool is not None and not self.store.read_only
-        with self.store.threads(1) if one_thread else contextlib.nullcontext():
-            for f in self.files:
-                self.file(f)
-            self.flush_group()
-            self.commit()
+        for f in self.files:
+            self.file(f)
+        self.flush_group()
+        self.commit()
         self.counts.error_rows.sort(key=lambda e: (e.file, e.line))
         return self.counts
 
@@ -439,7 +441,7 @@ def _why(key: str, exc: Exception) -> str:
 
 
 def ingest_paths(
-    store: TraceStore,
+    store: Store,
     paths: Sequence[str | Path],
     progress: Progress | None = None,
     *,

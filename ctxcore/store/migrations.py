@@ -156,7 +156,7 @@ def m003_compressed_json(con: duckdb.DuckDBPyConnection) -> None:
     ``json_bytes``) instead of as text: bulk ingest spent more time having DuckDB store the
     text than compressing it costs. DuckDB cannot drop a column of a table with a primary
     key, so the table is rebuilt."""
-    from ctxcore.store.rows import pack_json  # the codec lives with the code that writes rows
+    from ctxcore.store.codec import pack_json
 
     cols = [
         r[0]

@@ -12,7 +12,7 @@ Memory stays bounded on any input: a line longer than MAX_LINE_BYTES is dropped 
 is read (its number and size are kept for one error row), never held whole. A ``.gz``
 that is not gzip, is corrupt or ends early is the file's error (``ReadState.error``),
 after the complete lines before the damage. Nothing here parses a trace (``workers``
-does) or writes the store (``ingest`` does, through ``TraceStore.bulk_writer``).
+does) or writes the store (``ingest`` does, through ``Store.bulk_writer``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Reading a store that another process may be writing (docs/design.md, "Store").
+"""Reading a DuckDB store that another process may be writing (docs/design.md, "Store"):
+the DuckDB engine's ``Engine.read`` (``engines.read_store`` picks it for a file path).
 
 DuckDB lets one process open a file read-write, and while it does, no other process may open
 it at all, not even read-only (the lock is taken on open, shared or exclusive). The app holds
 its store for as long as it runs, so a command that only reads (``replay``, ``export``) would
-fail whenever the app is open. ``read_store`` opens the store read-only when it can; when
+fail whenever the app is open. ``read_duckdb`` opens the store read-only when it can; when
 another process holds it, it copies the file and its write-ahead log as they are now and opens
 the copy read-only: the reader sees every transaction committed before the copy, the writer
 is never disturbed, and the copy is removed afterwards.
@@ -116,7 +117,7 @@ def _snapshot(path: Path) -> Iterator[TraceStore]:
 
 
 @contextmanager
-def read_store(
+def read_duckdb(
     path: str | Path, *, note: Callable[[str], None] | None = None
 ) -> Iterator[TraceStore]:
     """The store at ``path``, read-only, even while another process writes it (then a copy
@@ -135,4 +136,4 @@ def read_store(
         yield store
 
 
-__all__ = ["COPY_ATTEMPTS", "read_store"]
+__all__ = ["COPY_ATTEMPTS", "read_duckdb"]

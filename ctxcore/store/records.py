@@ -1,8 +1,8 @@
 """What the store's methods take and return: filters, rows, counts and file offsets.
 
-Plain frozen dataclasses, apart from ``tracestore`` so that the modules around the store
-(ingest, its readers, the bulk writer, the watcher, the app) share them without the SQL.
-``ctxcore.store.tracestore`` re-exports every one.
+Plain frozen dataclasses, apart from the engines so that the modules around the store
+(the protocol, ingest, its readers, the watcher, replay, the app) share them without an
+engine's driver. ``ctxcore.store.tracestore`` re-exports every one.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class TracePage:
 
 @dataclass(frozen=True)
 class FindingRow:
-    """One stored finding with the turn it belongs to (``TraceStore.list_findings``)."""
+    """One stored finding with the turn it belongs to (``Store.list_findings``)."""
 
     trace_id: str
     session_id: str
@@ -175,3 +175,27 @@ class InsertResult:
     conflicts: list[tuple[int, str, str]]
     #: (index in that batch, why) of traces whose rows could not be built
     rejected: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PackedTrace:
+    """A stored trace's JSON as the store keeps it, packed (``codec.pack_json``), with the
+    length of the JSON: ``json()`` unpacks it where it is read. ``ctxscope replay --all``
+    hands these to its worker processes, which unpack them in parallel (loading Arrow's
+    codec, never the store's engine)."""
+
+    trace_id: str
+    data: bytes
+    size: int
+
+    def json(self) -> bytes:
+        """The trace's UTF-8 JSON."""
+        return self.unpack(self.data, self.size)
+
+    @staticmethod
+    def unpack(data: bytes, size: int) -> bytes:
+        """Packed JSON (``data``) unpacked, ``size`` bytes long: for a reader handed the bytes
+        without the record (it pickles by name, and loads the codec where it runs)."""
+        from ctxcore.store.codec import unpack_json
+
+        return unpack_json(data, size)

@@ -2,7 +2,7 @@
 
 Kept apart from ``tracestore`` (the only module with SQL) because it is pure and picklable:
 ingest turns batches of traces into ``RowTables`` in worker processes with ``prepare``, and
-the owning process only assigns ``tseq`` and inserts them (``TraceStore.bulk_writer``).
+the owning process only assigns ``tseq`` and inserts them (``Store.bulk_writer``).
 A trace is read through ``TraceLike``: a ``models.Trace``, or the struct
 ``ctxcore.store.fastdecode`` decodes.
 
@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,7 @@ import pyarrow as pa
 from ctxcore import diagnostics
 from ctxcore.errors import CtxscopeError
 from ctxcore.models import Finding, Status, Trace
+from ctxcore.store.codec import pack_json
 
 log = logging.getLogger("ctxscope.store")
 
@@ -105,11 +106,6 @@ def content_hash(raw: bytes) -> str:
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
-#: The trace JSON is stored zstd-compressed: DuckDB then writes a seventh of the bytes, and
-#: compressing costs less than DuckDB spends storing the plain text (bench/bench_store.py).
-_CODEC = "zstd"
-
-
 #: The longest value stored, in bytes. DuckDB keeps a string or blob under 4 KiB inside
 #: its column segment, and a checkpoint after an append then writes the new rows only; a
 #: longer one it keeps apart, and a checkpoint read those of the table's whole last row
@@ -165,14 +161,6 @@ def blob_parts(blobs: Sequence[bytes]) -> tuple[pa.Array, np.ndarray, np.ndarray
         pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
     )
     return arr, which, number
-
-
-def pack_json(raw: bytes) -> bytes:
-    return cast(bytes, pa.compress(raw, codec=_CODEC, asbytes=True))
-
-
-def unpack_json(blob: bytes, size: int) -> bytes:
-    return cast(bytes, pa.decompress(blob, decompressed_size=size, codec=_CODEC, asbytes=True))
 
 
 class PacketLike(Protocol):
@@ -344,6 +332,34 @@ def diagnose_trace(trace: TraceLike, raw: bytes) -> tuple[list[Finding], str | N
     return found, diagnostics.fingerprint()
 
 
+@dataclass
+class _Tally:
+    """What a trace's decisions add up to, for its ``traces`` row."""
+
+    counts: dict[str, int]
+    #: must_keep packets dropped, filtered or summarized
+    lost: int = 0
+    n_packets: int = 0
+
+
+def _decision_texts(
+    trace: TraceLike, decs: Sequence[DecisionLike], pkts: Sequence[PacketLike | None]
+) -> list[str | None]:
+    """The text each decision is about: its packet's, the builder's instructions or history
+    for those two pseudo-packets, None for another packet the input does not hold."""
+    out: list[str | None] = []
+    for x, pk in zip(decs, pkts, strict=True):
+        if pk is not None:
+            out.append(pk.content)
+        elif x.packet_id == "builder:instructions":
+            out.append(trace.input.system_instructions)
+        elif x.packet_id == "builder:history":
+            out.append("\n".join(m.content for m in trace.input.history))
+        else:
+            out.append(None)
+    return out
+
+
 class RowBatch:
     """Column lists for one bulk insert, turned into Arrow tables at the end."""
 
@@ -387,82 +403,102 @@ class RowBatch:
         source: str | None,
     ) -> None:
         """Queue one trace's rows; ``blob`` is ``pack_json(raw)``, ``digest`` its hash."""
-        tid = trace.trace_id
-        packets = {p.id: p for p in trace.input.packets}
-        d = self.cols["decisions"]
-        counts: dict[str, int] = dict.fromkeys(Status, 0)
-        lost = 0
         result = trace.result
         if result is not None:
-            decs = result.decisions
-            n = len(decs)
-            pkts = [packets.get(x.packet_id) for x in decs]
-            must = [
-                pk.must_keep if pk is not None else x.reason == "MUST_KEEP"
-                for x, pk in zip(decs, pkts, strict=True)
-            ]
-            statuses = [x.status for x in decs]
-            for st in statuses:
-                counts[st] += 1
-            lost = sum(1 for m, st in zip(must, statuses, strict=True) if m and st in _LOST)
-            contents: list[str | None] = []
-            for x, pk in zip(decs, pkts, strict=True):
-                if pk is not None:
-                    contents.append(pk.content)
-                elif x.packet_id == "builder:instructions":
-                    contents.append(trace.input.system_instructions)
-                elif x.packet_id == "builder:history":
-                    contents.append("\n".join(m.content for m in trace.input.history))
-                else:
-                    contents.append(None)
-            # Column by column: list comprehensions cost far less than 18 appends per row.
-            d["tseq"] += [tseq] * n
-            d["trace_id"] += [tid] * n
-            d["ord"] += range(n)
-            d["packet_id"] += [x.packet_id for x in decs]
-            d["kind"] += [x.kind for x in decs]
-            d["tokens_before"] += [x.tokens_before for x in decs]
-            d["tokens_after"] += [x.tokens_after for x in decs]
-            d["relevance"] += [x.relevance for x in decs]
-            d["recency"] += [x.recency for x in decs]
-            d["score"] += [x.score for x in decs]
-            d["rank"] += [x.rank for x in decs]
-            # Status/Reason are StrEnums (or their plain values, from fastdecode): Arrow
-            # stores either as the string.
-            d["status"] += statuses
-            d["reason"] += [x.reason for x in decs]
-            d["reason_text"] += [x.reason_text for x in decs]
-            d["partition"] += [x.partition for x in decs]
-            d["budget_left"] += [x.budget_left for x in decs]
-            d["must_keep"] += must
-            d["cid"] += map(self._cid, contents)
-            p = self.cols["partitions"]
-            for i, part in enumerate(result.partitions):
-                p["tseq"].append(tseq)
-                p["trace_id"].append(tid)
-                p["ord"].append(i)
-                p["name"].append(part.name)
-                p["budget"].append(part.budget)
-                p["used"].append(part.used)
-                p["items"].append(part.items)
-            n_packets = len(result.decisions)
+            tally = self._decisions(trace, result, tseq)
+            self._partitions(trace.trace_id, tseq, result.partitions)
         else:
-            # A captured input without a result: its packets are still searchable.
-            for i, pkt in enumerate(trace.input.packets):
-                for c in _DECISION_COLS:
-                    d[c].append(None)
-                d["tseq"][-1], d["trace_id"][-1], d["ord"][-1] = tseq, tid, i
-                d["packet_id"][-1], d["kind"][-1] = pkt.id, pkt.kind
-                d["tokens_before"][-1], d["relevance"][-1] = pkt.tokens, pkt.relevance
-                d["must_keep"][-1], d["cid"][-1] = pkt.must_keep, self._cid(pkt.content)
-            n_packets = len(trace.input.packets)
-
+            tally = self._packets(trace, tseq)
         findings, diagnosed_with = diagnose_trace(trace, raw) if self.diagnose else (None, None)
-        max_sev = self.add_findings(tid, tseq, findings) if findings else None
-
+        max_sev = self.add_findings(trace.trace_id, tseq, findings) if findings else None
+        values = self._trace_values(trace, tseq, tally)
+        values.update(
+            source_file=source,
+            content_hash=digest,
+            ingested_at=utc_naive(datetime.now(UTC)),
+            # NULL = not diagnosed yet (deferred, see Store.diagnose_pending).
+            n_findings=None if findings is None else len(findings),
+            max_severity=max_sev,
+            json_bytes=len(raw),
+            diagnosed_with=diagnosed_with,
+        )
         t = self.cols["traces"]
-        values: dict[str, Any] = {
-            "trace_id": tid,
+        for c, v in values.items():
+            t[c].append(v)
+        self._blobs.append((tseq, blob))
+
+    def _decisions(self, trace: TraceLike, result: ResultLike, tseq: int) -> _Tally:
+        """Queue a built trace's decision rows (each naming its packet's text); what they
+        add up to."""
+        decs = result.decisions
+        n = len(decs)
+        packets = {p.id: p for p in trace.input.packets}
+        pkts = [packets.get(x.packet_id) for x in decs]
+        must = [
+            pk.must_keep if pk is not None else x.reason == "MUST_KEEP"
+            for x, pk in zip(decs, pkts, strict=True)
+        ]
+        statuses = [x.status for x in decs]
+        tally = _Tally(dict.fromkeys(Status, 0), n_packets=n)
+        for st in statuses:
+            tally.counts[st] += 1
+        tally.lost = sum(1 for m, st in zip(must, statuses, strict=True) if m and st in _LOST)
+        d = self.cols["decisions"]
+        # Column by column: list comprehensions cost far less than 18 appends per row.
+        d["tseq"] += [tseq] * n
+        d["trace_id"] += [trace.trace_id] * n
+        d["ord"] += range(n)
+        d["packet_id"] += [x.packet_id for x in decs]
+        d["kind"] += [x.kind for x in decs]
+        d["tokens_before"] += [x.tokens_before for x in decs]
+        d["tokens_after"] += [x.tokens_after for x in decs]
+        d["relevance"] += [x.relevance for x in decs]
+        d["recency"] += [x.recency for x in decs]
+        d["score"] += [x.score for x in decs]
+        d["rank"] += [x.rank for x in decs]
+        # Status/Reason are StrEnums (or their plain values, from fastdecode): Arrow
+        # stores either as the string.
+        d["status"] += statuses
+        d["reason"] += [x.reason for x in decs]
+        d["reason_text"] += [x.reason_text for x in decs]
+        d["partition"] += [x.partition for x in decs]
+        d["budget_left"] += [x.budget_left for x in decs]
+        d["must_keep"] += must
+        d["cid"] += map(self._cid, _decision_texts(trace, decs, pkts))
+        return tally
+
+    def _partitions(self, tid: str, tseq: int, partitions: Sequence[PartitionLike]) -> None:
+        """Queue a built trace's partition rows."""
+        p = self.cols["partitions"]
+        for i, part in enumerate(partitions):
+            p["tseq"].append(tseq)
+            p["trace_id"].append(tid)
+            p["ord"].append(i)
+            p["name"].append(part.name)
+            p["budget"].append(part.budget)
+            p["used"].append(part.used)
+            p["items"].append(part.items)
+
+    def _packets(self, trace: TraceLike, tseq: int) -> _Tally:
+        """A captured input without a result: a decision row per packet (no status), so that
+        its packets are still searchable."""
+        d = self.cols["decisions"]
+        for i, pkt in enumerate(trace.input.packets):
+            for c in _DECISION_COLS:
+                d[c].append(None)
+            d["tseq"][-1], d["trace_id"][-1], d["ord"][-1] = tseq, trace.trace_id, i
+            d["packet_id"][-1], d["kind"][-1] = pkt.id, pkt.kind
+            d["tokens_before"][-1], d["relevance"][-1] = pkt.tokens, pkt.relevance
+            d["must_keep"][-1], d["cid"][-1] = pkt.must_keep, self._cid(pkt.content)
+        return _Tally(dict.fromkeys(Status, 0), n_packets=len(trace.input.packets))
+
+    @staticmethod
+    def _trace_values(trace: TraceLike, tseq: int, tally: _Tally) -> dict[str, Any]:
+        """The columns of a trace's ``traces`` row that the trace itself gives."""
+        result = trace.result
+        counts = tally.counts
+        return {
+            "trace_id": trace.trace_id,
             "tseq": tseq,
             "session_id": trace.session_id,
             "turn": trace.turn,
@@ -472,7 +508,7 @@ class RowBatch:
             "builder_version": trace.builder.version,
             "budget": result.report.budget if result else 0,
             "used": result.report.used if result else 0,
-            "n_packets": n_packets,
+            "n_packets": tally.n_packets,
             "n_kept": counts[Status.KEPT],
             "n_truncated": counts[Status.TRUNCATED],
             "n_summarized": counts[Status.SUMMARIZED],
@@ -480,22 +516,11 @@ class RowBatch:
             "n_filtered": counts[Status.FILTERED],
             "n_not_rendered": counts[Status.NOT_RENDERED],
             "n_warnings": len(result.warnings) if result else 0,
-            "lost_must_keep": lost,
+            "lost_must_keep": tally.lost,
             "verdict": trace.outcome.verdict if trace.outcome else "unknown",
             "tags": list(trace.tags),
             "source_trace_id": trace.source_trace_id,
-            "source_file": source,
-            "content_hash": digest,
-            "ingested_at": utc_naive(datetime.now(UTC)),
-            # NULL = not diagnosed yet (deferred, see TraceStore.diagnose_pending).
-            "n_findings": None if findings is None else len(findings),
-            "max_severity": max_sev,
-            "json_bytes": len(raw),
-            "diagnosed_with": diagnosed_with,
         }
-        for c, v in values.items():
-            t[c].append(v)
-        self._blobs.append((tseq, blob))
 
     def add_findings(self, tid: str, tseq: int, findings: list[Finding]) -> str | None:
         """Queue finding rows; returns the highest severity."""
@@ -601,7 +626,7 @@ def _prepare(
         blob = pack_json(raw)
         # The digest of the compressed bytes (a ninth of the text to hash); zstd is
         # deterministic, and a trace stored by another codec version only costs a full
-        # comparison (``TraceStore._same_as_stored``).
+        # comparison (``inserts.same_as_stored``).
         digest = content_hash(blob)
         batch.add(trace, raw, blob, digest, k, src)
         ids.append(trace.trace_id)

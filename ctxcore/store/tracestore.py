@@ -1,19 +1,15 @@
-"""TraceStore: the one owner of the DuckDB file; with its bulk writer, the only SQL.
+"""TraceStore: the DuckDB engine's ``Store`` (``protocol.Store``), on one file.
 
-The app, the watcher and the CLI all go through this class. What the UI filters, sorts
-and charts on are real columns (``traces``, ``decisions``, ``partitions``, ``findings``),
-so lists and charts are SQL with server-side paging; the full trace JSON is kept too,
-zstd-compressed in pieces (``trace_parts``, its size in ``json_bytes``), and each packet
-text once per batch that first brings it (``contents``, named by the decisions' ``cid``).
+The app, the watcher and the CLI all go through the protocol, and this class implements it on
+DuckDB. What the UI filters, sorts and charts on are real columns (``traces``, ``decisions``,
+``partitions``, ``findings``), so lists and charts are SQL with server-side paging; the full
+trace JSON is kept too, packed in pieces (``trace_parts``, its size in ``json_bytes``), and
+each packet text once per batch that first brings it (``contents``, named by the decisions'
+``cid``).
 
-Concurrency: DuckDB lets one process open a file read-write. Inside that process every
-thread gets its own cursor (``_cur``), and writes are serialised by one lock so that the
-watcher thread and the app never race on the same ``trace_id``. A second process gets
-``StoreLockedError`` naming the holder's PID.
-
-Bulk loads (ingest) go through ``BulkWriter`` (``store/writer.py``, from
-``TraceStore.bulk_writer``): it owns their transactions, dedupes trace ids and streams
-decision rows into one INSERT while the caller prepares the next batch.
+The connection, its cursors and the write lock are ``duck.Database``'s; the inserts are
+``inserts``' (shared with the bulk writer, ``store/writer.py``, which ``bulk_writer`` hands
+out): this module holds the reads and ``add_traces``. No cursor leaves the engine's modules.
 
 Faults of the file itself (damaged, truncated, a full disk, a read-only folder) come out
 as one ``StoreError`` saying what happened and what to do (``store_fault``); only a live
@@ -22,29 +18,23 @@ lock held by another process is ``StoreLockedError``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ctxcore import settings
 from ctxcore.errors import InputError, StoreError
 from ctxcore.models import Finding, Trace
 from ctxcore.settings import SortKey
-from ctxcore.store import migrations
+from ctxcore.store import inserts
+from ctxcore.store.codec import unpack_json
+from ctxcore.store.duck import Database, first, insert_table
 from ctxcore.store.faults import store_fault
 from ctxcore.store.records import (
     FailingFile,
@@ -56,28 +46,14 @@ from ctxcore.store.records import (
     InsertResult,
     LiveCall,
     LiveCalls,
+    PackedTrace,
     SessionRow,
     TraceFilter,
     TracePage,
     TraceRow,
 )
-from ctxcore.store.rows import (
-    _F64,
-    _I64,
-    _STR,
-    _TS,
-    TAIL_CHARS,
-    TEXT_KEYS,
-    RowBatch,
-    RowTables,
-    diagnose_trace,
-    prepare,
-    unpack_json,
-    utc_naive,
-)
-
-if TYPE_CHECKING:
-    from ctxcore.store.writer import BulkWriter
+from ctxcore.store.rows import TAIL_CHARS, RowBatch, diagnose_trace, prepare, utc_naive
+from ctxcore.store.writer import BulkWriter
 
 __all__ = [
     "FailingFile",
@@ -89,13 +65,12 @@ __all__ = [
     "InsertResult",
     "LiveCall",
     "LiveCalls",
+    "PackedTrace",
     "SessionRow",
     "TraceFilter",
     "TracePage",
     "TraceRow",
     "TraceStore",
-    "insert_table",
-    "store_fault",
 ]
 
 log = logging.getLogger("ctxscope.store")
@@ -123,29 +98,6 @@ _ROW_FIELDS = (
 )  # fmt: skip
 
 
-def _comparable(trace: Trace) -> str:
-    """A trace's canonical JSON without its stage timings."""
-    if trace.result is not None and trace.result.timings:
-        trace = trace.model_copy(update={"result": trace.result.model_copy(update={"timings": {}})})
-    return trace.to_json()
-
-
-def _first(rows: list[Any]) -> Any:
-    # Results are always fetched to the end: DuckDB 2.0 refuses other work on a cursor
-    # with a half-read result (fetchone), e.g. the next statement of a transaction.
-    return rows[0] if rows else None
-
-
-def insert_table(
-    cur: duckdb.DuckDBPyConnection, name: str, rows: pa.Table | pa.RecordBatchReader
-) -> None:
-    """Append Arrow rows (a table, or a stream of batches) to a store table, by name."""
-    cols = ", ".join(f'"{c}"' for c in rows.schema.names)
-    # Scanned by name from this frame (DuckDB's replacement scan), not registered: a view
-    # dropped inside a transaction lives on until the commit, and with it its Arrow data.
-    cur.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM rows")
-
-
 def _aware(dt: datetime) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
 
@@ -160,73 +112,6 @@ def _file_offset(row: Sequence[Any]) -> FileOffset:
     return FileOffset(
         row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), row[5], inode, *row[7:]
     )
-
-
-def _packed(cur: duckdb.DuckDBPyConnection, tseqs: Sequence[int]) -> dict[int, bytes]:
-    """The compressed JSON (``rows.pack_json``) of the traces stored as these tseqs, from
-    their pieces (one query per 1,000). The pieces are streamed out of DuckDB and put in
-    order here: sorted in SQL, every piece of the 1,000 traces was held inside DuckDB under
-    its memory limit, and a read whose pieces passed the limit failed ("Out of Memory")."""
-    out: dict[int, bytes] = {}
-    for i in range(0, len(tseqs), 1000):
-        chunk = list(tseqs[i : i + 1000])
-        res = cur.execute(
-            "SELECT tseq, part, data FROM trace_parts WHERE tseq IN (SELECT unnest(?::BIGINT[]))",
-            [chunk],
-        )
-        pieces: dict[int, list[tuple[int, bytes]]] = {}
-        while rows := res.fetchmany(_STREAM_ROWS):
-            for tseq, part, data in rows:
-                pieces.setdefault(int(tseq), []).append((int(part), data))
-        for t, ps in pieces.items():
-            ps.sort(key=itemgetter(0))
-            out[t] = b"".join(data for _, data in ps)
-    return out
-
-
-#: rows fetched at a time from a streamed result
-_STREAM_ROWS = 2048
-
-
-def _batch_blob(prep: RowTables, k: int) -> bytes:
-    """Trace ``k`` of a prepared batch, compressed (its ``trace_parts`` pieces joined)."""
-    parts = prep.tables["trace_parts"]
-    rows = parts.filter(pc.equal(parts.column("tseq"), k))
-    return b"".join(rows.column("data").to_pylist())
-
-
-@dataclass
-class _Shared:
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    tseq: int | None = None
-    #: the last ``cid`` given, and digest -> cid of texts committed by this process (the
-    #: TEXT_KEYS to 2 x TEXT_KEYS most recently used)
-    cid: int | None = None
-    #: Two generations, newest first: a text found in the older one moves to the newer,
-    #: and when the newer one passes TEXT_KEYS it becomes the older (the oldest texts let go
-    #: at once; letting them go one by one from the front of a dict took quadratic time).
-    texts: dict[bytes, int] = field(default_factory=dict)
-    older: dict[bytes, int] = field(default_factory=dict)
-
-    def text_cid(self, key: bytes) -> int | None:
-        cid = self.texts.get(key)
-        if cid is None:
-            cid = self.older.pop(key, None)
-            if cid is not None:
-                self._add({key: cid})
-        return cid
-
-    def remember(self, new: dict[bytes, int]) -> None:
-        """The texts a commit stored (a rolled-back transaction's are never given here)."""
-        self._add(new)
-
-    def _add(self, new: dict[bytes, int]) -> None:
-        self.texts.update(new)
-        if len(self.texts) > TEXT_KEYS:
-            self.older, self.texts = self.texts, {}
-
-    def forget(self) -> None:
-        self.texts, self.older = {}, {}
 
 
 _P = ParamSpec("_P")
@@ -249,12 +134,9 @@ def _reading(
     return read
 
 
-_SHARED: dict[str, _Shared] = {}
-_SHARED_LOCK = threading.Lock()
-
-
 class TraceStore:
-    """Owns one DuckDB file; applies migrations on open; one cursor per thread."""
+    """The DuckDB engine's ``Store``: one file, migrations applied on open, one cursor per
+    thread (``duck.Database``)."""
 
     def __init__(
         self,
@@ -268,115 +150,17 @@ class TraceStore:
         self.path = Path(path)
         self.diagnose = diagnose
         self.read_only = read_only
-        self._local = threading.local()
-        self._cursors: list[duckdb.DuckDBPyConnection] = []
-        self._cursors_lock = threading.Lock()
-        # Two TraceStores on one file in one process share DuckDB's database instance;
-        # they must share the write lock and the tseq counter too.
-        with _SHARED_LOCK:
-            self._shared = _SHARED.setdefault(str(self.path.resolve()), _Shared())
-        with self._shared.lock:
-            # another process may have written since we last did (or replaced the file)
-            self._shared.tseq = self._shared.cid = None
-            self._shared.forget()
-        self._write_lock = self._shared.lock
-        if read_only and not self.path.exists():
-            raise StoreError(f"{self.path}: no such store; run `ctxscope ingest` first")
-        if not read_only:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise store_fault(self.path, exc) from exc
-        self._con = self._connect()
-        self._closed = False
-
-    def _connect(self) -> duckdb.DuckDBPyConnection:
-        """The connection to the file, its memory capped and its schema checked."""
-        try:
-            con = duckdb.connect(str(self.path), read_only=self.read_only)
-        except duckdb.Error as exc:
-            raise store_fault(self.path, exc) from exc
-        # DuckDB would cache up to 80% of RAM; the store shares the machine with an app and
-        # agents, so it spills to disk past this instead (CTXSCOPE_DB_MEMORY, e.g. "2GB").
-        limit = settings.db_memory_limit()
-        try:
-            con.execute(f"SET memory_limit = '{limit}'")
-        except duckdb.Error as exc:
-            con.close()
-            raise StoreError(
-                f"CTXSCOPE_DB_MEMORY={limit!r} is not a memory size DuckDB understands "
-                "(use e.g. 512MB or 2GB)"
-            ) from exc
-        self._con = con
-        try:
-            self._check_schema(self.read_only)
-        except duckdb.Error as exc:
-            con.close()
-            raise store_fault(self.path, exc) from exc
-        except BaseException:
-            con.close()
-            raise
-        return con
+        self._db = Database(self.path, read_only=read_only)
 
     def reopen_if_invalidated(self) -> bool:
-        """Open the file again if DuckDB has given up on this connection: after a fatal
-        error (a checkpoint that failed on a full disk) it refuses every statement until the
-        database is opened anew, and a long-lived owner (the app's watcher) would fail on
-        every read and write until restarted. What was committed before is read back from
-        the file and its log; the failed transaction is gone. True when it reopened."""
-        if self._closed:
-            return False
-        with self._write_lock:
-            try:
-                self._con.execute("SELECT 1").fetchall()
-                return False
-            except duckdb.FatalException:
-                pass
-            except duckdb.Error as exc:
-                # "closed": an earlier attempt to open it again failed (the disk still full)
-                if not any(w in str(exc).lower() for w in ("invalidated", "closed")):
-                    return False
-            with self._cursors_lock:
-                for cur in self._cursors:
-                    with contextlib.suppress(duckdb.Error):
-                        cur.close()
-                self._cursors.clear()
-            self._local = threading.local()
-            with contextlib.suppress(duckdb.Error):
-                self._con.close()
-            self._shared.tseq = self._shared.cid = None
-            self._shared.forget()
-            self._con = self._connect()  # a StoreError leaves it closed: tried again later
-            log.warning("%s: opened again after a fatal error of the store", self.path)
-            return True
-
-    def _check_schema(self, read_only: bool) -> None:
-        """Bring the schema up to date (refuse an old one read-only), and read a table: a
-        damaged file is found on open, not in the middle of the first ingest."""
-        if read_only:
-            have = migrations.applied_readonly(self._con)
-            if have < migrations.LATEST:
-                raise StoreError(
-                    f"{self.path} is at schema version {have}, this ctxscope needs "
-                    f"{migrations.LATEST}; open it once without read_only to upgrade it"
-                )
-        else:
-            with self._write_lock:
-                migrations.apply(self._con)
-        self._con.execute("SELECT count(*) FROM file_offsets").fetchall()
+        """Open the file again if DuckDB has given up on this connection (after a fatal
+        error: a checkpoint that failed on a full disk, ``Database.reopen_if_invalidated``):
+        a long-lived owner (the app's watcher) would fail on every read and write until
+        restarted. True when it reopened."""
+        return self._db.reopen_if_invalidated()
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with self._cursors_lock:
-            for cur in self._cursors:
-                try:
-                    cur.close()
-                except duckdb.Error:
-                    pass
-            self._cursors.clear()
-        self._con.close()
+        self._db.close()
 
     def __enter__(self) -> TraceStore:
         return self
@@ -385,37 +169,8 @@ class TraceStore:
         self.close()
 
     def _cur(self) -> duckdb.DuckDBPyConnection:
-        """This thread's cursor on the owning connection."""
-        if self._closed:
-            raise StoreError(f"{self.path}: the store is closed")
-        cur: duckdb.DuckDBPyConnection | None = getattr(self._local, "cur", None)
-        if cur is None:
-            cur = self._con.cursor()
-            self._local.cur = cur
-            with self._cursors_lock:
-                self._cursors.append(cur)
-        return cur
-
-    @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One write transaction on this thread's cursor (writes are serialised). A DuckDB
-        failure is rolled back and raised as one ``StoreError`` (``store_fault``)."""
-        if self.read_only:
-            raise StoreError(f"{self.path} was opened read-only; it cannot be written")
-        with self._write_lock:
-            cur = self._cur()
-            try:
-                cur.execute("BEGIN TRANSACTION")
-                try:
-                    yield cur
-                except BaseException:
-                    # the error on its way up says more than a failed rollback
-                    with contextlib.suppress(duckdb.Error):
-                        cur.execute("ROLLBACK")
-                    raise
-                cur.execute("COMMIT")
-            except duckdb.Error as exc:
-                raise store_fault(self.path, exc) from exc
+        """This thread's cursor (for this engine's own code and its tests)."""
+        return self._db.cursor()
 
     # ---- writing
     def add_traces(self, traces: Iterable[Trace], *, source: str | None = None) -> int:
@@ -439,8 +194,8 @@ class TraceStore:
                     f"({str(exc).splitlines()[0]}); nothing was stored"
                 ) from exc
         texts: dict[bytes, int] = {}
-        with self.transaction() as cur:
-            res = self.insert(cur, items, source=source, texts=texts)
+        with self._db.transaction() as cur:
+            res = self._insert(cur, items, source, texts)
             problems = [
                 f"trace_id {tid!r} is already stored (from {src}) with different content"
                 for _, tid, src in res.conflicts
@@ -451,180 +206,38 @@ class TraceStore:
                     f"{source or 'import'}: {problems[0]}{more}; nothing was stored: give "
                     "each trace its own trace_id"
                 )
-        self._shared.remember(texts)
+        self._db.shared.remember(texts)
         return res.added
 
-    def insert(
+    def _insert(
         self,
         cur: duckdb.DuckDBPyConnection,
         items: Sequence[tuple[Trace, bytes]],
-        *,
-        source: str | None = None,
-        sources: Sequence[str | None] | None = None,
-        texts: dict[bytes, int] | None = None,
+        source: str | None,
+        texts: dict[bytes, int],
     ) -> InsertResult:
-        """Bulk-insert (trace, its JSON) pairs inside the caller's transaction.
+        """Insert (trace, its JSON) pairs inside the caller's transaction.
 
         Same ``trace_id`` and same JSON is skipped (idempotent); same id with different
         content is skipped too and returned in ``conflicts`` for the caller to report, as
         are traces whose rows could not be built (``rejected``). ``texts`` gets the packet
-        texts stored (digest -> cid), for the caller to ``_Shared.remember`` once its
+        texts stored (digest -> cid), for the caller to ``Shared.remember`` once its
         transaction commits."""
-        srcs = list(sources) if sources is not None else [source] * len(items)
-        tables, res = self._plan_insert(
-            cur, prepare(items, srcs, self.diagnose), texts=texts if texts is not None else {}
-        )
+        prep = prepare(items, [source] * len(items), self.diagnose)
+        tables, res = inserts.plan_insert(cur, self._db.shared, prep, texts=texts)
         for name, table in tables.items():
             insert_table(cur, name, table)
         return res
 
-    def bulk_writer(self) -> BulkWriter:
+    def bulk_writer(self, *, workers: int = 0) -> BulkWriter:
         """A writer for bulk loads of prepared rows (``rows.prepare``, possibly made in
-        another process): see ``BulkWriter``."""
-        from ctxcore.store.writer import BulkWriter
-
-        return BulkWriter(self)
-
-    @contextmanager
-    def threads(self, n: int) -> Iterator[None]:
-        """DuckDB's thread count set to ``n`` for a while (it is database-wide): a bulk
-        ingest whose worker processes use every CPU measured faster with DuckDB on one
-        thread than with DuckDB's threads competing with them for the CPUs."""
-        cur = self._cur()
-        row = _first(cur.execute("SELECT current_setting('threads')").fetchall())
-        before = int(row[0]) if row else 0
-        cur.execute(f"SET threads = {int(n)}")
-        try:
-            yield
-        finally:
-            if before > 0 and not self._closed:
-                self._cur().execute(f"SET threads = {before}")
-
-    def read_cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor of its own (its own transaction: it sees committed rows only), for
-        reading while another thread's statement holds this thread's cursor."""
-        if self._closed:
-            raise StoreError(f"{self.path}: the store is closed")
-        return self._con.cursor()
-
-    def _plan_insert(
-        self,
-        cur: duckdb.DuckDBPyConnection,
-        prep: RowTables,
-        pending: dict[str, tuple[str, str | None]] | None = None,
-        texts: dict[bytes, int] | None = None,
-    ) -> tuple[dict[str, pa.Table], InsertResult]:
-        """Which traces of ``prep`` are new, and their rows with ``tseq`` and ``cid``
-        assigned (a packet text the open transaction or this process already stored is
-        named, not stored again).
-
-        ``cur`` looks up the stored traces; ``pending`` (trace_id -> (digest, source)) holds
-        the ones inserted in the open transaction when ``cur`` cannot see them (a read
-        cursor), and ``texts`` (digest -> cid) the texts it stored: both are updated with
-        the new ones."""
-        if not prep.ids:
-            return {}, InsertResult(0, 0, [], prep.rejected)
-        known: dict[str, tuple[str, str | None]] = {}
-        for chunk in range(0, len(prep.ids), 2000):
-            part = list(dict.fromkeys(prep.ids[chunk : chunk + 2000]))
-            rows = cur.execute(
-                "SELECT trace_id, content_hash, source_file FROM traces "
-                "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
-                [part],
-            ).fetchall()
-            known.update({r[0]: (r[1], r[2]) for r in rows})
-        if pending is not None:
-            known.update({t: pending[t] for t in prep.ids if t in pending})
-        shared = self._shared
-        if shared.tseq is None:  # then kept in memory: writes are serialised by the lock
-            row = _first(cur.execute("SELECT coalesce(max(tseq), 0) FROM traces").fetchall())
-            shared.tseq = int(row[0]) if row else 0
-        base = shared.tseq
-        keep: list[int] = []
-        skipped = 0
-        conflicts: list[tuple[int, str, str]] = []
-        sizes = prep.tables["traces"].column("json_bytes")
-        for k, (tid, digest) in enumerate(zip(prep.ids, prep.digests, strict=True)):
-            prev = known.get(tid)
-            if prev is not None:
-                if prev[0] == digest or self._same_as_stored(
-                    cur, tid, unpack_json(_batch_blob(prep, k), sizes[k].as_py())
-                ):
-                    skipped += 1
-                else:
-                    where = prep.positions[k] if prep.positions else k
-                    conflicts.append((where, tid, prev[1] or "an earlier insert"))
-                continue
-            keep.append(k)
-            known[tid] = (digest, prep.sources[k])
-            if pending is not None:
-                pending[tid] = known[tid]
-        shared.tseq = base + len(keep)  # a rolled-back insert leaves a gap: harmless
-        out: dict[str, pa.Table] = {}
-        if keep:
-            # Row k of the batch becomes tseq base+1.. in order; skipped rows map to -1.
-            mapping = np.full(len(prep.ids), -1, dtype=np.int64)
-            mapping[np.asarray(keep, dtype=np.int64)] = np.arange(
-                base + 1, base + 1 + len(keep), dtype=np.int64
-            )
-            for name, table in prep.tables.items():
-                if name == "contents":
-                    continue
-                tseq = mapping[table.column("tseq").to_numpy()]
-                if len(keep) < len(prep.ids):
-                    table = table.filter(pa.array(tseq >= 0))
-                    tseq = tseq[tseq >= 0]
-                col = table.schema.get_field_index("tseq")
-                table = table.set_column(col, "tseq", pa.array(tseq, _I64))
-                if table.num_rows:
-                    out[name] = table
-            self._assign_texts(cur, prep, out, texts if texts is not None else {})
-        return out, InsertResult(len(keep), skipped, conflicts, prep.rejected)
-
-    def _assign_texts(
-        self,
-        cur: duckdb.DuckDBPyConnection,
-        prep: RowTables,
-        out: dict[str, pa.Table],
-        texts: dict[bytes, int],
-    ) -> None:
-        """The new decisions' ``cid``: a text ``texts`` (this transaction) or the process
-        holds keeps its cid, any other gets the next one and its pieces join ``out``."""
-        decisions = out.get("decisions")
-        pieces = prep.tables.get("contents")
-        if decisions is None or pieces is None:
-            out.pop("contents", None)
-            return
-        shared = self._shared
-        if shared.cid is None:
-            row = _first(cur.execute("SELECT coalesce(max(cid), 0) FROM contents").fetchall())
-            shared.cid = int(row[0]) if row else 0
-        local = pc.fill_null(decisions.column("cid"), -1).to_numpy()
-        cids = np.full(len(prep.text_digests), -1, dtype=np.int64)
-        fresh = np.zeros(len(prep.text_digests), dtype=bool)
-        for ix in np.unique(local[local >= 0]).tolist():
-            key = prep.text_digests[ix]
-            cid = texts.get(key)
-            if cid is None:
-                cid = shared.text_cid(key)
-            if cid is None:
-                shared.cid += 1
-                cid = texts[key] = shared.cid
-                fresh[ix] = True
-            cids[ix] = cid
-        named = np.where(local >= 0, cids[np.maximum(local, 0)], -1)
-        col = decisions.schema.get_field_index("cid")
-        out["decisions"] = decisions.set_column(col, "cid", pa.array(named, _I64, mask=named < 0))
-        ix = pieces.column("cid").to_numpy()
-        pieces = pieces.filter(pa.array(fresh[ix]))
-        if pieces.num_rows:
-            new = cids[pieces.column("cid").to_numpy()]
-            out["contents"] = pieces.set_column(0, "cid", pa.array(new, _I64))
+        ``workers`` other processes): see ``BulkWriter``."""
+        return BulkWriter(self._db, workers=workers)
 
     @_reading
     def undiagnosed(self) -> int:
         """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
-        row = _first(
+        row = first(
             self._cur().execute("SELECT count(*) FROM traces WHERE n_findings IS NULL").fetchall()
         )
         return int(row[0]) if row else 0
@@ -642,7 +255,7 @@ class TraceStore:
         ).fetchall()
         if not rows:
             return 0
-        blobs = _packed(cur, [int(r[0]) for r in rows])
+        blobs = inserts.packed(cur, [int(r[0]) for r in rows])
         batch = RowBatch()
         updates: list[tuple[int, int, str | None, str | None]] = []
         for tseq, size in rows:
@@ -658,7 +271,7 @@ class TraceStore:
                 continue
             sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
             updates.append((int(tseq), len(found), sev, by))
-        with self.transaction() as cur:
+        with self._db.transaction() as cur:
             table = batch.tables().get("findings")
             if table is not None:
                 cur.execute(
@@ -672,46 +285,18 @@ class TraceStore:
             )
         return len(updates)
 
-    def _same_as_stored(self, cur: duckdb.DuckDBPyConnection, trace_id: str, raw: bytes) -> bool:
-        """Is ``raw`` the stored trace, written differently (spacing, key order, another
-        codec's digest)? Compared as canonical JSON: model equality alone would call
-        ``1`` and ``1.0`` (or ``true``) in metadata the same. The stage timings are left out:
-        they are measurements, and building or importing the same input twice differs there."""
-        stored = self._trace_json(cur, trace_id)
-        if stored is None:  # added earlier in this very batch: compare is not worth it
-            return False
-        if stored == raw:
-            return True
-        try:
-            new = Trace.model_validate_json(raw)
-        except ValueError:
-            return False
-        return _comparable(Trace.model_validate_json(stored)) == _comparable(new)
-
-    @staticmethod
-    def _trace_json(cur: duckdb.DuckDBPyConnection, trace_id: str) -> bytes | None:
-        """The stored JSON of a trace, as UTF-8 bytes."""
-        row = _first(
-            cur.execute(
-                "SELECT tseq, json_bytes FROM traces WHERE trace_id = ?", [trace_id]
-            ).fetchall()
-        )
-        if row is None:
-            return None
-        return unpack_json(_packed(cur, [int(row[0])])[int(row[0])], row[1])
-
     @_reading
     def traces_json(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
         """The stored JSON (UTF-8) of each trace asked for that exists, in the order asked,
-        read in one query per 1,000 ids (``replay --all`` hands it to worker processes)."""
-        return [(tid, unpack_json(blob, size)) for tid, blob, size in self.traces_packed(trace_ids)]
+        read in one query per 1,000 ids."""
+        return [(p.trace_id, p.json()) for p in self.traces_packed(trace_ids)]
 
     @_reading
-    def traces_packed(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes, int]]:
-        """``traces_json`` as stored: each trace's compressed JSON and its size, for a
-        reader elsewhere to unpack (``rows.unpack_json``): ``replay --all`` leaves that to
-        its worker processes, in parallel, instead of the one process reading the store."""
-        out: list[tuple[str, bytes, int]] = []
+    def traces_packed(self, trace_ids: Sequence[str]) -> list[PackedTrace]:
+        """``traces_json`` as stored: each trace's packed JSON, for a reader elsewhere to
+        unpack (``PackedTrace.json``): ``replay --all`` leaves that to its worker processes,
+        in parallel, instead of the one process reading the store."""
+        out: list[PackedTrace] = []
         cur = self._cur()
         for i in range(0, len(trace_ids), 1000):
             chunk = list(trace_ids[i : i + 1000])
@@ -720,8 +305,8 @@ class TraceStore:
                 "WHERE trace_id IN (SELECT unnest(?::VARCHAR[]))",
                 [chunk],
             ).fetchall()
-            blobs = _packed(cur, [int(r[1]) for r in rows])
-            found = {r[0]: (r[0], blobs[int(r[1])], int(r[2])) for r in rows}
+            blobs = inserts.packed(cur, [int(r[1]) for r in rows])
+            found = {r[0]: PackedTrace(r[0], blobs[int(r[1])], int(r[2])) for r in rows}
             out += [found[tid] for tid in chunk if tid in found]
         return out
 
@@ -795,38 +380,13 @@ class TraceStore:
         return rows
 
     def add_ingest_error(self, file: str, line: int, message: str) -> None:
-        with self.transaction() as cur:
-            self.insert_errors(cur, [(file, line, message)])
-
-    def insert_errors(
-        self, cur: duckdb.DuckDBPyConnection, errors: Sequence[tuple[str, int, str]]
-    ) -> list[IngestErrorRow]:
-        """Add errors not already recorded (same file, line and message) in the caller's
-        transaction; re-reading a changed .json file does not repeat its errors."""
-        if not errors:
-            return []
-        now = utc_naive(datetime.now(UTC))
-        table = pa.table(  # noqa: F841 - read by name by the SQL below
-            {
-                "file": [e[0] for e in errors],
-                "line": [e[1] for e in errors],
-                "message": [e[2] for e in errors],
-                "at": pa.array([now] * len(errors), _TS),
-            }
-        )
-        # ``table`` is scanned by name from this frame (see ``insert_table``)
-        cur.execute(
-            'INSERT INTO ingest_errors (file, line, message, "at") '
-            'SELECT DISTINCT e.file, e.line, e.message, e."at" FROM "table" e '
-            "WHERE NOT EXISTS (SELECT 1 FROM ingest_errors x WHERE x.file = e.file "
-            "AND x.line = e.line AND x.message = e.message)"
-        )
-        return [IngestErrorRow(f, ln, m, now.replace(tzinfo=UTC)) for f, ln, m in errors]
+        with self._db.transaction() as cur:
+            inserts.insert_errors(cur, [(file, line, message)])
 
     @_reading
     def file_offset(self, file: str) -> FileOffset | None:
         rows = self._cur().execute(f"{_OFFSET_SQL} WHERE file = ?", [file]).fetchall()
-        row = _first(rows)
+        row = first(rows)
         return None if row is None else _file_offset(row)
 
     def file_offsets(self) -> dict[str, FileOffset]:
@@ -851,36 +411,6 @@ class TraceStore:
         )
         return [FailingFile(r[0], r[1], _aware(r[2])) for r in rows]
 
-    def set_file_offset(self, cur: duckdb.DuckDBPyConnection, off: FileOffset) -> None:
-        """Record how far a file was read, in the caller's transaction (with its traces)."""
-        self.set_file_offsets(cur, [off])
-
-    def set_file_offsets(self, cur: duckdb.DuckDBPyConnection, offs: Sequence[FileOffset]) -> None:
-        """Record several files' offsets; a file given twice keeps its last one."""
-        offs = list({o.file: o for o in offs}.values())
-        if not offs:
-            return
-        now = utc_naive(datetime.now(UTC))
-        table = pa.table(  # noqa: F841 - read by name by the SQL below
-            {
-                "file": [o.file for o in offs],
-                "offset": pa.array([o.offset for o in offs], _I64),
-                "line": pa.array([o.line for o in offs], _I64),
-                "size": pa.array([o.size for o in offs], _I64),
-                "mtime": pa.array([o.mtime for o in offs], _F64),
-                "updated_at": pa.array([now] * len(offs), _TS),
-                "fingerprint": pa.array([o.fingerprint for o in offs], _STR),
-                "inode": pa.array([o.inode for o in offs], pa.uint64()),
-                "head": pa.array([o.head for o in offs], _STR),
-                "failed": pa.array([o.failed for o in offs], _STR),
-            }
-        )
-        # ``table`` is scanned by name from this frame (see ``insert_table``)
-        cols = '"offset", line, size, mtime, updated_at, fingerprint, inode, head, failed'
-        cur.execute(
-            f'INSERT OR REPLACE INTO file_offsets (file, {cols}) SELECT file, {cols} FROM "table"'
-        )
-
     # ---- reading
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self._cur().execute(sql, list(params))
@@ -890,7 +420,7 @@ class TraceStore:
     @_reading
     def count(self) -> int:
         row = self._cur().execute("SELECT count(*) FROM traces").fetchall()
-        row = _first(row)
+        row = first(row)
         return int(row[0]) if row else 0
 
     def _where(self, flt: TraceFilter | None) -> tuple[str, list[Any]]:
@@ -971,7 +501,7 @@ class TraceStore:
             total = int(rows[0][-1])
         else:
             row = cur.execute(f"SELECT count(*) FROM traces{where}", params).fetchall()
-            row = _first(row)
+            row = first(row)
             total = int(row[0]) if row else 0
         out = []
         for r in rows:
@@ -1008,7 +538,7 @@ class TraceStore:
         if rows:
             total = int(rows[0][-1])
         else:
-            row = _first(cur.execute(f"SELECT count(*) {body}", params).fetchall())
+            row = first(cur.execute(f"SELECT count(*) {body}", params).fetchall())
             total = int(row[0]) if row else 0
         out = [
             FindingRow(
@@ -1028,7 +558,7 @@ class TraceStore:
 
     @_reading
     def get_trace(self, trace_id: str) -> Trace | None:
-        raw = self._trace_json(self._cur(), trace_id)
+        raw = inserts.trace_json(self._cur(), trace_id)
         return None if raw is None else Trace.model_validate_json(raw)
 
     @_reading
@@ -1046,7 +576,7 @@ class TraceStore:
     @_reading
     def packet_content(self, trace_id: str, packet_id: str) -> str | None:
         cur = self._cur()
-        row = _first(
+        row = first(
             cur.execute(
                 "SELECT cid FROM decisions WHERE tseq = (SELECT tseq FROM traces "
                 "WHERE trace_id = ?) AND packet_id = ? ORDER BY ord LIMIT 1",
@@ -1139,10 +669,10 @@ class TraceStore:
             [utc_naive(since), int(limit)],
         ).fetchall()
         recent = [LiveCall(_aware(r[0]), r[1], int(r[2]), r[3], r[4]) for r in rows]
-        total = _first(cur.execute(f"SELECT count(*) FROM traces WHERE {live}").fetchall())
+        total = first(cur.execute(f"SELECT count(*) FROM traces WHERE {live}").fetchall())
         last = recent[0] if recent else None
         if last is None and total and int(total[0]):
-            row = _first(
+            row = first(
                 cur.execute(
                     f"SELECT {cols} FROM traces WHERE {live} "
                     "ORDER BY created_at DESC, tseq DESC LIMIT 1"
@@ -1163,5 +693,5 @@ class TraceStore:
             )
             .fetchall()
         )
-        row = _first(row)
+        row = first(row)
         return int(row[0]) if row else 0

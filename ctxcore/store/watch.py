@@ -8,7 +8,7 @@ per burst, not one per line, but never waits longer than ``max_wait`` while writ
 A slow rescan of the whole folder catches anything the OS did not report.
 
 The watcher never wedges on a bad file: ingest turns a file it cannot read into an error
-row and a failed offset row (``TraceStore.failing_files``, for the app's banner), reads
+row and a failed offset row (``Store.failing_files``, for the app's banner), reads
 the other files, and does not try that file again until it changes. A failure of the
 store itself (a full disk) is logged and kept in ``last_error``; the next event or rescan
 tries again (a store DuckDB gave up on after a failed checkpoint is opened again first).
@@ -27,8 +27,9 @@ from watchdog.observers import Observer
 
 from ctxcore.errors import CtxscopeError
 from ctxcore.store.ingest import ingest_paths
+from ctxcore.store.protocol import Store
 from ctxcore.store.readers import is_trace_file
-from ctxcore.store.tracestore import IngestCounts, TraceStore
+from ctxcore.store.records import IngestCounts
 
 log = logging.getLogger("ctxscope.watch")
 
@@ -59,7 +60,7 @@ class Watcher:
 
     def __init__(
         self,
-        store: TraceStore,
+        store: Store,
         folder: str | Path,
         *,
         debounce: float = 0.2,

@@ -1,13 +1,14 @@
-"""The store's bulk writer: ingest's transactions, one after another, from one thread.
+"""The DuckDB engine's bulk writer: ingest's transactions, one after another, from one thread.
 
-Kept apart from ``tracestore`` (which owns the rest of the SQL) because only bulk loads use
-it: ``TraceStore.bulk_writer`` hands one out. It owns the transactions of an ingest run,
+Kept apart from ``tracestore`` because only bulk loads use it: ``TraceStore.bulk_writer``
+hands one out, on the store's ``duck.Database``. It owns the transactions of an ingest run,
 dedupes trace ids against the store and within the open transaction (and packet texts
-against the texts it and the process stored), and streams decision rows into one INSERT
-while the caller prepares the next batch. What it holds for the other tables is written
-each time it reaches ``HELD_BYTES``. A DuckDB failure (a full disk, a damaged file) comes
-out as one ``StoreError`` saying what happened and what to do, with the open transaction
-rolled back. See docs/design.md, "Store".
+against the texts it and the process stored: ``inserts.plan_insert``), and streams decision
+rows into one INSERT while the caller prepares the next batch. What it holds for the other
+tables is written each time it reaches ``HELD_BYTES``. A DuckDB failure (a full disk, a
+damaged file) comes out as one ``StoreError`` saying what happened and what to do, with the
+open transaction rolled back. It implements ``protocol.BulkWriter``; see docs/design.md,
+"Store".
 """
 
 from __future__ import annotations
@@ -20,16 +21,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import duckdb
 import pyarrow as pa
 
-from ctxcore.errors import StoreError
+from ctxcore.store import inserts
+from ctxcore.store.duck import Database, insert_table
+from ctxcore.store.faults import store_fault
+from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
 from ctxcore.store.rows import _SCHEMAS, RowTables
-from ctxcore.store.tracestore import (
-    FileOffset,
-    IngestErrorRow,
-    InsertResult,
-    TraceStore,
-    insert_table,
-    store_fault,
-)
 
 #: Arrow bytes of the other tables' rows (traces and their JSON, texts, partitions, findings)
 #: held for the open transaction before they are inserted (docs/design.md, "Store").
@@ -104,10 +100,17 @@ class BulkWriter:
     exception, and ``close()``s: ``close`` aborts what is not committed and ends the
     writer's thread and read cursor. Any failure of ``add`` or ``commit`` aborts the open
     transaction; a DuckDB one is raised as ``StoreError`` (``store_fault``).
+
+    With ``workers`` (processes preparing its rows meanwhile), DuckDB keeps to one thread
+    until ``close`` (``Database.threads``): it measured faster than DuckDB's threads
+    competing with the workers for the CPUs.
     """
 
-    def __init__(self, store: TraceStore) -> None:
-        self._store = store
+    def __init__(self, db: Database, *, workers: int = 0) -> None:
+        self._db = db
+        self._settings = contextlib.ExitStack()
+        if workers and not db.read_only:
+            self._settings.enter_context(db.threads(1))
         self._cur: duckdb.DuckDBPyConnection | None = None  # the open transaction's
         self._read_cur: duckdb.DuckDBPyConnection | None = None
         self._thread: ThreadPoolExecutor | None = None
@@ -133,17 +136,16 @@ class BulkWriter:
         """The open transaction's cursor, after opening one if none is open."""
         if self._cur is not None:
             return self._cur
-        store = self._store
-        if store.read_only:
-            raise StoreError(f"{store.path} was opened read-only; it cannot be written")
-        store._write_lock.acquire()
+        db = self._db
+        db.refuse_writes()
+        db.write_lock.acquire()
         try:
-            cur = store._cur()
+            cur = db.cursor()
             cur.execute("BEGIN TRANSACTION")
         except BaseException as exc:
-            store._write_lock.release()
+            db.write_lock.release()
             if isinstance(exc, duckdb.Error):
-                raise store_fault(store.path, exc) from exc
+                raise store_fault(db.path, exc) from exc
             raise
         self._cur = cur
         return cur
@@ -154,8 +156,10 @@ class BulkWriter:
         cur = self._open()
         try:
             if self._read_cur is None:
-                self._read_cur = self._store.read_cursor()
-            tables, res = self._store._plan_insert(self._read_cur, rows, self._added, self._texts)
+                self._read_cur = self._db.read_cursor()
+            tables, res = inserts.plan_insert(
+                self._read_cur, self._db.shared, rows, self._added, self._texts
+            )
             decisions = tables.pop("decisions", None)
             if decisions is not None:
                 if self._stream is None:
@@ -171,7 +175,7 @@ class BulkWriter:
         except BaseException as exc:
             self.abort()
             if isinstance(exc, duckdb.Error):
-                raise store_fault(self._store.path, exc) from exc
+                raise store_fault(self._db.path, exc) from exc
             raise
         return res
 
@@ -205,15 +209,15 @@ class BulkWriter:
             return []
         try:
             self._write_held(cur)
-            errors = self._store.insert_errors(cur, self._errors)
-            self._store.set_file_offsets(cur, self._offsets)
+            errors = inserts.insert_errors(cur, self._errors)
+            inserts.set_file_offsets(cur, self._offsets)
             cur.execute("COMMIT")
         except BaseException as exc:
             self.abort()
             if isinstance(exc, duckdb.Error):
-                raise store_fault(self._store.path, exc) from exc
+                raise store_fault(self._db.path, exc) from exc
             raise
-        self._store._shared.remember(self._texts)
+        self._db.shared.remember(self._texts)
         self._end()
         return errors
 
@@ -236,11 +240,11 @@ class BulkWriter:
         self._cur = None
         self._added, self._tables, self._errors, self._offsets = {}, {}, [], []
         self._texts, self._held = {}, 0
-        self._store._write_lock.release()
+        self._db.write_lock.release()
 
     def close(self) -> None:
         """Abort what is not committed, end the writer's thread and close its read cursor
-        (the watcher ingests often: nothing is left open)."""
+        (the watcher ingests often: nothing is left open); DuckDB's threads as they were."""
         try:
             self.abort()
         finally:
@@ -251,6 +255,7 @@ class BulkWriter:
                 with contextlib.suppress(duckdb.Error):
                     self._read_cur.close()
                 self._read_cur = None
+            self._settings.close()
 
     def __enter__(self) -> BulkWriter:
         return self
