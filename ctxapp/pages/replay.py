@@ -12,7 +12,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -99,98 +98,6 @@ def _knobs(side: str, col: Any) -> dict[str, Any]:
     return out
 
 
-def _status_rows(traces: Sequence[Trace]) -> list[dict[str, Any]]:
-    """What ``figures.timeline_heatmap`` reads, from builds (the variants are not stored)."""
-    rows = []
-    for t in traces:
-        assert t.result is not None
-        for d in t.result.decisions:
-            rows.append(
-                {
-                    "turn": t.turn,
-                    "packet_id": d.packet_id,
-                    "kind": d.kind,
-                    "status": d.status.value,
-                    "reason": d.reason.value,
-                    "tokens_after": d.tokens_after,
-                }
-            )
-    return rows
-
-
-def _side(report: ReplayReport, recorded: dict[str, Trace], attr: str) -> list[Trace]:
-    out = []
-    for turn in report.turns:
-        tid = getattr(turn, attr)
-        t = recorded.get(tid) or report.variant(tid)
-        if t is not None:
-            out.append(t)
-    return out
-
-
-def _losses(t: TurnReport) -> str:
-    counts = {s: len([f for f in t.flips if f.loss == s]) for s in ("error", "warning", "info")}
-    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-
-
-def _changed_frame(turns: Sequence[TurnReport]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "turn": t.turn,
-                "used before": t.used_before,
-                "used after": t.used_after,
-                "Δ tokens": t.tokens_delta,
-                "budget": f"{t.budget_before} → {t.budget_after}",
-                "flips": len(t.flips),
-                "losses": _losses(t),
-                "lost": ", ".join(f.packet_id for f in t.flips if f.loss in ("error", "warning")),
-                "findings +/−": f"+{len(t.findings_added)} −{len(t.findings_cleared)}",
-            }
-            for t in turns
-        ],
-        columns=[
-            "turn",
-            "used before",
-            "used after",
-            "Δ tokens",
-            "budget",
-            "flips",
-            "losses",
-            "lost",
-            "findings +/−",
-        ],
-    )
-
-
-def _described(label: str) -> str:
-    """A side of the replay (``ReplayReport.before``/``after``) in words."""
-    if label == "recorded":
-        return "the recording"
-    patch = json.loads(label)
-    if not patch:
-        return "the recorded settings (no knob set)"
-    return ", ".join(f"{k} {v}" for k, v in patch.items())
-
-
-def _nothing_changed(report: ReplayReport) -> str:
-    """What was compared, for a replay where no turn changed."""
-    n = len(report.turns)
-    said = (
-        f"**Nothing changed**: all {n} turn(s) build the same context with "
-        f"{_described(report.after)} as with {_described(report.before)} "
-        f"(compared: each packet's status and the tokens used)."
-    )
-    if report.findings_compared:
-        same = len(report.findings_only_turns)
-        said += (
-            f" The findings differ at {same} turn(s): see *Findings by detector*."
-            if same
-            else " The findings are the same too."
-        )
-    return said
-
-
 def _open_in_compare(report: ReplayReport, turn: TurnReport) -> None:
     # Compare reads both sides from the store: store the variants it needs (ids are stable
     # per recording and settings, so opening the same turn again adds nothing)
@@ -204,16 +111,9 @@ def _open_in_compare(report: ReplayReport, turn: TurnReport) -> None:
     state.switch("compare", a=turn.before_id, b=turn.after_id)
 
 
-def render() -> None:
-    st.title("Replay")
-    st.caption(
-        "Re-run every turn of a session with other settings and see what would change. "
-        "Recorded traces are never changed."
-    )
-    sid = _pick_session()
-    if sid is None:
-        return
-    state.qp_set({"session": sid})
+def _settings(sid: str) -> tuple[str, dict[str, Any] | None, dict[str, Any], bool]:
+    """The worked case, what the before side is, both sides' knobs and the findings switch:
+    (mode, before, after, compare findings)."""
     window = _reads_window({t.config.preset for t in state.session_traces(sid)})
     what = "window" if window else "budget"
     st.button(
@@ -234,25 +134,13 @@ def render() -> None:
         cb.caption("each turn as it was recorded")
     after = _knobs("after", ca)
     findings = st.checkbox("Compare findings too (slower)", key="rp_findings")
-    report = state.replay(
-        sid,
-        json.dumps(after, sort_keys=True),
-        None if before is None else json.dumps(before, sort_keys=True),
-        findings,
-    )
-    if report is None:
-        st.info("This session has no recorded traces to replay.")
-        return
-    recorded = {t.trace_id: t for t in state.session_traces(sid)}
-    changed = report.changed_turns
-    imported = sorted(
-        {
-            t.builder.name
-            for t in recorded.values()
-            if t.builder.name.startswith(settings.IMPORT_BUILDER_PREFIX)
-        }
-    )
-    if mode == RECORDED and imported:
+    return mode, before, after, findings
+
+
+def _imported_note(recorded: Sequence[Trace]) -> None:
+    """Against the recording, say that an imported session's turns differ from it anyway."""
+    imported = views.imported_builders(recorded, settings.IMPORT_BUILDER_PREFIX)
+    if imported:
         # the recording is what another agent sent, not a build of a ctxscope preset: a
         # rebuild differs from it even with nothing changed
         st.info(
@@ -262,12 +150,16 @@ def render() -> None:
             "Compare two settings with *Before is: other settings*.",
             icon=":material/info:",
         )
+
+
+def _summary(report: ReplayReport) -> None:
+    """The four numbers of a replay, and the turns it could not compare."""
     # two a row: four long labels side by side were cut at 1024 px ("turns losing must-k…")
     m1, m2 = st.columns(2)
     m3, m4 = st.columns(2)
     m1.metric(
         "turns changed",
-        f"{len(changed)} of {len(report.turns)}",
+        f"{len(report.changed_turns)} of {len(report.turns)}",
         help=f"turns where {CHANGED_MEANS}",
     )
     delta = report.tokens_delta
@@ -275,44 +167,14 @@ def render() -> None:
     m3.metric("turns losing must-keep / error evidence", len(report.turns_losing_must_keep))
     m4.metric("packets lost (turn × packet)", len(report.losses("warning")))
     if report.errors:
-        failed = report.new_failures
-        st.error(
-            f"{len(report.errors)} turn(s) could not be compared"
-            + (
-                f"; {len(failed)} of them build only with the settings before: the new "
-                "settings lose everything those turns kept"
-                if failed
-                else ""
-            )
-        )
-        st.dataframe(
-            pd.DataFrame(
-                {
-                    "turn": [e.turn for e in report.errors],
-                    "side that failed": [e.side for e in report.errors],
-                    "why": [e.message for e in report.errors],
-                    "trace id": [e.trace_id for e in report.errors],
-                }
-            ),
-            hide_index=True,
-            key="rp_errors",
-        )
+        st.error(views.replay_errors_message(report))
+        st.dataframe(views.replay_errors_frame(report), hide_index=True, key="rp_errors")
 
-    if not changed:
-        # an all-pale grid of every packet and turn said "nothing changed" in 70 rows
-        st.info(_nothing_changed(report), icon=":material/check_circle:")
-        _findings_table(report)
-        return
-    st.caption(
-        f"Changed: {CHANGED_MEANS}."
-        + (
-            f" {len(report.findings_only_turns)} more turn(s) build the same context and "
-            "differ in their findings only."
-            if report.findings_only_turns
-            else ""
-        )
-    )
 
+def _timelines(sid: str, report: ReplayReport, recorded: dict[str, Trace]) -> None:
+    """Both sides' timelines, as one difference grid or side by side, each drawn once per
+    (session, settings of both sides, store version): a knob moved back to a value seen
+    before redraws from the cache."""
     draw = st.radio(
         "Timeline",
         ["difference", "side by side"],
@@ -322,44 +184,39 @@ def render() -> None:
         "and pale where it did not (hover: before → after). side by side: both timelines, "
         "each half as wide.",
     )
-    rows = {
-        attr: (lambda attr=attr: _status_rows(_side(report, recorded, attr)))
-        for attr in ("before_id", "after_id")
-    }
-    # drawn once per (session, settings of both sides, store version): a knob moved back to
-    # a value seen before redraws from the cache
+
+    def rows(side: str) -> list[dict[str, Any]]:
+        return views.replay_status_rows(views.replay_side(report, recorded, side))
+
     version = state.latest_change()
     if draw == "difference":
         fig = state.derived(
             "replay_diff",
             sid,
             f"{report.before}|{report.after}|{version}",
-            lambda: figures.timeline_diff(rows["before_id"](), rows["after_id"]()),
+            lambda: figures.timeline_diff(rows("before_id"), rows("after_id")),
         )
         st.plotly_chart(fig, key="rp_heat_diff")
-    else:
-        h1, h2 = st.columns(2)
-        for col, label, attr in ((h1, "Before", "before_id"), (h2, "After", "after_id")):
-            side = report.before if attr == "before_id" else report.after
+        return
+    h1, h2 = st.columns(2)
+    for col, label, side, settings_of in (
+        (h1, "Before", "before_id", report.before),
+        (h2, "After", "after_id", report.after),
+    ):
 
-            def heatmap(attr: str = attr, label: str = label) -> go.Figure:
-                return figures.timeline_heatmap(rows[attr](), f"{label}: packets across the turns")
+        def heatmap(side: str = side, label: str = label) -> go.Figure:
+            return figures.timeline_heatmap(rows(side), f"{label}: packets across the turns")
 
-            fig = state.derived("replay_heatmap", sid, f"{side}|{version}", heatmap)
-            with col:
-                st.plotly_chart(fig, key=f"rp_heat_{attr}")
-    st.markdown("**Tokens used per turn**")
-    bars = pd.DataFrame(
-        {
-            "before": [t.used_before for t in report.turns],
-            "after": [t.used_after for t in report.turns],
-        },
-        index=pd.Index([t.turn for t in report.turns], name="turn"),
-    )
-    st.bar_chart(bars, stack=False, height=260)
+        fig = state.derived("replay_heatmap", sid, f"{settings_of}|{version}", heatmap)
+        with col:
+            st.plotly_chart(fig, key=f"rp_heat_{side}")
 
+
+def _changed_turns(report: ReplayReport) -> None:
+    """The turns that changed, and one of them opened in Compare."""
+    changed = report.changed_turns
     st.subheader(f"Turns that changed ({len(changed)})")
-    st.dataframe(_changed_frame(changed), hide_index=True, key="rp_changed")
+    st.dataframe(views.replay_changed_frame(changed), hide_index=True, key="rp_changed")
     by_turn = {t.turn: t for t in changed}
     c1, c2 = st.columns([3, 1])
     pick = c1.selectbox(
@@ -370,42 +227,59 @@ def render() -> None:
     )
     if c2.button("Open turn in Compare", key="rp_open", type="primary"):
         _open_in_compare(report, by_turn[pick])
-    moved = [x for x in report.first_lost if x.before_turn != x.after_turn]
+
+
+def _first_lost(report: ReplayReport) -> None:
+    """The items whose first lost turn moved, if any."""
+    moved = views.first_lost_rows(report)
     if moved:
         st.markdown("**First turn each item is lost**")
         st.caption(FIRST_LOST_MEANS[0].upper() + FIRST_LOST_MEANS[1:] + ".")
-        st.dataframe(
-            [
-                {
-                    "item": x.item[:120],
-                    "kind": x.kind,
-                    "before": "never" if x.before_turn is None else str(x.before_turn),
-                    "after": "never" if x.after_turn is None else str(x.after_turn),
-                }
-                for x in moved
-            ],
-            hide_index=True,
-            key="rp_first_lost",
-        )
+        st.dataframe(moved, hide_index=True, key="rp_first_lost")
+
+
+def render() -> None:
+    st.title("Replay")
+    st.caption(
+        "Re-run every turn of a session with other settings and see what would change. "
+        "Recorded traces are never changed."
+    )
+    sid = _pick_session()
+    if sid is None:
+        return
+    state.qp_set({"session": sid})
+    mode, before, after, findings = _settings(sid)
+    report = state.replay(
+        sid,
+        json.dumps(after, sort_keys=True),
+        None if before is None else json.dumps(before, sort_keys=True),
+        findings,
+    )
+    if report is None:
+        st.info("This session has no recorded traces to replay.")
+        return
+    recorded = {t.trace_id: t for t in state.session_traces(sid)}
+    if mode == RECORDED:
+        _imported_note(list(recorded.values()))
+    _summary(report)
+    if not report.changed_turns:
+        # an all-pale grid of every packet and turn said "nothing changed" in 70 rows
+        st.info(views.replay_nothing_changed(report), icon=":material/check_circle:")
+        _findings_table(report)
+        return
+    st.caption(views.replay_changed_caption(report, CHANGED_MEANS))
+    _timelines(sid, report, recorded)
+    st.markdown("**Tokens used per turn**")
+    st.bar_chart(views.replay_tokens_frame(report), stack=False, height=260)
+    _changed_turns(report)
+    _first_lost(report)
     _findings_table(report)
 
 
 def _findings_table(report: ReplayReport) -> None:
     if report.findings_compared:
-        dets = sorted({*report.findings_before, *report.findings_after})
         st.markdown("**Findings by detector**")
-        st.dataframe(
-            [
-                {
-                    "detector": d,
-                    "before": report.findings_before.get(d, 0),
-                    "after": report.findings_after.get(d, 0),
-                }
-                for d in dets
-            ],
-            hide_index=True,
-            key="rp_findings_table",
-        )
+        st.dataframe(views.replay_findings_rows(report), hide_index=True, key="rp_findings_table")
 
 
 if __name__ == "__main__":

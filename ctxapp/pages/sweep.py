@@ -71,41 +71,22 @@ def _clicked_cell(event: object, xv: list[float], yv: list[float]) -> tuple[int,
     return None
 
 
-def render() -> None:
-    st.title("Sweep")
-    t = widgets.trace_picker("sw")
-    if t is None:
-        return
-    state.qp_set({"trace": t.trace_id})
+def _pick_axes(t: Trace) -> tuple[str, list[float], str, list[float]] | None:
+    """The two knobs to sweep and their values; None (with a warning) when the preset has
+    fewer than two."""
     params = [p for p in NUMERIC if getattr(t.config, p) is not None]
     if len(params) < 2:
         st.warning(f"The {t.config.preset} preset has fewer than two numeric knobs to sweep.")
-        return
+        return None
     st.caption(f"Preset `{t.config.preset}`; every other knob stays as recorded.")
     x_name, xs = _axis("x", t, params, params[0])
-    y_default = (
-        "min_relevance"
-        if "min_relevance" in params and x_name != "min_relevance"
-        else next(p for p in params if p != x_name)
-    )
-    y_name, ys = _axis("y", t, params, y_default)
-    ids = [d.packet_id for d in t.result.decisions] if t.result else [p.id for p in t.input.packets]
-    watch = st.selectbox("Watch packet (does it stay in?)", ["(none)", *ids], key="sw_watch")
-    watch_id = None if watch == "(none)" else watch
-    if x_name == y_name:
-        st.warning("Pick two different parameters.")
-        return
-    if st.button(f"Run {len(xs) * len(ys)} builds", key="sw_run", type="primary"):
-        with state.guard():
-            base = knobs.loosen(t.config, t.input)  # reserve/safety follow max_tokens
-            grid = state.sweep(t, base, x_name, tuple(xs), y_name, tuple(ys), watch_id)
-            state.ss_set("sw_grid", (t.trace_id, x_name, y_name, watch_id, grid))
-    # (trace id, x knob, y knob, watched packet, grid) of the last run
-    held: tuple[str, str, str, str | None, SweepGrid] | None = state.ss_get("sw_grid")
-    if not held or held[0] != t.trace_id:
-        st.caption("Choose the ranges and run the sweep.")
-        return
-    _, gx, gy, gw, grid = held
+    y_name, ys = _axis("y", t, params, views.sweep_y_default(params, x_name))
+    return x_name, xs, y_name, ys
+
+
+def _draw_grid(grid: SweepGrid, gx: str, gy: str, gw: str | None) -> object:
+    """Tokens used and items kept over the grid (and whether the watched packet is in the
+    window); returns the tokens map's selection event (a clicked cell)."""
     z_tokens, z_items, z_watch = views.sweep_arrays(grid)
     xv, yv = list(grid.x_values), list(grid.y_values)
     c1, c2 = st.columns(2)
@@ -138,6 +119,13 @@ def render() -> None:
             ),
             key="sw_watch_map",
         )
+    return event
+
+
+def _open_cell(t: Trace, grid: SweepGrid, gx: str, gy: str, event: object) -> None:
+    """A cell picked from the list, or clicked on the tokens map, opened in the Playground."""
+    z_tokens, z_items, _ = views.sweep_arrays(grid)
+    xv, yv = list(grid.x_values), list(grid.y_values)
     cells = [(i, j) for j in range(len(yv)) for i in range(len(xv))]
     c1, c2 = st.columns([3, 1])
     cell = c1.selectbox(
@@ -154,6 +142,37 @@ def render() -> None:
         i, j = clicked or cell
         cfg = grid.config_at(i, j)
         state.switch("playground", trace=t.trace_id, **views.config_to_params(cfg))
+
+
+def render() -> None:
+    st.title("Sweep")
+    t = widgets.trace_picker("sw")
+    if t is None:
+        return
+    state.qp_set({"trace": t.trace_id})
+    axes = _pick_axes(t)
+    if axes is None:
+        return
+    x_name, xs, y_name, ys = axes
+    ids = [d.packet_id for d in t.result.decisions] if t.result else [p.id for p in t.input.packets]
+    watch = st.selectbox("Watch packet (does it stay in?)", ["(none)", *ids], key="sw_watch")
+    watch_id = None if watch == "(none)" else watch
+    if x_name == y_name:
+        st.warning("Pick two different parameters.")
+        return
+    if st.button(f"Run {len(xs) * len(ys)} builds", key="sw_run", type="primary"):
+        with state.guard():
+            base = knobs.loosen(t.config, t.input)  # reserve/safety follow max_tokens
+            grid = state.sweep(t, base, x_name, tuple(xs), y_name, tuple(ys), watch_id)
+            state.ss_set("sw_grid", (t.trace_id, x_name, y_name, watch_id, grid))
+    # (trace id, x knob, y knob, watched packet, grid) of the last run
+    held: tuple[str, str, str, str | None, SweepGrid] | None = state.ss_get("sw_grid")
+    if not held or held[0] != t.trace_id:
+        st.caption("Choose the ranges and run the sweep.")
+        return
+    _, gx, gy, gw, grid = held
+    event = _draw_grid(grid, gx, gy, gw)
+    _open_cell(t, grid, gx, gy, event)
 
 
 if __name__ == "__main__":

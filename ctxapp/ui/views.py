@@ -28,6 +28,7 @@ from ctxcore.errors import InputError
 from ctxcore.loading import config_from_obj, decode_utf8, parse_json
 from ctxcore.models import PARTITIONS, BuildResult, Config, Decision, Message, Trace
 from ctxcore.pipeline.sweep import SweepGrid
+from ctxcore.replay import ReplayReport, TurnReport
 from ctxcore.store.records import FindingRow
 from ctxcore.tokens import ESTIMATORS, get_counter
 
@@ -286,6 +287,54 @@ FLIP_COLUMNS = [
 NOT_CANDIDATE = "not a candidate in this build"
 
 
+def _history_aliases(
+    before: Mapping[str, Decision], after: Mapping[str, Decision], history: Sequence[Message]
+) -> dict[str, str]:
+    """Before id → after id, for packets the two builds name differently (a history message's
+    id in one, a builder id in the other) matched through the history message they hold.
+    Only ids one side lacks can be matched: none when both builds name packets alike."""
+    if not history or before.keys() <= after.keys() or after.keys() <= before.keys():
+        return {}
+    kb = history_keys(list(before.values()), history)
+    ka = history_keys(list(after.values()), history)
+    after_by_key = {k: pid for pid, k in ka.items() if pid not in before}
+    return {pid: after_by_key[k] for pid, k in kb.items() if pid not in after and k in after_by_key}
+
+
+def _flip_row(
+    pid: str, now_id: str, b: Decision | None, a: Decision | None
+) -> dict[str, str | int | None] | None:
+    """One packet's row of ``flipped``: its status, reason, tokens and rank before and now,
+    and what changed; None when nothing did. A side where the packet was no candidate shows
+    ``—`` and ``NOT_CANDIDATE``."""
+    sb = b.status.value if b else "—"
+    sa = a.status.value if a else "—"
+    tb = b.tokens_after if b else None
+    ta = a.tokens_after if a else None
+    rb = b.rank if b else None
+    ra = a.rank if a else None
+    changes = [
+        what for what, x, y in (("status", sb, sa), ("tokens", tb, ta), ("rank", rb, ra)) if x != y
+    ]
+    if not changes:
+        return None
+    either = a or b
+    return {
+        "packet_id": pid,
+        "status_before": sb,
+        "status_now": sa,
+        "reason_before": b.reason_text if b else NOT_CANDIDATE,
+        "reason_now": a.reason_text if a else NOT_CANDIDATE,
+        "change": ", ".join(changes),
+        "kind": either.kind if either else "",
+        "tokens_before": tb,
+        "tokens_now": ta,
+        "rank_before": rb,
+        "rank_now": ra,
+        "id_now": now_id if now_id != pid else "",
+    }
+
+
 def flipped(
     recorded: BuildResult | None, variant: BuildResult, history: Sequence[Message] = ()
 ) -> pd.DataFrame:
@@ -299,16 +348,7 @@ def flipped(
     """
     before = {d.packet_id: d for d in (recorded.decisions if recorded else [])}
     after = {d.packet_id: d for d in variant.decisions}
-    # match ids that exist on one side only through the history message they hold
-    alias: dict[str, str] = {}  # before id -> after id
-    # only ids one side lacks can be matched (none when both builds name packets alike)
-    if history and not before.keys() <= after.keys() and not after.keys() <= before.keys():
-        kb = history_keys(list(before.values()), history)
-        ka = history_keys(list(after.values()), history)
-        after_by_key = {k: pid for pid, k in ka.items() if pid not in before}
-        for pid, k in kb.items():
-            if pid not in after and k in after_by_key:
-                alias[pid] = after_by_key[k]
+    alias = _history_aliases(before, after, history)
     taken = set(alias.values())
     order = list(before) + [p for p in after if p not in before and p not in taken]
     rows: list[dict[str, str | int | None]] = []
@@ -323,38 +363,9 @@ def flipped(
             and b.rank == a.rank
         ):
             continue  # unchanged: most packets of a move
-        either = a or b
-        sb = b.status.value if b else "—"
-        sa = a.status.value if a else "—"
-        tb = b.tokens_after if b else None
-        ta = a.tokens_after if a else None
-        rb = b.rank if b else None
-        ra = a.rank if a else None
-        changes = []
-        if sb != sa:
-            changes.append("status")
-        if tb != ta:
-            changes.append("tokens")
-        if rb != ra:
-            changes.append("rank")
-        if not changes:
-            continue
-        rows.append(
-            {
-                "packet_id": pid,
-                "status_before": sb,
-                "status_now": sa,
-                "reason_before": b.reason_text if b else NOT_CANDIDATE,
-                "reason_now": a.reason_text if a else NOT_CANDIDATE,
-                "change": ", ".join(changes),
-                "kind": either.kind if either else "",
-                "tokens_before": tb,
-                "tokens_now": ta,
-                "rank_before": rb,
-                "rank_now": ra,
-                "id_now": now_id if now_id != pid else "",
-            }
-        )
+        row = _flip_row(pid, now_id, b, a)
+        if row is not None:
+            rows.append(row)
     frame = pd.DataFrame(rows, columns=FLIP_COLUMNS)
     if not frame.empty:
         frame["_k"] = frame["change"].map(
@@ -756,7 +767,204 @@ def trace_summary(t: Trace) -> dict[str, int | None]:
     }
 
 
+# --------------------------------------------------------------------------- replay
+
+
+def replay_status_rows(traces: Sequence[Trace]) -> list[dict[str, Any]]:
+    """What ``figures.timeline_heatmap`` reads, from builds (a replay's variants are not
+    stored, so the store's ``session_statuses`` cannot give them)."""
+    rows = []
+    for t in traces:
+        assert t.result is not None, "a replay's sides are builds"
+        for d in t.result.decisions:
+            rows.append(
+                {
+                    "turn": t.turn,
+                    "packet_id": d.packet_id,
+                    "kind": d.kind,
+                    "status": d.status.value,
+                    "reason": d.reason.value,
+                    "tokens_after": d.tokens_after,
+                }
+            )
+    return rows
+
+
+def replay_side(report: ReplayReport, recorded: Mapping[str, Trace], side: str) -> list[Trace]:
+    """One side of a replay (``side``: ``before_id`` or ``after_id``), turn by turn: the
+    recorded trace where that side is the recording, else the variant the report kept."""
+    out = []
+    for turn in report.turns:
+        tid = getattr(turn, side)
+        t = recorded.get(tid) or report.variant(tid)
+        if t is not None:
+            out.append(t)
+    return out
+
+
+def replay_losses(t: TurnReport) -> str:
+    """A turn's flips that lost something, counted by severity (``2 error, 1 info``)."""
+    counts = {s: len([f for f in t.flips if f.loss == s]) for s in ("error", "warning", "info")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+
+REPLAY_CHANGED_COLUMNS = [
+    "turn",
+    "used before",
+    "used after",
+    "Δ tokens",
+    "budget",
+    "flips",
+    "losses",
+    "lost",
+    "findings +/−",
+]
+
+
+def replay_changed_frame(turns: Sequence[TurnReport]) -> pd.DataFrame:
+    """The turns that changed, one row each: tokens and budget on both sides, the flips,
+    what was lost (warning and above, by packet id) and the findings added and cleared."""
+    return pd.DataFrame(
+        [
+            {
+                "turn": t.turn,
+                "used before": t.used_before,
+                "used after": t.used_after,
+                "Δ tokens": t.tokens_delta,
+                "budget": f"{t.budget_before} → {t.budget_after}",
+                "flips": len(t.flips),
+                "losses": replay_losses(t),
+                "lost": ", ".join(f.packet_id for f in t.flips if f.loss in ("error", "warning")),
+                "findings +/−": f"+{len(t.findings_added)} −{len(t.findings_cleared)}",
+            }
+            for t in turns
+        ],
+        columns=REPLAY_CHANGED_COLUMNS,
+    )
+
+
+def replay_described(label: str) -> str:
+    """A side of the replay (``ReplayReport.before``/``after``) in words."""
+    if label == "recorded":
+        return "the recording"
+    patch = json.loads(label)
+    if not patch:
+        return "the recorded settings (no knob set)"
+    return ", ".join(f"{k} {v}" for k, v in patch.items())
+
+
+def replay_nothing_changed(report: ReplayReport) -> str:
+    """What was compared, for a replay where no turn changed (markdown)."""
+    n = len(report.turns)
+    said = (
+        f"**Nothing changed**: all {n} turn(s) build the same context with "
+        f"{replay_described(report.after)} as with {replay_described(report.before)} "
+        f"(compared: each packet's status and the tokens used)."
+    )
+    if report.findings_compared:
+        same = len(report.findings_only_turns)
+        said += (
+            f" The findings differ at {same} turn(s): see *Findings by detector*."
+            if same
+            else " The findings are the same too."
+        )
+    return said
+
+
+def replay_changed_caption(report: ReplayReport, changed_means: str) -> str:
+    """The line over a replay's timelines: what "changed" means, and the turns whose findings
+    alone differ."""
+    only = len(report.findings_only_turns)
+    more = (
+        f" {only} more turn(s) build the same context and differ in their findings only."
+        if only
+        else ""
+    )
+    return f"Changed: {changed_means}.{more}"
+
+
+def imported_builders(traces: Iterable[Trace], prefix: str) -> list[str]:
+    """The builders (``<prefix>…``) of the traces an import made, sorted, once each: their
+    recording is what another agent sent, not a build of a ctxscope preset."""
+    return sorted({t.builder.name for t in traces if t.builder.name.startswith(prefix)})
+
+
+def replay_errors_message(report: ReplayReport) -> str:
+    """How many turns could not be compared, and how many fail with the new settings only."""
+    failed = report.new_failures
+    said = f"{len(report.errors)} turn(s) could not be compared"
+    if failed:
+        said += (
+            f"; {len(failed)} of them build only with the settings before: the new settings "
+            "lose everything those turns kept"
+        )
+    return said
+
+
+def replay_errors_frame(report: ReplayReport) -> pd.DataFrame:
+    """The turns a replay could not compare: the side that failed and why."""
+    return pd.DataFrame(
+        {
+            "turn": [e.turn for e in report.errors],
+            "side that failed": [e.side for e in report.errors],
+            "why": [e.message for e in report.errors],
+            "trace id": [e.trace_id for e in report.errors],
+        }
+    )
+
+
+def replay_tokens_frame(report: ReplayReport) -> pd.DataFrame:
+    """Tokens used per turn on both sides, indexed by turn (the bar chart's data)."""
+    return pd.DataFrame(
+        {
+            "before": [t.used_before for t in report.turns],
+            "after": [t.used_after for t in report.turns],
+        },
+        index=pd.Index([t.turn for t in report.turns], name="turn"),
+    )
+
+
+def _turn_or_never(turn: int | None) -> str:
+    return "never" if turn is None else str(turn)
+
+
+def first_lost_rows(report: ReplayReport) -> list[dict[str, str]]:
+    """The items whose first lost turn moved between the two sides: the item (cut to 120
+    characters), its kind and the turn it is first lost before and after."""
+    return [
+        {
+            "item": x.item[:120],
+            "kind": x.kind,
+            "before": _turn_or_never(x.before_turn),
+            "after": _turn_or_never(x.after_turn),
+        }
+        for x in report.first_lost
+        if x.before_turn != x.after_turn
+    ]
+
+
+def replay_findings_rows(report: ReplayReport) -> list[dict[str, str | int]]:
+    """Findings per detector on both sides (``ReplayReport.findings_compared`` says whether
+    they were compared)."""
+    return [
+        {
+            "detector": d,
+            "before": report.findings_before.get(d, 0),
+            "after": report.findings_after.get(d, 0),
+        }
+        for d in sorted({*report.findings_before, *report.findings_after})
+    ]
+
+
 # --------------------------------------------------------------------------- sweep
+
+
+def sweep_y_default(params: Sequence[str], x_name: str) -> str:
+    """The knob the sweep's y axis starts on: ``min_relevance`` (the filter, where a fill
+    changes most) unless x is it, else the first knob that is not x's."""
+    if "min_relevance" in params and x_name != "min_relevance":
+        return "min_relevance"
+    return next(p for p in params if p != x_name)
 
 
 def _grid(
