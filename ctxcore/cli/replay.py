@@ -17,7 +17,7 @@ import hashlib
 import itertools
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -157,7 +157,15 @@ def _losses(t: TurnReport) -> str:
 
 
 def print_table(report: ReplayReport, out: TextIO) -> None:
-    w = out.write
+    """The report as ``replay`` prints it by default: what was compared, each changed turn
+    with the packets it loses, the totals, the items whose first lost turn moved, the turns
+    that could not be compared and the findings by detector (each section its function)."""
+    for section in (_head, _changed, _totals, _first_lost, _not_compared, _by_detector):
+        section(report, out.write)
+
+
+def _head(report: ReplayReport, w: Callable[[str], object]) -> None:
+    """The two settings compared, how many turns changed, and the changed turns' header."""
     w(f"before: {report.before}\nafter:  {report.after}\n\n")
     changed = report.changed_turns
     w(
@@ -170,7 +178,11 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
             f"{'flips':>5}  {'losses':<24} findings\n"
         )
         w(f"{'':<34}(under a turn, each packet it loses: status before → after)\n")
-    for t in changed:
+
+
+def _changed(report: ReplayReport, w: Callable[[str], object]) -> None:
+    """A row per changed turn, and under it a line per packet the turn loses."""
+    for t in report.changed_turns:
         budget = (
             f"{t.budget_before}"
             if t.budget_before == t.budget_after
@@ -187,19 +199,32 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
                     " must-keep" if f.must_keep else " error evidence" if f.error_evidence else ""
                 )
                 w(f"{'':<34}{f.loss:<8} {f.packet_id}: {f.before} → {f.after}{mark}\n")
+
+
+def _turn_list(turns: list[TurnReport]) -> str:
+    """The first 12 turns as ``session:turn``, comma-separated."""
+    return ", ".join(f"{t.session_id}:{t.turn}" for t in turns[:12])
+
+
+def _totals(report: ReplayReport, w: Callable[[str], object]) -> None:
+    """The turns whose findings alone differ, the tokens spent or saved, and the turns that
+    lose a must-keep packet or error evidence."""
     same = report.findings_only_turns
     if same:
-        turns = ", ".join(f"{t.session_id}:{t.turn}" for t in same[:12])
         more = f" and {len(same) - 12} more" if len(same) > 12 else ""
-        w(f"same context, other findings: {len(same)} turn(s) ({turns}{more})\n")
+        w(f"same context, other findings: {len(same)} turn(s) ({_turn_list(same)}{more})\n")
     delta = report.tokens_delta
     w(f"\ntokens: {'spent' if delta > 0 else 'saved'} {abs(delta):,} over all turns\n")
     must = report.turns_losing_must_keep
     w(
         f"turns losing a must-keep packet or error evidence: {len(must)}"
-        + (f" ({', '.join(f'{t.session_id}:{t.turn}' for t in must[:12])})" if must else "")
+        + (f" ({_turn_list(must)})" if must else "")
         + "\n"
     )
+
+
+def _first_lost(report: ReplayReport, w: Callable[[str], object]) -> None:
+    """Each item whose first lost turn differs before and after."""
     moved = [x for x in report.first_lost if x.before_turn != x.after_turn]
     if moved:
         w(f"first turn lost ({FIRST_LOST_MEANS}):\n")
@@ -207,6 +232,10 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
             b = "never" if x.before_turn is None else str(x.before_turn)
             a = "never" if x.after_turn is None else str(x.after_turn)
             w(f"  {x.session_id}: {x.item[:80]}: {b} → {a}\n")
+
+
+def _not_compared(report: ReplayReport, w: Callable[[str], object]) -> None:
+    """The turns (or unread lines) that could not be compared, the first 40, and why."""
     if report.errors:
         w(f"turns not compared ({len(report.errors)}):\n")
         for e in report.errors[:40]:
@@ -215,6 +244,10 @@ def print_table(report: ReplayReport, out: TextIO) -> None:
             w(f"  {where}{ident}: {e.side} failed: {e.message}\n")
         if len(report.errors) > 40:
             w(f"  … and {len(report.errors) - 40} more\n")
+
+
+def _by_detector(report: ReplayReport, w: Callable[[str], object]) -> None:
+    """The findings of each detector before and after, when findings were compared."""
     if report.findings_compared:
         dets = sorted({*report.findings_before, *report.findings_after})
         w("findings by detector (before → after):" + ("" if dets else " none") + "\n")
