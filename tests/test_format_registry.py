@@ -47,6 +47,7 @@ FOLDERS = {
     "openai-responses": "openai-responses",
     "openhands": "openhands",
     "openinference": "otlp",
+    "pi": "pi",
     "otlp-json": "otlp",
     "otlp-logs": "otlp",
     "otlp-protobuf": "otlp",

@@ -177,6 +177,13 @@ FORMATS: tuple[Format, ...] = (
         stream=_SESSIONS + ":iter_file",
     ),
     Format(
+        "pi",
+        "a Pi coding agent session (JSONL, badlogic/pi-mono): one trace per model call",
+        _SESSIONS + ":looks_like_pi",
+        _SESSIONS + ":read_pi",
+        stream=_SESSIONS + ":iter_file",
+    ),
+    Format(
         "openhands",
         "an OpenHands trajectory (its event list): one trace per model call",
         _SESSIONS + ".openhands:looks_like",

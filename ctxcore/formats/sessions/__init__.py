@@ -1,6 +1,6 @@
 """Agent session logs as traces: one trace per model call, one session per log, turns in order.
 
-A request importer sees one prompt; a session log (Claude Code, OpenAI Codex CLI, OpenHands,
+A request importer sees one prompt; a session log (Claude Code, OpenAI Codex CLI, Pi, OpenHands,
 SWE-agent, mini-swe-agent) records a whole run, and each model call in it saw the conversation
 up to that call. Each reader here turns its log into ``calls.Call``s (the context as
 normalised messages, the usage the log reports for that call, what the log does not record),
@@ -8,8 +8,8 @@ and ``calls.CallTraces`` turns those into traces, sharing what consecutive calls
 common so that a long session imports as a stream (docs/design.md, "Capture, import, export,
 redaction").
 
-- ``claude-code``, ``codex``: JSONL logs, read line by line (``iter_file``); a broken line is
-  an error naming ``file:line`` and the rest of the log is imported;
+- ``claude-code``, ``codex``, ``pi``: JSONL logs, read line by line (``iter_file``); a broken
+  line is an error naming ``file:line`` and the rest of the log is imported;
 - ``openhands``, ``swe-agent``, ``mini-swe-agent``: one JSON value (``traces_from_value``).
 """
 
@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ctxcore.errors import CtxscopeError, ImportFormatError
-from ctxcore.formats.sessions import claude_code, codex, openhands, trajectories
+from ctxcore.formats.sessions import claude_code, codex, openhands, pi, trajectories
 from ctxcore.formats.sessions.calls import Call, CallTraces
 from ctxcore.formats.sessions.lines import LogLine, first_values, read_lines, values_at
 from ctxcore.models import Trace
 
 #: Formats read line by line from a JSONL file.
-LOG_FORMATS: tuple[str, ...] = (claude_code.FORMAT, codex.FORMAT)
+LOG_FORMATS: tuple[str, ...] = (claude_code.FORMAT, codex.FORMAT, pi.FORMAT)
 #: Formats held in one JSON value.
 VALUE_FORMATS: tuple[str, ...] = (
     openhands.FORMAT,
@@ -35,7 +35,7 @@ VALUE_FORMATS: tuple[str, ...] = (
     trajectories.MINI_SWE_AGENT,
 )
 FORMATS: tuple[str, ...] = LOG_FORMATS + VALUE_FORMATS
-SessionFormat = Literal["claude-code", "codex", "openhands", "swe-agent", "mini-swe-agent"]
+SessionFormat = Literal["claude-code", "codex", "pi", "openhands", "swe-agent", "mini-swe-agent"]
 
 
 def detect_lines(values: list[Any]) -> SessionFormat | None:
@@ -45,6 +45,8 @@ def detect_lines(values: list[Any]) -> SessionFormat | None:
             return "claude-code"
         if codex.looks_like(v):
             return "codex"
+        if pi.looks_like(v):
+            return "pi"
     return None
 
 
@@ -71,6 +73,11 @@ def looks_like_codex(data: Any) -> bool:
     return _log_lines(data) == codex.FORMAT
 
 
+def looks_like_pi(data: Any) -> bool:
+    """Whether a JSON value is a Pi session's entries (the registry's detector)."""
+    return _log_lines(data) == pi.FORMAT
+
+
 class SessionImport:
     """The traces of one log, as a stream; ``errors`` (``file:line: why``) and the counts
     grow while it is read. Iterate it once.
@@ -95,6 +102,7 @@ class SessionImport:
         builder = {
             claude_code.FORMAT: claude_code.BUILDER_NAME,
             codex.FORMAT: codex.BUILDER_NAME,
+            pi.FORMAT: pi.BUILDER_NAME,
         }.get(fmt, f"import/{fmt}")
         self.traces = CallTraces(fmt=fmt, builder=builder)
 
@@ -175,6 +183,8 @@ def _reader(
         return claude_code.Reader(name, session, now, fetch)
     if fmt == codex.FORMAT:
         return codex.Reader(name, session, now)
+    if fmt == pi.FORMAT:
+        return pi.Reader(name, session, now)
     raise ImportFormatError(f"{fmt!r} is not a session-log format ({', '.join(LOG_FORMATS)})")
 
 
@@ -249,6 +259,7 @@ def _value_reader(fmt: str) -> Callable[..., list[Trace]]:
 
 read_claude_code = _value_reader(claude_code.FORMAT)
 read_codex = _value_reader(codex.FORMAT)
+read_pi = _value_reader(pi.FORMAT)
 read_openhands = _value_reader(openhands.FORMAT)
 read_swe_agent = _value_reader(trajectories.SWE_AGENT)
 read_mini_swe_agent = _value_reader(trajectories.MINI_SWE_AGENT)
@@ -264,10 +275,12 @@ __all__ = [
     "iter_file",
     "looks_like_claude_code",
     "looks_like_codex",
+    "looks_like_pi",
     "read_claude_code",
     "read_codex",
     "read_mini_swe_agent",
     "read_openhands",
+    "read_pi",
     "read_swe_agent",
     "sniff",
     "traces_from_value",
