@@ -31,6 +31,7 @@ from typing import IO, Any, cast
 
 from pydantic import ValidationError
 
+from ctxcore import knobs
 from ctxcore.errors import InputError
 from ctxcore.models import CapturedInput, Config, Trace
 from ctxcore.settings import MAX_DOCUMENT_BYTES, MAX_JSON_DEPTH, MAX_LINE_BYTES
@@ -175,7 +176,7 @@ def error_message(err: Any) -> str:
         )
     if err["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling against the ctxscope.trace/1 schema)"
-    return msg
+    return msg + str(err.get("hint", ""))
 
 
 def explain(exc: ValidationError, data: Any, where: str = "") -> InputError:
@@ -231,7 +232,17 @@ def config_from_obj(data: Any, where: str = "") -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise explain(exc, data, where) from exc
+        errors = [_knob_hint(err) for err in exc.errors(include_url=False)]
+        raise explain_errors(errors, data, where) from exc
+
+
+def _knob_hint(err: Any) -> Any:
+    """A config error about one field, with what ``ctxcore.knobs`` says of that knob: its
+    kind and bounds, or, for a name that is no knob, the knobs (docs/design.md, "Knobs")."""
+    loc = tuple(err["loc"])
+    if len(loc) != 1 or not isinstance(loc[0], str):
+        return err
+    return {**err, "hint": knobs.hint(loc[0])}
 
 
 def open_regular(path: str | Path) -> IO[bytes]:

@@ -36,7 +36,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ctxcore import settings
+from ctxcore import knobs, settings
 from ctxcore.settings import MAX_INT32, MAX_JSON_DEPTH, MAX_TOKENS, PresetName
 
 SCHEMA = "ctxscope.trace/1"
@@ -298,67 +298,41 @@ class Config(_NullIsDefault):
     Knobs a preset does not have are left ``None`` by it.
     """
 
+    # Each knob is declared in ``ctxcore.knobs`` (docs/design.md, "Knobs"): the fields below
+    # take their bounds and validator lists from it, and keep their names, types and order
+    # here, where the type checker and the stored JSON see them. ``tests/test_knobs.py``
+    # fails when the two differ.
+
     preset: PresetName = "ctxscope"
     tokenizer: str | None = None
-    max_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
-    reserve_ratio: float | None = Field(default=None, ge=0, lt=1)
-    output_reserve: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    safety_margin: int | None = Field(default=None, ge=0, le=MAX_TOKENS)
-    min_relevance: float | None = Field(default=None, ge=0, le=1)
-    relevance_weight: float | None = Field(default=None, ge=0, le=1)
-    recency_weight: float | None = Field(default=None, ge=0, le=1)
-    priority_weight: float | None = Field(default=None, ge=0, le=1)
-    recency_tau_hours: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = knobs.config_field("max_tokens")
+    reserve_ratio: float | None = knobs.config_field("reserve_ratio")
+    output_reserve: int | None = knobs.config_field("output_reserve")
+    safety_margin: int | None = knobs.config_field("safety_margin")
+    min_relevance: float | None = knobs.config_field("min_relevance")
+    relevance_weight: float | None = knobs.config_field("relevance_weight")
+    recency_weight: float | None = knobs.config_field("recency_weight")
+    priority_weight: float | None = knobs.config_field("priority_weight")
+    recency_tau_hours: float | None = knobs.config_field("recency_tau_hours")
     enable_compression: bool | None = None
     fill: FillMode | None = None
-    history_limit: int | None = Field(default=None, ge=0, le=MAX_INT32)
+    history_limit: int | None = knobs.config_field("history_limit")
     partition_budgets: dict[str, float] | None = None
     degrade: list[str] | None = None
     #: the ctxscope preset's signal weights (``ctxcore.pipeline.signals``)
-    current_turn_weight: float | None = Field(default=None, ge=0, le=1)
-    error_weight: float | None = Field(default=None, ge=0, le=1)
-    mention_weight: float | None = Field(default=None, ge=0, le=1)
-    reference_weight: float | None = Field(default=None, ge=0, le=1)
-    metadata_weight: float | None = Field(default=None, ge=0, le=1)
-    lexical_weight: float | None = Field(default=None, ge=0, le=1)
+    current_turn_weight: float | None = knobs.config_field("current_turn_weight")
+    error_weight: float | None = knobs.config_field("error_weight")
+    mention_weight: float | None = knobs.config_field("mention_weight")
+    reference_weight: float | None = knobs.config_field("reference_weight")
+    metadata_weight: float | None = knobs.config_field("metadata_weight")
+    lexical_weight: float | None = knobs.config_field("lexical_weight")
 
-    @field_validator(
-        "max_tokens",
-        "reserve_ratio",
-        "output_reserve",
-        "safety_margin",
-        "min_relevance",
-        "relevance_weight",
-        "recency_weight",
-        "priority_weight",
-        "recency_tau_hours",
-        "history_limit",
-        "current_turn_weight",
-        "error_weight",
-        "mention_weight",
-        "reference_weight",
-        "metadata_weight",
-        "lexical_weight",
-        mode="before",
-    )
+    @field_validator(*knobs.names(numeric=True), mode="before")
     @classmethod
     def _numbers(cls, v: Any) -> Any:
         return not_a_bool(v)
 
-    @field_validator(
-        "reserve_ratio",
-        "min_relevance",
-        "relevance_weight",
-        "recency_weight",
-        "priority_weight",
-        "recency_tau_hours",
-        "current_turn_weight",
-        "error_weight",
-        "mention_weight",
-        "reference_weight",
-        "metadata_weight",
-        "lexical_weight",
-    )
+    @field_validator(*knobs.names(finite=True))
     @classmethod
     def _finite_knobs(cls, v: float | None) -> float | None:
         return _finite(v, "value")

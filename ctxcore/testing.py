@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxcore.errors import InputError
+from ctxcore.knobs import summarized
 from ctxcore.loading import input_from_obj, load_input_or_trace, trace_from_obj
 from ctxcore.models import CapturedInput, Config, Decision, Finding, Status, Trace
 from ctxcore.replay import ReplayReport
@@ -112,17 +113,9 @@ def describe_decision(d: Decision) -> str:
 
 
 def _config_line(trace: Trace) -> str:
+    """The preset and the knobs ``ctxcore.knobs`` marks for summaries (``Knob.summary``)."""
     cfg = trace.config.model_dump(exclude_none=True)
-    keys = (
-        "preset",
-        "max_tokens",
-        "reserve_ratio",
-        "min_relevance",
-        "relevance_weight",
-        "recency_weight",
-        "fill",
-        "tokenizer",
-    )
+    keys = ("preset", *summarized())
     return ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg)
 
 

@@ -6,26 +6,20 @@ import streamlit as st
 
 from ctxapp.ui import knobs, state, views, widgets
 from ctxcore import figures
+from ctxcore.knobs import BY_NAME, KNOBS
 from ctxcore.models import Trace
 from ctxcore.pipeline.sweep import SweepGrid
 
-#: knobs a sweep can vary, with the range offered when the trace's value is v
-NUMERIC = {
-    "max_tokens": "int",
-    "min_relevance": "ratio",
-    "relevance_weight": "ratio",
-    "recency_weight": "ratio",
-    "priority_weight": "ratio",
-    "reserve_ratio": "ratio",
-    "output_reserve": "int",
-    "safety_margin": "int",
-    "history_limit": "int",
-}
+#: knobs a sweep can vary and their kind (``Knob.sweep`` in ``ctxcore.knobs``)
+NUMERIC = {k.name: k.kind for k in KNOBS if k.sweep}
 
 
 def _default_range(name: str, v: float) -> tuple[float, float]:
+    """The range offered when the trace's value is ``v``: a share's whole range, else
+    half to twice the value."""
     if NUMERIC[name] == "ratio":
-        return (0.0, 0.95 if name == "reserve_ratio" else 1.0)
+        spec = BY_NAME[name]
+        return (float(spec.low_value() or 0.0), float(spec.top_value() or 1.0))
     return (max(1.0, round(v / 2)), max(2.0, round(v * 2)))
 
 

@@ -1,4 +1,5 @@
-"""The Playground's knob panel: one widget per config knob the chosen preset has.
+"""The Playground's knob panel: one widget per config knob the chosen preset has, drawn as
+its declaration says (kind, label, help, range), docs/design.md, "Knobs".
 
 Widget keys are stable (``pg_<knob>``, ``pg_pb_<partition>``, ``pg_preset``) so the
 browser tests, permalinks and the Sweep page can address them. Values live in session
@@ -15,40 +16,22 @@ from typing import Any
 import streamlit as st
 
 from ctxapp.ui import state, views
+from ctxcore import knobs as registry
 from ctxcore.errors import CtxscopeError
+from ctxcore.knobs import Knob
 from ctxcore.loading import config_from_obj
 from ctxcore.models import PARTITIONS, CapturedInput, Config
 from ctxcore.pipeline import PRESET_NAMES, resolve_config
-from ctxcore.tokens import TOKENIZERS
 
 PREFIX = "pg_"
-FILLS = ["skip", "break", "optimal"]
-LABELS = {
-    "tokenizer": "Tokenizer",
-    "max_tokens": "max_tokens (window budget)",
-    "reserve_ratio": "reserve_ratio",
-    "output_reserve": "output_reserve (tokens)",
-    "safety_margin": "safety_margin (tokens)",
-    "min_relevance": "min_relevance",
-    "relevance_weight": "relevance_weight",
-    "recency_weight": "recency_weight",
-    "priority_weight": "priority_weight",
-    "current_turn_weight": "signal: current turn (weight)",
-    "error_weight": "signal: error evidence (weight)",
-    "mention_weight": "signal: named by the user (weight)",
-    "reference_weight": "signal: referenced by the last step (weight)",
-    "metadata_weight": "signal: search hits / modified / linked test (weight)",
-    "lexical_weight": "signal: identifier & word-form match (weight)",
-    "recency_tau_hours": "recency_tau_hours",
-    "enable_compression": "enable_compression",
-    "fill": "fill",
-    "history_limit": "history_limit (messages)",
-    "degrade": "degrade order",
-}
-
-
 #: knobs a preset derives from max_tokens when they are None; "auto" keeps them derived
-AUTO = ("output_reserve", "safety_margin")
+AUTO = tuple(k.name for k in registry.KNOBS if k.auto)
+
+
+def _controls() -> list[Knob]:
+    """The knobs drawn one control each, in order, as declared now (the per-partition
+    shares are a group of sliders of their own)."""
+    return [k for k in registry.KNOBS if k.kind != "shares"]
 
 
 def auto_knobs(cfg: Config, inp: CapturedInput) -> set[str]:
@@ -80,7 +63,7 @@ def key(name: str) -> str:
 
 def _all_keys() -> list[str]:
     return (
-        [key(n) for n in views.KNOBS]
+        [key(k.name) for k in _controls()]
         + [key(p) for p in PARTITIONS]
         + [PREFIX + "preset"]
         + [PREFIX + "auto_" + n for n in AUTO]
@@ -100,7 +83,7 @@ def load(cfg: Config, inp: CapturedInput) -> None:
         state.ss_set(PREFIX + "auto_" + name, name in auto)
     state.ss_set(PREFIX + "preset", cfg.preset)
     data = cfg.model_dump(exclude_none=True)
-    for name in views.KNOBS:
+    for name in (k.name for k in _controls()):
         if name in data:
             v = data[name]
             state.ss_set(key(name), list(v) if isinstance(v, list) else v)
@@ -152,7 +135,7 @@ def panel(inp: CapturedInput, recorded: Config, rerun: Sequence[str] = ()) -> No
     )
     preset = str(state.ss_get(PREFIX + "preset"))
     defaults = preset_defaults(preset, inp).model_dump(exclude_none=True)
-    has = [n for n in views.KNOBS if n in defaults]
+    has = [k.name for k in _controls() if k.name in defaults]
     for name in has:  # a knob the loaded config lacked: the preset's default
         state.ss_default(key(name), defaults[name])
     weights = "relevance_weight" in has and "recency_weight" in has
@@ -169,52 +152,60 @@ def panel(inp: CapturedInput, recorded: Config, rerun: Sequence[str] = ()) -> No
     for name in has:
         _widget(name, defaults[name], top, rerun)
     if "partition_budgets" in defaults:
-        with st.expander("Partition budgets (ratios of the budget)", expanded=False):
+        with st.expander(registry.BY_NAME["partition_budgets"].label, expanded=False):
             for part in PARTITIONS:
                 state.ss_default(key(part), float(defaults["partition_budgets"].get(part, 0.0)))
                 st.slider(part, 0.0, 1.0, step=0.01, key=key(part), on_change=_moved, args=(rerun,))
 
 
 def _widget(name: str, default: Any, max_tokens_top: int, rerun: Sequence[str]) -> None:
-    kind = views.KNOBS[name]
+    """The control of one knob, as its declaration says (kind, label, help, range, step)."""
+    spec = registry.BY_NAME[name]
     k = key(name)
-    label = LABELS[name]
-    moved: dict[str, Any] = {"on_change": _moved, "args": (rerun,)}
-    if kind == "ratio":
-        hi = 0.95 if name == "reserve_ratio" else 1.0
+    label = spec.label
+    moved: dict[str, Any] = {"on_change": _moved, "args": (rerun,), "help": spec.help}
+    if spec.kind == "ratio":
+        lo, hi, step = float(spec.low_value() or 0.0), float(spec.top_value() or 1.0), spec.step
         if name in ("relevance_weight", "recency_weight"):
-            st.slider(label, 0.0, hi, step=0.01, key=k, on_change=_tie, args=(name, rerun))
-        else:
-            st.slider(label, 0.0, hi, step=0.01, key=k, **moved)
-    elif kind == "int":
-        if name in AUTO:
-            auto = st.toggle(
-                f"auto {name.split('_')[0]}",
-                key=PREFIX + "auto_" + name,
-                help=f"{name} follows max_tokens: derived by the preset from max_tokens "
-                "(and reserve_ratio). Turn off to set it by hand.",
+            st.slider(
+                label, lo, hi, step=step, key=k, on_change=_tie, args=(name, rerun), help=spec.help
             )
-            if auto:
-                return
-        if name == "max_tokens":
-            if int(state.ss_get(k, default)) > max_tokens_top:  # a link beyond the range
-                state.ss_set(k, max_tokens_top)
-            st.slider(label, 100, max_tokens_top, step=100, key=k, **moved)
         else:
-            step = 100 if name != "history_limit" else 1
-            st.number_input(label, min_value=0, step=step, key=k, **moved)
-    elif kind == "float":
-        st.number_input(label, min_value=0.01, step=1.0, key=k, **moved)
-    elif kind == "bool":
+            st.slider(label, lo, hi, step=step, key=k, **moved)
+    elif spec.kind == "int":
+        _int_widget(spec, default, max_tokens_top, moved)
+    elif spec.kind == "float":
+        st.number_input(label, min_value=spec.low_value(), step=spec.step, key=k, **moved)
+    elif spec.kind == "bool":
         st.toggle(label, key=k, **moved)
-    elif kind == "choice":
-        opts = list(TOKENIZERS) if name == "tokenizer" else FILLS
-        st.selectbox(label, opts, key=k, **moved)
-    elif kind == "list":
+    elif spec.kind == "choice":
+        st.selectbox(label, list(spec.choices), key=k, **moved)
+    elif spec.kind == "list":
         opts = list(dict.fromkeys([*default, *state.ss_get(k, [])]))
-        st.multiselect(
-            label, opts, key=k, help="Steps run in this order until the build fits.", **moved
+        st.multiselect(label, opts, key=k, **moved)
+
+
+def _int_widget(spec: Knob, default: Any, max_tokens_top: int, moved: dict[str, Any]) -> None:
+    """An integer knob: the budget as a slider sized from the trace, a derived one behind
+    its "auto" switch, any other as a number."""
+    name, k = spec.name, key(spec.name)
+    if spec.auto:
+        auto = st.toggle(
+            f"auto {name.split('_')[0]}",
+            key=PREFIX + "auto_" + name,
+            help=f"{name} follows max_tokens: derived by the preset from max_tokens "
+            "(and reserve_ratio). Turn off to set it by hand.",
         )
+        if auto:
+            return
+    step = int(spec.step or 1)
+    if name == "max_tokens":
+        if int(state.ss_get(k, default)) > max_tokens_top:  # a link beyond the range
+            state.ss_set(k, max_tokens_top)
+        low = int(spec.low_value() or step)
+        st.slider(spec.label, low, max_tokens_top, step=step, key=k, **moved)
+    else:
+        st.number_input(spec.label, min_value=int(spec.low_value() or 0), step=step, key=k, **moved)
 
 
 def current(inp: CapturedInput) -> Config:
@@ -222,14 +213,15 @@ def current(inp: CapturedInput) -> Config:
     preset = str(state.ss_get(PREFIX + "preset"))
     defaults = preset_defaults(preset, inp).model_dump(exclude_none=True)
     data: dict[str, object] = {"preset": preset}
-    for name in views.KNOBS:
+    for spec in _controls():
+        name = spec.name
         if name in AUTO and state.ss_get(PREFIX + "auto_" + name):
             continue  # None: the preset derives it from max_tokens
         if name in defaults and state.ss_has(key(name)):
             v = state.ss_get(key(name))
-            if views.KNOBS[name] == "int":
+            if spec.kind == "int":
                 v = int(v)
-            elif views.KNOBS[name] in ("ratio", "float"):
+            elif spec.kind in ("ratio", "float"):
                 v = round(float(v), 6)
             data[name] = v
     if "partition_budgets" in defaults:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ctxcore.diagnostics import TurnFindings
 from ctxcore.errors import InputError
+from ctxcore.knobs import KNOBS as REGISTRY
 from ctxcore.loading import config_from_obj, decode_utf8, parse_json
 from ctxcore.models import PARTITIONS, BuildResult, Config, Decision, Message, Trace
 from ctxcore.pipeline.sweep import SweepGrid
@@ -408,17 +409,8 @@ def flip_summary(flips: pd.DataFrame, named: int = 3) -> str | None:
     return f"flipped ({len(flips):,}): " + ", ".join(parts)
 
 
-_WEIGHTS = (
-    "relevance_weight",
-    "recency_weight",
-    "priority_weight",
-    "current_turn_weight",
-    "error_weight",
-    "mention_weight",
-    "reference_weight",
-    "metadata_weight",
-    "lexical_weight",
-)
+#: the weights of the score: they only order the candidates (``Knob.weight``)
+_WEIGHTS = tuple(k.name for k in REGISTRY if k.weight)
 _ROOM = frozenset({"NO_ROOM", "AFTER_BREAK", "PARTITION_FULL", "NOT_IN_OPTIMAL_SET", "DEGRADED"})
 
 
@@ -606,29 +598,10 @@ def partition_token_rows(prompt: str, tokenizer: str) -> list[TokenRow]:
 
 # --------------------------------------------------------------------------- config
 
-#: Knob order and widget kind for the Playground; a knob shows when the preset has it.
-KNOBS: dict[str, str] = {
-    "tokenizer": "choice",
-    "max_tokens": "int",
-    "reserve_ratio": "ratio",
-    "output_reserve": "int",
-    "safety_margin": "int",
-    "min_relevance": "ratio",
-    "relevance_weight": "ratio",
-    "recency_weight": "ratio",
-    "priority_weight": "ratio",
-    "current_turn_weight": "ratio",
-    "error_weight": "ratio",
-    "mention_weight": "ratio",
-    "reference_weight": "ratio",
-    "metadata_weight": "ratio",
-    "lexical_weight": "ratio",
-    "recency_tau_hours": "float",
-    "enable_compression": "bool",
-    "fill": "choice",
-    "history_limit": "int",
-    "degrade": "list",
-}
+#: Knob order and kind for the Playground and its links, from ``ctxcore.knobs`` (the
+#: per-partition shares have a key per partition, ``PARTITION_SLUGS``); a knob shows when
+#: the preset has it.
+KNOBS: dict[str, str] = {k.name: k.kind for k in REGISTRY if k.kind != "shares"}
 PARTITION_SLUGS: dict[str, str] = {
     p: "pb_" + re.sub(r"[^a-z]+", "_", p.lower()).strip("_") for p in PARTITIONS
 }

@@ -1,12 +1,12 @@
 """``ctxscope tune``: weights that are tuned, not guessed.
 
-Searches the ctxscope preset's knobs (the signal weights, ``relevance_weight``,
-``recency_weight`` and ``min_relevance``) for the best context recall on a set of sessions
-under one budget (recall as ``ctxcore.demo.recall`` measures it), by coordinate ascent: each
-knob in turn over a grid, keeping a change only when it raises recall (ties: more error
-evidence kept, then the value nearer the default). Prints the best settings, their recall
-and the turns they still miss, and writes them as a config file that ``ctxscope build
---config`` and the Playground load.
+Searches the ctxscope preset's knobs that ``ctxcore.knobs`` gives a grid (``Knob.tune``: the
+signal weights, ``relevance_weight``, ``recency_weight`` and ``min_relevance``) for the best
+context recall on a set of sessions under one budget (recall as ``ctxcore.demo.recall``
+measures it), by coordinate ascent: each knob in turn over a grid, keeping a change only when
+it raises recall (ties: more error evidence kept, then the value nearer the default). Prints
+the best settings, their recall and the turns they still miss, and writes them as a config
+file that ``ctxscope build --config`` and the Playground load.
 """
 
 from __future__ import annotations
@@ -18,25 +18,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctxcore import knobs
 from ctxcore.demo.recall import SESSIONS, Score, Turn, recall_of, turns_of
 from ctxcore.errors import InputError
 from ctxcore.models import Config
 from ctxcore.output import STDOUT, is_stdout, write_output
-from ctxcore.pipeline.signals import DEFAULT_WEIGHTS, WEIGHT_KNOBS
 
-#: the knobs searched and the grid each is searched over
-GRID: dict[str, tuple[float, ...]] = {
-    **{knob: (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0) for knob in WEIGHT_KNOBS.values()},
-    "relevance_weight": (0.2, 0.4, 0.6, 0.8, 1.0),
-    "recency_weight": (0.0, 0.1, 0.3, 0.5),
-    "min_relevance": (0.0, 0.02, 0.05, 0.1, 0.2),
-}
-DEFAULTS: dict[str, float] = {
-    **{WEIGHT_KNOBS[s]: w for s, w in DEFAULT_WEIGHTS.items()},
-    "relevance_weight": 0.6,
-    "recency_weight": 0.3,
-    "min_relevance": 0.05,
-}
+
+def grid() -> dict[str, tuple[float, ...]]:
+    """The knobs searched and the values each is tried at, in search order: those
+    ``ctxcore.knobs`` gives a grid (``Knob.tune``)."""
+    return {k.name: k.tune for k in knobs.KNOBS if k.tune}
+
+
+def defaults() -> dict[str, float]:
+    """Where the search starts: the ctxscope preset's defaults of the knobs searched."""
+    return {name: knobs.number(name, "ctxscope") for name in grid()}
 
 
 def _key(score: Score) -> tuple[float, float]:
@@ -47,7 +44,7 @@ def tune(
     turns: list[Turn], budget: int, rounds: int = 2, log: Any = None
 ) -> tuple[dict[str, float], Score, Score]:
     """The best knob values found, their score, and the defaults' score."""
-    best = dict(DEFAULTS)
+    best = defaults()
 
     def score_of(values: dict[str, float]) -> Score:
         return recall_of(turns, Config(max_tokens=budget, **values))
@@ -56,8 +53,8 @@ def tune(
     top = base
     for _ in range(rounds):
         changed = False
-        for knob, grid in GRID.items():
-            for value in grid:
+        for knob, values in grid().items():
+            for value in values:
                 if value == best[knob]:
                     continue
                 trial = score_of({**best, knob: value})
@@ -106,8 +103,9 @@ def _search(args: argparse.Namespace) -> Config:
     best, top, base = tune(turns, args.budget, args.rounds, log=sys.stdout)
     print(f"defaults: recall {base.recall:.1%}, error evidence kept {base.error_kept:.0%}")
     print(f"best:     recall {top.recall:.1%}, error evidence kept {top.error_kept:.0%}")
-    for knob in GRID:
-        mark = "" if best[knob] == DEFAULTS[knob] else f"  (default {DEFAULTS[knob]:g})"
+    start = defaults()
+    for knob in grid():
+        mark = "" if best[knob] == start[knob] else f"  (default {start[knob]:g})"
         print(f"  {knob} = {best[knob]:g}{mark}")
     if top.missed:
         print(f"turns still missing something ({len(top.missed)}):")
@@ -116,4 +114,4 @@ def _search(args: argparse.Namespace) -> Config:
     return Config(max_tokens=args.budget, **best)
 
 
-__all__ = ["GRID", "cli_tune", "tune"]
+__all__ = ["cli_tune", "defaults", "grid", "tune"]

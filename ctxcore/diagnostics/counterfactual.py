@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ctxcore.errors import CtxscopeError, InputError
+from ctxcore.knobs import names, searched
 from ctxcore.models import BuildResult, Config, Decision, Message, Reason, Status, Trace
 from ctxcore.pipeline.common import HISTORY_ID
 from ctxcore.tokens import get_counter
@@ -40,16 +41,12 @@ from ctxcore.tokens import get_counter
 if TYPE_CHECKING:
     from ctxcore.pipeline import ctxscope
 
-KNOBS: tuple[str, ...] = (
-    "max_tokens",
-    "min_relevance",
-    "relevance_weight",
-    "reserve_ratio",
-    "output_reserve",
-)
-#: every knob the search knows: the detectors' quick set (``KNOBS``, what ``smallest_fix``
-#: and the findings use) and the rest, which the app's "What would have kept it?" searches
-ALL_KNOBS: tuple[str, ...] = (*KNOBS, "safety_margin", "history_limit", "partition_budgets")
+#: the detectors' quick set (what ``smallest_fix`` and the findings use), in search order
+#: (``ctxcore.knobs``, ``Knob.search``)
+KNOBS: tuple[str, ...] = searched(quick=True)
+#: every knob the search knows: the quick set and the rest, which the app's "What would
+#: have kept it?" searches
+ALL_KNOBS: tuple[str, ...] = (*KNOBS, *(k for k in searched() if k not in KNOBS))
 #: knob → the decisions' reasons a change of that knob can undo
 _ROOM_REASONS = frozenset(
     {
@@ -220,7 +217,7 @@ def rerun_outcome(
     )
 
 
-_INT_KNOBS = frozenset({"max_tokens", "output_reserve", "safety_margin", "history_limit"})
+_INT_KNOBS = frozenset(names(kind="int"))
 
 
 def _fmt(knob: str, value: float) -> str:

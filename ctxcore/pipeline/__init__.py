@@ -20,6 +20,7 @@ from datetime import datetime
 from importlib import import_module
 from typing import Any, Protocol, cast
 
+from ctxcore.knobs import honoured
 from ctxcore.models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Trace
 from ctxcore.pipeline.common import Summarizer
 from ctxcore.settings import PRESET_NAMES
@@ -66,9 +67,10 @@ def preset(name: str) -> PresetModule:
 
 
 def knobs(name: str) -> list[str]:
-    """The config knobs preset ``name`` takes (those it has not refuses, ``UNSUPPORTED``)."""
-    refused = set(getattr(preset(name), "UNSUPPORTED", ()))
-    return [k for k in Config.model_fields if k != "preset" and k not in refused]
+    """The config knobs preset ``name`` takes, in the order of ``ctxcore.knobs`` (it refuses
+    the others)."""
+    preset(name)  # an unknown preset is an error naming the presets
+    return honoured(name)
 
 
 def check_input_facts(name: str, facts: Iterable[str], where: str) -> None:

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ctxcore.errors import InputError
+from ctxcore.knobs import number, preset_defaults, shares
 from ctxcore.models import (
     PARTITIONS,
     BuildResult,
@@ -57,7 +58,7 @@ from ctxcore.pipeline.degrade import history_content
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID, Item, Prepared, prepare
 from ctxcore.pipeline.reasons import describe, describe_summary
 from ctxcore.pipeline.select import REASONS, RUNGS, STATUSES, Knobs, Plan, plan
-from ctxcore.pipeline.signals import DEFAULT_WEIGHTS, SIGNALS, WEIGHT_KNOBS
+from ctxcore.pipeline.signals import SIGNALS, WEIGHT_KNOBS
 from ctxcore.pipeline.signals import describe as describe_signals
 from ctxcore.pipeline.structure import compress, render
 from ctxcore.scoring import QueryTerms
@@ -68,28 +69,11 @@ NAME = "ctxscope"
 VERSION = "1.0.0"
 
 DEFAULT_WINDOW = 8000
-DEFAULTS: dict[str, object] = {
-    "tokenizer": "cl100k_base",
-    "reserve_ratio": 0.15,
-    "min_relevance": 0.05,
-    "relevance_weight": 0.6,
-    "recency_weight": 0.3,
-    "priority_weight": 0.1,
-    "recency_tau_hours": 6.0,
-    "enable_compression": True,
-    "fill": "skip",
-    "history_limit": 20,
-    **{WEIGHT_KNOBS[name]: w for name, w in DEFAULT_WEIGHTS.items()},
-}
+#: the fixed defaults, declared with each knob (docs/design.md, "Knobs"); ``resolve`` derives
+#: ``max_tokens``, ``output_reserve``, ``safety_margin`` and ``degrade``
+DEFAULTS: dict[str, object] = preset_defaults(NAME)
 #: caps as a share of the available budget; they may sum to more than 1 (caps, not slices)
-DEFAULT_PARTITION_BUDGETS: dict[str, float] = {
-    "[Role & Policies]": 0.30,
-    "[Task]": 0.25,
-    "[State]": 0.15,
-    "[Evidence]": 0.65,
-    "[Context]": 0.45,
-    "[Output]": 0.05,
-}
+DEFAULT_PARTITION_BUDGETS: dict[str, float] = shares("partition_budgets", NAME)
 DEFAULT_DEGRADE: list[str] = list(RUNGS)
 
 
@@ -104,7 +88,9 @@ def resolve(config: Config, input: CapturedInput) -> Config:
         )
     max_tokens = config.max_tokens or input.window or DEFAULT_WINDOW
     upd["max_tokens"] = max_tokens
-    ratio = config.reserve_ratio if config.reserve_ratio is not None else 0.15
+    ratio = (
+        config.reserve_ratio if config.reserve_ratio is not None else number("reserve_ratio", NAME)
+    )
     if config.output_reserve is None:
         upd["output_reserve"] = (
             input.output_reserve if input.output_reserve is not None else round(ratio * max_tokens)

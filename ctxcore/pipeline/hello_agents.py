@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ctxcore.knobs import preset_defaults, refused, whole
 from ctxcore.models import BuildResult, CapturedInput, Config, Reason, Status
 from ctxcore.pipeline._hello_shared import (
     Compressed,
@@ -43,33 +44,17 @@ from ctxcore.pipeline._hello_shared import (
     resolve_updates,
 )
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID, Candidate, Summarizer
-from ctxcore.pipeline.signals import WEIGHT_KNOBS
 from ctxcore.tokens import TokenCounter
 
 NAME = "hello-agents"
 VERSION = "0.2.8"
 
-PACKAGE_HISTORY_LIMIT = 10
-DEFAULTS: dict[str, object] = {
-    "max_tokens": 8000,
-    "reserve_ratio": 0.15,
-    "min_relevance": 0.3,
-    "enable_compression": True,
-    "history_limit": PACKAGE_HISTORY_LIMIT,
-}
-#: Knobs the package does not have; setting one is an error rather than silently ignored.
-UNSUPPORTED = (
-    "output_reserve",
-    "safety_margin",
-    "relevance_weight",
-    "recency_weight",
-    "priority_weight",
-    "recency_tau_hours",
-    "fill",
-    "partition_budgets",
-    "degrade",
-    *WEIGHT_KNOBS.values(),
-)
+#: the package's defaults and the knobs it does not have (setting one is an error rather
+#: than silently ignored), declared with each knob (docs/design.md, "Knobs")
+DEFAULTS: dict[str, object] = preset_defaults(NAME)
+UNSUPPORTED = refused(NAME)
+#: the package always folds its last 10 history messages: its ``history_limit`` default
+PACKAGE_HISTORY_LIMIT = whole("history_limit", NAME)
 
 RELEVANCE_WEIGHT = 0.7
 RECENCY_WEIGHT = 0.3
@@ -106,7 +91,7 @@ def resolve(config: Config, input: CapturedInput) -> Config:
             f"{'it' if len(given) == 1 else 'them'} from the config or use preset ctxscope"
         )
 
-    updates = resolve_updates(config, DEFAULTS, UNSUPPORTED, refusal, "cl100k_base")
+    updates = resolve_updates(config, DEFAULTS, UNSUPPORTED, refusal, str(DEFAULTS["tokenizer"]))
     return config.model_copy(update=updates)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ctxcore.errors import InputError
+from ctxcore.knobs import preset_defaults, refused, whole
 from ctxcore.models import BuildResult, CapturedInput, Config, Reason, Status
 from ctxcore.pipeline._hello_shared import (
     Compressed,
@@ -43,32 +44,17 @@ from ctxcore.pipeline._hello_shared import (
     words,
 )
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Candidate, Summarizer, history_id
-from ctxcore.pipeline.signals import WEIGHT_KNOBS
 from ctxcore.tokens import TokenCounter
 
 NAME = "hello-agents-book"
 VERSION = "book-ch9"
 
-BOOK_HISTORY_LIMIT = 5
-DEFAULTS: dict[str, object] = {
-    "max_tokens": 3000,
-    "reserve_ratio": 0.2,
-    "min_relevance": 0.1,
-    "enable_compression": True,
-    "recency_weight": 0.3,
-    "relevance_weight": 0.7,
-    "history_limit": BOOK_HISTORY_LIMIT,
-}
-UNSUPPORTED = (
-    "output_reserve",
-    "safety_margin",
-    "priority_weight",
-    "recency_tau_hours",
-    "fill",
-    "partition_budgets",
-    "degrade",
-    *WEIGHT_KNOBS.values(),
-)
+#: the listing's defaults and the knobs it does not have, declared with each knob
+#: (docs/design.md, "Knobs")
+DEFAULTS: dict[str, object] = preset_defaults(NAME)
+UNSUPPORTED = refused(NAME)
+#: the listing keeps its last 5 history messages: its ``history_limit`` default
+BOOK_HISTORY_LIMIT = whole("history_limit", NAME)
 WEIGHT_TOLERANCE = 1e-9
 DEFAULT_RELEVANCE = 0.5
 HISTORY_RELEVANCE = 0.6
@@ -123,7 +109,7 @@ def resolve(config: Config, input: CapturedInput) -> Config:
             "weights); remove them from the config or use preset ctxscope"
         )
 
-    updates = resolve_updates(config, DEFAULTS, UNSUPPORTED, refusal, "book-heuristic")
+    updates = resolve_updates(config, DEFAULTS, UNSUPPORTED, refusal, str(DEFAULTS["tokenizer"]))
     rel, rec = config.relevance_weight, config.recency_weight
     # One weight given: the other is its complement (the listing requires the sum to be 1).
     if rel is not None and rec is None:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ctxcore.knobs import number
 from ctxcore.models import CapturedInput, Message
 from ctxcore.scoring import STOPWORDS
 from ctxcore.summarize import TOOL_KINDS, error_evidence
@@ -45,17 +46,8 @@ from ctxcore.summarize import TOOL_KINDS, error_evidence
 SIGNALS: tuple[str, ...] = ("current_turn", "error", "mention", "reference", "metadata", "lexical")
 #: the weight knob of each signal in ``Config``
 WEIGHT_KNOBS: dict[str, str] = {s: f"{s}_weight" for s in SIGNALS}
-#: default weights: fresh and error evidence outrank a good word match (the relevance weight
-#: is 0.6 for a perfect BM25 score), mentions and references come next, metadata last;
-#: ``ctxscope tune`` searches around these
-DEFAULT_WEIGHTS: dict[str, float] = {
-    "current_turn": 0.4,
-    "error": 0.5,
-    "mention": 0.4,
-    "reference": 0.3,
-    "metadata": 0.2,
-    "lexical": 0.3,
-}
+#: the ctxscope preset's default weights, declared with each weight knob in ``ctxcore.knobs``
+DEFAULT_WEIGHTS: dict[str, float] = {s: number(WEIGHT_KNOBS[s], "ctxscope") for s in SIGNALS}
 #: the signals that exempt a packet from ``min_relevance`` (their columns in ``strength``)
 _FLOORED = [SIGNALS.index(s) for s in ("current_turn", "error", "mention", "reference")]
 #: how a signal is named in a decision's reason text
