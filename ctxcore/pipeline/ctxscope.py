@@ -14,21 +14,17 @@ The stages live in their own modules — ``gather`` (candidates, exact counts, r
 writes the report: one decision per candidate with a reason code and a sentence a person
 understands. ``sweep`` reuses the same stages for a grid of configs.
 
-Config knobs (``resolve`` fills every one): ``tokenizer`` (cl100k_base; o200k_base and the
-estimators also work), ``max_tokens`` (the window: input.window or 8,000),
-``output_reserve`` (input.output_reserve, else reserve_ratio × max_tokens),
-``reserve_ratio`` (0.15), ``safety_margin`` (2 % of max_tokens), ``min_relevance`` (0.05),
-``relevance_weight``/``recency_weight``/``priority_weight`` (0.6/0.3/0.1, need not sum to
-1), ``recency_tau_hours`` (6), ``fill`` (skip | optimal | break), ``history_limit`` (20),
-``partition_budgets`` (caps as shares of the available budget; they may sum past 1),
-``degrade`` (the ladder: noise, history, tool_results, files, repo_map, recent),
-``enable_compression`` (the estimator-only last resort) and the signal weights
-``current_turn_weight`` (0.4), ``error_weight`` (0.5), ``mention_weight`` (0.4),
-``reference_weight`` (0.3), ``metadata_weight`` (0.2) and ``lexical_weight`` (0.3): each adds
-``weight × strength`` of its signal to the score (``signals``). Fresh evidence — the latest
-error output and the result of the last tool call — is placed right after the must-keep
-items, shortened by the ladder rather than dropped, and this turn's tool results and
-whatever the user or the last step named are exempt from ``min_relevance`` (issue 13).
+Config knobs: ``resolve`` fills every one with its default, declared with the knob in
+``ctxcore.knobs`` (docs/design.md, "Knobs"), and derives ``max_tokens`` (the input's window,
+else ``DEFAULT_WINDOW``), ``output_reserve`` (the input's, else reserve_ratio × max_tokens),
+``safety_margin`` (2 % of max_tokens) and ``degrade`` (the whole ladder). The relevance,
+recency and priority weights need not sum to 1; ``partition_budgets`` are caps as shares of
+the available budget and may sum past 1; each signal weight (``current_turn_weight`` …
+``lexical_weight``) adds ``weight × strength`` of its signal to the score (``signals``).
+Fresh evidence — the latest error output and the result of the last tool call — is placed
+right after the must-keep items, shortened by the ladder rather than dropped, and this turn's
+tool results and whatever the user or the last step named are exempt from ``min_relevance``
+(issue 13).
 """
 
 from __future__ import annotations
