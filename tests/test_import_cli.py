@@ -456,11 +456,14 @@ def test_the_watched_folder_file_is_named_before_a_trace_is_read(tmp_path: Path)
 
     src = tmp_path / "session.jsonl"
     src.write_bytes(COMPACTED.read_bytes())
-    opts = argparse.Namespace(format="auto", window=None, model=None)
+    opts = argparse.Namespace(input_format="auto", window=None, model=None)
     name = _drop_name([src], opts)
     assert name.startswith("import-session-") and name.endswith(".jsonl")
     assert _drop_name([src], argparse.Namespace(**vars(opts))) == name
-    assert _drop_name([src], argparse.Namespace(format="auto", window=50_000, model=None)) != name
+    assert (
+        _drop_name([src], argparse.Namespace(input_format="auto", window=50_000, model=None))
+        != name
+    )
     assert _drop_name([src, TOOL_USE], opts).startswith("import-2-files-")
     st = src.stat()
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))

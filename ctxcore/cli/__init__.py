@@ -8,11 +8,13 @@ line on stderr with a non-zero exit; anything else is a bug and propagates.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ctxcore import __version__, settings
 from ctxcore.errors import CtxscopeError, InputError
@@ -146,23 +148,158 @@ def _lazy(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="ctxscope", description="See and fix what an LLM agent puts into its context."
+# --------------------------------------------------------------------------- the parser
+# docs/design.md, "Command line": each sub-command has a line in ``ctxscope --help`` and a
+# description heading its own --help; each argument says what it does and its default, and
+# names the environment variable a default comes from; one idea has one spelling (``-o/
+# --output`` for what a command writes, ``--port`` for where it listens, ``--format`` for an
+# output format only), and a renamed option keeps its old spelling, which parses as before.
+
+#: the attribute of an option that lists its old spellings (``_renamed``)
+_OLD = "ctxscope_old_spellings"
+
+_Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written (their examples keep their lines), and an
+    option listed by its current spellings only: its old ones still parse, and the
+    command's epilog says so (``_renamed``)."""
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        old: tuple[str, ...] = getattr(action, _OLD, ())
+        if old:
+            action = copy.copy(action)
+            action.option_strings = [s for s in action.option_strings if s not in old]
+        return super()._format_action_invocation(action)
+
+
+def _renamed(
+    parser: argparse.ArgumentParser, *names: str, old: str, **kwargs: Any
+) -> argparse.Action:
+    """An option spelled ``names`` that ``old``, its spelling before the command line gave
+    each idea one, still sets: --help lists the new spelling and says the old one works."""
+    action = parser.add_argument(*names, old, **kwargs)
+    setattr(action, _OLD, (old,))
+    note = f"{old} still works: the old spelling of {names[-1]}."
+    parser.epilog = f"{parser.epilog}\n\n{note}" if parser.epilog else note
+    return action
+
+
+def _env(var: str) -> str:
+    """What --help adds to a default that comes from an environment variable
+    (``settings.ENVIRONMENT``): that the variable set it, or that it would."""
+    return f"from ${var}" if os.environ.get(var, "").strip() else f"${var} changes it"
+
+
+def _command(
+    sub: _Subcommands,
+    name: str,
+    line: str,
+    description: str,
+    func: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """A sub-command: its line in ``ctxscope --help``, the description that heads its own
+    --help (a sentence or two and an example), and the function that runs it."""
+    p = sub.add_parser(name, help=line, description=description, formatter_class=_HelpFormatter)
+    p.set_defaults(func=func)
+    return p
+
+
+def _db(p: argparse.ArgumentParser, what: str, more: str = "") -> None:
+    """``--db``: the store, from ``$CTXSCOPE_DB`` by default."""
+    p.add_argument(
+        "--db",
+        default=str(settings.db_path()),
+        metavar="PATH",
+        help=f"{what}, a DuckDB file{more} (default %(default)s; {_env(settings.ENV_DB)})",
+    )
+
+
+def _traces(p: argparse.ArgumentParser, what: str) -> None:
+    """``--traces``: the watched folder, from ``$CTXSCOPE_TRACES`` by default."""
+    p.add_argument(
+        "--traces",
+        default=str(settings.traces_dir()),
+        metavar="DIR",
+        help=f"{what} (default %(default)s; {_env(settings.ENV_TRACES)})",
+    )
+
+
+def _port(p: argparse.ArgumentParser, default: int, what: str) -> None:
+    """``--port``: where a command listens (``run``: where its proxy listens)."""
+    p.add_argument(
+        "--port", type=int, default=default, metavar="N", help=f"{what} (default %(default)s)"
+    )
+
+
+def _settings(p: argparse.ArgumentParser, preset: str, set_note: str = "") -> None:
+    """``--preset``, ``--config`` and ``--set``: the settings a build or replay uses."""
+    p.add_argument("--preset", choices=list(settings.PRESET_NAMES), help=preset)
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a config file (JSON: a trace's config, or ctxscope tune's output) patched over "
+        "the recorded one",
     )
     p.add_argument(
-        "--version", action="version", version=f"ctxscope {__version__}", help="print the version"
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set one knob, after --preset and --config (repeat for more; VALUE is read as "
+        f"JSON, else as text): --set max_tokens=4000{set_note}; the knobs are in the "
+        "README's Knobs table",
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    # $CTXSCOPE_DB / $CTXSCOPE_TRACES, else traces/ctxscope.duckdb and traces/
-    db, traces = str(settings.db_path()), str(settings.traces_dir())
 
-    a = sub.add_parser("app", help="start the debugger (binds 127.0.0.1)")
-    a.add_argument("--db", default=db)
-    a.add_argument("--traces", default=traces)
-    a.add_argument("--port", type=int, default=settings.DEFAULT_PORT)
-    a.add_argument("--host", default=settings.DEFAULT_HOST)
-    a.add_argument("--token", default=None, help="required with a non-loopback --host")
+
+def _upstreams(p: argparse.ArgumentParser, inherited: bool) -> None:
+    """``--upstream-openai`` and ``--upstream-anthropic``: where the proxy forwards calls.
+    ``run`` keeps a base URL its command already had (``inherited``)."""
+    for api, name, env, default in (
+        ("openai", "OpenAI", settings.ENV_OPENAI_BASE_URL, settings.DEFAULT_UPSTREAM_OPENAI),
+        (
+            "anthropic",
+            "Anthropic",
+            settings.ENV_ANTHROPIC_BASE_URL,
+            settings.DEFAULT_UPSTREAM_ANTHROPIC,
+        ),
+    ):
+        source = f"${env}, else {default}" if inherited else default
+        p.add_argument(
+            f"--upstream-{api}",
+            metavar="URL",
+            help=f"where the proxy sends {name} calls (default {source})",
+        )
+
+
+def _add_app(sub: _Subcommands) -> None:
+    a = _command(
+        sub,
+        "app",
+        "start the debugger in the browser (binds 127.0.0.1)",
+        "Start the debugger: a local web app that shows the traces of the store and\n"
+        "ingests every trace file written or copied into the folder it watches.\n\n"
+        "example:\n"
+        "  ctxscope app --traces ./traces --otlp   # and receive OpenTelemetry spans",
+        _lazy("app", "cmd_app"),
+    )
+    _db(a, "the store it shows and ingests into")
+    _traces(a, "the folder it watches: trace files that land there are ingested")
+    _port(a, settings.DEFAULT_PORT, "the port it listens on")
+    a.add_argument(
+        "--host",
+        default=settings.DEFAULT_HOST,
+        metavar="ADDRESS",
+        help="the address it binds (default %(default)s: this machine only); any other "
+        "serves every trace to the network and needs --token",
+    )
+    a.add_argument(
+        "--token",
+        default=None,
+        metavar="SECRET",
+        help="the access token the app asks for (open it with ?token=SECRET); required with "
+        f"a non-loopback --host (default: ${settings.ENV_TOKEN}, else none)",
+    )
     a.add_argument(
         "--otlp",
         type=int,
@@ -170,140 +307,460 @@ def make_parser() -> argparse.ArgumentParser:
         const=settings.DEFAULT_OTLP_PORT,
         default=None,
         metavar="PORT",
-        help="also receive OpenTelemetry GenAI spans (OTLP/HTTP on 127.0.0.1, "
-        f"default port {settings.DEFAULT_OTLP_PORT}) into the watched folder",
+        help="also receive OpenTelemetry GenAI spans (OTLP/HTTP on 127.0.0.1) into the "
+        "watched folder, on PORT (%(const)s when given without one; default: off)",
     )
-    a.set_defaults(func=_lazy("app", "cmd_app"))
 
-    b = sub.add_parser(
-        "build", help="run the pipeline on a captured input, a trace or an exported snapshot"
+
+def _add_build(sub: _Subcommands) -> None:
+    b = _command(
+        sub,
+        "build",
+        "run the pipeline on a captured input, a trace or an exported snapshot",
+        "Build a context: run the pipeline on a captured input (what an agent had at one\n"
+        "model call) and print the trace it makes, one JSON line. From a trace, or one of\n"
+        "a snapshot (ctxscope export), it rebuilds the recorded input with the recorded\n"
+        "config, changed by --preset, --config and --set in that order.\n\n"
+        "example:\n"
+        "  ctxscope build trace.json --set max_tokens=4000 > smaller.json",
+        cmd_build,
     )
-    b.add_argument("file")
-    b.add_argument("--trace", help="which trace of a snapshot of several (its id)")
-    b.add_argument("--preset", choices=list(settings.PRESET_NAMES))
-    b.add_argument("--config")
-    b.add_argument("--set", action="append", metavar="KEY=VALUE")
-    b.set_defaults(func=cmd_build)
+    b.add_argument(
+        "file",
+        metavar="FILE",
+        help="a captured input, a trace, or a snapshot from ctxscope export (JSON)",
+    )
+    b.add_argument("--trace", metavar="ID", help="which trace of a snapshot of several (its id)")
+    _settings(
+        b,
+        "the context builder; one other than the trace's starts from its own defaults "
+        "(default: the trace's own, else ctxscope)",
+        "; window and output_reserve set the captured input's own facts",
+    )
 
-    i = sub.add_parser("ingest", help="ingest trace files into the store")
-    i.add_argument("paths", nargs="+")
-    i.add_argument("--db", default=db)
+
+def _add_ingest(sub: _Subcommands) -> None:
+    i = _command(
+        sub,
+        "ingest",
+        "ingest trace files into the store",
+        "Ingest trace files (.jsonl, one trace a line; .json; .jsonl.gz) and folders of\n"
+        "them into the store, with the diagnostics' findings. A trace already stored is\n"
+        "not stored twice.\n\n"
+        "example:\n"
+        "  ctxscope ingest traces/live/ --db traces/ctxscope.duckdb",
+        _lazy("ingest", "cli_ingest"),
+    )
+    i.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or folders to search")
+    _db(i, "the store to ingest into")
     i.add_argument(
         "--defer-diagnostics",
         action="store_true",
         help="store findings later (the app's watcher computes them when idle): a big "
         "ingest is then several times faster",
     )
-    i.set_defaults(func=_lazy("ingest", "cli_ingest"))
 
-    w = sub.add_parser("watch", help="watch a folder and ingest new/appended files")
-    w.add_argument("dir", nargs="?", default=traces)
-    w.add_argument("--db", default=db)
-    w.set_defaults(func=_lazy("ingest", "cli_watch"))
 
-    e = sub.add_parser("export", help="export a trace or session")
-    e.add_argument("trace_id", nargs="?")
-    e.add_argument("--session")
-    e.add_argument("--format", choices=["json", "html", "otlp"], default="json")
-    e.add_argument("-o", "--output")
-    e.add_argument("--no-redact", action="store_true", help="keep secrets (not recommended)")
-    e.add_argument("--db", default=db)
-    e.set_defaults(func=_lazy("exchange", "cli_export"))
-
-    im = sub.add_parser(
-        "import",
-        help="import model requests, session logs, OTLP or snapshots (--format lists them)",
-        epilog="formats (auto detects them):\n" + registry.help_lines(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _add_watch(sub: _Subcommands) -> None:
+    w = _command(
+        sub,
+        "watch",
+        "watch a folder and ingest new/appended files",
+        "Watch a folder and ingest trace files as they are written or appended to, until\n"
+        "Ctrl-C: what the app does while it runs, without the app.\n\n"
+        "example:\n"
+        "  ctxscope watch traces/ --db traces/ctxscope.duckdb",
+        _lazy("ingest", "cli_watch"),
     )
+    w.add_argument(
+        "dir",
+        nargs="?",
+        default=str(settings.traces_dir()),
+        metavar="DIR",
+        help=f"the folder to watch (default %(default)s; {_env(settings.ENV_TRACES)})",
+    )
+    _db(w, "the store to ingest into")
+
+
+def _add_export(sub: _Subcommands) -> None:
+    e = _command(
+        sub,
+        "export",
+        "export a trace or session (snapshot JSON, HTML report or OTLP)",
+        "Export a stored trace, or every trace of a session, to share it: a snapshot\n"
+        "(JSON that import, build and the app read), an HTML report that opens offline,\n"
+        "or OTLP JSON spans. Secrets are redacted unless --no-redact.\n\n"
+        "example:\n"
+        "  ctxscope export --session fix-login --format html -o fix-login.html",
+        _lazy("exchange", "cli_export"),
+    )
+    e.add_argument(
+        "trace_id", nargs="?", metavar="TRACE_ID", help="the trace to export (or --session)"
+    )
+    e.add_argument("--session", metavar="ID", help="every trace of this session instead")
+    e.add_argument(
+        "--format",
+        choices=["json", "html", "otlp"],
+        default="json",
+        help="what to write: json (a snapshot), html (a report), otlp (OTLP JSON spans) "
+        "(default %(default)s)",
+    )
+    e.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the file to write, replaced whole or not at all (default: standard output, "
+        "as with -o -)",
+    )
+    e.add_argument(
+        "--no-redact", action="store_true", help="keep secrets in the export (not recommended)"
+    )
+    _db(e, "the store to read", " (a copy while the app holds it)")
+
+
+def _add_import(sub: _Subcommands) -> None:
+    im = _command(
+        sub,
+        "import",
+        "import model requests, session logs, OTLP or snapshots (--help lists the formats)",
+        "Import what other tools record (model API requests, agent session logs,\n"
+        "OpenTelemetry exports, ctxscope snapshots) as traces: into the store, or with -o\n"
+        "into a trace file. It prints what each source held against what reached the\n"
+        "traces. Each file's format is detected unless --from names it.\n\n"
+        "example:\n"
+        "  ctxscope import ~/.codex/sessions/ --from codex",
+        _lazy("exchange", "cli_import"),
+    )
+    im.epilog = "formats (auto detects them):\n" + registry.help_lines()
     im.add_argument("paths", nargs="+", metavar="PATH", help="files, folders or glob patterns")
-    im.add_argument("--format", choices=list(registry.NAMES), default=registry.AUTO)
-    im.add_argument("--db", default=db)
-    im.add_argument("-o", "--output", help="write the trace JSON here instead of the store")
-    im.add_argument("--window", type=int, help="the model's context window, if the file lacks it")
-    im.add_argument("--model", help="the model that served the request (sets the window)")
-    im.set_defaults(func=_lazy("exchange", "cli_import"))
+    _renamed(
+        im,
+        "--from",
+        old="--format",
+        dest="input_format",
+        choices=list(registry.NAMES),
+        default=registry.AUTO,
+        metavar="FORMAT",
+        help="the format of the files, one of those listed below (default %(default)s: "
+        "detected per file)",
+    )
+    _db(im, "the store to import into")
+    im.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the traces (JSONL) here instead of the store; - is standard output",
+    )
+    im.add_argument(
+        "--window",
+        type=int,
+        metavar="N",
+        help="the model's context window in tokens, where a file does not say it",
+    )
+    im.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the model that served the requests (its window is used where a file has none)",
+    )
 
-    d = sub.add_parser("demo", help="(re)generate the demo traces from the corpus")
-    d.add_argument("--out", default=str(settings.DEMO_DIR))
-    d.add_argument("--corpus", default=None)
-    d.add_argument("--db", default=db)
-    d.set_defaults(func=_lazy("demo", "cli_demo"))
 
-    c = sub.add_parser("check", help="run the diagnostics; non-zero exit on findings")
-    c.add_argument("files", nargs="+")
-    c.add_argument("--fail-on", choices=["info", "warning", "error"], default="error")
-    c.set_defaults(func=_lazy("check", "cli_check"))
+def _add_demo(sub: _Subcommands) -> None:
+    d = _command(
+        sub,
+        "demo",
+        "(re)generate the demo traces from the corpus",
+        "Regenerate the demo traces: real agent transcripts from the corpus, rebuilt turn\n"
+        "by turn into trace files, then loaded into the store (--db '' skips that).\n\n"
+        "example:\n"
+        "  ctxscope demo -o /tmp/demo --db /tmp/demo.duckdb",
+        _lazy("demo", "cli_demo"),
+    )
+    _renamed(
+        d,
+        "-o",
+        "--output",
+        old="--out",
+        default=str(settings.DEMO_DIR),
+        metavar="DIR",
+        help="the folder the session files are written to (default %(default)s, the "
+        "demo traces the package ships)",
+    )
+    d.add_argument(
+        "--corpus",
+        default=None,
+        metavar="DIR",
+        help="the transcripts they are built from (default: "
+        f"${settings.ENV_CORPUS}, else the corpus/ folder of the source tree)",
+    )
+    _db(d, "the store they are loaded into", "; '' loads them nowhere")
 
-    rp = sub.add_parser(
+
+def _add_check(sub: _Subcommands) -> None:
+    c = _command(
+        sub,
+        "check",
+        "run the diagnostics; non-zero exit on findings",
+        "Run the diagnostics on trace files and print each finding (file:line, trace,\n"
+        "detector, message). The exit code is 1 when a finding is at or above --fail-on:\n"
+        "a CI gate.\n\n"
+        "example:\n"
+        "  ctxscope check traces/live/*.jsonl --fail-on warning",
+        _lazy("check", "cli_check"),
+    )
+    c.add_argument("files", nargs="+", metavar="FILE", help="trace files (.jsonl or .json)")
+    c.add_argument(
+        "--fail-on",
+        choices=["info", "warning", "error"],
+        default="error",
+        help="the lowest severity that fails the check, exit 1 (default %(default)s)",
+    )
+
+
+def _add_replay(sub: _Subcommands) -> None:
+    rp = _command(
+        sub,
         "replay",
-        help="re-run a session, tag, the store or trace files with new settings; "
+        "re-run a session, tag, the store or trace files with new settings; "
         "non-zero exit when something kept before is lost",
+        "Re-run recorded builds with new settings and compare them with the recording (or\n"
+        "with --against-set/--against-config): what each turn loses, the first turn each\n"
+        "item is lost before and after, findings added and cleared. The exit code is 1\n"
+        "when something kept before is lost at or above --fail-on.\n\n"
+        "examples:\n"
+        "  ctxscope replay --session fix-login --set max_tokens=4000\n"
+        "  ctxscope replay --all --preset hello-agents --fail-on warning",
+        cmd_replay,
     )
     rp.add_argument("files", nargs="*", metavar="FILE", help="trace files instead of the store")
     which = rp.add_mutually_exclusive_group()
-    which.add_argument("--session", help="every turn of one stored session")
+    which.add_argument("--session", metavar="ID", help="every turn of one stored session")
     which.add_argument("--tag", help="every stored trace with this tag")
     which.add_argument("--all", action="store_true", help="every stored trace")
-    rp.add_argument("--preset", choices=list(settings.PRESET_NAMES))
-    rp.add_argument("--config", help="a config file patched over each recorded config")
-    rp.add_argument("--set", action="append", metavar="KEY=VALUE")
+    _settings(rp, "the context builder to rebuild with (default: each trace's own)")
     against = rp.add_mutually_exclusive_group()
-    against.add_argument("--against-config", help="compare with this config, not the recording")
-    against.add_argument("--against-set", action="append", metavar="KEY=VALUE")
-    rp.add_argument("--db", default=db)
-    rp.add_argument("--format", choices=["table", "json"], default="table")
+    against.add_argument(
+        "--against-config",
+        metavar="FILE",
+        help="compare with the recording patched by this config, not as recorded",
+    )
+    against.add_argument(
+        "--against-set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="compare with the recording with this knob set, not as recorded (repeatable)",
+    )
+    _db(rp, "the store to read", " (a copy while the app holds it)")
+    rp.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="how the report is printed: a table, or the report as one JSON line "
+        "(default %(default)s)",
+    )
+    _replay_run_options(rp)
+
+
+def _replay_run_options(rp: argparse.ArgumentParser) -> None:
+    """``replay``'s gate, what it keeps, and how it runs."""
     rp.add_argument(
         "--fail-on",
         choices=["info", "warning", "error", "never"],
         default="error",
         help="exit 1 on a loss this bad: error = must-keep or error evidence, warning = "
-        "any packet that was in the prompt, info = squeezed too",
+        "any packet that was in the prompt, info = squeezed too (default %(default)s)",
     )
-    rp.add_argument("--save", action="store_true", help="store the variants, tagged replay")
+    rp.add_argument(
+        "--save",
+        action="store_true",
+        help="store the variants, tagged replay (while the app holds the store: into the "
+        "folder it watches)",
+    )
     rp.add_argument(
         "--workers",
         type=int,
         default=None,
+        metavar="N",
         help="processes (default: one per CPU; at most 32, or one per CPU where that is more)",
     )
     rp.add_argument(
         "--no-findings", action="store_true", help="skip the diagnostics (several times faster)"
     )
-    rp.set_defaults(func=cmd_replay)
 
-    up_help = f"where OpenAI calls go (default {settings.DEFAULT_UPSTREAM_OPENAI})"
-    ua_help = f"where Anthropic calls go (default {settings.DEFAULT_UPSTREAM_ANTHROPIC})"
-    px = sub.add_parser("proxy", help="record every model call an agent makes (API proxy)")
-    px.add_argument("--port", type=int, default=settings.DEFAULT_PROXY_PORT)
-    px.add_argument("--traces", default=traces)
-    px.add_argument("--upstream-openai", help=up_help)
-    px.add_argument("--upstream-anthropic", help=ua_help)
-    px.add_argument("--timeout", type=float, default=600.0, help="seconds an upstream may stall")
-    px.set_defaults(func=_lazy("live", "cmd_proxy"))
 
-    r = sub.add_parser("run", help="run a command with its model calls recorded: run -- CMD")
-    r.add_argument("--proxy-port", type=int, default=settings.DEFAULT_PROXY_PORT)
-    r.add_argument("--traces", default=traces, help="for the proxy it starts")
-    r.add_argument("--upstream-openai", help=f"for the proxy it starts; {up_help}")
-    r.add_argument("--upstream-anthropic", help=f"for the proxy it starts; {ua_help}")
-    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
-    r.set_defaults(func=_lazy("live", "cmd_run"))
+def _add_proxy(sub: _Subcommands) -> None:
+    px = _command(
+        sub,
+        "proxy",
+        "record every model call an agent makes (API proxy)",
+        "Run a recording proxy for the OpenAI and Anthropic APIs on 127.0.0.1: point an\n"
+        "agent's base URL at it, and each model call is sent upstream and written as a\n"
+        "trace into the live/ subfolder of the watched folder.\n\n"
+        "example:\n"
+        "  ctxscope proxy &\n"
+        "  OPENAI_BASE_URL=http://127.0.0.1:4040/v1 python my_agent.py",
+        _lazy("live", "cmd_proxy"),
+    )
+    _port(px, settings.DEFAULT_PROXY_PORT, "the port it listens on")
+    _traces(px, "calls are written to DIR/live/")
+    _upstreams(px, inherited=False)
+    px.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long an upstream may stall before the call fails (default %(default)s)",
+    )
 
-    co = sub.add_parser("collect", help="receive OpenTelemetry GenAI spans (OTLP/HTTP)")
-    co.add_argument("--port", type=int, default=settings.DEFAULT_OTLP_PORT)
-    co.add_argument("--traces", default=traces)
-    co.set_defaults(func=_lazy("live", "cmd_collect"))
 
-    t = sub.add_parser("tune", help="search the ctxscope knobs for the best context recall")
-    t.add_argument("sessions", nargs="*", help="corpus session files (default: all of them)")
-    t.add_argument("--corpus", default="corpus")
-    t.add_argument("--budget", type=int, default=8000, help="max_tokens (default 8,000)")
-    t.add_argument("--max-steps", type=int, default=8, help="steps per session (default 8)")
-    t.add_argument("--rounds", type=int, default=1)
-    t.add_argument("--show-missed", type=int, default=10)
-    t.add_argument("-o", "--output", default="ctxscope-tuned.json")
-    t.set_defaults(func=_lazy("tune", "cli_tune"))
+def _add_run(sub: _Subcommands) -> None:
+    r = _command(
+        sub,
+        "run",
+        "run a command with its model calls recorded: run -- CMD",
+        "Run a command with its model calls recorded: its OPENAI_BASE_URL and\n"
+        "ANTHROPIC_BASE_URL point at the ctxscope proxy on --port (started for the\n"
+        "command when none runs there), and its calls are tagged with its name. --port is\n"
+        "the proxy's: run listens on nothing itself.\n\n"
+        "example:\n"
+        "  ctxscope run -- python my_agent.py --task fix-login",
+        _lazy("live", "cmd_run"),
+    )
+    _renamed(
+        r,
+        "--port",
+        old="--proxy-port",
+        type=int,
+        default=settings.DEFAULT_PROXY_PORT,
+        metavar="N",
+        help="the port of the proxy the calls go through: a ctxscope proxy listening there "
+        "is used, else one is started on it (default %(default)s)",
+    )
+    _traces(r, "where a proxy it starts writes (DIR/live/); a running one keeps its own")
+    _upstreams(r, inherited=True)
+    r.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ARGS",
+        help="the command to run and its arguments, after --",
+    )
+
+
+def _add_collect(sub: _Subcommands) -> None:
+    co = _command(
+        sub,
+        "collect",
+        "receive OpenTelemetry GenAI spans (OTLP/HTTP)",
+        "Receive OpenTelemetry GenAI spans and logs over OTLP/HTTP (protobuf or JSON) on\n"
+        "127.0.0.1, and write each model call as a trace into the live/ subfolder of the\n"
+        "watched folder (ctxscope app --otlp runs one beside the app).\n\n"
+        "example:\n"
+        "  ctxscope collect &\n"
+        "  OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 python my_agent.py",
+        _lazy("live", "cmd_collect"),
+    )
+    _port(co, settings.DEFAULT_OTLP_PORT, "the port it listens on, OTLP/HTTP's")
+    _traces(co, "traces are written to DIR/live/")
+
+
+def _add_tune(sub: _Subcommands) -> None:
+    t = _command(
+        sub,
+        "tune",
+        "search the ctxscope knobs for the best context recall",
+        "Search the ctxscope preset's knobs that have a search grid (the signal weights,\n"
+        "relevance_weight, recency_weight, min_relevance) for the best context recall on\n"
+        "corpus sessions under one budget, and write the best as a config file that\n"
+        "build --config and the Playground load.\n\n"
+        "example:\n"
+        "  ctxscope tune --budget 4000 -o tuned.json",
+        _lazy("tune", "cli_tune"),
+    )
+    t.add_argument(
+        "sessions",
+        nargs="*",
+        metavar="SESSION",
+        help="corpus session files (default: those of --corpus that tune reads)",
+    )
+    t.add_argument(
+        "--corpus",
+        default=None,
+        metavar="DIR",
+        help="where the sessions are (default: "
+        f"${settings.ENV_CORPUS}, else the corpus/ folder of the source tree)",
+    )
+    t.add_argument(
+        "--budget", type=int, default=8000, metavar="N", help="max_tokens (default %(default)s)"
+    )
+    t.add_argument(
+        "--max-steps",
+        type=int,
+        default=8,
+        metavar="N",
+        help="model calls read per session (default %(default)s)",
+    )
+    t.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="passes over the knobs; one that changes nothing ends the search "
+        "(default %(default)s)",
+    )
+    t.add_argument(
+        "--show-missed",
+        type=int,
+        default=10,
+        metavar="N",
+        help="how many turns still missing something to list (default %(default)s)",
+    )
+    t.add_argument(
+        "-o",
+        "--output",
+        default="ctxscope-tuned.json",
+        metavar="FILE",
+        help="the config file to write; - prints it (default %(default)s)",
+    )
+
+
+#: the sub-commands in the order ``ctxscope --help`` lists them
+SUBCOMMANDS: tuple[Callable[[_Subcommands], None], ...] = (
+    _add_app,
+    _add_build,
+    _add_ingest,
+    _add_watch,
+    _add_export,
+    _add_import,
+    _add_demo,
+    _add_check,
+    _add_replay,
+    _add_proxy,
+    _add_run,
+    _add_collect,
+    _add_tune,
+)
+
+
+def _environment_epilog() -> str:
+    """The environment variables the defaults come from, for ``ctxscope --help``."""
+    width = max(map(len, settings.ENVIRONMENT)) + 2
+    rows = [f"  {var:<{width}}{meaning}" for var, (_, meaning) in settings.ENVIRONMENT.items()]
+    return "environment:\n" + "\n".join(rows) + "\n\nctxscope COMMAND --help says more."
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The ``ctxscope`` parser: one sub-command per entry of ``SUBCOMMANDS``."""
+    p = argparse.ArgumentParser(
+        prog="ctxscope",
+        description="See and fix what an LLM agent puts into its context.",
+        epilog=_environment_epilog(),
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument(
+        "--version", action="version", version=f"ctxscope {__version__}", help="print the version"
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
+    for add in SUBCOMMANDS:
+        add(sub)
     return p
 
 

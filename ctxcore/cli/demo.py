@@ -10,16 +10,19 @@ from ctxcore import settings
 from ctxcore.demo.build import DEFAULT_CORPUS, generate
 
 
+def corpus_arg(given: str | None) -> Path:
+    """The corpus a command reads (``demo``, ``tune``): ``--corpus`` if given, else
+    ``$CTXSCOPE_CORPUS``, else the corpus/ folder of the source tree."""
+    return Path(given) if given else settings.corpus_dir(DEFAULT_CORPUS)
+
+
 def cli_demo(args: argparse.Namespace) -> int:
-    """``ctxscope demo [--out DIR] [--corpus DIR] [--db PATH]``.
+    """``ctxscope demo [-o DIR] [--corpus DIR] [--db PATH]``.
 
     Writes the session files, then loads them into the store. When the app owns the store,
     the files are already where its watcher looks, so that is said and not an error.
     """
-    corpus = (
-        Path(args.corpus) if getattr(args, "corpus", None) else settings.corpus_dir(DEFAULT_CORPUS)
-    )
-    paths = generate(corpus, Path(args.out))
+    paths = generate(corpus_arg(args.corpus), Path(args.output))
     total = 0
     for p in paths:
         n = p.read_text(encoding="utf-8").count("\n")
@@ -38,7 +41,7 @@ def cli_demo(args: argparse.Namespace) -> int:
             counts = ingest_paths(store, [str(p) for p in paths], complete_tail=True)
     except StoreLockedError as exc:
         print(
-            f"{exc}\nthe demo files are written to {args.out}: a running app ingests them "
+            f"{exc}\nthe demo files are written to {args.output}: a running app ingests them "
             "if that is inside its watched folder, else copy them there",
             file=sys.stderr,
         )

@@ -71,7 +71,7 @@ def _drop_name(sources: list[Path], args: argparse.Namespace) -> str:
             h.update(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
         except OSError:
             h.update(f"{path}\0".encode())
-    h.update(f"{args.format}\0{args.window}\0{args.model}".encode())
+    h.update(f"{args.input_format}\0{args.window}\0{args.model}".encode())
     first = sources[0].name.split(".")[0] if len(sources) == 1 else f"{len(sources)}-files"
     return f"import-{first or 'import'}-{h.hexdigest()[:10]}.jsonl"
 
@@ -84,7 +84,7 @@ class _Import:
 
     def __init__(self, sources: list[Path], args: argparse.Namespace) -> None:
         self.sources = sources
-        self.format = args.format
+        self.format = args.input_format
         self.window: int | None = args.window
         self.model: str | None = args.model
         self.redact = settings.redact_on_ingest()
@@ -278,7 +278,7 @@ def import_sources(specs: list[str]) -> list[Path]:
 
 
 def cli_import(args: argparse.Namespace) -> int:
-    """``ctxscope import PATH... [--format ...] [--window N] [--model M] [--db PATH] [-o FILE]``."""
+    """``ctxscope import PATH... [--from FORMAT] [--window N] [--model M] [--db PATH] [-o F]``."""
     if args.window is not None and args.window <= 0:
         raise InputError(f"--window {args.window}: a context window is a positive token count")
     big_buffers_mapped()

@@ -131,7 +131,7 @@ def _start_proxy(args: argparse.Namespace) -> subprocess.Popen[bytes]:
         "ctxcore",
         "proxy",
         "--port",
-        str(args.proxy_port),
+        str(args.port),
         "--traces",
         str(args.traces),
         "--upstream-openai",
@@ -148,7 +148,7 @@ def _start_proxy(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     from ctxcore.capture.proxy import SERVICE_NAME, SERVICE_PATH
 
     path = SERVICE_PATH.decode()
-    return start_service(cmd, args.proxy_port, path, SERVICE_NAME, "the proxy", "", START_S)
+    return start_service(cmd, args.port, path, SERVICE_NAME, "the proxy", "", START_S)
 
 
 def _stop_proxy(proc: subprocess.Popen[bytes]) -> None:
@@ -172,15 +172,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise InputError("nothing to run: ctxscope run [--proxy-port N] -- CMD ARGS...")
-    port = args.proxy_port
+        raise InputError("nothing to run: ctxscope run [--port N] -- CMD ARGS...")
+    port = args.port
     info = probe(port)
     started: subprocess.Popen[bytes] | None = None
     if info is None:
         if _port_taken(port):
             raise InputError(
                 f"port {port} is taken by something that is not a ctxscope proxy; "
-                "pass another --proxy-port"
+                "pass another --port"
             )
         started = _start_proxy(args)
         info = probe(port) or {}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxcore import knobs
+from ctxcore.cli.demo import corpus_arg
 from ctxcore.demo.recall import SESSIONS, Score, Turn, recall_of, turns_of
 from ctxcore.errors import InputError
 from ctxcore.models import Config
@@ -87,8 +88,9 @@ def _config_text(cfg: Config) -> str:
 
 
 def _search(args: argparse.Namespace) -> Config:
+    corpus = corpus_arg(args.corpus)  # --corpus, else $CTXSCOPE_CORPUS, else corpus/
     paths = [Path(p) for p in args.sessions] or [
-        Path(args.corpus) / name for name in SESSIONS if (Path(args.corpus) / name).exists()
+        corpus / name for name in SESSIONS if (corpus / name).exists()
     ]
     turns: list[Turn] = []
     for p in paths:
