@@ -50,6 +50,8 @@ FOLDERS = {
     "pi": "pi",
     "otlp-json": "otlp",
     "otlp-logs": "otlp",
+    "aider-chat": "aider-chat",
+    "aider-llm-history": "aider-llm-history",
     "otlp-protobuf": "otlp",
     "otlp-span-events": "otlp",
     "otlp-traces": "otlp",
@@ -104,7 +106,11 @@ def _values(path: Path, fmt: str) -> Iterator[tuple[str, Any]]:
     request as the ``{"request", "response"}`` pair a file may hold (a chat request holds
     its ``response``; a stream is put back together by the format's assembler first)."""
     name = path.name
-    if name.endswith(".jsonl"):
+    if _not_json(path):
+        # a text log is seen as its text (an archive has none: only the sniffers see it)
+        if not path.read_bytes().startswith(b"PK"):
+            yield "text", path.read_text(encoding="utf-8")
+    elif name.endswith(".jsonl"):
         if registry.get(fmt).stream is not None:
             yield "events", _lines(path)
         else:
@@ -133,6 +139,12 @@ def _samples() -> list[Path]:
         if p.is_file() and p.name not in ("EXPECTED.json", "SOURCES.md")
     ]
     return files + [CORPUS / name for name in CORPUS_SAMPLES]
+def _not_json(path: Path) -> bool:
+    """Whether a sample is a file of a format that is not JSON (what its sniffer says)."""
+    head = path.read_bytes()[: registry.SNIFF_BYTES]
+    return registry.sniff_file(path.name, head) is not None
+
+
 
 
 def test_every_fixture_folder_names_its_format() -> None:
@@ -159,6 +171,20 @@ def test_a_session_log_file_is_sniffed_as_its_format(fmt: str) -> None:
     assert [sessions.sniff(p) for p in sorted(folder.glob("*.jsonl"))] == [fmt] * len(
         list(folder.glob("*.jsonl"))
     )
+
+@pytest.mark.parametrize("path", _samples(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_file_that_is_not_json_is_sniffed_as_its_own_format_and_no_other(path: Path) -> None:
+    fmt = _expected(path)
+    head = path.read_bytes()[: registry.SNIFF_BYTES]
+    said = [
+        f.name
+        for f in registry.sniffing()
+        if registry.resolve(f.sniff or "")(path.name, head)  # each sniffer, not the first
+    ]
+    assert said == ([fmt] if registry.get(fmt).sniff is not None and said else [])
+    if said:  # the loader streams it as that format
+        assert registry.sniff_file(path.name, head) is registry.get(fmt)
+
 
 
 def test_a_value_no_detector_claims_falls_back_to_the_chat_format() -> None:

@@ -228,26 +228,58 @@ def iter_traces(
     # and keeps re-imports of the same file identical.
     mtime = datetime.fromtimestamp(st.st_mtime, tz=UTC).replace(microsecond=0)
     session = p.name.split(".")[0] or "import"
+    log = _log_format(p, fmt)
+    if log is not None:
+        yield from _session_log(p, log, mtime, window, model)
+        return
     raw = read_protobuf(p) if fmt in (registry.AUTO, "otlp") and _maybe_protobuf(p) else None
     if raw is not None:
         traces = traces_from_protobuf(raw, str(p), session_id=session, default_now=mtime)
         yield from _windowed(traces, window, model)
         return
-    log = _log_format(p, fmt)
-    if log is not None:
-        yield from _session_log(p, log, mtime, window, model)
-        return
+    if fmt == registry.AUTO:
+        _refuse_text(p)
     file = _File(p, fmt, session, mtime, skipped)
     yield from _windowed(file.traces(), window, model)
 
 
+def _head(p: Path) -> bytes:
+    """A file's first bytes (unpacked), for the sniffers (none if it cannot be read: the
+    reader then says why)."""
+    try:
+        with open_stream(p) as f:
+            return f.read(registry.SNIFF_BYTES)
+    except (OSError, *GZIP_ERRORS):
+        return b""
+
+
 def _log_format(p: Path, fmt: Format) -> registry.Format | None:
-    """The session-log format a file is read as line by line, if it is one."""
+    """The format a file is streamed as, if it is one: a JSONL session log, or a file that
+    is not JSON (a text log, an archive) a format's sniffer claims."""
     if fmt == registry.AUTO:
         name = sniff(p)
-        return registry.get(name) if name is not None else None
+        if name is not None:
+            return registry.get(name)
+        return registry.sniff_file(p.name, _head(p))
     form = registry.get(fmt)
     return form if form.stream is not None else None
+
+
+def _refuse_text(p: Path) -> None:
+    """A file that is not JSON and that no format claims: one line naming the formats that
+    are not JSON and ``--format``, rather than a JSON parser's complaint about line 1."""
+    if p.name.lower().removesuffix(".gz").endswith(".jsonl"):
+        return  # JSONL: each bad line is that line's error
+    start = _head(p).removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not start or start[:1] in (b"{", b"[", b'"') or looks_binary(start):
+        return
+    first = start.split(b"\n", 1)[0][:60].decode("utf-8", "replace").rstrip()
+    texts = ", ".join(f"{f.name} ({f.summary.split(':')[0]})" for f in registry.sniffing())
+    raise ImportFormatError(
+        f"{p}: not a format ctxscope reads: a text file that is not JSON (it starts "
+        f"{first!r}); the formats that are not JSON: {texts}; the others are JSON, JSONL or "
+        f"OTLP protobuf. If it is one of them, name it: --format NAME"
+    )
 
 
 def _session_log(

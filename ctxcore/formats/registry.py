@@ -104,6 +104,9 @@ class Format:
     live: Live | None = None
     #: detection falls back to this format when no detector says yes
     fallback: bool = False
+    #: a file that is not JSON (a text log, a zip): ``"module:function"`` telling from its
+    #: name and first bytes whether it is this format; ``stream`` then reads the file
+    sniff: str | None = None
 
     def detects(self, data: Any) -> bool:
         """Whether this format's detector says ``data`` is of it."""
@@ -182,6 +185,22 @@ FORMATS: tuple[Format, ...] = (
         _SESSIONS + ":looks_like_pi",
         _SESSIONS + ":read_pi",
         stream=_SESSIONS + ":iter_file",
+    ),
+    Format(
+        "aider-llm-history",
+        "aider's .aider.llm.history (text): one trace per 'TO LLM' block, its reply the outcome",
+        _F + "aider:looks_like_llm_history",
+        _F + "aider:read_llm_history",
+        stream=_F + "aider:iter_file",
+        sniff=_F + "aider:sniff_llm_history",
+    ),
+    Format(
+        "aider-chat",
+        "aider's .aider.chat.history.md (markdown): one trace per reply, a session per start",
+        _F + "aider:looks_like_chat",
+        _F + "aider:read_chat",
+        stream=_F + "aider:iter_file",
+        sniff=_F + "aider:sniff_chat",
     ),
     Format(
         "openhands",
@@ -304,6 +323,25 @@ def help_lines() -> str:
 __all__ = [
     "AUTO",
     "FORMATS",
+#: How many bytes of a file ``sniff_file`` shows the sniffers.
+SNIFF_BYTES = 4096
+
+
+def sniffing() -> tuple[Format, ...]:
+    """The formats of files that are not JSON (text logs, archives), in table order."""
+    return tuple(f for f in FORMATS if f.sniff is not None)
+
+
+def sniff_file(name: str, head: bytes) -> Format | None:
+    """The format of a file that is not JSON, from its name and first ``SNIFF_BYTES``
+    (None: no such format claims it)."""
+    for f in sniffing():
+        assert f.sniff is not None
+        if cast(Callable[[str, bytes], bool], resolve(f.sniff))(name, head):
+            return f
+    return None
+
+
     "Format",
     "FormatName",
     "Live",
@@ -318,3 +356,5 @@ __all__ = [
     "live_formats",
     "resolve",
 ]
+    "sniff_file",
+    "sniffing",
