@@ -1,7 +1,7 @@
 """ctxcore: the library behind ctxscope.
 
 The trace contract (``ctxscope.trace/1``), exact token counting, the GSSC pipeline with its
-three presets, replay of recorded sessions with new settings, diagnostics, the DuckDB trace
+presets, replay of recorded sessions with new settings, diagnostics, the DuckDB trace
 store, capture, import and export. ctxcore never imports Streamlit. Every public name loads on
 first use.
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ctxcore.pipeline import PRESET_NAMES, build, build_trace, resolve_config
     from ctxcore.pipeline.sweep import sweep
     from ctxcore.replay.report import ReplayReport
-    from ctxcore.store import TraceFilter, TraceStore
+    from ctxcore.store import Store, TraceFilter, TraceStore, open_store
     from ctxcore.store.ingest import ingest_paths
     from ctxcore.tokens import TokenCounter, get_counter
 
@@ -87,8 +87,10 @@ _LAZY = {
     "ReplayReport": "ctxcore.replay.report",
     **dict.fromkeys(("TokenCounter", "get_counter"), "ctxcore.tokens"),
     "Recorder": "ctxcore.capture.recorder",
+    "Store": "ctxcore.store",
     "TraceFilter": "ctxcore.store",
     "TraceStore": "ctxcore.store",
+    "open_store": "ctxcore.store",
     "diagnose": "ctxcore.diagnostics",
     "diagnose_session": "ctxcore.diagnostics",
     "ingest_paths": "ctxcore.store.ingest",
@@ -126,6 +128,7 @@ __all__ = [
     "Recorder",
     "ReplayReport",
     "Status",
+    "Store",
     "StoreError",
     "StoreLockedError",
     "TokenCounter",
@@ -140,6 +143,7 @@ __all__ = [
     "diagnose_session",
     "get_counter",
     "ingest_paths",
+    "open_store",
     "replay",
     "resolve_config",
     "sweep",

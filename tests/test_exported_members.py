@@ -18,10 +18,11 @@ def test_all_is_sorted_and_resolves() -> None:
 def test_public_names_are_the_real_objects() -> None:
     from ctxcore.diagnostics import diagnose
     from ctxcore.pipeline import build
-    from ctxcore.store import TraceStore
+    from ctxcore.store import Store, TraceStore, open_store
 
     assert ctxcore.build is build
     assert ctxcore.TraceStore is TraceStore
+    assert ctxcore.Store is Store and ctxcore.open_store is open_store
     assert ctxcore.diagnose is diagnose
 
 
