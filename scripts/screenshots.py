@@ -1,6 +1,6 @@
 """Photograph every page of the app on the demo traces (for the README and for review).
 
-Starts ``streamlit run app.py`` against a fresh store filled from ``traces/demo`` (or the
+Starts ``streamlit run ctxapp/app.py`` against a fresh store filled from ``traces/demo`` (or the
 browser tests' corpus session when the demo folder is empty), opens each page in Debian's
 Chromium at each size (1024×768 and 1440×900 by default) and writes full-page PNGs named
 ``<page>-<width>x<height>.png``; the pages open on the README walk-through's session. It
@@ -25,6 +25,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ctxapp.pages import PAGES as REGISTRY  # noqa: E402
 from tests.browser import (  # noqa: E402
     browser_missing_reason,
     cut_metrics,
@@ -43,17 +44,10 @@ from tests.browser import screenshot as _shot  # noqa: E402
 
 SESSION = "swe-pytest-7571-hello-agents"
 TURN = 15
-#: page name -> path, with {t} the walk-through's trace and {s} its session
-PAGES = {
-    "traces": "traces",
-    "traces-findings": "traces?view=findings",
-    "inspect": "inspect?trace={t}",
-    "timeline": "timeline?session={s}",
-    "playground": "playground?trace={t}",
-    "compare": "compare?a={t}",
-    "sweep": "sweep?trace={t}",
-    "replay": "replay?session={s}",
-    "share": "share?trace={t}",
+#: page name -> path, with {t} the walk-through's trace and {s} its session: every page of the
+#: registry (``ctxapp.pages.PAGES``) as its links open it, and the Traces page's findings view
+PAGES = {p.name: p.url(trace="{t}", session="{s}") for p in REGISTRY} | {
+    "traces-findings": "traces?view=findings"
 }
 
 

@@ -11,7 +11,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
+from ctxapp.pages import PageSpec
 from ctxcore.models import Config, Trace
 from ctxcore.pipeline import build_trace
 from ctxcore.settings import DEFAULT_PRESET
@@ -119,6 +121,12 @@ def open_page(page: str, *, timeout: float = 120, **params: str) -> Any:
 
     at = rerun(AppTest.from_file(APP, default_timeout=timeout))
     return rerun(at, page if page != "traces" else None, **params)
+
+
+def opening(spec: PageSpec, trace: str = "", session: str = "") -> dict[str, str]:
+    """The query parameters that open the registry page ``spec`` on ``trace`` / ``session``
+    (its ``opens``), as ``open_page`` takes them."""
+    return dict(parse_qsl(spec.opens.format(t=trace, s=session)))
 
 
 def rerun(at: Any, page: str | None = None, **params: str) -> Any:

@@ -16,6 +16,7 @@ import pytest
 from app_support import open_page as _open_page
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.pages import PAGES, PageSpec
 from ctxapp.ui import views
 from ctxcore.models import Status, Trace
 
@@ -27,16 +28,8 @@ def open_page(page: str, **params: str) -> AppTest:
     return at
 
 
-PAGES = ["traces", "inspect", "timeline", "playground", "compare", "sweep", "share"]
-TITLES = {
-    "traces": "Traces",
-    "inspect": "Inspect",
-    "timeline": "Timeline",
-    "playground": "Playground",
-    "compare": "Compare",
-    "sweep": "Sweep",
-    "share": "Share / Import",
-}
+#: every page of the registry (``ctxapp.pages.PAGES``), by its name
+PAGE = pytest.mark.parametrize("spec", PAGES, ids=[p.name for p in PAGES])
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +72,25 @@ def shown_text(at: AppTest) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_every_page_renders(db: Path, page: str) -> None:
-    at = open_page(page)
-    assert at.title[0].value == TITLES[page]
+@PAGE
+def test_every_page_renders(db: Path, spec: PageSpec) -> None:
+    at = open_page(spec.name)
+    assert at.title[0].value == spec.title
     assert not at.error, [e.value for e in at.error]
+
+
+@PAGE
+def test_every_page_opens_on_what_its_link_names(db: Path, built, spec: PageSpec) -> None:
+    """Opened as the registry's ``opens`` says, on a trace and its session, a page raises
+    nothing and shows no error."""
+    t = built["b"][1]
+    at = open_page(spec.name, **data.opening(spec, trace=t.trace_id, session=t.session_id))
+    assert at.title[0].value == spec.title
+    assert not at.error, [e.value for e in at.error]
+    if spec.opens:
+        shown = [str(b.value) for b in at.selectbox] + [str(c.value) for c in at.caption]
+        named = t.session_id if "{s}" in spec.opens else t.trace_id
+        assert any(named in s for s in shown), (spec.name, shown)
 
 
 def test_traces_session_filter_narrows_the_list(db: Path, built) -> None:
@@ -175,10 +182,11 @@ def outside_code(s: str) -> str:
 @pytest.mark.slow
 def test_hostile_packets_stay_text(db: Path, built) -> None:
     evil = built["evil"][0]
-    for page in ("inspect", "playground", "compare", "share", "traces"):
-        at = open_page(page, trace=evil.trace_id, a=evil.trace_id)
+    for spec in PAGES:
+        opened = data.opening(spec, trace=evil.trace_id, session=evil.session_id)
+        at = open_page(spec.name, **opened)
         for s in map(outside_code, shown_text(at)):
-            assert "<script" not in s and "<img" not in s and "](javascript" not in s, (page, s)
+            assert "<script" not in s and "<img" not in s and "](javascript" not in s, (spec, s)
     at = open_page("inspect", trace=evil.trace_id)
     at.session_state["in_section"] = "Prompt"
     at.run()
@@ -197,12 +205,9 @@ def test_ids_and_tags_never_form_links_or_bold(db: Path) -> None:
     data.fill(db, [probe])
     url = data.LINKS[0]
     opened = [
-        ("inspect", {"trace": probe.trace_id}),
-        ("playground", {"trace": probe.trace_id}),
-        ("compare", {"a": probe.trace_id}),
-        ("share", {"trace": probe.trace_id}),
-        ("sweep", {"trace": probe.trace_id}),
-        ("timeline", {"session": url}),
+        (spec.name, data.opening(spec, trace=probe.trace_id, session=probe.session_id))
+        for spec in PAGES
+    ] + [
         ("traces", {"session": url}),
         ("inspect", {"trace": url}),  # unknown: the id is echoed in a warning
     ]

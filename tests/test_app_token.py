@@ -14,11 +14,11 @@ import app_support as data
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ctxapp.pages import DEFAULT, PAGES, PageSpec
 from ctxapp.ui.boot import LOCKED_MESSAGE
 from ctxcore import settings
 
 APP = str(Path(__file__).resolve().parent.parent / "ctxapp" / "app.py")
-PAGES = ["traces", "inspect", "timeline", "playground", "compare", "sweep", "share"]
 TOKEN = "s3cret-Tøken"  # not ASCII: compared as bytes
 
 
@@ -44,21 +44,32 @@ def locked(at: AppTest) -> bool:
     return [i.value for i in at.info] == [LOCKED_MESSAGE] and len(drawn) == 1
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_no_token_configured_pages_render(db: Path, monkeypatch, page: str) -> None:
+def opened(spec: PageSpec) -> dict[str, str]:
+    """The query that opens ``spec`` on the session's second turn (or the session)."""
+    return data.opening(spec, trace="sess-token-t1", session="sess-token")
+
+
+#: every page of the registry (``ctxapp.pages.PAGES``), by its name
+PAGE = pytest.mark.parametrize("spec", PAGES, ids=[p.name for p in PAGES])
+
+
+@PAGE
+def test_no_token_configured_pages_render(db: Path, monkeypatch, spec: PageSpec) -> None:
     monkeypatch.delenv(settings.ENV_TOKEN, raising=False)
     at = run(AppTest.from_file(APP, default_timeout=60))
-    at = run(at, page if page != "traces" else None)
-    assert at.title, "the page drew no title"
+    at = run(at, spec.name if spec != DEFAULT else None, **opened(spec))
+    assert [t.value for t in at.title] == [spec.title]
     assert LOCKED_MESSAGE not in [i.value for i in at.info]
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_token_configured_pages_stay_locked_without_it(db: Path, monkeypatch, page: str) -> None:
+@PAGE
+def test_token_configured_pages_stay_locked_without_it(
+    db: Path, monkeypatch, spec: PageSpec
+) -> None:
     monkeypatch.setenv(settings.ENV_TOKEN, TOKEN)
     at = run(AppTest.from_file(APP, default_timeout=60))
     assert locked(at)
-    at = run(at, page, trace="sess-token-t1")
+    at = run(at, spec.name, **opened(spec))
     assert locked(at), [(e.type, getattr(e, "value", "")) for e in at.main]
     at = run(at, token=TOKEN[:-1] + "x")  # a wrong guess changes nothing
     assert locked(at)
@@ -70,9 +81,10 @@ def test_token_in_the_url_unlocks_the_session(db: Path, monkeypatch) -> None:
     assert at.title[0].value == "Traces"
     assert "token" not in at.query_params  # off the address bar
     # the session remembers: other pages (and their own parameters) open without it
-    for page in PAGES[1:]:
-        at = run(at, page, trace="sess-token-t1")
-        assert not locked(at) and at.title, page
+    for spec in PAGES:
+        if spec != DEFAULT:
+            at = run(at, spec.name, **opened(spec))
+            assert not locked(at) and [t.value for t in at.title] == [spec.title], spec.name
     at = run(at, "inspect", trace="sess-token-t0")
     assert at.title[0].value == "Inspect"
     assert at.query_params["trace"] == "sess-token-t0"

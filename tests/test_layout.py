@@ -34,7 +34,6 @@ PARTS: dict[str, tuple[str, ...]] = {
     "core": (
         "ctxcore.errors",
         "ctxcore.models",
-        "ctxcore.knobs",
         "ctxcore.tokens",
         "ctxcore.scoring",
         "ctxcore.summarize",
@@ -524,4 +523,21 @@ def test_design_citations_name_existing_sections() -> None:
         "citations of docs/design.md sections that do not exist",
         bad,
         "Sections: " + " · ".join(headings),
+    )
+
+
+# --------------------------------------------------------------------------- (f) the app's pages
+
+
+def test_the_design_page_table_lists_exactly_the_page_registry() -> None:
+    """docs/design.md, "The app" has a row per page of ``ctxapp.pages.PAGES`` (the registry
+    imports nothing from Streamlit), in the registry's order, and no other."""
+    from ctxapp.pages import PAGES
+
+    rows = _table_rows(_section(DESIGN.read_text(encoding="utf-8"), "The app"))
+    listed = [name for name, cells in rows.items() if cells[:2] != ["Page", "Shows"]]
+    registry = [p.title for p in PAGES]
+    assert listed == registry, (
+        f'docs/design.md, "The app" lists the pages {listed}; the registry '
+        f"(ctxapp/pages/__init__.py PAGES) has {registry}. Keep the table to the registry."
     )

@@ -30,6 +30,11 @@ class PageSpec:
     opens: str = ""
 
     @property
+    def name(self) -> str:
+        """The page's short name, its file's stem (``inspect``), as ``by_name`` takes it."""
+        return self.file.removesuffix(".py")
+
+    @property
     def script(self) -> str:
         """The page's path as ``st.Page`` and ``AppTest.switch_page`` take it: relative to
         ``app.py``'s folder."""
@@ -110,9 +115,9 @@ DEFAULT = PAGES[0]
 def by_name(name: str) -> PageSpec:
     """The page whose file is ``<name>.py`` (``"inspect"`` → Inspect)."""
     for page in PAGES:
-        if page.file == f"{name}.py":
+        if page.name == name:
             return page
-    known = ", ".join(p.file.removesuffix(".py") for p in PAGES)
+    known = ", ".join(p.name for p in PAGES)
     raise KeyError(f"no page {name!r}; the pages are {known}")
 
 

@@ -14,6 +14,8 @@ from urllib.parse import quote
 
 import pytest
 
+from ctxapp.pages import PAGES as REGISTRY
+
 from . import (
     LINK_PAYLOADS,
     LINK_SESSION,
@@ -57,14 +59,9 @@ _RENDERED_JS = """
 
 _PROBE = quote(LINK_TRACE_ID, safe="")
 _SESSION = quote(LINK_SESSION, safe="")
-PAGES = [
-    ("traces", f"?session={_SESSION}"),  # the default page lives at /, not /traces
-    ("inspect", f"inspect?trace={_PROBE}"),
-    ("timeline", f"timeline?session={_SESSION}"),
-    ("playground", f"playground?trace={_PROBE}"),
-    ("compare", f"compare?a={_PROBE}"),
-    ("sweep", f"sweep?trace={_PROBE}"),
-    ("share", f"share?trace={_PROBE}"),
+#: every page of the registry opened on the probe (its trace, its session), as ``opens`` says
+PAGES = [(p.name, p.url(trace=_PROBE, session=_SESSION)) for p in REGISTRY] + [
+    ("traces-session", f"?session={_SESSION}"),  # the default page at /, on the session
     # an unknown id from a link is echoed in a warning, a sentence of markdown
     ("missing", f"inspect?trace={_SESSION}"),
 ]

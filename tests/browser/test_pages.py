@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from ctxapp.pages import PAGES, PageSpec
+
 from . import exceptions_text, goto, nav_links, screenshot
 
-#: The pages issue 4 asks for; a nav label must contain each word (case-insensitive).
-EXPECTED_PAGES = ("traces", "inspect", "timeline", "playground", "compare", "sweep", "share")
+#: every page of the registry (``ctxapp.pages.PAGES``), by its name
+PAGE = pytest.mark.parametrize("spec", PAGES, ids=[p.name for p in PAGES])
 
 
 def test_home_opens_and_lists_every_page(tab) -> None:
@@ -19,18 +21,18 @@ def test_home_opens_and_lists_every_page(tab) -> None:
     goto(page, tab.url)
     assert exceptions_text(page) == []
     links = nav_links(page)
-    labels = [label.lower() for label, _ in links]
-    missing = [p for p in EXPECTED_PAGES if not any(p in label for label in labels)]
-    assert not missing, f"navigation lacks {missing}; it shows {labels}"
+    labels = [label for label, _ in links]  # an icon's name may come before the title
+    missing = [p.title for p in PAGES if not any(p.title in label for label in labels)]
+    assert not missing and len(labels) == len(PAGES), f"navigation lacks {missing}: {labels}"
     screenshot(page, "home")
 
 
-@pytest.mark.parametrize("wanted", EXPECTED_PAGES)
-def test_page_renders_without_exception(tab, wanted: str) -> None:
+@PAGE
+def test_page_renders_without_exception(tab, spec: PageSpec) -> None:
     page = tab.page
     goto(page, tab.url)
-    matches = [(label, href) for label, href in nav_links(page) if wanted in label.lower()]
-    assert matches, f"no navigation link for {wanted!r}"
+    matches = [(label, href) for label, href in nav_links(page) if spec.title in label]
+    assert matches, f"no navigation link for {spec.title!r}"
     label, href = matches[0]
     goto(page, href)
     errors = exceptions_text(page)
@@ -39,18 +41,14 @@ def test_page_renders_without_exception(tab, wanted: str) -> None:
     # Something besides the navigation rendered: the page has a heading or a widget.
     body = page.locator('[data-testid="stMainBlockContainer"]')
     assert body.inner_text().strip(), f"{label}: the page is blank"
-    screenshot(page, wanted)
+    screenshot(page, spec.name)
 
 
-#: Each page on the corpus session rather than on whatever trace is newest (the XSS probe).
+#: Each page that opens on something, on the corpus session rather than on whatever trace is
+#: newest (the XSS probe), as the registry's ``opens`` says; and Compare on two traces.
 DEEP_LINKS = [
-    ("inspect", "inspect?trace=browser-t2"),
-    ("timeline", "timeline?session=browser-session"),
-    ("playground", "playground?trace=browser-t2"),
-    ("compare", "compare?a=browser-t0&b=browser-t2"),
-    ("sweep", "sweep?trace=browser-t2"),
-    ("share", "share?trace=browser-t2"),
-]
+    (p.name, p.url(trace="browser-t2", session="browser-session")) for p in PAGES if p.opens
+] + [("compare-both", "compare?a=browser-t0&b=browser-t2")]
 
 
 @pytest.mark.parametrize(("name", "path"), DEEP_LINKS, ids=[d[0] for d in DEEP_LINKS])

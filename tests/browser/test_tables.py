@@ -13,6 +13,8 @@ from urllib.parse import quote
 
 import pytest
 
+from ctxapp.pages import PAGES as REGISTRY
+
 from . import (
     TABLE_WHY,
     exceptions_text,
@@ -27,18 +29,18 @@ from . import (
 from .test_walkthrough import SESSION, _walkthrough_trace
 
 SIZES = [(1024, 768), (1440, 900)]
-#: every page with tables, opened where they have rows: (name, path, tab to open first)
+#: what a page's query adds to its registry ``opens``, so its tables have rows: Traces on the
+#: session, the Playground with packets flipped
+EXTRA_QUERY = {"traces": "?session={s}", "playground": "&min_relevance=0.2"}
+#: every page of the registry opened on the walk-through's trace and session, and views of
+#: two of them: (name, path, tab to open first)
 PAGES = [
-    ("traces", "traces?session={s}", None),
+    (p.name, p.url(trace="{t}", session="{s}") + EXTRA_QUERY.get(p.name, ""), None)
+    for p in REGISTRY
+] + [
     ("traces-findings", "traces?view=findings", None),
-    ("inspect", "inspect?trace={t}", None),
     # the signals table: a build of the ctxscope preset (the browser session's)
     ("inspect-scores", "inspect?trace=browser-t2", "Scores"),
-    ("timeline", "timeline?session={s}", None),
-    ("playground", "playground?trace={t}&min_relevance=0.2", None),
-    ("compare", "compare?a={t}", None),
-    ("sweep", "sweep?trace={t}", None),
-    ("share", "share?trace={t}", None),
 ]
 #: tables the walk must meet (the import errors' table needs a file ingest could not read)
 MET = set(TABLE_WHY) - {"sh_errors"}

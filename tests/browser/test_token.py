@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from ctxapp.pages import PAGES
+
 from . import (
     AppServer,
     fill_store,
@@ -67,7 +69,9 @@ def _assert_locked(page: Any, where: str) -> None:
 
 
 def test_without_the_token_nothing_shows(fresh, token_server: AppServer) -> None:
-    for path in ("", "inspect?trace=browser-t1", "share?trace=browser-t1", "sweep"):
+    # the root, and every page of the registry as its links open it
+    urls = [p.url(trace="browser-t1", session="browser-session") for p in PAGES]
+    for path in ("", *urls):
         goto(fresh, f"{token_server.url}/{path}")
         _assert_locked(fresh, path or "/")
     goto(fresh, f"{token_server.url}/inspect?trace=browser-t1&token={TOKEN}x")

@@ -11,6 +11,8 @@ from urllib.parse import quote
 
 import pytest
 
+from ctxapp.pages import PAGES
+
 from . import exceptions_text, goto, rerun_and_settle, screenshot, settle
 
 SESSION = "swe-pytest-7571-hello-agents"
@@ -18,17 +20,7 @@ FLIPPED = re.compile(r"Flipped \((\d+)\)")
 
 
 @pytest.mark.parametrize(
-    ("path", "title"),
-    [
-        ("traces", "Traces"),
-        ("inspect", "Inspect"),
-        ("timeline", "Timeline"),
-        ("playground", "Playground"),
-        ("compare", "Compare"),
-        ("sweep", "Sweep"),
-        ("replay", "Replay"),
-        ("share", "Share / Import"),
-    ],
+    ("path", "title"), [(p.url_path, p.title) for p in PAGES], ids=[p.name for p in PAGES]
 )
 def test_every_page_opens_at_its_url(tab, path: str, title: str) -> None:
     page = tab.page
@@ -111,17 +103,11 @@ def test_no_metric_is_cut_at_both_sizes(chromium, app_server, width, height) -> 
         goto(page, f"{app_server.url}/traces?session={quote(SESSION)}")
         rows = page.locator('[data-testid="stSelectbox"]').filter(has_text="Open trace")
         assert rows.count() == 1
-        for path in ("inspect", "playground", "compare"):
-            goto(
-                page, f"{app_server.url}/{path}?{'a' if path == 'compare' else 'trace'}=browser-t2"
-            )
+        for spec in PAGES:  # every page as its links open it
+            goto(page, f"{app_server.url}/{spec.url(trace='browser-t2', session=quote(SESSION))}")
             assert exceptions_text(page) == []
-            assert cut_metrics(page) == [], f"{path} at {width}x{height}: cut metrics"
-            screenshot(page, f"layout-{path}-{width}x{height}")
-        for path in (f"timeline?session={quote(SESSION)}", f"replay?session={quote(SESSION)}"):
-            goto(page, f"{app_server.url}/{path}")
-            assert exceptions_text(page) == []
-            assert cut_metrics(page) == [], f"{path} at {width}x{height}: cut metrics"
+            assert cut_metrics(page) == [], f"{spec.name} at {width}x{height}: cut metrics"
+            screenshot(page, f"layout-{spec.name}-{width}x{height}")
     finally:
         page.context.close()
 
@@ -154,17 +140,8 @@ def test_no_chart_label_is_cut_or_drawn_over_another_at_both_sizes(
 
     trace = _walkthrough_trace()
     s = quote(SESSION)
-    pages = [
-        "traces",
-        "traces?view=findings",
-        f"inspect?trace={trace}",
-        f"timeline?session={s}",
-        f"playground?trace={trace}",
-        f"compare?a={trace}",
-        f"sweep?trace={trace}",
-        f"replay?session={s}",
-        f"share?trace={trace}",
-    ]
+    # every page of the registry as its links open it, and the Traces page's findings view
+    pages = [p.url(trace=trace, session=s) for p in PAGES] + ["traces?view=findings"]
     page = new_page(chromium, width=width, height=height)
     found: list[str] = []
     try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from ctxapp.pages import PAGES as REGISTRY
+
 from . import (
     XSS_SCRIPT,
     XSS_TRACE_ID,
@@ -59,13 +61,15 @@ def _assert_inert(tab, where: str) -> None:
     assert exceptions_text(page) == [], f"{where}: exception box"
 
 
+#: what a page's query adds to its registry ``opens``: the Playground lets every packet in
+EXTRA_QUERY = {"playground": "&min_relevance=0"}
+#: every page of the registry but Inspect (a test of its own) opened on the probe (its trace,
+#: its session), and the Traces page searching for it
 PAGES = [
-    ("inspect", f"inspect?trace={XSS_TRACE_ID}"),
-    ("playground", f"playground?trace={XSS_TRACE_ID}&min_relevance=0"),
-    ("timeline", "timeline?session=xss-session"),
-    ("traces", "?search=alert"),  # the default page lives at /, not /traces
-    ("compare", f"compare?a={XSS_TRACE_ID}"),
-]
+    (p.name, p.url(trace=XSS_TRACE_ID, session="xss-session") + EXTRA_QUERY.get(p.name, ""))
+    for p in REGISTRY
+    if p.name != "inspect"
+] + [("traces-search", "?search=alert")]  # the default page lives at /, not /traces
 
 
 def test_inspect_shows_payloads_as_text(tab, browser_data) -> None:
@@ -85,7 +89,7 @@ def test_inspect_shows_payloads_as_text(tab, browser_data) -> None:
     _assert_inert(tab, "inspect, prompt tab")
 
 
-@pytest.mark.parametrize(("name", "path"), PAGES[1:], ids=[p[0] for p in PAGES[1:]])
+@pytest.mark.parametrize(("name", "path"), PAGES, ids=[p[0] for p in PAGES])
 def test_other_pages_keep_payloads_inert(tab, name: str, path: str) -> None:
     goto(tab.page, f"{tab.url}/{path}")
     _assert_inert(tab, name)
