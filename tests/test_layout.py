@@ -34,6 +34,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "core": (
         "ctxcore.errors",
         "ctxcore.models",
+        "ctxcore.knobs",
         "ctxcore.tokens",
         "ctxcore.scoring",
         "ctxcore.summarize",
