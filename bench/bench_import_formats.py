@@ -5,7 +5,8 @@ whose format has a session-log stream reader), three rates over the file's bytes
 
 - decode: ``json.loads`` of each line (a JSONL log) or of the whole file;
 - reader: the format's reader up to its model calls (``sessions.iter_file``'s calls: parsing,
-  normalising, the calls' contexts), without counting tokens;
+  normalising, the calls' contexts), without counting tokens; for a JSON format in
+  ``MAPPINGS``, the decode and its mapping onto normalised messages;
 - import: ``load_file``, the whole import (traces with every text counted).
 
 Each is repeated until it has run half a second, and the best run is kept; times are the
@@ -23,17 +24,27 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ctxcore.formats import registry, sessions  # noqa: E402
+from ctxcore.errors import ImportFormatError  # noqa: E402
+from ctxcore.formats import langfuse, litellm, openai_agents, registry, sessions  # noqa: E402
+from ctxcore.formats.accounting import Tally  # noqa: E402
 from ctxcore.formats.load import load_file  # noqa: E402
 from ctxcore.formats.sessions.lines import read_lines  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
 #: fixture folder -> format, for the folders whose name is not the format's
-FOLDER_FORMAT = {"claude-code": "claude-code", "codex": "codex", "pi": "pi"}
+FOLDER_FORMAT = {
+    "claude-code": "claude-code",
+    "codex": "codex",
+    "pi": "pi",
+    "langfuse": "langfuse",
+    "litellm": "litellm",
+    "openai-agents": "openai-agents",
+}
 
 
 def _best(run: Callable[[], object], budget: float = 0.5) -> float:
@@ -67,13 +78,47 @@ def _reader(path: Path, fmt: str) -> None:
         pass
 
 
+def _langfuse(value: Any) -> None:
+    for o in value["observations"]:
+        if o["type"] == "GENERATION":
+            raw = o.get("input")
+            langfuse.normalize_input(json.loads(raw) if isinstance(raw, str) else raw, Tally("x"))
+            langfuse.output_text(o.get("output"))
+
+
+def _litellm(value: Any) -> None:
+    litellm.PAYLOADS.normalize(litellm.request_of(value), Tally("x"))
+
+
+def _agents(value: Any) -> None:
+    openai_agents.refusal(value["data"])
+
+
+#: format -> its mapping of a decoded document to normalised messages (the reader without
+#: the trace building and token counting every format shares), for the JSON formats
+MAPPINGS: dict[str, Callable[[Any], None]] = {
+    "langfuse": _langfuse,
+    "litellm": _litellm,
+    "openai-agents": _agents,
+}
+
+
+def _mapped(path: Path, fmt: str) -> None:
+    MAPPINGS[fmt](json.loads(path.read_text(encoding="utf-8")))
+
+
 def measure(path: Path, fmt: str) -> dict[str, float]:
     mb = path.stat().st_size / 1e6
     decode = _best(lambda: _decode(path))
     out = {"mb": mb, "decode": mb / decode}
     if registry.get(fmt).stream is not None:
         out["reader"] = mb / _best(lambda: _reader(path, fmt))
-    out["import"] = mb / _best(lambda: load_file(path), budget=1.0)
+    elif fmt in MAPPINGS:
+        out["reader"] = mb / _best(lambda: _mapped(path, fmt))
+    try:
+        out["import"] = mb / _best(lambda: load_file(path), budget=1.0)
+    except ImportFormatError:  # refused: the file holds no call to import
+        out["import"] = float("nan")
     return out
 
 
@@ -83,7 +128,8 @@ def _samples(formats: list[str], files: list[Path]) -> list[tuple[Path, str]]:
     out = []
     for folder, fmt in FOLDER_FORMAT.items():
         if fmt in formats:
-            out.extend((p, fmt) for p in sorted((FIXTURES / folder).glob("*.jsonl")))
+            # a session log's JSONL lines, or a format's JSON documents
+            out.extend((p, fmt) for p in sorted((FIXTURES / folder).glob("*.json*")))
     return out
 
 

@@ -12,6 +12,8 @@ claims it must come later in the table and be one of the overlaps the design acc
   knows;
 - ``anthropic`` takes a request with a ``system`` list: a Converse request has one as well,
   so ``bedrock-converse`` comes before it.
+- a LiteLLM logging payload holds the call's chat ``messages``: ``openai`` reads those too,
+  and ``anthropic`` a list whose model is Claude's; ``litellm`` comes before both.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ FOLDERS = {
     "openhands": "openhands",
     "openinference": "otlp",
     "pi": "pi",
+    "langfuse": "langfuse",
+    "litellm": "litellm",
+    "openai-agents": "openai-agents",
     "otlp-json": "otlp",
     "otlp-logs": "otlp",
     "aider-chat": "aider-chat",
@@ -79,6 +84,8 @@ OVERLAPS = {
     ("swe-agent", "openai"),
     ("mini-swe-agent", "openai"),
     ("bedrock-converse", "anthropic"),
+    ("litellm", "openai"),
+    ("litellm", "anthropic"),
 }
 ORDER = [f.name for f in registry.FORMATS]
 

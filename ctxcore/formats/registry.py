@@ -227,6 +227,25 @@ FORMATS: tuple[Format, ...] = (
         _F + "langchain:read",
     ),
     Format(
+        "langfuse",
+        "a Langfuse trace export (its observations): one trace per GENERATION",
+        _F + "langfuse:looks_like",
+        _F + "langfuse:read",
+    ),
+    Format(
+        "litellm",
+        "LiteLLM standard logging payloads (messages, response, usage, cost): one trace each",
+        _F + "litellm:detects",
+        _F + "litellm:read",
+        one_per_line=True,
+    ),
+    Format(
+        "openai-agents",
+        "an OpenAI Agents SDK trace export (traces and spans): one trace per model call",
+        _F + "openai_agents:looks_like",
+        _F + "openai_agents:read",
+    ),
+    Format(
         "bedrock-converse",
         "an Amazon Bedrock Converse request (or request/response pairs)",
         _F + "bedrock:REQUESTS.detects",
