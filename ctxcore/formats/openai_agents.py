@@ -7,7 +7,8 @@ The Agents SDK (openai/openai-agents-python) exports traces and spans as JSON ob
 "error"}``, ``span_data.type`` one of ``agent``, ``response``, ``generation``,
 ``function``, ``handoff``, ``guardrail``, ``custom``, … Its exporter sends them in batches
 (``POST /v1/traces/ingest``, ``{"data": [...]}``); a ``TracingProcessor`` of one's own
-writes the same objects, one per JSONL line or as a list.
+writes the same objects, read here as such a batch or a list of them (a JSONL file of them is
+read line by line, so each line must hold its batch).
 
 A model call is a ``generation`` span (the Chat Completions model and the LiteLLM and
 any-llm models: ``input`` and ``output`` are chat messages, with ``model``,
