@@ -27,53 +27,66 @@ DESIGN = ROOT / "docs" / "design.md"
 
 # --------------------------------------------------------------------------- the table
 
-#: part -> the modules (dotted names; a package stands for everything under it) it holds.
-#: Mirrors the table in docs/design.md, "Parts and allowed imports"; change both together.
-PARTS: dict[str, tuple[str, ...]] = {
-    "settings": ("ctxcore.settings",),
-    "core": (
-        "ctxcore.errors",
-        "ctxcore.models",
-        "ctxcore.knobs",
-        "ctxcore.tokens",
-        "ctxcore.scoring",
-        "ctxcore.summarize",
-        "ctxcore.loading",
-        "ctxcore.output",
-        "ctxcore.processes",
-    ),
-    "figures": ("ctxcore.figures",),
-    "pipeline": ("ctxcore.pipeline",),
-    "diagnostics": ("ctxcore.diagnostics",),
-    "formats": ("ctxcore.formats",),
-    "store": ("ctxcore.store",),
-    "capture": ("ctxcore.capture",),
-    "testing": (
-        "ctxcore.testing",
-        "ctxcore.replay",
-    ),
-    "demo": ("ctxcore.demo",),
-    "cli": ("ctxcore.cli", "ctxcore.__main__"),
-    # ctxcore/__init__.py: the public API, re-exported (pipeline eagerly, the rest lazily).
-    "root": ("ctxcore",),
-}
+_PARTS_SECTION = "Parts and allowed imports"
+_LIST_SPLIT = re.compile(r",\s*|\s+and\s+")
 
-_CORE = {"settings", "core"}
-#: part -> the parts it may import (itself included).
+
+def _parts_table() -> list[list[str]]:
+    """The rows of the table in docs/design.md, "Parts and allowed imports": part, modules,
+    what it holds, may import (cells as written, backticks kept)."""
+    text = DESIGN.read_text(encoding="utf-8")
+    m = re.search(rf"^## {_PARTS_SECTION}[ \t]*\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, f'docs/design.md has no "{_PARTS_SECTION}" section'
+    rows = []
+    for line in m.group(1).splitlines():
+        line = line.strip()
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] != "Part":
+            assert len(cells) == 4, f"the parts table's row {line!r} has {len(cells)} cells, not 4"
+            rows.append(cells)
+    assert rows, "the parts table has no rows"
+    return rows
+
+
+def _modules(cell: str) -> tuple[str, ...]:
+    """The dotted modules a "Modules" cell names: `models` and `settings.py` are modules,
+    `pipeline/` a package (everything under it), `__init__.py` the package root."""
+    out = []
+    for name in re.findall(r"`([^`]+)`", cell):
+        if name == "__init__.py":
+            out.append("ctxcore")
+        else:
+            out.append("ctxcore." + name.removesuffix("/").removesuffix(".py").replace("/", "."))
+    return tuple(out)
+
+
+def _allowed(part: str, cell: str, parts: list[str]) -> set[str]:
+    """The parts a "May import" cell allows ``part`` (itself included): a list of parts,
+    "everything", "everything but a and b", or "nothing from ctxcore"; "core" includes
+    settings."""
+    if cell.startswith("nothing"):
+        return {part}
+    if cell == "everything":
+        return set(parts)
+    if cell.startswith("everything but "):
+        named = set(_LIST_SPLIT.split(cell.removeprefix("everything but ")))
+        unknown = named - set(parts)
+        assert not unknown, f"{part}: 'May import' names unknown parts {sorted(unknown)}"
+        return set(parts) - named
+    named = set(_LIST_SPLIT.split(cell))
+    unknown = named - set(parts)
+    assert not unknown, f"{part}: 'May import' names unknown parts {sorted(unknown)}"
+    return named | {part} | ({"settings"} if "core" in named else set())
+
+
+#: part -> the modules (dotted names; a package stands for everything under it) it holds, and
+#: part -> the parts it may import (itself included), read from the table of
+#: docs/design.md, "Parts and allowed imports": the one statement of the layering.
+PARTS: dict[str, tuple[str, ...]] = {row[0]: _modules(row[1]) for row in _parts_table()}
 ALLOWED: dict[str, set[str]] = {
-    "settings": {"settings"},
-    "core": _CORE,
-    "figures": _CORE | {"figures"},
-    "pipeline": _CORE | {"pipeline"},
-    "diagnostics": _CORE | {"pipeline", "diagnostics"},
-    "formats": _CORE | {"figures", "pipeline", "diagnostics", "formats"},
-    "store": _CORE | {"pipeline", "diagnostics", "formats", "store"},
-    "capture": _CORE | {"pipeline", "formats", "capture"},
-    "testing": _CORE | {"pipeline", "diagnostics", "testing"},
-    "demo": _CORE | {"figures", "pipeline", "diagnostics", "formats", "store", "testing", "demo"},
-    "cli": set(PARTS),
-    "root": _CORE
-    | {"figures", "pipeline", "diagnostics", "formats", "store", "capture", "testing", "root"},
+    row[0]: _allowed(row[0], row[3], list(PARTS)) for row in _parts_table()
 }
 
 #: Names any module may read from the package root: metadata, not API. The root is loaded
@@ -86,7 +99,9 @@ def part_of(module: str) -> str | None:
     best: tuple[int, str] | None = None
     for part, prefixes in PARTS.items():
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
+            # the root holds the package's __init__ only, not every module under it
+            below = prefix != "ctxcore" and module.startswith(prefix + ".")
+            if module == prefix or below:
                 if best is None or len(prefix) > best[0]:
                     best = (len(prefix), part)
     return best[1] if best else None
@@ -248,12 +263,31 @@ def _fail(title: str, lines: list[str], hint: str) -> None:
 # --------------------------------------------------------------------------- (a) layering
 
 
+def test_the_parts_table_is_read_as_the_layering_it_states() -> None:
+    """The parse of the design's table, on rows whose meaning is not in doubt."""
+    assert PARTS["settings"] == ("ctxcore.settings",)
+    assert PARTS["root"] == ("ctxcore",)
+    assert "ctxcore.__main__" in PARTS["cli"] and "ctxcore.pipeline" in PARTS["pipeline"]
+    assert ALLOWED["settings"] == {"settings"}
+    assert ALLOWED["core"] == {"settings", "core"}
+    assert ALLOWED["cli"] == set(PARTS)
+    assert "cli" not in ALLOWED["root"] and "demo" not in ALLOWED["root"]
+    assert _allowed("x", "core, pipeline", ["settings", "core", "pipeline", "x"]) == {
+        "settings",
+        "core",
+        "pipeline",
+        "x",
+    }
+    with pytest.raises(AssertionError, match="unknown parts"):
+        _allowed("x", "core, pipelines", ["settings", "core", "pipeline", "x"])
+
+
 def test_every_library_module_belongs_to_a_part() -> None:
     orphans = [str(p.relative_to(ROOT)) for m, p in MODULES.items() if part_of(m) is None]
     _fail(
         "ctxcore modules that belong to no part",
         orphans,
-        'Add them to the table in docs/design.md, "Parts and allowed imports" and to PARTS here.',
+        'Add them to the table in docs/design.md, "Parts and allowed imports" (read here).',
     )
 
 
@@ -541,4 +575,31 @@ def test_the_design_page_table_lists_exactly_the_page_registry() -> None:
     assert listed == registry, (
         f'docs/design.md, "The app" lists the pages {listed}; the registry '
         f"(ctxapp/pages/__init__.py PAGES) has {registry}. Keep the table to the registry."
+    )
+
+
+# --------------------------------------------------------------------------- (g) the detectors
+
+
+def test_the_design_detector_table_lists_exactly_the_registry() -> None:
+    """docs/design.md, "Diagnostics" has a row per detector of ``diagnostics.DETECTORS``, in
+    the registry's order, and no other (read from the source: the registry is a dict
+    literal of names)."""
+    source = (CTXCORE / "diagnostics" / "__init__.py").read_text(encoding="utf-8")
+    registry = None
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == "DETECTORS" for t in targets):
+            value = node.value
+            assert isinstance(value, ast.Dict), "DETECTORS is no dict literal"
+            registry = [k.value for k in value.keys if isinstance(k, ast.Constant)]
+    assert registry, "ctxcore/diagnostics/__init__.py has no DETECTORS"
+    section = _section(DESIGN.read_text(encoding="utf-8"), "Diagnostics")
+    table = section[section.index("| Detector | Finds |") :].split("\n\n", 1)[0]
+    listed = [name for name in _table_rows(table) if name != "Detector"]
+    assert listed == registry, (
+        f'docs/design.md, "Diagnostics" lists the detectors {listed}; the registry '
+        f"(diagnostics.DETECTORS) has {registry}."
     )
