@@ -17,18 +17,21 @@ Each shape is read by the reader that already knows it, never copied here:
   (a tool result in a user message is a tool result of its own);
 - a list holding Responses items (``function_call``, ``function_call_output``, a
   ``reasoning`` item: any item with a ``type`` and no ``role``) → ``responses.normalize``;
-- an object holding ``messages`` (a chat request) → its messages as above; a bare string →
-  one user message.
+- a Gemini ``generateContent`` request (``contents``: Google ADK, Vertex AI) →
+  ``gemini.normalize``;
+- an object holding ``messages`` (a chat request) → its messages as above; one message →
+  itself; a bare string or ``{"prompt": ...}`` (the Vercel AI SDK) → one user message.
 
 Its ``output`` becomes ``outcome.output`` (text, then each tool call as a ``name(args)``
-line): a Responses object, a message or a list of messages. ``usageDetails`` is the usage
-(``input``/``output``/``total`` as ``input_tokens``/``output_tokens``/``total_tokens``, the
-other counters under their own names; absent when Langfuse has none), ``model`` the model,
-``startTime`` the time, ``toolDefinitions`` the tools. The session is the trace's
-``sessionId``, else its id; turns count in start order per session. An observation that
-cannot be read is that observation's error (where, which field, why), listed in the first
-trace's ``metadata.import.skipped``; the others are imported. A file with no
-``GENERATION`` is refused in one line that says what it holds.
+line): a Responses object, a Gemini candidate, a message or a list of messages.
+``usageDetails`` is the usage (``input``/``output``/``total`` as ``input_tokens``/
+``output_tokens``/``total_tokens``, the other counters under their own names; absent when
+Langfuse has none), ``model`` the model, ``startTime`` the time, ``toolDefinitions`` (else
+the request's own) the tools. The session is the trace's ``sessionId``, else its id; turns
+count in start order per session. An observation that cannot be read is that observation's
+error (where, which field, why), listed in the first trace's ``metadata.import.skipped``; the
+others are imported. A file with no ``GENERATION`` is refused in one line that says what it
+holds.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxcore.errors import ImportFormatError
-from ctxcore.formats import responses
+from ctxcore.formats import gemini, responses
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm, reply_text
@@ -118,8 +121,15 @@ def _is_items(messages: list[Any]) -> bool:
 
 def normalize_input(value: Any, tally: Tally) -> list[NormMessage]:
     """A generation's ``input``, in whichever shape its instrumentation recorded it."""
-    if isinstance(value, dict) and isinstance(value.get("messages"), list):
-        value = value["messages"]
+    if isinstance(value, dict):
+        if gemini.looks_like(value):  # a generateContent request (Google ADK, Vertex AI)
+            return gemini.normalize(value, tally)[0]
+        if isinstance(value.get("messages"), list):
+            value = value["messages"]
+        elif "role" in value:  # one message
+            value = [value]
+        elif isinstance(value.get("prompt"), str):  # the Vercel AI SDK's prompt
+            value = value["prompt"]
     if isinstance(value, str):
         tally.add("messages")
         return [NormMessage(index=0, role="user", text=value)]
@@ -149,6 +159,8 @@ def output_text(value: Any) -> str | None:
         return value or None
     if isinstance(value, dict) and isinstance(value.get("output"), list):
         return responses.REQUESTS.output({}, value)  # a Responses object
+    if isinstance(value, dict) and isinstance(value.get("content"), dict):
+        return gemini.REQUESTS.output({}, {"candidates": [value]})  # a Gemini candidate
     replies = value if isinstance(value, list) else [value]
     lines = []
     for i, reply in enumerate(replies):
@@ -173,9 +185,15 @@ def usage_of(observation: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def tools_of(observation: dict[str, Any], tally: Tally) -> list[ToolDef]:
-    """``toolDefinitions`` (a list, or an object by name) as the call's tools."""
+def tools_of(observation: dict[str, Any], request: Any, tally: Tally) -> list[ToolDef]:
+    """The call's tools: ``toolDefinitions`` (a list, or an object by name), else those of
+    the request its input is (a Gemini request's ``config.tools``, a chat request's
+    ``tools``)."""
     declared = observation.get("toolDefinitions")
+    if not declared and isinstance(request, dict):
+        if gemini.looks_like(request):
+            return gemini.REQUESTS.tools(request, tally)
+        declared = request.get("tools")
     listed = list(declared.values()) if isinstance(declared, dict) else declared
     if not isinstance(listed, list):
         return []
@@ -196,8 +214,9 @@ def trace_from_observation(
 ) -> Trace:
     """One ``GENERATION`` observation → one trace."""
     tally = Tally(FORMAT)
-    norm = normalize_input(_value(observation.get("input")), tally)
-    tools = tools_of(observation, tally)
+    request = _value(observation.get("input"))
+    norm = normalize_input(request, tally)
+    tools = tools_of(observation, request, tally)
     when = parse_time(observation.get("startTime")) or default_now or datetime.now(UTC)
     inp, flat = captured_input_from_norm(norm, tools=tools, now=when)
     model = observation.get("model")
