@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ FOLDER_FORMAT = {
     "langfuse": "langfuse",
     "litellm": "litellm",
     "openai-agents": "openai-agents",
+    "aider-llm-history": "aider-llm-history",
+    "aider-chat": "aider-chat",
+    "inspect": "inspect",
 }
 
 
@@ -61,9 +65,17 @@ def _best(run: Callable[[], object], budget: float = 0.5) -> float:
     return best
 
 
-def _decode(path: Path) -> None:
+def _decode(path: Path, fmt: str) -> None:
+    if zipfile.is_zipfile(path):  # an Inspect .eval: each member unzipped and decoded
+        with zipfile.ZipFile(path) as zf:
+            for name in zf.namelist():
+                if name.endswith(".json"):
+                    json.loads(zf.read(name))
+        return
     text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
+    if registry.get(fmt).sniff is not None and not path.name.endswith(".json"):
+        text.splitlines()  # a text log has no JSON: its baseline is reading its lines
+    elif path.suffix == ".jsonl":
         for line in text.splitlines():
             if line.strip():
                 json.loads(line)
@@ -72,9 +84,15 @@ def _decode(path: Path) -> None:
 
 
 def _reader(path: Path, fmt: str) -> None:
-    stream = sessions.iter_file(path, fmt)
-    reader = stream._reader  # the format's reader, without the trace building
-    for _ in reader.calls(read_lines(path)):
+    if fmt in sessions.LOG_FORMATS:
+        stream = sessions.iter_file(path, fmt)
+        reader = stream._reader  # the format's reader, without the trace building
+        for _ in reader.calls(read_lines(path)):
+            pass
+        return
+    # another stream format (a text log, an archive): its calls, without the trace building
+    read = registry.resolve(registry.get(fmt).stream or "")
+    for _ in read(path, fmt, default_now=None, window=None, model=None)._calls():
         pass
 
 
@@ -109,7 +127,7 @@ def _mapped(path: Path, fmt: str) -> None:
 
 def measure(path: Path, fmt: str) -> dict[str, float]:
     mb = path.stat().st_size / 1e6
-    decode = _best(lambda: _decode(path))
+    decode = _best(lambda: _decode(path, fmt))
     out = {"mb": mb, "decode": mb / decode}
     if registry.get(fmt).stream is not None:
         out["reader"] = mb / _best(lambda: _reader(path, fmt))
@@ -129,7 +147,10 @@ def _samples(formats: list[str], files: list[Path]) -> list[tuple[Path, str]]:
     for folder, fmt in FOLDER_FORMAT.items():
         if fmt in formats:
             # a session log's JSONL lines, or a format's JSON documents
-            out.extend((p, fmt) for p in sorted((FIXTURES / folder).glob("*.json*")))
+            stream = registry.get(fmt).sniff is not None  # its files are not all JSON
+            out.extend(
+                (p, fmt) for p in sorted((FIXTURES / folder).glob("*" if stream else "*.json*"))
+            )
     return out
 
 

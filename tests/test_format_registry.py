@@ -50,13 +50,14 @@ FOLDERS = {
     "openhands": "openhands",
     "openinference": "otlp",
     "pi": "pi",
+    "aider-chat": "aider-chat",
+    "aider-llm-history": "aider-llm-history",
+    "inspect": "inspect",
     "langfuse": "langfuse",
     "litellm": "litellm",
     "openai-agents": "openai-agents",
     "otlp-json": "otlp",
     "otlp-logs": "otlp",
-    "aider-chat": "aider-chat",
-    "aider-llm-history": "aider-llm-history",
     "otlp-protobuf": "otlp",
     "otlp-span-events": "otlp",
     "otlp-traces": "otlp",
@@ -139,6 +140,12 @@ def _values(path: Path, fmt: str) -> Iterator[tuple[str, Any]]:
         yield "document", _json(path)
 
 
+def _not_json(path: Path) -> bool:
+    """Whether a sample is a file of a format that is not JSON (what its sniffer says)."""
+    head = path.read_bytes()[: registry.SNIFF_BYTES]
+    return registry.sniff_file(path.name, head) is not None
+
+
 def _samples() -> list[Path]:
     files = [
         p
@@ -146,12 +153,6 @@ def _samples() -> list[Path]:
         if p.is_file() and p.name not in ("EXPECTED.json", "SOURCES.md")
     ]
     return files + [CORPUS / name for name in CORPUS_SAMPLES]
-def _not_json(path: Path) -> bool:
-    """Whether a sample is a file of a format that is not JSON (what its sniffer says)."""
-    head = path.read_bytes()[: registry.SNIFF_BYTES]
-    return registry.sniff_file(path.name, head) is not None
-
-
 
 
 def test_every_fixture_folder_names_its_format() -> None:
@@ -172,13 +173,6 @@ def test_each_sample_is_detected_as_its_own_format_and_no_other(path: Path) -> N
         assert detect_format(value) == fmt, where
 
 
-@pytest.mark.parametrize("fmt", ["claude-code", "codex"])
-def test_a_session_log_file_is_sniffed_as_its_format(fmt: str) -> None:
-    folder = FIXTURES / fmt
-    assert [sessions.sniff(p) for p in sorted(folder.glob("*.jsonl"))] == [fmt] * len(
-        list(folder.glob("*.jsonl"))
-    )
-
 @pytest.mark.parametrize("path", _samples(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_file_that_is_not_json_is_sniffed_as_its_own_format_and_no_other(path: Path) -> None:
     fmt = _expected(path)
@@ -192,6 +186,13 @@ def test_a_file_that_is_not_json_is_sniffed_as_its_own_format_and_no_other(path:
     if said:  # the loader streams it as that format
         assert registry.sniff_file(path.name, head) is registry.get(fmt)
 
+
+@pytest.mark.parametrize("fmt", ["claude-code", "codex"])
+def test_a_session_log_file_is_sniffed_as_its_format(fmt: str) -> None:
+    folder = FIXTURES / fmt
+    assert [sessions.sniff(p) for p in sorted(folder.glob("*.jsonl"))] == [fmt] * len(
+        list(folder.glob("*.jsonl"))
+    )
 
 
 def test_a_value_no_detector_claims_falls_back_to_the_chat_format() -> None:

@@ -9,6 +9,7 @@ user takes.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from test_import_sessions import EXPECTED, FIXTURES, LOSS_ONLY, _check_sums
 from ctxcore.cli import main
 from ctxcore.diagnostics import diagnose
 from ctxcore.errors import ImportFormatError
+from ctxcore.formats import aider
 from ctxcore.formats.accounting import imported_counts
 from ctxcore.formats.load import load_file
 from ctxcore.models import Trace
@@ -142,3 +144,26 @@ def test_format_named_reads_a_chat_history_whatever_its_name(tmp_path: Path) -> 
     p.write_bytes((FIXTURES / name).read_bytes())
     [t] = load_file(p, "aider-chat")
     assert t.outcome is not None and t.outcome.usage == EXPECTED[name]["usage"]
+
+
+@pytest.mark.parametrize("name", LLM + CHAT)
+def test_the_file_read_in_chunks_of_any_size_gives_the_same_calls(name: str) -> None:
+    """The readers take the file a chunk at a time (a megabyte): a block, a line or a
+    ``TO LLM`` that a chunk's end cuts gives the calls the whole file does."""
+    data = (FIXTURES / name).read_bytes()
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def calls(size: int) -> list[tuple[object, ...]]:
+        fmt = EXPECTED[name]["format"]
+        cls = aider.LlmHistoryReader if fmt == aider.LLM_HISTORY else aider.ChatReader
+        reader = cls(name, "s", when)
+        chunks = [data[i : i + size] for i in range(0, len(data), size)]
+        return [
+            (c.key, c.output, c.usage, [(m.role, m.id, m.text) for s in c.context for m in s.norm])
+            for c in reader.calls(chunks)
+        ]
+
+    whole = calls(len(data))
+    assert len(whole) == EXPECTED[name]["model_calls"]
+    for size in (1, 7, 8, 100, 4093):
+        assert calls(size) == whole, size

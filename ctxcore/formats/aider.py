@@ -35,16 +35,22 @@ from ctxcore.errors import CtxscopeError, ImportFormatError
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.norm import NormMessage
 from ctxcore.formats.sessions import SessionImport
-from ctxcore.formats.sessions.calls import Call, Segment
-from ctxcore.loading import decode_line, iter_lines
+from ctxcore.formats.sessions.calls import Call, Segment, prepare
+from ctxcore.loading import decode_line, open_stream
 
 LLM_HISTORY = "aider-llm-history"
 CHAT = "aider-chat"
 TO_LLM = re.compile(r"^TO LLM (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)\s*$")
 RESPONSE = re.compile(r"^LLM RESPONSE (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)\s*$")
-SEPARATOR = "-------"
 ROLE_LINE = re.compile(r"^(SYSTEM|USER|ASSISTANT|TOOL|FUNCTION)(?: (.*))?$")
 CHAT_START = re.compile(r"^# aider chat started at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$")
+#: The runs of lines of a chat history that are not the assistant's: what the user typed
+#: (``####``), aider's terminal output (``>``), the start of a session.
+SPECIAL_RUN = re.compile(
+    r"^(?:(?P<user>(?:####(?: [^\n]*)?\n)+)|(?P<tool>(?:>(?: [^\n]*)?\n)+)"
+    r"|# aider chat started at (?P<start>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[ \t]*\n)",
+    re.M,
+)
 MODEL_LINE = re.compile(r"^(?:Main model|Models?): (\S+)")
 TOKENS_LINE = re.compile(
     r"^Tokens: ([\d,.]+k?) sent(?:, ([\d,.]+k?) cache write)?(?:, ([\d,.]+k?) cache hit)?"
@@ -87,29 +93,13 @@ def looks_like_chat(data: Any) -> bool:
     return isinstance(data, str) and sniff_chat("", data[:4096].encode())
 
 
-def _time(text: str, fmt: str | None = None) -> datetime | None:
+def _time(text: str) -> datetime | None:
     try:
-        when = datetime.strptime(text, fmt) if fmt else datetime.fromisoformat(text)
+        when = datetime.fromisoformat(text)
     except ValueError:
         return None
     # aider writes its local time without a zone: read as UTC, and said so in the trace
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-@dataclass(eq=False)
-class _Lines:
-    """A text file's lines as ``(number, text)``; a line that cannot be decoded is its
-    error (``file:line: why``) in ``errors``, and is left out."""
-
-    name: str
-    errors: list[str] = field(default_factory=list)
-
-    def read(self, source: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, str]]:
-        for n, raw in source:
-            try:
-                yield n, decode_line(raw.removesuffix(b"\r"), f"{self.name}:{n}")
-            except CtxscopeError as exc:
-                self.errors.append(str(exc))
 
 
 def _message(
@@ -134,111 +124,131 @@ def _segment(label: str, msgs: list[NormMessage], tally: Tally) -> Segment:
 # --------------------------------------------------------------------------- LLM history
 
 
-@dataclass(eq=False)
-class _Block:
-    """One ``TO LLM`` block being read: its messages, then its reply."""
+#: A prompt's message lines: the role, then the line (``format_content``).
+_PREFIXES = frozenset({"SYSTEM", "USER", "ASSISTANT", "TOOL", "FUNCTION"})
 
+
+def _response(rest: str) -> tuple[int, int, datetime | None] | None:
+    """Where a block's ``LLM RESPONSE <time>`` line begins and ends, and its time."""
+    pos = 0
+    while (at := rest.find("LLM RESPONSE ", pos)) >= 0:
+        if at == 0 or rest[at - 1] == "\n":
+            end = rest.find("\n", at)
+            end = len(rest) if end < 0 else end
+            m = RESPONSE.match(rest[at:end])
+            if m:
+                return at, end, _time(m.group(1))
+        pos = at + 1
+    return None
+
+
+_ROLES = {"system": "system", "user": "user", "assistant": "assistant"}
+_ROLES.update({"tool": "tool", "function": "tool"})
+
+
+def _raw_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[int, list[bytes]]]:
+    """The file's ``TO LLM`` blocks as bytes (one or more pieces), with the number of each
+    block's first line (what comes before the first block too), found in the file's chunks
+    as they are read: memory holds one block and one chunk."""
+    line, buf = 1, b""
+    held: list[bytes] = []
+    for chunk in chunks:
+        buf, scan, start = buf + chunk, max(0, len(buf) - 7), 0
+        while (at := buf.find(b"\nTO LLM ", scan)) >= 0:
+            block = [*held, buf[start : at + 1]]
+            if any(block):
+                yield line, block
+                line += sum(b.count(b"\n") for b in block)
+            held, start, scan = [], at + 1, at + 1
+        if len(buf) - start > 7:  # all but the tail a boundary may begin in
+            held.append(buf[start:-7])
+            buf = buf[-7:]
+        else:
+            buf = buf[start:]
+    block = [*held, buf]
+    if any(block):
+        yield line, block
+
+
+@dataclass(eq=False)
+class _Piece:
+    """A message of a block: its role, the number of its first line, its text."""
+
+    role: str
     line: int
-    sent: datetime | None
-    messages: list[tuple[str, int, list[str]]] = field(default_factory=list)
-    reply: list[str] | None = None
-    reply_line: int | None = None
-    replied: datetime | None = None
+    text: str
 
 
 class LlmHistoryReader:
-    """Reads an LLM history block by block; each block is one call."""
+    """Reads an LLM history block by block; each block is one call. A block is parsed as a
+    whole (its separators and role prefixes found by regular expressions); only a message
+    with a line that breaks the layout is gone through line by line, to name that line."""
 
     def __init__(self, name: str, session: str, now: datetime) -> None:
         self.name, self.session, self.now = name, session, now
-        self.lines = _Lines(name)
+        self.errors: list[str] = []
         self.turns = 0
         self.reported = 0
 
-    @property
-    def errors(self) -> list[str]:
-        """Every line that could not be read (``file:line: why``)."""
-        return self.lines.errors
-
-    def calls(self, source: Iterable[tuple[int, bytes]]) -> Iterator[Call]:
-        """The calls, one per ``TO LLM`` block, in file order."""
-        block: _Block | None = None
-        for n, text in self.lines.read(source):
-            start = TO_LLM.match(text)
-            if start:
-                if block is not None:
-                    yield from self._call(block)
-                block = _Block(n, _time(start.group(1)))
-            elif block is None:
+    def calls(self, source: Iterable[bytes]) -> Iterator[Call]:
+        """The calls, one per ``TO LLM`` block, in file order (``source``: the file's bytes,
+        in chunks)."""
+        for line, raw in _raw_blocks(source):
+            text = self._decode(line, raw)
+            head, _, rest = text.partition("\n")
+            start = TO_LLM.match(head)
+            if start is None:
                 if text.strip():
-                    self._bad(n, "text before the first 'TO LLM <time>' line")
-            else:
-                self._line(block, n, text)
-        if block is not None:
-            yield from self._call(block)
+                    self._bad(line, "text before the first 'TO LLM <time>' line")
+                continue
+            call = self._block(line, _time(start.group(1)), rest)
+            if call is not None:
+                yield call
 
     def _bad(self, n: int, why: str) -> None:
         self.errors.append(f"{self.name}:{n}: {why}")
 
-    def _line(self, block: _Block, n: int, text: str) -> None:
-        """One line inside a block: a separator, the reply's start, or a message line."""
-        reply = RESPONSE.match(text)
-        if reply:
-            block.reply, block.reply_line = [], n
-            block.replied = _time(reply.group(1))
-            return
-        if text == SEPARATOR and block.reply is None:
-            block.messages.append(("", n + 1, []))
-            return
-        m = ROLE_LINE.match(text)
-        if m is None:
-            if text.strip():
-                self._bad(
-                    n,
-                    "not a line of aider's LLM history (ROLE text, '-------', "
-                    "'TO LLM <time>' or 'LLM RESPONSE <time>')",
-                )
-            return
-        role, body = m.group(1).lower(), m.group(2) or ""
-        if block.reply is not None:
-            block.reply.append(body)
-            return
-        if not block.messages or (block.messages[-1][0] and block.messages[-1][0] != role):
-            block.messages.append((role, n, []))
-        last = block.messages[-1]
-        if not last[0]:
-            block.messages[-1] = (role, last[1], last[2])
-        block.messages[-1][2].append(body)
-
-    def _call(self, block: _Block) -> Iterator[Call]:
-        """The call a block is (none for a block with no message: its error)."""
-        tally = Tally(LLM_HISTORY)
-        role_of = {"function": "tool", "tool": "tool"}
-        msgs = [
-            _message(role_of.get(role, role), body, line, tally)
-            for role, line, body in block.messages
-            if role
-        ]
-        if not msgs:
-            self._bad(block.line, "a 'TO LLM' block with no message")
-            return
+    def _decode(self, line: int, raw: list[bytes]) -> str:
+        """A block's text; a line that is not UTF-8 is its error, and is left blank."""
+        joined = b"".join(raw)
         try:
-            seg = _segment(f"line {block.line}", msgs, tally)
-        except ImportFormatError as exc:
-            self._bad(block.line, str(exc))
-            return
-        log: dict[str, Any] = {"file": self.name, "line": block.line}
-        if block.reply_line is not None:
-            log["response_line"] = block.reply_line
-        if block.replied is not None:
-            log["replied_at"] = block.replied.isoformat()
+            text = joined.decode("utf-8")
+        except UnicodeDecodeError:
+            kept = []
+            for n, one in enumerate(joined.split(b"\n"), start=line):
+                try:
+                    kept.append(decode_line(one.rstrip(b"\r"), f"{self.name}:{n}") + "\n")
+                except CtxscopeError as exc:
+                    self.errors.append(str(exc))
+                    kept.append("\n")  # the line keeps its place: the numbers stay right
+            text = "".join(kept)
+        return text.replace("\r\n", "\n").removeprefix("\ufeff")
+
+    def _block(self, line: int, sent: datetime | None, rest: str) -> Call | None:
+        """The call a block is: its messages, then its reply."""
+        reply: str | None = None
+        log: dict[str, Any] = {"file": self.name, "line": line}
+        found = _response(rest)
+        if found is not None:
+            begin, end, when = found
+            at = line + 1 + rest.count("\n", 0, begin)
+            log["response_line"] = at
+            if when is not None:
+                log["replied_at"] = when.isoformat()
+            body = rest[end + 1 :]
+            reply = "\n".join(p.text for p in self._pieces(body, at + 1, reply=True)) or None
+            rest = rest[:begin]
+        context = self._context(rest, line)
+        if not context:
+            self._bad(line, "a 'TO LLM' block with no message")
+            return None
         call = Call(
             session_id=self.session,
             turn=self.turns,
-            key=f"line-{block.line}",
-            context=[seg],
-            created_at=block.sent or self.now,
-            output="\n".join(block.reply) if block.reply else None,
+            key=f"line-{line}",
+            context=context,
+            created_at=sent or self.now,
+            output=reply,
             metadata={"session_log": log},
             recorded=["messages", "system prompt"],
             reconstructed=["model", "usage"],
@@ -247,7 +257,71 @@ class LlmHistoryReader:
         )
         self.reported = len(self.errors)
         self.turns += 1
-        yield call
+        return call
+
+    def _context(self, rest: str, line: int) -> list[Segment]:
+        """A block's messages, as one segment (aider sends its whole prompt every time, and
+        what it sends changes from call to call: the files, the reminder it appends to the
+        last message). A message the trace contract refuses is its line's error."""
+        tally = Tally(LLM_HISTORY)
+        msgs = [
+            _message(_ROLES[p.role], [p.text], p.line, tally) for p in self._pieces(rest, line + 1)
+        ]
+        if not msgs:
+            return []
+        seg = Segment(label=f"line {line}", norm=msgs, counts=dict(tally.counts))
+        for _, exc in prepare([seg]):
+            self._bad(line, str(exc))
+            return []
+        return [seg]
+
+    def _pieces(self, text: str, line: int, *, reply: bool = False) -> Iterator[_Piece]:
+        """The messages of a block's text starting at ``line`` (each after a ``-------``
+        line; a reply's lines are one message), their role prefixes taken off. Every line
+        aider writes is ``ROLE `` and the text (an empty one too): a message whose lines all
+        start with its first line's role is taken whole, with string operations only."""
+        chunks = [text] if reply else ("\n" + text).split("\n-------\n")
+        for k, chunk in enumerate(chunks):
+            body = chunk.removeprefix("\n") if k == 0 else chunk
+            body = body.removesuffix("\n")
+            role = body[: body.find(" ")] if " " in body[:10] else ""
+            prefix = role + " "
+            if (
+                role in _PREFIXES
+                and body.startswith(prefix)
+                and body.count("\n" + prefix) == body.count("\n")
+            ):
+                yield _Piece(role.lower(), line, body[len(prefix) :].replace("\n" + prefix, "\n"))
+            elif body.strip():
+                yield from self._lines(body, line)
+            # the chunk's lines, then the separator line after it: the split took the
+            # separator's line and the newline before it (the first chunk has its own)
+            line += chunk.count("\n") + (1 if k == 0 else 2)
+
+    def _lines(self, body: str, line: int) -> Iterator[_Piece]:
+        """A message whose lines break the layout, line by line: a line with no role is its
+        error, a change of role starts another message."""
+        cur: _Piece | None = None
+        for n, text in enumerate(body.split("\n"), start=line):
+            m = ROLE_LINE.match(text)
+            if m is None:
+                if text.strip():
+                    self._bad(
+                        n,
+                        "not a line of aider's LLM history (ROLE text, '-------', "
+                        "'TO LLM <time>' or 'LLM RESPONSE <time>')",
+                    )
+                continue
+            role, rest = m.group(1).lower(), m.group(2) or ""
+            if cur is not None and cur.role != role:
+                yield cur
+                cur = None
+            if cur is None:
+                cur = _Piece(role, n, rest)
+            else:
+                cur.text += "\n" + rest
+        if cur is not None:
+            yield cur
 
 
 # --------------------------------------------------------------------------- chat markdown
@@ -280,37 +354,88 @@ class ChatReader:
 
     def __init__(self, name: str, session: str, now: datetime) -> None:
         self.name, self.stem, self.now = name, session, now
-        self.lines = _Lines(name)
+        self.errors: list[str] = []
         self.session: _Session | None = None
         self.pending: Call | None = None
+        self.run: _Run | None = None
+        self.line = 1  # the number of the next line
         self.reported = 0
 
-    @property
-    def errors(self) -> list[str]:
-        """Every line that could not be read (``file:line: why``)."""
-        return self.lines.errors
-
-    def calls(self, source: Iterable[tuple[int, bytes]]) -> Iterator[Call]:
-        """The calls, one per reply, in file order."""
-        run: _Run | None = None
-        for n, text in self.lines.read(source):
-            start = CHAT_START.match(text)
-            kind = "start" if start else _kind(text)
-            if run is not None and kind != run.kind:
-                yield from self._end(run)
-                run = None
-            if start:
-                yield from self._flush()
-                stamp = start.group(1)
-                started = _time(stamp, "%Y-%m-%d %H:%M:%S")
-                self.session = _Session(f"{self.stem}@{stamp.replace(' ', 'T')}", started)
-                continue
-            if run is None:
-                run = _Run(kind, n)
-            run.lines.append(_strip(text, kind))
-        if run is not None:
-            yield from self._end(run)
+    def calls(self, source: Iterable[bytes]) -> Iterator[Call]:
+        """The calls, one per reply, in file order (``source``: the file's bytes, in
+        chunks). Each chunk's whole lines are classified at once: a regular expression
+        finds the ``####``, ``>`` and session lines, the reply lines are what lies between."""
+        for text in self._texts(source):
+            pos = 0
+            for m in SPECIAL_RUN.finditer(text):
+                if m.start() > pos:
+                    yield from self._add("assistant", [text[pos : m.start() - 1]])
+                user, tool, start = m.group("user", "tool", "start")
+                if start is not None:
+                    yield from self._start(start)
+                elif user is not None:
+                    lines = user[:-1].split("\n")
+                    yield from self._add("user", [ln[5:].removesuffix("  ") for ln in lines])
+                else:
+                    lines = tool[:-1].split("\n")
+                    yield from self._add("tool", [ln[2:].removesuffix("  ") for ln in lines])
+                pos = m.end()
+            if pos < len(text):
+                yield from self._add("assistant", [text[pos:-1]])
+        if self.run is not None:
+            yield from self._end(self.run)
         yield from self._flush()
+
+    def _texts(self, source: Iterable[bytes]) -> Iterator[str]:
+        """The file's whole lines, a chunk at a time, as text ending with a newline; a line
+        that is not UTF-8 is its error and is left blank."""
+        rest = b""
+        for chunk in source:
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            rest = data[cut:]
+            if cut:
+                yield self._decode(data[:cut])
+        if rest:
+            yield self._decode(rest + b"\n")
+
+    def _decode(self, data: bytes) -> str:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            kept = []
+            for n, one in enumerate(data.split(b"\n")[:-1], start=self.line):
+                try:
+                    kept.append(decode_line(one.rstrip(b"\r"), f"{self.name}:{n}"))
+                except CtxscopeError as exc:
+                    self.errors.append(str(exc))
+                    kept.append("")  # the line keeps its place: the numbers stay right
+            text = "\n".join(kept) + "\n"
+        if self.line == 1:
+            text = text.removeprefix("\ufeff")
+        return text.replace("\r\n", "\n")
+
+    def _add(self, kind: str, lines: list[str]) -> Iterator[Call]:
+        """Lines of one kind (a reply's lines come as one text): they go on the run of that
+        kind, or end the run before them and start one."""
+        if self.run is not None and self.run.kind != kind:
+            yield from self._end(self.run)
+            self.run = None
+        if self.run is None:
+            self.run = _Run(kind, self.line)
+        self.run.lines.extend(lines)
+        self.line += len(lines) if kind != "assistant" else lines[0].count("\n") + 1
+
+    def _start(self, stamp: str) -> Iterator[Call]:
+        """A ``# aider chat started at`` line: the run and the call before it end, a session
+        starts."""
+        if self.run is not None:
+            yield from self._end(self.run)
+            self.run = None
+        yield from self._flush()
+        started = _time(stamp)
+        self.session = _Session(f"{self.stem}@{stamp.replace(' ', 'T')}", started)
+        self.line += 1
 
     def _flush(self) -> Iterator[Call]:
         if self.pending is not None:
@@ -340,6 +465,8 @@ class ChatReader:
 
     def _terminal(self, sess: _Session, run: _Run) -> None:
         for text in run.lines:
+            if not text.startswith(("Tokens:", "Model", "Main model")):
+                continue
             model = MODEL_LINE.match(text)
             if model and sess.model is None:
                 sess.model = model.group(1)
@@ -397,24 +524,6 @@ class ChatReader:
         return call
 
 
-def _kind(text: str) -> str:
-    if text.startswith("#### ") or text == "####":
-        return "user"
-    if text.startswith("> ") or text == ">":
-        return "tool"
-    return "assistant"
-
-
-def _strip(text: str, kind: str) -> str:
-    """A line without its markdown: the ``#### ``/``> `` prefix and the hard break (two
-    trailing spaces) aider ends those lines with."""
-    if kind == "user":
-        return text[5:].removesuffix("  ")
-    if kind == "tool":
-        return text[2:].removesuffix("  ")
-    return text
-
-
 def _inputs(lines: list[str]) -> list[list[str]]:
     """The inputs of a user run: aider writes an input's lines one ``####`` line each and
     puts a blank line between two inputs."""
@@ -464,16 +573,20 @@ def iter_file(
     p = Path(path)
     now = default_now or datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
     session = p.name.lstrip(".").split(".")[0] or "aider"
-    reader: LlmHistoryReader | ChatReader
     if fmt == LLM_HISTORY:
-        reader = LlmHistoryReader(str(p), session, now)
-    elif fmt == CHAT:
-        reader = ChatReader(str(p), session, now)
-    else:
-        raise ImportFormatError(f"{fmt!r} is not an aider format ({LLM_HISTORY}, {CHAT})")
-    return SessionImport(
-        fmt, lambda: reader.calls(iter_lines(p)), reader, window=window, model=model
-    )
+        llm = LlmHistoryReader(str(p), session, now)
+        return SessionImport(fmt, lambda: llm.calls(_chunks(p)), llm, window=window, model=model)
+    if fmt == CHAT:
+        chat = ChatReader(str(p), session, now)
+        return SessionImport(fmt, lambda: chat.calls(_chunks(p)), chat, window=window, model=model)
+    raise ImportFormatError(f"{fmt!r} is not an aider format ({LLM_HISTORY}, {CHAT})")
+
+
+def _chunks(p: Path) -> Iterator[bytes]:
+    """A file's bytes, a megabyte at a time (gunzipped on the fly)."""
+    with open_stream(p) as f:
+        while chunk := f.read(1 << 20):
+            yield chunk
 
 
 def _text_reader(fmt: str) -> Any:
@@ -487,8 +600,12 @@ def _text_reader(fmt: str) -> Any:
             if fmt == LLM_HISTORY
             else ChatReader(name, session_id, now)
         )
-        raw = ((n, line.encode()) for n, line in enumerate(data.splitlines(), start=1))
-        traces = SessionImport(fmt, lambda: reader.calls(raw), reader).collect()
+        if isinstance(reader, LlmHistoryReader):
+            llm = reader
+            traces = SessionImport(fmt, lambda: llm.calls([data.encode()]), llm).collect()
+        else:
+            chat = reader
+            traces = SessionImport(fmt, lambda: chat.calls([data.encode()]), chat).collect()
         if not traces:
             why = reader.errors[0] if reader.errors else "it records none"
             raise ImportFormatError(f"{name}: an {fmt} file with no model call ({why})")

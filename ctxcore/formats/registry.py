@@ -203,6 +203,14 @@ FORMATS: tuple[Format, ...] = (
         sniff=_F + "aider:sniff_chat",
     ),
     Format(
+        "inspect",
+        "an Inspect AI eval log (.eval zip or .json): one trace per model event",
+        _F + "inspect_ai:looks_like",
+        _F + "inspect_ai:read",
+        stream=_F + "inspect_ai:iter_file",
+        sniff=_F + "inspect_ai:sniff",
+    ),
+    Format(
         "openhands",
         "an OpenHands trajectory (its event list): one trace per model call",
         _SESSIONS + ".openhands:looks_like",
@@ -323,25 +331,6 @@ def detect(data: Any) -> Format:
     return next(f for f in FORMATS if f.fallback)
 
 
-def live_formats() -> Iterator[Format]:
-    """The formats the proxy records, in table order."""
-    return (f for f in FORMATS if f.live is not None)
-
-
-def by_api(api: str) -> Format:
-    """The format whose live calls carry that API name."""
-    return _BY_API[api]
-
-
-def help_lines() -> str:
-    """Each format's name and one line, a line each (``ctxscope import --help``)."""
-    width = max(len(f.name) for f in FORMATS) + 2
-    return "\n".join(f"  {f.name:<{width}}{f.summary}" for f in FORMATS)
-
-
-__all__ = [
-    "AUTO",
-    "FORMATS",
 #: How many bytes of a file ``sniff_file`` shows the sniffers.
 SNIFF_BYTES = 4096
 
@@ -361,6 +350,25 @@ def sniff_file(name: str, head: bytes) -> Format | None:
     return None
 
 
+def live_formats() -> Iterator[Format]:
+    """The formats the proxy records, in table order."""
+    return (f for f in FORMATS if f.live is not None)
+
+
+def by_api(api: str) -> Format:
+    """The format whose live calls carry that API name."""
+    return _BY_API[api]
+
+
+def help_lines() -> str:
+    """Each format's name and one line, a line each (``ctxscope import --help``)."""
+    width = max(len(f.name) for f in FORMATS) + 2
+    return "\n".join(f"  {f.name:<{width}}{f.summary}" for f in FORMATS)
+
+
+__all__ = [
+    "AUTO",
+    "FORMATS",
     "Format",
     "FormatName",
     "Live",
@@ -374,6 +382,6 @@ def sniff_file(name: str, head: bytes) -> Format | None:
     "help_lines",
     "live_formats",
     "resolve",
-]
     "sniff_file",
     "sniffing",
+]
