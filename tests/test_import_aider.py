@@ -133,8 +133,8 @@ def test_an_unknown_text_file_is_refused_without_claiming_json(tmp_path: Path) -
         load_file(p)
     said = str(exc.value)
     assert "JSON at line" not in said and "malformed" not in said
-    assert said.startswith(f"{p}: not a format ctxscope reads: a text file that is not JSON")
-    assert "aider-llm-history" in said and "aider-chat" in said and "--format" in said
+    assert said.startswith(f"{p}: matches no format ctxscope reads: a text file that is not JSON")
+    assert "aider-llm-history" in said and "aider-chat" in said and "--from" in said
     assert "\n" not in said
 
 

@@ -1,7 +1,7 @@
 """Bring prompts from other systems into ctxscope: detect the format, convert, store.
 
 The formats are the table ``ctxcore.formats.registry.FORMATS`` (``ctxscope import --help``
-lists them, each with its one line): ``--format NAME`` reads a file as that format, ``auto``
+lists them, each with its one line): ``--from NAME`` reads a file as that format, ``auto``
 asks each format's detector in priority order. ``trace`` is ctxscope's own (a trace, a list
 or JSONL of them, or a snapshot ``{"format": "ctxscope.snapshot/1", "traces": [...]}``
 written by ``ctxscope export``); a JSONL session log (``claude-code``, ``codex``) is read
@@ -121,11 +121,7 @@ def traces_from_value(
         if fmt != registry.AUTO or not form.fallback:
             raise
         # what detection falls back to: nothing recognised the file
-        tried = ", ".join(f.name for f in registry.FORMATS)
-        raise ImportFormatError(
-            f"{where + ': ' if where else ''}not a format ctxscope reads (tried {tried}); "
-            f"closest, {form.summary.split(',')[0]}: {str(exc).removeprefix(where + ': ')}"
-        ) from exc
+        raise ImportFormatError(_matches_none(data, where, form, exc)) from exc
     except CtxscopeError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
@@ -137,6 +133,34 @@ def traces_from_value(
         ) from exc
     except RecursionError as exc:
         raise ImportFormatError(f"{where or 'input'}: nested too deeply to import") from exc
+
+
+def _closest_words(found: tuple[registry.Format, list[str]] | None, what: str) -> str:
+    """``closest: NAME, whose <what> …`` for the one-line refusals (docs/design.md,
+    "Formats"): ``what`` names the format's ``keys`` as the file holds them."""
+    if found is None:
+        return f"closest: none (it holds none of their {what})"
+    form, shared = found
+    return f"closest: {form.name}, whose {what} {', '.join(repr(k) for k in shared)} it holds"
+
+
+def _matches_none(data: Any, where: str, fallback: registry.Format, exc: Exception) -> str:
+    """The one line for a JSON value no format claims: the formats, the closest (the one
+    whose fields it shares most, ``registry.closest``) and ``--from``; the fallback's own
+    complaint when it is the closest."""
+    found = registry.closest(data)
+    words = _closest_words(found, "fields")
+    if found is not None and found[0] is fallback:
+        words += f" (read as it: {str(exc).removeprefix(where + ': ')})"
+    elif found is None:
+        have = sorted(registry.fields_of(data))
+        shape = f"its fields: {', '.join(have[:8])}" if have else f"a JSON {type(data).__name__}"
+        words = words.removesuffix(")") + f"; {shape}" + ("…)" if len(have) > 8 else ")")
+    names = ", ".join(f.name for f in registry.FORMATS)
+    return (
+        f"{where + ': ' if where else ''}matches no format ctxscope reads ({names}); {words}; "
+        "if it is one of them, name it: --from NAME"
+    )
 
 
 def _maybe_protobuf(p: Path) -> bool:
@@ -265,20 +289,30 @@ def _log_format(p: Path, fmt: Format) -> registry.Format | None:
     return form if form.stream is not None else None
 
 
+def _json_start(start: bytes) -> bool:
+    """Whether a file's first bytes may begin a JSON document: an object, a string, or a
+    list whose first item may be a value (``[project]``, a TOML table, is text)."""
+    if start[:1] in (b"{", b'"'):
+        return True
+    rest = start[1:].lstrip()
+    return start[:1] == b"[" and (not rest or rest[:1] in b'{["]-0123456789tfn')
+
+
 def _refuse_text(p: Path) -> None:
     """A file that is not JSON and that no format claims: one line naming the formats that
     are not JSON and ``--format``, rather than a JSON parser's complaint about line 1."""
     if p.name.lower().removesuffix(".gz").endswith(".jsonl"):
         return  # JSONL: each bad line is that line's error
     start = _head(p).removeprefix(b"\xef\xbb\xbf").lstrip()
-    if not start or start[:1] in (b"{", b"[", b'"') or looks_binary(start):
+    if not start or looks_binary(start) or _json_start(start):
         return
     first = start.split(b"\n", 1)[0][:60].decode("utf-8", "replace").rstrip()
     texts = ", ".join(f"{f.name} ({f.summary.split(':')[0]})" for f in registry.sniffing())
+    words = _closest_words(registry.closest_text(start), "line markers")
     raise ImportFormatError(
-        f"{p}: not a format ctxscope reads: a text file that is not JSON (it starts "
+        f"{p}: matches no format ctxscope reads: a text file that is not JSON (it starts "
         f"{first!r}); the formats that are not JSON: {texts}; the others are JSON, JSONL or "
-        f"OTLP protobuf. If it is one of them, name it: --format NAME"
+        f"OTLP protobuf; {words}; if it is one of them, name it: --from NAME"
     )
 
 

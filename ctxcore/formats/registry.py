@@ -107,6 +107,10 @@ class Format:
     #: a file that is not JSON (a text log, a zip): ``"module:function"`` telling from its
     #: name and first bytes whether it is this format; ``stream`` then reads the file
     sniff: str | None = None
+    #: what a value of this format is known by: the fields of its object, of its items or
+    #: of its lines (JSON), or the markers of its text (a ``sniff`` format); ``closest``
+    #: measures a value nothing claims against them
+    keys: tuple[str, ...] = ()
 
     def detects(self, data: Any) -> bool:
         """Whether this format's detector says ``data`` is of it."""
@@ -158,18 +162,51 @@ FORMATS: tuple[Format, ...] = (
         "ctxscope traces: a trace, a list or JSONL of them, or an exported snapshot",
         _F + "load:looks_like_trace",
         _F + "load:read_traces",
+        keys=(
+            "schema",
+            "trace_id",
+            "session_id",
+            "turn",
+            "input",
+            "config",
+            "result",
+            "outcome",
+            "traces",
+        ),
     ),
     Format(
         "otlp",
         "OpenTelemetry traces and logs of model calls: OTLP JSON or protobuf, spans, attributes",
         _F + "otlp:looks_like",
         _F + "otlp:traces_from_otlp",
+        keys=(
+            "resourceSpans",
+            "resourceLogs",
+            "scopeSpans",
+            "scopeLogs",
+            "spans",
+            "logRecords",
+            "traceId",
+            "spanId",
+            "attributes",
+        ),
     ),
     Format(
         "claude-code",
         "a Claude Code session log (JSONL): one trace per model call",
         _SESSIONS + ":looks_like_claude_code",
         _SESSIONS + ":read_claude_code",
+        keys=(
+            "type",
+            "uuid",
+            "parentUuid",
+            "sessionId",
+            "message",
+            "isSidechain",
+            "leafUuid",
+            "userType",
+            "cwd",
+        ),
         stream=_SESSIONS + ":iter_file",
     ),
     Format(
@@ -177,6 +214,7 @@ FORMATS: tuple[Format, ...] = (
         "an OpenAI Codex CLI rollout (JSONL): one trace per model call",
         _SESSIONS + ":looks_like_codex",
         _SESSIONS + ":read_codex",
+        keys=("type", "payload", "timestamp"),
         stream=_SESSIONS + ":iter_file",
     ),
     Format(
@@ -184,6 +222,7 @@ FORMATS: tuple[Format, ...] = (
         "a Pi coding agent session (JSONL, badlogic/pi-mono): one trace per model call",
         _SESSIONS + ":looks_like_pi",
         _SESSIONS + ":read_pi",
+        keys=("type", "id", "parentId", "cwd", "message", "role", "content"),
         stream=_SESSIONS + ":iter_file",
     ),
     Format(
@@ -191,6 +230,7 @@ FORMATS: tuple[Format, ...] = (
         "aider's .aider.llm.history (text): one trace per 'TO LLM' block, its reply the outcome",
         _F + "aider:looks_like_llm_history",
         _F + "aider:read_llm_history",
+        keys=("TO LLM", "LLM RESPONSE"),
         stream=_F + "aider:iter_file",
         sniff=_F + "aider:sniff_llm_history",
     ),
@@ -199,6 +239,7 @@ FORMATS: tuple[Format, ...] = (
         "aider's .aider.chat.history.md (markdown): one trace per reply, a session per start",
         _F + "aider:looks_like_chat",
         _F + "aider:read_chat",
+        keys=("# aider chat started at", "#### ", "> Tokens:"),
         stream=_F + "aider:iter_file",
         sniff=_F + "aider:sniff_chat",
     ),
@@ -207,6 +248,7 @@ FORMATS: tuple[Format, ...] = (
         "an Inspect AI eval log (.eval zip or .json): one trace per model event",
         _F + "inspect_ai:looks_like",
         _F + "inspect_ai:read",
+        keys=("version", "status", "eval", "plan", "results", "stats", "samples"),
         stream=_F + "inspect_ai:iter_file",
         sniff=_F + "inspect_ai:sniff",
     ),
@@ -215,36 +257,69 @@ FORMATS: tuple[Format, ...] = (
         "an OpenHands trajectory (its event list): one trace per model call",
         _SESSIONS + ".openhands:looks_like",
         _SESSIONS + ":read_openhands",
+        keys=(
+            "id",
+            "timestamp",
+            "source",
+            "action",
+            "observation",
+            "args",
+            "tool_call_metadata",
+            "llm_metrics",
+        ),
     ),
     Format(
         "swe-agent",
         "a SWE-agent trajectory (.traj): one trace per model call",
         _SESSIONS + ".trajectories:is_swe_agent",
         _SESSIONS + ":read_swe_agent",
+        keys=(
+            "trajectory",
+            "history",
+            "info",
+            "environment",
+            "action",
+            "observation",
+            "thought",
+            "response",
+        ),
     ),
     Format(
         "mini-swe-agent",
         "a mini-swe-agent trajectory: one trace per model call",
         _SESSIONS + ".trajectories:is_mini_swe_agent",
         _SESSIONS + ":read_mini_swe_agent",
+        keys=("messages", "info", "trajectory_format", "role", "content"),
     ),
     Format(
         "langchain",
         "serialized LangChain messages, or a LangGraph state holding them",
         _F + "langchain:looks_like",
         _F + "langchain:read",
+        keys=("lc", "type", "id", "kwargs", "messages", "content", "additional_kwargs"),
     ),
     Format(
         "langfuse",
         "a Langfuse trace export (its observations): one trace per GENERATION",
         _F + "langfuse:looks_like",
         _F + "langfuse:read",
+        keys=("traceId", "observations", "input", "output", "usageDetails", "startTime", "model"),
     ),
     Format(
         "litellm",
         "LiteLLM standard logging payloads (messages, response, usage, cost): one trace each",
         _F + "litellm:detects",
         _F + "litellm:read",
+        keys=(
+            "call_type",
+            "messages",
+            "response",
+            "model",
+            "response_cost",
+            "startTime",
+            "endTime",
+            "trace_id",
+        ),
         one_per_line=True,
     ),
     Format(
@@ -252,12 +327,24 @@ FORMATS: tuple[Format, ...] = (
         "an OpenAI Agents SDK trace export (traces and spans): one trace per model call",
         _F + "openai_agents:looks_like",
         _F + "openai_agents:read",
+        keys=("object", "trace_id", "span_id", "span_data", "data", "workflow_name"),
     ),
     Format(
         "bedrock-converse",
         "an Amazon Bedrock Converse request (or request/response pairs)",
         _F + "bedrock:REQUESTS.detects",
         _F + "bedrock:REQUESTS.read",
+        keys=(
+            "modelId",
+            "messages",
+            "system",
+            "inferenceConfig",
+            "toolConfig",
+            "role",
+            "content",
+            "output",
+            "stopReason",
+        ),
         one_per_line=True,
     ),
     Format(
@@ -265,6 +352,16 @@ FORMATS: tuple[Format, ...] = (
         "a Gemini generateContent request (or request/response pairs)",
         _F + "gemini:REQUESTS.detects",
         _F + "gemini:REQUESTS.read",
+        keys=(
+            "contents",
+            "systemInstruction",
+            "generationConfig",
+            "tools",
+            "role",
+            "parts",
+            "candidates",
+            "usageMetadata",
+        ),
         one_per_line=True,
     ),
     Format(
@@ -272,6 +369,15 @@ FORMATS: tuple[Format, ...] = (
         "an OpenAI Responses API request (or request/response pairs)",
         _F + "responses:REQUESTS.detects",
         _F + "responses:REQUESTS.read",
+        keys=(
+            "input",
+            "instructions",
+            "model",
+            "tools",
+            "previous_response_id",
+            "output",
+            "reasoning",
+        ),
         one_per_line=True,
         live=Live(
             "openai.responses",
@@ -286,6 +392,17 @@ FORMATS: tuple[Format, ...] = (
         "an Anthropic Messages request (or request/response pairs, or a bare message list)",
         _F + "anthropic:REQUESTS.detects",
         _F + "anthropic:REQUESTS.read",
+        keys=(
+            "messages",
+            "system",
+            "model",
+            "max_tokens",
+            "tools",
+            "role",
+            "content",
+            "stop_reason",
+            "usage",
+        ),
         live=Live(
             "anthropic.messages",
             b"/v1/messages",
@@ -299,6 +416,18 @@ FORMATS: tuple[Format, ...] = (
         "an OpenAI chat request, a message list, a SWE-agent history or ShareGPT records",
         _F + "openai:looks_like",
         _F + "openai:read",
+        keys=(
+            "messages",
+            "model",
+            "tools",
+            "role",
+            "content",
+            "tool_calls",
+            "choices",
+            "conversations",
+            "from",
+            "value",
+        ),
         one_per_line=True,
         live=Live(
             "openai.chat",
@@ -350,6 +479,54 @@ def sniff_file(name: str, head: bytes) -> Format | None:
     return None
 
 
+#: How many items of a list (the value, or one of its fields) ``fields_of`` looks into.
+FIELD_ITEMS = 20
+
+
+def fields_of(data: Any) -> set[str]:
+    """The field names a JSON value shows: its object's keys and those of the objects its
+    lists hold (the value's own items, or a field's: ``{"messages": [{"role": …}]}``), one
+    level down, the first ``FIELD_ITEMS`` of a list."""
+    objects = [data] if isinstance(data, dict) else []
+    if isinstance(data, list):
+        objects = [x for x in data[:FIELD_ITEMS] if isinstance(x, dict)]
+    found: set[str] = set()
+    for obj in objects:
+        found.update(str(k) for k in obj)
+        for v in obj.values():
+            if isinstance(v, list):
+                found.update(str(k) for x in v[:FIELD_ITEMS] if isinstance(x, dict) for k in x)
+    return found
+
+
+def _best(shared: Iterator[tuple[Format, list[str]]]) -> tuple[Format, list[str]] | None:
+    """The format sharing the most, the first in table order on a tie; None if none shares."""
+    best: tuple[Format, list[str]] | None = None
+    for f, names in shared:
+        if names and (best is None or len(names) > len(best[1])):
+            best = (f, names)
+    return best
+
+
+def closest(data: Any) -> tuple[Format, list[str]] | None:
+    """For a JSON value no detector claims: the format whose ``keys`` it shares most, with
+    the names shared (docs/design.md, "Formats"); None if it shares none."""
+    have = fields_of(data)
+    return _best((f, sorted(have.intersection(f.keys))) for f in FORMATS)
+
+
+def closest_text(head: bytes) -> tuple[Format, list[str]] | None:
+    """For a text file no sniffer claims: the format whose line markers begin most lines of
+    its first bytes, with the markers found; None if none does. A format's markers are its
+    ``keys`` that are not field names (``"#### "``, ``"TO LLM"``): a format whose file is
+    not text (an Inspect ``.eval`` zip) has none."""
+    lines = head.decode("utf-8", "replace").splitlines()
+    return _best(
+        (f, [k for k in f.keys if not k.isidentifier() and any(ln.startswith(k) for ln in lines)])
+        for f in sniffing()
+    )
+
+
 def live_formats() -> Iterator[Format]:
     """The formats the proxy records, in table order."""
     return (f for f in FORMATS if f.live is not None)
@@ -377,7 +554,10 @@ __all__ = [
     "Reader",
     "StreamReader",
     "by_api",
+    "closest",
+    "closest_text",
     "detect",
+    "fields_of",
     "get",
     "help_lines",
     "live_formats",
