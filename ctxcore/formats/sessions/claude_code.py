@@ -13,8 +13,16 @@ Sub-agents (the Task tool) write ``isSidechain`` lines: each sidechain is its ow
 with the parent named in ``metadata.session_log.parent``. Compaction: a ``compact_boundary``
 system line starts a new chain (its ``logicalParentUuid`` is the last line before it) and the
 ``isCompactSummary`` user line after it holds the summary; the calls after it see the summary
-instead of the older messages, which appear as ``summarized`` decisions. ``summary`` lines
-(session titles) are kept in ``metadata.session_log.titles``.
+instead of the older messages, which appear as ``summarized`` decisions.
+
+``summary`` lines are the titles Claude Code writes for a conversation, named by its last line
+(``leafUuid``), for its resume list: the model never saw them, so they are metadata, not
+context. Every call after one carries the titles read so far in ``metadata.session_log.titles``
+(text, line, and the leaf's line or that it is not in the file), and ``title`` when the leaf
+was read before the call was made and the call's reply leads to it (or is on the chain that
+does). A summary line with a ``uuid`` is a line of the chain: a line naming it as parent finds
+it. A line whose parent comes later in the file is read as continuing the line before it, and
+the error says where its parent is; only a parent the whole file lacks is "not in the file".
 
 The log does not record the system prompt, the tool definitions or ``max_tokens``: each trace
 says so (``metadata.import.reconstructed`` and a warning), and the provider's prompt count
@@ -158,6 +166,10 @@ class Reader:
         self.last_side: _Node | None = None
         self.agents: dict[str, tuple[str, int]] = {}  # Task prompt -> (tool_use id, line)
         self.titles: list[dict[str, Any]] = []
+        #: parents named before their line was read: uuid -> (child line, line it continued)
+        self.awaited: dict[str, list[tuple[int, int | None]]] = {}
+        #: each title's leaf and the lines above it (``_leaf_chain``)
+        self.leaf_chains: dict[int, dict[str, None]] = {}
         self.errors: list[str] = []
         self.reported = 0  # errors already on a call
         self.lines_by_type: dict[str, int] = {}
@@ -181,6 +193,7 @@ class Reader:
             self._trim()
             if call is not None:
                 yield call
+        self._unresolved()
         for s in sorted(
             (s for s in self.sessions.values() if s.pending is not None),
             key=lambda s: s.pending.nodes[0].line if s.pending else 0,
@@ -195,8 +208,7 @@ class Reader:
         kind = _KINDS.get(kind, kind) if isinstance(kind, str) else "?"
         self.lines_by_type[kind] = self.lines_by_type.get(kind, 0) + 1
         if kind == "summary":
-            self.titles.append({"summary": obj.get("summary"), "leafUuid": obj.get("leafUuid")})
-            return None
+            self._title(obj, n)
         uuid = obj.get("uuid")
         if not isinstance(uuid, str) or not uuid:
             return None  # a snapshot or queue event: not part of the conversation
@@ -212,6 +224,7 @@ class Reader:
         elif kind == "system" and obj.get("subtype") == "compact_boundary":
             self._compact_boundary(node, obj)
         self.nodes[uuid] = node
+        self._arrived(node)
         session.last = node
         if side:
             self.last_side = node
@@ -235,12 +248,40 @@ class Reader:
         parent = self.nodes.get(pid)
         if parent is None:
             parent = self.last_side if side else self.last_main
-            self.errors.append(
-                f"{self.name}:{n}: its parent line ({pid}) is not in the file (a line that "
-                "could not be read?); "
-                + (f"continued from line {parent.line}" if parent else "read as a new start")
-            )
+            self.awaited.setdefault(pid, []).append((n, parent.line if parent else None))
         return parent
+
+    def _arrived(self, node: _Node) -> None:
+        """A line that lines before it named as parent: each of them is said to have been
+        read as continuing another line, its parent being later in the file."""
+        for child, used in self.awaited.pop(node.uuid, ()):
+            self.errors.append(
+                f"{self.name}:{child}: its parent line ({node.uuid}) comes after it, at line "
+                f"{node.line}; "
+                + (f"read as continuing line {used}" if used else "read as a start")
+            )
+
+    def _unresolved(self) -> None:
+        """At the end of the file: the parents no line of it holds."""
+        for pid, children in self.awaited.items():
+            for child, used in children:
+                self.errors.append(
+                    f"{self.name}:{child}: its parent line ({pid}) is not in the file (a line "
+                    "that could not be read?); "
+                    + (f"continued from line {used}" if used else "read as a new start")
+                )
+        self.awaited.clear()
+
+    def _title(self, obj: dict[str, Any], n: int) -> None:
+        """A ``summary`` line: the title of the conversation ending at its ``leafUuid``."""
+        text = obj.get("summary")
+        if not isinstance(text, str):
+            text = _prompt_text(obj.get("message"))
+        if not text:  # said, and the line (with a uuid) still stays in the chain
+            self.errors.append(f"{self.name}:{n}: a summary line with no 'summary' text")
+            return
+        leaf = obj.get("leafUuid")
+        self.titles.append({"summary": text, "leafUuid": leaf, "line": n})
 
     def _message_line(self, node: _Node, obj: dict[str, Any], message: Any, n: int) -> None:
         """A user or assistant line: its message, normalised. A line that cannot be read
@@ -548,7 +589,10 @@ class Reader:
         if p.fork is not None:
             log["fork"] = p.fork
         if self.titles:
-            log["titles"] = list(self.titles)
+            log["titles"] = [self._leaf_line(t) for t in self.titles]
+            title = self._call_title(s, p)
+            if title is not None:
+                log["title"] = title
         if last and any(s.since_call.values()):
             log["after_last_call"] = dict(s.since_call)
         call = Call(
@@ -570,6 +614,38 @@ class Reader:
         self.reported = len(self.errors)
         s.turns += 1
         return call
+
+    def _leaf_line(self, title: dict[str, Any]) -> dict[str, Any]:
+        """A title as a call shows it: with its leaf's line, or that the file lacks it."""
+        leaf = self.nodes.get(title["leafUuid"]) if isinstance(title["leafUuid"], str) else None
+        return {**title, "leaf_line": leaf.line if leaf is not None else None}
+
+    def _call_title(self, s: _Session, p: _Pending) -> str | None:
+        """The latest title whose leaf is on the call's chain, or below its reply (read by
+        now: a leaf further on in the file is not known yet)."""
+        for k in range(len(self.titles) - 1, -1, -1):
+            chain = self._leaf_chain(k)
+            leaf = next(iter(chain), None)
+            if leaf is not None and (leaf in s.index or any(n.uuid in chain for n in p.nodes)):
+                return str(self.titles[k]["summary"])
+        return None
+
+    def _leaf_chain(self, k: int) -> dict[str, None]:
+        """The uuids from the ``k``-th title's leaf up to its root, leaf first (made once the
+        leaf is read; empty before)."""
+        chain = self.leaf_chains.get(k)
+        if chain is not None:
+            return chain
+        leaf_id = self.titles[k]["leafUuid"]
+        node = self.nodes.get(leaf_id) if isinstance(leaf_id, str) else None
+        if node is None:
+            return {}
+        chain = {}
+        while node is not None:
+            chain[node.uuid] = None
+            node = node.parent
+        self.leaf_chains[k] = chain
+        return chain
 
 
 def _chars(norm: list[NormMessage] | None) -> int:
@@ -599,17 +675,22 @@ def _merge(nodes: list[_Node]) -> list[NormMessage]:
     out = NormMessage(index=first.line, role="assistant", text="")
     texts: list[str] = []
     reasoning: list[str] = []
+    results: list[NormMessage] = []  # what a server's tool returned inside the reply
     for node in nodes:
         for m in node.norm or []:
+            if m.role == "tool":
+                results.append(m)
+                continue
             if m.text:
                 texts.append(m.text)
             if m.reasoning:
                 reasoning.append(m.reasoning)
             out.tool_calls.extend(m.tool_calls)
             out.media.extend(m.media)
+            out.thinking.extend(m.thinking)
     out.text = "\n".join(texts)
     out.reasoning = "\n".join(reasoning)
-    return [out]
+    return [out, *results]
 
 
 def _prompt_text(message: Any) -> str | None:
