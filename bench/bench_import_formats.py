@@ -24,6 +24,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ctxcore.errors import ImportFormatError  # noqa: E402
-from ctxcore.formats import langfuse, litellm, openai_agents, registry, sessions  # noqa: E402
+from ctxcore.formats import (  # noqa: E402
+    gemini_cli,
+    langfuse,
+    litellm,
+    openai_agents,
+    registry,
+    sessions,
+)
 from ctxcore.formats.accounting import Tally  # noqa: E402
 from ctxcore.formats.load import load_file  # noqa: E402
 from ctxcore.formats.sessions.lines import read_lines  # noqa: E402
@@ -47,6 +55,7 @@ FOLDER_FORMAT = {
     "openai-agents": "openai-agents",
     "aider-llm-history": "aider-llm-history",
     "aider-chat": "aider-chat",
+    "gemini-cli": "gemini-cli",
     "inspect": "inspect",
 }
 
@@ -114,10 +123,15 @@ def _agents(value: Any) -> None:
 
 #: format -> its mapping of a decoded document to normalised messages (the reader without
 #: the trace building and token counting every format shares), for the JSON formats
+def _gemini_cli(value: Any) -> None:
+    gemini_cli.Reader("x", "x", datetime.now(UTC)).calls(value)
+
+
 MAPPINGS: dict[str, Callable[[Any], None]] = {
     "langfuse": _langfuse,
     "litellm": _litellm,
     "openai-agents": _agents,
+    "gemini-cli": _gemini_cli,
 }
 
 

@@ -10,6 +10,8 @@ claims it must come later in the table and be one of the overlaps the design acc
   ``{"history": [...]}``: Anthropic and Converse requests, LangGraph states, SWE-agent and
   mini-swe-agent trajectories have that shape too, with more that only their own detector
   knows;
+- ``openai`` also reads a Gemini CLI chat file's ``{"messages": [...]}``; ``gemini-cli``,
+  which knows its ``sessionId`` and typed messages, comes before it;
 - ``anthropic`` takes a request with a ``system`` list: a Converse request has one as well,
   so ``bedrock-converse`` comes before it.
 - a LiteLLM logging payload holds the call's chat ``messages``: ``openai`` reads those too,
@@ -53,6 +55,7 @@ FOLDERS = {
     "aider-chat": "aider-chat",
     "aider-llm-history": "aider-llm-history",
     "inspect": "inspect",
+    "gemini-cli": "gemini-cli",
     "langfuse": "langfuse",
     "litellm": "litellm",
     "openai-agents": "openai-agents",
@@ -79,6 +82,7 @@ CORPUS_SAMPLES = {
 }
 #: (the format that wins, a later format that also says yes): the overlaps by design
 OVERLAPS = {
+    ("gemini-cli", "openai"),
     ("anthropic", "openai"),
     ("bedrock-converse", "openai"),
     ("langchain", "openai"),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from ctxcore.errors import ImportFormatError
@@ -43,12 +44,17 @@ FORMAT = "gemini"
 _ROLES = {"model": "assistant", "user": "user", "function": "user", "tool": "user"}
 
 
+@cache
+def _snake(camel: str) -> str:
+    """A camelCase field name in snake_case (made once per name: every part asks)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+
+
 def _get(obj: dict[str, Any], camel: str) -> Any:
     """A field under its camelCase (REST) or snake_case (proto, Python SDK) name."""
     if camel in obj:
         return obj[camel]
-    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
-    return obj.get(snake)
+    return obj.get(_snake(camel))
 
 
 def _config(request: dict[str, Any]) -> dict[str, Any]:

@@ -253,6 +253,12 @@ FORMATS: tuple[Format, ...] = (
         sniff=_F + "inspect_ai:sniff",
     ),
     Format(
+        "gemini-cli",
+        "a Gemini CLI chat file (chats/session-*.json): one trace per model reply",
+        _F + "gemini_cli:looks_like",
+        _F + "gemini_cli:read",
+    ),
+    Format(
         "openhands",
         "an OpenHands trajectory (its event list): one trace per model call",
         _SESSIONS + ".openhands:looks_like",
