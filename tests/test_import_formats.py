@@ -122,7 +122,7 @@ def _requests() -> list[str]:
 
 
 def _expected_counts(exp: dict[str, Any]) -> dict[str, int]:
-    return {
+    counts = {
         "messages": exp["messages"]["total"],
         "system_parts": exp["system_parts"],
         "tool_calls": exp["tool_calls"],
@@ -130,6 +130,9 @@ def _expected_counts(exp: dict[str, Any]) -> dict[str, int]:
         "tools": exp["tool_definitions"],
         "media": exp["images"] + exp["documents"],
     }
+    # counted where the source holds some (accounting.OPTIONAL)
+    counts.update({k: exp[k] for k in ("thinking", "compactions") if exp.get(k)})
+    return counts
 
 
 def _import_meta(trace: Trace) -> dict[str, Any]:

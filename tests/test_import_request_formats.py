@@ -102,8 +102,15 @@ def test_responses_session_hint_reserve_and_built_in_items() -> None:
     }
     assert trace.session_id == "conv-7"
     assert trace.input.output_reserve == 900
-    assert trace.metadata["import"]["kept_as_text"] == ["input[3].type='web_search_call'"]
-    assert '"ws_1"' in _message(trace, "item-3").content
+    # a built-in tool's item is a call and its result (docs/design.md, "Formats")
+    assert "kept_as_text" not in trace.metadata["import"]
+    [call] = _message(trace, "item-3").metadata["tool_calls"]
+    assert (call["id"], call["name"], call["server_tool"]) == (
+        "ws_1",
+        "web_search",
+        "web_search_call",
+    )
+    assert [p.id for p in trace.input.packets if p.kind == "tool_result"][-1] == "tool:ws_1"
 
 
 def test_responses_input_may_be_a_string() -> None:

@@ -1,9 +1,10 @@
 """What an import found in its source, so that nothing is lost without a word.
 
 Every importer counts what the source holds (messages, system parts, tool calls, tool
-results, tool definitions, images and documents) while it reads, and records every part it
-does not know: such a part is never dropped; its JSON is kept as text in the message it
-belongs to, and its path is listed (``messages[3].content[1].type='server_tool_use'``).
+results, tool definitions, images and documents; thinking parts and compactions where it
+has some) while it reads, and records every part it does not know: such a part is never
+dropped; its JSON is kept as text in the message it belongs to, and its path is listed
+(``messages[3].content[1].type='container_upload'``).
 The tally travels in the trace as ``metadata["import"]``; ``ctxscope import`` prints it
 against what reached the trace, and the ``import_loss`` detector reports the unknown parts.
 """
@@ -25,6 +26,12 @@ COUNTED: tuple[str, ...] = (
     "tools",
     "media",
 )
+#: Counted too, but in ``metadata.import.source`` only where the source holds some: reasoning
+#: parts (thinking blocks, reasoning items, thought parts; an encrypted one too) and
+#: compactions (a compaction block or item: the summary that stands for older context).
+OPTIONAL: tuple[str, ...] = ("thinking", "compactions")
+#: Every count a ``Tally`` keeps.
+TALLIED: tuple[str, ...] = COUNTED + OPTIONAL
 LABELS = {
     "messages": "messages",
     "system_parts": "system parts",
@@ -32,7 +39,11 @@ LABELS = {
     "tool_results": "tool results",
     "tools": "tool definitions",
     "media": "images/documents",
+    "thinking": "thinking parts",
+    "compactions": "compactions",
 }
+#: The kind of the packet a compaction's summary becomes (``norm.captured_input_from_norm``).
+COMPACTION_KIND = "summary"
 #: How many unknown-part paths one trace lists (the total is always kept).
 MAX_LISTED = 50
 #: Longest JSON text kept for one unknown part (its size is said when cut).
@@ -44,7 +55,7 @@ class Tally:
     """Counts of what a source holds, and the parts an importer kept only as text."""
 
     format: str
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TALLIED, 0))
     unknown: list[str] = field(default_factory=list)
     unknown_total: int = 0
     cache_control: list[str] = field(default_factory=list)
@@ -67,7 +78,7 @@ class Tally:
         return text
 
     def to_metadata(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"format": self.format, "source": dict(self.counts)}
+        out: dict[str, Any] = {"format": self.format, "source": source_counts(self.counts)}
         if self.unknown_total:
             out["kept_as_text"] = list(self.unknown)
             out["kept_as_text_total"] = self.unknown_total
@@ -76,21 +87,37 @@ class Tally:
         return out
 
 
+def source_counts(counts: dict[str, int]) -> dict[str, int]:
+    """What ``metadata.import.source`` holds: every ``COUNTED`` count, and an ``OPTIONAL`` one
+    where it is not 0."""
+    out = {key: int(counts.get(key, 0)) for key in COUNTED}
+    out.update({key: int(counts[key]) for key in OPTIONAL if counts.get(key)})
+    return out
+
+
 def imported_counts(trace: Trace) -> dict[str, int]:
-    """The same counts, read from what reached the trace."""
+    """The same counts, read from what reached the trace. A message a compaction replaced
+    stays in the chat messages (``replaced_by``), out of the captured input: its tool result
+    is counted there."""
     messages = (trace.result.messages if trace.result is not None else None) or []
     # A source message may become several (an Anthropic user message holding tool results
     # becomes one tool message per result, then the text): ids ``msg-<i>`` / ``msg-<i>.<j>``
     # name the source message each came from.
     sources = {(m.id or "").split(".")[0] for m in messages if (m.id or "").startswith("msg-")}
-    return {
-        "messages": len(sources),
-        "system_parts": sum(1 for m in messages if m.role in ("system", "developer")),
-        "tool_calls": sum(len(m.metadata.get("tool_calls") or []) for m in messages),
-        "tool_results": sum(1 for p in trace.input.packets if p.kind == "tool_result"),
-        "tools": len(trace.input.tools),
-        "media": sum(len(m.metadata.get("media") or []) for m in messages),
-    }
+    replaced = [m for m in messages if m.metadata.get("replaced_by")]
+    return source_counts(
+        {
+            "messages": len(sources),
+            "system_parts": sum(1 for m in messages if m.role in ("system", "developer")),
+            "tool_calls": sum(len(m.metadata.get("tool_calls") or []) for m in messages),
+            "tool_results": sum(1 for p in trace.input.packets if p.kind == "tool_result")
+            + sum(1 for m in replaced if m.role == "tool"),
+            "tools": len(trace.input.tools),
+            "media": sum(len(m.metadata.get("media") or []) for m in messages),
+            "thinking": sum(len(m.metadata.get("thinking") or []) for m in messages),
+            "compactions": sum(1 for m in messages if m.metadata.get("compaction")),
+        }
+    )
 
 
 def describe_trace(trace: Trace, *, several: bool) -> list[str]:
@@ -102,8 +129,8 @@ def describe_trace(trace: Trace, *, several: bool) -> list[str]:
     src: dict[str, int] = meta["source"]
     got = imported_counts(trace)
     parts = []
-    for key in COUNTED:
-        a, b = int(src.get(key, 0)), got[key]
+    for key in TALLIED:
+        a, b = int(src.get(key, 0)), got.get(key, 0)
         if a or b:
             parts.append(f"{a} {LABELS[key]}" if a == b else f"{LABELS[key]} {a} → {b}")
     where = f"{trace.session_id} turn {trace.turn}" if several else "source"
@@ -124,4 +151,15 @@ def describe(traces: list[Trace]) -> list[str]:
     return [line for t in traces for line in describe_trace(t, several=len(traces) > 1)]
 
 
-__all__ = ["COUNTED", "LABELS", "Tally", "describe", "describe_trace", "imported_counts"]
+__all__ = [
+    "COMPACTION_KIND",
+    "COUNTED",
+    "LABELS",
+    "OPTIONAL",
+    "TALLIED",
+    "Tally",
+    "describe",
+    "describe_trace",
+    "imported_counts",
+    "source_counts",
+]

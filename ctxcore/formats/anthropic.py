@@ -6,19 +6,31 @@ request becomes the same captured input whichever API carried it:
 
 - ``system``, a string or a list of text blocks → the system instructions (one system part
   per block; a block's ``cache_control`` mark is kept in the trace's import metadata);
-- ``text`` blocks → the message text; ``thinking`` / ``redacted_thinking`` → the message's
-  reasoning (kept in metadata, not counted as context: the API drops earlier turns' thinking);
+- ``text`` blocks → the message text; ``thinking`` → the message's reasoning and a
+  ``thinking`` part, ``redacted_thinking`` → a part with the size of its encrypted ``data``
+  and no text (kept in metadata, not counted as context: the API drops earlier turns'
+  thinking);
 - ``tool_use`` → a tool call of the assistant message (id, name, JSON input);
+  ``server_tool_use`` (web search, web fetch, code execution…) and ``mcp_tool_use`` → tool
+  calls too, marked ``server_tool`` (and ``mcp_server``); their results inside the assistant
+  message (``web_search_tool_result``, ``web_fetch_tool_result``,
+  ``*code_execution_tool_result``, ``mcp_tool_result``, any ``*_tool_result``) → tool
+  messages after the text before them (``tool:<tool_use_id>`` packets): search results as
+  title and URL lines (their encrypted page content by its size), a fetched document by its
+  text, a command's stdout/stderr, an error by its code;
+- ``compaction`` → the summary that replaces everything before it (the API drops the blocks
+  before it: platform.claude.com/docs/en/build-with-claude/compaction): a ``summary`` packet,
+  the messages before it summarized (``norm``);
 - ``tool_result`` (content a string or a list of blocks, ``is_error`` kept) inside a user
   message → a tool message, i.e. a ``tool:<tool_use_id>`` packet; any text beside the results
   stays a user message after them;
 - ``image`` / ``document`` → a placeholder line naming the media type and size (documents of
   source type ``text`` keep their text), recorded in the message's ``metadata.media``;
-- any other block (``server_tool_use``, ``web_search_tool_result``, ``mcp_tool_use``,
-  ``container_upload``, …) → its JSON kept as text in its message, and named in
-  ``metadata.import.kept_as_text`` (the ``import_loss`` finding);
-- ``tools`` (custom tools with ``input_schema``; server tools by ``type``) → the tool
-  definitions; ``max_tokens`` → the output reserve; ``metadata.user_id`` → the session.
+- any other block (``container_upload``, …) → its JSON kept as text in its message, and
+  named in ``metadata.import.kept_as_text`` (the ``import_loss`` finding);
+- ``tools`` (custom tools with ``input_schema``; server tools by ``type``) and
+  ``mcp_servers`` (by name, its authorization token left out) → the tool definitions;
+  ``max_tokens`` → the output reserve; ``metadata.user_id`` → the session.
 """
 
 from __future__ import annotations
@@ -40,8 +52,21 @@ FORMAT = "anthropic-messages"
 
 #: Block types that only Anthropic requests carry: enough to tell one from an OpenAI request.
 _ANTHROPIC_BLOCKS = frozenset(
-    {"tool_use", "tool_result", "thinking", "redacted_thinking", "server_tool_use", "document"}
+    {
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "mcp_tool_use",
+        "compaction",
+        "document",
+    }
 )
+#: Calls the API runs itself, and the block type that marks them.
+_SERVER_CALLS = frozenset({"server_tool_use", "mcp_tool_use"})
+#: Fields of a server result that hold what only the provider can read.
+_ENCRYPTED = frozenset({"encrypted_content", "encrypted_index", "encrypted_stdout"})
 
 
 def looks_like(data: Any) -> bool:
@@ -202,14 +227,120 @@ def normalize_message(
 
 
 def _tool_use(block: dict[str, Any], path: str) -> ToolCall:
+    """A ``tool_use`` block, or a call the API runs (``server_tool_use``, ``mcp_tool_use``:
+    marked in ``meta``)."""
+    btype = str(block.get("type"))
     name = block.get("name")
     if not isinstance(name, str) or not name:
-        raise ImportFormatError(f"{path}: tool_use without a name")
+        raise ImportFormatError(f"{path}: {btype} without a name")
+    meta: dict[str, Any] = {}
+    if btype in _SERVER_CALLS:
+        meta["server_tool"] = btype
+        if isinstance(block.get("server_name"), str):
+            meta["mcp_server"] = block["server_name"]
     return ToolCall(
         id=str(block["id"]) if block.get("id") else None,
         name=name,
         arguments=json.dumps(block.get("input", {}), ensure_ascii=False, separators=(",", ":")),
+        meta=meta,
     )
+
+
+def _sized(value: Any) -> Any:
+    """A server result's JSON with what only the provider can read replaced by its size."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            secret = k in _ENCRYPTED and isinstance(v, str)
+            out[k] = f"[encrypted: {len(v):,} chars]" if secret else _sized(v)
+        return out
+    if isinstance(value, list):
+        return [_sized(v) for v in value]
+    return value
+
+
+def _server_item(item: Any, path: str, tally: Tally, media: list[dict[str, Any]]) -> str:
+    """One part of a server tool's result as the text it stands for."""
+    if isinstance(item, str):
+        return item
+    if not isinstance(item, dict):
+        return json.dumps(item, ensure_ascii=False)
+    kind = str(item.get("type", ""))
+    if kind == "text":
+        return str(item.get("text", ""))
+    if kind in ("image", "document"):
+        line, info = _media(item, path, tally)
+        media.append(info)
+        return line
+    if kind == "web_search_result":
+        size = len(str(item.get("encrypted_content") or ""))
+        return f"{item.get('title') or ''}\n{item.get('url') or ''}" + (
+            f"\n[page content, encrypted: {size:,} chars]" if size else ""
+        )
+    if kind == "web_fetch_result":
+        inner = item.get("content")
+        body = _server_item(inner, f"{path}.content", tally, media) if inner is not None else ""
+        return f"[fetched {item.get('url') or ''}]\n{body}".rstrip("\n")
+    if kind.endswith("_error") or "error_code" in item:
+        message = item.get("error_message")
+        return f"[error: {item.get('error_code')}]" + (f" {message}" if message else "")
+    if "stdout" in item or "stderr" in item:
+        lines = [str(item.get("stdout") or ""), str(item.get("stderr") or "")]
+        lines.append(f"[return code {item.get('return_code')}]")
+        return "\n".join(x for x in lines if x)
+    if kind.endswith("view_result") and isinstance(item.get("content"), str):
+        return str(item["content"])
+    return json.dumps(_sized(item), ensure_ascii=False)
+
+
+def _server_result(
+    block: dict[str, Any], path: str, mid: str, index: int, tally: Tally
+) -> NormMessage:
+    """The result of a call the API ran (``web_search_tool_result``, ``mcp_tool_result``…),
+    as a tool message answering it."""
+    media: list[dict[str, Any]] = []
+    content = block.get("content")
+    items = content if isinstance(content, list) else [] if content is None else [content]
+    text = "\n".join(
+        _server_item(item, f"{path}.content[{k}]", tally, media) for k, item in enumerate(items)
+    )
+    extra: dict[str, Any] = {"server_tool": str(block.get("type"))}
+    if block.get("is_error"):
+        extra["is_error"] = True
+    tid = block.get("tool_use_id")
+    return NormMessage(
+        index=index,
+        role="tool",
+        text=text,
+        tool_call_id=str(tid) if tid else None,
+        id=mid,
+        media=media,
+        extra=extra,
+    )
+
+
+def _compaction(block: dict[str, Any], path: str, mid: str, main: NormMessage) -> NormMessage:
+    """A compaction block: the summary the API replaced the context before it with."""
+    content = block.get("content")
+    text = content if isinstance(content, str) else ""
+    info = {"type": "compaction", "path": path, "replaces_earlier": True}
+    return NormMessage(index=main.index, role=main.role, text=text, id=mid, compaction=info)
+
+
+def _thinking(block: dict[str, Any], parts: Parts, tally: Tally) -> None:
+    """A thinking block (its text and a part), or a redacted one (a part with its size)."""
+    tally.add("thinking")
+    if block.get("type") == "redacted_thinking":
+        data = block.get("data")
+        size = len(data) if isinstance(data, str) else 0
+        parts.main.thinking.append({"type": "redacted_thinking", "encrypted_chars": size})
+        return
+    text = str(block.get("thinking", ""))
+    parts.reasoning.append(text)
+    part: dict[str, Any] = {"type": "thinking", "chars": len(text)}
+    if isinstance(block.get("signature"), str):
+        part["signature_chars"] = len(block["signature"])
+    parts.main.thinking.append(part)
 
 
 def _tool_result(
@@ -235,16 +366,24 @@ def _read_block(block: dict[str, Any], path: str, mid: str, parts: Parts, tally:
     main = parts.main
     if btype == "text":
         parts.texts.append(str(block.get("text", "")))
-    elif btype == "thinking":
-        parts.reasoning.append(str(block.get("thinking", "")))
-    elif btype == "redacted_thinking":
-        parts.reasoning.append("[redacted thinking]")
-    elif btype == "tool_use" and main.role == "assistant":
+    elif btype in ("thinking", "redacted_thinking"):
+        _thinking(block, parts, tally)
+    elif (btype == "tool_use" or btype in _SERVER_CALLS) and main.role == "assistant":
         main.tool_calls.append(_tool_use(block, path))
         tally.add("tool_calls")
     elif btype == "tool_result":
         parts.results.append(_tool_result(block, path, mid, main.index, tally))
         tally.add("tool_results")
+    elif isinstance(btype, str) and btype.endswith("_tool_result") and "tool_use_id" in block:
+        result = _server_result(block, path, mid, main.index, tally)
+        if main.role == "assistant":
+            parts.after.append((len(parts.texts), result))
+        else:
+            parts.results.append(result)
+        tally.add("tool_results")
+    elif btype == "compaction":
+        parts.lead.append(_compaction(block, path, mid, main))
+        tally.add("compactions")
     elif btype in ("image", "document"):
         line, info = _media(block, path, tally)
         parts.texts.append(line)
@@ -272,6 +411,23 @@ def parse_tools(tools: Any, tally: Tally) -> list[ToolDef]:
             )
         )
         _cache_mark(tool, f"tools[{k}]", tally)
+        tally.add("tools")
+    return out
+
+
+def mcp_servers(servers: Any, tally: Tally) -> list[ToolDef]:
+    """The MCP servers a request lets the API call (the MCP connector): one tool definition
+    each, named by the server, its settings the schema (the authorization token left out)."""
+    if servers is None:
+        return []
+    if not isinstance(servers, list):
+        raise ImportFormatError("mcp_servers: expected a list of MCP servers")
+    out: list[ToolDef] = []
+    for k, server in enumerate(servers):
+        if not isinstance(server, dict) or not isinstance(server.get("name"), str):
+            raise ImportFormatError(f"mcp_servers[{k}]: an MCP server needs a name")
+        params = {key: v for key, v in server.items() if key not in ("name", "authorization_token")}
+        out.append(ToolDef(name=server["name"], description="MCP server", parameters=params))
         tally.add("tools")
     return out
 
@@ -329,7 +485,9 @@ class Messages(RequestFormat):
         return normalize(request, tally), {}
 
     def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
-        return parse_tools(request.get("tools"), tally)
+        return parse_tools(request.get("tools"), tally) + mcp_servers(
+            request.get("mcp_servers"), tally
+        )
 
     def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
         return request.get("system"), request["messages"], request.get("tools")

@@ -15,7 +15,8 @@ normalised messages as an OpenAI chat request (``ctxcore.formats.openai``):
   ``{document}``/``{video}`` → a placeholder line naming format and size, recorded in
   ``metadata.media`` (documents with a text source, or text bytes — txt, md, csv, html —
   keep their text); ``{reasoningContent}``
-  → the message's reasoning (metadata, not counted); ``{guardContent}`` → its text, the
+  → the message's reasoning and a ``thinking`` part (redacted content by its size, no text;
+  metadata, not counted); ``{guardContent}`` → its text, the
   guardrail qualifiers kept in metadata; ``{citationsContent}`` → its text; any other block
   → its JSON kept as text and listed in ``metadata.import.kept_as_text``;
 - ``toolConfig.tools[].toolSpec`` → the tool definitions (schema ``inputSchema.json``);
@@ -238,11 +239,20 @@ def _message(msg: Any, i: int, tally: Tally) -> list[NormMessage]:
     return parts.messages()
 
 
-def _reasoning(body: dict[str, Any]) -> str | None:
+def _reasoning(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """A ``reasoningContent`` block's text and its part: readable reasoning (its signature
+    by its size), or redacted content (its encrypted size, no text)."""
     rt = body.get("reasoningText")
     if isinstance(rt, dict) and isinstance(rt.get("text"), str):
-        return str(rt["text"])
-    return "[redacted reasoning]" if "redactedContent" in body else None
+        part: dict[str, Any] = {"type": "reasoningText", "chars": len(rt["text"])}
+        if isinstance(rt.get("signature"), str):
+            part["signature_chars"] = len(rt["signature"])
+        return str(rt["text"]), part
+    if "redactedContent" in body:
+        data = body["redactedContent"]
+        size = len(data) if isinstance(data, str | bytes) else 0
+        return "", {"type": "redactedContent", "encrypted_chars": size}
+    return None
 
 
 def _tool_use(body: dict[str, Any], path: str) -> ToolCall:
@@ -294,7 +304,9 @@ def _read_block(
         reasoning = _reasoning(body)
         if reasoning is None:
             return False
-        parts.reasoning.append(reasoning)
+        parts.reasoning.append(reasoning[0])
+        main.thinking.append(reasoning[1])
+        tally.add("thinking")
     elif key == "toolUse" and main.role == "assistant" and isinstance(body, dict):
         main.tool_calls.append(_tool_use(body, path))
         tally.add("tool_calls")

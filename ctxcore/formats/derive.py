@@ -161,12 +161,49 @@ def _items(input: CapturedInput) -> list[_Item]:
     return items
 
 
+def _replaced(messages: list[Message]) -> list[Message]:
+    """The chat messages a compaction replaced (``norm``): the model never saw them."""
+    return [m for m in messages if m.metadata.get("replaced_by")]
+
+
+def _summarized(
+    messages: list[Message], counter: TokenCounter, rank: int, left: int
+) -> list[Decision]:
+    """A decision per message a compaction replaced: summarized, no tokens left in the
+    prompt (as a session log's compaction shows what it replaced, ``sessions.calls``)."""
+    out: list[Decision] = []
+    for m in _replaced(messages):
+        kind = "tool_result" if m.role == "tool" else "history"
+        n = counter.count(m.content)
+        out.append(
+            Decision(
+                packet_id=m.id or f"replaced:{rank + len(out)}",
+                kind=kind,
+                status=Status.SUMMARIZED,
+                reason=Reason.DEGRADED,
+                reason_text=(
+                    f"replaced by the summary {m.metadata['replaced_by']}: the model saw the "
+                    "summary, not this message"
+                ),
+                partition="tool results" if kind == "tool_result" else "history",
+                rank=rank + len(out),
+                tokens_before=n,
+                tokens_after=0,
+                budget_left=left,
+            )
+        )
+    return out
+
+
 def render_prompt(messages: list[Message], tools_json: str) -> str:
     """A readable flat form of a chat request: one ``[role]`` block per message.
 
     Consecutive system parts (several system or developer messages, or Anthropic's list of
     system blocks) make one block, joined by a blank line: exactly the system instructions
-    of the captured input, so the prompt can be searched for them."""
+    of the captured input, so the prompt can be searched for them. A message a compaction
+    replaced is not in it."""
+    if any(m.metadata.get("replaced_by") for m in messages):
+        messages = [m for m in messages if not m.metadata.get("replaced_by")]
     blocks = [f"[tools]\n{tools_json}"] if tools_json else []
     k = 0
     while k < len(messages):
@@ -209,9 +246,11 @@ def _format_item(input: CapturedInput, messages: list[Message]) -> tuple[_Item, 
     """The chat format's own tokens as an item: role markers around every message and the
     reply primer (3 + 3 in OpenAI's published accounting for its chat models). Providers
     differ a little; the reported usage, where the source has it, shows by how much."""
-    n_messages = sum(1 for m in messages if m.role not in ("system", "developer")) + (
-        1 if input.system_instructions else 0
-    )
+    n_messages = sum(
+        1
+        for m in messages
+        if m.role not in ("system", "developer") and not m.metadata.get("replaced_by")
+    ) + (1 if input.system_instructions else 0)
     item = _Item(
         FORMAT_ID,
         "format",
@@ -281,6 +320,15 @@ def derive_result(
     window, available, warns = window_warnings(input.window, used, reserve)
     with timer.stage("select"):
         decisions, partitions = _kept(items, counts, available)
+        if _replaced(messages):
+            # after the instructions and the tools, as a session log's compaction shows them
+            head = sum(1 for it in items if it.id in (INSTRUCTIONS_ID, TOOLS_ID))
+            before = decisions[head - 1].budget_left if head else available
+            gone = _summarized(messages, counter, head, before or 0)
+            rest = [
+                d.model_copy(update={"rank": (d.rank or 0) + len(gone)}) for d in decisions[head:]
+            ]
+            decisions = [*decisions[:head], *gone, *rest]
     totals = Totals(
         window=window,
         output_reserve=reserve,

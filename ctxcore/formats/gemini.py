@@ -8,8 +8,9 @@ normalised messages as an OpenAI chat request (``ctxcore.formats.openai``):
 - ``systemInstruction`` (``system_instruction``, or ``config.system_instruction``) → the
   system instructions, one system part per part;
 - ``contents[]`` → messages; role ``model`` is the assistant, ``user``/``function`` the user.
-  Parts: ``text`` → text (``thought: true`` → the message's reasoning, kept in metadata,
-  not counted); ``functionCall {name, args, id?}`` → a tool call of the model message;
+  Parts: ``text`` → text (``thought: true`` → the message's reasoning and a ``thought``
+  part, kept in metadata, not counted; a ``thoughtSignature`` → a part with its encrypted
+  size and no text); ``functionCall {name, args, id?}`` → a tool call of the model message;
   ``functionResponse {name, response, id?}`` → a ``tool:<call id>`` packet (a response
   without an id answers the oldest open call of the same name); ``inlineData``/``fileData``
   → a placeholder line naming the media type and size, recorded in ``metadata.media``;
@@ -231,14 +232,22 @@ class _Contents:
     def part(self, part: dict[str, Any], path: str, role: str, j: int, read: Parts) -> None:
         """One part of a content into its parts (``j``: its place, for made-up ids)."""
         main, tally = read.main, self.tally
-        if _get(part, "thoughtSignature") is not None:
+        signature = _get(part, "thoughtSignature")
+        if signature is not None:
             # opaque to all but Gemini, which wants it back: counted, not kept
             main.extra["thought_signatures"] = main.extra.get("thought_signatures", 0) + 1
+            size = len(signature) if isinstance(signature, str) else 0
+            main.thinking.append({"type": "thoughtSignature", "encrypted_chars": size})
+            tally.add("thinking")
         fcall, fresp = _get(part, "functionCall"), _get(part, "functionResponse")
         media = _media(part, path)
         code_text = _code_text(part)
-        if isinstance(part.get("text"), str):
-            (read.reasoning if part.get("thought") is True else read.texts).append(part["text"])
+        if isinstance(part.get("text"), str) and part.get("thought") is True:
+            read.reasoning.append(part["text"])
+            main.thinking.append({"type": "thought", "chars": len(part["text"])})
+            tally.add("thinking")
+        elif isinstance(part.get("text"), str):
+            read.texts.append(part["text"])
         elif isinstance(fcall, dict) and role == "model":
             main.tool_calls.append(self.call(fcall, path, main.index, j))
             tally.add("tool_calls")

@@ -7,6 +7,15 @@ them onto the trace contract the same way for all of them: system and early deve
 messages into the system instructions, a late developer message into a ``policy`` packet,
 tool results into ``tool:<id>`` packets, the last user message into the query, the rest
 into the history.
+
+Typed parts (docs/design.md, "Formats"): a tool call a provider runs itself (web search, code
+execution, web fetch, file search, an MCP server's tool) is a tool call like any other, its
+``meta`` (``server_tool``, ``mcp_server``) kept beside it, and its result a ``tool:<id>``
+packet. Reasoning is kept as typed ``thinking`` parts beside the text (an encrypted one by
+its size only, with no text). A compaction's summary is a ``summary`` packet
+(``compaction:<id>``); when the format says the summary replaces what came before it in the
+request (Anthropic's ``compaction`` block), those messages stay in the chat messages marked
+``replaced_by`` and leave the captured input: ``derive`` shows them as summarized.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ctxcore.errors import ImportFormatError
+from ctxcore.formats.accounting import COMPACTION_KIND
 from ctxcore.loading import error_message
 from ctxcore.models import CapturedInput, Message, Packet, ToolDef
 
@@ -29,6 +39,9 @@ class ToolCall:
     id: str | None
     name: str
     arguments: str
+    #: what runs it when the client does not: ``server_tool`` (the block or item type),
+    #: ``mcp_server`` (the MCP server's name); kept in the call's metadata
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -48,6 +61,11 @@ class NormMessage:
     media: list[dict[str, Any]] = field(default_factory=list)
     #: anything else worth keeping beside the text (cache_control marks, is_error, …)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: typed reasoning parts: ``{"type", "chars"}`` for readable reasoning (its text is in
+    #: ``reasoning``), ``{"type", "encrypted_chars"}`` for an encrypted one (no text)
+    thinking: list[dict[str, Any]] = field(default_factory=list)
+    #: this message is a compaction's summary: ``{"type", "replaces_earlier", ...}``
+    compaction: dict[str, Any] | None = None
 
 
 @dataclass
@@ -60,15 +78,31 @@ class Parts:
     texts: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     results: list[NormMessage] = field(default_factory=list)
+    #: compaction summaries the message starts with (before it)
+    lead: list[NormMessage] = field(default_factory=list)
+    #: results a server returned inside the (assistant) message, each with the number of
+    #: texts read before it: the text after a result follows it
+    after: list[tuple[int, NormMessage]] = field(default_factory=list)
 
     def messages(self) -> list[NormMessage]:
-        """The tool results first, then the message itself unless the results were all."""
+        """The tool results first, then the message itself unless the results were all;
+        a server's results after the text and calls before them, each followed by the text
+        after it (``<result id>.text``)."""
         main = self.main
-        main.text = "\n".join(self.texts)
+        cut = self.after[0][0] if self.after else len(self.texts)
+        main.text = "\n".join(self.texts[:cut])
         main.reasoning = "\n".join(r for r in self.reasoning if r)
-        if main.text or main.tool_calls or main.reasoning or main.media or not self.results:
-            return [*self.results, main]
-        return self.results
+        own = (
+            main.text or main.tool_calls or main.reasoning or main.thinking or main.media
+        ) or not (self.results or self.lead or self.after)
+        out = [*self.lead, *self.results, *([main] if own else [])]
+        for k, (start, result) in enumerate(self.after):
+            out.append(result)
+            end = self.after[k + 1][0] if k + 1 < len(self.after) else len(self.texts)
+            if end > start:
+                rest = "\n".join(self.texts[start:end])
+                out.append(NormMessage(main.index, main.role, rest, id=f"{result.id}.text"))
+        return out
 
 
 def _call_line(call: ToolCall) -> str:
@@ -157,6 +191,9 @@ class _Assembly:
         """One message, into the part its role (and place) puts it in."""
         mid = m.id or f"msg-{m.index}"
         side = _side_metadata(m)
+        if m.compaction is not None:
+            self._compaction(m, mid, side)
+            return
         if m.role in ("system", "developer"):
             if m.role == "developer" and self.seen_conversation:
                 # injected mid-conversation: a policy packet, not the system prompt
@@ -178,6 +215,31 @@ class _Assembly:
             msg = Message(role=m.role, content=content, id=mid, metadata=meta)
             self.history.append(msg)
             self.flat.append(msg)
+
+    def _compaction(self, m: NormMessage, mid: str, side: dict[str, Any]) -> None:
+        """A compaction's summary: a ``summary`` packet. One that replaces what came before
+        it takes the conversation read so far out of the input (the chat messages keep it,
+        marked ``replaced_by``)."""
+        assert m.compaction is not None
+        pid = f"compaction:{mid}"
+        info = {k: v for k, v in m.compaction.items() if k != "replaces_earlier"}
+        if m.compaction.get("replaces_earlier"):
+            replaced = 0
+            for k, msg in enumerate(self.flat):
+                if msg.role not in ("system", "developer") and "replaced_by" not in msg.metadata:
+                    meta = {**msg.metadata, "replaced_by": pid}
+                    self.flat[k] = msg.model_copy(update={"metadata": meta})
+                    replaced += 1
+            self.history.clear()
+            self.packets[:] = [p for p in self.packets if p.kind == "policy"]
+            self.pending.clear()
+            info["replaced"] = replaced
+        self.seen_conversation = True
+        meta = {"compaction": info, "message_index": m.index, **side}
+        self.packets.append(Packet(id=pid, kind=COMPACTION_KIND, content=m.text, metadata=meta))
+        self.flat.append(
+            Message(role=m.role, content=m.text, id=mid, metadata={"compaction": info, **side})
+        )
 
     def _answered_call(self, m: NormMessage) -> ToolCall | None:
         """The pending call a tool result answers (by id, else the oldest), taken off."""
@@ -229,10 +291,13 @@ class _Assembly:
         meta: dict[str, Any] = {}
         if m.tool_calls:
             meta["tool_calls"] = [
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+                {"id": c.id, "name": c.name, "arguments": c.arguments, **c.meta}
+                for c in m.tool_calls
             ]
         if m.reasoning:
             meta["reasoning"] = m.reasoning
+        if m.thinking:
+            meta["thinking"] = list(m.thinking)
         if m.name:
             meta["name"] = m.name
         return meta

@@ -18,8 +18,10 @@ Roles map to the trace contract as follows:
 Content may be a string or a list of parts: OpenAI ``{"type":"text","text":..}``, the
 ``{"type":..,"value":..}`` parts of LLaMA-Factory data (``text``/``reasoning``/
 ``tool_call``), and the OpenTelemetry GenAI parts (``text``/``reasoning``/``tool_call``/
-``tool_call_response``). Reasoning is kept in message metadata, not in the counted content,
-because providers do not send it back as context.
+``tool_call_response``). Reasoning (a ``reasoning``/``thinking`` part, a message's
+``reasoning_content`` as DeepSeek and Z.ai send it back, or a ``reasoning`` string) is kept
+in message metadata with a ``thinking`` part each, not in the counted content, because
+providers do not send it back as context.
 """
 
 from __future__ import annotations
@@ -172,6 +174,7 @@ def normalize_message(
                 _read_part(part, pw, out, texts, reasoning, tally)
     elif content is not None:
         texts.append(text_of(content))
+    _message_reasoning(msg, out, reasoning, tally)
     out.text = "\n".join(texts)
     out.reasoning = "\n".join(r for r in reasoning if r)
     out.tool_calls.extend(_message_calls(msg, where, tally))
@@ -183,6 +186,18 @@ def normalize_message(
     if isinstance(msg.get("name"), str):
         out.name = msg["name"]
     return out
+
+
+def _message_reasoning(
+    msg: dict[str, Any], out: NormMessage, reasoning: list[str], tally: Tally
+) -> None:
+    """A message's own reasoning field (``reasoning_content`` as DeepSeek and Z.ai send it
+    back, or a ``reasoning`` string): its text and a ``thinking`` part."""
+    for key in ("reasoning_content", "reasoning"):
+        if isinstance(msg.get(key), str) and msg[key]:
+            reasoning.append(msg[key])
+            out.thinking.append({"type": key, "chars": len(msg[key])})
+            tally.add("thinking")
 
 
 def _thought_text(part: dict[str, Any], value: Any) -> str:
@@ -212,7 +227,10 @@ def _read_part(
     if ptype in ("text", "input_text", "output_text", "refusal"):
         texts.append(text_of(value if ptype != "refusal" else part.get("refusal", value)))
     elif ptype in ("reasoning", "thinking"):
-        reasoning.append(_thought_text(part, value))
+        text = _thought_text(part, value)
+        reasoning.append(text)
+        out.thinking.append({"type": ptype, "chars": len(text)})
+        tally.add("thinking")
     elif ptype == "tool_call":
         out.tool_calls.append(_call_from_obj(part.get("value", part), pw))
         tally.add("tool_calls")
@@ -272,7 +290,7 @@ def normalize_parts_message(msg: Any, index: int, tally: Tally | None = None) ->
             results.append(result)
     main = normalize_message(msg, index, tally, results_apart=True)
     tally.add("tool_results", len(results))
-    if main.text or main.tool_calls or main.reasoning or main.media or not results:
+    if main.text or main.tool_calls or main.reasoning or main.thinking or main.media or not results:
         return [*results, main]
     return results
 

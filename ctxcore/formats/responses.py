@@ -14,10 +14,18 @@ looks the same whichever API carried it:
   (consecutive calls make one turn, as parallel calls do in a chat request);
   ``function_call_output`` ``{call_id, output}`` → a ``tool:<call_id>`` packet;
 - ``reasoning`` items → the reasoning of the assistant turn that follows (summary and
-  reasoning text; ``encrypted_content`` is only measured): kept in metadata, not counted;
-- any other item (``web_search_call``, ``file_search_call``, ``computer_call``,
-  ``custom_tool_call(_output)``, ``mcp_*``, ``item_reference``, …) and any unknown part →
-  its JSON kept as text and listed in ``metadata.import.kept_as_text``;
+  reasoning text) and a ``reasoning`` part (its ``encrypted_content`` by its size only):
+  kept in metadata, not counted;
+- the calls OpenAI runs itself (``web_search_call``, ``file_search_call``,
+  ``code_interpreter_call``, ``mcp_call``): each item records a call and its outcome, so it
+  is a tool call of an assistant turn (marked ``server_tool``, ``mcp_server``) and a tool
+  message answering it (the search's results, the code's outputs, the MCP tool's output or
+  error; what the item does not hold is said, not made up);
+- ``mcp_list_tools`` → the listed tools are tool definitions (the model saw them);
+  ``compaction`` → a ``summary`` packet of the encrypted summary, by its size (what it
+  replaced is not in the request; items kept beside it are the caller's choice);
+- any other item (``computer_call``, ``custom_tool_call(_output)``, ``item_reference``, …)
+  and any unknown part → its JSON kept as text and listed in ``metadata.import.kept_as_text``;
 - ``tools`` (flat function tools; built-in tools by ``type``) → the tool definitions;
   ``max_output_tokens`` → the output reserve; ``previous_response_id`` and
   ``prompt_cache_key`` (the hint that requests belong to one conversation) →
@@ -47,9 +55,25 @@ FORMAT = "openai-responses"
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio"})
+#: Calls OpenAI runs itself: the tool name each is a call of (an MCP call names its own).
+_BUILTIN_CALLS = {
+    "web_search_call": "web_search",
+    "file_search_call": "file_search",
+    "code_interpreter_call": "code_interpreter",
+    "mcp_call": "",
+}
 #: Item types only a Responses input holds: enough to tell a list of items from chat messages.
 _ITEM_TYPES = frozenset(
-    {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
+    {
+        "message",
+        "function_call",
+        "function_call_output",
+        "reasoning",
+        "item_reference",
+        "compaction",
+        "mcp_list_tools",
+        *_BUILTIN_CALLS,
+    }
 )
 #: Top-level fields only a Responses request has.
 _REQUEST_KEYS = frozenset(
@@ -165,6 +189,98 @@ def _reasoning(item: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     return "\n".join(t for t in texts if t), info
 
 
+def _builtin_args(item: dict[str, Any], itype: str) -> str:
+    """What a built-in call was asked to do, as its arguments."""
+    if itype == "mcp_call":
+        args = item.get("arguments", "")
+        return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    keys = {
+        "web_search_call": ("action",),
+        "file_search_call": ("queries",),
+        "code_interpreter_call": ("code", "container_id"),
+    }[itype]
+    return json.dumps({k: item[k] for k in keys if k in item}, ensure_ascii=False)
+
+
+def _builtin_output(item: dict[str, Any], itype: str) -> str:
+    """What a built-in call returned, as far as the item holds it."""
+    status = item.get("status")
+    if itype == "mcp_call":
+        if item.get("error"):
+            return f"[error] {text_of(item['error'])}"
+        out = item.get("output")
+        return text_of(out) if out is not None else f"[{status or 'no output'}]"
+    if itype == "file_search_call" and isinstance(item.get("results"), list):
+        return "\n".join(
+            f"{r.get('filename') or r.get('file_id') or ''}: {text_of(r.get('text'))}"
+            for r in item["results"]
+            if isinstance(r, dict)
+        )
+    if itype == "code_interpreter_call" and isinstance(item.get("outputs"), list):
+        return "\n".join(
+            text_of(o.get("logs")) if o.get("type") == "logs" else f"[{o.get('type')}]"
+            for o in item["outputs"]
+            if isinstance(o, dict)
+        )
+    action = item.get("action")
+    sources = action.get("sources") if isinstance(action, dict) else None
+    lines = [f"[{itype} {status or ''}: its results are not in the request]".replace(" :", ":")]
+    if isinstance(sources, list):
+        lines.extend(str(x.get("url")) for x in sources if isinstance(x, dict) and x.get("url"))
+    return "\n".join(lines)
+
+
+def _builtin(item: dict[str, Any], itype: str, where: str, i: int) -> tuple[ToolCall, NormMessage]:
+    """A call OpenAI ran (web search, file search, code interpreter, an MCP server's tool):
+    the call, and the tool message of its outcome answering it by the item's id."""
+    name = _BUILTIN_CALLS[itype] or item.get("name")
+    if not isinstance(name, str) or not name:
+        raise ImportFormatError(f"{where}: {itype} without a name")
+    cid = item.get("id", item.get("call_id"))
+    cid = str(cid) if isinstance(cid, str | int) and cid != "" else f"{itype}_{i}"
+    meta: dict[str, Any] = {"server_tool": itype}
+    if isinstance(item.get("server_label"), str):
+        meta["mcp_server"] = item["server_label"]
+    call = ToolCall(id=cid, name=name, arguments=_builtin_args(item, itype), meta=meta)
+    extra = dict(meta)
+    if item.get("error") or item.get("status") in ("failed", "incomplete"):
+        extra["is_error"] = True
+    result = NormMessage(
+        index=i,
+        role="tool",
+        text=_builtin_output(item, itype),
+        tool_call_id=cid,
+        name=name,
+        id=f"item-{i}.result",
+        extra=extra,
+    )
+    return call, result
+
+
+def listed_tools(items: Any, tally: Tally) -> list[ToolDef]:
+    """The tools ``mcp_list_tools`` items list: definitions the model saw."""
+    out: list[ToolDef] = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict) or item.get("type") != "mcp_list_tools":
+            continue
+        tools = item.get("tools") or []
+        if not isinstance(tools, list):
+            raise ImportFormatError(f"input[{i}].tools: expected a list of tools")
+        for k, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                raise ImportFormatError(f"input[{i}].tools[{k}]: a listed tool needs a name")
+            schema = tool.get("input_schema")
+            out.append(
+                ToolDef(
+                    name=tool["name"],
+                    description=str(tool.get("description") or ""),
+                    parameters=schema if isinstance(schema, dict) else {},
+                )
+            )
+            tally.add("tools")
+    return out
+
+
 def _call(item: dict[str, Any], where: str) -> ToolCall:
     name = item.get("name")
     if not isinstance(name, str) or not name:
@@ -213,6 +329,7 @@ class _Items:
         self.tally = tally
         self.reasoning: list[str] = []
         self.reasoning_items: list[dict[str, Any]] = []
+        self.thinking: list[dict[str, Any]] = []
         self.calls: NormMessage | None = None  # the assistant turn consecutive calls join
 
     def attach_reasoning(self, msg: NormMessage) -> None:
@@ -222,12 +339,14 @@ class _Items:
             msg.reasoning = "\n".join([*before, msg.reasoning] if msg.reasoning else before)
         if self.reasoning_items:
             msg.extra["reasoning_items"] = list(self.reasoning_items)
+        msg.thinking.extend(self.thinking)
         self.reasoning = []
         self.reasoning_items = []
+        self.thinking = []
 
     def flush_reasoning(self, index: int) -> None:
         """Reasoning with no assistant output after it still belongs to the context."""
-        if self.reasoning or self.reasoning_items:
+        if self.reasoning or self.reasoning_items or self.thinking:
             msg = NormMessage(index=index, role="assistant", text="", id=f"item-{index}")
             self.attach_reasoning(msg)
             self.out.append(msg)
@@ -243,6 +362,9 @@ class _Items:
         if itype == "function_call":
             self.function_call(item, where, i)
             return
+        if itype in _BUILTIN_CALLS:
+            self.builtin_call(item, str(itype), where, i)
+            return
         self.calls = None
         if itype == "reasoning":
             text, info = _reasoning(item, where)
@@ -250,19 +372,53 @@ class _Items:
                 self.reasoning.append(text)
             if info:
                 self.reasoning_items.append(info)
+            part: dict[str, Any] = {"type": "reasoning", "chars": len(text)}
+            if "encrypted_chars" in info:
+                part["encrypted_chars"] = info["encrypted_chars"]
+            self.thinking.append(part)
+            self.tally.add("thinking")
         elif itype == "message":
             self.message(item, where, i)
+        elif itype == "mcp_list_tools":
+            pass  # its tools are the request's tool definitions (``listed_tools``)
+        elif itype == "compaction":
+            self.flush_reasoning(i)
+            self.out.append(self.compaction(item, where, i))
         else:
             self.flush_reasoning(i)
             self.out.append(self.other(item, itype, where, i))
 
-    def function_call(self, item: dict[str, Any], where: str, i: int) -> None:
+    def _turn(self, i: int) -> NormMessage:
+        """The assistant turn a call joins (a new one after anything but a call)."""
         if self.calls is None:
             self.calls = NormMessage(index=i, role="assistant", text="", id=f"item-{i}")
             self.attach_reasoning(self.calls)
             self.out.append(self.calls)
-        self.calls.tool_calls.append(_call(item, where))
+        return self.calls
+
+    def function_call(self, item: dict[str, Any], where: str, i: int) -> None:
+        self._turn(i).tool_calls.append(_call(item, where))
         self.tally.add("tool_calls")
+
+    def builtin_call(self, item: dict[str, Any], itype: str, where: str, i: int) -> None:
+        """A call OpenAI ran: its call joins the turn, its outcome follows it and ends it."""
+        call, result = _builtin(item, itype, where, i)
+        self._turn(i).tool_calls.append(call)
+        self.out.append(result)
+        self.calls = None
+        self.tally.add("tool_calls")
+        self.tally.add("tool_results")
+
+    def compaction(self, item: dict[str, Any], where: str, i: int) -> NormMessage:
+        """A compaction item: the summary (encrypted) standing for the context before it."""
+        encrypted = item.get("encrypted_content")
+        info: dict[str, Any] = {"type": "compaction", "path": where}
+        if isinstance(item.get("id"), str):
+            info["id"] = item["id"]
+        info["encrypted_chars"] = len(encrypted) if isinstance(encrypted, str) else 0
+        info["replaced"] = "not in the request"
+        self.tally.add("compactions")
+        return NormMessage(index=i, role="assistant", text="", id=f"item-{i}", compaction=info)
 
     def message(self, item: dict[str, Any], where: str, i: int) -> None:
         role = item.get("role")
@@ -382,7 +538,7 @@ class Responses(RequestFormat):
         return normalize(request, tally), {}
 
     def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
-        return parse_tools(request.get("tools"), tally)
+        return parse_tools(request.get("tools"), tally) + listed_tools(request.get("input"), tally)
 
     def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
         return request.get("instructions"), request["input"], request.get("tools")
@@ -465,6 +621,7 @@ __all__ = [
     "REQUESTS",
     "looks_like",
     "normalize",
+    "listed_tools",
     "parse_tools",
     "time_from_epoch",
     "trace_from_request",

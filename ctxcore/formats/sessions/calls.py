@@ -35,7 +35,7 @@ from typing import Any
 
 from ctxcore import __version__ as _ctxcore_version
 from ctxcore.errors import ImportFormatError
-from ctxcore.formats.accounting import COUNTED, MAX_LISTED
+from ctxcore.formats.accounting import MAX_LISTED, TALLIED, source_counts
 from ctxcore.formats.derive import (
     FORMAT_ID,
     FORMAT_TOKENS_PER_MESSAGE,
@@ -121,7 +121,7 @@ class _Entry:
 class Segment:
     """Messages a log holds at one place (a line, one reply spread over several lines, the
     items between two calls), normalised once and shared by every call whose context holds
-    them. ``counts`` is what the source holds there (``accounting.COUNTED``, without tools);
+    them. ``counts`` is what the source holds there (``accounting.TALLIED``, without tools);
     ``unknown`` the parts kept only as JSON text; ``note`` goes on its decisions."""
 
     label: str
@@ -169,7 +169,7 @@ def _split(inp: CapturedInput, flat: list[Message], segs: list[Segment]) -> list
                 entries.append(e)
                 next_hist = next(hist, None)
             elif m.role == "tool" or (
-                m.role == "developer" and packets and packets[0].id == f"policy:{m.id}"
+                packets and packets[0].id in (f"policy:{m.id}", f"compaction:{m.id}")
             ):
                 p = packets.pop(0)
                 e = _Entry(m, p.kind, p.id, p.content, p, None, False, notes)
@@ -330,10 +330,10 @@ class _Context:
         for seg in ctx[p:]:
             for e in seg.entries():
                 self._place(e)
-            prev = self.counts[-1] if self.counts else (0,) * len(COUNTED)
+            prev = self.counts[-1] if self.counts else (0,) * len(TALLIED)
             got = seg.counts
             self.counts.append(
-                tuple([a + got.get(k, 0) for a, k in zip(prev, COUNTED, strict=True)])
+                tuple([a + got.get(k, 0) for a, k in zip(prev, TALLIED, strict=True)])
             )
             self.segs.append(seg)
             self.ends.append(len(self.items))
@@ -528,7 +528,7 @@ class CallTraces:
             if seg.unknown:
                 total += len(seg.unknown)
                 unknown.extend(seg.unknown[: MAX_LISTED - len(unknown)])
-        source = ctx.counts[-1] if ctx.counts else (0,) * len(COUNTED)
+        source = ctx.counts[-1] if ctx.counts else (0,) * len(TALLIED)
         prep = _Prepared(call, items, source, unknown, total, tok, summarize)
         return prep, fresh
 
@@ -709,7 +709,7 @@ class CallTraces:
         self, prep: _Prepared, window: int, source: str | None, used: int, tok: str
     ) -> dict[str, Any]:
         call = prep.call
-        counts = dict(zip(COUNTED, prep.source, strict=True))
+        counts = source_counts(dict(zip(TALLIED, prep.source, strict=True)))
         counts["tools"] = len(call.tools)
         imp: dict[str, Any] = {"format": self.fmt, "source": counts}
         if prep.unknown_total:
