@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ctxcore import settings
 from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
-from ctxcore.formats.accounting import describe_trace
+from ctxcore.formats.accounting import LABELS, describe_trace, imported_counts
 from ctxcore.formats.load import iter_traces, load_file, write_jsonl
 from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
@@ -60,6 +60,84 @@ def big_buffers_mapped() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_BYTES))
 
 
+class _SourceTally:
+    """What one source file held against what reached its traces, per category: the
+    format's accounting (``metadata.import.source``) beside ``imported_counts``, for each
+    session the most any of its calls held (a session log's later call holds the context of
+    the earlier ones: summing them would count a message once per call), summed over its
+    sessions. What a call lost is counted call by call, so a loss a later call does not
+    repeat is still said; parts kept only as JSON text are counted apart (docs/design.md,
+    "Capture, import, export, redaction")."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.traces = 0
+        self.formats: dict[str, None] = {}
+        #: session -> category -> the most one of its calls held / got
+        self.held: dict[str, dict[str, int]] = {}
+        self.reached: dict[str, dict[str, int]] = {}
+        self.lost: dict[str, int] = dict.fromkeys(LABELS, 0)
+        self.lost_calls = 0
+        self.as_text = 0
+        self.as_text_first: str | None = None
+
+    def add(self, trace: Trace) -> None:
+        self.traces += 1
+        meta = trace.metadata.get("import") if isinstance(trace.metadata, dict) else None
+        if not isinstance(meta, dict) or not isinstance(meta.get("source"), dict):
+            return  # ctxscope's own traces: nothing was converted
+        self.formats[str(meta.get("format"))] = None
+        got = imported_counts(trace)
+        held = self.held.setdefault(trace.session_id, dict.fromkeys(LABELS, 0))
+        reached = self.reached.setdefault(trace.session_id, dict.fromkeys(LABELS, 0))
+        short = False
+        for key in LABELS:
+            a, b = int(meta["source"].get(key, 0) or 0), int(got.get(key, 0))
+            held[key], reached[key] = max(held[key], a), max(reached[key], b)
+            if b < a:
+                self.lost[key] += a - b
+                short = True
+        self.lost_calls += short
+        listed = meta.get("kept_as_text") or []
+        self.as_text += int(meta.get("kept_as_text_total", len(listed)) or 0)
+        if listed and self.as_text_first is None:
+            self.as_text_first = str(listed[0])
+
+    def totals(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per category, what the sessions held and what reached their traces."""
+        return (
+            {k: sum(h[k] for h in self.held.values()) for k in LABELS},
+            {k: sum(r[k] for r in self.reached.values()) for k in LABELS},
+        )
+
+    def lines(self) -> list[str]:
+        """One line of the counts; one more naming what was lost or kept as text, if any."""
+        if not self.formats:
+            return []
+        held, reached = self.totals()
+        counts = ", ".join(
+            f"{LABELS[k]} {held[k]}" + (f" → {reached[k]}" if reached[k] != held[k] else "")
+            for k in LABELS
+            if held[k] or reached[k]
+        )
+        out = [
+            f"  {self.path} ({', '.join(self.formats)}, {self.traces} trace(s)): "
+            f"in the source → in the traces: {counts or 'nothing counted'}"
+        ]
+        said = []
+        if self.lost_calls:
+            lost = ", ".join(f"{LABELS[k]} {n}" for k, n in self.lost.items() if n)
+            said.append(f"lost in {self.lost_calls} trace(s): {lost}")
+        if self.as_text:
+            said.append(
+                f"{self.as_text} part(s) of a type the importer does not know kept as JSON text "
+                f"(first: {self.as_text_first})"
+            )
+        if said:
+            out.append("    " + "; ".join(said))
+        return out
+
+
 def _drop_name(sources: list[Path], args: argparse.Namespace) -> str:
     """The file name an import takes in a watched folder: known before a trace is read (the
     traces stream into it), and the same for the same files, unchanged, and options (a
@@ -99,6 +177,8 @@ class _Import:
         self._first: list[str] = []
         #: bad lines of the file being read, said or counted
         self._bad = 0
+        #: each source file's counts against its traces (``_SourceTally``), said at the end
+        self.summaries: list[str] = []
 
     def traces(self) -> Iterator[Trace]:
         for path in self.sources:
@@ -107,11 +187,13 @@ class _Import:
             )
             got = 0
             self._bad = 0
+            tally = _SourceTally(path)
             while True:
                 try:
                     trace = next(stream)
                 except StopIteration:
                     self._more_bad(path)
+                    self.summaries += tally.lines()
                     break
                 except CtxscopeError as exc:
                     self._more_bad(path)
@@ -122,8 +204,10 @@ class _Import:
                     self.failed.append(str(exc))
                     kept = f" ({got:,} trace(s) read before this are imported)" if got else ""
                     print(f"ctxscope import: error: {exc}{kept}", file=sys.stderr)
+                    self.summaries += tally.lines()
                     break
                 got += 1
+                tally.add(trace)
                 yield self._seen(trace)
 
     def _skipped(self, error: str) -> None:
@@ -176,6 +260,8 @@ class _Import:
             self._print(self._alone)
         if self.count > DESCRIBED:
             print(f"  … and {self.count - DESCRIBED} more trace(s)")
+        if self.count > 1:  # one trace's "source" line says it all
+            self._print(self.summaries)
 
     @property
     def rc(self) -> int:
