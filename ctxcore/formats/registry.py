@@ -257,6 +257,18 @@ FORMATS: tuple[Format, ...] = (
         "a Gemini CLI chat file (chats/session-*.json): one trace per model reply",
         _F + "gemini_cli:looks_like",
         _F + "gemini_cli:read",
+        keys=(
+            "sessionId",
+            "projectHash",
+            "startTime",
+            "lastUpdated",
+            "messages",
+            "type",
+            "content",
+            "thoughts",
+            "toolCalls",
+            "tokens",
+        ),
     ),
     Format(
         "openhands",
