@@ -42,7 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
 STEM = "openai-chat/otel-contrib-tool-calls-turn1"
-STREAM = "streams/openai-chat-otel-contrib-streaming"
+#: a recorded stream of tests/fixtures/streams (the fake upstream's sse: scenario)
+STREAMS = ROOT / "tests" / "fixtures" / "streams"
+STREAM = "openai-chat-otel-contrib-streaming"
 
 
 def start(cmd: list[str], pattern: str) -> tuple[subprocess.Popen[str], int]:
@@ -272,7 +274,7 @@ def main() -> None:
         rows.append(("added latency p50", f"{p50:.2f} ms", "<= 2 ms"))
         rows.append(("added latency p99", f"{p99:.2f} ms", "<= 10 ms"))
 
-        sbody = (FIXTURES / f"{STREAM}.request.json").read_bytes()
+        sbody = (STREAMS / f"{STREAM}.request.json").read_bytes()
         first_chunk(up_port, path, 20, sbody)
         fd = first_chunk(up_port, path, 200, sbody)
         fp = first_chunk(px_port, "/bench" + path, 200, sbody)

@@ -9,8 +9,8 @@ forwards it like any other header):
 
 - ``json:<path>`` — 200 with the file's bytes as ``application/json``; ``gzip:<path>`` —
   the same gzip-compressed (``Content-Encoding: gzip``, deterministic bytes);
-- ``sse:<path>`` — the file's events as ``text/event-stream``, one chunk per event,
-  ``x-test-delay-ms`` apart;
+- ``sse:<path>`` — the recorded stream's events as ``text/event-stream``, one chunk per
+  event, ``x-test-delay-ms`` apart;
 - ``echo`` — a Chat Completions stream whose reply is ``echo: <the last user message>``,
   in several chunks with usage last (to tell 200 concurrent calls apart);
 - ``bomb:<MB>`` — 200 with a gzip-encoded Chat Completions reply that unpacks to that many
@@ -21,7 +21,9 @@ forwards it like any other header):
 - ``reset`` — drop the connection without answering (RST); ``reset-mid:<path>`` — send the
   headers and two events, then reset.
 
-Paths are relative to ``tests/fixtures/imports``. Every other request gets ``200 {"ok":
+A reply's path (``json``, ``gzip``) is relative to ``tests/fixtures/imports``, a recorded
+stream's (``sse``, ``stall-mid``, ``reset-mid``) to ``tests/fixtures/streams``. Every other
+request gets ``200 {"ok":
 true, "path": ...}``. With ``--record DIR`` each request is written to ``DIR/<n>.http``
 whole, and a connection the peer closed mid-answer is noted in ``DIR/<n>.gone``.
 """
@@ -39,6 +41,7 @@ import zlib
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
+STREAMS = Path(__file__).resolve().parent / "fixtures" / "streams"
 
 
 class Request:
@@ -175,7 +178,7 @@ class Upstream:
             await writer.drain()
             return True
         if kind in ("sse", "echo", "stall-mid", "reset-mid"):
-            data = _echo_stream(req) if kind == "echo" else (FIXTURES / arg).read_bytes()
+            data = _echo_stream(req) if kind == "echo" else (STREAMS / arg).read_bytes()
             events = _events(data)
             writer.write(
                 _head(

@@ -24,6 +24,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
+#: the recorded streams the fake upstream replays (not import samples)
+STREAM_FIXTURES = ROOT / "tests" / "fixtures" / "streams"
 FAKE_UPSTREAM = ROOT / "tests" / "fake_upstream.py"
 
 

@@ -1,7 +1,8 @@
-"""Every import fixture says where it comes from: each file under ``tests/fixtures/imports/``
-is named in its ``SOURCES.md`` (repository, path, commit, licence), and every row of
-``EXPECTED.json`` names a file that is there. A sample added without its source, or a count
-left behind by a removed sample, fails here."""
+"""Every fixture says where it comes from: each file under ``tests/fixtures/imports/`` (the
+import samples) and ``tests/fixtures/streams/`` (the recorded streams the proxy tests replay)
+is named in its folder's ``SOURCES.md`` (repository, path, commit, licence), and every row of
+``EXPECTED.json`` names an import sample that is there. A sample added without its source, or
+a count left behind by a removed sample, fails here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
+STREAMS = Path(__file__).resolve().parent / "fixtures" / "streams"
 #: the two files that describe the samples
 META = {"SOURCES.md", "EXPECTED.json"}
 
@@ -27,19 +31,21 @@ def named_in(markdown: str) -> set[str]:
     return out
 
 
-def sample_files() -> list[str]:
+def sample_files(folder: Path = FIXTURES) -> list[str]:
     return sorted(
-        p.relative_to(FIXTURES).as_posix()
-        for p in FIXTURES.rglob("*")
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
         if p.is_file() and p.name not in META
     )
 
 
-def test_every_sample_is_named_in_sources_md() -> None:
-    named = named_in((FIXTURES / "SOURCES.md").read_text(encoding="utf-8"))
-    missing = [f for f in sample_files() if f not in named]
+@pytest.mark.parametrize("folder", [FIXTURES, STREAMS], ids=lambda p: p.name)
+def test_every_sample_is_named_in_sources_md(folder: Path) -> None:
+    assert sample_files(folder), f"no samples in {folder}"
+    named = named_in((folder / "SOURCES.md").read_text(encoding="utf-8"))
+    missing = [f for f in sample_files(folder) if f not in named]
     assert not missing, (
-        "import fixtures with no row in tests/fixtures/imports/SOURCES.md (repository, path, "
+        f"fixtures with no row in tests/fixtures/{folder.name}/SOURCES.md (repository, path, "
         f"commit, licence): {missing}"
     )
 

@@ -37,6 +37,8 @@ from ctxcore.formats.otlp_proto import exports_from_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
+#: the recorded streams the proxy replays (each reply, put back together, is its API's format)
+STREAM_FIXTURES = ROOT / "tests" / "fixtures" / "streams"
 CORPUS = ROOT / "corpus"
 
 #: fixture folder -> the format its files are (a new folder needs its line here).
@@ -66,7 +68,7 @@ FOLDERS = {
     "otlp-traces": "otlp",
     "vercel-ai": "otlp",
 }
-#: the recorded streams of ``streams/``, by how their names begin
+#: the recorded streams of ``tests/fixtures/streams``, by how their names begin
 STREAMS = {"anthropic-": "anthropic", "openai-chat-": "openai", "openai-responses-": "openai"}
 STREAMS["openai-responses-"] = "openai-responses"
 #: the agent trajectories and chat data of the corpus, by what their names hold
@@ -98,10 +100,9 @@ ORDER = [f.name for f in registry.FORMATS]
 def _expected(path: Path) -> str:
     if path.parent == CORPUS:
         return CORPUS_SAMPLES[path.name]
-    folder = path.relative_to(FIXTURES).parts[0]
-    if folder == "streams":
+    if path.parent == STREAM_FIXTURES:
         return next(fmt for prefix, fmt in STREAMS.items() if path.name.startswith(prefix))
-    return FOLDERS[folder]
+    return FOLDERS[path.relative_to(FIXTURES).parts[0]]
 
 
 def _json(path: Path) -> Any:
@@ -153,7 +154,7 @@ def _not_json(path: Path) -> bool:
 def _samples() -> list[Path]:
     files = [
         p
-        for p in sorted(FIXTURES.rglob("*"))
+        for p in [*sorted(FIXTURES.rglob("*")), *sorted(STREAM_FIXTURES.iterdir())]
         if p.is_file() and p.name not in ("EXPECTED.json", "SOURCES.md")
     ]
     return files + [CORPUS / name for name in CORPUS_SAMPLES]
@@ -161,7 +162,7 @@ def _samples() -> list[Path]:
 
 def test_every_fixture_folder_names_its_format() -> None:
     folders = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
-    assert folders == set(FOLDERS) | {"streams"}
+    assert folders == set(FOLDERS)
     assert set(FOLDERS.values()) | set(CORPUS_SAMPLES.values()) == set(ORDER) - {"trace"}
 
 

@@ -71,45 +71,13 @@ def _hand_counts(exp: dict[str, Any]) -> dict[str, int]:
     }
 
 
-#: Fixture files with no hand counts yet (OpenTelemetry exports of one real exchange whose
-#: counts are the ``openai-chat`` pair's, and the recorded SSE streams): the issue's "Done
-#: when" wants rows for them; a new file without a row fails, and so does one of these once
-#: it has its row (take it off this list then).
-NO_ROW_YET = {
-    *(f"otlp-json/{n}" for n in ["openai-v2-latest-span-only.otlp.jsonl"]),
-    *(
-        f"otlp-logs/{n}"
-        for n in [
-            "openai-v2-events.otlp.jsonl",
-            "openai-v2-latest-event-only.otlp.jsonl",
-            "openai-v2-no-content.otlp.jsonl",
-        ]
-    ),
-    "otlp-protobuf/openai-v2-events.otlp.binpb",
-    "otlp-protobuf/openai-v2-latest-span-only.traces.binpb",
-    "otlp-span-events/openai-v2-span-events.otlp.jsonl",
-    *(
-        f"streams/{stem}.{end}"
-        for stem in [
-            "anthropic-openllmetry-caching-stream-read",
-            "anthropic-openllmetry-caching-stream-write",
-            "anthropic-openllmetry-tools-streaming",
-            "openai-chat-otel-contrib-streaming",
-            "openai-chat-otel-contrib-tools-streaming",
-            "openai-responses-otel-contrib-streaming",
-        ]
-        for end in ["request.json", "response.sse"]
-    ),
-}
-
-
-def test_every_fixture_file_has_a_row_but_the_listed_ones() -> None:
+def test_every_fixture_file_has_a_row() -> None:
     files = {
         str(p.relative_to(FIXTURES))
         for p in FIXTURES.rglob("*")
         if p.is_file() and p.parent != FIXTURES
     }
-    assert sorted(files - set(EXPECTED)) == sorted(NO_ROW_YET)
+    assert sorted(files - set(EXPECTED)) == []
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -120,8 +88,8 @@ def test_every_sample_imports_as_its_hand_counts_say(name: str) -> None:
     assert folder in FOLDERS, f"{folder}: no format named for it in test_format_registry"
     calls = 1 if exp["kind"] in ONE_CALL else exp.get("model_calls_with_input", exp["model_calls"])
     if calls == 0:
-        # an export that records no call's input is refused in one line saying what to turn on
-        with pytest.raises(ImportFormatError, match="trace_include_sensitive_data"):
+        # an export that records no call's input is refused in one line naming what to turn on
+        with pytest.raises(ImportFormatError, match=exp["refusal_names"]):
             _traces(name, exp)
         return
     traces = _traces(name, exp)
@@ -129,6 +97,11 @@ def test_every_sample_imports_as_its_hand_counts_say(name: str) -> None:
     if exp["kind"] in REQUEST_COUNTS and isinstance(exp.get("messages"), dict):
         source = traces[0].metadata["import"]["source"]
         assert {k: source[k] for k in COUNTED} == _hand_counts(exp)
+    for t, counts in zip(traces, exp.get("calls", []), strict=False):
+        # a file of several calls that counts each: the call's own counts, in file order
+        source = t.metadata["import"]["source"]
+        assert {k: source[k] for k in counts} == counts, f"{name}: turn {t.turn}"
+    assert len(exp.get("calls", traces)) == len(traces)
     for t in traces:
         loss = [f.message for f in diagnose(t) if f.detector == "import_loss"]
         assert loss == [], f"{name}: turn {t.turn}: {loss}"

@@ -2,7 +2,7 @@
 
 The fake upstream (``fake_upstream.py``) records every request's bytes and replays recorded
 responses: the non-streamed request/response pairs of ``fixtures/imports`` and the recorded
-SSE streams of ``fixtures/imports/streams`` (sources in ``SOURCES.md``). The tests check that
+SSE streams of ``fixtures/streams`` (sources in ``SOURCES.md``). The tests check that
 bytes pass unchanged both ways, that each call becomes one trace with the right usage, that
 200 concurrent streams are neither lost nor mixed up, that upstream failures and a client
 hanging up reach the client as they happened and the trace as its outcome, and that no
@@ -26,6 +26,7 @@ import httpx
 import pytest
 from proxy_support import (
     FIXTURES,
+    STREAM_FIXTURES,
     Proc,
     read_traces,
     send,
@@ -189,13 +190,13 @@ def test_recorded_streams_pass_unchanged_and_become_traces(
     path, usage, reply_starts = STREAMS[stem]
     api = "anthropic" if stem.startswith("anthropic") else "openai"
     source = f"stream-{stem}"
-    request = (FIXTURES / "streams" / f"{stem}.request.json").read_bytes()
-    events = (FIXTURES / "streams" / f"{stem}.response.sse").read_bytes()
+    request = (STREAM_FIXTURES / f"{stem}.request.json").read_bytes()
+    events = (STREAM_FIXTURES / f"{stem}.response.sse").read_bytes()
     reply = send(
         proxy.port,
         "POST",
         f"/{source}{path}",
-        [*auth(api), ("x-test-scenario", f"sse:streams/{stem}.response.sse")],
+        [*auth(api), ("x-test-scenario", f"sse:{stem}.response.sse")],
         request,
     )
     assert reply.status == 200 and reply.complete
@@ -217,10 +218,10 @@ def test_recorded_streams_pass_unchanged_and_become_traces(
 @pytest.mark.slow
 def test_a_stream_is_handed_on_as_it_arrives(workdir: Path, proxy: Proc) -> None:
     stem = "openai-chat-otel-contrib-streaming"
-    request = (FIXTURES / "streams" / f"{stem}.request.json").read_bytes()
+    request = (STREAM_FIXTURES / f"{stem}.request.json").read_bytes()
     head = (
         f"POST /slow/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(request)}"
-        f"\r\nx-test-scenario: sse:streams/{stem}.response.sse\r\nx-test-delay-ms: 300\r\n\r\n"
+        f"\r\nx-test-scenario: sse:{stem}.response.sse\r\nx-test-delay-ms: 300\r\n\r\n"
     ).encode()
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:
         t0 = time.monotonic()
@@ -327,15 +328,15 @@ def test_a_stream_the_upstream_breaks_off_is_cut_for_the_client_too(
     workdir: Path, proxy: Proc, scenario: str
 ) -> None:
     stem = "anthropic-openllmetry-tools-streaming"
-    body = (FIXTURES / "streams" / f"{stem}.request.json").read_bytes()
+    body = (STREAM_FIXTURES / f"{stem}.request.json").read_bytes()
     reply = send(
         proxy.port,
         "POST",
         f"/{scenario}/v1/messages",
-        [("x-test-scenario", f"{scenario}:streams/{stem}.response.sse")],
+        [("x-test-scenario", f"{scenario}:{stem}.response.sse")],
         body,
     )
-    events = (FIXTURES / "streams" / f"{stem}.response.sse").read_bytes()
+    events = (STREAM_FIXTURES / f"{stem}.response.sse").read_bytes()
     # what arrived is the stream's beginning, and the stream does not look finished
     assert reply.status == 200
     assert not reply.complete
@@ -350,10 +351,10 @@ def test_a_client_that_hangs_up_mid_stream_cancels_the_upstream_call(
     workdir: Path, proxy: Proc
 ) -> None:
     stem = "openai-chat-otel-contrib-streaming"
-    request = (FIXTURES / "streams" / f"{stem}.request.json").read_bytes()
+    request = (STREAM_FIXTURES / f"{stem}.request.json").read_bytes()
     head = (
         f"POST /hangup/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(request)}"
-        f"\r\nx-test-scenario: stall-mid:streams/{stem}.response.sse\r\n\r\n"
+        f"\r\nx-test-scenario: stall-mid:{stem}.response.sse\r\n\r\n"
     ).encode()
     before = len(recorded(workdir))
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as sock:

@@ -1,6 +1,6 @@
 """From a captured call to a trace, without processes: stream assembly, failures, sessions.
 
-The recorded streams of ``fixtures/imports/streams`` are cut, re-framed and broken here in
+The recorded streams of ``fixtures/streams`` are cut, re-framed and broken here in
 ways a real upstream produces (CRLF line ends, an error event mid-reply, a gzip body).
 """
 
@@ -26,8 +26,8 @@ from ctxcore.capture.calls import (
 )
 from ctxcore.capture.inflate import Broken, Inflater, TooBig
 
-STREAMS = Path(__file__).resolve().parent / "fixtures" / "imports" / "streams"
-IMPORTS = STREAMS.parent
+STREAMS = Path(__file__).resolve().parent / "fixtures" / "streams"
+IMPORTS = STREAMS.parent / "imports"
 
 
 def record(api: str, **kw: object) -> CallRecord:

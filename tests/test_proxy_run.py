@@ -37,9 +37,12 @@ SCRIPT = textwrap.dedent(
     import anthropic
     import openai
 
-    FIX = Path(sys.argv[1])
+    FIX, STREAMS = Path(sys.argv[1]), Path(sys.argv[2])
     def load(name):
         return json.loads((FIX / name).read_text())
+
+    def load_stream(name):
+        return json.loads((STREAMS / name).read_text())
 
     def scenario(value):
         return {"x-test-scenario": value}
@@ -52,18 +55,18 @@ SCRIPT = textwrap.dedent(
         extra_headers=scenario("json:openai-chat/otel-contrib-tool-calls-turn1.response.json"),
     )
     out["chat_tool"] = got.choices[0].message.tool_calls[0].function.name
-    req = load("streams/openai-chat-otel-contrib-streaming.request.json")
+    req = load_stream("openai-chat-otel-contrib-streaming.request.json")
     stream = oa.chat.completions.create(
         **req,
-        extra_headers=scenario("sse:streams/openai-chat-otel-contrib-streaming.response.sse"),
+        extra_headers=scenario("sse:openai-chat-otel-contrib-streaming.response.sse"),
     )
     out["chat_stream"] = "".join(
         c.choices[0].delta.content or "" for c in stream if c.choices
     )
-    req = load("streams/openai-responses-otel-contrib-streaming.request.json")
+    req = load_stream("openai-responses-otel-contrib-streaming.request.json")
     events = oa.responses.create(
         **req,
-        extra_headers=scenario("sse:streams/openai-responses-otel-contrib-streaming.response.sse"),
+        extra_headers=scenario("sse:openai-responses-otel-contrib-streaming.response.sse"),
     )
     out["responses_stream"] = [e.response.output_text for e in events
                                if e.type == "response.completed"][0]
@@ -75,12 +78,12 @@ SCRIPT = textwrap.dedent(
         extra_headers=scenario("json:anthropic-messages/openllmetry-thinking.response.json"),
     )
     out["messages"] = [b.type for b in msg.content]
-    req = load("streams/anthropic-openllmetry-caching-stream-read.request.json")
+    req = load_stream("anthropic-openllmetry-caching-stream-read.request.json")
     req.pop("stream", None)
     with an.messages.stream(
         **req,
         extra_headers=scenario(
-            "sse:streams/anthropic-openllmetry-caching-stream-read.response.sse"
+            "sse:anthropic-openllmetry-caching-stream-read.response.sse"
         ),
     ) as s:
         final = s.get_final_message()
@@ -104,7 +107,10 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_BASE_URL")}
     return subprocess.run(
         [sys.executable, "-m", "ctxcore", "run", *args, "--", sys.executable, str(script)]
-        + [str(ROOT / "tests" / "fixtures" / "imports")],
+        + [
+            str(ROOT / "tests" / "fixtures" / "imports"),
+            str(ROOT / "tests" / "fixtures" / "streams"),
+        ],
         capture_output=True,
         text=True,
         env=env,
