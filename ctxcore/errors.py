@@ -11,7 +11,8 @@ other exception is a bug and should crash loudly.
     ├── BudgetError           must-keep items alone overflow the budget (names them)
     ├── StoreError            the DuckDB store cannot be opened or written
     │   └── StoreLockedError  another process holds the store
-    └── ImportFormatError     a file given to an importer is not in the expected format
+    ├── ImportFormatError     a file given to an importer is not in the expected format
+    └── PricesError           a price table is malformed (names file, row, field)
 """
 
 from __future__ import annotations
@@ -47,3 +48,8 @@ class StoreLockedError(StoreError):
 
 class ImportFormatError(CtxscopeError, ValueError):
     """A file handed to an importer is not in the format it expects."""
+
+
+class PricesError(CtxscopeError, ValueError):
+    """A price table (``ctxcore/data/prices.json``, ``--prices``, ``CTXSCOPE_PRICES``) is
+    malformed; the message names the file, the row and the field."""

@@ -459,11 +459,34 @@ class Builder(_Model):
     version: str
 
 
+class TokenUsage(_Model):
+    """A call's token counts with one meaning whatever the provider (docs/design.md, "The
+    trace contract"): ``input_tokens`` is the whole prompt, cached or not; the cache reads
+    and writes are parts of it (a write split into 5-minute and 1-hour parts where the
+    source says); ``output_tokens`` is everything billed as output, ``reasoning_tokens``
+    the part of it that was reasoning. ``None`` is a count the source does not give, never
+    0. ``mapping`` names how the provider's own numbers (``Outcome.usage``) were read
+    (``ctxcore.formats.usage``)."""
+
+    mapping: str = Field(min_length=1)
+    input_tokens: Int64 | None = None
+    cache_read_tokens: Int64 | None = None
+    cache_write_tokens: Int64 | None = None
+    cache_write_5m_tokens: Int64 | None = None
+    cache_write_1h_tokens: Int64 | None = None
+    output_tokens: Int64 | None = None
+    reasoning_tokens: Int64 | None = None
+
+
 class Outcome(_NullIsDefault):
     verdict: Literal["good", "bad", "unknown"] = "unknown"
     note: str = ""
     output: str | None = None
+    #: the provider's own counters as recorded, keys as it named them (nested ones joined
+    #: with ``.``)
     usage: dict[str, Int64] = Field(default_factory=dict)
+    #: the same counts normalized (``TokenUsage``); absent on traces that predate it
+    tokens: TokenUsage | None = None
 
 
 class Trace(_NullIsDefault):

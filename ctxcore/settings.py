@@ -57,6 +57,7 @@ ENV_REDACT_ON_INGEST = "CTXSCOPE_REDACT_ON_INGEST"
 ENV_NO_WATCH = "CTXSCOPE_NO_WATCH"
 ENV_CORPUS = "CTXSCOPE_CORPUS"
 ENV_TOKEN = "CTXSCOPE_TOKEN"
+ENV_PRICES = "CTXSCOPE_PRICES"
 
 #: name -> (default, meaning). The README's configuration table says the same.
 ENVIRONMENT: dict[str, tuple[str, str]] = {
@@ -67,6 +68,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     ENV_NO_WATCH: ("0", "1: the app does not watch its folder (tests and benches)"),
     ENV_CORPUS: ("corpus", "the transcripts the demo, golden files and benches are built from"),
     ENV_TOKEN: ("", "the app's access token; required when it binds a non-loopback --host"),
+    ENV_PRICES: ("", "a price table (JSON) whose rows replace the shipped ones per model"),
 }
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

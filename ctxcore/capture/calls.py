@@ -12,9 +12,10 @@ live call has is added on top:
   session of the response a ``previous_response_id`` continues, else a fingerprint of the
   system prompt and the first user message (what stays the same through a conversation);
   turns count per session in the order calls end;
-- the outcome: the reply (text, and tool calls as ``name(args)`` lines), the usage, and for a
-  call that failed what went wrong (the upstream's status and error, a timeout, a reset, a
-  client that hung up);
+- the outcome: the reply (text, and tool calls as ``name(args)`` lines), the usage (as the
+  provider named it, and normalized by the importer's mapping), and for a call that failed
+  what went wrong (the upstream's status and error, a timeout, a reset, a client that hung
+  up);
 - ``metadata.capture``: API, path, source tag, status, latency, time to first byte, model,
   the usage as ``input`` (the whole prompt, cached tokens included), ``output``, ``cached``,
   ``cache_creation``, and the upstream's request id. Headers are never kept.
@@ -333,7 +334,11 @@ def trace_from_call(
     if problems and not (record.error or "").startswith(CLIENT_GONE):
         tags.append(FAILED_TAG)
     lines = form.converter().reply(response) if response else []
-    outcome = Outcome(output="\n".join(lines) or None, usage=usage, note="; ".join(problems))
+    # the importer read the same reply: its normalized usage is this call's
+    tokens = trace.outcome.tokens if trace.outcome is not None else None
+    outcome = Outcome(
+        output="\n".join(lines) or None, usage=usage, tokens=tokens, note="; ".join(problems)
+    )
     return trace.model_copy(
         update={
             "trace_id": record.id,

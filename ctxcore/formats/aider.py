@@ -548,6 +548,7 @@ def _usage(call: Call, m: re.Match[str], text: str) -> None:
     log["tokens_line"] = text
     if sent is not None and received is not None:
         call.usage = {"input_tokens": sent, "output_tokens": received}
+        call.usage_mapping = "aider"
         if write is not None:
             call.usage["cache_creation_input_tokens"] = write
         if hit is not None:

@@ -465,6 +465,7 @@ class Messages(RequestFormat):
 
     builder = BUILDER_NAME
     source = FORMAT
+    usage_mapping = "anthropic"
     shape = "an Anthropic Messages request is an object with a 'messages' list"
     #: a request names its session (``metadata.user_id``), else it is ``import``
     file_session = False

@@ -382,6 +382,7 @@ class Converse(RequestFormat):
 
     builder = BUILDER_NAME
     source = FORMAT
+    usage_mapping = "bedrock"
     shape = "a Bedrock Converse request is an object with a 'messages' list"
 
     def looks_like(self, data: Any) -> bool:

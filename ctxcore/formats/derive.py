@@ -27,6 +27,7 @@ from ctxcore.models import (
     PartitionUsage,
     Reason,
     Status,
+    TokenUsage,
     Totals,
     Trace,
 )
@@ -396,6 +397,7 @@ def make_trace(
     output: str | None = None,
     metadata: dict[str, Any] | None = None,
     tags: list[str] | None = None,
+    tokens: TokenUsage | None = None,
 ) -> Trace:
     """Wrap an imported input and its derived result in a ``ctxscope.trace/1`` trace.
 
@@ -428,7 +430,11 @@ def make_trace(
     warn = usage_warning(usage, result.totals.used, counter.name)
     if warn is not None:
         result = result.model_copy(update={"warnings": [*result.warnings, warn]})
-    outcome = Outcome(output=output, usage=usage) if (usage or output is not None) else None
+    outcome = (
+        Outcome(output=output, usage=usage, tokens=tokens)
+        if (usage or tokens is not None or output is not None)
+        else None
+    )
     if imp:
         meta["import"] = imp
     if model:
@@ -480,4 +486,5 @@ def with_window(trace: Trace, *, window: int | None = None, model: str | None = 
         output=outcome.output if outcome is not None else None,
         metadata=meta,
         tags=list(trace.tags),
+        tokens=outcome.tokens if outcome is not None else None,
     )

@@ -394,6 +394,7 @@ class GenerateContent(RequestFormat):
 
     builder = BUILDER_NAME
     source = FORMAT
+    usage_mapping = "gemini"
     shape = "a Gemini generateContent request is an object with 'contents'"
 
     def looks_like(self, data: Any) -> bool:

@@ -245,6 +245,7 @@ class Reader:
             created_at=parse_time(record.get("timestamp")) or self.now,
             model=model if isinstance(model, str) and model else None,
             usage=usage,
+            usage_mapping="gemini",
             output=reply_text(reply) if reply is not None else None,
             metadata={"session_log": log},
             recorded=["messages", "tool calls and results"] + (["usage", "model"] if usage else []),

@@ -349,6 +349,7 @@ class Reader:
             created_at=parse_time(e.get("timestamp")) or self.now,
             model=model if isinstance(model, str) else None,
             usage=usage,
+            usage_mapping="inspect",
             output=text,
             output_reserve=reserve if isinstance(reserve, int) and reserve > 0 else None,
             tools=_tools(e.get("tools"), atts),

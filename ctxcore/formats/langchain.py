@@ -38,6 +38,7 @@ from ctxcore.formats.derive import make_trace, stable_id
 from ctxcore.formats.norm import NormMessage, ToolCall, captured_input_from_norm, usage_from_obj
 from ctxcore.formats.openai import text_of
 from ctxcore.formats.responses import parse_tools, time_from_epoch
+from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import Trace
 
 BUILDER_NAME = "import/langchain"
@@ -333,13 +334,18 @@ def _model_call(fields: dict[str, Any], msg: NormMessage) -> dict[str, Any]:
     """What an AI message says about the call that produced it: model, usage, time."""
     raw = fields.get("response_metadata")
     meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    usage = usage_from_obj(fields.get("usage_metadata")) or usage_from_obj(meta.get("usage"))
+    normalized = usage_from_obj(fields.get("usage_metadata"))
+    usage = normalized or usage_from_obj(meta.get("usage"))
     call: dict[str, Any] = {}
     model = meta.get("model_name", meta.get("model"))
     if isinstance(model, str):
         call["model"] = model
     if usage:
         call["usage"] = usage
+    # LangChain's own usage_metadata has one meaning; a provider's raw usage has its own
+    tokens = normalize_usage("langchain", normalized) if normalized else None
+    if tokens is not None:
+        call["tokens"] = tokens.model_dump(exclude_none=True)
     for key in ("finish_reason", "stop_reason", "status"):
         if isinstance(meta.get(key), str):
             call[key] = meta[key]

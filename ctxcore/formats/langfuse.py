@@ -48,6 +48,7 @@ from ctxcore.formats.derive import make_trace
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm, reply_text
 from ctxcore.formats.openai import normalize_message, normalize_parts_message, tool_from_obj
 from ctxcore.formats.sessions.lines import parse_time
+from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import ToolDef, Trace
 
 BUILDER_NAME = "import/langfuse"
@@ -227,6 +228,7 @@ def trace_from_observation(
         "parent_observation_id": observation.get("parentObservationId"),
         "end_time": observation.get("endTime"),
     }
+    usage = usage_of(observation)
     return make_trace(
         inp,
         flat,
@@ -236,7 +238,8 @@ def trace_from_observation(
         session_id=session_id,
         turn=turn,
         created_at=when,
-        usage=usage_of(observation),
+        usage=usage,
+        tokens=normalize_usage("langfuse", usage),
         output=output_text(_value(observation.get("output"))),
         metadata={
             "langfuse": {k: v for k, v in side.items() if v is not None},

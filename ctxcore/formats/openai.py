@@ -365,6 +365,7 @@ class Chat(RequestFormat):
 
     builder = BUILDER_NAME
     source = FORMAT
+    usage_mapping = "openai-chat"
 
     def looks_like(self, data: Any) -> bool:
         return looks_like(data)

@@ -42,6 +42,7 @@ from ctxcore.formats.norm import NormMessage, captured_input_from_norm, reply_te
 from ctxcore.formats.openai import normalize_message, normalize_parts_message
 from ctxcore.formats.request import reserve_tokens
 from ctxcore.formats.sessions.lines import parse_time
+from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import Trace
 
 BUILDER_NAME = "import/openai-agents"
@@ -150,6 +151,7 @@ def trace_from_span(
         "ended_at": span.get("ended_at"),
         "error": span.get("error"),
     }
+    usage = _usage(data.get("usage"))
     return make_trace(
         inp,
         flat,
@@ -159,7 +161,8 @@ def trace_from_span(
         session_id=session_id,
         turn=turn,
         created_at=when,
-        usage=_usage(data.get("usage")),
+        usage=usage,
+        tokens=normalize_usage("openai-responses", usage),
         output=_output(data.get("output")),
         metadata={
             "openai_agents": {k: v for k, v in side.items() if v is not None},

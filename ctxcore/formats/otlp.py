@@ -50,6 +50,7 @@ from ctxcore.formats.otlp_records import (
     records_from_value,
     structured,
 )
+from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.loading import trace_from_obj
 from ctxcore.models import Trace
 
@@ -230,6 +231,9 @@ def trace_from_record(
         turn=turn,
         created_at=when,
         usage=prompt.usage,
+        tokens=normalize_usage(prompt.usage_mapping, prompt.usage)
+        if prompt.usage_mapping
+        else None,
         output=prompt.output,
         metadata={"otlp": otlp, "import": prompt.tally.to_metadata()},
     )

@@ -111,6 +111,7 @@ def prompt_from_span(span: SpanRecord) -> Prompt | None:
         tally=tally,
         tools=tools,
         usage=usage(attrs),
+        usage_mapping="otel-genai",
         output=output,
         model=model if isinstance(model, str) else None,
         output_reserve=reserve if isinstance(reserve, int) and reserve >= 0 else None,

@@ -193,6 +193,7 @@ def prompt_from_span(span: SpanRecord) -> Prompt | None:
         tally=tally,
         tools=tools,
         usage=usage,
+        usage_mapping="openinference",
         output=_output(attrs),
         model=model if isinstance(model, str) else None,
         output_reserve=reserve if isinstance(reserve, int) and reserve >= 0 else None,

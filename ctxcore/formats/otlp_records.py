@@ -82,6 +82,8 @@ class Prompt:
     tally: Tally
     tools: list[ToolDef] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
+    #: how ``usage`` reads as ``TokenUsage`` (``ctxcore.formats.usage.MAPPINGS``)
+    usage_mapping: str | None = None
     output: str | None = None
     model: str | None = None
     output_reserve: int | None = None

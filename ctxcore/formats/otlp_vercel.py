@@ -229,6 +229,7 @@ def prompt_from_span(span: SpanRecord) -> Prompt | None:
         tally=tally,
         tools=tools,
         usage=usage,
+        usage_mapping="vercel-ai",
         output=text if isinstance(text, str) and text else None,
         model=model if isinstance(model, str) else None,
         output_reserve=reserve if isinstance(reserve, int) and reserve >= 0 else None,

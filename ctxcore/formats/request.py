@@ -22,6 +22,7 @@ from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace, stable_id
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm, usage_from_obj
+from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import ToolDef, Trace
 
 
@@ -63,6 +64,8 @@ class RequestFormat:
     shape: ClassVar[str]
     #: the reader gives the file's name as the traces' session (else the request's own)
     file_session: ClassVar[bool] = True
+    #: how the API's usage reads as ``TokenUsage`` (``ctxcore.formats.usage.MAPPINGS``)
+    usage_mapping: ClassVar[str]
 
     # ------------------------------------------------------------------ the mapping
 
@@ -165,6 +168,7 @@ class RequestFormat:
         if reply is not None:
             meta.update(self.response_meta(reply))
         model = self.model(request, reply)
+        usage = self.usage(request, reply)
         return make_trace(
             inp,
             flat,
@@ -174,7 +178,8 @@ class RequestFormat:
             session_id=self.session(request, session_id),
             turn=turn,
             created_at=when,
-            usage=self.usage(request, reply),
+            usage=usage,
+            tokens=normalize_usage(self.usage_mapping, usage),
             output=self.output(request, reply),
             metadata=meta,
         )

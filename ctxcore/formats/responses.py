@@ -524,6 +524,7 @@ class Responses(RequestFormat):
 
     builder = BUILDER_NAME
     source = FORMAT
+    usage_mapping = "openai-responses"
     shape = "an OpenAI Responses request is an object with an 'input'"
 
     def looks_like(self, data: Any) -> bool:

@@ -53,6 +53,7 @@ from ctxcore.formats.derive import (
     window_warnings,
 )
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm
+from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import (
     INT32_MIN,
     SCHEMA,
@@ -253,6 +254,8 @@ class Call:
     created_at: datetime
     model: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    #: how ``usage`` reads as ``TokenUsage`` (``ctxcore.formats.usage.MAPPINGS``)
+    usage_mapping: str | None = None
     output: str | None = None
     window: int | None = None
     window_source: str | None = None
@@ -626,9 +629,7 @@ class CallTraces:
                 "input": g.inp,
                 "config": self._config(g.inp, tok),
                 "result": result,
-                "outcome": Outcome(output=call.output, usage=call.usage)
-                if (call.usage or call.output is not None)
-                else None,
+                "outcome": _outcome(call),
             }
         )
 
@@ -921,6 +922,15 @@ _TRACE_GIVEN = (
     "result",
     "outcome",
 )
+
+
+def _outcome(call: Call) -> Outcome | None:
+    """The call's outcome: its output, its usage as recorded and, read by the call's
+    mapping, as ``TokenUsage``; ``None`` when the log records neither output nor usage."""
+    tokens = normalize_usage(call.usage_mapping, call.usage) if call.usage_mapping else None
+    if not call.usage and tokens is None and call.output is None:
+        return None
+    return Outcome(output=call.output, usage=call.usage, tokens=tokens)
 
 
 def _trace(given: dict[str, Any]) -> Trace:

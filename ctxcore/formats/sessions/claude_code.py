@@ -603,6 +603,7 @@ class Reader:
             created_at=p.created_at,
             model=model if isinstance(model, str) else None,
             usage=usage_from_obj(message.get("usage")),
+            usage_mapping="anthropic",
             output="\n".join(lines) if lines else None,
             compaction=p.compaction,
             metadata={"session_log": log},

@@ -378,6 +378,7 @@ class Reader:
             created_at=o.created_at,
             model=o.model,
             usage=usage or {},
+            usage_mapping="codex",
             output="\n".join(texts) if texts else None,
             window=self.window,
             window_source="the rollout (model_context_window)" if self.window else None,

@@ -258,6 +258,7 @@ def _call(
         created_at=parse_time(e.get("timestamp")) or now,
         model=model if isinstance(model, str) else None,
         usage=usage,
+        usage_mapping="openai-chat",
         output="\n".join(lines) if lines else None,
         tools=list(tools),
         metadata={"session_log": log},

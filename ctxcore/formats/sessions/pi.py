@@ -468,6 +468,7 @@ class Reader:
             created_at=_started(message, obj) or self.default_now,
             model=model if isinstance(model, str) and model else None,
             usage=usage(message.get("usage")),
+            usage_mapping="anthropic",
             output="\n".join(lines) if lines else None,
             compaction=compaction,
             metadata={"session_log": log},

@@ -296,6 +296,7 @@ def _mini(data: Any, name: str, session_id: str, now: datetime) -> list[Call]:
                 created_at=_time(response.get("created")) or now,
                 model=model,
                 usage=usage,
+                usage_mapping="openai-chat",
                 output=_output(msgs[a]),
                 metadata={"session_log": log},
                 recorded=["system prompt", "messages"] + (["usage"] if usage else []),
