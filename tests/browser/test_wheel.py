@@ -4,8 +4,9 @@ fresh virtual environment, serves every page of the registry on the bundled demo
 
 The wheel is built from the files git tracks (and new ones it does not ignore), copied out of
 the checkout, so nothing of the working tree (an editable install's finder, ``ctxapp`` on
-``sys.path`` because the tests start from the checkout) can stand in for what the wheel holds. Installing pulls the dependencies
-from the package index through pip's cache, pinned by ``requirements.lock``.
+``sys.path`` because the tests start from the checkout) can stand in for what the wheel holds.
+Installing pulls the dependencies from the package index through pip's cache, pinned by
+``requirements.lock``.
 """
 
 from __future__ import annotations
@@ -22,21 +23,14 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ctxapp.pages import PAGES
 from ctxcore import __version__, settings
 
-from . import (
-    ROOT,
-    browser_missing_reason,
-    exceptions_text,
-    free_port,
-    goto,
-    launch_browser,
-    new_page,
-)
+from . import ROOT, exceptions_text, free_port, goto, new_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -167,20 +161,17 @@ def served(installed: Installed, tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def test_ctxscope_app_from_an_empty_folder_serves_every_page_on_the_demo(
-    served: tuple[str, Path],
+    served: tuple[str, Path], chromium: Any
 ) -> None:
-    reason = browser_missing_reason()
-    if reason:
-        pytest.fail(reason)
     url, folder = served
     seeded = sorted((folder / "traces" / settings.DEMO_SUBDIR).glob("*.jsonl"))
     assert [f.name for f in seeded] == sorted(f.name for f in settings.DEMO_DIR.glob("*.jsonl"))
     first = json.loads(seeded[0].read_text().splitlines()[0])
     trace, session = first["trace_id"], first["session_id"]
-    with launch_browser() as browser:
-        page = new_page(browser)
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    page = new_page(chromium)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
         for spec in PAGES:
             goto(page, f"{url}/{spec.url(trace=trace, session=session)}")
             assert exceptions_text(page) == [], f"{spec.title}: {exceptions_text(page)}"
@@ -194,6 +185,8 @@ def test_ctxscope_app_from_an_empty_folder_serves_every_page_on_the_demo(
                 )
                 wanted = session if "{s}" in spec.opens else trace
                 assert wanted in shown, f"{spec.title}: does not show {wanted!r} of the demo"
-        assert errors == [], f"JavaScript errors: {errors}"
+    finally:
+        page.context.close()
+    assert errors == [], f"JavaScript errors: {errors}"
     # the store the app made in the empty folder holds the whole demo
     assert (folder / "traces" / "ctxscope.duckdb").is_file()
