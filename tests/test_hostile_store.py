@@ -747,7 +747,7 @@ def test_a_store_another_process_keeps_writing_is_read_from_whole_copies(
     read opens (a torn copy is taken again), sees whole traces, and never fewer than before."""
     import signal
 
-    from ctxcore.store.reading import read_store
+    from ctxcore.store.engines import read_store
 
     db = tmp_path / "busy.duckdb"
     proc = subprocess.Popen(

@@ -108,7 +108,7 @@ def test_a_folder_imports_every_file_and_says_which_failed(tmp_path: Path) -> No
         line for line in proc.stderr.splitlines() if line.startswith("ctxscope import: error")
     ]
     assert len(errors) == len(responses)
-    assert all("tried" in line and ".response.json" in line for line in errors)
+    assert all("matches no format" in line and ".response.json" in line for line in errors)
     assert len(_traces(out)) == len(requests)
     # a quoted glob is expanded by us
     proc = _run("import", str(folder / "*.request.json"), "-o", str(out))

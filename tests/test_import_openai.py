@@ -366,7 +366,8 @@ def test_cli_import_bad_file_is_one_line(
     rc = main(["import", str(bad), "-o", str(tmp_path / "x.jsonl")])
     assert rc == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "bad.json" in err and "not an OpenAI-style" in err
+    assert err.count("\n") == 0 and "bad.json" in err and "matches no format" in err
+    assert "its fields: foo" in err and "--from NAME" in err
 
 
 def test_window_from_request_or_known_model() -> None:
@@ -408,6 +409,7 @@ def test_oversized_tool_log_is_a_clear_error(tmp_path: Path, capsys: Any) -> Non
     assert main(["import", str(path), "-o", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "big.json" in err and "messages[1] (tool)" in err and "Traceback" not in err
+    assert "closest: openai" in err
 
 
 def test_gzipped_jsonl_imports_like_the_plain_file(corpus: Path, tmp_path: Path) -> None:

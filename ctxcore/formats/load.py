@@ -147,8 +147,13 @@ def _closest_words(found: tuple[registry.Format, list[str]] | None, what: str) -
 def _matches_none(data: Any, where: str, fallback: registry.Format, exc: Exception) -> str:
     """The one line for a JSON value no format claims: the formats, the closest (the one
     whose fields it shares most, ``registry.closest``) and ``--from``; the fallback's own
-    complaint when it is the closest."""
+    complaint when it is the closest or ties with it (a chat request whose content breaks a
+    limit shares as many fields with mini-swe-agent's trajectory as with chat; the reader's
+    own words say what is wrong with it)."""
     found = registry.closest(data)
+    own = sorted(registry.fields_of(data).intersection(fallback.keys))
+    if found is not None and len(own) >= len(found[1]):
+        found = (fallback, own)
     words = _closest_words(found, "fields")
     if found is not None and found[0] is fallback:
         words += f" (read as it: {str(exc).removeprefix(where + ': ')})"
