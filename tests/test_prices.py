@@ -16,7 +16,7 @@ import pytest
 from ctxcore.cost import SHIPPED, cost, load_prices, price_table
 from ctxcore.errors import PricesError
 from ctxcore.formats.load import load_file
-from ctxcore.models import TokenUsage
+from ctxcore.models import TokenUsage, Trace
 from ctxcore.settings import ENV_PRICES
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
@@ -45,6 +45,15 @@ def test_every_shipped_row_names_its_page_and_date() -> None:
         ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),  # a dated snapshot
         ("claude-3-5-haiku-latest", "claude-3-5-haiku-latest"),
         ("Claude-3-7-Sonnet-20250219", "claude-3-7-sonnet-latest"),
+        ("gpt-4o-2024-08-06", "gpt-4o"),  # OpenHands' fixture
+        ("openai/gpt-4o-mini", "gpt-4o-mini"),  # Inspect's
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+        ("gpt-4.1-2025-04-14", "gpt-4.1"),
+        ("gpt-5-mini-2025-08-07", "gpt-5-mini"),
+        ("gpt-5.3-codex", "gpt-5.3-codex"),  # Codex's
+        ("gpt-4-0613", "gpt-4"),
+        ("gemini-2.5-pro", "gemini-2.5-pro"),  # Gemini CLI's
+        ("gemini-3.1-pro-preview", "gemini-3.1-pro-preview"),
     ],
 )
 def test_models_the_importers_name_find_their_row(model: str, row: str) -> None:
@@ -54,7 +63,14 @@ def test_models_the_importers_name_find_their_row(model: str, row: str) -> None:
 
 @pytest.mark.parametrize(
     "model",
-    ["gpt-4o", "gemini-2.5-pro", "us.anthropic.claude-3-7-sonnet-20250219-v1:0", "", None],
+    [
+        "gpt-4o-2024-05-13",  # a snapshot priced otherwise than gpt-4o: no prefix takes it
+        "gemini-2.0-flash",  # named by a fixture, in no price list read
+        "gemini-3-pro-preview",
+        "us.anthropic.claude-3-7-sonnet-20250219-v1:0",
+        "",
+        None,
+    ],
 )
 def test_a_model_the_table_does_not_name_has_an_unknown_cost(model: str | None) -> None:
     usage = TokenUsage(mapping="openai-chat", input_tokens=1000, output_tokens=10)
@@ -89,6 +105,59 @@ def test_cost_of_a_recorded_claude_code_call_by_hand() -> None:
     assert got.input_usd == pytest.approx(_per_m(u["input_tokens"], row["input"]))
     assert got.cache_write_5m_usd is not None and got.cache_write_1h_usd is not None
     assert got.price.source == row["source"]
+
+
+def _first_cached(path: str) -> Trace:
+    return next(
+        t
+        for t in load_file(FIXTURES / path)
+        if t.outcome and t.outcome.tokens and t.outcome.tokens.cache_read_tokens
+    )
+
+
+def test_cost_of_a_recorded_openai_call_by_hand() -> None:
+    """OpenHands' Chat Completions call: ``prompt_tokens`` holds the cached part, which is
+    billed at the cached-input price; OpenAI charges nothing for writing the cache."""
+    t = _first_cached("openhands/runtime-traj-basic-interactions.json")
+    assert t.outcome is not None and t.outcome.tokens is not None
+    u = t.outcome.usage
+    row = _row("gpt-4o")
+    assert t.metadata["model"] in row["aliases"]
+    cached = u["prompt_tokens_details.cached_tokens"]
+    want = (
+        _per_m(u["prompt_tokens"] - cached, row["input"])
+        + _per_m(cached, row["cache_read"])
+        + _per_m(u["completion_tokens"], row["output"])
+    )
+    got = cost(t.metadata["model"], t.outcome.tokens, price_table(env=""))
+    assert got is not None
+    assert got.total_usd == pytest.approx(want, rel=1e-12)
+    assert got.cache_read_usd == pytest.approx(_per_m(cached, row["cache_read"]))
+    assert got.cache_write_usd == 0 and got.price.source == row["source"]
+
+
+def test_cost_of_a_recorded_gemini_call_by_hand() -> None:
+    """Gemini CLI's call: ``promptTokenCount`` holds the implicitly cached part (billed at
+    the cached price), thinking is billed as output beside the candidates."""
+    t = _first_cached("gemini-cli/ai-sessions-pomodoro-timer.json")
+    assert t.outcome is not None and t.outcome.tokens is not None
+    u = t.outcome.usage
+    row = _row(t.metadata["model"])
+    cached = u["cachedContentTokenCount"]
+    prompt = u["promptTokenCount"] + u.get("toolUsePromptTokenCount", 0)
+    assert prompt <= row["standard_up_to"]
+    want = (
+        _per_m(prompt - cached, row["input"])
+        + _per_m(cached, row["cache_read"])
+        + _per_m(u["candidatesTokenCount"] + u["thoughtsTokenCount"], row["output"])
+    )
+    got = cost(t.metadata["model"], t.outcome.tokens, price_table(env=""))
+    assert got is not None
+    assert got.total_usd == pytest.approx(want, rel=1e-12)
+    assert got.reasoning_usd == pytest.approx(_per_m(u["thoughtsTokenCount"], row["output"]))
+    # past the row's standard length the list prices the prompt otherwise: unknown
+    longer = TokenUsage(mapping="gemini", input_tokens=row["standard_up_to"] + 1, output_tokens=1)
+    assert cost(t.metadata["model"], longer, price_table(env="")) is None
 
 
 def test_one_hour_writes_cost_the_one_hour_price() -> None:
