@@ -37,8 +37,7 @@ def test_the_worker_pool_module_imports_nothing_heavy() -> None:
     (and with it the package) loads neither the models nor the replay itself."""
     heavy = ("pydantic", "numpy", "ctxcore.models", "ctxcore.replay.jobs", "ctxcore.replay.run")
     loaded = run(
-        "import sys, ctxcore.replay.pool; "
-        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+        f"import sys, ctxcore.replay.pool; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     )
     assert loaded == "[]"
     # and a public name then loads its module
