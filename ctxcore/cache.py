@@ -44,6 +44,9 @@ from ctxcore.tokens import get_counter
 
 Ttl = Literal["5m", "1h"]
 BlockKind = Literal["tools", "system", "unrecorded", "message"]
+Provider = Literal["anthropic", "openai", "gemini"]
+#: where a cached prefix broke: the first differing block's part, or the model / lifetime
+BreakBlock = Literal["tools", "system", "messages", "model", "expired"]
 
 #: each entry lives this long after its last use
 LIFETIME: dict[str, timedelta] = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1)}
@@ -105,6 +108,46 @@ class Prompt:
     recorded: TokenUsage | None = None
 
 
+def provider_of(model: str) -> Provider | None:
+    """The provider whose cache serves ``model``, by its name (a provider path such as
+    ``openai/`` or ``models/`` dropped); ``None`` for a model of none of them."""
+    name = model.lower().rsplit("/", 1)[-1]
+    if name.startswith("claude") or ".anthropic." in model or model.startswith("anthropic."):
+        return "anthropic"
+    if name.startswith("gemini"):
+        return "gemini"
+    if name.startswith(("gpt-", "o1", "o3", "o4", "chatgpt", "codex")):
+        return "openai"
+    return None
+
+
+@dataclass(frozen=True)
+class CacheBreak:
+    """Why a call read a shorter cached prefix than it could have (docs/design.md, "Prompt
+    cache", Breaks): where the prompt first differs from the previous call's, the kind of
+    change, the tokens written again and what that cost beyond reading them."""
+
+    #: where the prefix first differs (or the model changed / the entry expired)
+    block: BreakBlock
+    #: tools_reordered | tools_added | tools_removed | tools_changed | system_changed |
+    #: history_edited | compaction | context_edit | expired | model_changed | below_minimum
+    kind: str
+    #: the message index (block ``messages``) or tool index, else None
+    index: int | None
+    #: the packet / message id of the first differing block, if known
+    packet: str | None
+    #: one sentence on what changed
+    reason: str
+    #: prompt tokens re-written that the previous prefix would have served
+    tokens: int
+    #: what re-writing them cost beyond reading them (None: unknown price)
+    cost_usd: float | None
+    #: the advice
+    fix: str
+    #: the provider's own miss reason, where a reply records one
+    provider_reason: str | None = None
+
+
 @dataclass(frozen=True)
 class CallCache:
     """What the simulation says of one call, beside what was billed."""
@@ -123,6 +166,9 @@ class CallCache:
     cache_write: int
     recorded_read: int | None
     recorded_write: int | None
+    #: why the call read less than the previous call's prompt would have served (None: it
+    #: read all it could, or it is the first call)
+    cache_break: CacheBreak | None = None
 
     @property
     def hit(self) -> bool:
