@@ -1,0 +1,467 @@
+"""What each call of a session cost, and where its tokens went (docs/design.md, "Cost and
+prices", Per call).
+
+``session_costs(traces, prices)`` runs the simulated prompt cache (``ctxcore.cache``) over
+one session's calls in the order they were sent and prices each call (``ctxcore.cost``):
+
+- the top-level token fields of a ``CallCost`` are the simulation's: the prompt's tokens
+  (the recorded ``input_tokens`` where the trace has them, else our count of the prompt),
+  the cache reads and writes the simulation predicts, and the output tokens (recorded, else
+  our count of the reply's text, else unknown);
+- ``recorded`` is the provider's usage as the trace carries it (``outcome.tokens``), or
+  ``None``;
+- ``cost_usd`` is priced from the recorded usage when the trace has one
+  (``cost_source="recorded"``: what was billed), else from the simulation
+  (``"simulated"``); ``None`` when it cannot be known (``ctxcore.cost.cost``);
+- ``cache_break`` is the simulation's break attribution for the call (``CacheBreak``).
+
+``costs(traces, prices)`` does the same over a stream of traces of many sessions, one
+session at a time: the traces of a session arrive together (a file, or the store session
+by session; a side chain with its parent session, whose cache it shares), and each is
+reduced to what the cache needs (``ctxcore.cache.prompt_of``) as it is read, so memory
+holds one session's prompt digests, never its traces.
+
+The waste side: ``ToolTally`` counts each tool definition's tokens against the calls that
+used the tool (per MCP server for ``mcp__server__tool`` names), over a session or a whole
+store; ``thinking_turns`` gives the reasoning tokens each call recorded and the thinking the
+prompt carries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import groupby
+from typing import Any, Literal
+
+from ctxcore.cache import CacheBreak, CallCache, Prompt, prompt_of, simulate
+from ctxcore.cost import PriceTable, cost
+from ctxcore.models import TokenUsage, Trace
+from ctxcore.tokens import get_counter
+
+CostSource = Literal["recorded", "simulated"]
+#: the token fields of a call, in the order ``ctxscope cost --json`` writes them
+TOKEN_FIELDS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """One call's tokens (the simulation's), its recorded usage, its cost and its cache
+    break (module docstring)."""
+
+    session_id: str
+    turn: int
+    trace_id: str
+    model: str
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int | None
+    #: USD, ``None`` when unknown
+    cost_usd: float | None
+    recorded: TokenUsage | None
+    cost_source: CostSource
+    cache_break: CacheBreak | None
+
+    @property
+    def uncached_tokens(self) -> int:
+        """The prompt's tokens neither read from nor written to the cache."""
+        return self.input_tokens - self.cache_read_tokens - self.cache_write_tokens
+
+    def as_json(self) -> dict[str, Any]:
+        """The call as ``ctxscope cost --json`` writes it (issue 32's fields)."""
+        rec = self.recorded
+        brk = self.cache_break
+        return {
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "trace_id": self.trace_id,
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "cost_source": self.cost_source,
+            "recorded": None
+            if rec is None
+            else {name: getattr(rec, name) for name in (*TOKEN_FIELDS, "reasoning_tokens")},
+            "cache_break": None
+            if brk is None
+            else {
+                "block": brk.block,
+                "kind": brk.kind,
+                "index": brk.index,
+                "packet": brk.packet,
+                "reason": brk.reason,
+                "tokens": brk.tokens,
+                "cost_usd": brk.cost_usd,
+                "fix": brk.fix,
+                "provider_reason": brk.provider_reason,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class SessionCost:
+    """A session's totals over its calls."""
+
+    session_id: str
+    calls: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    #: the sum of the calls whose cost is known
+    cost_usd: float
+    #: calls whose cost is unknown (not in ``cost_usd``)
+    unknown_cost: int
+    breaks: int
+    #: tokens re-written because of the breaks
+    break_tokens: int
+
+
+def session_totals(calls: Iterable[CallCost]) -> SessionCost:
+    """The totals of one session's calls (``session_id`` of the first; empty: ``""``)."""
+    items = list(calls)
+    breaks = [c.cache_break for c in items if c.cache_break is not None]
+    return SessionCost(
+        session_id=items[0].session_id if items else "",
+        calls=len(items),
+        input_tokens=sum(c.input_tokens for c in items),
+        cache_read_tokens=sum(c.cache_read_tokens for c in items),
+        cache_write_tokens=sum(c.cache_write_tokens for c in items),
+        output_tokens=sum(c.output_tokens or 0 for c in items),
+        cost_usd=sum(c.cost_usd for c in items if c.cost_usd is not None),
+        unknown_cost=sum(1 for c in items if c.cost_usd is None),
+        breaks=len(breaks),
+        break_tokens=sum(b.tokens for b in breaks),
+    )
+
+
+# --------------------------------------------------------------------------- per call
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What costing keeps of a trace while its session is simulated: its place, the
+    cache's view of its prompt and its output tokens."""
+
+    at: datetime
+    turn: int
+    session_id: str
+    group: str
+    prompt: Prompt
+    output_tokens: int | None
+
+
+def _output_tokens(trace: Trace) -> int | None:
+    """The reply's tokens: recorded, else our count of its text, else unknown."""
+    outcome = trace.outcome
+    if outcome is None:
+        return None
+    if outcome.tokens is not None and outcome.tokens.output_tokens is not None:
+        return outcome.tokens.output_tokens
+    if outcome.output:
+        return get_counter().count(outcome.output)
+    return None
+
+
+def cache_group(trace: Trace) -> str:
+    """The session whose cache a call uses: a side chain's (a Claude Code Task agent,
+    ``metadata.session_log.parent``) is its parent session's, whose calls it interleaves
+    with; any other call's is its own session's."""
+    log = trace.metadata.get("session_log")
+    parent = log.get("parent") if isinstance(log, dict) else None
+    root = parent.get("session") if isinstance(parent, dict) else None
+    return root if isinstance(root, str) and root else trace.session_id
+
+
+def _call(trace: Trace) -> _Call:
+    return _Call(
+        at=trace.input.now,
+        turn=trace.turn,
+        session_id=trace.session_id,
+        group=cache_group(trace),
+        prompt=prompt_of(trace),
+        output_tokens=_output_tokens(trace),
+    )
+
+
+def _write_split(sim: CallCache) -> tuple[int, int]:
+    """The simulated write's 5-minute and 1-hour parts, by the lifetime of each breakpoint
+    written (each writes the prefix between the previous one and itself)."""
+    five = hour = 0
+    start = sim.cache_read
+    for index, upto in sim.written:
+        part = max(0, upto - start)
+        if sim.blocks[index].breakpoint == "1h":
+            hour += part
+        else:
+            five += part
+        start = max(start, upto)
+    return five, hour
+
+
+def simulated_usage(sim: CallCache, output_tokens: int | None) -> TokenUsage:
+    """The simulation's figures for a call as a ``TokenUsage`` (mapping ``simulated``)."""
+    five, hour = _write_split(sim)
+    return TokenUsage(
+        mapping="simulated",
+        input_tokens=sum(b.tokens for b in sim.blocks),
+        cache_read_tokens=sim.cache_read,
+        cache_write_tokens=sim.cache_write,
+        cache_write_5m_tokens=five,
+        cache_write_1h_tokens=hour,
+        output_tokens=output_tokens,
+    )
+
+
+def _priced(model: str, usage: TokenUsage, prices: PriceTable) -> float | None:
+    """The cost of ``usage``; a provider that charges nothing to write its cache (no write
+    price in the row: OpenAI, Gemini's implicit cache) bills written tokens as input."""
+    row = prices.price(model)
+    if row is not None and row.cache_write_5m is None and row.cache_write_1h is None:
+        usage = usage.model_copy(
+            update={
+                "cache_write_tokens": 0 if usage.cache_write_tokens is not None else None,
+                "cache_write_5m_tokens": None,
+                "cache_write_1h_tokens": None,
+            }
+        )
+    found = cost(model, usage, prices)
+    return None if found is None else found.total_usd
+
+
+def _costed(call: _Call, sim: CallCache, prices: PriceTable) -> CallCost:
+    usage = simulated_usage(sim, call.output_tokens)
+    recorded = call.prompt.recorded
+    model = call.prompt.model
+    if recorded is not None:
+        source: CostSource = "recorded"
+        usd = _priced(model, recorded, prices)
+    else:
+        source = "simulated"
+        usd = _priced(model, usage, prices)
+    return CallCost(
+        session_id=call.session_id,
+        turn=call.turn,
+        trace_id=call.prompt.trace_id,
+        model=model,
+        input_tokens=usage.input_tokens or 0,
+        cache_read_tokens=sim.cache_read,
+        cache_write_tokens=sim.cache_write,
+        output_tokens=call.output_tokens,
+        cost_usd=usd,
+        recorded=recorded,
+        cost_source=source,
+        cache_break=sim.cache_break,
+    )
+
+
+def _session(calls: list[_Call], prices: PriceTable) -> list[CallCost]:
+    """One session's calls costed, in the order they were sent (``input.now``, then
+    turn)."""
+    ordered = sorted(calls, key=lambda c: (c.at, c.turn))
+    sims = simulate(c.prompt for c in ordered)
+    return [_costed(c, s, prices) for c, s in zip(ordered, sims, strict=True)]
+
+
+def session_costs(traces: Iterable[Trace], prices: PriceTable) -> list[CallCost]:
+    """The cost of each call of one session (its side chains with it: one cache), in the
+    order they were sent."""
+    return _session([_call(t) for t in traces], prices)
+
+
+def costs(traces: Iterable[Trace], prices: PriceTable) -> Iterator[CallCost]:
+    """The cost of each call of every session of ``traces``, a session at a time (its
+    traces, and its side chains', arrive together: ``cache_group``; each is reduced to its
+    prompt's digest as it is read)."""
+    calls = (_call(t) for t in traces)
+    for _, group in groupby(calls, key=lambda c: c.group):
+        yield from _session(list(group), prices)
+
+
+# --------------------------------------------------------------------------- waste
+
+
+def mcp_server(tool: str) -> str | None:
+    """The MCP server of a tool named ``mcp__server__tool``, else ``None``."""
+    parts = tool.split("__")
+    return parts[1] if len(parts) >= 3 and parts[0] == "mcp" and parts[1] else None
+
+
+@dataclass(frozen=True)
+class ToolCost:
+    """One tool definition against its use: its tokens (the last definition seen), the
+    calls offered it and their tokens spent on it, and the times it was called."""
+
+    name: str
+    server: str | None
+    tokens: int
+    offered: int
+    offered_tokens: int
+    used: int
+
+    @property
+    def unused(self) -> bool:
+        return self.used == 0
+
+
+@dataclass(frozen=True)
+class ServerCost:
+    """The tools of one MCP server (``mcp__server__tool``) together."""
+
+    server: str
+    tools: int
+    tools_used: int
+    tokens: int
+    offered_tokens: int
+    used: int
+
+
+def _called(trace: Trace) -> Iterator[str]:
+    """The names of the tools the calls before this one called (the assistant messages'
+    calls in its history; results alone are not counted, they answer those calls)."""
+    for m in trace.input.history:
+        for c in m.metadata.get("tool_calls") or ():
+            if isinstance(c, dict) and isinstance(c.get("name"), str):
+                yield c["name"]
+
+
+@dataclass
+class ToolTally:
+    """Tool definitions' tokens against their use, added a trace at a time over a session
+    or a store. A tool counts as used when any call of its session called it (a session's
+    later calls hold its earlier calls' tool calls in their history)."""
+
+    _tokens: dict[str, int] = field(default_factory=dict)
+    _offered: dict[str, int] = field(default_factory=dict)
+    _offered_tokens: dict[str, int] = field(default_factory=dict)
+    #: per session, the most times each tool was called as one of its calls saw it
+    _used: dict[tuple[str, str], int] = field(default_factory=dict)
+    _memo: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def _definition_tokens(self, text: str) -> int:
+        n = self._memo.get(text)
+        if n is None:
+            n = self._memo[text] = get_counter().count(text)
+        return n
+
+    def add(self, trace: Trace) -> None:
+        """One call: the tools it was offered and those its history shows called."""
+        for tool in trace.input.tools:
+            text = json.dumps(tool.model_dump(), sort_keys=True)
+            n = self._definition_tokens(text)
+            self._tokens[tool.name] = n
+            self._offered[tool.name] = self._offered.get(tool.name, 0) + 1
+            self._offered_tokens[tool.name] = self._offered_tokens.get(tool.name, 0) + n
+        seen: dict[str, int] = {}
+        for name in _called(trace):
+            seen[name] = seen.get(name, 0) + 1
+        for name, times in seen.items():
+            key = (trace.session_id, name)
+            self._used[key] = max(self._used.get(key, 0), times)
+
+    def tools(self) -> list[ToolCost]:
+        """Every tool offered, most tokens spent first."""
+        used: dict[str, int] = {}
+        for (_, name), times in self._used.items():
+            used[name] = used.get(name, 0) + times
+        out = [
+            ToolCost(
+                name=name,
+                server=mcp_server(name),
+                tokens=self._tokens[name],
+                offered=self._offered[name],
+                offered_tokens=self._offered_tokens[name],
+                used=used.get(name, 0),
+            )
+            for name in self._tokens
+        ]
+        return sorted(out, key=lambda t: (-t.offered_tokens, t.name))
+
+    def servers(self) -> list[ServerCost]:
+        """The MCP servers' tools together, most tokens spent first."""
+        by: dict[str, list[ToolCost]] = {}
+        for t in self.tools():
+            if t.server is not None:
+                by.setdefault(t.server, []).append(t)
+        out = [
+            ServerCost(
+                server=server,
+                tools=len(ts),
+                tools_used=sum(1 for t in ts if not t.unused),
+                tokens=sum(t.tokens for t in ts),
+                offered_tokens=sum(t.offered_tokens for t in ts),
+                used=sum(t.used for t in ts),
+            )
+            for server, ts in by.items()
+        ]
+        return sorted(out, key=lambda s: (-s.offered_tokens, s.server))
+
+
+def tool_costs(traces: Iterable[Trace]) -> ToolTally:
+    """``ToolTally`` over ``traces`` (a session, or a store's traces)."""
+    tally = ToolTally()
+    for t in traces:
+        tally.add(t)
+    return tally
+
+
+@dataclass(frozen=True)
+class ThinkingTurn:
+    """A call's thinking: the reasoning tokens its reply recorded (``None``: not recorded)
+    and the thinking parts its prompt carries from earlier replies (their count and
+    characters; an encrypted part by its size)."""
+
+    session_id: str
+    turn: int
+    trace_id: str
+    reasoning_tokens: int | None
+    carried_parts: int
+    carried_chars: int
+
+
+def thinking_turn(trace: Trace) -> ThinkingTurn:
+    """The thinking of one call (``ThinkingTurn``)."""
+    parts = [
+        p
+        for m in trace.input.history
+        for p in (m.metadata.get("thinking") or ())
+        if isinstance(p, dict)
+    ]
+    chars = 0
+    for p in parts:
+        size = p.get("chars", p.get("encrypted_chars", 0))
+        chars += size if isinstance(size, int) else 0
+    tokens = trace.outcome.tokens if trace.outcome is not None else None
+    return ThinkingTurn(
+        session_id=trace.session_id,
+        turn=trace.turn,
+        trace_id=trace.trace_id,
+        reasoning_tokens=tokens.reasoning_tokens if tokens is not None else None,
+        carried_parts=len(parts),
+        carried_chars=chars,
+    )
+
+
+__all__ = [
+    "TOKEN_FIELDS",
+    "CallCost",
+    "ServerCost",
+    "SessionCost",
+    "ThinkingTurn",
+    "ToolCost",
+    "ToolTally",
+    "cache_group",
+    "costs",
+    "mcp_server",
+    "session_costs",
+    "session_totals",
+    "simulated_usage",
+    "thinking_turn",
+    "tool_costs",
+]
