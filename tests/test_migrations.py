@@ -19,6 +19,7 @@ ALL_VERSIONS = [
     (4, "file_state"),
     (5, "diagnosed_with"),
     (6, "small_values"),
+    (7, "usage"),
 ]
 
 # The schema the app and the charts are written against (docs/design.md, "Store").
@@ -66,6 +67,10 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
         ("source_trace_id", "VARCHAR"), ("source_file", "VARCHAR"),
         ("content_hash", "VARCHAR"), ("ingested_at", "TIMESTAMP"), ("n_findings", "INTEGER"),
         ("max_severity", "VARCHAR"), ("json_bytes", "BIGINT"), ("diagnosed_with", "VARCHAR"),
+        ("model", "VARCHAR"), ("input_tokens", "BIGINT"), ("cache_read_tokens", "BIGINT"),
+        ("cache_write_tokens", "BIGINT"), ("cache_write_5m_tokens", "BIGINT"),
+        ("cache_write_1h_tokens", "BIGINT"), ("output_tokens", "BIGINT"),
+        ("reasoning_tokens", "BIGINT"),
     ],
 }  # fmt: skip
 
@@ -164,6 +169,41 @@ def test_upgrade_from_version_1_keeps_the_data(tmp_path: Path) -> None:
     assert versions(db) == ALL_VERSIONS
 
 
+def test_upgrade_to_version_7_fills_in_the_usage_of_stored_calls(tmp_path: Path) -> None:
+    from ctxcore.formats.load import load_file
+
+    claude_code = ROOT / "tests" / "fixtures" / "imports" / "claude-code"
+    logged = list(load_file(claude_code / "ccviewer-init-session.jsonl"))
+    demo = next(iter(sorted((ROOT / "ctxcore" / "data" / "demo").glob("*.jsonl"))))
+    plain = Trace.model_validate_json(demo.read_text(encoding="utf-8").splitlines()[0])
+    db = tmp_path / "v6.duckdb"
+    with TraceStore(db) as store:
+        store.add_traces([*logged, plain])
+    # the store as version 6 left it: no usage columns, no row for version 7
+    con = duckdb.connect(str(db))
+    for col in ("model", *migrations.M007_USAGE):
+        con.execute(f"ALTER TABLE traces DROP COLUMN {col}")
+    con.execute("DELETE FROM schema_migrations WHERE version = 7")
+    con.close()
+    with TraceStore(db) as store:
+        rows = store.session_usage([logged[0].session_id, plain.session_id])
+    assert versions(db) == ALL_VERSIONS
+    by_id = {r.trace_id: r for r in rows}
+    assert len(by_id) == len(logged) + 1
+    for t in logged:
+        tokens = t.outcome.tokens if t.outcome is not None else None
+        assert tokens is not None
+        r = by_id[t.trace_id]
+        assert r.model == t.metadata["model"]
+        assert (r.input_tokens, r.cache_read_tokens, r.cache_write_tokens, r.output_tokens) == (
+            tokens.input_tokens,
+            tokens.cache_read_tokens,
+            tokens.cache_write_tokens,
+            tokens.output_tokens,
+        )
+    assert by_id[plain.trace_id].input_tokens is None and by_id[plain.trace_id].model is None
+
+
 def test_failed_migration_leaves_no_trace_of_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,5 +230,5 @@ def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> N
     con = duckdb.connect(str(db))
     migrations.apply(con, upto=1)
     con.close()
-    with pytest.raises(StoreError, match="version 1.*needs 6.*without read_only"):
+    with pytest.raises(StoreError, match="version 1.*needs 7.*without read_only"):
         TraceStore(db, read_only=True)

@@ -249,6 +249,46 @@ def test_sessions_their_timelines_and_the_facets(store: Store, recorded: list[Tr
     assert facets["finding"] == sorted(found)
 
 
+CLAUDE_CODE = ROOT / "tests" / "fixtures" / "imports" / "claude-code"
+USAGE = (
+    "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_5m_tokens",
+    "cache_write_1h_tokens", "output_tokens", "reasoning_tokens",
+)  # fmt: skip
+
+
+def _usage_of(t: Trace) -> tuple[object, ...]:
+    tokens = t.outcome.tokens if t.outcome is not None else None
+    model = t.metadata.get("model")
+    return (model, *(None if tokens is None else getattr(tokens, n) for n in USAGE))
+
+
+@covers("Store.session_usage")
+def test_each_calls_model_and_usage_are_listed_without_its_trace(store: Store) -> None:
+    from ctxcore.formats.load import load_file
+
+    # a real Claude Code log with recorded usage (its side chain a session of its own), and
+    # demo traces that record none
+    logged = list(load_file(CLAUDE_CODE / "ccviewer-task-sidechain-session.jsonl"))
+    plain = demo("toolchat-ctxscope.jsonl")[:3]
+    store.add_traces(logged + plain)
+    sessions = sorted({t.session_id for t in logged})
+    got = store.session_usage([*sessions, plain[0].session_id, "no-such-session"])
+    want = sorted(logged + plain, key=lambda t: (t.session_id, t.turn))
+    assert [(r.session_id, r.trace_id, r.turn) for r in got] == [
+        (t.session_id, t.trace_id, t.turn) for t in want
+    ]
+    for r, t in zip(got, want, strict=True):
+        assert (r.model, *(getattr(r, n) for n in USAGE)) == _usage_of(t)
+    assert any(r.cache_read_tokens for r in got) and any(r.cache_write_tokens for r in got)
+    assert {r.input_tokens for r in got if r.session_id == plain[0].session_id} == {None}
+    assert store.session_usage([]) == []
+    # the traces list carries the same columns
+    page = store.list_traces(TraceFilter(session_id=sessions[0]), sort="turn", limit=500)
+    by_id = {t.trace_id: t for t in logged}
+    for row in page.rows:
+        assert (row.model, *(getattr(row, n) for n in USAGE)) == _usage_of(by_id[row.trace_id])
+
+
 @covers("Store.list_findings", "Store.stored_findings")
 def test_findings_are_listed_and_read_back_by_fingerprint(
     store: Store, recorded: list[Trace]

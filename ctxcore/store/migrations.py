@@ -12,6 +12,7 @@ read back in Python, which ctxscope does not depend on); the store converts at t
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -368,6 +369,60 @@ def m006_small_values(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("ALTER TABLE traces DROP COLUMN trace_zst")
 
 
+#: what ``m007_usage`` adds to ``traces`` beside ``model``: the normalized usage
+#: (``outcome.tokens``), NULL where the trace does not say, so the Traces page costs a page
+#: of traces, and a session, without reading their JSON (docs/design.md, "Store")
+M007_USAGE = (
+    "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_5m_tokens",
+    "cache_write_1h_tokens", "output_tokens", "reasoning_tokens",
+)  # fmt: skip
+
+
+def m007_usage(con: duckdb.DuckDBPyConnection) -> None:
+    """The model (``metadata.model``) and the usage (``outcome.tokens``) of each trace as
+    columns, filled in for the traces already stored (read in slices, so a big store is
+    never all in memory)."""
+    from ctxcore.store.codec import unpack_json
+    from ctxcore.store.inserts import packed
+
+    con.execute("ALTER TABLE traces ADD COLUMN model VARCHAR")
+    for name in M007_USAGE:
+        con.execute(f"ALTER TABLE traces ADD COLUMN {name} BIGINT")
+    row = con.execute("SELECT coalesce(min(tseq), 0), coalesce(max(tseq), -1) FROM traces")
+    lo, hi = row.fetchall()[0]
+    step = 500
+    for start in range(int(lo), int(hi) + 1, step):
+        sizes = dict(
+            con.execute(
+                "SELECT tseq, json_bytes FROM traces WHERE tseq >= ? AND tseq < ?",
+                [start, start + step],
+            ).fetchall()
+        )
+        found: dict[str, list[object]] = {"tseq": [], "model": []}
+        found.update({name: [] for name in M007_USAGE})
+        for tseq, blob in packed(con, sorted(sizes)).items():
+            data = json.loads(unpack_json(blob, sizes[tseq]))
+            model = (data.get("metadata") or {}).get("model")
+            tokens = (data.get("outcome") or {}).get("tokens") or {}
+            if not isinstance(model, str) and not tokens:
+                continue
+            found["tseq"].append(tseq)
+            found["model"].append(model if isinstance(model, str) else None)
+            for name in M007_USAGE:
+                found[name].append(tokens.get(name))
+        if not found["tseq"]:
+            continue
+        usage = pa.table(  # noqa: F841 - read by name by the SQL below
+            {
+                "tseq": pa.array(found["tseq"], pa.int64()),
+                "model": pa.array(found["model"], pa.string()),
+                **{n: pa.array(found[n], pa.int64()) for n in M007_USAGE},
+            }
+        )
+        sets = ", ".join(f"{c} = usage.{c}" for c in ("model", *M007_USAGE))
+        con.execute(f"UPDATE traces SET {sets} FROM usage WHERE traces.tseq = usage.tseq")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "findings", m002_findings),
@@ -375,6 +430,7 @@ MIGRATIONS: tuple[Step, ...] = (
     Step(4, "file_state", m004_file_state),
     Step(5, "diagnosed_with", m005_diagnosed_with),
     Step(6, "small_values", m006_small_values),
+    Step(7, "usage", m007_usage),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -29,6 +29,7 @@ from ctxcore.store.records import (
     SessionRow,
     TraceFilter,
     TracePage,
+    UsageRow,
 )
 
 if TYPE_CHECKING:
@@ -179,6 +180,10 @@ class Store(Protocol):
 
     def session_partitions(self, session_id: str) -> list[dict[str, Any]]:
         """Rows: turn, trace_id, partition, budget, used, items."""
+        ...
+
+    def session_usage(self, session_ids: Sequence[str]) -> list[UsageRow]:
+        """The model and usage of every call of these sessions, by session then turn."""
         ...
 
     def live_calls(self, since: datetime, limit: int = 5_000) -> LiveCalls:

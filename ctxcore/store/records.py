@@ -53,6 +53,33 @@ class TraceRow:
     source_trace_id: str | None = None
     n_findings: int = 0
     max_severity: str | None = None
+    #: the call's model and normalized usage (``outcome.tokens``); None where not recorded
+    model: str | None = None
+    input_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_write_5m_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One stored call's model and normalized usage (``Store.session_usage``): what its
+    cost is computed from without reading the trace."""
+
+    session_id: str
+    trace_id: str
+    turn: int
+    model: str | None = None
+    input_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_write_5m_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 @dataclass(frozen=True)

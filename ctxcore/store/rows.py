@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -40,12 +40,17 @@ _LOST = (Status.DROPPED, Status.FILTERED, Status.SUMMARIZED)
 _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 
+#: a trace's normalized usage (``outcome.tokens``) as columns of its row, beside ``model``
+USAGE_COLUMNS = (
+    "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_5m_tokens",
+    "cache_write_1h_tokens", "output_tokens", "reasoning_tokens",
+)  # fmt: skip
 _TRACE_COLS = (
     "trace_id", "tseq", "session_id", "turn", "created_at", "preset", "builder",
     "builder_version", "budget", "used", "n_packets", "n_kept", "n_truncated", "n_summarized",
     "n_dropped", "n_filtered", "n_not_rendered", "n_warnings", "lost_must_keep", "verdict",
     "tags", "source_trace_id", "source_file", "content_hash", "ingested_at", "n_findings",
-    "max_severity", "json_bytes", "diagnosed_with",
+    "max_severity", "json_bytes", "diagnosed_with", "model", *USAGE_COLUMNS,
 )  # fmt: skip
 _DECISION_COLS = (
     "tseq", "trace_id", "ord", "packet_id", "kind", "tokens_before", "tokens_after",
@@ -69,7 +74,8 @@ _SCHEMAS: dict[str, pa.Schema] = {
         + [("verdict", _STR), ("tags", _STRS), ("source_trace_id", _STR),
            ("source_file", _STR), ("content_hash", _STR), ("ingested_at", _TS),
            ("n_findings", _I32), ("max_severity", _STR), ("json_bytes", _I64),
-           ("diagnosed_with", _STR)]
+           ("diagnosed_with", _STR), ("model", _STR)]
+        + [(c, _I64) for c in USAGE_COLUMNS]
     ),
     # the trace's compressed JSON (``pack_json``) in pieces of PART_BYTES, in order
     "trace_parts": pa.schema([("tseq", _I64), ("part", _I32), ("data", pa.large_binary())]),
@@ -281,11 +287,32 @@ class BuilderLike(Protocol):
     def version(self) -> str: ...
 
 
+class TokensLike(Protocol):
+    """A call's normalized usage (``models.TokenUsage``) as ``RowBatch`` reads it."""
+
+    @property
+    def input_tokens(self) -> int | None: ...
+    @property
+    def cache_read_tokens(self) -> int | None: ...
+    @property
+    def cache_write_tokens(self) -> int | None: ...
+    @property
+    def cache_write_5m_tokens(self) -> int | None: ...
+    @property
+    def cache_write_1h_tokens(self) -> int | None: ...
+    @property
+    def output_tokens(self) -> int | None: ...
+    @property
+    def reasoning_tokens(self) -> int | None: ...
+
+
 class OutcomeLike(Protocol):
     """A trace's outcome as ``RowBatch`` reads it."""
 
     @property
     def verdict(self) -> str: ...
+    @property
+    def tokens(self) -> TokensLike | None: ...
 
 
 class TraceLike(Protocol):
@@ -316,6 +343,19 @@ class TraceLike(Protocol):
     def result(self) -> ResultLike | None: ...
     @property
     def outcome(self) -> OutcomeLike | None: ...
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+
+def _usage_values(trace: TraceLike) -> dict[str, Any]:
+    """The ``model`` and ``USAGE_COLUMNS`` columns of a trace's row (None where it does not
+    say)."""
+    model = trace.metadata.get("model")
+    tokens = trace.outcome.tokens if trace.outcome is not None else None
+    out: dict[str, Any] = {"model": model if isinstance(model, str) else None}
+    for name in USAGE_COLUMNS:
+        out[name] = None if tokens is None else getattr(tokens, name)
+    return out
 
 
 def diagnose_trace(trace: TraceLike, raw: bytes) -> tuple[list[Finding], str | None]:
@@ -520,6 +560,7 @@ class RowBatch:
             "verdict": trace.outcome.verdict if trace.outcome else "unknown",
             "tags": list(trace.tags),
             "source_trace_id": trace.source_trace_id,
+            **_usage_values(trace),
         }
 
     def add_findings(self, tid: str, tseq: int, findings: list[Finding]) -> str | None:

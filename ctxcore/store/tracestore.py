@@ -18,6 +18,7 @@ lock held by another process is ``StoreLockedError``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -51,6 +52,7 @@ from ctxcore.store.records import (
     TraceFilter,
     TracePage,
     TraceRow,
+    UsageRow,
 )
 from ctxcore.store.rows import TAIL_CHARS, RowBatch, diagnose_trace, prepare, utc_naive
 from ctxcore.store.writer import BulkWriter
@@ -71,6 +73,7 @@ __all__ = [
     "TracePage",
     "TraceRow",
     "TraceStore",
+    "UsageRow",
 ]
 
 log = logging.getLogger("ctxscope.store")
@@ -94,7 +97,9 @@ _ROW_FIELDS = (
     "trace_id", "session_id", "turn", "created_at", "preset", "builder", "budget", "used",
     "n_packets", "n_kept", "n_truncated", "n_summarized", "n_dropped", "n_filtered",
     "n_not_rendered", "n_warnings", "lost_must_keep", "verdict", "tags", "source_trace_id",
-    "n_findings", "max_severity",
+    "n_findings", "max_severity", "model", "input_tokens", "cache_read_tokens",
+    "cache_write_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
+    "reasoning_tokens",
 )  # fmt: skip
 
 
@@ -604,6 +609,20 @@ class TraceStore:
             SessionRow(r[0], int(r[1]), int(r[2]), int(r[3]), _aware(r[4]), _aware(r[5]))
             for r in rows
         ]
+
+    @_reading
+    def session_usage(self, session_ids: Sequence[str]) -> list[UsageRow]:
+        fields = ", ".join(f.name for f in dataclasses.fields(UsageRow))
+        rows = (
+            self._cur()
+            .execute(
+                f"SELECT {fields} FROM traces WHERE session_id IN (SELECT unnest(?::VARCHAR[])) "
+                "ORDER BY session_id, turn, tseq",
+                [list(session_ids)],
+            )
+            .fetchall()
+        )
+        return [UsageRow(*r) for r in rows]
 
     @_reading
     def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
