@@ -9,6 +9,7 @@ first line cut (text close to a format but not of it), and Claude Code Viewer's 
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,31 @@ def test_every_format_names_what_it_is_known_by() -> None:
         assert f.keys, f"{f.name}: no keys, so it can never be the closest"
         if f.sniff is not None and f.name.startswith("aider"):
             assert all(not k.isidentifier() for k in f.keys), f.name  # line markers
+
+
+def test_a_binary_file_is_refused_as_binary_naming_the_byte() -> None:
+    # a PNG starts with 0x89 'PNG' CR LF 0x1a LF: 0x89 begins no UTF-8 character, and 0x1a
+    # is a control byte no text holds
+    png = ROOT / "docs" / "findings.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    said = _refusal(png)
+    assert "a binary file, not text (byte 0 is 0x89, not UTF-8)" in said
+    assert "text file" not in said and "malformed JSON" not in said
+
+
+def test_a_zip_no_format_claims_is_refused_as_a_zip(tmp_path: Path) -> None:
+    p = tmp_path / "project.zip"
+    with zipfile.ZipFile(p, "w") as zf:
+        zf.write(ROOT / "pyproject.toml", "pyproject.toml")
+    # a zip member's header: 'PK' 0x03 0x04, so the first byte no text holds is byte 2
+    said = _refusal(p)
+    assert "a zip archive, not text (byte 2 is 0x03, a control byte)" in said
+
+
+def test_text_in_another_encoding_says_where_it_stops_being_utf8(tmp_path: Path) -> None:
+    head = (ROOT / "pyproject.toml").read_bytes()[:200]
+    p = tmp_path / "notes.txt"
+    p.write_bytes(head + "café\n".encode("latin-1"))
+    said = _refusal(p)
+    # 'caf' after the 200 bytes, then é as Latin-1's single byte 0xe9
+    assert f"text that is not UTF-8 (byte {200 + 3} is 0xe9, not UTF-8)" in said

@@ -36,6 +36,7 @@ from ctxcore.formats.accounting import Tally
 from ctxcore.formats.norm import NormMessage
 from ctxcore.formats.sessions import SessionImport
 from ctxcore.formats.sessions.calls import Call, Segment, prepare
+from ctxcore.formats.sessions.lines import log_time
 from ctxcore.loading import decode_line, open_stream
 
 LLM_HISTORY = "aider-llm-history"
@@ -286,17 +287,21 @@ class LlmHistoryReader:
             body = body.removesuffix("\n")
             role = body[: body.find(" ")] if " " in body[:10] else ""
             prefix = role + " "
-            if (
-                role in _PREFIXES
-                and body.startswith(prefix)
-                and body.count("\n" + prefix) == body.count("\n")
-            ):
-                yield _Piece(role.lower(), line, body[len(prefix) :].replace("\n" + prefix, "\n"))
+            newlines = body.count("\n")
+            whole = None
+            if role in _PREFIXES and body.startswith(prefix):
+                # every line starts with the prefix when taking it off after each newline
+                # shortens the text by one prefix per newline (one pass, not a count too)
+                whole = body[len(prefix) :].replace("\n" + prefix, "\n")
+                if len(body) - len(whole) != len(prefix) * (newlines + 1):
+                    whole = None
+            if whole is not None:
+                yield _Piece(role.lower(), line, whole)
             elif body.strip():
                 yield from self._lines(body, line)
             # the chunk's lines, then the separator line after it: the split took the
             # separator's line and the newline before it (the first chunk has its own)
-            line += chunk.count("\n") + (1 if k == 0 else 2)
+            line += newlines + (len(chunk) - len(body)) + (1 if k == 0 else 2)
 
     def _lines(self, body: str, line: int) -> Iterator[_Piece]:
         """A message whose lines break the layout, line by line: a line with no role is its
@@ -572,7 +577,7 @@ def iter_file(
 ) -> SessionImport:
     """The traces of an aider log file, read as a stream (the registry's ``StreamReader``)."""
     p = Path(path)
-    now = default_now or datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
+    now = log_time(p, default_now)
     session = p.name.lstrip(".").split(".")[0] or "aider"
     if fmt == LLM_HISTORY:
         llm = LlmHistoryReader(str(p), session, now)

@@ -230,7 +230,9 @@ class _Contents:
         return read.messages()
 
     def part(self, part: dict[str, Any], path: str, role: str, j: int, read: Parts) -> None:
-        """One part of a content into its parts (``j``: its place, for made-up ids)."""
+        """One part of a content into its parts (``j``: its place, for made-up ids). A part
+        is one kind, so each is looked for only until one is found: a text first (most
+        parts are), then a call, a response, media and the code tool's parts."""
         main, tally = read.main, self.tally
         signature = _get(part, "thoughtSignature")
         if signature is not None:
@@ -239,32 +241,43 @@ class _Contents:
             size = len(signature) if isinstance(signature, str) else 0
             main.thinking.append({"type": "thoughtSignature", "encrypted_chars": size})
             tally.add("thinking")
-        fcall, fresp = _get(part, "functionCall"), _get(part, "functionResponse")
-        media = _media(part, path)
-        code_text = _code_text(part)
-        if isinstance(part.get("text"), str) and part.get("thought") is True:
-            read.reasoning.append(part["text"])
-            main.thinking.append({"type": "thought", "chars": len(part["text"])})
-            tally.add("thinking")
-        elif isinstance(part.get("text"), str):
-            read.texts.append(part["text"])
-        elif isinstance(fcall, dict) and role == "model":
+        text = part.get("text")
+        if isinstance(text, str):
+            if part.get("thought") is True:
+                read.reasoning.append(text)
+                main.thinking.append({"type": "thought", "chars": len(text)})
+                tally.add("thinking")
+            else:
+                read.texts.append(text)
+            return
+        fcall = _get(part, "functionCall")
+        if isinstance(fcall, dict) and role == "model":
             main.tool_calls.append(self.call(fcall, path, main.index, j))
             tally.add("tool_calls")
-        elif isinstance(fresp, dict):
+            return
+        fresp = _get(part, "functionResponse")
+        if isinstance(fresp, dict):
             read.results.append(self.response(fresp, path, main.index, j))
             tally.add("tool_results")
-        elif media is not None:
+            return
+        self.other(part, path, read)
+
+    def other(self, part: dict[str, Any], path: str, read: Parts) -> None:
+        """A part that is neither text nor a function call or response: media, the code
+        tool's parts, a bare signature (counted by ``part``), or one kept as JSON text."""
+        media = _media(part, path)
+        if media is not None:
             read.texts.append(media[0])
-            main.media.append(media[1])
-            tally.add("media")
-        elif code_text is not None:
+            read.main.media.append(media[1])
+            self.tally.add("media")
+            return
+        code_text = _code_text(part)
+        if code_text is not None:
             read.texts.append(code_text)
             executable = _get(part, "executableCode") is not None
             self.code["executable_code" if executable else "code_execution_result"] += 1
         elif not set(part) <= {"thoughtSignature", "thought_signature", "thought"}:
-            read.texts.append(tally.keep_unknown(path, part))
-        # else: a bare signature, counted above
+            read.texts.append(self.tally.keep_unknown(path, part))
 
     def call(self, fcall: dict[str, Any], path: str, i: int, j: int) -> ToolCall:
         """A ``functionCall``; one without an id gets ``call_<content>_<part>``."""

@@ -39,7 +39,7 @@ from ctxcore.formats.norm import NormMessage, ToolCall, reply_text, usage_from_o
 from ctxcore.formats.openai import parse_tools
 from ctxcore.formats.sessions import SessionImport
 from ctxcore.formats.sessions.calls import Call, Segment
-from ctxcore.formats.sessions.lines import parse_time, unexpected
+from ctxcore.formats.sessions.lines import log_time, parse_time, unexpected
 from ctxcore.loading import parse_json, read_text
 from ctxcore.models import ToolDef
 from ctxcore.settings import MAX_DOCUMENT_BYTES
@@ -428,7 +428,7 @@ def iter_file(
     """The traces of an eval log file, as a stream (the registry's ``StreamReader``): a
     ``.eval`` zip sample by sample, a ``.json`` log read whole."""
     p = Path(path)
-    now = default_now or datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
+    now = log_time(p, default_now)
     reader = Reader(str(p), now)
     if zipfile.is_zipfile(p):
         samples: Iterable[tuple[str, Any]] = _members(p, reader)

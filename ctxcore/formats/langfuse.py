@@ -45,8 +45,9 @@ from ctxcore.errors import ImportFormatError
 from ctxcore.formats import gemini, responses
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace
+from ctxcore.formats.exports import RecordedCall, traces_per_call
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm, reply_text
-from ctxcore.formats.openai import normalize_message, normalize_parts_message, tool_from_obj
+from ctxcore.formats.openai import normalize_message, tool_from_obj
 from ctxcore.formats.sessions.lines import parse_time
 from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import ToolDef, Trace
@@ -115,11 +116,6 @@ def _value(raw: Any) -> Any:
     return raw
 
 
-def _is_items(messages: list[Any]) -> bool:
-    """Whether a list is Responses input items (an item with a ``type`` and no ``role``)."""
-    return any(isinstance(m, dict) and "type" in m and "role" not in m for m in messages)
-
-
 def normalize_input(value: Any, tally: Tally) -> list[NormMessage]:
     """A generation's ``input``, in whichever shape its instrumentation recorded it."""
     if isinstance(value, dict):
@@ -143,15 +139,7 @@ def normalize_input(value: Any, tally: Tally) -> list[NormMessage]:
                 else type(value).__name__
             )
         )
-    if _is_items(value):
-        return responses.normalize({"input": value}, tally)
-    out: list[NormMessage] = []
-    for i, message in enumerate(value):
-        try:
-            out.extend(normalize_parts_message(message, i, tally))
-        except ImportFormatError as exc:
-            raise ImportFormatError(f"input: {exc}") from exc
-    return out
+    return responses.normalize_recorded(value, tally, where="input")
 
 
 def output_text(value: Any) -> str | None:
@@ -288,28 +276,18 @@ def read(data: Any, *, where: str, session_id: str, default_now: datetime | None
             "with its 'observations', {'data': [...]} or a list of observations"
         )
     trace, observations = found
-    turns: Counter[str] = Counter()
-    out: list[Trace] = []
-    skipped: list[str] = []
-    for i, o in _generations(observations, prefix):
+
+    def call(i: int, o: dict[str, Any]) -> RecordedCall:
         session = _session(trace, o)
-        try:
-            t = trace_from_observation(
-                o, session_id=session, turn=turns[session], default_now=default_now
-            )
-        except ImportFormatError as exc:
-            skipped.append(f"{prefix}observations[{i}] ({o.get('name') or o['id']}): {exc}")
-            continue
-        turns[session] += 1
-        out.append(t)
-    if not out:
-        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
-        raise ImportFormatError(skipped[0] + more)
-    if skipped:
-        meta = dict(out[0].metadata)
-        meta["import"] = {**meta["import"], "skipped": skipped}
-        out[0] = out[0].model_copy(update={"metadata": meta})
-    return out
+        return (
+            f"{prefix}observations[{i}] ({o.get('name') or o['id']})",
+            session,
+            lambda turn: trace_from_observation(
+                o, session_id=session, turn=turn, default_now=default_now
+            ),
+        )
+
+    return traces_per_call(call(i, o) for i, o in _generations(observations, prefix))
 
 
 __all__ = [

@@ -41,6 +41,7 @@ from ctxcore.loading import (
 )
 from ctxcore.models import Trace
 from ctxcore.output import write_output
+from ctxcore.sharing import PartTable, ShareWriter, is_shared, whole_lines
 
 #: A format's name, or ``auto`` (``registry.NAMES`` lists them).
 Format = registry.FormatName
@@ -210,13 +211,17 @@ def iter_values(p: Path) -> tuple[bool, Iterator[tuple[str, Any]]]:
                 jsonl = False
     if not jsonl:
         lines.close()
-        return False, iter([(str(p), parse_json(read_text(p), str(p)))])
+        text = read_text(p)
+        if is_shared(text[:64].encode("utf-8", "surrogatepass")):  # one shared trace
+            text = PartTable().expand(text.encode("utf-8", "surrogatepass"), str(p)).decode()
+        return False, iter([(str(p), parse_json(text, str(p)))])
 
     def values() -> Iterator[tuple[str, Any]]:
+        table = PartTable()  # a shared line's parts (docs/design.md, "Shared traces")
         for n, raw in chain([first], [second] if second is not None else [], lines):
             where = f"{p}:{n}"
             try:
-                yield where, parse_json(decode_line(raw, where), where)
+                yield where, parse_json(decode_line(table.expand(raw, where), where), where)
             except InputError as exc:
                 yield where, BadLine(exc)
 
@@ -303,13 +308,55 @@ def _json_start(start: bytes) -> bool:
     return start[:1] == b"[" and (not rest or rest[:1] in b'{["]-0123456789tfn')
 
 
+#: Control bytes a text file may hold (tab, line ends, form feed, escape); any other below
+#: 0x20 is not text.
+_TEXT_CONTROLS = frozenset(b"\t\n\v\f\r\x1b")
+
+
+def not_text(head: bytes) -> tuple[int, str, bool] | None:
+    """Where a file's first bytes stop being text, why, and whether they hold a control byte
+    no text holds (a NUL, …: a binary file, not text in another encoding): the offset of the
+    first such byte or of the first that does not decode as UTF-8 (a sequence the head cuts
+    off at its end is not one), whichever comes first; None for UTF-8 text."""
+    control = next((k for k, b in enumerate(head) if b < 0x20 and b not in _TEXT_CONTROLS), None)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data" and (control is None or exc.start < control):
+            return exc.start, "not UTF-8", control is not None
+    return None if control is None else (control, "a control byte", True)
+
+
+def _refuse_binary(p: Path, head: bytes) -> None:
+    """A file that is not text and that no format claims (not OTLP protobuf, not an Inspect
+    ``.eval`` zip): one line saying so, where, and what ctxscope reads."""
+    found = not_text(head)
+    if found is None:
+        return
+    at, why, binary = found
+    if head.startswith(b"PK\x03\x04"):
+        kind = "a zip archive, not text"
+    else:
+        kind = "a binary file, not text" if binary else "text that is not UTF-8"
+    raise ImportFormatError(
+        f"{p}: matches no format ctxscope reads: {kind} (byte {at:,} is 0x{head[at]:02x}, "
+        f"{why}); ctxscope reads JSON, JSONL, OTLP protobuf, aider's text logs and Inspect "
+        "AI's .eval zip; if it is one of them, name it: --from NAME"
+    )
+
+
 def _refuse_text(p: Path) -> None:
     """A file that is not JSON and that no format claims: one line naming the formats that
-    are not JSON and ``--format``, rather than a JSON parser's complaint about line 1."""
+    are not JSON and ``--format``, rather than a JSON parser's complaint about line 1; a
+    file that is not even text says so, and where (``not_text``)."""
     if p.name.lower().removesuffix(".gz").endswith(".jsonl"):
         return  # JSONL: each bad line is that line's error
-    start = _head(p).removeprefix(b"\xef\xbb\xbf").lstrip()
-    if not start or looks_binary(start) or _json_start(start):
+    head = _head(p)
+    start = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if not start or looks_binary(start):
+        return
+    _refuse_binary(p, head)
+    if _json_start(start):
         return
     first = start.split(b"\n", 1)[0][:60].decode("utf-8", "replace").rstrip()
     texts = ", ".join(f"{f.name} ({f.summary.split(':')[0]})" for f in registry.sniffing())
@@ -424,10 +471,19 @@ def load_file(
 # --------------------------------------------------------------------------- writing
 
 
-def write_jsonl(traces: Iterable[Trace], path: Path | str) -> None:
+def jsonl_lines(traces: Iterable[Trace], *, shared: bool = False) -> Iterator[str]:
+    """Traces as JSONL lines: each whole, or ``shared`` (``ctxcore.sharing``: a line names
+    the parts an earlier line of the file carried)."""
+    if shared:
+        return ShareWriter().lines(iter(traces))
+    return whole_lines(iter(traces))
+
+
+def write_jsonl(traces: Iterable[Trace], path: Path | str, *, shared: bool = False) -> None:
     """Write traces as JSONL to ``path`` (``ctxcore.output.write_output``: a file whole or
-    not at all, so a watcher sees whole files; a device or FIFO in place; ``-`` is stdout)."""
-    write_output(path, (t.to_json() + "\n" for t in traces))
+    not at all, so a watcher sees whole files; a device or FIFO in place; ``-`` is stdout),
+    each trace whole or ``shared`` (docs/design.md, "Shared traces")."""
+    write_output(path, jsonl_lines(traces, shared=shared))
 
 
 __all__ = [
@@ -436,6 +492,7 @@ __all__ = [
     "iter_traces",
     "BadLine",
     "iter_values",
+    "jsonl_lines",
     "load_file",
     "traces_from_value",
     "write_jsonl",

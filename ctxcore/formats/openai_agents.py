@@ -38,8 +38,9 @@ from ctxcore.errors import ImportFormatError
 from ctxcore.formats import responses
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace
+from ctxcore.formats.exports import RecordedCall, traces_per_call
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm, reply_text
-from ctxcore.formats.openai import normalize_message, normalize_parts_message
+from ctxcore.formats.openai import normalize_message
 from ctxcore.formats.request import reserve_tokens
 from ctxcore.formats.sessions.lines import parse_time
 from ctxcore.formats.usage import normalize as normalize_usage
@@ -93,17 +94,9 @@ def _input(span: dict[str, Any], data: dict[str, Any], tally: Tally) -> list[Nor
         value = [{"role": "user", "content": value}]
     if not isinstance(value, list):
         raise ImportFormatError(f"span_data.input: expected a list, got {type(value).__name__}")
-    if data.get("type") == "response" or any(
-        isinstance(m, dict) and "type" in m and "role" not in m for m in value
-    ):
-        return responses.normalize({"input": value}, tally)
-    out: list[NormMessage] = []
-    for i, message in enumerate(value):
-        try:
-            out.extend(normalize_parts_message(message, i, tally))
-        except ImportFormatError as exc:
-            raise ImportFormatError(f"span_data.input: {exc}") from exc
-    return out
+    # a response span holds Responses items; a generation span chat messages
+    items = True if data.get("type") == "response" else None
+    return responses.normalize_recorded(value, tally, where="span_data.input", items=items)
 
 
 def _output(value: Any) -> str | None:
@@ -216,29 +209,19 @@ def read(data: Any, *, where: str, session_id: str, default_now: datetime | None
     with_input = [(i, s) for i, s in _calls(items) if s["span_data"].get("input") is not None]
     if not with_input:
         raise ImportFormatError(prefix + refusal(items))
-    turns: Counter[str] = Counter()
-    out: list[Trace] = []
-    skipped: list[str] = []
-    for i, span in with_input:
+
+    def call(i: int, span: dict[str, Any]) -> RecordedCall:
         tid = str(span.get("trace_id") or session_id)
         session = sessions.get(tid, tid)
-        try:
-            out.append(
-                trace_from_span(
-                    span, session_id=session, turn=turns[session], default_now=default_now
-                )
-            )
-        except ImportFormatError as exc:
-            skipped.append(f"{prefix}[{i}] (span {span['id']}): {exc}")
-            continue
-        turns[session] += 1
-    if not out:
-        raise ImportFormatError(skipped[0])
-    if skipped:
-        meta = dict(out[0].metadata)
-        meta["import"] = {**meta["import"], "skipped": skipped}
-        out[0] = out[0].model_copy(update={"metadata": meta})
-    return out
+        return (
+            f"{prefix}[{i}] (span {span['id']})",
+            session,
+            lambda turn: trace_from_span(
+                span, session_id=session, turn=turn, default_now=default_now
+            ),
+        )
+
+    return traces_per_call(call(i, span) for i, span in with_input)
 
 
 __all__ = ["FORMAT", "NO_INPUT", "looks_like", "read", "refusal", "trace_from_span"]

@@ -45,7 +45,7 @@ from typing import Any
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.norm import NormMessage, ToolCall
-from ctxcore.formats.openai import text_of, usage_summary
+from ctxcore.formats.openai import normalize_parts_message, text_of, usage_summary
 from ctxcore.formats.registry import LiveConverter
 from ctxcore.formats.request import RequestFormat, call_line, first_user
 from ctxcore.models import ToolDef
@@ -317,6 +317,29 @@ def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
     for i, item in enumerate(items):
         reader.item(item, i)
     reader.flush_reasoning(len(items))
+    return out
+
+
+def is_items(value: list[Any]) -> bool:
+    """Whether a list is Responses input items (one holds a ``type`` and no ``role``)."""
+    return any(isinstance(m, dict) and "type" in m and "role" not in m for m in value)
+
+
+def normalize_recorded(
+    value: list[Any], tally: Tally, *, where: str, items: bool | None = None
+) -> list[NormMessage]:
+    """A call's input as an observability tool recorded it (Langfuse, the Agents SDK): a
+    list of Responses input items (``items``; by default when one item looks like one), or
+    of chat and OpenTelemetry GenAI ``{role, parts}`` messages, read by the chat mapping.
+    A message that cannot be read is an error naming ``where`` and its place."""
+    if items if items is not None else is_items(value):
+        return normalize({"input": value}, tally)
+    out: list[NormMessage] = []
+    for i, message in enumerate(value):
+        try:
+            out.extend(normalize_parts_message(message, i, tally))
+        except ImportFormatError as exc:
+            raise ImportFormatError(f"{where}: {exc}") from exc
     return out
 
 
@@ -620,8 +643,10 @@ __all__ = [
     "FORMAT",
     "LIVE",
     "REQUESTS",
+    "is_items",
     "looks_like",
     "normalize",
+    "normalize_recorded",
     "listed_tools",
     "parse_tools",
     "time_from_epoch",

@@ -23,7 +23,13 @@ from typing import Any, Literal
 from ctxcore.errors import CtxscopeError, ImportFormatError
 from ctxcore.formats.sessions import claude_code, codex, openhands, pi, trajectories
 from ctxcore.formats.sessions.calls import Call, CallTraces
-from ctxcore.formats.sessions.lines import LogLine, first_values, read_lines, values_at
+from ctxcore.formats.sessions.lines import (
+    LogLine,
+    first_values,
+    log_time,
+    read_lines,
+    values_at,
+)
 from ctxcore.models import Trace
 
 #: Formats read line by line from a JSONL file.
@@ -198,7 +204,7 @@ def iter_file(
 ) -> SessionImport:
     """The traces of a JSONL session log, read as a stream."""
     p = Path(path)
-    now = default_now or datetime.fromtimestamp(p.stat().st_mtime, tz=UTC).replace(microsecond=0)
+    now = log_time(p, default_now)
     session = p.name.split(".")[0] or "import"
     reader = _reader(fmt, str(p), session, now, lambda offsets: values_at(p, offsets))
     return SessionImport(

@@ -126,10 +126,26 @@ def parse_time(value: Any) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
+def log_time(path: Path, default_now: datetime | None) -> datetime:
+    """The time a log file's calls take when a call records none: the one given, else the
+    file's modification time (whole seconds), what every stream reader defaults to."""
+    if default_now is not None:
+        return default_now
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).replace(microsecond=0)
+
+
 def unexpected(exc: Exception) -> str:
     """An unexpected shape's exception, as the one line a record's error is."""
     detail = str(exc).splitlines()[0] if str(exc) else "no detail"
     return f"not a record this reader can read ({type(exc).__name__}: {detail})"
 
 
-__all__ = ["LogLine", "first_values", "parse_time", "read_lines", "unexpected", "values_at"]
+__all__ = [
+    "LogLine",
+    "first_values",
+    "log_time",
+    "parse_time",
+    "read_lines",
+    "unexpected",
+    "values_at",
+]
