@@ -7,7 +7,7 @@ ORACLE_VENV ?= .oracle-venv
 ORACLE_STAMP := $(ORACLE_VENV)/.installed
 PORT ?= 8501
 
-.PHONY: install app test test-fast lint format bench oracle golden browser demo clean
+.PHONY: install app test test-fast lint format bench oracle golden browser postgresql demo clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -28,14 +28,18 @@ oracle: $(ORACLE_STAMP)
 browser:
 	bash scripts/setup_browser.sh
 
+# Debian's PostgreSQL for the team store's tests (root on a fresh machine; a note otherwise).
+postgresql:
+	bash scripts/setup_postgresql.sh
+
 app: $(STAMP)
 	$(PY) -m ctxcore app --port $(PORT)
 
-test: $(STAMP) $(ORACLE_STAMP) browser
+test: $(STAMP) $(ORACLE_STAMP) browser postgresql
 	$(PY) -m pytest -q
 
 # The edit-test loop: everything but the browser and slow tests, on every CPU (<= 90 s on 2).
-test-fast: $(STAMP)
+test-fast: $(STAMP) postgresql
 	$(PY) -m pytest -q -n auto -m "not browser and not slow"
 
 lint: $(STAMP)

@@ -33,6 +33,16 @@ def _isolated_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CTXSCOPE_TRACES", str(tmp_path / "traces"))
 
 
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A throwaway PostgreSQL cluster for this pytest process (tests/pg_cluster.py), stopped
+    and removed at the end of the session."""
+    from pg_cluster import running
+
+    with running() as cluster:
+        yield cluster
+
+
 @pytest.fixture
 def corpus() -> Path:
     if not CORPUS.exists():
