@@ -1,7 +1,8 @@
 """The store's contract: every member of ``Store`` and ``BulkWriter`` (ctxcore/store/protocol.py)
 checked on every engine, through the protocol only (docs/design.md, "Store").
 
-``ENGINES`` lists a factory per engine (DuckDB on a file in tmp_path today); a new engine adds
+``ENGINES`` lists a factory per engine (DuckDB on a file in tmp_path; PostgreSQL on a new
+database of a throwaway server the session starts, tests/pg_cluster.py); a new engine adds
 itself there and must pass the same tests. ``test_every_protocol_member_has_a_contract_test``
 fails when a member of the protocols has no test here (each test names what it covers).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import pickle
+import socket
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -41,8 +43,16 @@ def _duckdb(where: Path, read_only: bool, diagnose: bool) -> Store:
     return open_store(where / "contract.duckdb", read_only=read_only, diagnose=diagnose)
 
 
+#: the database each test's PostgreSQL store lives in (a new one per test), by its tmp_path
+_PG_DATABASES: dict[Path, str] = {}
+
+
+def _postgresql(where: Path, read_only: bool, diagnose: bool) -> Store:
+    return open_store(_PG_DATABASES[where], read_only=read_only, diagnose=diagnose)
+
+
 #: every engine's factory: a new engine adds its own here
-ENGINES: dict[str, Factory] = {"duckdb": _duckdb}
+ENGINES: dict[str, Factory] = {"duckdb": _duckdb, "postgresql": _postgresql}
 
 COVERED: set[str] = set()
 
@@ -65,6 +75,8 @@ def members(proto: type) -> set[str]:
 @pytest.fixture(params=sorted(ENGINES))
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Store]:
     factory = ENGINES[request.param]
+    if request.param == "postgresql":  # a new database of the session's throwaway server
+        _PG_DATABASES[tmp_path] = request.getfixturevalue("pg_server").new_database()
 
     def opened(*, read_only: bool = False, diagnose: bool = True) -> Store:
         return factory(tmp_path, read_only, diagnose)
@@ -503,9 +515,23 @@ def test_the_engine_table_opens_a_path_and_names_the_engines_for_anything_else(
     with read_store(str(tmp_path / "a.duckdb")) as s:
         assert s.read_only and s.count() == 1
     with pytest.raises(StoreError) as err:
-        open_store("postgresql://ann:s3cret@db.example/traces")
+        open_store("mysql://ann:s3cret@db.example/traces")
     said = str(err.value)
-    assert "no store engine" in said and "postgresql://" in said and "duckdb" in said
+    assert "no store engine" in said and "mysql://" in said and "duckdb" in said
+    assert "postgresql://" in said  # the engines there are, and what each takes
     assert "s3cret" not in said  # a URL's password is never printed
     with pytest.raises(StoreError, match="no store engine"), read_store("mysql://h/d"):
         pass
+    # a postgresql:// URL is PostgreSQL's: a server not there is one line, without the password
+    with pytest.raises(StoreError) as err:
+        open_store(f"postgresql://ann:s3cret@127.0.0.1:{_closed_port()}/traces")
+    said = str(err.value)
+    assert "not reachable" in said and "ann@127.0.0.1" in said and "s3cret" not in said
+    assert "\n" not in said
+
+
+def _closed_port() -> int:
+    """A port nothing listens on (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

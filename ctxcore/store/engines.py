@@ -2,8 +2,9 @@
 command line and the app open a store (docs/design.md, "Store", how to add a store engine).
 
 ``ENGINES`` lists the engines in the order they are asked; the first whose ``claims`` takes
-the value opens it. A file path is DuckDB's. A value no engine claims (a ``postgresql://``
-URL today) is one ``StoreError`` naming the engines there are. Each engine's modules are
+the value opens it. A file path is DuckDB's, a ``postgresql://`` URL PostgreSQL's (a team
+store: ``pgstore``). A value no engine claims is one ``StoreError`` naming the engines there
+are (a URL shown by its scheme only: it may hold a password). Each engine's modules are
 imported when a store of it is opened, never before: ``ctxscope``'s start and replay's
 worker processes load no database driver.
 """
@@ -65,8 +66,36 @@ DUCKDB = Engine(
     read=_read_duckdb,
 )
 
+
+def _is_postgresql(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+def _open_postgresql(target: str, read_only: bool, diagnose: bool) -> Store:
+    from ctxcore.store.pgstore import PgStore
+
+    return PgStore(target, read_only=read_only, diagnose=diagnose)
+
+
+@contextmanager
+def _read_postgresql(target: str, note: Note | None) -> Iterator[Store]:
+    """A server's store is read as it is while others write it: nothing to tell."""
+    from ctxcore.store.pgstore import PgStore
+
+    with PgStore(target, read_only=True) as store:
+        yield store
+
+
+POSTGRESQL = Engine(
+    name="postgresql",
+    takes="a postgresql://user@host:port/database URL (a team store on PostgreSQL)",
+    claims=_is_postgresql,
+    open=_open_postgresql,
+    read=_read_postgresql,
+)
+
 #: every engine, asked in order
-ENGINES: list[Engine] = [DUCKDB]
+ENGINES: list[Engine] = [DUCKDB, POSTGRESQL]
 
 
 def engine_for(target: str | Path) -> Engine:
@@ -99,4 +128,4 @@ def read_store(target: str | Path, *, note: Note | None = None) -> Iterator[Stor
         yield store
 
 
-__all__ = ["DUCKDB", "ENGINES", "Engine", "engine_for", "open_store", "read_store"]
+__all__ = ["DUCKDB", "ENGINES", "POSTGRESQL", "Engine", "engine_for", "open_store", "read_store"]

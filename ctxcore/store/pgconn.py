@@ -1,0 +1,108 @@
+"""The PostgreSQL engine's connections: the server a ``postgresql://`` URL names, shown
+without its password; one connection pool per store; what a failure of the server means, in
+one ``StoreError`` line (docs/design.md, "Store").
+
+Only this engine's modules (``pgconn``, ``pginserts``, ``pgstore``, ``pgschema``) see a
+connection.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ctxcore.errors import StoreError
+from ctxcore.store.rows import TEXT_KEYS
+
+#: seconds to wait for the server when connecting, and for a connection of the pool
+CONNECT_TIMEOUT_S = 10
+#: the pool's connections: the app's threads read at once, a writer holds one
+POOL_MAX = 8
+
+
+def shown(url: str) -> str:
+    """The server a URL names, for messages: user, host, port and database, never the
+    password (nor any other parameter)."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "postgresql://… (a URL psycopg cannot read)"
+    user = parts.get("user")
+    host = parts.get("host") or "localhost"
+    port = parts.get("port") or "5432"
+    db = parts.get("dbname") or ""
+    who = f"{user}@" if user else ""
+    return f"postgresql://{who}{host}:{port}/{db}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def fault(url: str, exc: BaseException) -> StoreError:
+    """A failure of the server or of a statement as one line: where, what, and what to do.
+    Nothing of the transaction it interrupted was stored (the server rolls it back)."""
+    where = shown(url)
+    what = _first_line(exc)
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return StoreError(f"{where}: this role may only read ({what}); write with another")
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return StoreError(f"{where}: permission denied ({what}); ask the store's owner")
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return StoreError(f"{where}: the server's disk is full ({what}); free some space")
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreError(
+            f"{where}: the server is not reachable or went away ({what}); nothing of the "
+            "interrupted transaction was stored: run it again once the server is up"
+        )
+    return StoreError(f"{where}: {what}")
+
+
+def connect(url: str, *, read_only: bool) -> psycopg.Connection:
+    """One connection in autocommit (writes open their transactions themselves); read-only
+    ones refuse writes in the server too."""
+    try:
+        con = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.Error as exc:
+        raise fault(url, exc) from exc
+    if read_only:
+        con.execute("SET default_transaction_read_only = on")
+    return con
+
+
+@dataclass
+class Texts:
+    """digest -> cid of the packet texts this process committed to one database (the
+    TEXT_KEYS to 2 x TEXT_KEYS most recently used, in two generations): a text one of them
+    holds is named by its cid, not stored again. Other writers' texts are not known here;
+    a text two processes store is stored twice, under two cids."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    texts: dict[bytes, int] = field(default_factory=dict)
+    older: dict[bytes, int] = field(default_factory=dict)
+
+    def get(self, key: bytes) -> int | None:
+        with self.lock:
+            cid = self.texts.get(key)
+            if cid is None:
+                cid = self.older.pop(key, None)
+                if cid is not None:
+                    self._add({key: cid})
+            return cid
+
+    def remember(self, new: dict[bytes, int]) -> None:
+        """The texts a commit stored (a rolled-back transaction's are never given here)."""
+        with self.lock:
+            self._add(new)
+
+    def _add(self, new: dict[bytes, int]) -> None:
+        self.texts.update(new)
+        if len(self.texts) > TEXT_KEYS:
+            self.older, self.texts = self.texts, {}
+
+
+__all__ = ["CONNECT_TIMEOUT_S", "POOL_MAX", "Texts", "connect", "fault", "shown"]

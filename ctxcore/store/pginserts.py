@@ -1,0 +1,339 @@
+"""The PostgreSQL engine's inserts: which traces of a batch are new, their ``tseq`` and
+``cid`` (from the database's sequences: several processes write at once), the rows sent with
+``COPY``, and the rows of ingest's state, on the connection of the caller's transaction.
+
+Shared by ``pgstore.PgStore.add_traces`` and its bulk writer. The conflict rule is the
+DuckDB engine's (docs/design.md, "Store", idempotency): a trace id stored with the same
+content is skipped, with other content it is a conflict, never overwritten. Two writers
+racing on one id: the ``traces`` row goes in through ``INSERT … ON CONFLICT DO NOTHING``
+from a staging table, so the second waits for the first's transaction, then finds the row
+and skips or reports it; its other rows are left out.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from ctxcore.models import Trace
+from ctxcore.store.codec import unpack_json
+from ctxcore.store.pgconn import Texts
+from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
+from ctxcore.store.rows import _I64, RowTables, utc_naive
+
+#: trace_id -> (content digest, source file) of traces stored or inserted
+Known = dict[str, tuple[str, str | None]]
+
+#: the order the child tables are copied in, after ``traces``
+CHILD_TABLES = ("trace_parts", "contents", "decisions", "partitions", "findings")
+
+_CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+
+
+def _pg_array(values: list[str] | None) -> str | None:
+    """A list of strings as a PostgreSQL array literal."""
+    if values is None:
+        return None
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
+
+
+def _for_csv(table: pa.Table) -> pa.Table:
+    """Columns CSV cannot carry as they are, as PostgreSQL's text forms: lists as array
+    literals, bytes as ``\\x`` hex."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_list(f.type) or pa.types.is_large_list(f.type):
+            col = pa.array([_pg_array(v) for v in table.column(i).to_pylist()], pa.string())
+        elif pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+            col = pa.array(
+                [None if b is None else "\\x" + b.hex() for b in table.column(i).to_pylist()],
+                pa.string(),
+            )
+        else:
+            continue
+        table = table.set_column(i, f.name, col)
+    return table
+
+
+def copy_table(con: psycopg.Connection, name: str, table: pa.Table) -> None:
+    """Append Arrow rows to a table with one ``COPY`` (CSV written by Arrow: quoted strings,
+    an empty unquoted field for NULL)."""
+    if not table.num_rows:
+        return
+    buf = io.BytesIO()
+    pacsv.write_csv(_for_csv(table), buf, _CSV)
+    cols = ", ".join(f'"{c}"' for c in table.schema.names)
+    with con.cursor().copy(f"COPY {name} ({cols}) FROM STDIN (FORMAT csv)") as cp:
+        cp.write(buf.getbuffer())
+
+
+def packed(con: psycopg.Connection, tseqs: Sequence[int]) -> dict[int, bytes]:
+    """The packed JSON (``codec.pack_json``) of the traces stored as these tseqs."""
+    out: dict[int, bytes] = {}
+    for i in range(0, len(tseqs), 1000):
+        rows = con.execute(
+            "SELECT tseq, string_agg(data, ''::bytea ORDER BY part) FROM trace_parts "
+            "WHERE tseq = ANY(%s) GROUP BY tseq",
+            [list(tseqs[i : i + 1000])],
+        ).fetchall()
+        out.update({int(t): bytes(d) for t, d in rows})
+    return out
+
+
+def trace_json(con: psycopg.Connection, trace_id: str) -> bytes | None:
+    """The stored JSON of a trace, as UTF-8 bytes."""
+    row = con.execute(
+        "SELECT tseq, json_bytes FROM traces WHERE trace_id = %s", [trace_id]
+    ).fetchone()
+    if row is None:
+        return None
+    return unpack_json(packed(con, [int(row[0])])[int(row[0])], int(row[1]))
+
+
+def _comparable(trace: Trace) -> str:
+    """A trace's canonical JSON without its stage timings."""
+    if trace.result is not None and trace.result.timings:
+        trace = trace.model_copy(update={"result": trace.result.model_copy(update={"timings": {}})})
+    return trace.to_json()
+
+
+def same_as_stored(con: psycopg.Connection, trace_id: str, raw: bytes) -> bool:
+    """Is ``raw`` the stored trace, written differently? Compared as canonical JSON without
+    the stage timings, as the DuckDB engine compares (``inserts.same_as_stored``)."""
+    stored = trace_json(con, trace_id)
+    if stored is None:  # added earlier in this very batch
+        return False
+    if stored == raw:
+        return True
+    try:
+        new = Trace.model_validate_json(raw)
+    except ValueError:
+        return False
+    return _comparable(Trace.model_validate_json(stored)) == _comparable(new)
+
+
+def _stored(con: psycopg.Connection, ids: Sequence[str]) -> Known:
+    """The digest and source of each of ``ids`` that is stored (one query per 2,000)."""
+    known: Known = {}
+    for i in range(0, len(ids), 2000):
+        rows = con.execute(
+            "SELECT trace_id, content_hash, source_file FROM traces WHERE trace_id = ANY(%s)",
+            [list(dict.fromkeys(ids[i : i + 2000]))],
+        ).fetchall()
+        known.update({r[0]: (r[1], r[2]) for r in rows})
+    return known
+
+
+def _batch_raw(prep: RowTables, k: int) -> bytes:
+    """Trace ``k`` of a prepared batch, its JSON unpacked."""
+    parts = prep.tables["trace_parts"]
+    blob = b"".join(parts.filter(pc.equal(parts.column("tseq"), k)).column("data").to_pylist())
+    return unpack_json(blob, prep.tables["traces"].column("json_bytes")[k].as_py())
+
+
+def _sort_out(
+    con: psycopg.Connection, prep: RowTables, known: Known, ks: Sequence[int]
+) -> tuple[list[int], int, list[tuple[int, str, str]]]:
+    """Traces ``ks`` of the batch: the new ones, how many are stored with the same content,
+    and the conflicts (stored with other content, or twice in the batch with other content).
+    ``known`` gets the new ones."""
+    keep: list[int] = []
+    skipped = 0
+    conflicts: list[tuple[int, str, str]] = []
+    for k in ks:
+        tid, digest = prep.ids[k], prep.digests[k]
+        prev = known.get(tid)
+        if prev is None:
+            keep.append(k)
+            known[tid] = (digest, prep.sources[k])
+        elif prev[0] == digest or same_as_stored(con, tid, _batch_raw(prep, k)):
+            skipped += 1
+        else:
+            where = prep.positions[k] if prep.positions else k
+            conflicts.append((where, tid, prev[1] or "an earlier insert"))
+    return keep, skipped, conflicts
+
+
+def _reserve(con: psycopg.Connection, sequence: str, n: int) -> np.ndarray:
+    """``n`` new values of a sequence, ascending (not contiguous when others take some)."""
+    rows = con.execute(
+        f"SELECT nextval('{sequence}') FROM generate_series(1, %s)", [int(n)]
+    ).fetchall()
+    return np.sort(np.fromiter((r[0] for r in rows), np.int64, len(rows)))
+
+
+def _numbered(prep: RowTables, keep: list[int], tseqs: np.ndarray) -> dict[str, pa.Table]:
+    """The rows of the kept traces of ``prep``, trace ``keep[i]`` as ``tseqs[i]`` (the
+    others left out); ``contents`` is left to ``_assign_texts``."""
+    mapping = np.full(len(prep.ids), -1, dtype=np.int64)
+    mapping[np.asarray(keep, dtype=np.int64)] = tseqs
+    out: dict[str, pa.Table] = {}
+    for name, table in prep.tables.items():
+        if name == "contents":
+            continue
+        tseq = mapping[table.column("tseq").to_numpy()]
+        if len(keep) < len(prep.ids):
+            table = table.filter(pa.array(tseq >= 0))
+            tseq = tseq[tseq >= 0]
+        col = table.schema.get_field_index("tseq")
+        table = table.set_column(col, "tseq", pa.array(tseq, _I64))
+        if table.num_rows:
+            out[name] = table
+    return out
+
+
+def _insert_traces(con: psycopg.Connection, table: pa.Table) -> set[str]:
+    """Insert the ``traces`` rows, skipping ids another writer stored meanwhile (waiting
+    for its transaction when it is still open); the ids that went in."""
+    con.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS stage_traces "
+        "(LIKE traces INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+    )
+    con.execute("TRUNCATE stage_traces")
+    copy_table(con, "stage_traces", table)
+    cols = ", ".join(f'"{c}"' for c in table.schema.names)
+    rows = con.execute(
+        f"INSERT INTO traces ({cols}) SELECT {cols} FROM stage_traces ORDER BY trace_id "
+        "ON CONFLICT (trace_id) DO NOTHING RETURNING trace_id"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def plan_and_insert(
+    con: psycopg.Connection, memory: Texts, prep: RowTables, texts: dict[bytes, int]
+) -> InsertResult:
+    """Insert the new traces of ``prep`` in the caller's transaction; which were new,
+    skipped or conflicting. ``texts`` (digest -> cid) gets the packet texts stored, for the
+    caller to ``Texts.remember`` once its transaction commits."""
+    if not prep.ids:
+        return InsertResult(0, 0, [], prep.rejected)
+    known = _stored(con, prep.ids)
+    keep, skipped, conflicts = _sort_out(con, prep, known, range(len(prep.ids)))
+    if keep:
+        tseqs = _reserve(con, "trace_tseq", len(keep))
+        tables = _numbered(prep, keep, tseqs)
+        went_in = _insert_traces(con, tables.pop("traces"))
+        lost = [i for i, k in enumerate(keep) if prep.ids[k] not in went_in]
+        if lost:  # another writer stored these ids meanwhile: as if they had been stored
+            gone = [keep[i] for i in lost]
+            _, more, clash = _sort_out(con, prep, _stored(con, [prep.ids[k] for k in gone]), gone)
+            skipped, conflicts = skipped + more, sorted(conflicts + clash)
+            keep = [k for k in keep if prep.ids[k] in went_in]
+            _drop(tables, tseqs[lost])
+        _assign_texts(con, memory, prep, tables, texts)
+        for name in CHILD_TABLES:
+            if name in tables:
+                copy_table(con, name, tables[name])
+    return InsertResult(len(keep), skipped, conflicts, prep.rejected)
+
+
+def _drop(tables: dict[str, pa.Table], tseqs: np.ndarray) -> None:
+    """Leave out the rows of the traces stored as ``tseqs`` (their ids went in elsewhere)."""
+    gone = pa.array(tseqs, _I64)
+    for name, table in list(tables.items()):
+        table = table.filter(pc.invert(pc.is_in(table.column("tseq"), value_set=gone)))
+        if table.num_rows:
+            tables[name] = table
+        else:
+            del tables[name]
+
+
+def _assign_texts(
+    con: psycopg.Connection,
+    memory: Texts,
+    prep: RowTables,
+    out: dict[str, pa.Table],
+    texts: dict[bytes, int],
+) -> None:
+    """The new decisions' ``cid``: a text ``texts`` (this transaction) or the process holds
+    keeps its cid, any other gets a new one from the sequence and its pieces join ``out``."""
+    decisions = out.get("decisions")
+    pieces = prep.tables.get("contents")
+    if decisions is None or pieces is None:
+        out.pop("contents", None)
+        return
+    local = pc.fill_null(decisions.column("cid"), -1).to_numpy()
+    cids = np.full(len(prep.text_digests), -1, dtype=np.int64)
+    fresh = np.zeros(len(prep.text_digests), dtype=bool)
+    wanted = np.unique(local[local >= 0]).tolist()
+    for ix in wanted:
+        key = prep.text_digests[ix]
+        cid = texts.get(key)
+        if cid is None:
+            cid = memory.get(key)
+        if cid is None:
+            fresh[ix] = True
+        else:
+            cids[ix] = cid
+    new = np.flatnonzero(fresh)
+    if len(new):
+        cids[new] = _reserve(con, "content_cid", len(new))
+        texts.update({prep.text_digests[ix]: int(cids[ix]) for ix in new.tolist()})
+    named = np.where(local >= 0, cids[np.maximum(local, 0)], -1)
+    col = decisions.schema.get_field_index("cid")
+    out["decisions"] = decisions.set_column(col, "cid", pa.array(named, _I64, mask=named < 0))
+    ix = pieces.column("cid").to_numpy()
+    pieces = pieces.filter(pa.array(fresh[ix]))
+    if pieces.num_rows:
+        out["contents"] = pieces.set_column(
+            0, "cid", pa.array(cids[pieces.column("cid").to_numpy()], _I64)
+        )
+
+
+def insert_errors(
+    con: psycopg.Connection, errors: Sequence[tuple[str, int, str]]
+) -> list[IngestErrorRow]:
+    """Add errors not already recorded (same file, line and message) in the caller's
+    transaction."""
+    if not errors:
+        return []
+    now = utc_naive(datetime.now(UTC))
+    con.cursor().executemany(
+        'INSERT INTO ingest_errors (file, line, message, "at") VALUES (%s, %s, %s, %s) '
+        "ON CONFLICT (md5(file), line, md5(message)) DO NOTHING",
+        [(f, int(ln), m, now) for f, ln, m in errors],
+    )
+    return [IngestErrorRow(f, ln, m, now.replace(tzinfo=UTC)) for f, ln, m in errors]
+
+
+_OFFSET_COLS = '"offset", line, size, mtime, updated_at, fingerprint, inode, head, failed'
+
+
+def set_file_offsets(con: psycopg.Connection, offs: Sequence[FileOffset]) -> None:
+    """Record how far files were read, in the caller's transaction (with their traces); a
+    file given twice keeps its last offset."""
+    latest = list({o.file: o for o in offs}.values())
+    if not latest:
+        return
+    now = utc_naive(datetime.now(UTC))
+    update = ", ".join(f"{c} = EXCLUDED.{c}" for c in _OFFSET_COLS.split(", "))
+    rows: list[tuple[Any, ...]] = [
+        (o.file, o.offset, o.line, o.size, o.mtime, now, o.fingerprint, o.inode, o.head, o.failed)
+        for o in latest
+    ]
+    con.cursor().executemany(
+        f"INSERT INTO file_offsets (file, {_OFFSET_COLS}) VALUES "
+        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        f"ON CONFLICT (file) DO UPDATE SET {update}",
+        rows,
+    )
+
+
+__all__ = [
+    "CHILD_TABLES",
+    "copy_table",
+    "insert_errors",
+    "packed",
+    "plan_and_insert",
+    "same_as_stored",
+    "set_file_offsets",
+    "trace_json",
+]

@@ -1,0 +1,230 @@
+"""Versioned schema migrations of the PostgreSQL trace store (docs/design.md, "Store").
+
+The same tables as the DuckDB engine's (``store/migrations.py``), so that the Arrow rows of
+``rows.prepare`` go in as they are; what differs is what many writers and a big store need:
+``tseq`` and ``cid`` come from sequences (several processes insert at once), ``trace_id`` is
+unique (two writers racing on one id: the second waits for the first and then skips or
+reports it), ingest errors are unique by file, line and message, and the app's queries have
+their indexes. Identifiers and the columns the app sorts on compare byte by byte
+(``COLLATE "C"``), as DuckDB's do, whatever the database's locale.
+
+Each migration runs in its own transaction with its ``schema_migrations`` row, under an
+advisory lock: several writers starting at once on a new database migrate it once. A shipped
+migration is never edited; a change is a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+
+Migration = Callable[[psycopg.Connection], None]
+
+#: pg_advisory_xact_lock key of the migrations ("ctxscope" in ASCII, as a number)
+LOCK_KEY = 0x63747873636F7065
+
+_ID = 'TEXT COLLATE "C"'
+_IDS = 'TEXT[] COLLATE "C"'
+
+
+@dataclass(frozen=True)
+class Step:
+    version: int
+    name: str
+    fn: Migration
+
+
+def m001_base(con: psycopg.Connection) -> None:
+    """Traces, their JSON in pieces, decisions, packet texts, partitions, findings, ingest
+    errors and file offsets, with the indexes of the app's lists, a session's timeline and
+    one trace."""
+    con.execute("CREATE SEQUENCE trace_tseq")
+    con.execute("CREATE SEQUENCE content_cid")
+    counts = ", ".join(
+        f"{c} INTEGER NOT NULL"
+        for c in (
+            "n_packets", "n_kept", "n_truncated", "n_summarized", "n_dropped", "n_filtered",
+            "n_not_rendered", "n_warnings", "lost_must_keep",
+        )
+    )  # fmt: skip
+    con.execute(
+        f"""
+        CREATE TABLE traces (
+            tseq BIGINT PRIMARY KEY,
+            trace_id {_ID} NOT NULL UNIQUE,
+            session_id {_ID} NOT NULL,
+            turn INTEGER NOT NULL,
+            created_at TIMESTAMP NOT NULL,
+            preset {_ID} NOT NULL,
+            builder {_ID} NOT NULL,
+            builder_version {_ID} NOT NULL,
+            budget BIGINT NOT NULL,
+            used BIGINT NOT NULL,
+            {counts},
+            verdict {_ID} NOT NULL,
+            tags {_IDS} NOT NULL,
+            source_trace_id {_ID},
+            source_file TEXT,
+            content_hash TEXT NOT NULL,
+            ingested_at TIMESTAMP NOT NULL,
+            n_findings INTEGER,
+            max_severity TEXT,
+            json_bytes BIGINT NOT NULL,
+            diagnosed_with TEXT,
+            model TEXT,
+            input_tokens BIGINT,
+            cache_read_tokens BIGINT,
+            cache_write_tokens BIGINT,
+            cache_write_5m_tokens BIGINT,
+            cache_write_1h_tokens BIGINT,
+            output_tokens BIGINT,
+            reasoning_tokens BIGINT
+        )
+        """
+    )
+    con.execute("CREATE INDEX traces_created ON traces (created_at, tseq)")
+    con.execute("CREATE INDEX traces_session ON traces (session_id, turn, tseq)")
+    con.execute("CREATE INDEX traces_tags ON traces USING gin (tags)")
+    con.execute("CREATE INDEX traces_undiagnosed ON traces (tseq) WHERE n_findings IS NULL")
+    con.execute(
+        "CREATE TABLE trace_parts (tseq BIGINT NOT NULL, part INTEGER NOT NULL, "
+        "data BYTEA NOT NULL, PRIMARY KEY (tseq, part))"
+    )
+    con.execute(
+        f"""
+        CREATE TABLE decisions (
+            tseq BIGINT NOT NULL,
+            trace_id {_ID} NOT NULL,
+            ord INTEGER NOT NULL,
+            packet_id {_ID} NOT NULL,
+            kind {_ID} NOT NULL,
+            tokens_before BIGINT,
+            tokens_after BIGINT,
+            relevance DOUBLE PRECISION,
+            recency DOUBLE PRECISION,
+            score DOUBLE PRECISION,
+            rank INTEGER,
+            status {_ID},
+            reason {_ID},
+            reason_text TEXT,
+            partition {_ID},
+            budget_left BIGINT,
+            must_keep BOOLEAN NOT NULL,
+            cid BIGINT
+        )
+        """
+    )
+    con.execute("CREATE INDEX decisions_tseq ON decisions (tseq, ord)")
+    con.execute(
+        "CREATE TABLE contents (cid BIGINT NOT NULL, part INTEGER NOT NULL, "
+        "text TEXT NOT NULL, tail TEXT, PRIMARY KEY (cid, part))"
+    )
+    con.execute(
+        f"CREATE TABLE partitions (tseq BIGINT NOT NULL, trace_id {_ID} NOT NULL, "
+        f"ord INTEGER NOT NULL, name {_ID} NOT NULL, budget BIGINT, used BIGINT NOT NULL, "
+        "items INTEGER NOT NULL)"
+    )
+    con.execute("CREATE INDEX partitions_tseq ON partitions (tseq, ord)")
+    con.execute(
+        f"""
+        CREATE TABLE findings (
+            tseq BIGINT NOT NULL,
+            trace_id {_ID} NOT NULL,
+            ord INTEGER NOT NULL,
+            detector {_ID} NOT NULL,
+            severity {_ID} NOT NULL,
+            packet_ids {_IDS} NOT NULL,
+            message TEXT NOT NULL,
+            evidence_json TEXT,
+            fix_json TEXT
+        )
+        """
+    )
+    con.execute("CREATE INDEX findings_tseq ON findings (tseq, ord)")
+    con.execute("CREATE INDEX findings_detector ON findings (detector, tseq)")
+    con.execute(
+        "CREATE TABLE ingest_errors (file TEXT NOT NULL, line BIGINT NOT NULL, "
+        'message TEXT NOT NULL, "at" TIMESTAMP NOT NULL)'
+    )
+    # unique by file, line and message (digests: a message may pass a btree entry's size)
+    con.execute(
+        "CREATE UNIQUE INDEX ingest_errors_once ON ingest_errors (md5(file), line, md5(message))"
+    )
+    con.execute('CREATE INDEX ingest_errors_at ON ingest_errors ("at")')
+    con.execute(
+        """
+        CREATE TABLE file_offsets (
+            file TEXT PRIMARY KEY,
+            "offset" BIGINT NOT NULL,
+            line BIGINT NOT NULL,
+            size BIGINT NOT NULL,
+            mtime DOUBLE PRECISION NOT NULL,
+            updated_at TIMESTAMP NOT NULL,
+            fingerprint TEXT,
+            inode NUMERIC(20, 0),
+            head TEXT,
+            failed TEXT
+        )
+        """
+    )
+
+
+def m002_tokens(con: psycopg.Connection) -> None:
+    """The app's access tokens on a team store: one per person, by name, stored as a digest
+    (the token itself is shown once, when it is made), revoked by a time."""
+    con.execute(
+        f"CREATE TABLE ctxscope_tokens (name {_ID} PRIMARY KEY, digest TEXT NOT NULL UNIQUE, "
+        "created_at TIMESTAMP NOT NULL, revoked_at TIMESTAMP)"
+    )
+
+
+MIGRATIONS: tuple[Step, ...] = (
+    Step(1, "base", m001_base),
+    Step(2, "tokens", m002_tokens),
+)
+
+LATEST = MIGRATIONS[-1].version
+
+_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+    "name TEXT NOT NULL, applied_at TIMESTAMP NOT NULL)"
+)
+
+
+def applied(con: psycopg.Connection) -> int:
+    """The latest version applied (0 for an empty database), creating nothing."""
+    row = con.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return 0
+    got = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+    return int(got[0]) if got else 0
+
+
+def apply(con: psycopg.Connection, upto: int | None = None) -> list[int]:
+    """Run every pending migration (up to ``upto``), each in its own transaction under the
+    migrations' advisory lock; the versions this call applied. ``con`` is in autocommit."""
+    ran: list[int] = []
+    for step in MIGRATIONS:
+        if upto is not None and step.version > upto:
+            break
+        with con.transaction():
+            con.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
+            con.execute(_TABLE)
+            done = con.execute(
+                "SELECT 1 FROM schema_migrations WHERE version = %s", [step.version]
+            ).fetchone()
+            if done:
+                continue
+            step.fn(con)
+            con.execute(
+                "INSERT INTO schema_migrations VALUES (%s, %s, %s)",
+                [step.version, step.name, datetime.now(UTC).replace(tzinfo=None)],
+            )
+        ran.append(step.version)
+    return ran
+
+
+__all__ = ["LATEST", "MIGRATIONS", "Step", "applied", "apply"]

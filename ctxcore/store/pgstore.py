@@ -1,0 +1,670 @@
+"""PgStore: the PostgreSQL engine's ``Store`` (``protocol.Store``), for a team's traces in one
+place: many writer processes on many machines, many readers (docs/design.md, "Store").
+
+The tables are the DuckDB engine's (``pgschema``), so the Arrow rows of ``rows.prepare`` go
+in as they are (``pginserts``, with ``COPY``) and the trace JSON stays packed. Reads take a
+connection of the store's pool (autocommit: each statement sees what was committed when it
+began); writes open a transaction on one. Migrations run on open under an advisory lock; a
+read-only open refuses an out-of-date schema and reads through a read-only session. A fault
+of the server is one ``StoreError`` naming it without its password (``pgconn.fault``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ctxcore.errors import InputError, StoreError
+from ctxcore.models import Finding, Trace
+from ctxcore.settings import SortKey
+from ctxcore.store import pginserts, pgschema
+from ctxcore.store.codec import unpack_json
+from ctxcore.store.pgconn import CONNECT_TIMEOUT_S, POOL_MAX, Texts, connect, fault, shown
+from ctxcore.store.pgwriter import PgBulkWriter
+from ctxcore.store.records import (
+    FailingFile,
+    FileOffset,
+    FindingPage,
+    FindingRow,
+    IngestErrorRow,
+    LiveCall,
+    LiveCalls,
+    PackedTrace,
+    SessionRow,
+    TraceFilter,
+    TracePage,
+    TraceRow,
+    UsageRow,
+)
+from ctxcore.store.rows import TAIL_CHARS, RowBatch, diagnose_trace, prepare, utc_naive
+
+log = logging.getLogger("ctxscope.store")
+
+_SORT_SQL: dict[str, str] = {
+    "created_at": "created_at",
+    "turn": "turn",
+    "used": "used",
+    "budget": "budget",
+    "dropped": "n_dropped",
+    "summarized": "n_summarized",
+    "session_id": "session_id",
+}
+
+_ROW_FIELDS = (
+    "trace_id", "session_id", "turn", "created_at", "preset", "builder", "budget", "used",
+    "n_packets", "n_kept", "n_truncated", "n_summarized", "n_dropped", "n_filtered",
+    "n_not_rendered", "n_warnings", "lost_must_keep", "verdict", "tags", "source_trace_id",
+    "n_findings", "max_severity", "model", "input_tokens", "cache_read_tokens",
+    "cache_write_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
+    "reasoning_tokens",
+)  # fmt: skip
+
+_OFFSET_SQL = (
+    'SELECT file, "offset", line, size, mtime, fingerprint, inode, head, failed FROM file_offsets'
+)
+
+#: a live call's columns: when, session, turn, id, and its source (its ``source:`` tag, or
+#: ``otlp``)
+_LIVE_COLS = (
+    "created_at, session_id, turn, trace_id, coalesce((SELECT substr(t, 8) FROM unnest(tags) "
+    "AS t WHERE starts_with(t, 'source:') LIMIT 1), "
+    "CASE WHEN 'otlp' = ANY(tags) THEN 'otlp' ELSE '' END)"
+)
+_LIVE = "tags @> ARRAY['live']::text[]"
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
+
+
+def _file_offset(row: Sequence[Any]) -> FileOffset:
+    inode = None if row[6] is None else int(row[6])
+    return FileOffset(
+        row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), row[5], inode, *row[7:]
+    )
+
+
+def _like(term: str) -> str:
+    """An ILIKE pattern (escape ``\\``) matching ``term`` anywhere."""
+    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reading(
+    method: Callable[Concatenate[PgStore, _P], _R],
+) -> Callable[Concatenate[PgStore, _P], _R]:
+    """A read whose failure of the server is one ``StoreError`` (``pgconn.fault``)."""
+
+    @functools.wraps(method)
+    def read(self: PgStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.Error as exc:
+            raise fault(self.url, exc) from exc
+
+    return read
+
+
+class PgStore:
+    """The PostgreSQL engine's ``Store``: one database, a pool of connections, migrations
+    applied on open."""
+
+    def __init__(self, url: str, *, read_only: bool = False, diagnose: bool = True) -> None:
+        self.url = url
+        self.read_only = read_only
+        self.diagnose = diagnose
+        #: the packet texts this store committed (digest -> cid)
+        self.texts = Texts()
+        self._closed = False
+        con = connect(url, read_only=read_only)
+        try:
+            self._check_schema(con)
+        except psycopg.Error as exc:
+            raise fault(url, exc) from exc
+        finally:
+            con.close()
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=POOL_MAX,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            configure=self._configure,
+            check=ConnectionPool.check_connection,
+            timeout=CONNECT_TIMEOUT_S,
+            name=shown(url),
+            open=True,
+        )
+
+    def _configure(self, con: psycopg.Connection) -> None:
+        if self.read_only:
+            con.execute("SET default_transaction_read_only = on")
+
+    def _check_schema(self, con: psycopg.Connection) -> None:
+        """Bring the schema up to date; read-only, refuse an out-of-date one."""
+        if self.read_only:
+            have = pgschema.applied(con)
+            if have < pgschema.LATEST:
+                raise StoreError(
+                    f"{shown(self.url)} is at schema version {have}, this ctxscope needs "
+                    f"{pgschema.LATEST}; run `ctxscope migrate --db …` with a role that may "
+                    "write it"
+                )
+        else:
+            pgschema.apply(con)
+
+    def checkout(self) -> tuple[psycopg.Connection, Callable[[], None]]:
+        """A connection of the pool, held until the function returned with it is called (the
+        bulk writer's, for a transaction)."""
+        if self._closed:
+            raise StoreError(f"{shown(self.url)}: the store is closed")
+        try:
+            con = self._pool.getconn()
+        except psycopg.Error as exc:
+            raise fault(self.url, exc) from exc
+        return con, functools.partial(self._pool.putconn, con)
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        con, release = self.checkout()
+        try:
+            return con.execute(sql, list(params)).fetchall()
+        finally:
+            release()
+
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        con, release = self.checkout()
+        try:
+            cur = con.execute(sql, list(params))
+            names = [d[0] for d in cur.description or []]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        finally:
+            release()
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> int:
+        rows = self._rows(sql, params)
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+    def refuse_writes(self) -> None:
+        """``StoreError`` when the store was opened read-only."""
+        if self.read_only:
+            raise StoreError(f"{shown(self.url)} was opened read-only; it cannot be written")
+
+    def reopen_if_invalidated(self) -> bool:
+        """Never needed here: the pool checks each connection before handing it out and
+        replaces one the server dropped."""
+        return False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.close()
+
+    def __enter__(self) -> PgStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writing
+    def add_traces(self, traces: Iterable[Trace], *, source: str | None = None) -> int:
+        """Store traces in one transaction; how many were new. The same id with other
+        content (or a trace that cannot be stored) is ``InputError`` and stores nothing."""
+        self.refuse_writes()
+        items: list[tuple[Trace, bytes]] = []
+        for t in traces:
+            try:
+                items.append((t, t.to_json().encode("utf-8")))
+            except (ValueError, UnicodeError) as exc:
+                raise InputError(
+                    f"{source or 'import'}: trace_id {t.trace_id!r} cannot be written as JSON "
+                    f"({str(exc).splitlines()[0]}); nothing was stored"
+                ) from exc
+        prep = prepare(items, [source] * len(items), self.diagnose)
+        with self.bulk_writer() as w:
+            res = w.add(prep)
+            problems = [
+                f"trace_id {tid!r} is already stored (from {src}) with different content"
+                for _, tid, src in res.conflicts
+            ] + [f"trace_id {items[k][0].trace_id!r} {why}" for k, why in res.rejected]
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise InputError(
+                    f"{source or 'import'}: {problems[0]}{more}; nothing was stored: give "
+                    "each trace its own trace_id"
+                )
+        return res.added
+
+    def bulk_writer(self, *, workers: int = 0) -> PgBulkWriter:
+        """A writer for an ingest run (see ``protocol.BulkWriter``)."""
+        return PgBulkWriter(self, workers=workers)
+
+    def add_ingest_error(self, file: str, line: int, message: str) -> None:
+        self.refuse_writes()
+        with self.bulk_writer() as w:
+            w.add_errors([(file, line, message)])
+
+    @_reading
+    def undiagnosed(self) -> int:
+        return self._one("SELECT count(*) FROM traces WHERE n_findings IS NULL")
+
+    @_reading
+    def diagnose_pending(self, max_traces: int = 200) -> int:
+        """Compute the findings of up to ``max_traces`` traces stored without them. Several
+        processes may do this at once: each takes its traces ``FOR UPDATE SKIP LOCKED``."""
+        if self.read_only:
+            return 0
+        con, release = self.checkout()
+        try:
+            with con.transaction():
+                rows = con.execute(
+                    "SELECT tseq, json_bytes FROM traces WHERE n_findings IS NULL "
+                    "ORDER BY tseq LIMIT %s FOR UPDATE SKIP LOCKED",
+                    [int(max_traces)],
+                ).fetchall()
+                blobs = pginserts.packed(con, [int(r[0]) for r in rows])
+                batch, updates = self._diagnosed(rows, blobs)
+                table = batch.tables().get("findings")
+                if table is not None:
+                    con.execute(
+                        "DELETE FROM findings WHERE tseq = ANY(%s)",
+                        [sorted(set(table.column("tseq").to_pylist()))],
+                    )
+                    pginserts.copy_table(con, "findings", table)
+                con.cursor().executemany(
+                    "UPDATE traces SET n_findings = %s, max_severity = %s, diagnosed_with = %s "
+                    "WHERE tseq = %s",
+                    [(n, sev, by, tseq) for tseq, n, sev, by in updates],
+                )
+        finally:
+            release()
+        return len(updates)
+
+    @staticmethod
+    def _diagnosed(
+        rows: list[tuple[Any, ...]], blobs: dict[int, bytes]
+    ) -> tuple[RowBatch, list[tuple[int, int, str | None, str | None]]]:
+        """The findings of stored traces (tseq, json_bytes), and each one's summary."""
+        batch = RowBatch()
+        updates: list[tuple[int, int, str | None, str | None]] = []
+        for tseq, size in rows:
+            try:
+                raw = unpack_json(blobs[int(tseq)], int(size))
+                trace = Trace.model_validate_json(raw)
+                found, by = diagnose_trace(trace, raw)
+            except Exception:
+                # one trace the detectors cannot take is left without findings
+                log.exception("diagnostics failed on the trace stored as tseq %s", tseq)
+                updates.append((int(tseq), 0, None, None))
+                continue
+            sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
+            updates.append((int(tseq), len(found), sev, by))
+        return batch, updates
+
+    # ---- reading: many traces
+    @_reading
+    def traces_json(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
+        return [(p.trace_id, p.json()) for p in self.traces_packed(trace_ids)]
+
+    @_reading
+    def traces_packed(self, trace_ids: Sequence[str]) -> list[PackedTrace]:
+        out: list[PackedTrace] = []
+        con, release = self.checkout()
+        try:
+            for i in range(0, len(trace_ids), 1000):
+                chunk = list(trace_ids[i : i + 1000])
+                rows = con.execute(
+                    "SELECT trace_id, tseq, json_bytes FROM traces WHERE trace_id = ANY(%s)",
+                    [chunk],
+                ).fetchall()
+                blobs = pginserts.packed(con, [int(r[1]) for r in rows])
+                found = {r[0]: PackedTrace(r[0], blobs[int(r[1])], int(r[2])) for r in rows}
+                out += [found[tid] for tid in chunk if tid in found]
+        finally:
+            release()
+        return out
+
+    @_reading
+    def stored_findings(
+        self, trace_ids: Sequence[str], fingerprint: str
+    ) -> dict[str, list[Finding]]:
+        out: dict[str, list[Finding]] = {}
+        for i in range(0, len(trace_ids), 1000):
+            rows = self._rows(
+                "SELECT t.trace_id, f.detector, f.severity, f.packet_ids, f.message, "
+                "f.evidence_json, f.fix_json FROM traces t LEFT JOIN findings f "
+                "ON f.tseq = t.tseq WHERE t.diagnosed_with = %s AND t.n_findings IS NOT NULL "
+                "AND t.trace_id = ANY(%s) ORDER BY t.tseq, f.ord",
+                [fingerprint, list(trace_ids[i : i + 1000])],
+            )
+            for tid, det, sev, ids, msg, ev, fix in rows:
+                found = out.setdefault(tid, [])
+                if det is not None:
+                    found.append(
+                        Finding(
+                            detector=det,
+                            severity=sev,
+                            packet_ids=list(ids or ()),
+                            message=msg,
+                            evidence=json.loads(ev) if ev else {},
+                            fix=json.loads(fix) if fix else None,
+                        )
+                    )
+        return out
+
+    # ---- reading: sessions
+    @_reading
+    def session_listing(self) -> list[tuple[str, list[tuple[str, tuple[str, ...]]]]]:
+        rows = self._rows(
+            "SELECT session_id, trace_id, tags, max(created_at) OVER (PARTITION BY "
+            "session_id) AS last FROM traces ORDER BY last DESC, session_id, turn, tseq"
+        )
+        out: list[tuple[str, list[tuple[str, tuple[str, ...]]]]] = []
+        for sid, tid, tags, _ in rows:
+            if not out or out[-1][0] != sid:
+                out.append((sid, []))
+            out[-1][1].append((tid, tuple(tags or ())))
+        return out
+
+    @_reading
+    def sessions(self) -> list[SessionRow]:
+        rows = self._rows(
+            "SELECT session_id, count(*), min(turn), max(turn), min(created_at), "
+            "max(created_at) FROM traces GROUP BY session_id ORDER BY max(created_at) DESC"
+        )
+        return [
+            SessionRow(r[0], int(r[1]), int(r[2]), int(r[3]), _aware(r[4]), _aware(r[5]))
+            for r in rows
+        ]
+
+    @_reading
+    def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
+        """Rows: turn, trace_id, packet_id, kind, status, reason, tokens_after."""
+        return self._dicts(
+            "SELECT t.turn, d.trace_id, d.packet_id, d.kind, d.status, d.reason, "
+            "d.tokens_after FROM traces t JOIN decisions d ON d.tseq = t.tseq "
+            "WHERE t.session_id = %s ORDER BY t.turn, t.tseq, d.ord",
+            [session_id],
+        )
+
+    @_reading
+    def session_partitions(self, session_id: str) -> list[dict[str, Any]]:
+        """Rows: turn, trace_id, partition, budget, used, items."""
+        return self._dicts(
+            "SELECT t.turn, p.trace_id, p.name AS partition, p.budget, p.used, p.items "
+            "FROM traces t JOIN partitions p ON p.tseq = t.tseq "
+            "WHERE t.session_id = %s ORDER BY t.turn, t.tseq, p.ord",
+            [session_id],
+        )
+
+    @_reading
+    def session_usage(self, session_ids: Sequence[str]) -> list[UsageRow]:
+        """The model and usage of every call of these sessions, by session then turn."""
+        fields = ", ".join(f.name for f in dataclasses.fields(UsageRow))
+        rows = self._rows(
+            f"SELECT {fields} FROM traces WHERE session_id = ANY(%s) "
+            "ORDER BY session_id, turn, tseq",
+            [list(session_ids)],
+        )
+        return [UsageRow(*r) for r in rows]
+
+    # ---- reading: one trace
+    @_reading
+    def findings(self, trace_id: str) -> list[dict[str, Any]]:
+        rows = self._dicts(
+            "SELECT detector, severity, packet_ids, message, evidence_json, fix_json "
+            "FROM findings WHERE tseq = (SELECT tseq FROM traces WHERE trace_id = %s) "
+            "ORDER BY ord",
+            [trace_id],
+        )
+        for r in rows:
+            ev, fx = r.pop("evidence_json"), r.pop("fix_json")
+            r["evidence"] = json.loads(ev) if ev else {}
+            r["fix"] = json.loads(fx) if fx else None
+        return rows
+
+    @_reading
+    def get_trace(self, trace_id: str) -> Trace | None:
+        con, release = self.checkout()
+        try:
+            raw = pginserts.trace_json(con, trace_id)
+        finally:
+            release()
+        return None if raw is None else Trace.model_validate_json(raw)
+
+    @_reading
+    def decisions(self, trace_id: str) -> list[dict[str, Any]]:
+        return self._dicts(
+            "SELECT packet_id, kind, tokens_before, tokens_after, relevance, recency, score, "
+            "rank, status, reason, reason_text, partition, budget_left, must_keep "
+            "FROM decisions WHERE tseq = (SELECT tseq FROM traces WHERE trace_id = %s) "
+            "ORDER BY ord",
+            [trace_id],
+        )
+
+    @_reading
+    def packet_content(self, trace_id: str, packet_id: str) -> str | None:
+        rows = self._rows(
+            "SELECT string_agg(c.text, '' ORDER BY c.part), bool_or(d.cid IS NOT NULL) FROM "
+            "(SELECT cid FROM decisions WHERE tseq = (SELECT tseq FROM traces "
+            "WHERE trace_id = %s) AND packet_id = %s ORDER BY ord LIMIT 1) d "
+            "LEFT JOIN contents c ON c.cid = d.cid",
+            [trace_id, packet_id],
+        )
+        if not rows or not rows[0][1]:
+            return None
+        return str(rows[0][0] or "")
+
+    # ---- ingest's state
+    @_reading
+    def file_offset(self, file: str) -> FileOffset | None:
+        rows = self._rows(f"{_OFFSET_SQL} WHERE file = %s", [file])
+        return _file_offset(rows[0]) if rows else None
+
+    @_reading
+    def file_offsets(self) -> dict[str, FileOffset]:
+        return {r[0]: _file_offset(r) for r in self._rows(_OFFSET_SQL)}
+
+    @_reading
+    def failing_files(self, limit: int = 100) -> list[FailingFile]:
+        rows = self._rows(
+            "SELECT file, failed, updated_at FROM file_offsets WHERE failed IS NOT NULL "
+            "ORDER BY updated_at DESC, file LIMIT %s",
+            [int(limit)],
+        )
+        return [FailingFile(r[0], r[1], _aware(r[2])) for r in rows]
+
+    @_reading
+    def ingest_errors(self, limit: int = 200) -> list[IngestErrorRow]:
+        rows = self._rows(
+            'SELECT file, line, message, "at" FROM ingest_errors '
+            'ORDER BY "at" DESC, file, line LIMIT %s',
+            [int(limit)],
+        )
+        return [IngestErrorRow(r[0], int(r[1]), r[2], _aware(r[3])) for r in rows]
+
+    # ---- reading: lists
+    @_reading
+    def count(self) -> int:
+        return self._one("SELECT count(*) FROM traces")
+
+    def _where(self, flt: TraceFilter | None) -> tuple[str, list[Any]]:
+        """The WHERE clause of a filter, and its parameters."""
+        if flt is None:
+            return "", []
+        conds: list[str] = []
+        params: list[Any] = []
+        for col in ("session_id", "preset", "verdict"):
+            val = getattr(flt, col)
+            if val is not None:
+                conds.append(f"{col} = %s")
+                params.append(val)
+        if flt.tags:
+            conds.append("tags @> %s::text[]")
+            params.append(list(flt.tags))
+        if flt.since is not None:
+            conds.append("created_at >= %s")
+            params.append(utc_naive(flt.since))
+        if flt.until is not None:
+            conds.append("created_at <= %s")
+            params.append(utc_naive(flt.until))
+        if flt.has_warnings is not None:
+            conds.append("n_warnings > 0" if flt.has_warnings else "n_warnings = 0")
+        if flt.lost_must_keep is not None:
+            conds.append("lost_must_keep > 0" if flt.lost_must_keep else "lost_must_keep = 0")
+        if flt.finding:
+            conds.append(
+                "EXISTS (SELECT 1 FROM findings f WHERE f.tseq = traces.tseq AND f.detector = %s)"
+            )
+            params.append(flt.finding)
+        for term in (flt.search or "").split():
+            conds.append(self._search(term))
+            params += [_like(term)] * 3
+        return (" WHERE " + " AND ".join(conds)) if conds else "", params
+
+    @staticmethod
+    def _search(term: str) -> str:
+        """Every word must occur in some packet's text (or id) of the trace: in one piece of
+        the text, or across a cut (as the DuckDB engine searches: docs/design.md, "Store")."""
+        span = len(term) - 1
+        if span <= TAIL_CHARS:
+            across = (
+                "SELECT cid FROM contents WHERE tail IS NOT NULL AND "
+                f"(right(text, {span}) || tail) ILIKE %s ESCAPE '\\'"
+            )
+        else:
+            across = (
+                "SELECT a.cid FROM contents a JOIN contents b ON b.cid = a.cid AND "
+                f"b.part = a.part + 1 WHERE (right(a.text, {span}) || left(b.text, {span})) "
+                "ILIKE %s ESCAPE '\\'"
+            )
+        return (
+            "tseq IN (SELECT tseq FROM decisions WHERE packet_id ILIKE %s ESCAPE '\\' "
+            "OR cid IN (SELECT cid FROM contents WHERE text ILIKE %s ESCAPE '\\' "
+            f"UNION ALL {across}))"
+        )
+
+    @_reading
+    def list_traces(
+        self,
+        flt: TraceFilter | None = None,
+        *,
+        sort: SortKey = "created_at",
+        descending: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> TracePage:
+        """One page, then the count of every match: two queries, so that the page is read
+        through the sort's index rather than after counting (and sorting) every match."""
+        if sort not in _SORT_SQL:
+            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(_SORT_SQL)}")
+        where, params = self._where(flt)
+        order = "DESC" if descending else "ASC"
+        rows = self._rows(
+            f"SELECT {', '.join(_ROW_FIELDS)} FROM traces{where} "
+            f"ORDER BY {_SORT_SQL[sort]} {order}, tseq {order} LIMIT %s OFFSET %s",
+            [*params, int(limit), int(offset)],
+        )
+        if rows and offset == 0 and len(rows) < limit:
+            total = len(rows)
+        else:
+            total = self._one(f"SELECT count(*) FROM traces{where}", params)
+        out = []
+        for r in rows:
+            d = dict(zip(_ROW_FIELDS, r, strict=True))
+            d["created_at"] = _aware(d["created_at"])
+            d["tags"] = tuple(d["tags"] or ())
+            d["n_findings"] = int(d["n_findings"] or 0)
+            out.append(TraceRow(**d))
+        return TracePage(rows=out, total=total, offset=offset, limit=limit)
+
+    @_reading
+    def list_findings(
+        self, flt: TraceFilter | None = None, *, limit: int = 50, offset: int = 0
+    ) -> FindingPage:
+        where, params = self._where(flt)
+        only = ""
+        if flt is not None and flt.finding:
+            only = " WHERE f.detector = %s"
+            params.append(flt.finding)
+        body = (
+            "FROM findings f JOIN (SELECT tseq, trace_id, session_id, turn, created_at, preset "
+            f"FROM traces{where}) t ON f.tseq = t.tseq{only}"
+        )
+        rows = self._rows(
+            "SELECT t.trace_id, t.session_id, t.turn, t.created_at, t.preset, f.detector, "
+            f"f.severity, f.message, f.packet_ids {body} "
+            "ORDER BY t.created_at DESC, t.tseq DESC, f.ord LIMIT %s OFFSET %s",
+            [*params, int(limit), int(offset)],
+        )
+        total = self._one(f"SELECT count(*) {body}", params)
+        out = [
+            FindingRow(
+                trace_id=r[0],
+                session_id=r[1],
+                turn=int(r[2]),
+                created_at=_aware(r[3]),
+                preset=r[4],
+                detector=r[5],
+                severity=r[6],
+                message=r[7],
+                packet_ids=tuple(r[8] or ()),
+            )
+            for r in rows
+        ]
+        return FindingPage(rows=out, total=total, offset=offset, limit=limit)
+
+    @_reading
+    def facets(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for col in ("session_id", "preset", "verdict"):
+            out[col] = [r[0] for r in self._rows(f"SELECT DISTINCT {col} FROM traces ORDER BY 1")]
+        out["tags"] = [
+            r[0] for r in self._rows("SELECT DISTINCT unnest(tags) AS tag FROM traces ORDER BY 1")
+        ]
+        out["finding"] = [
+            r[0] for r in self._rows("SELECT DISTINCT detector FROM findings ORDER BY 1")
+        ]
+        return out
+
+    @_reading
+    def live_calls(self, since: datetime, limit: int = 5_000) -> LiveCalls:
+        """Calls captured live (traces tagged ``live``) since ``since``, from every writer."""
+        rows = self._rows(
+            f"SELECT {_LIVE_COLS} FROM traces WHERE {_LIVE} AND created_at >= %s "
+            "ORDER BY created_at DESC, tseq DESC LIMIT %s",
+            [utc_naive(since), int(limit)],
+        )
+        recent = [LiveCall(_aware(r[0]), r[1], int(r[2]), r[3], r[4]) for r in rows]
+        total = self._one(f"SELECT count(*) FROM traces WHERE {_LIVE}")
+        last = recent[0] if recent else None
+        if last is None and total:
+            got = self._rows(
+                f"SELECT {_LIVE_COLS} FROM traces WHERE {_LIVE} "
+                "ORDER BY created_at DESC, tseq DESC LIMIT 1"
+            )
+            if got:
+                r = got[0]
+                last = LiveCall(_aware(r[0]), r[1], int(r[2]), r[3], r[4])
+        return LiveCalls(recent, total, last)
+
+    @_reading
+    def latest_change(self) -> int:
+        """A number that grows whenever traces or ingest errors are added (by any writer)."""
+        return self._one(
+            "SELECT (SELECT coalesce(max(tseq), 0) FROM traces) "
+            "+ (SELECT count(*) FROM ingest_errors)"
+        )
+
+
+__all__ = ["PgStore"]
