@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ORACLE_VENV ?= .oracle-venv
 ORACLE_STAMP := $(ORACLE_VENV)/.installed
+ORACLE_LC_VENV ?= .oracle-langchain
+ORACLE_LC_STAMP := $(ORACLE_LC_VENV)/.installed
 PORT ?= 8501
 
 .PHONY: install app test test-fast lint format bench oracle golden browser postgresql demo clean
@@ -22,7 +24,12 @@ $(ORACLE_STAMP): scripts/setup_oracle.sh
 	bash scripts/setup_oracle.sh $(ORACLE_VENV)
 	touch $(ORACLE_STAMP)
 
-oracle: $(ORACLE_STAMP)
+# langchain and langchain-core from PyPI in a venv of their own: the langchain-* presets' oracle.
+$(ORACLE_LC_STAMP): scripts/setup_oracle_langchain.sh
+	bash scripts/setup_oracle_langchain.sh $(ORACLE_LC_VENV)
+	touch $(ORACLE_LC_STAMP)
+
+oracle: $(ORACLE_STAMP) $(ORACLE_LC_STAMP)
 
 # Debian's Chromium for the Playwright tests (root on a fresh machine; skipped quietly otherwise).
 browser:
@@ -35,7 +42,7 @@ postgresql:
 app: $(STAMP)
 	$(PY) -m ctxcore app --port $(PORT)
 
-test: $(STAMP) $(ORACLE_STAMP) browser postgresql
+test: $(STAMP) $(ORACLE_STAMP) $(ORACLE_LC_STAMP) browser postgresql
 	$(PY) -m pytest -q
 
 # The edit-test loop: everything but the browser and slow tests, on every CPU (<= 90 s on 2).
@@ -67,4 +74,4 @@ demo: $(STAMP)
 	$(PY) -m ctxcore demo
 
 clean:
-	rm -rf $(VENV) $(ORACLE_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ORACLE_VENV) $(ORACLE_LC_VENV) .pytest_cache .mypy_cache .ruff_cache
