@@ -8,6 +8,7 @@ connection.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -16,6 +17,10 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ctxcore.errors import StoreError
 from ctxcore.store.rows import TEXT_KEYS
+
+# The pool's own warnings (a connection it discards, one it failed to make) are what the
+# ``StoreError`` of the operation that failed says, in one line: not a second time on stderr.
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 #: seconds to wait for the server when connecting, and for a connection of the pool
 CONNECT_TIMEOUT_S = 10
