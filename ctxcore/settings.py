@@ -83,6 +83,13 @@ def db_path() -> Path:
     return Path(_env(ENV_DB) or DEFAULT_DB)
 
 
+def db_target() -> str:
+    """``--db``'s default: ``$CTXSCOPE_DB`` as given when it is a URL (a team store,
+    ``postgresql://…``: a ``Path`` would fold its ``//``), else ``db_path()``."""
+    value = _env(ENV_DB)
+    return value if "://" in value else str(db_path())
+
+
 def traces_dir() -> Path:
     """The watched folder: ``$CTXSCOPE_TRACES``, else ``traces/``."""
     return Path(_env(ENV_TRACES) or DEFAULT_TRACES_DIR)

@@ -210,9 +210,10 @@ def _db(p: argparse.ArgumentParser, what: str, more: str = "") -> None:
     """``--db``: the store, from ``$CTXSCOPE_DB`` by default."""
     p.add_argument(
         "--db",
-        default=str(settings.db_path()),
+        default=settings.db_target(),
         metavar="PATH",
-        help=f"{what}, a DuckDB file{more} (default %(default)s; {_env(settings.ENV_DB)})",
+        help=f"{what}, a DuckDB file{more} or a postgresql:// URL (a team store) "
+        f"(default %(default)s; {_env(settings.ENV_DB)})",
     )
 
 
