@@ -59,9 +59,19 @@ class Tally:
     unknown: list[str] = field(default_factory=list)
     unknown_total: int = 0
     cache_control: list[str] = field(default_factory=list)
+    #: the lifetime a ``cache_control`` mark names ("5m" / "1h"), by the mark's path
+    cache_ttl: dict[str, str] = field(default_factory=dict)
 
     def add(self, what: str, n: int = 1) -> None:
         self.counts[what] += n
+
+    def mark(self, path: str, mark: Any) -> None:
+        """A cache breakpoint at ``path``; ``mark`` is its ``cache_control`` (or
+        ``cachePoint``) object, whose ``ttl`` is kept beside the path when it names one."""
+        self.cache_control.append(path)
+        ttl = mark.get("ttl") if isinstance(mark, dict) else None
+        if ttl in ("5m", "1h"):
+            self.cache_ttl[path] = ttl
 
     def keep_unknown(self, path: str, part: Any) -> str:
         """Record a part of a type this importer does not know and return the text that
@@ -84,6 +94,9 @@ class Tally:
             out["kept_as_text_total"] = self.unknown_total
         if self.cache_control:
             out["cache_control"] = list(self.cache_control[:MAX_LISTED])
+        if self.cache_ttl:
+            kept = set(self.cache_control[:MAX_LISTED])
+            out["cache_control_ttl"] = {k: v for k, v in self.cache_ttl.items() if k in kept}
         return out
 
 

@@ -157,7 +157,7 @@ def _result_text(content: Any, path: str, tally: Tally, media: list[dict[str, An
 
 def _cache_mark(block: dict[str, Any], path: str, tally: Tally) -> None:
     if isinstance(block.get("cache_control"), dict):
-        tally.cache_control.append(path)
+        tally.mark(path, block["cache_control"])
 
 
 def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:

@@ -183,7 +183,7 @@ def _system(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
     for k, block in enumerate(system):
         path = f"system[{k}]"
         if isinstance(block, dict) and set(block) == {"cachePoint"}:
-            tally.cache_control.append(path)
+            tally.mark(path, block["cachePoint"])
             continue
         guard = _guard_text(block.get("guardContent")) if isinstance(block, dict) else None
         if isinstance(block, dict) and set(block) == {"text"} and isinstance(block["text"], str):
@@ -294,7 +294,7 @@ def _read_block(
     if key == "text" and isinstance(body, str):
         parts.texts.append(body)
     elif key == "cachePoint":
-        tally.cache_control.append(path)
+        tally.mark(path, body)
     elif key in _MEDIA:
         line, info = _media(key, body, path)
         parts.texts.append(line)
@@ -341,7 +341,7 @@ def parse_tools(request: dict[str, Any], tally: Tally) -> list[ToolDef]:
             raise ImportFormatError(f"{path}: a tool is an object with one key (toolSpec…)")
         key, spec = next(iter(tool.items()))
         if key == "cachePoint":
-            tally.cache_control.append(path)
+            tally.mark(path, spec)
             continue
         name = spec.get("name") if isinstance(spec, dict) else None
         if not isinstance(spec, dict) or not isinstance(name, str) or not name:
