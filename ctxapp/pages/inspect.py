@@ -10,8 +10,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ctxapp.ui import state, views, widgets
+from ctxapp.ui import costs, state, views, widgets
 from ctxcore import figures
+from ctxcore.costing import CallCost
 from ctxcore.diagnostics import patched_config
 from ctxcore.diagnostics.counterfactual import searched_knobs
 from ctxcore.models import Trace
@@ -138,7 +139,13 @@ def render() -> None:
     if t.result.warnings:
         for w in t.result.warnings:
             st.warning(views.md(w), icon=":material/warning:")
-    st.plotly_chart(figs.window, key="in_window")
+    call = _call_cost(t)
+    window = figs.window
+    if call is not None:
+        window = costs.mark_cached(window, figures.cached_share(call), t.result.totals.used)
+    st.plotly_chart(window, key="in_window")
+    if call is not None:
+        _cost_panel(call)
     c1, c2 = st.columns(2)
     with c1:
         st.plotly_chart(figs.budgets, key="in_budgets")
@@ -176,6 +183,57 @@ def render() -> None:
         state.switch("timeline", session=t.session_id, trace=t.trace_id)
     if row.button("Compare with…", key="in_to_compare"):
         state.switch("compare", a=t.trace_id)
+
+
+def _call_cost(t: Trace) -> CallCost | None:
+    """This call costed within its session (the simulated cache and the recorded usage);
+    None for a trace that names no model and recorded no usage (not a model call)."""
+    recorded = t.outcome is not None and t.outcome.tokens is not None
+    if not recorded and not t.metadata.get("model"):
+        return None
+    for c in state.session_call_costs(t.session_id):
+        if c.trace_id == t.trace_id:
+            return c
+    return None
+
+
+def _cost_panel(call: CallCost) -> None:
+    """Cost and cache: the call's tokens as the simulated cache sees them beside the
+    provider's figures, its cost, and what broke the cached prefix (as text: a reason
+    quotes prompt lines)."""
+    share = figures.cached_share(call)
+    st.caption(
+        f"The dotted outline on the bar is the cached prefix: {share:.0%} of the prompt "
+        "read from the cache (placed by its share of the prompt, which starts with it)."
+    )
+    with st.container(border=True, key="in_cost"):
+        st.markdown("**Cost and prompt cache**")
+        c1, c2 = st.columns([1, 1.3])
+        # five short rows: no row to open whole (readable_table), just the figures
+        c1.container(key="tbl_in_cache").dataframe(
+            costs.cache_frame(call),
+            hide_index=True,
+            key="in_cache",
+            column_config=CACHE_CONFIG,
+            placeholder=widgets.MISSING,
+        )
+        with c2:
+            st.text(figures.cost_line(call))
+            if call.recorded is None:
+                st.text("No usage was recorded: the figures are the simulation's only.")
+            if call.cache_break is None:
+                st.text("No cache break: this call read all the previous call could serve.")
+            else:
+                st.text("\n".join(figures.break_lines(call.cache_break)))
+
+
+CACHE_CONFIG = {
+    "tokens": st.column_config.TextColumn("tokens", width=110),
+    "simulated": st.column_config.NumberColumn("simulated", format="localized", width=100),
+    "recorded": st.column_config.NumberColumn(
+        "recorded", format="localized", width=100, help="as the provider billed them"
+    ),
+}
 
 
 def _signals(t: Trace) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ctxapp.ui import state, views, widgets
+from ctxapp.ui import costs, state, views, widgets
 from ctxcore import figures
 from ctxcore.diagnostics import DETECTORS
 from ctxcore.store import TraceFilter
@@ -80,6 +80,49 @@ def _diagnostics(sid: str) -> None:
         )
 
 
+def _costs(sid: str) -> None:
+    """Per turn the prompt's cached, written and uncached tokens and the cost, each cache
+    break marked (its reason on hover and in the table); nothing for a session of no model
+    calls (no model named, no usage recorded)."""
+    calls = state.session_call_costs(sid)
+    if not any(c.model or c.recorded is not None for c in calls):
+        return
+    known = [c.cost_usd for c in calls if c.cost_usd is not None]
+    breaks = sum(1 for c in calls if c.cache_break is not None)
+    total = figures.usd(sum(known)) if known else figures.MISSING
+    unknown = len(calls) - len(known)
+    st.markdown(f"**Cost and prompt cache** · {total} over {len(calls):,} calls")
+    st.caption(
+        (f"{unknown:,} calls of unknown cost (—) are not in the total. " if unknown else "")
+        + f"{breaks:,} cache breaks (▼, the reason on hover). Per turn the provider's recorded "
+        "figures where it recorded usage, else the simulated cache's."
+    )
+    st.plotly_chart(
+        figures.turns_figure(calls, f"Prompt cache and cost per turn of {sid}"),
+        key="tl_cost_chart",
+    )
+    widgets.readable_table(
+        costs.turns_frame(calls),
+        "tl_cost",
+        column_config=COST_CONFIG,
+        whole=["turn", "$", "break", "break reason", "figures", "trace_id"],
+    )
+
+
+COST_CONFIG = {
+    "turn": st.column_config.NumberColumn("turn", width=60),
+    "$": st.column_config.NumberColumn("$", format="$%.4f", width=90),
+    "cached": st.column_config.NumberColumn("cached", format="localized", width=90),
+    "written": st.column_config.NumberColumn("written", format="localized", width=90),
+    "uncached": st.column_config.NumberColumn("uncached", format="localized", width=90),
+    "output": st.column_config.NumberColumn("output", format="localized", width=80),
+    "break": st.column_config.TextColumn("break", width=widgets.STATUS_PX),
+    "break reason": st.column_config.TextColumn("break reason", width=widgets.REASON_PX),
+    "figures": st.column_config.TextColumn("figures", width=90),
+    "trace_id": st.column_config.TextColumn("trace id", width=widgets.ID_PX),
+}
+
+
 LOST_CONFIG = {
     "item": st.column_config.TextColumn("item", width=widgets.ID_PX),
     "lost at turn": st.column_config.NumberColumn("lost at turn", width=95),
@@ -137,6 +180,7 @@ def render() -> None:
     st.plotly_chart(
         figures.session_usage(parts, budgets={r.turn: r.budget for r in rows}), key="tl_usage"
     )
+    _costs(sid)
     _diagnostics(sid)
     c1, c2 = st.columns([2, 1])  # "Open turn in Inspect" whole at 1024 px
     order = sorted(turns)

@@ -8,7 +8,7 @@ from typing import get_args
 import pandas as pd
 import streamlit as st
 
-from ctxapp.ui import live, state, views, widgets
+from ctxapp.ui import costs, live, state, views, widgets
 from ctxcore.settings import SortKey
 from ctxcore.store import TraceFilter
 from ctxcore.store.tracestore import TraceRow
@@ -115,12 +115,19 @@ def _filters() -> TraceFilter:
 
 
 def _frame(rows: list[TraceRow]) -> pd.DataFrame:
-    # What an engineer scans first sits on the left: which turn, how it went, what was lost.
+    # What an engineer scans first sits on the left: which turn, how it went, what it cost,
+    # what was lost. Costs come from the rows' usage columns, never from loading the traces.
+    table = state.prices()
+    spend = costs.session_spend(state.session_usage([r.session_id for r in rows]), table)
     return pd.DataFrame(
         {
             "session": [r.session_id for r in rows],
             "turn": [r.turn for r in rows],
             "verdict": [r.verdict for r in rows],
+            "$": [costs.row_usd(r, table) for r in rows],
+            "session $": [
+                spend[r.session_id].total if r.session_id in spend else None for r in rows
+            ],
             "use": [round(100 * r.used / r.budget) if r.budget else None for r in rows],
             "used": [r.used for r in rows],
             "budget": [r.budget for r in rows],
@@ -190,6 +197,14 @@ def _findings(flt: TraceFilter) -> None:
     widgets.findings_table(frame, key="tr_findings", session=flt.session_id is None)
 
 
+def _session_cost(session_id: str) -> None:
+    """One line: what the session cost by its recorded usage, and how much of it is known."""
+    spend = costs.session_spend(state.session_usage([session_id]), state.prices())
+    found = spend.get(session_id)
+    if found is not None:
+        st.text(f"Session cost (recorded usage): {found.label()} over {found.calls:,} calls")
+
+
 def render() -> None:
     st.title("Traces")
     _live()
@@ -202,6 +217,28 @@ def render() -> None:
             _findings(flt)
         else:
             _traces(flt)
+
+
+#: the traces table's columns (the costs are the recorded usage's, from the store's columns)
+TABLE_CONFIG = {
+    "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
+    "use": st.column_config.ProgressColumn("use", format="%d%%", min_value=0, max_value=100),
+    "trace_id": st.column_config.TextColumn("trace id"),
+    "$": st.column_config.NumberColumn(
+        "$",
+        format="$%.4f",
+        help="what the call cost by the usage the provider recorded (— unknown: no "
+        "usage recorded, or no price for its model)",
+    ),
+    "session $": st.column_config.NumberColumn(
+        "session $",
+        format="$%.4f",
+        help="the session's calls whose cost is known, summed (— none is known)",
+    ),
+    # 3,289 like every other count in the app, not 3289
+    "used": st.column_config.NumberColumn("used", format="localized"),
+    "budget": st.column_config.NumberColumn("budget", format="localized"),
+}
 
 
 def _traces(flt: TraceFilter) -> None:
@@ -229,6 +266,8 @@ def _traces(flt: TraceFilter) -> None:
     if not result.rows:
         st.info("No trace matches these filters.")
         return
+    if flt.session_id is not None:
+        _session_cost(flt.session_id)
     frame = _frame(result.rows)
     table = st.container(key="tbl_tr_table")
     event = table.dataframe(
@@ -237,16 +276,7 @@ def _traces(flt: TraceFilter) -> None:
         on_select="rerun",
         selection_mode="single-row",
         key="tr_table",
-        column_config={
-            "created": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
-            "use": st.column_config.ProgressColumn(
-                "use", format="%d%%", min_value=0, max_value=100
-            ),
-            "trace_id": st.column_config.TextColumn("trace id"),
-            # 3,289 like every other count in the app, not 3289
-            "used": st.column_config.NumberColumn("used", format="localized"),
-            "budget": st.column_config.NumberColumn("budget", format="localized"),
-        },
+        column_config=TABLE_CONFIG,
         placeholder=widgets.MISSING,
     )
     chosen = None

@@ -19,7 +19,7 @@ import atexit
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +30,8 @@ import streamlit as st
 
 from ctxcore import settings
 from ctxcore.cli import app as cli_app
+from ctxcore.cost import PriceTable, price_table
+from ctxcore.costing import CallCost, cache_group, session_costs
 from ctxcore.diagnostics import (
     INGEST_OPTIONS,
     Counterfactual,
@@ -59,6 +61,7 @@ from ctxcore.store.records import (
     TraceFilter,
     TracePage,
     TraceRow,
+    UsageRow,
 )
 from ctxcore.store.watch import Watcher
 
@@ -498,6 +501,42 @@ def _failing_files(db: str, ver: int) -> list[FailingFile]:
 def failing_files() -> list[FailingFile]:
     """Files in the watched folder that ingest could not read (retried when they change)."""
     return _failing_files(db_path(), latest_change())
+
+
+# --------------------------------------------------------------------------- cost
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _session_usage(db: str, session_ids: tuple[str, ...], ver: int) -> list[UsageRow]:
+    return store().session_usage(list(session_ids))
+
+
+def session_usage(session_ids: Sequence[str]) -> list[UsageRow]:
+    """The stored model and usage of every call of these sessions (store columns only)."""
+    return _session_usage(db_path(), tuple(sorted(set(session_ids))), latest_change())
+
+
+def prices() -> PriceTable:
+    """The price table in effect (``CTXSCOPE_PRICES`` over the shipped rows)."""
+    return price_table()
+
+
+@st.cache_resource(max_entries=8, show_spinner="Costing the session…")
+def _session_costs(db: str, session_id: str, ver: int) -> list[CallCost]:
+    traces = session_traces(session_id, limit=100_000)
+    if not traces:
+        return []
+    group = cache_group(traces[0])
+    if group != session_id:  # a side chain shares its parent session's cache
+        traces = session_traces(group, limit=100_000) + traces
+    calls = session_costs(traces, prices())
+    return [c for c in calls if c.session_id == session_id]
+
+
+def session_call_costs(session_id: str) -> list[CallCost]:
+    """Each call of a session costed, with the simulated cache and its breaks
+    (``ctxcore.costing.session_costs``), in the order they were sent."""
+    return _session_costs(db_path(), session_id, latest_change())
 
 
 # --------------------------------------------------------------------------- diagnostics

@@ -14,6 +14,7 @@ contract and nothing above it. Every name is read from here (``from ctxcore impo
 - ``session``: a session's partition usage per turn
 - ``findings``: a session's findings per detector and turn
 - ``sweep``: a sweep's grid over two knobs
+- ``cost``: a call's cost and cache figures as text, a session's cache and cost per turn
 """
 
 from __future__ import annotations
@@ -37,6 +38,23 @@ from ctxcore.figures.common import (
     STATUS_COLORS,
     STATUS_ORDER,
     esc,
+)
+from ctxcore.figures.cost import (
+    BREAK_COLOR,
+    CACHE_COLORS,
+    COST_COLOR,
+    FIGURES,
+    MISSING,
+    TurnFigures,
+    break_lines,
+    cached_share,
+    cost_line,
+    recorded_figures,
+    session_turns,
+    simulated_figures,
+    turn_figures,
+    turns_figure,
+    usd,
 )
 from ctxcore.figures.findings import SEVERITY_COLORS, findings_heatmap
 from ctxcore.figures.scatter import (
@@ -67,13 +85,18 @@ from ctxcore.figures.timeline import (
 
 __all__ = [
     "AXES",
+    "BREAK_COLOR",
+    "CACHE_COLORS",
+    "COST_COLOR",
     "CROWDED",
     "DIFF_COLORS",
+    "FIGURES",
     "FREE_COLOR",
     "GONE",
     "IN_COLOR",
     "LEGEND_HEIGHT",
     "LINE_CHARS",
+    "MISSING",
     "OUT_COLOR",
     "OVER_COLOR",
     "PARTITION_COLORS",
@@ -85,16 +108,23 @@ __all__ = [
     "STATUS_COLORS",
     "STATUS_ORDER",
     "UNCHANGED",
+    "TurnFigures",
+    "break_lines",
+    "cached_share",
+    "cost_line",
     "crowding",
     "decision_hover",
     "esc",
     "findings_heatmap",
     "partition_budgets",
+    "recorded_figures",
     "score_axes",
     "score_cutoff",
     "score_scatter",
     "score_weights",
+    "session_turns",
     "session_usage",
+    "simulated_figures",
     "status_legend",
     "strongest_signal",
     "sweep_heatmap",
@@ -102,6 +132,9 @@ __all__ = [
     "timeline_heatmap",
     "timeline_height",
     "tokenizer_drift",
+    "turn_figures",
+    "turns_figure",
+    "usd",
     "window_bar",
     "window_extent",
     "window_segments",
