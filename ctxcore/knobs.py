@@ -202,6 +202,7 @@ KNOBS: tuple[Knob, ...] = (
             "ctxscope": "cl100k_base",
             "hello-agents": "cl100k_base",
             "hello-agents-book": "book-heuristic",
+            "recorded": "cl100k_base",
         },
         choices=TOKENIZERS,
         summary=7,

@@ -160,7 +160,7 @@ LIMITS: dict[str, tuple[str, str]] = {
 
 # --------------------------------------------------------------------------- names
 
-PresetName = Literal["ctxscope", "hello-agents", "hello-agents-book"]
+PresetName = Literal["ctxscope", "hello-agents", "hello-agents-book", "recorded"]
 #: The presets, the default first.
 PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
 DEFAULT_PRESET: PresetName = "ctxscope"

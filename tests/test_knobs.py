@@ -147,7 +147,8 @@ def test_readme_table_of_knobs_is_the_declared_one() -> None:
 def test_readme_table_shows_a_changed_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
     patch_knobs(monkeypatch, fill={"help": "Fills the window.", "defaults": {"ctxscope": "break"}})
     row = next(r for r in knobs.readme_table().splitlines() if r.startswith("| `fill`"))
-    assert row == "| `fill` | one of skip, break, optimal | break | — | — | Fills the window. |"
+    others = "— | " * (len(PRESET_NAMES) - 1)  # a column per preset; only ctxscope has it
+    assert row == f"| `fill` | one of skip, break, optimal | break | {others}Fills the window. |"
 
 
 # --------------------------------------------------------------------------- --set

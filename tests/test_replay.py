@@ -13,6 +13,7 @@ import ctxcore
 from ctxcore.loading import parse_json, trace_from_obj
 from ctxcore.models import Trace
 from ctxcore.pipeline import build_trace
+from ctxcore.pipeline.recorded import RECORDED_BASED
 from ctxcore.replay import REPLAY_TAG, ReplayReport, replay, variant, variant_id
 from ctxcore.settings import PRESET_NAMES
 from ctxcore.testing import assert_no_new_losses
@@ -72,6 +73,10 @@ def demo_by_preset() -> dict[str, list[Trace]]:
     for path in sorted(DEMO.glob("*.jsonl")):
         for t in load(path.name):
             out.setdefault(t.config.preset, []).append(t)
+    # the demo records no other agent's requests: the presets that rebuild a recorded request
+    # (docs/design.md, "recorded") take the ctxscope sessions' requests as recorded
+    for name in RECORDED_BASED:
+        out[name] = [variant(t, {"preset": name}) for t in out["ctxscope"]]
     return out
 
 

@@ -30,6 +30,7 @@ from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import COMPACTION_KIND
 from ctxcore.loading import error_message
 from ctxcore.models import CapturedInput, Message, Packet, ToolDef
+from ctxcore.pipeline.recorded import AFTER_QUERY
 
 
 @dataclass
@@ -186,6 +187,16 @@ class _Assembly:
         self.seen_ids: set[str] = set()
         self.synth = 0
         self.seen_conversation = False
+        #: the query was the last message added: the next part is marked ``AFTER_QUERY``
+        self.after_query = False
+
+    def _mark(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """``meta`` of a conversation part, marked when it is the first sent after the query
+        (the recorded preset puts the query back there, docs/design.md "recorded")."""
+        if not self.after_query:
+            return meta
+        self.after_query = False
+        return {**meta, AFTER_QUERY: True}
 
     def add(self, m: NormMessage) -> None:
         """One message, into the part its role (and place) puts it in."""
@@ -198,7 +209,13 @@ class _Assembly:
             if m.role == "developer" and self.seen_conversation:
                 # injected mid-conversation: a policy packet, not the system prompt
                 self.packets.append(
-                    Packet(id=f"policy:{mid}", kind="policy", content=m.text, must_keep=True)
+                    Packet(
+                        id=f"policy:{mid}",
+                        kind="policy",
+                        content=m.text,
+                        must_keep=True,
+                        metadata=self._mark({}),
+                    )
                 )
             else:
                 self.system.append(m.text)
@@ -209,11 +226,15 @@ class _Assembly:
             self._tool_result(m, mid, side)
         elif m.index == self.last_user:
             self.flat.append(Message(role="user", content=m.text, id=mid, metadata=side))
+            self.after_query = True
         else:
             content = self._content(m)  # first: it names the calls that have no id
             meta = {**side, **self._turn_metadata(m)}
             msg = Message(role=m.role, content=content, id=mid, metadata=meta)
-            self.history.append(msg)
+            marked = self._mark(meta)  # the input's copy only, as a session log's call has it
+            self.history.append(
+                msg if marked is meta else msg.model_copy(update={"metadata": marked})
+            )
             self.flat.append(msg)
 
     def _compaction(self, m: NormMessage, mid: str, side: dict[str, Any]) -> None:
@@ -225,17 +246,20 @@ class _Assembly:
         info = {k: v for k, v in m.compaction.items() if k != "replaces_earlier"}
         if m.compaction.get("replaces_earlier"):
             replaced = 0
+            ids: list[str] = []
             for k, msg in enumerate(self.flat):
                 if msg.role not in ("system", "developer") and "replaced_by" not in msg.metadata:
                     meta = {**msg.metadata, "replaced_by": pid}
                     self.flat[k] = msg.model_copy(update={"metadata": meta})
                     replaced += 1
+                    ids.append(msg.id or "")
             self.history.clear()
             self.packets[:] = [p for p in self.packets if p.kind == "policy"]
             self.pending.clear()
             info["replaced"] = replaced
+            info["replaced_ids"] = ids
         self.seen_conversation = True
-        meta = {"compaction": info, "message_index": m.index, **side}
+        meta = self._mark({"compaction": info, "message_index": m.index, **side})
         self.packets.append(Packet(id=pid, kind=COMPACTION_KIND, content=m.text, metadata=meta))
         self.flat.append(
             Message(role=m.role, content=m.text, id=mid, metadata={"compaction": info, **side})
@@ -262,7 +286,7 @@ class _Assembly:
             pid = f"tool:{cid}#{n}"
             n += 1
         self.seen_ids.add(pid)
-        meta: dict[str, Any] = {"message_index": m.index, "tool_call_id": cid, **side}
+        meta: dict[str, Any] = self._mark({"message_index": m.index, "tool_call_id": cid, **side})
         name = m.name or (call.name if call else None)
         if name:
             meta["name"] = name

@@ -30,6 +30,7 @@ _MODULES = {
     "ctxscope": "ctxcore.pipeline.ctxscope",
     "hello-agents": "ctxcore.pipeline.hello_agents",
     "hello-agents-book": "ctxcore.pipeline.hello_agents_book",
+    "recorded": "ctxcore.pipeline.recorded",
 }
 
 
@@ -55,6 +56,7 @@ _READS_INPUT: dict[str, tuple[str, ...]] = {
     "ctxscope": ("window", "output_reserve"),
     "hello-agents": (),
     "hello-agents-book": (),
+    "recorded": ("window", "output_reserve"),
 }
 
 

@@ -22,6 +22,7 @@ from ctxcore.models import (
     Trace,
 )
 from ctxcore.pipeline import build, build_trace, check_input_facts, ctxscope, resolve_config
+from ctxcore.pipeline.recorded import carried_knobs
 from ctxcore.tokens import get_counter
 
 REPLAY_TAG = "replay"
@@ -68,7 +69,10 @@ def _variant(trace: Trace, settings: Settings | None, *, reasons: bool) -> Trace
     facts = {k: patch.pop(k) for k in INPUT_FACTS if k in patch}
     base = trace.config.model_dump(exclude_none=True)
     if "preset" in patch and patch["preset"] != trace.config.preset:
-        base = {}  # another preset's resolved knobs do not carry over
+        # another preset's resolved knobs do not carry over; a preset that rebuilds the
+        # recorded request counts with the recorded trace's tokenizer (docs/design.md,
+        # "recorded")
+        base = carried_knobs(trace.config, str(patch["preset"]))
     inp = trace.input
     if facts:
         inp = input_from_obj({**inp.model_dump(mode="json"), **facts}, "replay settings")

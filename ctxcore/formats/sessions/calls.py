@@ -75,6 +75,7 @@ from ctxcore.models import (
     unvalidated,
 )
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
+from ctxcore.pipeline.recorded import AFTER_QUERY, REPLACED
 from ctxcore.settings import MAX_CONTENT_CHARS, MAX_INT32, MAX_TOKENS
 from ctxcore.tokens import TokenCounter, get_counter
 
@@ -448,6 +449,7 @@ def _gather(prep: _Prepared, counter: TokenCounter) -> _Gathered:
     if query_at is not None:
         query = history.pop(items[query_at].sums[S_HIST] - 1).content
     packets = [it.packet for it in items if it.packet is not None]
+    _mark_parts(prep, query_at, history, packets)
     system = "\n\n".join(it.entry.content for it in items if it.kind == "system")
     window, source = call.window, call.window_source
     if window is None and known_window(call.model) is not None:
@@ -471,6 +473,34 @@ def _gather(prep: _Prepared, counter: TokenCounter) -> _Gathered:
         window=window,
         source=source,
     )
+
+
+def _mark_parts(
+    prep: _Prepared, query_at: int | None, history: list[Message], packets: list[Packet]
+) -> None:
+    """Mark, in this call's input only (the parts are shared by the session's calls), what
+    the recorded preset needs to rebuild the call (docs/design.md, "recorded"): the first
+    part after the query (``AFTER_QUERY``) and, in the first call after a compaction, the
+    ids it replaced (``REPLACED``, on the call's first conversation part)."""
+    conv = [k for k, it in enumerate(prep.items) if it.kind != "system" and k != query_at]
+    marks: dict[int, dict[str, Any]] = {}
+    if query_at is not None:
+        after = next((k for k in conv if k > query_at), None)
+        if after is not None:
+            marks.setdefault(after, {})[AFTER_QUERY] = True
+    comp = prep.call.compaction
+    if prep.summarize and comp is not None and comp._items and conv:
+        marks.setdefault(conv[0], {})[REPLACED] = [it.item_id for it in comp._items]
+    for k, extra in marks.items():
+        it = prep.items[k]
+        if it.packet is not None:
+            pos = next(i for i, p in enumerate(packets) if p is it.packet)
+            meta = {**it.packet.metadata, **extra}
+            packets[pos] = it.packet.model_copy(update={"metadata": meta})
+        elif it.entry.history is not None:
+            pos = next(i for i, m in enumerate(history) if m is it.entry.history)
+            meta = {**it.entry.history.metadata, **extra}
+            history[pos] = it.entry.history.model_copy(update={"metadata": meta})
 
 
 def _call_warnings(call: Call, used: int, tokenizer: str) -> list[str]:
