@@ -13,7 +13,8 @@ one session's calls in the order they were sent and prices each call (``ctxcore.
 - ``cost_usd`` is priced from the recorded usage when the trace has one
   (``cost_source="recorded"``: what was billed), else from the simulation
   (``"simulated"``); ``None`` when it cannot be known (``ctxcore.cost.cost``);
-- ``cache_break`` is the simulation's break attribution for the call (``CacheBreak``).
+- ``cache_break`` is the simulation's break attribution for the call (``CacheBreak``),
+  priced by the same table.
 
 ``costs(traces, prices)`` does the same over a stream of traces of many sessions, one
 session at a time: the traces of a session arrive together (a file, or the store session
@@ -114,6 +115,8 @@ class SessionCost:
     cache_read_tokens: int
     cache_write_tokens: int
     output_tokens: int
+    #: the cache reads the provider billed, over the calls that recorded them (None: none did)
+    recorded_read: int | None
     #: the sum of the calls whose cost is known
     cost_usd: float
     #: calls whose cost is unknown (not in ``cost_usd``)
@@ -127,6 +130,11 @@ def session_totals(calls: Iterable[CallCost]) -> SessionCost:
     """The totals of one session's calls (``session_id`` of the first; empty: ``""``)."""
     items = list(calls)
     breaks = [c.cache_break for c in items if c.cache_break is not None]
+    reads = [
+        c.recorded.cache_read_tokens
+        for c in items
+        if c.recorded is not None and c.recorded.cache_read_tokens is not None
+    ]
     return SessionCost(
         session_id=items[0].session_id if items else "",
         calls=len(items),
@@ -134,6 +142,7 @@ def session_totals(calls: Iterable[CallCost]) -> SessionCost:
         cache_read_tokens=sum(c.cache_read_tokens for c in items),
         cache_write_tokens=sum(c.cache_write_tokens for c in items),
         output_tokens=sum(c.output_tokens or 0 for c in items),
+        recorded_read=sum(reads) if reads else None,
         cost_usd=sum(c.cost_usd for c in items if c.cost_usd is not None),
         unknown_cost=sum(1 for c in items if c.cost_usd is None),
         breaks=len(breaks),
@@ -265,7 +274,7 @@ def _session(calls: list[_Call], prices: PriceTable) -> list[CallCost]:
     """One session's calls costed, in the order they were sent (``input.now``, then
     turn)."""
     ordered = sorted(calls, key=lambda c: (c.at, c.turn))
-    sims = simulate(c.prompt for c in ordered)
+    sims = simulate((c.prompt for c in ordered), prices)
     return [_costed(c, s, prices) for c, s in zip(ordered, sims, strict=True)]
 
 
@@ -275,13 +284,21 @@ def session_costs(traces: Iterable[Trace], prices: PriceTable) -> list[CallCost]
     return _session([_call(t) for t in traces], prices)
 
 
-def costs(traces: Iterable[Trace], prices: PriceTable) -> Iterator[CallCost]:
-    """The cost of each call of every session of ``traces``, a session at a time (its
-    traces, and its side chains', arrive together: ``cache_group``; each is reduced to its
-    prompt's digest as it is read)."""
+def session_groups(traces: Iterable[Trace], prices: PriceTable) -> Iterator[list[CallCost]]:
+    """The costed calls of each session of ``traces`` (with its side chains: one cache,
+    ``cache_group``), a session at a time, each in the order its calls were sent. A
+    session's traces arrive together; each is reduced to its prompt's digest as it is
+    read."""
     calls = (_call(t) for t in traces)
     for _, group in groupby(calls, key=lambda c: c.group):
-        yield from _session(list(group), prices)
+        yield _session(list(group), prices)
+
+
+def costs(traces: Iterable[Trace], prices: PriceTable) -> Iterator[CallCost]:
+    """The cost of each call of every session of ``traces`` (``session_groups``, one
+    call after another)."""
+    for group in session_groups(traces, prices):
+        yield from group
 
 
 # --------------------------------------------------------------------------- waste
@@ -460,6 +477,7 @@ __all__ = [
     "costs",
     "mcp_server",
     "session_costs",
+    "session_groups",
     "session_totals",
     "simulated_usage",
     "thinking_turn",

@@ -613,7 +613,7 @@ def test_options_enable_and_disable_detectors(corpus: Path) -> None:
     assert "compression_damage" not in {f.detector for f in without}
     with pytest.raises(InputError, match="unknown detector"):
         diagnose(t, options=DiagnosticsOptions(enabled=frozenset({"nope"})))
-    assert len(DETECTOR_IDS) == 13
+    assert len(DETECTOR_IDS) == 15
 
 
 def test_thresholds_are_options(corpus: Path) -> None:

@@ -515,6 +515,47 @@ def _add_check(sub: _Subcommands) -> None:
         default="error",
         help="the lowest severity that fails the check, exit 1 (default %(default)s)",
     )
+    _prices(c)
+
+
+def _prices(p: argparse.ArgumentParser) -> None:
+    """``--prices``: a price table over the shipped one (and ``$CTXSCOPE_PRICES``)."""
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        default=None,
+        help="a price table (JSON, the shape of ctxcore/data/prices.json) whose rows replace "
+        f"the shipped ones per model, after ${settings.ENV_PRICES} (default %(default)s: the "
+        f"shipped table; {_env(settings.ENV_PRICES)})",
+    )
+
+
+def _add_cost(sub: _Subcommands) -> None:
+    c = _command(
+        sub,
+        "cost",
+        "what each call cost and where the prompt cache broke",
+        "Price each model call of trace files, session logs or the store: the prompt's\n"
+        "tokens, those read from and written to the (simulated) prompt cache, the output\n"
+        "and the cost, with the reason a cached prefix broke; then the tokens tool\n"
+        "definitions and thinking took. --json: one JSON object per call.\n\n"
+        "example:\n"
+        "  ctxscope cost ~/.claude/projects/my-project/*.jsonl",
+        _lazy("cost", "cli_cost"),
+    )
+    c.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="trace files or files ctxscope import reads (session logs, requests, OTLP)",
+    )
+    c.add_argument("--session", metavar="ID", help="a session of the store instead")
+    c.add_argument("--all", action="store_true", help="every session of the store instead")
+    _db(c, "the store --session and --all read", " (a copy while the app holds it)")
+    _prices(c)
+    c.add_argument(
+        "--json", action="store_true", help="one JSON object per call instead of the tables"
+    )
 
 
 def _add_replay(sub: _Subcommands) -> None:
@@ -733,6 +774,7 @@ SUBCOMMANDS: tuple[Callable[[_Subcommands], None], ...] = (
     _add_import,
     _add_demo,
     _add_check,
+    _add_cost,
     _add_replay,
     _add_proxy,
     _add_run,

@@ -111,13 +111,17 @@ def run_check(
     fail_on: str = "error",
     out: TextIO | None = None,
     err: TextIO | None = None,
+    prices: str | None = None,
 ) -> int:
-    from ctxcore.diagnostics import diagnose, ensure_built
+    from ctxcore.cost import price_table
+    from ctxcore.diagnostics import DiagnosticsOptions, diagnose, ensure_built
 
     out = out or sys.stdout
     err = err or sys.stderr
     if fail_on not in SEVERITY_RANK:
         raise InputError(f"--fail-on {fail_on!r}: choose one of info, warning, error")
+    price_table(Path(prices) if prices else None)  # a bad price file: one line, before all
+    options = DiagnosticsOptions(prices=prices)
     checked = [Checked(c.where, ensure_built(c.trace)) for c in load_checked(paths)]
     by_session: dict[str, list[Trace]] = {}
     for c in checked:
@@ -145,5 +149,5 @@ def run_check(
 
 
 def cli_check(args: argparse.Namespace) -> int:
-    """``ctxscope check FILE... [--fail-on SEVERITY]``."""
-    return run_check(list(args.files), args.fail_on)
+    """``ctxscope check FILE... [--fail-on SEVERITY] [--prices FILE]``."""
+    return run_check(list(args.files), args.fail_on, prices=args.prices)

@@ -26,6 +26,9 @@ estimate_drift       a heuristic token count >10% off the real tokenizer
 summary_coverage     identifiers, paths and numbers a summary lost
 evidence_starved     none of the current turn's tool results is in the prompt
 error_evidence_lost  a failing test, traceback or compiler error filtered or dropped
+import_loss          parts of an imported source kept as JSON text
+cache_break          the prompt cache broke: why, the tokens written again, the fix
+repeated_tool_call   the same tool call, arguments and result again (a stuck loop)
 ==================== ==============================================================
 
 Typical use: Inspect calls ``diagnose(trace, session_traces=earlier_turns)`` (with fixes);
@@ -62,6 +65,7 @@ from ctxcore.diagnostics.detectors_content import (
     summary_coverage,
     unlabelled_evidence,
 )
+from ctxcore.diagnostics.detectors_cost import cache_break, repeated_tool_call
 from ctxcore.diagnostics.detectors_evidence import error_evidence_lost, evidence_starved
 from ctxcore.diagnostics.detectors_tokens import compression_damage, estimate_drift
 from ctxcore.diagnostics.session import LostItem, SessionDiagnosis, TurnFindings, lost_items
@@ -116,6 +120,14 @@ DETECTORS: dict[str, tuple[Detector, str]] = {
         import_loss,
         "parts of an imported request or log of types ctxscope does not read (kept as text)",
     ),
+    "cache_break": (
+        cache_break,
+        "the call read less of the prompt cache than the previous prompt would have served",
+    ),
+    "repeated_tool_call": (
+        repeated_tool_call,
+        "the same tool called with the same arguments got the same result again",
+    ),
 }
 DETECTOR_IDS: tuple[str, ...] = tuple(DETECTORS)
 
@@ -143,10 +155,11 @@ def ensure_built(trace: Trace) -> Trace:
 
 #: the detectors that read the session's other turns (``TraceView.session_traces``): user
 #: constraints from earlier turns, an error carried turn after turn, summaries of earlier
-#: content. The others see only the trace itself (tests/test_diagnostics_reuse.py holds
-#: each of them to that).
+#: content, the prompt cache over the earlier calls, tool calls repeated from them. The
+#: others see only the trace itself (tests/test_diagnostics_reuse.py holds each of them to
+#: that).
 SESSION_DETECTORS: frozenset[str] = frozenset(
-    {"must_have_lost", "stale_or_repeated", "summary_coverage"}
+    {"must_have_lost", "stale_or_repeated", "summary_coverage", "cache_break", "repeated_tool_call"}
 )
 #: for a session detector that reads other turns only in some traces: whether it does in
 #: this one (held to it by the same test)

@@ -100,6 +100,8 @@ class DiagnosticsOptions:
     # summary_coverage
     coverage_min_lost: int = 3
     coverage_warn_share: float = 0.3
+    # cache_break: a price file over the shipped table and $CTXSCOPE_PRICES (check --prices)
+    prices: str | None = None
 
     def wants(self, detector: str) -> bool:
         if detector in self.disabled:

@@ -1,0 +1,170 @@
+"""Detectors about what a session's calls cost: a broken prompt cache, a repeated tool call
+(docs/design.md, "Diagnostics").
+
+Both read the session: ``cache_break`` runs the simulated prompt cache over the earlier
+turns and this one (``ctxcore.costing``) and reports this call's break, with its reason,
+the tokens written again, what that cost beyond reading them and the fix; a call of a
+model no provider's cache is modelled for (``ctxcore.cache.provider_of``) is not judged.
+``repeated_tool_call`` finds the stuck loop: a tool call of this turn (the last reply's)
+with the same tool, the same arguments and the same result as an earlier call of the
+session. It reads the calls and their results from the captured input (the history's tool
+calls, the results by call id), so a builder that dropped or merged the repeated results
+does not hide it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from ctxcore.cache import provider_of
+from ctxcore.cost import PriceTable, price_table
+from ctxcore.costing import session_costs
+from ctxcore.diagnostics.context import TraceView, finding, short
+from ctxcore.models import Finding, Trace
+from ctxcore.settings import ENV_PRICES
+
+#: (tool name, its arguments as canonical JSON, a digest of its result)
+Call = tuple[str, str, str]
+
+
+@lru_cache(maxsize=4)
+def _prices(file: str | None, env: str) -> PriceTable:
+    """The table in effect: the shipped one, the file ``$CTXSCOPE_PRICES`` names, then
+    ``file`` (``DiagnosticsOptions.prices``)."""
+    return price_table(Path(file) if file else None, env)
+
+
+def _session(v: TraceView) -> list[Trace]:
+    """This call's session up to it: the earlier turns, then this one."""
+    t = v.trace
+    earlier = [s for s in v.session_traces if s.turn < t.turn and s.trace_id != t.trace_id]
+    return [*earlier, t]
+
+
+def cache_break(v: TraceView) -> list[Finding]:
+    """Warning: this call read less of the prompt cache than the previous call's prompt
+    would have served; the reason, the tokens written again, their cost and the fix."""
+    session = _session(v)  # read first: it is a session detector whatever the trace
+    model = str(v.trace.metadata.get("model") or "")
+    if provider_of(model) is None:
+        return []
+    prices = _prices(v.options.prices, os.environ.get(ENV_PRICES, ""))
+    calls = session_costs(session, prices)
+    mine = next((c for c in calls if c.trace_id == v.trace.trace_id), None)
+    brk = mine.cache_break if mine is not None else None
+    if brk is None:
+        return []
+    where = brk.block if brk.index is None else f"{brk.block}[{brk.index}]"
+    usd = "an unknown cost" if brk.cost_usd is None else f"${brk.cost_usd:.4f}"
+    theirs = f"; the provider says: {brk.provider_reason}" if brk.provider_reason else ""
+    return [
+        finding(
+            "cache_break",
+            "warning",
+            f"the prompt cache broke at {where} ({brk.kind}): {brk.reason}; "
+            f"{brk.tokens:,} tokens written again, {usd} more than reading them{theirs}; "
+            f"fix: {brk.fix}",
+            [brk.packet] if brk.packet else [],
+            {
+                "block": brk.block,
+                "kind": brk.kind,
+                "index": brk.index,
+                "packet": brk.packet,
+                "reason": brk.reason,
+                "tokens": brk.tokens,
+                "cost_usd": brk.cost_usd,
+                "advice": brk.fix,
+                "provider_reason": brk.provider_reason,
+            },
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- repeated calls
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _arguments(raw: object) -> str:
+    """Arguments as canonical JSON (a JSON string parsed first), so key order and spacing
+    do not make two calls differ."""
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return raw
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _results(t: Trace) -> dict[str, tuple[str, str]]:
+    """Each tool call's result by call id: (packet or message id, text), from the
+    tool-result packets and messages."""
+    out: dict[str, tuple[str, str]] = {}
+    for p in t.input.packets:
+        cid = p.metadata.get("tool_call_id")
+        if isinstance(cid, str):
+            out[cid] = (p.id, p.content)
+    for pos, m in enumerate(t.input.history):
+        cid = m.metadata.get("tool_call_id")
+        if isinstance(cid, str):
+            out.setdefault(cid, (m.id or f"history:{pos}", m.content))
+    return out
+
+
+def _calls(t: Trace) -> Iterator[tuple[int, str, Call]]:
+    """(history position, call id, call) of every answered tool call of ``t``'s input."""
+    results = _results(t)
+    for pos, m in enumerate(t.input.history):
+        for c in m.metadata.get("tool_calls") or ():
+            if not isinstance(c, dict):
+                continue
+            cid, name = c.get("id"), c.get("name")
+            if isinstance(cid, str) and isinstance(name, str) and cid in results:
+                digest = _digest(results[cid][1])
+                yield pos, cid, (name, _arguments(c.get("arguments")), digest)
+
+
+def repeated_tool_call(v: TraceView) -> list[Finding]:
+    """Warning: a tool call of the last reply repeats an earlier call of the session: the
+    same tool, the same arguments, the same result."""
+    earlier = [s for s in v.session_traces if s.turn < v.trace.turn]
+    mine = list(_calls(v.trace))
+    if not mine:
+        return []
+    ids = {cid: rid for cid, (rid, _) in _results(v.trace).items()}
+    last = max(pos for pos, _, _ in mine)
+    seen: dict[str, Call] = {}
+    for s in earlier:
+        seen.update((cid, call) for _, cid, call in _calls(s))
+    seen.update((cid, call) for pos, cid, call in mine if pos < last)
+    out: list[Finding] = []
+    for _, cid, call in (c for c in mine if c[0] == last):
+        before = [other for other, c in seen.items() if c == call and other != cid]
+        if not before:
+            continue
+        name, args, _ = call
+        out.append(
+            finding(
+                "repeated_tool_call",
+                "warning",
+                f"{name}({short(args, 80)}) was called {len(before) + 1} times with the same "
+                "arguments and got the same result each time: the agent is going round in a "
+                "loop; change the approach or tell it what the result means",
+                [ids[cid]],
+                {
+                    "tool": name,
+                    "arguments": args,
+                    "times": len(before) + 1,
+                    "calls": [*before, cid],
+                },
+            )
+        )
+    return out
