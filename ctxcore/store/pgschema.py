@@ -41,6 +41,13 @@ def m001_base(con: psycopg.Connection) -> None:
     """Traces, their JSON in pieces, decisions, packet texts, partitions, findings, ingest
     errors and file offsets, with the indexes of the app's lists, a session's timeline and
     one trace."""
+    _m001_traces(con)
+    _m001_children(con)
+    _m001_ingest_state(con)
+
+
+def _m001_traces(con: psycopg.Connection) -> None:
+    """Migration 1: the sequences, the ``traces`` rows and their indexes."""
     con.execute("CREATE SEQUENCE trace_tseq")
     con.execute("CREATE SEQUENCE content_cid")
     counts = ", ".join(
@@ -89,6 +96,11 @@ def m001_base(con: psycopg.Connection) -> None:
     con.execute("CREATE INDEX traces_session ON traces (session_id, turn, tseq)")
     con.execute("CREATE INDEX traces_tags ON traces USING gin (tags)")
     con.execute("CREATE INDEX traces_undiagnosed ON traces (tseq) WHERE n_findings IS NULL")
+
+
+def _m001_children(con: psycopg.Connection) -> None:
+    """Migration 1: each trace's JSON in pieces, decisions, packet texts, partitions and
+    findings, keyed by ``tseq``."""
     con.execute(
         "CREATE TABLE trace_parts (tseq BIGINT NOT NULL, part INTEGER NOT NULL, "
         "data BYTEA NOT NULL, PRIMARY KEY (tseq, part))"
@@ -145,6 +157,10 @@ def m001_base(con: psycopg.Connection) -> None:
     )
     con.execute("CREATE INDEX findings_tseq ON findings (tseq, ord)")
     con.execute("CREATE INDEX findings_detector ON findings (detector, tseq)")
+
+
+def _m001_ingest_state(con: psycopg.Connection) -> None:
+    """Migration 1: ingest's errors and how far it read each file."""
     con.execute(
         "CREATE TABLE ingest_errors (file TEXT NOT NULL, line BIGINT NOT NULL, "
         'message TEXT NOT NULL, "at" TIMESTAMP NOT NULL)'
