@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from ctxcore.formats.load import load_file
-from ctxcore.models import Message
+from ctxcore.models import CapturedInput
+from ctxcore.pipeline.common import INSTRUCTIONS_ID
 from ctxcore.pipeline.langchain_policies import (
     ChatMsg,
     ClearToolUses,
@@ -36,10 +37,11 @@ from ctxcore.pipeline.langchain_policies import (
     Summarization,
     Trim,
     clear_tool_uses,
-    from_messages,
+    from_parts,
     summarize,
     trim,
 )
+from ctxcore.pipeline.recorded import conversation
 from ctxcore.summarize import default_summarizer
 from ctxcore.tokens import get_counter, seed_tiktoken_cache
 
@@ -57,7 +59,7 @@ _NOT_SESSIONS = {"SOURCES.md", "EXPECTED.json"}
 @dataclass(frozen=True)
 class Session:
     name: str
-    messages: tuple[Message, ...]
+    input: CapturedInput
 
 
 @cache
@@ -85,8 +87,15 @@ def sessions() -> tuple[Session, ...]:
             last = max(ts, key=lambda t: t.turn)
             assert last.result is not None
             rel = path.relative_to(ROOT)
-            out.append(Session(f"{rel}#{sid}", tuple(last.result.messages or [])))
+            out.append(Session(f"{rel}#{sid}", last.input))
     return tuple(out)
+
+
+def recorded_messages(inp: CapturedInput) -> list[ChatMsg]:
+    """The recorded request as LangChain messages: the system prompt, then the conversation."""
+    conv = conversation(inp)
+    head = [ChatMsg("system", conv.system, INSTRUCTIONS_ID)] if conv.system else []
+    return head + from_parts(conv.parts)
 
 
 def _split_system(msgs: list[ChatMsg]) -> tuple[ChatMsg | None, list[ChatMsg]]:
@@ -198,7 +207,7 @@ def all_cases() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(oracle case, ctxscope's result) for every session × policy × setting."""
     out = []
     for s in sessions():
-        msgs = from_messages(s.messages)
+        msgs = recorded_messages(s.input)
         _, rest = _split_system(msgs)
         total = MessageCounter(get_counter("cl100k_base"))(rest)
         cases = [

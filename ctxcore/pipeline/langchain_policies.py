@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from ctxcore.models import Message
 from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.recorded import Part
 from ctxcore.tokens import TokenCounter
 
 #: LangChain's ``DEFAULT_TOOL_PLACEHOLDER`` (context_editing.py)
@@ -121,42 +122,36 @@ def _args(raw: Any) -> dict[str, Any]:
     return {"input": raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)}
 
 
-def from_messages(messages: Sequence[Message]) -> list[ChatMsg]:
-    """The recorded chat messages as LangChain messages: developer parts are system
-    messages, an assistant's ``metadata.tool_calls`` its tool calls, a tool message's
-    ``metadata.tool_call_id`` its call id. A message a compaction replaced is left out (the
-    model never saw it)."""
-    out: list[ChatMsg] = []
-    for k, m in enumerate(messages):
-        if m.metadata.get("replaced_by"):
-            continue
-        role = _ROLES.get(m.role, "user")
-        calls: tuple[ToolCall, ...] = ()
-        if role == "assistant":
-            raw = m.metadata.get("tool_calls")
-            calls = tuple(
-                ToolCall(
-                    str(c.get("id") or ""), str(c.get("name") or ""), _args(c.get("arguments"))
-                )
-                for c in (raw if isinstance(raw, list) else [])
-                if isinstance(c, dict)
-            )
-        call_id = m.metadata.get("tool_call_id") if role == "tool" else None
-        name = m.metadata.get("name") if role == "tool" else None
-        out.append(
-            ChatMsg(
-                role=role,
-                content=m.content,
-                id=m.id,
-                tool_calls=calls,
-                tool_call_id=str(call_id)
-                if call_id is not None
-                else ("" if role == "tool" else None),
-                name=name if isinstance(name, str) else None,
-                source=k,
-            )
+def _chat(k: int, part_id: str, m: Message, tool_name: Any) -> ChatMsg:
+    role = _ROLES.get(m.role, "user")
+    calls: tuple[ToolCall, ...] = ()
+    if role == "assistant":
+        raw = m.metadata.get("tool_calls")
+        calls = tuple(
+            ToolCall(str(c.get("id") or ""), str(c.get("name") or ""), _args(c.get("arguments")))
+            for c in (raw if isinstance(raw, list) else [])
+            if isinstance(c, dict)
         )
-    return out
+    call_id = m.metadata.get("tool_call_id") if role == "tool" else None
+    return ChatMsg(
+        role=role,
+        content=m.content,
+        id=part_id,
+        tool_calls=calls,
+        tool_call_id=str(call_id) if call_id is not None else ("" if role == "tool" else None),
+        name=tool_name if role == "tool" and isinstance(tool_name, str) else None,
+        source=k,
+    )
+
+
+def from_parts(parts: Sequence[Part]) -> list[ChatMsg]:
+    """The recorded conversation (``recorded.conversation``) as LangChain messages, each
+    named by its part's decision id: developer parts are system messages, an assistant's
+    ``metadata.tool_calls`` its tool calls, a tool result its call id and tool name."""
+    return [
+        _chat(k, p.id, p.message, p.packet.metadata.get("name") if p.packet else None)
+        for k, p in enumerate(parts)
+    ]
 
 
 class MessageCounter:
@@ -559,7 +554,7 @@ __all__ = [
     "ToolCall",
     "Trim",
     "clear_tool_uses",
-    "from_messages",
+    "from_parts",
     "history_text",
     "summarize",
     "trim",
