@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ctxcore import __version__
+from ctxcore.cost import PriceTable, price_table
+from ctxcore.costing import CallCost, cache_group, session_costs
 from ctxcore.diagnostics.counterfactual import Counterfactual, counterfactuals, searched_knobs
 from ctxcore.errors import InputError
 from ctxcore.formats.load import SNAPSHOT_FORMAT
@@ -500,11 +502,95 @@ def _session_html(traces: list[Trace]) -> str:
     return f'<section id="session"><h2>Session</h2>{usage}{timeline}</section>'
 
 
-def _trace_section(t: Trace, k: int, findings: list[Finding], fixes: list[Counterfactual]) -> str:
-    """One trace of the HTML report: its facts, its result (or a note that it has none),
-    its captured input and its config."""
+def report_costs(traces: list[Trace], prices: PriceTable | None = None) -> dict[str, CallCost]:
+    """Each model call of ``traces`` costed with the simulated cache over the calls of its
+    session in the export (``ctxcore.costing``), by trace id; a trace that names no model
+    and recorded no usage is left out."""
+    table = prices or price_table()
+    groups: dict[str, list[Trace]] = {}
+    for t in traces:
+        recorded = t.outcome is not None and t.outcome.tokens is not None
+        if recorded or t.metadata.get("model"):
+            groups.setdefault(cache_group(t), []).append(t)
+    return {c.trace_id: c for ts in groups.values() for c in session_costs(ts, table)}
+
+
+def _cost_html(call: CallCost) -> str:
+    """A call's cost and cache: its tokens as the simulation sees them beside the provider's,
+    the cost and its source, the break (every word of it escaped: a reason quotes prompt
+    lines)."""
+    from ctxcore import figures
+
+    rows = "".join(
+        f"<tr><td>{_e(name)}</td><td class=n>{_num(sim)}</td><td class=n>{_num(rec)}</td></tr>"
+        for name, sim, rec in zip(
+            figures.FIGURES,
+            figures.simulated_figures(call),
+            figures.recorded_figures(call.recorded),
+            strict=True,
+        )
+    )
+    lines = [figures.cost_line(call)]
+    if call.cache_break is None:
+        lines.append("No cache break: this call read all the previous call could serve.")
+    else:
+        lines.extend(figures.break_lines(call.cache_break))
+    return (
+        '<h3>Cost and prompt cache</h3><table class="cost"><tr><th>tokens</th>'
+        "<th>simulated</th><th>recorded (provider)</th></tr>"
+        + rows
+        + "</table>"
+        + "".join(f"<p>{_e(line)}</p>" for line in lines)
+    )
+
+
+def _session_costs_html(traces: list[Trace], calls: dict[str, CallCost]) -> str:
+    """Per session of the export with costed calls: its total and a row per turn (the
+    provider's figures where recorded, else the simulation's), each break with its reason."""
+    from ctxcore import figures
+
+    by_session: dict[str, list[CallCost]] = {}
+    for t in traces:
+        if t.trace_id in calls:
+            by_session.setdefault(t.session_id, []).append(calls[t.trace_id])
+    out: list[str] = []
+    for sid, items in by_session.items():
+        known = [c.cost_usd for c in items if c.cost_usd is not None]
+        total = figures.usd(sum(known)) if known else figures.MISSING
+        unknown = len(items) - len(known)
+        note = f" ({unknown:,} of unknown cost, not in the total)" if unknown else ""
+        rows = "".join(
+            f"<tr><td>turn {f.turn}</td>"
+            f"<td class=n>{_e(figures.usd(f.usd))}</td><td class=n>{_num(f.cached)}</td>"
+            f"<td class=n>{_num(f.written)}</td><td class=n>{_num(f.uncached)}</td>"
+            f"<td class=n>{_num(f.output)}</td><td>{_e(f.source)}</td>"
+            f"<td>{_e(f.cache_break.kind if f.cache_break else '')}</td>"
+            f"<td>{_e(f.cache_break.reason if f.cache_break else '')}</td></tr>"
+            for f in figures.session_turns(items)
+        )
+        out.append(
+            f"<h3>Cost and prompt cache: session {_e(sid)}</h3>"
+            f"<p>{_e(total)} over {len(items):,} calls{_e(note)}</p>"
+            "<table><tr><th>turn</th><th>$</th><th>cached</th><th>written</th>"
+            "<th>uncached</th><th>output</th><th>figures</th><th>break</th>"
+            f"<th>break reason</th></tr>{rows}</table>"
+        )
+    return f'<section id="cost"><h2>Cost</h2>{"".join(out)}</section>' if out else ""
+
+
+def _trace_section(
+    t: Trace,
+    k: int,
+    findings: list[Finding],
+    fixes: list[Counterfactual],
+    call: CallCost | None = None,
+) -> str:
+    """One trace of the HTML report: its facts, its cost and cache (a model call), its
+    result (or a note that it has none), its captured input and its config."""
     out: list[str] = [f'<section id="trace-{k}"><h2 id="turn-{t.turn}">Trace {_e(t.trace_id)}</h2>']
     out.append(_facts_table(t))
+    if call is not None:
+        out.append(_cost_html(call))
     if t.result is None:
         out.append('<p class="muted">Captured input only: this trace has no build result.</p>')
     else:
@@ -654,11 +740,12 @@ def html_report(
     redactions: dict[str, int] | None = None,
     findings: list[list[Finding]] | None = None,
     fixes: list[list[Counterfactual]] | None = None,
+    costs: dict[str, CallCost] | None = None,
 ) -> str:
     """A self-contained, offline HTML report of one or more traces (no script at all).
 
     ``findings`` (one list per trace) defaults to ``report_findings(traces)``, ``fixes``
-    to ``report_counterfactuals`` of them. The CSP
+    to ``report_counterfactuals`` of them, ``costs`` (by trace id) to ``report_costs``. The CSP
     (``default-src 'none'``) forbids every script and every request, so even a packet
     that slipped past escaping could neither run nor phone home.
     """
@@ -668,6 +755,8 @@ def html_report(
         findings = report_findings(traces)
     if fixes is None:
         fixes = report_counterfactuals(traces, findings)
+    if costs is None:
+        costs = report_costs(traces)
     title = (
         f"ctxscope report: trace {traces[0].trace_id}"
         if len(traces) == 1
@@ -689,8 +778,9 @@ def html_report(
         detail = ", ".join(f"{_e(k)}: {v}" for k, v in sorted(redactions.items()))
         parts.append(f"<p><b>Redacted on export:</b> {detail}</p>")
     parts.append(_session_html(traces))
+    parts.append(_session_costs_html(traces, costs))
     parts.extend(
-        _trace_section(t, k, fs, cfs)
+        _trace_section(t, k, fs, cfs, costs.get(t.trace_id))
         for k, (t, fs, cfs) in enumerate(zip(traces, findings, fixes, strict=True))
     )
     parts.append("</body></html>\n")
@@ -702,6 +792,7 @@ def html_report(
 
 __all__ = [
     "html_report",
+    "report_costs",
     "report_counterfactuals",
     "report_findings",
     "otlp_export",
