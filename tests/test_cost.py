@@ -425,3 +425,28 @@ def test_totals_add_up() -> None:
     assert total.recorded_read == sum(
         c.recorded.cache_read_tokens or 0 for c in got if c.recorded is not None
     )
+
+
+def test_openai_writes_are_billed_as_input_when_priced_from_the_simulation() -> None:
+    """An Inspect gpt-4o-mini session with its usage taken out: priced from the simulation,
+    and OpenAI charges nothing to write its cache, so the written tokens cost the input
+    price."""
+    log = ROOT / "tests/fixtures/imports/inspect/browser-gpt-4o-mini-tools.json"
+    traces = [
+        t.model_copy(update={"outcome": t.outcome.model_copy(update={"tokens": None})})  # type: ignore[union-attr]
+        for t in iter_traces(log)
+    ]
+    rows = json.loads(SHIPPED.read_text())["models"]
+    row = next(r for r in rows if r["model"] == "gpt-4o-mini")
+    assert row["cache_write_5m"] is None and row["cache_read"] is not None
+    got = list(costs(traces, price_table(env="")))
+    assert any(c.cache_write_tokens for c in got) and any(c.cache_read_tokens for c in got)
+    for c in got:
+        assert c.recorded is None and c.cost_source == "simulated"
+        assert c.output_tokens is not None
+        want = (
+            (c.input_tokens - c.cache_read_tokens) * row["input"]
+            + c.cache_read_tokens * row["cache_read"]
+            + c.output_tokens * row["output"]
+        ) / 1e6
+        assert c.cost_usd == pytest.approx(want, rel=1e-12)
