@@ -58,6 +58,7 @@ FOLDERS = {
     "aider-llm-history": "aider-llm-history",
     "inspect": "inspect",
     "gemini-cli": "gemini-cli",
+    "opencode": "opencode",
     "langfuse": "langfuse",
     "litellm": "litellm",
     "openai-agents": "openai-agents",

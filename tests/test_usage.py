@@ -78,6 +78,7 @@ BY_FORMAT: dict[str, Callable[[Hand], Hand]] = {
     "pi": _anthropic,
     "gemini": _gemini,
     "gemini-cli": _gemini_cli,
+    "opencode": _anthropic,  # OpenCode's input leaves the cache out, as Anthropic's does
 }
 
 

@@ -271,6 +271,23 @@ FORMATS: tuple[Format, ...] = (
         ),
     ),
     Format(
+        "opencode",
+        "an OpenCode session (an export, a message list or recorded events): one trace per step",
+        _F + "opencode:looks_like",
+        _F + "opencode:read",
+        keys=(
+            "info",
+            "parts",
+            "properties",
+            "sessionID",
+            "messageID",
+            "modelID",
+            "providerID",
+            "callID",
+            "tokens",
+        ),
+    ),
+    Format(
         "openhands",
         "an OpenHands trajectory (its event list): one trace per model call",
         _SESSIONS + ".openhands:looks_like",

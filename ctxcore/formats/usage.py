@@ -32,6 +32,10 @@ it. The mappings (docs/design.md, "The trace contract", the table there says the
   ``ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``); ``output_tokens`` includes
   ``output_token_details.reasoning``.
 - ``aider`` (its ``Tokens:`` line): ``sent`` includes the cache hit and write it reports.
+- ``opencode``: ``input`` leaves out ``cache.read`` and ``cache.write`` (OpenCode takes them
+  off whatever the provider), so the prompt is the three; ``reasoning`` is billed as output
+  beside ``output`` in the OpenCode versions that record a ``total`` equal to all of them
+  (``output`` holds it when the total leaves it out), and is unknown without a ``total``.
 - ``langfuse`` and ``inspect``: whether ``input`` holds the cached tokens depends on the
   provider behind them; the recorded total decides (``input + output`` or ``input + output
   + cache``), and a cached call whose total says neither has an unknown input.
@@ -184,6 +188,29 @@ def _aider(usage: Counts) -> Fields:
     }
 
 
+def _opencode(usage: Counts) -> Fields:
+    read, write = usage.get("cache.read"), usage.get("cache.write")
+    base, output = usage.get("input"), usage.get("output")
+    reasoning, total = usage.get("reasoning"), usage.get("total")
+    if not reasoning:
+        whole = output
+    elif total is not None and base is not None and output is not None:
+        cached = (read or 0) + (write or 0)
+        beside = total == base + cached + output + reasoning
+        whole = (
+            output + reasoning if beside else output if total == base + cached + output else None
+        )
+    else:
+        whole = None
+    return {
+        "input_tokens": _plus(base, read, write),
+        "cache_read_tokens": read,
+        "cache_write_tokens": write,
+        "output_tokens": whole,
+        "reasoning_tokens": reasoning,
+    }
+
+
 def input_by_total(
     base: int | None, read: int | None, write: int | None, output: int | None, total: int | None
 ) -> int | None:
@@ -248,6 +275,7 @@ MAPPINGS: dict[str, Callable[[Counts], Fields]] = {
     "vercel-ai": _renamed,
     "langchain": _langchain,
     "aider": _aider,
+    "opencode": _opencode,
     "langfuse": _langfuse,
     "inspect": _inspect,
 }
