@@ -20,6 +20,7 @@ import pytest
 
 from ctxcore import settings
 from ctxcore.cli import main, make_parser
+from ctxcore.formats.load import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
@@ -199,7 +200,7 @@ def test_import_format_still_works_end_to_end(tmp_path: Path) -> None:
     for spelling in ("--from", "--format"):
         out = tmp_path / f"{spelling.strip('-')}.jsonl"
         assert main(["import", str(src), spelling, "openai", "-o", str(out)]) == 0
-        outs[spelling] = [json.loads(line)["trace_id"] for line in out.read_text().splitlines()]
+        outs[spelling] = [t.trace_id for t in load_file(out, "trace")]
     assert outs["--from"] and outs["--from"] == outs["--format"]
     # a format by the old name is read as that format, not detected
     claude = FIXTURES / "claude-code" / "ccviewer-init-session.jsonl"

@@ -16,6 +16,7 @@ from proxy_support import start_collector, wait_for
 
 from ctxcore.capture.calls import CallError, CallRecord, Sessions, trace_from_call
 from ctxcore.cli import main
+from ctxcore.formats.load import load_file
 from ctxcore.store import TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +85,7 @@ def _import(
     rc = main(["import", str(path), "-o", str(out), *extra])
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    traces = [json.loads(x) for x in out.read_text().splitlines()] if out.exists() else []
+    traces = [t.to_dict() for t in load_file(out, "trace")] if out.exists() else []
     return rc, traces, err.strip().splitlines()
 
 
@@ -401,7 +402,7 @@ def test_json_nested_too_deeply_in_an_attribute_costs_its_span_only(
     rc = main(["import", str(path), "-o", str(tmp_path / "out.jsonl")])
     out, err = capsys.readouterr()
     assert rc == 0 and not err
-    traces = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    traces = [t.to_dict() for t in load_file(tmp_path / "out.jsonl", "trace")]
     assert [t["input"]["query"] for t in traces] == [DEEP, "hello there"]
     [said] = [line for line in out.splitlines() if "not imported" in line]
     assert "spans[0]" in said and "gen_ai.input.messages: JSON nested too deeply" in said

@@ -16,6 +16,7 @@ from ctxcore.cli import main
 from ctxcore.diagnostics import diagnose
 from ctxcore.formats.load import load_file
 from ctxcore.models import Status, Trace
+from ctxcore.sharing import PartTable
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
@@ -34,7 +35,7 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def _traces(path: Path) -> list[Trace]:
-    return [Trace.model_validate_json(line) for line in path.read_text().splitlines() if line]
+    return load_file(path, "trace")
 
 
 def test_a_known_models_window_reaches_the_config_that_builds_use() -> None:
@@ -329,13 +330,15 @@ def test_a_big_session_log_imports_in_bounded_memory(tmp_path: Path) -> None:
     peak, stdout = _peak_of_import(log, "-o", str(out))
     assert f"imported {reps * calls} trace(s) from {log}" in stdout
     assert f"… and {reps * calls - 20} more trace(s)" in stdout
-    # every trace written, each whole, in order (read back line by line)
+    # every trace written, in order (read back line by line, shared lines expanded)
     n = 0
     size = out.stat().st_size
-    with out.open(encoding="utf-8") as fh:
+    table = PartTable()
+    with out.open("rb") as fh:
         for n, line in enumerate(fh, start=1):
+            whole = table.expand(line.rstrip(b"\n"))
             if n in (1, reps * calls):
-                t = Trace.model_validate_json(line)
+                t = Trace.model_validate_json(whole)
                 assert t.turn == n - 1
     assert n == reps * calls
     # Holding every trace takes more than the JSON they make; the stream holds a few.

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ctxcore.cli import main
+from ctxcore.formats.load import load_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
 EXPECTED: dict[str, dict[str, Any]] = json.loads((FIXTURES / "EXPECTED.json").read_text())["files"]
@@ -103,7 +104,7 @@ def test_what_a_trace_lost_is_said_even_if_a_later_one_has_it(
     # reached it: read back as ctxscope traces, the loss is said
     name = "claude-code/ccviewer-init-session.jsonl"
     _import(capsys, tmp_path, FIXTURES / name)
-    traces = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    traces = [t.to_dict() for t in load_file(tmp_path / "out.jsonl", "trace")]
     traces[2]["metadata"]["import"]["source"]["tool_calls"] += 1
     path = tmp_path / "traces.jsonl"
     path.write_text("".join(json.dumps(t) + "\n" for t in traces))

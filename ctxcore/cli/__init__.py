@@ -414,6 +414,12 @@ def _add_export(sub: _Subcommands) -> None:
         "as with -o -)",
     )
     e.add_argument(
+        "--shared",
+        action="store_true",
+        help="with --format json: write JSONL in the shared form (a trace names what an "
+        "earlier one carried) instead of a snapshot of whole traces",
+    )
+    e.add_argument(
         "--no-redact", action="store_true", help="keep secrets in the export (not recommended)"
     )
     _db(e, "the store to read", " (a copy while the app holds it)")
@@ -450,7 +456,13 @@ def _add_import(sub: _Subcommands) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="write the traces (JSONL) here instead of the store; - is standard output",
+        help="write the traces (JSONL) here instead of the store; - is standard output. "
+        "A trace names what an earlier one of the file carried (shared form)",
+    )
+    im.add_argument(
+        "--whole",
+        action="store_true",
+        help="with -o: write each trace whole, repeating its session's earlier context",
     )
     im.add_argument(
         "--window",

@@ -31,6 +31,7 @@ from ctxcore.loading import (
     trace_from_obj,
 )
 from ctxcore.models import Config, Trace
+from ctxcore.sharing import PartTable
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ def load_checked(paths: list[str], errors: list[InputError] | None = None) -> li
 
     def record(name: str, obj: Any, raw: bytes | None, where: str, default_id: str) -> None:
         try:
+            if isinstance(obj, InputError):
+                raise obj
             if raw is not None:
                 obj = parse_json(decode_line(raw, where), where)
             out.append(Checked(name, _to_trace(obj, where, default_id)))
@@ -74,12 +77,19 @@ def load_checked(paths: list[str], errors: list[InputError] | None = None) -> li
             raise InputError(f"{path}: is a folder; pass the trace files (e.g. {path}/*.jsonl)")
         stem = path.name
         if path.name.removesuffix(".gz").endswith(".jsonl"):
-            # streamed: a huge file, or a huge line, costs one error, not all the memory
+            # streamed: a huge file, or a huge line, costs one error, not all the memory;
+            # a shared line is expanded with the parts of the lines before it
+            table = PartTable()
             for lineno, raw in iter_lines(path):
                 if not raw.strip():
                     continue
                 where = f"{path}:{lineno}"
-                record(name, None, raw, where, f"{stem}:{lineno}")
+                try:
+                    whole = table.expand(raw, where)
+                except InputError as exc:
+                    record(name, exc, None, where, "")
+                    continue
+                record(name, None, whole, where, f"{stem}:{lineno}")
         else:
             data = parse_json(read_text(path), str(path))
             if isinstance(data, dict) and "format" in data and "schema" not in data:

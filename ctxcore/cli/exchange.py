@@ -17,7 +17,7 @@ from ctxcore import settings
 from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
 from ctxcore.formats.accounting import LABELS, describe_trace, imported_counts
-from ctxcore.formats.load import iter_traces, load_file, write_jsonl
+from ctxcore.formats.load import iter_traces, jsonl_lines, load_file, write_jsonl
 from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
 from ctxcore.output import STDOUT, is_stdout, write_output
@@ -382,12 +382,16 @@ def cli_import(args: argparse.Namespace) -> int:
             # the traces are the standard output: everything said about them goes to stderr
             real = sys.stdout
             with contextlib.redirect_stdout(sys.stderr):
-                write_output(STDOUT, (t.to_json() + "\n" for t in traces), stdout=real)
+                write_output(
+                    STDOUT,
+                    jsonl_lines(traces, shared=not getattr(args, "whole", False)),
+                    stdout=real,
+                )
                 run.described()
                 print(f"imported {run.count} trace(s) from {src} -> standard output")
             return run.rc
         out = Path(args.output)
-        write_jsonl(traces, out)
+        write_jsonl(traces, out, shared=not getattr(args, "whole", False))
         run.described()
         print(f"imported {run.count} trace(s) from {src} -> {out}")
         return run.rc
@@ -418,7 +422,7 @@ def cli_import(args: argparse.Namespace) -> int:
             print(f"{run.warned} trace(s) carry warnings; open them in the app to see why")
         return run.rc
     out = folder / _drop_name(sources, args)
-    write_jsonl(traces, out)
+    write_jsonl(traces, out, shared=True)
     run.described()
     print(
         f"the store is in use by the ctxscope app; wrote {run.count} trace(s) from {src} to "
@@ -521,7 +525,12 @@ def cli_export(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     if not args.no_redact:
         traces, counts = redact_all(traces)
-    if args.format == "json":
+    shared = getattr(args, "shared", False)
+    if shared and args.format != "json":
+        raise InputError(f"--shared writes JSON lines; it does not go with --format {args.format}")
+    if shared:
+        text = "".join(jsonl_lines(traces, shared=True))
+    elif args.format == "json":
         text = snapshot_json(traces)
     elif args.format == "otlp":
         text = otlp_json(traces)

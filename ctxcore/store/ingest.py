@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 
+from ctxcore import sharing
 from ctxcore.errors import InputError, StoreError
 from ctxcore.loading import open_regular
 from ctxcore.settings import MAX_DOCUMENT_BYTES
@@ -66,6 +67,8 @@ MAX_WORKERS = 4
 POOL_CHUNK_BYTES = 4 * 1024 * 1024
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+#: the part tables of the files this process tails (docs/design.md, "Shared traces")
+PART_TABLES = sharing.PartTables()
 
 
 class _Ingest:
@@ -293,7 +296,8 @@ class _Ingest:
     ) -> FileOffset:
         """Stream a big file in chunks; with the worker pool, chunks are parsed, validated
         and turned into Arrow rows in parallel while this process inserts them in order."""
-        pool = self.pool
+        # shared lines name parts of the lines before them: such a file is read in order
+        pool = None if sharing.may_hold_shared(run.key, gz) else self.pool
         if pool is None:
             off = self.lines(run, st, prev, gz, each_block=lambda: self.flush([run]))
             _list_the_rest(run)
@@ -347,6 +351,7 @@ class _Ingest:
         before it)."""
         with readers.open_file(run.key, gz) as f:
             state = readers.resume(f, st, prev, gz)
+            run.parts = PART_TABLES.get(run.key, st.st_ino, state.offset, gz)
             # progress counts the file's bytes (a .gz's decompressed ones are not)
             blocks = readers.LineBlocks(f, state, self.chunk_bytes, None if gz else self.tick)
             for first, block in blocks:
@@ -361,6 +366,7 @@ class _Ingest:
                     each_block()
         _long_lines(run, state)
         self.last_line(run, state)
+        PART_TABLES.keep(run.key, st.st_ino, state.offset, run.parts)
         return state.file_offset(run.key, st, state.error)
 
     def last_line(self, run: FileRun, state: ReadState) -> None:

@@ -40,6 +40,7 @@ from ctxcore.loading import UTF8_BOM, explain_errors, open_regular, parse_json, 
 from ctxcore.models import Trace
 from ctxcore.processes import die_with, worker_context
 from ctxcore.settings import MAX_ERRORS_PER_FILE, MAX_LINE_BYTES
+from ctxcore.sharing import PartTable, is_shared
 from ctxcore.store import fastdecode
 from ctxcore.store.readers import FP_BYTES, LineBlocks, RangeReader, ReadState, too_long
 from ctxcore.store.rows import RowTables, TraceLike, prepare, unexpected
@@ -81,6 +82,8 @@ class FileRun:
     #: errors seen in the file so far (listed or not), and the line of the first not listed
     n_errors: int = 0
     first_unlisted: int = 0
+    #: the parts of the file's shared lines read so far (docs/design.md, "Shared traces")
+    parts: PartTable = field(default_factory=PartTable)
 
     def error(self, lineno: int, message: str) -> None:
         """An error on line ``lineno``; past MAX_ERRORS_PER_FILE it is only counted."""
@@ -135,6 +138,12 @@ class FileRun:
         if len(raw) > MAX_LINE_BYTES:
             self.error(lineno, too_long())
             return
+        if raw[:1] == b"{" and is_shared(raw):
+            try:
+                raw = self.parts.expand(raw)  # the whole trace's JSON
+            except InputError as exc:
+                self.error(lineno, str(exc))
+                return
         if self.fast and not self.redact:
             view = fastdecode.decode(raw)  # strict JSON: NaN and Infinity are refused
             if view is not None:

@@ -1,0 +1,466 @@
+"""Shared traces: a trace line that names content an earlier line of its file carried.
+
+docs/design.md, "Shared traces". An agent's call N repeats calls
+1..N-1 and adds a little; written whole, a session's traces grow with the square of its
+length. A shared line holds the parts it adds and names the rest::
+
+    {"share":"ctxscope.share/1",
+     "parts":{"<id>":<JSON value>, ...},
+     "trace":{<a ctxscope.trace/1 object, where some values are part ids>}}
+
+- A part is a JSON value under an id; ctxscope writes the id as a hash of the value's JSON
+  bytes (content-addressed), so two writers appending to one file never disagree. An id the
+  file defined before may be defined again only with the same bytes.
+- In ``trace``, an item of ``input.history``, ``input.packets``, ``input.tools``,
+  ``result.messages`` or ``result.decisions`` that is a JSON string is the id of the part
+  holding that item (a whole item is always an object, so a string cannot be one).
+  ``input.query``, ``input.system_instructions`` and ``result.prompt`` may be a list of
+  ids of parts that are strings: the text is their concatenation (a prompt that grows each
+  call names the earlier call's pieces and adds one).
+- A line names only parts its own line or a line before it defines: the file stays
+  self-contained, and a cut file keeps every trace whose parts it holds.
+
+``PartTable.expand`` turns a shared line into the bytes of the whole trace (exactly the
+JSON ``Trace.to_json`` wrote, when ctxscope wrote the line) and passes any other line
+through; every reader of trace files calls it line by line, so each sees the same traces.
+``ShareWriter`` writes traces in this form, serializing only what is new: it knows the
+items it already wrote by identity (a session log's importer shares one object between
+all the calls that hold it) and by content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import re
+from collections.abc import Iterator
+from operator import is_
+from typing import Any
+
+import msgspec
+from pydantic import BaseModel, TypeAdapter
+
+from ctxcore.errors import InputError
+from ctxcore.loading import GZIP_ERRORS, iter_lines, open_stream
+from ctxcore.models import Decision, Message, Packet, ToolDef, Trace
+
+SHARE_SCHEMA = "ctxscope.share/1"
+#: The start of a shared line as ctxscope writes it; ``is_shared`` also takes whitespace.
+MARKER = b'{"share":'
+_SHARED = re.compile(rb'\s*\{\s*"share"\s*:')
+#: Fields whose items may be part ids, by the object that holds them.
+LIST_FIELDS: dict[str, tuple[str, ...]] = {
+    "input": ("history", "packets", "tools"),
+    "result": ("messages", "decisions"),
+}
+#: Fields whose text may be a list of part ids (string parts, concatenated).
+TEXT_FIELDS: dict[str, tuple[str, ...]] = {
+    "input": ("query", "system_instructions"),
+    "result": ("prompt",),
+}
+#: A text shorter than this is written as it is, not as parts.
+MIN_SHARED_TEXT = 512
+#: Items the writer remembers by identity before it starts again (content still matches).
+MAX_KNOWN = 500_000
+
+
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    share: str
+    trace: msgspec.Raw
+    parts: dict[str, msgspec.Raw] = {}
+
+
+class _PartsOnly(msgspec.Struct):
+    parts: dict[str, msgspec.Raw] = {}
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+_PARTS_ONLY = msgspec.json.Decoder(_PartsOnly)
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_IDS = msgspec.json.Decoder(list[str])
+_STR = msgspec.json.Decoder(str)
+_encode = msgspec.json.encode
+
+
+def is_shared(raw: bytes) -> bool:
+    """Whether a line is a shared trace (its first key is ``share``)."""
+    if raw[:3] == b"\xef\xbb\xbf":
+        raw = raw[3:]
+    return raw.startswith(MARKER) or _SHARED.match(raw) is not None
+
+
+def part_id(raw: bytes) -> str:
+    """The id ctxscope gives a part: a hash of its JSON bytes."""
+    return hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+class PartTable:
+    """The parts of one file read so far, by id; ``expand`` reads the next line."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, bytes] = {}
+        #: bytes of part JSON held (``store.ingest`` keeps tables of watched files)
+        self.size = 0
+
+    def expand(self, raw: bytes, where: str = "") -> bytes:
+        """The whole trace's JSON bytes of a shared line (its parts are now known), or
+        ``raw`` itself when it is not one. A part named and not defined on this line or an
+        earlier one, or an envelope that is not one, is an ``InputError`` naming ``where``
+        (``file:line``) and the field."""
+        if not is_shared(raw):
+            return raw
+        try:
+            env = _ENVELOPE.decode(raw.removeprefix(b"\xef\xbb\xbf"))
+        except msgspec.ValidationError as exc:
+            raise InputError(f"{_at(where)}a shared trace line: {exc}") from exc
+        except msgspec.DecodeError as exc:
+            raise InputError(f"{_at(where)}malformed JSON ({exc})") from exc
+        if env.share != SHARE_SCHEMA:
+            raise InputError(
+                f"{_at(where)}field 'share': {env.share!r} is not {SHARE_SCHEMA!r}, the shared "
+                "form this ctxscope reads; upgrade ctxscope"
+            )
+        self._define(env.parts, where)
+        return self._trace(bytes(env.trace), where)
+
+    def learn(self, raw: bytes, where: str = "") -> None:
+        """Only the parts a line defines (a reader resuming a file part-way learns the
+        lines before its offset); a line that is not shared, or not JSON, defines none."""
+        if not is_shared(raw):
+            return
+        try:
+            env = _PARTS_ONLY.decode(raw.removeprefix(b"\xef\xbb\xbf"))
+        except msgspec.MsgspecError:
+            return  # read past before: its error was said then
+        try:
+            self._define(env.parts, where)
+        except InputError:
+            return
+
+    def _define(self, parts: dict[str, msgspec.Raw], where: str) -> None:
+        for pid, value in parts.items():
+            data = bytes(value)
+            old = self.parts.get(pid)
+            if old is None:
+                self.parts[pid] = data
+                self.size += len(data)
+            elif old != data:
+                raise InputError(
+                    f"{_at(where)}field 'parts.{pid}': the part {pid!r} was defined on an "
+                    "earlier line with other content; a part's id names one content"
+                )
+
+    def _part(self, pid: str, where: str, field: str) -> bytes:
+        data = self.parts.get(pid)
+        if data is None:
+            raise InputError(
+                f"{_at(where)}field {field!r}: the part {pid!r} is not defined on this line "
+                "or an earlier one of this file (a shared trace names only parts its file "
+                "defined before it: the line that defines it is missing, cut off or later)"
+            )
+        return data
+
+    def _trace(self, body: bytes, where: str) -> bytes:
+        try:
+            top = _OBJECT.decode(body)
+        except msgspec.MsgspecError as exc:
+            raise InputError(f"{_at(where)}field 'trace': a trace must be a JSON object") from exc
+        out = []
+        for key, value in top.items():
+            data = bytes(value)
+            if key in LIST_FIELDS and data[:1] == b"{":
+                data = self._object(key, data, where)
+            out.append(_encode(key) + b":" + data)
+        return b"{" + b",".join(out) + b"}"
+
+    def _object(self, name: str, body: bytes, where: str) -> bytes:
+        """``input`` or ``result`` with its items and texts put back."""
+        fields = _OBJECT.decode(body)
+        lists, texts = LIST_FIELDS[name], TEXT_FIELDS[name]
+        out = []
+        for key, value in fields.items():
+            data = bytes(value)
+            if key in lists and data[:1] == b"[":
+                data = self._items(data, where, f"{name}.{key}")
+            elif key in texts and data[:1] == b"[":
+                data = self._text(data, where, f"{name}.{key}")
+            out.append(_encode(key) + b":" + data)
+        return b"{" + b",".join(out) + b"}"
+
+    def _items(self, body: bytes, where: str, field: str) -> bytes:
+        items = _LIST.decode(body)
+        out = []
+        for i, item in enumerate(items):
+            data = bytes(item)
+            if data[:1] == b'"':
+                data = self._part(_STR.decode(data), where, f"{field}[{i}]")
+            out.append(data)
+        return b"[" + b",".join(out) + b"]"
+
+    def _text(self, body: bytes, where: str, field: str) -> bytes:
+        try:
+            ids = _IDS.decode(body)
+        except msgspec.MsgspecError as exc:
+            raise InputError(
+                f"{_at(where)}field {field!r}: a shared text is a list of part ids"
+            ) from exc
+        pieces = []
+        for i, pid in enumerate(ids):
+            data = self._part(pid, where, f"{field}[{i}]")
+            if data[:1] != b'"':
+                raise InputError(
+                    f"{_at(where)}field '{field}[{i}]': the part {pid!r} is not a string, "
+                    "and a text is made of strings"
+                )
+            pieces.append(data[1:-1])
+        return b'"' + b"".join(pieces) + b'"'
+
+
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def expand_lines(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes | InputError]]:
+    """(line number, whole line) of a trace file's lines (``loading.iter_lines``), shared
+    lines expanded with one table for the file; a line that cannot be comes as its error."""
+    table = PartTable()
+    for n, raw in lines:
+        try:
+            yield n, table.expand(raw, f"line {n}")
+        except InputError as exc:
+            yield n, exc
+
+
+# --------------------------------------------------------------------------- files
+
+
+def may_hold_shared(path: str, gz: bool, start: int = 0) -> bool:
+    """Whether a file may hold shared lines from byte ``start`` on (then its lines are read
+    in order, one part table, never split among worker processes): a plain file is
+    searched for ``MARKER``, a .gz in its first MiB (a shared file's first line is one)."""
+    try:
+        with open_stream(path) as f:
+            if gz:
+                return MARKER in f.read(1024 * 1024)
+            size = os.fstat(f.fileno()).st_size
+            if size <= start:
+                return False
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return mm.find(MARKER, start) >= 0
+    except (OSError, ValueError, *GZIP_ERRORS):
+        return False  # the reader says why
+
+
+class PartTables:
+    """The part tables of files being tailed (``store.ingest``, the watcher): a file read
+    on from its offset needs the parts of the lines before it. A table is kept while its
+    file's inode and offset match (at most ``MAX_HELD`` bytes of parts over all files, the
+    oldest let go first); otherwise the lines before the offset are read again for their
+    parts alone."""
+
+    MAX_HELD = 256 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.tables: dict[str, tuple[int, int, PartTable]] = {}
+
+    def get(self, key: str, inode: int, offset: int, gz: bool) -> PartTable:
+        """The table of ``key`` holding the parts of its lines before byte ``offset``."""
+        held = self.tables.pop(key, None)
+        if offset <= 0:
+            return PartTable()
+        if held is not None and held[0] == inode and held[1] == offset:
+            return held[2]
+        table = PartTable()
+        done = 0
+        try:
+            for n, raw in iter_lines(key):
+                if done >= offset:
+                    break
+                done += len(raw) + 1
+                table.learn(raw, f"line {n}")
+        except InputError:
+            pass  # an unreadable line or file: its reader says so
+        return table
+
+    def keep(self, key: str, inode: int, offset: int, table: PartTable) -> None:
+        """``table`` holds the parts of ``key`` up to ``offset``: kept for the next read."""
+        self.tables.pop(key, None)
+        if not table.parts:
+            return
+        self.tables[key] = (inode, offset, table)
+        while sum(t.size for _, _, t in self.tables.values()) > self.MAX_HELD:
+            del self.tables[next(iter(self.tables))]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {
+    m: TypeAdapter(list[m])  # type: ignore[valid-type]
+    for m in (Message, Packet, ToolDef, Decision)
+}
+
+
+class ShareWriter:
+    """Traces as shared lines (module doc), each part written once per file.
+
+    Only new content is serialized: an item the writer wrote before is known by identity
+    (objects shared between a session's calls; a list whose first items are the previous
+    call's is checked at C speed) or, failing that, by the hash of its JSON; a text is the
+    previous call's pieces of that session and field that it starts with, plus the rest."""
+
+    def __init__(self) -> None:
+        self.written: set[str] = set()
+        #: id(object) -> (the object, kept alive so its id is not reused; its part id)
+        self.known: dict[int, tuple[Any, str]] = {}
+        #: (session, field) -> the last list written there and its part ids
+        self.lists: dict[tuple[str, str], tuple[list[Any], list[str]]] = {}
+        #: (session, field) -> the pieces of the last text written there
+        self.texts: dict[tuple[str, str], list[tuple[str, str]]] = {}
+
+    def line(self, trace: Trace) -> str:
+        """One shared line (with its newline) for ``trace``."""
+        new: dict[str, str] = {}
+        body = _dump_fields(trace, lambda name, value: self._field(trace, name, value, new))
+        parts = ",".join(f'"{pid}":{data}' for pid, data in new.items())
+        return f'{{"share":"{SHARE_SCHEMA}","parts":{{{parts}}},"trace":{body}}}\n'
+
+    def lines(self, traces: Iterator[Trace]) -> Iterator[str]:
+        for t in traces:
+            yield self.line(t)
+
+    def _field(self, trace: Trace, name: str, value: Any, new: dict[str, str]) -> str | None:
+        """The JSON of ``input`` or ``result`` with parts, or None for any other field."""
+        if name not in LIST_FIELDS or value is None:
+            return None
+        lists, texts = LIST_FIELDS[name], TEXT_FIELDS[name]
+
+        def sub(field: str, v: Any) -> str | None:
+            key = (trace.session_id, f"{name}.{field}")
+            if field in lists and v is not None:
+                return self._list(key, v, new)
+            if field in texts and len(v) >= MIN_SHARED_TEXT:
+                return self._pieces(key, v, new)
+            return None
+
+        return _dump_fields(value, sub)
+
+    def _add(self, data: str, new: dict[str, str]) -> str:
+        pid = part_id(data.encode("utf-8", "surrogatepass"))
+        if pid not in self.written:
+            self.written.add(pid)
+            new[pid] = data
+        return pid
+
+    def _list(self, key: tuple[str, str], items: list[Any], new: dict[str, str]) -> str:
+        prev, prev_ids = self.lists.get(key, ([], []))
+        n = len(prev)
+        if len(items) >= n and all(map(is_, items[:n], prev)):
+            ids = prev_ids[:]
+        else:
+            ids = []
+        unknown: list[int] = []
+        for k in range(len(ids), len(items)):
+            hit = self.known.get(id(items[k]))
+            if hit is not None and hit[0] is items[k]:
+                ids.append(hit[1])
+            else:
+                ids.append("")
+                unknown.append(k)
+        if unknown:
+            self._serialize([items[k] for k in unknown], unknown, ids, new)
+        self.lists[key] = (items, ids)
+        return "[" + ",".join(f'"{pid}"' for pid in ids) + "]"
+
+    def _serialize(
+        self, objs: list[Any], where: list[int], ids: list[str], new: dict[str, str]
+    ) -> None:
+        """Part ids of items not known yet: their JSON (all at once), hashed."""
+        kind = type(objs[0])
+        adapter = _ADAPTERS.get(kind)
+        if adapter is not None and all(type(o) is kind for o in objs):
+            raws = [bytes(r).decode("utf-8") for r in _LIST.decode(adapter.dump_json(objs))]
+        else:
+            raws = [_model_json(o) for o in objs]
+        if len(self.known) > MAX_KNOWN:
+            self.known.clear()
+        for k, obj, data in zip(where, objs, raws, strict=True):
+            pid = self._add(data, new)
+            ids[k] = pid
+            self.known[id(obj)] = (obj, pid)
+
+    def _pieces(self, key: tuple[str, str], text: str, new: dict[str, str]) -> str:
+        pieces: list[tuple[str, str]] = []
+        pos = 0
+        for pid, piece in self.texts.get(key, []):
+            if not text.startswith(piece, pos):
+                break
+            pieces.append((pid, piece))
+            pos += len(piece)
+        if pos < len(text) or not pieces:
+            rest = text[pos:]
+            pieces.append((self._add(_str_json(rest), new), rest))
+        self.texts[key] = pieces
+        return "[" + ",".join(f'"{pid}"' for pid, _ in pieces) + "]"
+
+
+def _model_json(obj: Any) -> str:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump_json()
+    return _str_json(obj) if isinstance(obj, str) else _encode(obj).decode("utf-8")
+
+
+_STR_ADAPTER: TypeAdapter[str] = TypeAdapter(str)
+
+
+def _str_json(text: str) -> str:
+    """A string's JSON as the models write it (pydantic's escaping)."""
+    return _STR_ADAPTER.dump_json(text).decode("utf-8", "surrogatepass")
+
+
+def _dump_fields(model: BaseModel, special: Any) -> str:
+    """``model``'s JSON (as ``Trace.to_json`` writes it), field by field in its order:
+    ``special(name, value)`` gives a field's JSON or None, and the runs of other fields
+    are dumped by pydantic together."""
+    fields = type(model).model_fields
+    out: list[str] = []
+    run: set[str] = set()
+
+    def flush() -> None:
+        if run:
+            text = model.model_dump_json(include=run, by_alias=True)
+            out.append(text[1:-1])
+            run.clear()
+
+    for name, info in fields.items():
+        value = getattr(model, name)
+        data = special(name, value)
+        if data is None:
+            run.add(name)
+            continue
+        flush()
+        out.append(f'"{info.alias or name}":{data}')
+    flush()
+    return "{" + ",".join(o for o in out if o) + "}"
+
+
+def whole_lines(traces: Iterator[Trace]) -> Iterator[str]:
+    """Each trace whole, as ``ctxscope.trace/1`` has always been written."""
+    for t in traces:
+        yield t.to_json() + "\n"
+
+
+__all__ = [
+    "MARKER",
+    "SHARE_SCHEMA",
+    "PartTable",
+    "PartTables",
+    "may_hold_shared",
+    "ShareWriter",
+    "expand_lines",
+    "is_shared",
+    "part_id",
+    "whole_lines",
+]
