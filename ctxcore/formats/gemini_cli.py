@@ -33,7 +33,8 @@ from ctxcore.formats.accounting import Tally
 from ctxcore.formats.norm import NormMessage, reply_text
 from ctxcore.formats.sessions import SessionImport
 from ctxcore.formats.sessions.calls import Call, Segment
-from ctxcore.formats.sessions.lines import parse_time, unexpected
+from ctxcore.formats.sessions.lines import parse_time
+from ctxcore.formats.sessions.records import RecordReader
 
 FORMAT = "gemini-cli"
 TYPES = frozenset({"user", "gemini", "info", "error", "warning"})
@@ -151,14 +152,12 @@ def _usage(tokens: Any) -> dict[str, int]:
     }
 
 
-class Reader:
+class Reader(RecordReader):
     """Reads a chat file's messages in order; each ``gemini`` message is one call."""
 
     def __init__(self, name: str, session: str, now: datetime) -> None:
+        super().__init__()
         self.name, self.session, self.now = name, session, now
-        self.errors: list[str] = []
-        self.reported = 0
-        self.not_sent: dict[str, int] = {}
 
     def calls(self, data: dict[str, Any]) -> list[Call]:
         """The calls, in the order of their replies."""
@@ -169,26 +168,16 @@ class Reader:
         answered: set[str] = set()
         out: list[Call] = []
         for k, record in enumerate(data["messages"]):
-            where = f"messages[{k}]"
-            try:
-                seg, call = self._record(record, k, context, answered, len(out))
-            except ImportFormatError as exc:
-                self.errors.append(f"{self.name}: {where}: {exc}")
-                continue
-            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-                self.errors.append(f"{self.name}: {where}: {unexpected(exc)}")
-                continue
+            read = self.guard(
+                f"{self.name}: messages[{k}]",
+                lambda: self._record(record, k, context, answered, len(out)),  # noqa: B023
+            )
+            seg, call = read or (None, None)
             if call is not None:
                 out.append(call)
             if seg is not None:
                 context.append(seg)
-        if out and self.errors[self.reported :]:
-            out[-1].skipped = [*out[-1].skipped, *self.errors[self.reported :]]
-            self.reported = len(self.errors)
-        for call in out:
-            if self.not_sent:
-                call.metadata["session_log"]["not_sent_to_the_model"] = dict(self.not_sent)
-        return out
+        return self.finish(out)
 
     def _record(
         self, record: Any, k: int, context: list[Segment], answered: set[str], turn: int
@@ -198,7 +187,7 @@ class Reader:
             raise ImportFormatError("not a Gemini CLI message (type: user, gemini, info, …)")
         kind = record["type"]
         if kind in NOT_SENT:
-            self.not_sent[kind] = self.not_sent.get(kind, 0) + 1
+            self.count_not_sent(kind)
             return None, None
         tally = Tally(FORMAT)
         if kind == "user":
@@ -251,11 +240,10 @@ class Reader:
             recorded=["messages", "tool calls and results"] + (["usage", "model"] if usage else []),
             reconstructed=list(RECONSTRUCTED),
             warnings=[WARNING],
-            skipped=self.errors[self.reported :],
+            skipped=self.since_last_call(),
         )
         if reply is not None and reply.reasoning:
             log["thoughts"] = len(record.get("thoughts") or [])
-        self.reported = len(self.errors)
         return call
 
 

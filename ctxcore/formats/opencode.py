@@ -49,7 +49,7 @@ from ctxcore.formats.accounting import Tally
 from ctxcore.formats.norm import reply_text
 from ctxcore.formats.sessions import SessionImport
 from ctxcore.formats.sessions.calls import Call, Compaction, Segment
-from ctxcore.formats.sessions.lines import unexpected
+from ctxcore.formats.sessions.records import RecordReader
 
 FORMAT = "opencode"
 #: The events that change a session's messages (the rest are ignored).
@@ -270,14 +270,12 @@ class _Step:
     turn: int
 
 
-class Reader:
+class Reader(RecordReader):
     """Reads a session's messages in order; each step of an assistant message is a call."""
 
     def __init__(self, name: str, session: str, now: datetime) -> None:
+        super().__init__()
         self.name, self.session, self.now = name, session, now
-        self.errors: list[str] = []
-        self.reported = 0
-        self.not_sent: dict[str, int] = {}
         self.index = 0  # a running message number: the ids of the normalised messages
         self.seen: set[str] = set()  # the ids of the messages read so far
 
@@ -289,25 +287,10 @@ class Reader:
             self.seen.add(str(msg.info.get("id")))
             sid = str(msg.info.get("sessionID") or self.session)
             state = sessions.setdefault(sid, _Session())
-            try:
-                made = self._message(msg, sid, state)
-            except ImportFormatError as exc:
-                self.errors.append(f"{msg.where}: {exc}")
-                continue
-            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-                self.errors.append(f"{msg.where}: {unexpected(exc)}")
-                continue
-            state.turns += len(made)
-            out.extend(made)
-        if out and self.errors[self.reported :]:
-            out[-1].skipped = [*out[-1].skipped, *self.errors[self.reported :]]
-            self.reported = len(self.errors)
-        for call in out:
-            call.metadata["session_log"]["not_sent_to_the_model"] = dict(self.not_sent)
-        return out
-
-    def _count_not_sent(self, what: str) -> None:
-        self.not_sent[what] = self.not_sent.get(what, 0) + 1
+            made = self.guard(msg.where, lambda: self._message(msg, sid, state))  # noqa: B023
+            state.turns += len(made or [])
+            out.extend(made or [])
+        return self.finish(out)
 
     def _segment(self, api: dict[str, Any], where: str) -> Segment:
         """One Messages API message, normalised and checked against the trace contract."""
@@ -360,13 +343,13 @@ class Reader:
         kind = part.get("type")
         if kind == "text":
             if part.get("ignored"):
-                self._count_not_sent("ignored text")
+                self.count_not_sent("ignored text")
                 return None
             return {"type": "text", "text": str(part.get("text") or "")}
         if kind == "file":
             mime = str(part.get("mime") or "")
             if mime in NOT_SENT_MIME:
-                self._count_not_sent(f"file ({mime})")
+                self.count_not_sent(f"file ({mime})")
                 return None
             block = "image" if mime.startswith("image/") else "document"
             source = {"type": "url", "url": str(part.get("url") or "")}
@@ -374,7 +357,7 @@ class Reader:
         if kind == "compaction":
             return {"type": "text", "text": COMPACTION_PROMPT}
         if kind in BOOKKEEPING:
-            self._count_not_sent(str(kind))
+            self.count_not_sent(str(kind))
             return None
         return {**part, "type": f"opencode:{kind}"}  # not read here: kept as text, reported
 
@@ -395,7 +378,7 @@ class Reader:
                 content.append({**call, "input": state.get("input") or {}})
                 results.append(_result(part))
             elif kind in BOOKKEEPING:
-                self._count_not_sent(str(kind))
+                self.count_not_sent(str(kind))
             else:  # not read here: kept as JSON text and reported
                 content.append({**part, "type": f"opencode:{kind}"})
         reply = self._segment({"role": "assistant", "content": content}, where)
@@ -440,9 +423,8 @@ class Reader:
             recorded=["messages", "tool calls and results"] + (["usage", "model"] if usage else []),
             reconstructed=list(RECONSTRUCTED),
             warnings=warnings,
-            skipped=self.errors[self.reported :],
+            skipped=self.since_last_call(),
         )
-        self.reported = len(self.errors)
         return call
 
 
