@@ -203,12 +203,13 @@ def _cost_panel(call: CallCost) -> None:
     quotes prompt lines)."""
     share = figures.cached_share(call)
     st.caption(
-        f"The dotted outline on the bar is the cached prefix: {share:.0%} of the prompt "
-        "read from the cache (placed by its share of the prompt, which starts with it)."
+        f"The dotted outline on the bar marks the cached prefix: {share:.0%} of the prompt "
+        f"was read from the cache. A prompt starts with its prefix, so the outline covers "
+        f"the first {share:.0%} of the tokens used."
     )
     with st.container(border=True, key="in_cost"):
         st.markdown("**Cost and prompt cache**")
-        c1, c2 = st.columns([1, 1.3])
+        c1, c2 = st.columns([1.15, 1])  # the table's three columns whole at 1024 px
         # five short rows: no row to open whole (readable_table), just the figures
         c1.container(key="tbl_in_cache").dataframe(
             costs.cache_frame(call),
@@ -228,10 +229,10 @@ def _cost_panel(call: CallCost) -> None:
 
 
 CACHE_CONFIG = {
-    "tokens": st.column_config.TextColumn("tokens", width=110),
-    "simulated": st.column_config.NumberColumn("simulated", format="localized", width=100),
+    "tokens": st.column_config.TextColumn("tokens", width=100),
+    "simulated": st.column_config.NumberColumn("simulated", format="localized", width=85),
     "recorded": st.column_config.NumberColumn(
-        "recorded", format="localized", width=100, help="as the provider billed them"
+        "recorded", format="localized", width=85, help="as the provider billed them"
     ),
 }
 

@@ -117,6 +117,18 @@ def mark_cached(fig: go.Figure, share: float, used: int) -> go.Figure:
         line={"color": "#000000", "width": 3, "dash": "dot"},
         fillcolor="rgba(0,0,0,0)",
     )
+    # named above the bar at its right end: on a wide window a prompt's prefix is a sliver
+    out.add_annotation(
+        x=share * used,
+        y=0.5,
+        xref="x",
+        yref="y",
+        text=f"cached {share:.0%}",
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+        font={"size": 12},
+    )
     return out
 
 

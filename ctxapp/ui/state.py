@@ -449,13 +449,21 @@ def sweep(
     return _sweep(db_path(), t.trace_id, cfg.model_dump_json(), x, xs, y, ys, watch, t, cfg)
 
 
-def session_traces(session_id: str, limit: int = 500) -> list[Trace]:
-    """Every stored trace of one session, in turn order."""
+@st.cache_resource(max_entries=4, show_spinner="Loading the session…")
+def _session_traces(db: str, session_id: str, limit: int, ver: int) -> list[Trace]:
     page = list_traces(
         TraceFilter(session_id=session_id), sort="turn", descending=False, limit=limit
     )
-    out = [get_trace(r.trace_id) for r in page.rows]
-    return [t for t in out if t is not None]
+    # one query for the session's JSON: per trace, the per-id cache (48 entries) thrashed
+    # on a long session and every reader of it loaded it again
+    stored = store().traces_json([r.trace_id for r in page.rows])
+    return [Trace.model_validate_json(raw) for _, raw in stored]
+
+
+def session_traces(session_id: str, limit: int = 500) -> list[Trace]:
+    """Every stored trace of one session, in turn order (cached per session and store
+    version: the Timeline's diagnostics and costs, Inspect's findings read the same list)."""
+    return _session_traces(db_path(), session_id, limit, latest_change())
 
 
 @st.cache_resource(max_entries=8, show_spinner="Replaying the session…")
@@ -523,12 +531,12 @@ def prices() -> PriceTable:
 
 @st.cache_resource(max_entries=8, show_spinner="Costing the session…")
 def _session_costs(db: str, session_id: str, ver: int) -> list[CallCost]:
-    traces = session_traces(session_id, limit=100_000)
+    traces = session_traces(session_id)
     if not traces:
         return []
     group = cache_group(traces[0])
     if group != session_id:  # a side chain shares its parent session's cache
-        traces = session_traces(group, limit=100_000) + traces
+        traces = session_traces(group) + traces
     calls = session_costs(traces, prices())
     return [c for c in calls if c.session_id == session_id]
 

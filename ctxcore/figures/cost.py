@@ -221,8 +221,10 @@ def turns_figure(
         margin={"l": 10, "r": 10, "t": 70, "b": 80},
         yaxis={"title": {"text": "prompt tokens"}, "rangemode": "tozero"},
         yaxis2={"title": {"text": "USD"}, "overlaying": "y", "side": "right",
-                "rangemode": "tozero", "showgrid": False},
-        legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
+                "rangemode": "tozero", "showgrid": False, "tickprefix": "$",
+                "tickformat": ",.3f"},
+        legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0,
+                "traceorder": "normal"},
         hovermode="closest",
     )  # fmt: skip
     return fig

@@ -758,6 +758,8 @@ TABLE_WHY: dict[str, tuple[str, ...]] = {
     "tr_table": ("session", "turn", "verdict"),
     "in_signals": ("packet", "status", "strongest signal"),
     "sh_errors": ("message", "file"),
+    "in_cache": ("tokens", "simulated", "recorded"),
+    "tl_cost": ("turn", "$", "cached", "written", "uncached"),
 }
 #: Columns of short words (a status, a code, a turn) that must never be cut: there is no
 #: more to read in them than what the cell holds.
@@ -779,6 +781,7 @@ READ_WHOLE_ELSEWHERE = frozenset(
         "tl_findings_list",
         "tr_findings",
         "tr_table",
+        "tl_cost",
     }
 )
 

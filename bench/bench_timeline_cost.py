@@ -1,0 +1,173 @@
+"""The Timeline of a 500-turn session with cost (issue 32, Speed: <= 1.5 s), in a real
+Chromium against ``streamlit run``.
+
+The session is 500 real builds of the pipeline over corpus text (``tests/app_support``'s
+session: the packets grow turn by turn, a minute apart), each given the model and the usage
+a Claude call of that prompt would record: the prompt's tokens plus a 3,000-token system
+prompt, the previous call's prompt read from the cache, the rest written, 200 output tokens.
+So the page draws everything it draws for a real session with cost: the packet chart, the
+partition usage, the cost and cache per turn (``ctxcore.costing`` over the 500 calls, the
+simulated cache included) and the diagnostics.
+
+Measured: the page opened by its URL with the server's caches cold (the first open), then
+warm (``--repeat`` more opens); and, in this process, the parts of the cost: loading the 500
+traces from the store and ``session_costs`` over them. Prints a table; exits 0 whatever the
+numbers (the machine is shared; targets are for reading).
+
+    .venv/bin/python bench/bench_timeline_cost.py [--turns 500] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from app_support import session  # noqa: E402
+
+from ctxcore.cost import price_table  # noqa: E402
+from ctxcore.costing import session_costs  # noqa: E402
+from ctxcore.models import Outcome, TokenUsage, Trace  # noqa: E402
+from ctxcore.store import TraceFilter, TraceStore  # noqa: E402
+from tests.browser import (  # noqa: E402
+    browser_missing_reason,
+    exceptions_text,
+    goto,
+    launch_browser,
+    new_page,
+    runs,
+    settle,
+    start_server,
+    wait_runs,
+)
+
+SESSION = "bench-cost-500"
+MODEL = "claude-sonnet-4-20250514"
+SYSTEM = 3000
+#: how long a page may take (the session's diagnostics take minutes on 500 turns)
+WAIT_MS = 900_000
+
+
+def with_usage(traces: list[Trace]) -> list[Trace]:
+    """Each build with the model and the usage its call would record (module docstring)."""
+    out: list[Trace] = []
+    previous = 0
+    for t in traces:
+        assert t.result is not None
+        prompt = t.result.totals.used + SYSTEM
+        read = min(previous, prompt)
+        usage = TokenUsage(
+            mapping="anthropic",
+            input_tokens=prompt,
+            cache_read_tokens=read,
+            cache_write_tokens=prompt - read,
+            cache_write_5m_tokens=prompt - read,
+            cache_write_1h_tokens=0,
+            output_tokens=200,
+        )
+        out.append(
+            t.model_copy(
+                update={
+                    "metadata": {**t.metadata, "model": MODEL},
+                    "outcome": Outcome(tokens=usage),
+                }
+            )
+        )
+        previous = prompt
+    return out
+
+
+def build(db: Path, turns: int) -> float:
+    t0 = time.perf_counter()
+    traces = with_usage(session(SESSION, turns, first=12, step=1, pool=60))
+    with TraceStore(db) as store:
+        store.add_traces(traces, source="bench")
+    return time.perf_counter() - t0
+
+
+def parts(db: Path) -> dict[str, float]:
+    """The cost's parts in this process: loading the session's traces, costing them."""
+    with TraceStore(db, read_only=True) as store:
+        t0 = time.perf_counter()
+        rows = store.list_traces(TraceFilter(session_id=SESSION), sort="turn", limit=100_000)
+        traces = [t for r in rows.rows if (t := store.get_trace(r.trace_id)) is not None]
+        loaded = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    calls = session_costs(traces, price_table())
+    costed = time.perf_counter() - t0
+    assert len(calls) == len(traces)
+    return {"load the session's traces": loaded, "session_costs over them": costed}
+
+
+def open_timeline(page: Any, url: str) -> tuple[float, float]:
+    """Open the Timeline by its URL: seconds until the cost chart is drawn (the page goes on
+    drawing what comes under it), and until the page is settled."""
+    t0 = time.perf_counter()
+    before = runs(page)
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator(".st-key-tl_cost_chart .main-svg").first.wait_for(timeout=WAIT_MS)
+    drawn = time.perf_counter() - t0
+    wait_runs(page, before, WAIT_MS)
+    settle(page, WAIT_MS)
+    return drawn, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--turns", type=int, default=500)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    reason = browser_missing_reason()
+    if reason:
+        print(f"bench_timeline_cost: {reason}", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="ctxscope-bench-tl-cost-"))
+    (work / "traces").mkdir()
+    db = work / "ctxscope.duckdb"
+    built = build(db, args.turns)
+    inproc = parts(db)
+    server = start_server(db, work / "traces", work, {"CTXSCOPE_NO_WATCH": "1"})
+    opens: list[tuple[float, float]] = []
+    try:
+        with launch_browser() as browser:
+            page = new_page(browser)
+            goto(page, server.url)  # the JS bundles, once
+            url = f"{server.url}/timeline?session={quote(SESSION)}"
+            for _ in range(args.repeat + 1):
+                opens.append(open_timeline(page, url))
+                assert exceptions_text(page) == []
+    finally:
+        server.stop()
+    print(f"\nstore: one session of {args.turns} turns with usage, built in {built:.1f} s")
+    head = f"{'measure':<52} {'target':>7} {'time':>9}"
+    print(head)
+    print("-" * len(head))
+    rows = [("Timeline by URL, cold: the cost chart drawn", "1.5 s", opens[0][0]),
+            ("Timeline by URL, cold: the page settled", "", opens[0][1])]  # fmt: skip
+    if opens[1:]:
+        rows.append(("Timeline by URL, warm: the cost chart drawn (median)", "1.5 s",
+                     statistics.median(o[0] for o in opens[1:])))  # fmt: skip
+        rows.append(("Timeline by URL, warm: the page settled (median)", "",
+                     statistics.median(o[1] for o in opens[1:])))  # fmt: skip
+    rows += [(f"  in process: {name}", "", seconds) for name, seconds in inproc.items()]
+    for name, target, seconds in rows:
+        print(f"{name:<52} {target:>7} {seconds * 1000:>7.0f}ms")
+    print(
+        "\nTimed from the navigation to the cost chart drawn, and to the page settled (script "
+        "finished, no stale elements: the session's diagnostics, drawn under the costs, "
+        "included)."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
