@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ctxcore.cli import main
+from ctxcore.errors import InputError
 from ctxcore.formats.load import iter_traces, load_file, write_jsonl
 from ctxcore.models import Trace
 from ctxcore.sharing import MARKER, PartTable, ShareWriter, is_shared
@@ -165,7 +166,7 @@ def test_a_part_redefined_with_other_content_is_refused(tmp_path: Path) -> None:
     pid = next(iter(env["parts"]))
     env2 = json.loads(lines[1])
     env2["parts"][pid] = "other"
-    with pytest.raises(Exception, match=f"parts.{pid}'.*other content"):
+    with pytest.raises(InputError, match=f"parts.{pid}'.*other content"):
         t = PartTable()
         t.expand(lines[0])
         t.expand(json.dumps(env2).encode(), "x:2")
@@ -280,8 +281,13 @@ def test_the_watcher_tails_a_shared_file_appended_in_pieces(tmp_path: Path) -> N
     folder = tmp_path / "traces"
     folder.mkdir()
     traces = load_file(SIDECHAIN)
-    data = "".join(ShareWriter().line(t) for t in traces).encode()
+    writer = ShareWriter()
+    lines = [writer.line(t).encode() for t in traces]
+    data = b"".join(lines)
     assert data.count(MARKER) == len(traces)
+    # a later line alone cannot be read: it names parts of the lines before it
+    with pytest.raises(InputError, match="is not defined on this line"):
+        PartTable().expand(lines[-1])
     store = TraceStore(folder / "ctxscope.duckdb")
     w = Watcher(store, folder, rescan_every=3600).start()
     try:
