@@ -192,9 +192,20 @@ def measure(path: Path, fmt: str) -> dict[str, float]:
     return out
 
 
+def _format_of(path: Path) -> str:
+    """A file's format as import detects it: a session log's, a file that is not JSON by its
+    sniffer, else the JSON value's."""
+    found = sessions.sniff(path) or registry.sniff_file(path.name, path.read_bytes()[:4096])
+    if isinstance(found, str):
+        return found
+    if found is not None:
+        return found.name
+    return registry.detect(json.loads(path.read_text(encoding="utf-8"))).name
+
+
 def _samples(formats: list[str], files: list[Path]) -> list[tuple[Path, str]]:
     if files:
-        return [(f, sessions.sniff(f) or "auto") for f in files]
+        return [(f, _format_of(f)) for f in files]
     out = []
     for folder, fmt in FOLDER_FORMAT.items():
         if fmt in formats:
