@@ -46,11 +46,14 @@ RESPONSE = re.compile(r"^LLM RESPONSE (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)\s*$")
 ROLE_LINE = re.compile(r"^(SYSTEM|USER|ASSISTANT|TOOL|FUNCTION)(?: (.*))?$")
 CHAT_START = re.compile(r"^# aider chat started at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$")
 #: The runs of lines of a chat history that are not the assistant's: what the user typed
-#: (``####``), aider's terminal output (``>``), the start of a session.
+#: (``####``), aider's terminal output (``>``), the start of a session. Each is found by the
+#: newline before it (searched in the text with a newline put first: a pattern that begins
+#: with a literal is scanned for fast, one that begins with ``^`` is tried at every
+#: character), and leaves the newline that ends it for the run after it.
 SPECIAL_RUN = re.compile(
-    r"^(?:(?P<user>(?:####(?: [^\n]*)?\n)+)|(?P<tool>(?:>(?: [^\n]*)?\n)+)"
-    r"|# aider chat started at (?P<start>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[ \t]*\n)",
-    re.M,
+    r"\n(?:(?P<user>####(?: [^\n]*)?(?:\n####(?: [^\n]*)?)*)"
+    r"|(?P<tool>>(?: [^\n]*)?(?:\n>(?: [^\n]*)?)*)"
+    r"|# aider chat started at (?P<start>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[ \t]*)(?=\n)"
 )
 MODEL_LINE = re.compile(r"^(?:Main model|Models?): (\S+)")
 TOKENS_LINE = re.compile(
@@ -372,17 +375,19 @@ class ChatReader:
         finds the ``####``, ``>`` and session lines, the reply lines are what lies between."""
         for text in self._texts(source):
             pos = 0
-            for m in SPECIAL_RUN.finditer(text):
+            # in "\n" + text a match's start is its line's place in text, its end the place
+            # after the newline that ends the run
+            for m in SPECIAL_RUN.finditer("\n" + text):
                 if m.start() > pos:
                     yield from self._add("assistant", [text[pos : m.start() - 1]])
                 user, tool, start = m.group("user", "tool", "start")
                 if start is not None:
                     yield from self._start(start)
                 elif user is not None:
-                    lines = user[:-1].split("\n")
+                    lines = user.split("\n")
                     yield from self._add("user", [ln[5:].removesuffix("  ") for ln in lines])
                 else:
-                    lines = tool[:-1].split("\n")
+                    lines = tool.split("\n")
                     yield from self._add("tool", [ln[2:].removesuffix("  ") for ln in lines])
                 pos = m.end()
             if pos < len(text):
