@@ -236,19 +236,19 @@ def expand_lines(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, byte
 # --------------------------------------------------------------------------- files
 
 
-def may_hold_shared(path: str, gz: bool, start: int = 0) -> bool:
-    """Whether a file may hold shared lines from byte ``start`` on (then its lines are read
-    in order, one part table, never split among worker processes): a plain file is
-    searched for ``MARKER``, a .gz in its first MiB (a shared file's first line is one)."""
+def may_hold_shared(path: str, gz: bool, end: int | None = None) -> bool:
+    """Whether a file may hold shared lines (before byte ``end``, if given): then its lines
+    are read in order with one part table, never split among worker processes. A plain
+    file is searched for ``MARKER``, a .gz in its first MiB (a shared file's first line is
+    one)."""
     try:
         with open_stream(path) as f:
             if gz:
                 return MARKER in f.read(1024 * 1024)
-            size = os.fstat(f.fileno()).st_size
-            if size <= start:
+            if os.fstat(f.fileno()).st_size == 0:
                 return False
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return mm.find(MARKER, start) >= 0
+                return mm.find(MARKER, 0, len(mm) if end is None else end) >= 0
     except (OSError, ValueError, *GZIP_ERRORS):
         return False  # the reader says why
 
@@ -273,6 +273,8 @@ class PartTables:
         if held is not None and held[0] == inode and held[1] == offset:
             return held[2]
         table = PartTable()
+        if not may_hold_shared(key, gz, offset):
+            return table  # no shared line before the offset: nothing to learn
         done = 0
         try:
             for n, raw in iter_lines(key):
@@ -347,11 +349,12 @@ class ShareWriter:
 
         return _dump_fields(value, sub)
 
-    def _add(self, data: str, new: dict[str, str]) -> str:
-        pid = part_id(data.encode("utf-8", "surrogatepass"))
+    def _add(self, data: bytes, new: dict[str, str]) -> str:
+        """The id of the part whose JSON is ``data``; new to the file, it goes in ``new``."""
+        pid = part_id(data)
         if pid not in self.written:
             self.written.add(pid)
-            new[pid] = data
+            new[pid] = data.decode("utf-8", "surrogatepass")
         return pid
 
     def _list(self, key: tuple[str, str], items: list[Any], new: dict[str, str]) -> str:
@@ -381,9 +384,9 @@ class ShareWriter:
         kind = type(objs[0])
         adapter = _ADAPTERS.get(kind)
         if adapter is not None and all(type(o) is kind for o in objs):
-            raws = [bytes(r).decode("utf-8") for r in _LIST.decode(adapter.dump_json(objs))]
+            raws = list(map(bytes, _LIST.decode(adapter.dump_json(objs))))
         else:
-            raws = [_model_json(o) for o in objs]
+            raws = [_model_json(o).encode("utf-8", "surrogatepass") for o in objs]
         if len(self.known) > MAX_KNOWN:
             self.known.clear()
         for k, obj, data in zip(where, objs, raws, strict=True):
@@ -409,15 +412,15 @@ class ShareWriter:
 def _model_json(obj: Any) -> str:
     if isinstance(obj, BaseModel):
         return obj.model_dump_json()
-    return _str_json(obj) if isinstance(obj, str) else _encode(obj).decode("utf-8")
+    return (_str_json(obj) if isinstance(obj, str) else _encode(obj)).decode("utf-8")
 
 
 _STR_ADAPTER: TypeAdapter[str] = TypeAdapter(str)
 
 
-def _str_json(text: str) -> str:
+def _str_json(text: str) -> bytes:
     """A string's JSON as the models write it (pydantic's escaping)."""
-    return _STR_ADAPTER.dump_json(text).decode("utf-8", "surrogatepass")
+    return _STR_ADAPTER.dump_json(text)
 
 
 def _dump_fields(model: BaseModel, special: Any) -> str:

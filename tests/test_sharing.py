@@ -338,3 +338,38 @@ def test_export_writes_the_shared_form_on_request(
     assert shared.stat().st_size * 3 < whole.stat().st_size
     bad = ["export", "--session", session, "--db", str(db), "--shared", "--format", "html"]
     assert main(bad) == 2
+
+
+def test_a_resumed_file_without_shared_lines_is_not_read_again_for_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctxcore.sharing as sharing
+
+    traces = load_file(CLAUDE)
+    path = tmp_path / "whole.jsonl"
+    write_jsonl(traces[:3], path)
+    reads: list[str] = []
+    real = sharing.iter_lines
+
+    def counted(p: str | Path, *a: object) -> object:
+        reads.append(str(p))
+        return real(p)
+
+    monkeypatch.setattr(sharing, "iter_lines", counted)
+    with TraceStore(tmp_path / "n.duckdb") as s:
+        assert ingest_paths(s, [path]).traces_added == 3
+        PART_TABLES.tables.clear()
+        with path.open("a", encoding="utf-8") as f:
+            f.write("".join(t.to_json() + "\n" for t in traces[3:]))
+        assert ingest_paths(s, [path]).traces_added == len(traces) - 3
+        assert reads == []  # whole lines only: no part to learn, nothing read twice
+        # a shared file resumed without its table is read up to the offset for its parts
+        shared = tmp_path / "shared.jsonl"
+        writer = ShareWriter()
+        shared.write_text("".join(writer.line(t) for t in traces[:3]))
+        assert ingest_paths(s, [shared]).traces_added == 0  # stored already
+        PART_TABLES.tables.clear()
+        with shared.open("a", encoding="utf-8") as f:
+            f.write("".join(writer.line(t) for t in traces[3:]))
+        c = ingest_paths(s, [shared])
+        assert not c.error_rows and reads == [str(shared.resolve())]

@@ -18,7 +18,6 @@ from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
 from ctxcore.formats.accounting import LABELS, describe_trace, imported_counts
 from ctxcore.formats.load import iter_traces, jsonl_lines, load_file, write_jsonl
-from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
 from ctxcore.models import Trace
 from ctxcore.output import STDOUT, is_stdout, write_output
 
@@ -510,6 +509,9 @@ def find_traces(
 
 def cli_export(args: argparse.Namespace) -> int:
     """``ctxscope export (TRACE_ID | --session ID) [--format json|html|otlp] [-o FILE]``."""
+    # here, not at the top: the report's diagnostics cost `ctxscope import` 0.6 s to load
+    from ctxcore.formats.share import html_report, otlp_json, redact_all, snapshot_json
+
     if bool(args.trace_id) == bool(args.session):
         raise InputError("give exactly one of TRACE_ID or --session ID")
     db = getattr(args, "db", None) or str(settings.db_path())

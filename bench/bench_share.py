@@ -1,0 +1,168 @@
+"""Shared traces benchmark: ``ctxscope import -o`` of a long Claude Code log, shared and whole.
+
+    .venv/bin/python bench/bench_share.py [--events 4000] [--mb 40] [--compact-at 150000]
+    .venv/bin/python bench/bench_share.py --log session.jsonl --ccl ~/venv/bin/claude-code-log
+
+Builds the session log ``bench/bench_import.py`` builds (the default: 4,026 lines, 39.6 MB,
+1,122 calls, 33 compactions; or ``--log`` takes one), then runs, each in a child process of
+its own: ``ctxscope import LOG -o FILE`` (the shared form, docs/design.md "Shared traces"),
+``ctxscope import LOG --whole -o FILE`` (each trace whole, what ``import -o`` wrote before the
+shared form), reading each file back (``load_file``: every trace expanded and validated), and
+``claude-code-log LOG -o FILE.html`` side by side when it is installed (``--ccl`` names it,
+else it is looked up on the PATH). Prints a table: wall time, CPU time (user + system, the
+child's), throughput on the log's size, the output's size against the log's, peak memory.
+Targets (issue 34): the shared output at most twice the log's size, at least 30 MB/s end to
+end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+TARGET_RATIO = 2.0
+TARGET_MBPS = 30.0
+
+_READ_BACK = """
+import sys
+from ctxcore.formats.load import iter_traces
+print(sum(1 for _ in iter_traces(sys.argv[1], "trace")))
+"""
+
+
+#: Runs its arguments as a child and reports that child's CPU time and peak RSS
+#: (``RUSAGE_CHILDREN`` of this wrapper holds that child's only).
+_WRAP = """
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(p.stdout)
+sys.stderr.write(p.stderr)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"@@usage {r.ru_utime + r.ru_stime} {r.ru_maxrss}", file=sys.stderr)
+sys.exit(p.returncode)
+"""
+
+
+def _child(args: list[str]) -> dict[str, Any]:
+    """Run ``args`` as a child: its wall time, CPU time, peak memory and standard output."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRAP, *args], capture_output=True, text=True, cwd=ROOT
+    )
+    wall = time.perf_counter() - t0
+    err, _, usage = proc.stderr.rpartition("@@usage ")
+    if proc.returncode != 0:
+        raise SystemExit(f"{args[:4]} failed ({proc.returncode}): {err[-2000:]}")
+    cpu, peak = usage.split()
+    return {"wall": wall, "cpu": float(cpu), "peak_mb": int(peak) / 1024, "out": proc.stdout}
+
+
+def _ccl(given: str | None) -> str | None:
+    if given:
+        return given
+    return shutil.which("claude-code-log")
+
+
+def run(log: Path, work: Path, ccl: str | None) -> list[tuple[str, dict[str, Any]]]:
+    py = sys.executable
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for label, extra in (("import -o (shared)", []), ("import -o --whole (before)", ["--whole"])):
+        out = work / ("shared.jsonl" if not extra else "whole.jsonl")
+        r = _child([py, "-m", "ctxcore", "import", str(log), *extra, "-o", str(out)])
+        r["size"] = out.stat().st_size
+        r["traces"] = next(
+            int(x.split()[1]) for x in r["out"].splitlines() if x.startswith("imported ")
+        )
+        rows.append((label, r))
+        back = _child([py, "-c", _READ_BACK, str(out)])
+        back["size"] = None
+        back["traces"] = int(back["out"].strip())
+        rows.append((f"  read back ({'shared' if not extra else 'whole'})", back))
+        out.unlink()
+    if ccl is not None:
+        html = work / "ccl.html"
+        r = _child([ccl, str(log), "-o", str(html)])
+        r["size"] = html.stat().st_size if html.exists() else None
+        r["traces"] = None
+        rows.append(("claude-code-log (HTML)", r))
+    return rows
+
+
+def table(log: Path, rows: list[tuple[str, dict[str, Any]]]) -> str:
+    mb = log.stat().st_size / 1e6
+    head = ("run", "wall s", "CPU s", "MB/s (wall)", "MB/s (CPU)", "output", "x log", "peak MB")
+    lines = [head]
+    for label, r in rows:
+        size = r.get("size")
+        lines.append(
+            (
+                label,
+                f"{r['wall']:.2f}",
+                f"{r['cpu']:.2f}",
+                f"{mb / r['wall']:.1f}",
+                f"{mb / max(r['cpu'], 1e-9):.1f}",
+                f"{size / 1e6:,.1f} MB" if size is not None else "",
+                f"{size / (mb * 1e6):.2f}" if size is not None else "",
+                f"{r['peak_mb']:,.0f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    out = [f"log: {log} ({mb:,.1f} MB)"]
+    for k, row in enumerate(lines):
+        out.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    shared = dict(rows)["import -o (shared)"]
+    ratio = shared["size"] / (mb * 1e6)
+    rate = mb / shared["wall"]
+    out.append(
+        f"targets: output <= {TARGET_RATIO:.0f}x the log: {ratio:.2f}x "
+        f"{'ok' if ratio <= TARGET_RATIO else 'MISSED'}; >= {TARGET_MBPS:.0f} MB/s end to end: "
+        f"{rate:.1f} MB/s {'ok' if rate >= TARGET_MBPS else 'MISSED'}"
+    )
+    out.append(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=4000)
+    ap.add_argument("--mb", type=float, default=40.0)
+    ap.add_argument("--compact-at", type=int, default=150_000)
+    ap.add_argument("--log", type=Path, help="a Claude Code log to use instead of building one")
+    ap.add_argument("--ccl", help="the claude-code-log command (default: on the PATH)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ctxscope-bench-share-"))
+    if args.log is not None:
+        log = args.log
+    else:
+        from bench_import import build
+
+        log = work / "session.jsonl"
+        made = build(log, args.events, args.mb, args.compact_at)
+        print(f"built {log}: {made['events']:,} lines, {made['compactions']} compactions")
+    rows = run(log, work, _ccl(args.ccl))
+    print(table(log, rows))
+    if args.log is None:
+        log.unlink()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
