@@ -142,6 +142,23 @@ def test_gemini_responses_without_ids_answer_the_oldest_call_of_their_name() -> 
     assert by_name["get_current_weather"].id == "tool:call_1_0"
 
 
+def test_a_bare_list_of_contents_is_one_gemini_request() -> None:
+    # a Gemini CLI /chat save checkpoint keeps a conversation as its contents alone: the
+    # real request's contents so kept read as that request does, less what only the
+    # request holds (its system instruction and tools)
+    req = _load("gemini/openinference-automatic-tool-calling.request.json")
+    bare = req["contents"]
+    assert detect_format(bare) == "gemini"
+    whole, alone = _one(req), _one(bare)
+    for field in ("query", "packets", "history"):
+        assert getattr(alone.input, field) == getattr(whole.input, field), field
+    assert alone.input.system_instructions == "" and alone.input.tools == []
+    source = alone.metadata["import"]["source"]
+    calls = sum("functionCall" in p for c in bare for p in c["parts"])
+    answers = sum("functionResponse" in p for c in bare for p in c["parts"])
+    assert calls and (source["tool_calls"], source["tool_results"]) == (calls, answers)
+
+
 def test_gemini_sdk_call_shape_in_snake_case_reads_the_same() -> None:
     rest = _load("gemini/openinference-automatic-tool-calling.request.json")
     contents = json.loads(

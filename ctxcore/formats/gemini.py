@@ -28,6 +28,7 @@ Calls without an id get ``call_<content>_<part>`` (counted in
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -402,6 +403,22 @@ def _created(response: dict[str, Any]) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
+def is_contents_list(data: Any) -> bool:
+    """Whether a JSON value is a bare list of contents (``[{"role", "parts"}, ...]``), as
+    Gemini CLI's ``/chat save`` checkpoints keep a conversation: one request's contents."""
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and all(
+            isinstance(c, dict)
+            and c.get("role") in _ROLES
+            and isinstance(c.get("parts"), list)
+            and "content" not in c
+            for c in data
+        )
+    )
+
+
 class GenerateContent(RequestFormat):
     """The Gemini ``generateContent`` mapping (``request.RequestFormat``)."""
 
@@ -412,6 +429,13 @@ class GenerateContent(RequestFormat):
 
     def looks_like(self, data: Any) -> bool:
         return looks_like(data)
+
+    def detects(self, data: Any) -> bool:
+        # also a bare list of contents (a Gemini CLI checkpoint), one request holding them
+        return super().detects(data) or is_contents_list(data)
+
+    def requests(self, data: Any) -> Iterator[tuple[Any, Any]]:
+        return super().requests({"contents": data} if is_contents_list(data) else data)
 
     def accepts(self, request: Any) -> bool:
         return isinstance(request, dict) and "contents" in request

@@ -384,7 +384,7 @@ FORMATS: tuple[Format, ...] = (
     ),
     Format(
         "gemini",
-        "a Gemini generateContent request (or request/response pairs)",
+        "a Gemini generateContent request (or request/response pairs, or a bare contents list)",
         _F + "gemini:REQUESTS.detects",
         _F + "gemini:REQUESTS.read",
         keys=(
