@@ -26,8 +26,8 @@ from ctxcore.tokens import TOKENIZERS
 
 #: ``int`` and ``float`` are numbers (a ``ratio`` is a float in [0, 1], drawn as a slider);
 #: ``choice`` is one string of ``choices``; ``list`` an ordered list of strings; ``shares``
-#: a share per partition.
-Kind = Literal["int", "ratio", "float", "bool", "choice", "list", "shares"]
+#: a share per partition; ``text`` any string.
+Kind = Literal["int", "ratio", "float", "bool", "choice", "list", "shares", "text"]
 Value = int | float | bool | str | tuple[str, ...] | Mapping[str, float]
 
 
@@ -131,6 +131,8 @@ class Knob:
             return "a list of names" + (f" from {', '.join(self.choices)}" if self.choices else "")
         if self.kind == "shares":
             return "a share from 0 to 1 per partition"
+        if self.kind == "text":
+            return "a text"
         what = "an integer" if self.kind == "int" else "a number"
         lo, hi = self.ge, self.le
         low = "" if lo is not None else "above "
@@ -157,6 +159,7 @@ _PYTHON_TYPES: dict[str, Any] = {
     "choice": str,
     "list": list[str],
     "shares": dict[str, float],
+    "text": str,
 }
 
 
@@ -192,6 +195,11 @@ def _signal(signal: str, label: str, default: float, help: str) -> Knob:
 #: metadata last; ``ctxscope tune`` searches around these over this grid.
 SIGNAL_GRID: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0)
 
+#: the LangChain policy presets (docs/design.md, "LangChain policies")
+_LANGCHAIN = ("langchain-context-editing", "langchain-summarization", "langchain-trim")
+#: LangChain's message types ``trim_messages``' start_on and end_on name, and none
+_MESSAGE_TYPES = ("none", "human", "ai", "system", "tool")
+
 KNOBS: tuple[Knob, ...] = (
     Knob(
         "tokenizer",
@@ -203,6 +211,7 @@ KNOBS: tuple[Knob, ...] = (
             "hello-agents": "cl100k_base",
             "hello-agents-book": "book-heuristic",
             "recorded": "cl100k_base",
+            **{p: "cl100k_base" for p in _LANGCHAIN},
         },
         choices=TOKENIZERS,
         summary=7,
@@ -216,6 +225,7 @@ KNOBS: tuple[Knob, ...] = (
             "ctxscope": Derived("the input's window, else 8,000"),
             "hello-agents": 8000,
             "hello-agents-book": 3000,
+            "langchain-trim": Derived("the input's window less its output reserve, else 8,000"),
         },
         gt=0,
         le=MAX_TOKENS,
@@ -385,6 +395,132 @@ KNOBS: tuple[Knob, ...] = (
         "degrade order",
         "The degradation ladder's steps, run in this order until the build fits.",
         {"ctxscope": Derived("every step of the ladder, in its order")},
+    ),
+    # LangChain v1's policies (docs/design.md, "LangChain policies"): each knob is the
+    # parameter of the same name, with the package's default
+    Knob(
+        "trigger",
+        "int",
+        "trigger",
+        "When the policy acts. langchain-context-editing (ClearToolUsesEdit): above this many "
+        "tokens in the messages. langchain-summarization (SummarizationMiddleware): at this "
+        "many tokens or messages (trigger_kind).",
+        {"langchain-context-editing": 100_000, "langchain-summarization": 4000},
+        ge=0,
+        le=MAX_TOKENS,
+        step=1000,
+    ),
+    Knob(
+        "trigger_kind",
+        "choice",
+        "trigger kind",
+        "What trigger counts, as in SummarizationMiddleware's trigger=(kind, value): tokens or "
+        "messages.",
+        {"langchain-summarization": "tokens"},
+        choices=("tokens", "messages"),
+    ),
+    Knob(
+        "keep",
+        "int",
+        "keep",
+        "What the policy leaves alone. langchain-context-editing: the most recent tool results "
+        "(ClearToolUsesEdit keep). langchain-summarization: the most recent messages or tokens "
+        "(keep_kind) kept after the summary.",
+        {"langchain-context-editing": 3, "langchain-summarization": 20},
+        ge=0,
+        le=MAX_TOKENS,
+        step=1,
+    ),
+    Knob(
+        "keep_kind",
+        "choice",
+        "keep kind",
+        "What keep counts, as in SummarizationMiddleware's keep=(kind, value): messages or tokens.",
+        {"langchain-summarization": "messages"},
+        choices=("messages", "tokens"),
+    ),
+    Knob(
+        "clear_at_least",
+        "int",
+        "clear_at_least (tokens)",
+        "ClearToolUsesEdit stops clearing once this many tokens are reclaimed (0: it clears "
+        "every tool result older than keep).",
+        {"langchain-context-editing": 0},
+        ge=0,
+        le=MAX_TOKENS,
+        step=100,
+    ),
+    Knob(
+        "clear_tool_inputs",
+        "bool",
+        "clear_tool_inputs",
+        "ClearToolUsesEdit also clears the arguments of the call a cleared result answers.",
+        {"langchain-context-editing": False},
+    ),
+    Knob(
+        "exclude_tools",
+        "list",
+        "exclude_tools",
+        "ClearToolUsesEdit never clears the results of these tools.",
+        {"langchain-context-editing": ()},
+    ),
+    Knob(
+        "placeholder",
+        "text",
+        "placeholder",
+        "The text ClearToolUsesEdit puts in place of a cleared tool result.",
+        {"langchain-context-editing": "[cleared]"},
+    ),
+    Knob(
+        "strategy",
+        "choice",
+        "strategy",
+        "trim_messages keeps the last messages that fit max_tokens, or the first.",
+        {"langchain-trim": "last"},
+        choices=("last", "first"),
+    ),
+    Knob(
+        "token_counter",
+        "choice",
+        "token_counter",
+        "What trim_messages counts: tokenizer (tokens per message with the tokenizer knob's "
+        "encoding, 3 per message, tool calls included) or len (messages, as LangChain's "
+        "token_counter=len).",
+        {"langchain-trim": "tokenizer"},
+        choices=("tokenizer", "len"),
+    ),
+    Knob(
+        "include_system",
+        "bool",
+        "include_system",
+        "trim_messages (strategy last) always keeps a first system message.",
+        {"langchain-trim": False},
+    ),
+    Knob(
+        "start_on",
+        "choice",
+        "start_on",
+        "trim_messages (strategy last) drops the oldest kept messages until one of this type "
+        "leads (none: no rule).",
+        {"langchain-trim": "none"},
+        choices=_MESSAGE_TYPES,
+    ),
+    Knob(
+        "end_on",
+        "choice",
+        "end_on",
+        "trim_messages drops the newest messages until one of this type ends the list (none: "
+        "no rule).",
+        {"langchain-trim": "none"},
+        choices=_MESSAGE_TYPES,
+    ),
+    Knob(
+        "allow_partial",
+        "bool",
+        "allow_partial",
+        "trim_messages cuts the message that does not fit to the lines that do, instead of "
+        "dropping it whole.",
+        {"langchain-trim": False},
     ),
 )
 

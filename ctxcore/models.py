@@ -288,6 +288,8 @@ class CapturedInput(_NullIsDefault):
 # --------------------------------------------------------------------------- config
 
 FillMode = Literal["skip", "break", "optimal"]
+#: LangChain's message types (``trim_messages``' start_on and end_on), and none
+MessageType = Literal["none", "human", "ai", "system", "tool"]
 
 
 class Config(_NullIsDefault):
@@ -326,6 +328,21 @@ class Config(_NullIsDefault):
     reference_weight: float | None = knobs.config_field("reference_weight")
     metadata_weight: float | None = knobs.config_field("metadata_weight")
     lexical_weight: float | None = knobs.config_field("lexical_weight")
+    #: the LangChain policies' parameters (``ctxcore.pipeline.langchain_policies``)
+    trigger: int | None = knobs.config_field("trigger")
+    trigger_kind: Literal["tokens", "messages"] | None = None
+    keep: int | None = knobs.config_field("keep")
+    keep_kind: Literal["messages", "tokens"] | None = None
+    clear_at_least: int | None = knobs.config_field("clear_at_least")
+    clear_tool_inputs: bool | None = None
+    exclude_tools: list[str] | None = None
+    placeholder: str | None = None
+    strategy: Literal["last", "first"] | None = None
+    token_counter: Literal["tokenizer", "len"] | None = None
+    include_system: bool | None = None
+    start_on: MessageType | None = None
+    end_on: MessageType | None = None
+    allow_partial: bool | None = None
 
     @field_validator(*knobs.names(numeric=True), mode="before")
     @classmethod

@@ -160,7 +160,15 @@ LIMITS: dict[str, tuple[str, str]] = {
 
 # --------------------------------------------------------------------------- names
 
-PresetName = Literal["ctxscope", "hello-agents", "hello-agents-book", "recorded"]
+PresetName = Literal[
+    "ctxscope",
+    "hello-agents",
+    "hello-agents-book",
+    "recorded",
+    "langchain-context-editing",
+    "langchain-summarization",
+    "langchain-trim",
+]
 #: The presets, the default first.
 PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
 DEFAULT_PRESET: PresetName = "ctxscope"

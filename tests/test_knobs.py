@@ -117,6 +117,8 @@ def _valid(k: Knob) -> object:
         return ["noise"]
     if k.kind == "shares":
         return {"[Task]": 0.5}
+    if k.kind == "text":
+        return "x"
     return k.low_value()
 
 
@@ -284,6 +286,8 @@ def _control(at: Any, k: Knob) -> Any:
         return at.toggle(key=key)
     if k.kind == "choice":
         return at.selectbox(key=key)
+    if k.kind == "text":
+        return at.text_input(key=key)
     return at.multiselect(key=key)
 
 

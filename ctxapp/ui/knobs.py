@@ -183,6 +183,8 @@ def _widget(name: str, default: Any, max_tokens_top: int, rerun: Sequence[str]) 
     elif spec.kind == "list":
         opts = list(dict.fromkeys([*default, *state.ss_get(k, [])]))
         st.multiselect(label, opts, key=k, **moved)
+    elif spec.kind == "text":
+        st.text_input(label, key=k, **moved)
 
 
 def _int_widget(spec: Knob, default: Any, max_tokens_top: int, moved: dict[str, Any]) -> None:

@@ -31,6 +31,9 @@ _MODULES = {
     "hello-agents": "ctxcore.pipeline.hello_agents",
     "hello-agents-book": "ctxcore.pipeline.hello_agents_book",
     "recorded": "ctxcore.pipeline.recorded",
+    "langchain-context-editing": "ctxcore.pipeline.langchain_context_editing",
+    "langchain-summarization": "ctxcore.pipeline.langchain_summarization",
+    "langchain-trim": "ctxcore.pipeline.langchain_trim",
 }
 
 
@@ -57,6 +60,9 @@ _READS_INPUT: dict[str, tuple[str, ...]] = {
     "hello-agents": (),
     "hello-agents-book": (),
     "recorded": ("window", "output_reserve"),
+    "langchain-context-editing": ("window", "output_reserve"),
+    "langchain-summarization": ("window", "output_reserve"),
+    "langchain-trim": ("window", "output_reserve"),
 }
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ctxcore.errors import InputError
-from ctxcore.knobs import number, preset_defaults, shares
+from ctxcore.knobs import number, preset_defaults, refused, shares
 from ctxcore.models import (
     PARTITIONS,
     BuildResult,
@@ -75,6 +75,9 @@ DEFAULT_DEGRADE: list[str] = list(RUNGS)
 
 def resolve(config: Config, input: CapturedInput) -> Config:
     """Fill every ``None`` knob with the ctxscope default; reject impossible values."""
+    given = [k for k in refused(NAME) if getattr(config, k) is not None]
+    if given:
+        raise InputError(f"preset {NAME} has no {', '.join(given)} (another preset's knobs)")
     upd: dict[str, object] = {k: v for k, v in DEFAULTS.items() if getattr(config, k) is None}
     tokenizer = config.tokenizer or str(DEFAULTS["tokenizer"])
     if tokenizer not in TOKENIZERS:

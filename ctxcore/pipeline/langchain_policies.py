@@ -30,9 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from ctxcore.models import Message
-from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.recorded import Part
+from ctxcore.errors import InputError
+from ctxcore.knobs import honoured
+from ctxcore.models import Config, Message
+from ctxcore.pipeline.common import INSTRUCTIONS_ID, Summarizer
+from ctxcore.pipeline.recorded import Conversation, Part
 from ctxcore.tokens import TokenCounter
 
 #: LangChain's ``DEFAULT_TOOL_PLACEHOLDER`` (context_editing.py)
@@ -107,7 +109,7 @@ class Fate:
     why: str
 
 
-def _args(raw: Any) -> dict[str, Any]:
+def arguments(raw: Any) -> dict[str, Any]:
     """A recorded call's arguments as LangChain's ``args`` dict: its JSON object; any other
     text (a free-form tool's input, e.g. Codex's apply_patch) as ``{"input": text}``."""
     if isinstance(raw, dict):
@@ -122,20 +124,52 @@ def _args(raw: Any) -> dict[str, Any]:
     return {"input": raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)}
 
 
-def _chat(k: int, part_id: str, m: Message, tool_name: Any) -> ChatMsg:
+def _raw_calls(m: Message) -> list[dict[str, Any]]:
+    raw = m.metadata.get("tool_calls")
+    return [c for c in (raw if isinstance(raw, list) else []) if isinstance(c, dict)]
+
+
+def call_lines(calls: Sequence[dict[str, Any]]) -> str:
+    """The ``name(arguments)`` lines an importer appends to a reply's text for its calls
+    (``formats/norm.py``, ``formats/request.call_line``)."""
+    return "\n".join(
+        f"{c.get('name')}("
+        + (a if isinstance(a := c.get("arguments"), str) else json.dumps(a, ensure_ascii=False))
+        + ")"
+        for c in calls
+    )
+
+
+def reply_text(m: Message) -> str:
+    """An assistant message's own text: its content without the call lines the importer
+    appended (LangChain holds the calls in ``tool_calls``, not in the text)."""
+    calls = _raw_calls(m)
+    if not calls:
+        return m.content
+    lines = call_lines(calls)
+    if m.content == lines:
+        return ""
+    if m.content.endswith("\n" + lines):
+        return m.content[: -len(lines) - 1]
+    return m.content
+
+
+def chat_message(k: int, part_id: str, m: Message, tool_name: Any) -> ChatMsg:
     role = _ROLES.get(m.role, "user")
     calls: tuple[ToolCall, ...] = ()
+    content = m.content
     if role == "assistant":
-        raw = m.metadata.get("tool_calls")
         calls = tuple(
-            ToolCall(str(c.get("id") or ""), str(c.get("name") or ""), _args(c.get("arguments")))
-            for c in (raw if isinstance(raw, list) else [])
-            if isinstance(c, dict)
+            ToolCall(
+                str(c.get("id") or ""), str(c.get("name") or ""), arguments(c.get("arguments"))
+            )
+            for c in _raw_calls(m)
         )
+        content = reply_text(m)
     call_id = m.metadata.get("tool_call_id") if role == "tool" else None
     return ChatMsg(
         role=role,
-        content=m.content,
+        content=content,
         id=part_id,
         tool_calls=calls,
         tool_call_id=str(call_id) if call_id is not None else ("" if role == "tool" else None),
@@ -149,9 +183,26 @@ def from_parts(parts: Sequence[Part]) -> list[ChatMsg]:
     named by its part's decision id: developer parts are system messages, an assistant's
     ``metadata.tool_calls`` its tool calls, a tool result its call id and tool name."""
     return [
-        _chat(k, p.id, p.message, p.packet.metadata.get("name") if p.packet else None)
+        chat_message(k, p.id, p.message, p.packet.metadata.get("name") if p.packet else None)
         for k, p in enumerate(parts)
     ]
+
+
+def recorded_messages(conv: Conversation) -> tuple[ChatMsg | None, list[ChatMsg]]:
+    """The recorded request as LangChain holds it: the system prompt (the request's
+    ``system_message``, named ``builder:instructions``) and the conversation's messages."""
+    system = ChatMsg("system", conv.system, INSTRUCTIONS_ID) if conv.system else None
+    return system, from_parts(conv.parts)
+
+
+def refuse_unsupported(preset: str, config: Config, unsupported: Sequence[str]) -> None:
+    """A knob the preset does not have is an error naming it and the knobs it takes."""
+    given = [k for k in unsupported if getattr(config, k) is not None]
+    if given:
+        raise InputError(
+            f"preset {preset} has no {', '.join(given)} (it runs LangChain's policy with its "
+            f"own parameters); the knobs it takes: {', '.join(honoured(preset))}"
+        )
 
 
 class MessageCounter:
@@ -543,6 +594,10 @@ def summarize(
 
 
 __all__ = [
+    "arguments",
+    "call_lines",
+    "chat_message",
+    "reply_text",
     "DEFAULT_PLACEHOLDER",
     "STAND_IN_LABEL",
     "ChatMsg",
@@ -555,6 +610,8 @@ __all__ = [
     "Trim",
     "clear_tool_uses",
     "from_parts",
+    "recorded_messages",
+    "refuse_unsupported",
     "history_text",
     "summarize",
     "trim",

@@ -102,7 +102,12 @@ def with_tokenizer(config: Config, defaults: dict[str, object]) -> Config:
 
 #: the presets that rebuild the recorded request (this one and the policies on top of it):
 #: a replay switching to one keeps the recorded trace's tokenizer (``carried_knobs``)
-RECORDED_BASED: set[str] = {NAME}
+RECORDED_BASED: set[str] = {
+    NAME,
+    "langchain-context-editing",
+    "langchain-summarization",
+    "langchain-trim",
+}
 
 
 def carried_knobs(recorded: Config, preset: str) -> dict[str, object]:
