@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ctxcore.cli import main
+from ctxcore.diagnostics import diagnose
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.derive import FORMAT_ID, TASK_ID, TOOLS_ID, tools_text
 from ctxcore.formats.load import load_file, traces_from_value
@@ -458,3 +459,19 @@ def test_an_openhands_completion_log_keeps_the_replys_tool_call() -> None:
         [message["content"]]
         + [f"{c['function']['name']}({c['function']['arguments']})" for c in message["tool_calls"]]
     )
+
+
+def test_a_part_with_no_type_and_no_text_is_kept_and_reported() -> None:
+    # a real Gemini request's contents written as chat messages ({role, parts}): a part with
+    # no 'type' is text when it holds some; a functionCall or functionResponse part holds
+    # none, so it is kept as JSON text and reported, not read as empty text
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "imports" / "gemini"
+    req = json.loads((fixtures / "openinference-automatic-tool-calling.request.json").read_text())
+    messages = [{"role": c["role"], "parts": c["parts"]} for c in req["contents"]]
+    untyped = [p for c in req["contents"] for p in c["parts"] if "text" not in p]
+    assert untyped  # the call and its response
+    [trace] = traces_from_value({"messages": messages})
+    kept = [m.content for m in trace.result.messages if '"function' in m.content]
+    assert len(kept) == len(untyped)
+    loss = [f for f in diagnose(trace) if f.detector == "import_loss"]
+    assert loss and f"{len(untyped)} part(s)" in loss[0].message

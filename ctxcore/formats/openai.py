@@ -210,6 +210,10 @@ def _thought_text(part: dict[str, Any], value: Any) -> str:
     return text_of(thought)
 
 
+#: The fields a part with no ``type`` holds its text in.
+_TEXT_KEYS = frozenset({"text", "content", "value"})
+
+
 def _read_part(
     part: dict[str, Any],
     pw: str,
@@ -218,8 +222,9 @@ def _read_part(
     reasoning: list[str],
     tally: Tally,
 ) -> None:
-    """One content part of a message into its text, reasoning, calls or media."""
-    ptype = part.get("type", "text")
+    """One content part of a message into its text, reasoning, calls or media (a part with
+    no ``type`` is text if it holds one, else a part we do not know)."""
+    ptype = part.get("type", "text" if _TEXT_KEYS.intersection(part) else None)
     if not isinstance(ptype, str):
         texts.append(tally.keep_unknown(pw, part))
         return
