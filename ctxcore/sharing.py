@@ -163,43 +163,47 @@ class PartTable:
         return data
 
     def _trace(self, body: bytes, where: str) -> bytes:
+        """The whole trace's JSON: its pieces gathered in one list and joined once (a
+        trace is as long as its context; each concatenation on the way would copy it)."""
         try:
             top = _OBJECT.decode(body)
         except msgspec.MsgspecError as exc:
             raise InputError(f"{_at(where)}field 'trace': a trace must be a JSON object") from exc
-        out = []
-        for key, value in top.items():
-            data = bytes(value)
-            if key in LIST_FIELDS and data[:1] == b"{":
-                data = self._object(key, data, where)
-            out.append(_encode(key) + b":" + data)
-        return b"{" + b",".join(out) + b"}"
+        out: list[Any] = []
+        self._fields(top, out, where, "")
+        return b"".join(out)
 
-    def _object(self, name: str, body: bytes, where: str) -> bytes:
-        """``input`` or ``result`` with its items and texts put back."""
-        fields = _OBJECT.decode(body)
-        lists, texts = LIST_FIELDS[name], TEXT_FIELDS[name]
-        out = []
-        for key, value in fields.items():
-            data = bytes(value)
-            if key in lists and data[:1] == b"[":
-                data = self._items(data, where, f"{name}.{key}")
-            elif key in texts and data[:1] == b"[":
-                data = self._text(data, where, f"{name}.{key}")
-            out.append(_encode(key) + b":" + data)
-        return b"{" + b",".join(out) + b"}"
+    def _fields(self, obj: dict[str, msgspec.Raw], out: list[Any], where: str, name: str) -> None:
+        """An object's JSON into ``out``: ``input``'s and ``result``'s items and texts put
+        back (``name`` is the object's field; "" for the trace itself)."""
+        lists, texts = LIST_FIELDS.get(name, ()), TEXT_FIELDS.get(name, ())
+        sep = b"{"
+        for key, value in obj.items():
+            out += (sep, _encode(key), b":")
+            sep = b","
+            first = bytes(memoryview(value)[:1])
+            if not name and key in LIST_FIELDS and first == b"{":
+                self._fields(_OBJECT.decode(value), out, where, key)
+            elif key in lists and first == b"[":
+                self._items(value, out, where, f"{name}.{key}")
+            elif key in texts and first == b"[":
+                out.append(self._text(value, where, f"{name}.{key}"))
+            else:
+                out.append(value)
+        out.append(b"}" if obj else b"{}")
 
-    def _items(self, body: bytes, where: str, field: str) -> bytes:
-        items = _LIST.decode(body)
-        out = []
-        for i, item in enumerate(items):
-            data = bytes(item)
-            if data[:1] == b'"':
-                data = self._part(_STR.decode(data), where, f"{field}[{i}]")
-            out.append(data)
-        return b"[" + b",".join(out) + b"]"
+    def _items(self, body: msgspec.Raw, out: list[Any], where: str, field: str) -> None:
+        sep = b"["
+        for i, item in enumerate(_LIST.decode(body)):
+            out.append(sep)
+            sep = b","
+            if bytes(memoryview(item)[:1]) == b'"':
+                out.append(self._part(_STR.decode(item), where, f"{field}[{i}]"))
+            else:
+                out.append(item)
+        out.append(b"]" if sep == b"," else b"[]")
 
-    def _text(self, body: bytes, where: str, field: str) -> bytes:
+    def _text(self, body: msgspec.Raw, where: str, field: str) -> bytes:
         try:
             ids = _IDS.decode(body)
         except msgspec.MsgspecError as exc:
