@@ -13,7 +13,7 @@ import pytest
 
 from ctxcore.errors import BudgetError, InputError
 from ctxcore.models import CapturedInput, Config, Decision, Message, Packet, Reason, Status
-from ctxcore.pipeline import build, resolve_config
+from ctxcore.pipeline import build, knobs, resolve_config
 from ctxcore.tokens import get_counter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -49,7 +49,7 @@ def big() -> CapturedInput:
 
 def test_resolve_fills_every_knob() -> None:
     cfg = resolve_config(Config(), _inp("q", [], window=16000))
-    assert all(v is not None for v in cfg.model_dump().values())
+    assert all(getattr(cfg, k) is not None for k in knobs("ctxscope"))
     assert cfg.max_tokens == 16000
     assert cfg.output_reserve == round(0.15 * 16000)
     assert cfg.tokenizer == "cl100k_base" and cfg.fill == "skip"
