@@ -34,6 +34,7 @@ import hashlib
 import mmap
 import os
 import re
+import weakref
 from collections.abc import Iterator
 from operator import is_
 from typing import Any
@@ -61,8 +62,8 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 #: A text shorter than this is written as it is, not as parts.
 MIN_SHARED_TEXT = 512
-#: Items the writer remembers by identity before it starts again (content still matches).
-MAX_KNOWN = 500_000
+#: Sessions whose last lists and texts the writer keeps (the most recent ones).
+MAX_SESSIONS = 32
 
 
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
@@ -319,19 +320,35 @@ class ShareWriter:
 
     def __init__(self) -> None:
         self.written: set[str] = set()
-        #: id(object) -> (the object, kept alive so its id is not reused; its part id)
-        self.known: dict[int, tuple[Any, str]] = {}
+        #: id(object) -> (a weak reference to it, its part id): an entry goes with its
+        #: object, so the writer holds no item the importer let go of
+        self.known: dict[int, tuple[weakref.ref[Any], str]] = {}
         #: (session, field) -> the last list written there and its part ids
         self.lists: dict[tuple[str, str], tuple[list[Any], list[str]]] = {}
         #: (session, field) -> the pieces of the last text written there
         self.texts: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        #: the sessions those two hold, least recent first (at most MAX_SESSIONS)
+        self.sessions: dict[str, None] = {}
 
     def line(self, trace: Trace) -> str:
         """One shared line (with its newline) for ``trace``."""
+        self._session(trace.session_id)
         new: dict[str, str] = {}
         body = _dump_fields(trace, lambda name, value: self._field(trace, name, value, new))
         parts = ",".join(f'"{pid}":{data}' for pid, data in new.items())
         return f'{{"share":"{SHARE_SCHEMA}","parts":{{{parts}}},"trace":{body}}}\n'
+
+    def _session(self, session: str) -> None:
+        """``session`` is the most recent; the lists and texts of the least recent one
+        beyond MAX_SESSIONS are let go (its items are still known by identity)."""
+        self.sessions.pop(session, None)
+        self.sessions[session] = None
+        if len(self.sessions) > MAX_SESSIONS:
+            old = next(iter(self.sessions))
+            del self.sessions[old]
+            for table in (self.lists, self.texts):
+                for key in [k for k in table if k[0] == old]:
+                    del table[key]
 
     def lines(self, traces: Iterator[Trace]) -> Iterator[str]:
         for t in traces:
@@ -371,7 +388,7 @@ class ShareWriter:
         unknown: list[int] = []
         for k in range(len(ids), len(items)):
             hit = self.known.get(id(items[k]))
-            if hit is not None and hit[0] is items[k]:
+            if hit is not None and hit[0]() is items[k]:
                 ids.append(hit[1])
             else:
                 ids.append("")
@@ -391,12 +408,24 @@ class ShareWriter:
             raws = list(map(bytes, _LIST.decode(adapter.dump_json(objs))))
         else:
             raws = [_model_json(o).encode("utf-8", "surrogatepass") for o in objs]
-        if len(self.known) > MAX_KNOWN:
-            self.known.clear()
         for k, obj, data in zip(where, objs, raws, strict=True):
             pid = self._add(data, new)
             ids[k] = pid
-            self.known[id(obj)] = (obj, pid)
+            self._know(obj, pid)
+
+    def _know(self, obj: Any, pid: str) -> None:
+        """Remember ``obj`` by identity for as long as it lives."""
+        key = id(obj)
+        known = self.known
+
+        def gone(ref: weakref.ref[Any]) -> None:
+            if known.get(key, (None,))[0] is ref:
+                del known[key]
+
+        try:
+            known[key] = (weakref.ref(obj, gone), pid)
+        except TypeError:
+            pass  # not weakly referable (a plain value): known by its content only
 
     def _pieces(self, key: tuple[str, str], text: str, new: dict[str, str]) -> str:
         pieces: list[tuple[str, str]] = []

@@ -373,3 +373,30 @@ def test_a_resumed_file_without_shared_lines_is_not_read_again_for_parts(
             f.write("".join(writer.line(t) for t in traces[3:]))
         c = ingest_paths(s, [shared])
         assert not c.error_rows and reads == [str(shared.resolve())]
+
+
+def test_the_writer_holds_no_item_the_importer_let_go_of() -> None:
+    import gc
+
+    from ctxcore.sharing import MAX_SESSIONS
+
+    writer = ShareWriter()
+    traces = load_file(SIDECHAIN)
+    first = [writer.line(t) for t in traces]
+    expected = [t.to_json() for t in traces]
+    held = len(writer.known)
+    assert held > 50
+    # later sessions push this one's lists and texts out; its items then live nowhere
+    small = load_file(CLAUDE)[0]
+    for i in range(MAX_SESSIONS):
+        writer.line(small.model_copy(update={"session_id": f"other-{i}"}))
+    assert len(writer.sessions) == MAX_SESSIONS
+    assert traces[0].session_id not in writer.sessions
+    assert not [k for k in writer.lists if k[0] == traces[0].session_id]
+    del traces
+    gc.collect()
+    assert all(ref() is not None for ref, _ in writer.known.values())
+    assert len(writer.known) < held / 2
+    # what was written before still names its parts: the file reads back whole
+    table = PartTable()
+    assert [table.expand(ln.encode()).decode() for ln in first] == expected
