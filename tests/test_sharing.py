@@ -400,3 +400,53 @@ def test_the_writer_holds_no_item_the_importer_let_go_of() -> None:
     # what was written before still names its parts: the file reads back whole
     table = PartTable()
     assert [table.expand(ln.encode()).decode() for ln in first] == expected
+
+
+def _tiny_session() -> list[Trace]:
+    """Three real builds of a session whose history grows by a message a call."""
+    from datetime import UTC, datetime
+
+    from ctxcore.models import CapturedInput, Config, Message, Packet
+    from ctxcore.pipeline import build_trace
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    said = [
+        Message(role=("user", "assistant")[i % 2], content=f"message {i}: " + "word " * 30)
+        for i in range(4)
+    ]
+    out = []
+    for k in range(1, 4):
+        inp = CapturedInput(
+            query=f"question {k}",
+            now=now,
+            system_instructions="You are terse. " * 40,
+            history=said[:k],
+            packets=[Packet(id=f"file:{k}", kind="file", content="x = 1\n" * 20)],
+        )
+        out.append(build_trace(inp, Config(), trace_id=f"t{k}", session_id="s"))
+    return out
+
+
+@pytest.mark.slow  # 16,000 cuts (the sampled one above runs in the quick loop)
+def test_a_file_cut_at_every_byte_keeps_the_lines_it_holds(tmp_path: Path) -> None:
+    from ctxcore.formats.load import BadLine, iter_values
+
+    traces = _tiny_session()
+    writer = ShareWriter()
+    lines = [writer.line(t).encode() for t in traces]
+    data = b"".join(lines)
+    with pytest.raises(InputError):  # the later lines name parts of the earlier ones
+        PartTable().expand(lines[-1])
+    whole = [json.loads(t.to_json()) for t in traces]
+    ends = [sum(map(len, lines[: k + 1])) - 1 for k in range(len(lines))]  # each newline
+    cut = tmp_path / "cut.jsonl"
+    for k in range(1, len(data) + 1):
+        cut.write_bytes(data[:k])
+        _, values = iter_values(cut)
+        got = [v for _, v in values]
+        done = sum(1 for e in ends if e <= k)  # a line whose JSON is all there is whole
+        assert [v for v in got if not isinstance(v, BadLine)] == whole[:done], k
+        bad = [v for v in got if isinstance(v, BadLine)]
+        assert len(bad) == (0 if k in (0, *ends, *(e + 1 for e in ends)) else 1), k
+        if bad:
+            assert bad[0].startswith(f"{cut}:{done + 1}: "), (k, bad)
