@@ -1,7 +1,8 @@
 """The LangChain policies against the real langchain / langchain-core packages.
 
 Every multi-turn session that imports from corpus/ and tests/fixtures/imports/ (its last
-call: the longest message list it sent) is run through each policy at several knob settings,
+call: the longest message list it sent) is run through each policy at five knob settings,
+and every call of each (every 10th of a session over 20 calls) at one setting per policy,
 by ctxscope's preset (``build``) and by the real package in its own venv
 (``.oracle-langchain``, ``make oracle``; ``scripts/lc_oracle.py``), and the message lists out
 must be the same: roles, contents, tool calls (ids, names, arguments), a tool result's call
@@ -59,7 +60,8 @@ _NOT_SESSIONS = {"SOURCES.md", "EXPECTED.json"}
 @dataclass(frozen=True)
 class Session:
     name: str
-    input: CapturedInput
+    input: CapturedInput  # its last call's
+    calls: tuple[CapturedInput, ...]  # every call's, in turn order
 
 
 @cache
@@ -84,10 +86,9 @@ def sessions() -> tuple[Session, ...]:
         for sid, ts in sorted(by_session.items()):
             if len(ts) < 2:
                 continue
-            last = max(ts, key=lambda t: t.turn)
-            assert last.result is not None
+            ts.sort(key=lambda t: t.turn)
             rel = path.relative_to(ROOT)
-            out.append(Session(f"{rel}#{sid}", last.input))
+            out.append(Session(f"{rel}#{sid}", ts[-1].input, tuple(t.input for t in ts)))
     return tuple(out)
 
 
@@ -289,3 +290,50 @@ def test_every_session_and_setting_sends_what_the_package_sends() -> None:
     # the settings make each policy act on most sessions, not only pass them through
     for policy in POLICIES.values():
         assert acted[policy] >= len(sessions()) * 2, (policy, acted)
+
+
+def every_call_settings(preset: str, total: int) -> dict[str, Any]:
+    """One setting per preset, sized from the call's own tokens, for every call of a session."""
+    if preset == "langchain-context-editing":
+        return {"trigger": total // 3, "keep": 2, "clear_tool_inputs": True}
+    if preset == "langchain-summarization":
+        return {"trigger": max(total // 2, 1), "keep": 6}
+    return {
+        "max_tokens": max(total // 2, 1),
+        "include_system": True,
+        "start_on": "human",
+        "allow_partial": True,
+    }
+
+
+def calls_to_check(s: Session) -> list[CapturedInput]:
+    """Every call of a session of up to 20 calls; of a longer one every 10th and the last
+    (the 300-call sessions would take the oracle minutes)."""
+    calls = list(s.calls)
+    if len(calls) <= 20:
+        return calls
+    return calls[::10] + ([calls[-1]] if (len(calls) - 1) % 10 else [])
+
+
+@pytest.mark.slow
+def test_every_call_of_every_session_sends_what_the_package_sends() -> None:
+    _need_oracle()
+    pairs = []
+    for s in sessions():
+        for k, inp in enumerate(calls_to_check(s)):
+            system, rest = recorded_messages(conversation(inp))
+            msgs = ([system] if system is not None else []) + rest
+            total = MessageCounter(get_counter("cl100k_base"))(rest)
+            for preset in POLICIES:
+                knobs = every_call_settings(preset, total)
+                cfg = resolve_config(Config.model_validate({"preset": preset, **knobs}), inp)
+                pairs.append(_case(Session(f"{s.name}@{k}", inp, (inp,)), cfg, msgs))
+    out = run_oracle([c for c, _ in pairs])
+    bad = [
+        case["name"]
+        for (case, mine), res in zip(pairs, out["results"], strict=True)
+        if mine["messages"] != [_plain(m) for m in res["messages"]]
+        or (case["policy"] == "summarization" and res["prompt_matches"] is False)
+    ]
+    assert not bad, f"{len(bad)} of {len(pairs)} cases differ: {bad[:5]}"
+    assert len(pairs) > 800  # 276 calls × 3 presets
