@@ -267,3 +267,30 @@ def test_replay_switches_an_imported_session_to_each_policy() -> None:
         assert report.errors == []
         changed = [t for t in report.turns if t.changed]
         assert changed and all(t.used_after < t.used_before for t in changed), settings
+
+
+def test_playground_draws_the_policy_s_knobs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import app_support as data
+
+    from ctxcore.knobs import BY_NAME
+
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    db = tmp_path / "ctxscope.duckdb"
+    config = {"trigger": 0, "keep": 0}
+    data.fill(db, data.session("sess-lc", 1, preset="langchain-context-editing", config=config))
+    monkeypatch.setenv("CTXSCOPE_DB", str(db))
+    at = data.open_page("playground", trace="sess-lc-t0")
+    text = at.text_input(key="pg_placeholder")
+    assert (text.label, text.help, text.value) == (
+        "placeholder",
+        BY_NAME["placeholder"].help,
+        "[cleared]",
+    )
+    assert at.number_input(key="pg_trigger").value == 0
+    assert at.toggle(key="pg_clear_tool_inputs").label == "clear_tool_inputs"
+    assert "pg_max_tokens" not in [s.key for s in at.slider]
+    text.set_value("[gone]").run()  # the result fragment runs again with the new text
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert any(s.value.startswith("Flipped (") for s in at.subheader)
