@@ -102,6 +102,7 @@ def test_context_editing_clears_all_but_the_kept_results_past_the_trigger() -> N
         text = d[f"tool:{cid}"].reason_text
         assert "ClearToolUsesEdit" in text and "trigger=" in text and "keep=1" in text
     assert d["tool:c3"].status == Status.KEPT and "keep=1" in d["tool:c3"].reason_text
+    assert "not a tool result" in d["a1"].reason_text
     sent = {m.id: m.content for m in res.messages or []}
     assert sent["tool:c1"] == sent["tool:c2"] == "[cleared]"
     assert sent["tool:c3"].startswith("FAILED")
@@ -117,6 +118,9 @@ def test_context_editing_does_nothing_at_the_trigger() -> None:
     assert res.totals.used == recorded.totals.used
     assert all(d.status == Status.KEPT for d in res.decisions)
     assert {d.packet_id for d in res.decisions} == {d.packet_id for d in recorded.decisions}
+    d = _by_id(res)
+    for pid in ("u0", "a1", "tool:c1", "builder:task"):
+        assert f"not over trigger={_total():,}" in d[pid].reason_text, pid
 
 
 def test_context_editing_spares_excluded_tools_and_clears_inputs() -> None:
@@ -145,6 +149,7 @@ def test_clear_at_least_stops_once_enough_is_reclaimed() -> None:
     # the oldest result alone reclaims more than 1 token: clearing stops there
     assert d["tool:c1"].status == Status.TRUNCATED
     assert d["tool:c2"].status == d["tool:c3"].status == Status.KEPT
+    assert "clear_at_least=1 tokens were reclaimed" in d["tool:c2"].reason_text
 
 
 # --------------------------------------------------------------------------- summarization
@@ -160,6 +165,7 @@ def test_summarization_replaces_the_older_messages_with_the_stand_in_summary() -
         assert STAND_IN_LABEL in d[pid].reason_text and "trigger=('tokens'" in d[pid].reason_text
     for pid in ("a3", "tool:c3", "builder:task"):
         assert d[pid].status == Status.KEPT
+        assert "after the cutoff keep=('messages', 2) sets" in d[pid].reason_text
     summary = (res.messages or [])[1]
     assert summary.role == "user" and summary.id == "builder:history:summary"
     assert summary.content.startswith("Here is a summary of the conversation to date:\n\n")
@@ -172,6 +178,11 @@ def test_summarization_replaces_the_older_messages_with_the_stand_in_summary() -
 def test_summarization_below_the_trigger_sends_the_recording() -> None:
     res = _run(preset="langchain-summarization", trigger=_total() + 1, keep=2)
     assert res.messages == build(INPUT, Config(preset="recorded")).messages
+    assert all(
+        "under trigger=('tokens'" in d.reason_text
+        for d in res.decisions
+        if d.packet_id.startswith(("u", "a", "tool:"))
+    )
 
 
 def test_summarization_by_messages() -> None:

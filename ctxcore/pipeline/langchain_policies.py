@@ -271,7 +271,8 @@ def clear_tool_uses(
     fates: dict[int, Fate] = {}
     tokens = count(out)
     if tokens <= edit.trigger:
-        return out, fates
+        why = f"the messages held {tokens:,} tokens, not over trigger={edit.trigger:,}"
+        return out, _rest(fates, len(out), Fate("kept", why))
     candidates = [k for k, m in enumerate(out) if m.role == "tool"]
     if edit.keep >= len(candidates):
         kept_recent, candidates = candidates, []
@@ -309,8 +310,19 @@ def clear_tool_uses(
                 "inputs_cleared", f"clear_tool_inputs: the arguments of call {call.id} became {{}}"
             )
         if edit.clear_at_least > 0 and max(0, tokens - count(out)) >= edit.clear_at_least:
+            enough = f"clear_at_least={edit.clear_at_least:,} tokens were reclaimed before it"
+            for j in candidates:
+                fates.setdefault(j, Fate("kept", enough))
             break
-    return out, fates
+    not_tool = Fate("kept", "not a tool result (ClearToolUsesEdit clears tool results)")
+    return out, _rest(fates, len(out), not_tool)
+
+
+def _rest(fates: dict[int, Fate], n: int, fate: Fate) -> dict[int, Fate]:
+    """``fates`` with ``fate`` for each of the ``n`` messages that has none yet."""
+    for k in range(n):
+        fates.setdefault(k, fate)
+    return fates
 
 
 # --------------------------------------------------------------------------- trim_messages
@@ -571,10 +583,15 @@ def summarize(
     kind, value = spec.trigger
     met = total >= value if kind == "tokens" else len(messages) >= value
     run = SummaryRun(messages=list(messages), total_tokens=total, triggered=met)
+    said = f"{len(messages)} messages" if kind == "messages" else f"{total:,} tokens"
+    trigger = f"trigger=({kind!r}, {value:,})"
+    keep = f"keep=({spec.keep[0]!r}, {spec.keep[1]:,})"
     if not met:
+        _rest(run.fates, len(messages), Fate("kept", f"the messages held {said}, under {trigger}"))
         return run
     cutoff = _cutoff(messages, spec.keep, count)
     if cutoff <= 0:
+        _rest(run.fates, len(messages), Fate("kept", f"{keep} keeps every message"))
         return run
     summary_input, text = _stand_in(messages[:cutoff], count, summarizer)
     run.cutoff = cutoff
@@ -582,14 +599,13 @@ def summarize(
     run.stand_in_text = text
     head = ChatMsg(role="user", content=SUMMARY_PREFIX + text.strip())
     run.messages = [head, *messages[cutoff:]]
-    said = f"{len(messages)} messages" if kind == "messages" else f"{total:,} tokens"
     for k in range(cutoff):
         run.fates[k] = Fate(
             "summarized",
-            f"the messages held {said}, at or over trigger=({kind!r}, {value:,}); before the "
-            f"cutoff keep=({spec.keep[0]!r}, {spec.keep[1]:,}) sets: replaced by one summary "
-            f"written by {STAND_IN_LABEL}",
+            f"the messages held {said}, at or over {trigger}; before the cutoff {keep} sets: "
+            f"replaced by one summary written by {STAND_IN_LABEL}",
         )
+    _rest(run.fates, len(messages), Fate("kept", f"after the cutoff {keep} sets"))
     return run
 
 
