@@ -12,7 +12,8 @@ summary: the user's constraints, what was done, open issues, decisions, evidence
 STAND-IN, said so in every decision it makes; it reads the messages the package would send
 its model (trimmed to 4,000 tokens as ``trim_tokens_to_summarize`` does). Tokens are counted
 with the shared counter (``MessageCounter``). LangChain has no default trigger (it never
-summarizes without one); this preset's is 4,000 tokens, the documentation's example.
+summarizes without one); this preset's is 4,000 tokens, the example of LangChain's own
+context-engineering guide.
 """
 
 from __future__ import annotations
