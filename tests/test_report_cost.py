@@ -135,3 +135,19 @@ def test_a_break_reason_in_the_report_is_text() -> None:
     assert f"The provider's reason: {EVIL_IMG}" in page.paragraphs
     per_turn = next(t for t in page.tables if t[0][:2] == ["turn", "$"])
     assert any(r[-1] == brk.reason for r in per_turn[1:])
+
+
+def test_a_report_of_several_sessions_draws_each_apart() -> None:
+    # a Claude Code log with its Task agents' side chains: three sessions, turns from 0 each
+    logged = list(load_file(LOG.with_name("ccviewer-task-sidechain-session.jsonl")))
+    sessions = list(dict.fromkeys(t.session_id for t in logged))
+    assert len(sessions) == 3
+    doc = html_report(logged, findings=[[]] * len(logged), fixes=[[]] * len(logged))
+    page = read(doc)
+    timelines = [t for t in page.tables if t[0][:3] == ["turn", "used", "kept"]]
+    assert len(timelines) == len(sessions)
+    for sid, table in zip(sessions, timelines, strict=True):
+        turns = sorted(t.turn for t in logged if t.session_id == sid)
+        assert [r[0] for r in table[1:]] == [f"turn {n}" for n in turns]
+        assert f"Session {sid}" in doc
+    assert "not in this export" not in doc

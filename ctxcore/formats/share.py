@@ -271,6 +271,7 @@ details{margin:.3rem 0}summary{cursor:pointer}.error{color:#b71c1c}.warning{colo
 .key{margin-right:1rem;white-space:nowrap}
 .key i{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;vertical-align:middle}
 svg text{font-family:system-ui,sans-serif}
+table.cost{width:auto;min-width:24rem}
 """
 
 
@@ -442,8 +443,21 @@ def report_counterfactuals(
 _LOST_STATUSES = frozenset({"dropped", "filtered", "summarized", "truncated"})
 
 
-def _session_html(traces: list[Trace]) -> str:
-    """A session's turns at a glance: usage per turn and the statuses of its packets."""
+def _sessions_html(traces: list[Trace]) -> str:
+    """Each session of the export at a glance (``_session_html``), in the order they first
+    appear: the turns of two sessions (a Claude Code log's side chains) are never drawn as
+    one session's."""
+    by: dict[str, list[Trace]] = {}
+    for t in traces:
+        by.setdefault(t.session_id, []).append(t)
+    if len(by) == 1:
+        return _session_html(traces)
+    return "".join(_session_html(ts, sid, f"session-{k}") for k, (sid, ts) in enumerate(by.items()))
+
+
+def _session_html(traces: list[Trace], name: str | None = None, ident: str = "session") -> str:
+    """A session's turns at a glance: usage per turn and the statuses of its packets
+    (``name``: the session's id, said when the export holds several)."""
     from ctxcore import figures
 
     built = sorted((t for t in traces if t.result is not None), key=lambda t: t.turn)
@@ -499,7 +513,8 @@ def _session_html(traces: list[Trace]) -> str:
         "<h3>Timeline: packets per status, turn by turn</h3><table><tr><th>turn</th>"
         f"<th>used</th>{head}</tr>{''.join(rows)}</table>"
     )
-    return f'<section id="session"><h2>Session</h2>{usage}{timeline}</section>'
+    head = "Session" if name is None else f"Session {_e(name)}"
+    return f'<section id="{ident}"><h2>{head}</h2>{usage}{timeline}</section>'
 
 
 def report_costs(traces: list[Trace], prices: PriceTable | None = None) -> dict[str, CallCost]:
@@ -777,7 +792,7 @@ def html_report(
     if redactions:
         detail = ", ".join(f"{_e(k)}: {v}" for k, v in sorted(redactions.items()))
         parts.append(f"<p><b>Redacted on export:</b> {detail}</p>")
-    parts.append(_session_html(traces))
+    parts.append(_sessions_html(traces))
     parts.append(_session_costs_html(traces, costs))
     parts.extend(
         _trace_section(t, k, fs, cfs, costs.get(t.trace_id))
