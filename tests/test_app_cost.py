@@ -218,3 +218,31 @@ def test_unknown_costs_are_never_zero(logged: list[Trace]) -> None:
     assert part.total == 0.5 and part.label() == "$0.5000 (2 of 3 calls priced)"
     frame = costs.turns_frame([_hostile_call(logged)])
     assert isinstance(frame, pd.DataFrame) and frame["break"].tolist() == ["system_changed"]
+
+
+def test_timeline_marks_a_real_break_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a real Codex rollout whose context was compacted: the cached prefix breaks there
+    rollout = ROOT / "tests" / "fixtures" / "imports" / "codex"
+    traces = list(load_file(rollout / "localpush-rollout-compaction-turn.subset.jsonl"))
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    data.fill(tmp_path / "ctxscope.duckdb", traces)
+    calls = session_costs(traces, price_table())
+    broken = {c.turn: c.cache_break for c in calls if c.cache_break is not None}
+    assert broken, "the compaction breaks the cached prefix"
+    at = open_page("timeline", session=traces[0].session_id)
+    frame = next(d.value for d in at.dataframe if "break reason" in d.value.columns)
+    shown = {int(r["turn"]): (r["break"], r["break reason"]) for _, r in frame.iterrows()}
+    for turn, brk in broken.items():
+        assert shown[turn] == (brk.kind, brk.reason)
+    chart = next(
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if "Prompt cache and cost per turn" in json.dumps(json.loads(c.proto.spec)["layout"])
+    )
+    marks = next(d for d in chart["data"] if d.get("name") == "cache break")
+    assert marks["x"] == sorted(broken)
+    assert all(brk.reason[:40] in h for brk, h in zip(
+        (broken[t] for t in sorted(broken)), marks["hovertext"], strict=True))  # fmt: skip
+    assert any(f"{len(broken):,} cache breaks" in str(c.value) for c in at.caption)

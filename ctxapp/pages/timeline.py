@@ -94,8 +94,13 @@ def _costs(sid: str) -> None:
     st.markdown(f"**Cost and prompt cache** · {total} over {len(calls):,} calls")
     st.caption(
         (f"{unknown:,} calls of unknown cost (—) are not in the total. " if unknown else "")
-        + f"{breaks:,} cache breaks (▼, the reason on hover). Per turn the provider's recorded "
-        "figures where it recorded usage, else the simulated cache's."
+        + (
+            f"{breaks:,} cache breaks (▼ on the chart: hover one for its reason and fix). "
+            if breaks
+            else "No cache break in this session. "
+        )
+        + "Per turn the provider's figures where it recorded usage, else the simulated "
+        "cache's."
     )
     st.plotly_chart(
         figures.turns_figure(calls, f"Prompt cache and cost per turn of {sid}"),
