@@ -246,3 +246,26 @@ def test_timeline_marks_a_real_break_with_its_reason(
     assert all(brk.reason[:40] in h for brk, h in zip(
         (broken[t] for t in sorted(broken)), marks["hovertext"], strict=True))  # fmt: skip
     assert any(f"{len(broken):,} cache breaks" in str(c.value) for c in at.caption)
+
+
+def test_inspect_says_where_the_provider_billed_otherwise_and_why_the_prefix_broke(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    rollout = ROOT / "tests" / "fixtures" / "imports" / "codex"
+    traces = list(load_file(rollout / "localpush-rollout-compaction-turn.subset.jsonl"))
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    data.fill(tmp_path / "ctxscope.duckdb", traces)
+    call = next(c for c in session_costs(traces, price_table()) if c.cache_break is not None)
+    rec = call.recorded
+    assert rec is not None and rec.cache_read_tokens is not None
+    at = open_page("inspect", trace=call.trace_id)
+    text = "\n".join(str(e.value) for e in at.text)
+    assert call.cache_break is not None
+    for line in figures.break_lines(call.cache_break):
+        assert line in text
+    # the simulation and the bill disagree on this call's cache read: said, both figures
+    assert abs(rec.cache_read_tokens - call.cache_read_tokens) > 0.05 * rec.cache_read_tokens
+    assert (
+        f"Billed differently: the provider read {rec.cache_read_tokens:,} tokens from the "
+        f"cache, the simulation {call.cache_read_tokens:,}" in text
+    )

@@ -222,6 +222,8 @@ def _cost_panel(call: CallCost) -> None:
             st.text(figures.cost_line(call))
             if call.recorded is None:
                 st.text("No usage was recorded: the figures are the simulation's only.")
+            elif (differs := figures.billed_differently(call)) is not None:
+                st.text(differs)
             if call.cache_break is None:
                 st.text("No cache break: this call read all the previous call could serve.")
             else:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from ctxcore.cache import CacheBreak
+from ctxcore.cache import CALL_TOLERANCE, CacheBreak
 from ctxcore.costing import CallCost
 from ctxcore.figures.common import LAYOUT, esc, top_title
 from ctxcore.models import TokenUsage
@@ -75,6 +75,22 @@ def cost_line(call: CallCost) -> str:
         else "priced from the simulation (no usage was recorded)"
     )
     return f"Cost: {usd(call.cost_usd)}, {source} ({call.model})"
+
+
+def billed_differently(call: CallCost) -> str | None:
+    """One line when the provider billed a cache read the simulation does not predict (one
+    read and the other not, or the two more than ``CALL_TOLERANCE`` of the recorded apart);
+    ``None`` when they agree or nothing was recorded."""
+    rec = call.recorded
+    if rec is None or rec.cache_read_tokens is None:
+        return None
+    billed, simulated = rec.cache_read_tokens, call.cache_read_tokens
+    if (billed > 0) == (simulated > 0) and abs(billed - simulated) <= CALL_TOLERANCE * billed:
+        return None
+    return (
+        f"Billed differently: the provider read {billed:,} tokens from the cache, the "
+        f"simulation {simulated:,}"
+    )
 
 
 def break_lines(brk: CacheBreak) -> list[str]:
@@ -237,6 +253,7 @@ __all__ = [
     "FIGURES",
     "MISSING",
     "TurnFigures",
+    "billed_differently",
     "break_lines",
     "cached_share",
     "cost_line",

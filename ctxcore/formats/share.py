@@ -546,6 +546,9 @@ def _cost_html(call: CallCost) -> str:
         )
     )
     lines = [figures.cost_line(call)]
+    differs = figures.billed_differently(call)
+    if differs is not None:
+        lines.append(differs)
     if call.cache_break is None:
         lines.append("No cache break: this call read all the previous call could serve.")
     else:
