@@ -144,7 +144,7 @@ def run_check(
             for t in by_session[c.trace.session_id]
             if t.turn < c.trace.turn and t.trace_id != c.trace.trace_id
         ]
-        for f in diagnose(c.trace, session_traces=earlier):
+        for f in diagnose(c.trace, session_traces=earlier, options=options):
             counts[f.severity] += 1
             if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]:
                 failing += 1
