@@ -162,8 +162,11 @@ def _live() -> None:
         elif change != seen:
             state.ss_set("tr_seen_change", change)
             st.rerun()
-        where, db = views.code(state.traces_dir()), views.code(state.db_path())
-        st.caption(f"Live · watching {where} · store {db}")
+        db = views.code(state.db_shown())
+        if state.team_store():
+            st.caption(f"Live · team store {db} (its writers ingest; this app reads)")
+        else:
+            st.caption(f"Live · watching {views.code(state.traces_dir())} · store {db}")
         live.render()
 
 

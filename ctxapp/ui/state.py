@@ -49,7 +49,7 @@ from ctxcore.pipeline.sweep import sweep as run_sweep
 from ctxcore.replay import ReplayReport
 from ctxcore.replay import replay as run_replay
 from ctxcore.settings import SortKey
-from ctxcore.store.engines import open_store, read_store
+from ctxcore.store.engines import is_server, open_store, read_store, shown
 from ctxcore.store.ingest import ingest_paths
 from ctxcore.store.protocol import Store
 from ctxcore.store.records import (
@@ -71,7 +71,21 @@ T = TypeVar("T")
 
 
 def db_path() -> str:
-    return str(settings.db_path().resolve())
+    """The store the app shows: ``$CTXSCOPE_DB``, a DuckDB file (its absolute path) or a team
+    store's URL as given (docs/design.md, "Store")."""
+    target = settings.db_target()
+    return target if is_server(target) else str(Path(target).resolve())
+
+
+def db_shown() -> str:
+    """The store for the pages: a file's path, a team store's URL without its password."""
+    return shown(db_path())
+
+
+def team_store() -> bool:
+    """Whether the app shows a team store (a server's): it only reads it, and watches no
+    folder (its writers are ``ctxscope ingest``, ``proxy``, ``collect`` …)."""
+    return is_server(db_path())
 
 
 def traces_dir() -> str:
@@ -102,10 +116,15 @@ class _Opened:
 
     store: Store
     held: str | None = None
+    #: a team store (a server's), which this app reads only and feeds from no folder
+    team: bool = False
 
 
 @st.cache_resource(show_spinner="Opening the trace store…")
 def _open_store(path: str, demo_dir: str) -> _Opened:
+    if is_server(path):
+        # a team store: read as it is while its writers write; no demo traces go into it
+        return _Opened(open_store(path, read_only=True), team=True)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         store = open_store(path)
@@ -134,7 +153,7 @@ def store() -> Store:
     """The process-wide store on ``$CTXSCOPE_DB`` (demo traces loaded into an empty one); a
     read-only copy when another process holds it (``held``)."""
     opened = _open_store(db_path(), str(Path(traces_dir()) / settings.DEMO_SUBDIR))
-    if opened.held is None:
+    if opened.held is None and not opened.team:
         _start_watcher(db_path(), traces_dir())
     _warm_up()
     return opened.store
@@ -263,6 +282,8 @@ def live_calls(window: timedelta) -> LiveCalls:
 def app_note() -> dict[str, object] | None:
     """What ``ctxscope app`` noted beside the store when it started this app (None when the
     app was started otherwise, e.g. ``streamlit run app.py``)."""
+    if team_store():
+        return None  # the note lies beside a store's file; a team store has none
     return cli_app.app_note(Path(db_path()))
 
 
@@ -355,6 +376,11 @@ def rebuild(trace: Trace, cfg: Config, cfg_json: str) -> BuildResult:
 
 def add_traces(traces: list[Trace], source: str) -> int:
     """Store new traces and drop exactly the caches a write makes stale."""
+    if team_store():
+        raise StoreError(
+            f"Not saved: this app reads the team store {db_shown()} only; save the variant "
+            "to a file (Export) and ingest it with `ctxscope ingest FILE --db …`"
+        )
     if held() is not None:
         raise StoreError(
             f"Not saved: this app shows {db_path()} read-only (another process holds it); "

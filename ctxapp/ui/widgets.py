@@ -84,7 +84,7 @@ def trace_picker(
     )
     t = state.get_trace(trace_id)
     if t is None:
-        db = views.code(state.db_path())
+        db = views.code(state.db_shown())
         st.warning(f"No trace with id {views.code(trace_id)} in the store at {db}.")
     return t
 

@@ -50,6 +50,7 @@ from typing import Any
 from ctxcore import settings
 from ctxcore.errors import InputError, StoreError, StoreLockedError
 from ctxcore.processes import pid_alive
+from ctxcore.store.engines import is_server
 from ctxcore.store.readers import APP_NOTE_SUFFIX
 
 #: How long the child gets to exit after a forwarded signal before it is killed.
@@ -253,9 +254,11 @@ def cmd_app(args: argparse.Namespace) -> int:
             "?token=SECRET, or keep the default --host 127.0.0.1"
         )
     env = dict(os.environ)
-    env[settings.ENV_DB] = str(Path(args.db).resolve())
+    team = is_server(args.db)
+    # a team store's URL goes to the app as given (a Path would fold its //)
+    env[settings.ENV_DB] = args.db if team else str(Path(args.db).resolve())
     env[settings.ENV_TRACES] = str(Path(args.traces).resolve())
-    seeded = seed_demo(Path(env[settings.ENV_DB]), Path(env[settings.ENV_TRACES]))
+    seeded = 0 if team else seed_demo(Path(env[settings.ENV_DB]), Path(env[settings.ENV_TRACES]))
     if seeded:
         print(
             f"ctxscope app: a new store, so the {seeded} demo trace files are copied into "
@@ -272,7 +275,7 @@ def cmd_app(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     db = Path(env[settings.ENV_DB])
-    by = held_by(db)
+    by = None if team else held_by(db)
     if by is not None:
         # DuckDB lets no other process open a store one holds, not even to read: this app
         # reads a copy, and leaves the holder's note (import finds that app's folder by it)
@@ -307,7 +310,7 @@ def cmd_app(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host}:{args.port}" + ("/?token=<your token>" if token else "")
     try:
-        note = None if by else note_path(db)
+        note = None if by or team else note_path(db)
         return run_child(cmd, env, note=note, companion=companion, url=url)
     finally:
         if companion is not None:  # run_child stops it; this covers a failure to start the app

@@ -113,6 +113,22 @@ def engine_for(target: str | Path) -> Engine:
     )
 
 
+def is_server(target: str | Path) -> bool:
+    """Whether ``target`` names a store on a server (a team store, e.g. ``postgresql://…``)
+    rather than a file of this machine."""
+    return engine_for(target) is not DUCKDB
+
+
+def shown(target: str | Path) -> str:
+    """``target`` for a message or a page: a file's path as it is, a server's URL without its
+    password (``pgconn.shown``)."""
+    if not is_server(target):
+        return str(target)
+    from ctxcore.store.pgconn import shown as shown_url
+
+    return shown_url(str(target))
+
+
 def open_store(target: str | Path, *, read_only: bool = False, diagnose: bool = True) -> Store:
     """The store ``target`` (a ``--db`` value) names, opened by its engine. ``diagnose=False``
     defers findings to ``Store.diagnose_pending`` (inserts are several times faster)."""
@@ -128,4 +144,14 @@ def read_store(target: str | Path, *, note: Note | None = None) -> Iterator[Stor
         yield store
 
 
-__all__ = ["DUCKDB", "ENGINES", "POSTGRESQL", "Engine", "engine_for", "open_store", "read_store"]
+__all__ = [
+    "DUCKDB",
+    "ENGINES",
+    "POSTGRESQL",
+    "Engine",
+    "engine_for",
+    "is_server",
+    "open_store",
+    "read_store",
+    "shown",
+]
