@@ -716,6 +716,21 @@ def _add_collect(sub: _Subcommands) -> None:
     _traces(co, "traces are written to DIR/live/")
 
 
+def _add_migrate(sub: _Subcommands) -> None:
+    m = _command(
+        sub,
+        "migrate",
+        "bring a store's schema up to date (a team store before its readers)",
+        "Run a store's pending schema migrations and print each one that ran. Commands\n"
+        "that write a store migrate it when they open it; a read-only open (the app on a\n"
+        "team store, a reader role) refuses an out-of-date schema until this has run.\n\n"
+        "example:\n"
+        "  ctxscope migrate --db postgresql://ctxscope@dbhost/ctxscope",
+        _lazy("store", "cli_migrate"),
+    )
+    _db(m, "the store to migrate")
+
+
 def _add_tune(sub: _Subcommands) -> None:
     t = _command(
         sub,
@@ -792,6 +807,7 @@ SUBCOMMANDS: tuple[Callable[[_Subcommands], None], ...] = (
     _add_run,
     _add_collect,
     _add_tune,
+    _add_migrate,
 )
 
 

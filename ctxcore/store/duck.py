@@ -97,6 +97,24 @@ _SHARED: dict[str, Shared] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+def migrate_file(path: Path) -> list[str]:
+    """Run the pending migrations of the DuckDB store at ``path`` (``ctxscope migrate``);
+    what ran, one "version name" each. A missing file is an error, not a new store."""
+    if not path.is_file():
+        raise StoreError(f"{path}: no such store; run `ctxscope ingest` first")
+    try:
+        con = duckdb.connect(str(path))
+    except duckdb.Error as exc:
+        raise store_fault(path, exc) from exc
+    try:
+        ran = set(migrations.apply(con))
+    except duckdb.Error as exc:
+        raise store_fault(path, exc) from exc
+    finally:
+        con.close()
+    return [f"{s.version} {s.name}" for s in migrations.MIGRATIONS if s.version in ran]
+
+
 class Database:
     """One DuckDB file opened by this process: migrations applied on open (an out-of-date
     file refused read-only), memory capped, one cursor per thread, writes serialised."""
@@ -266,4 +284,4 @@ class Database:
                 self.cursor().execute(f"SET threads = {before}")
 
 
-__all__ = ["STREAM_ROWS", "Database", "Shared", "first", "insert_table"]
+__all__ = ["STREAM_ROWS", "Database", "Shared", "first", "insert_table", "migrate_file"]

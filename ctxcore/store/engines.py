@@ -40,6 +40,9 @@ class Engine:
     #: open it to read even while another process writes it (docs/design.md, "Store",
     #: readers never need the lock), telling ``note`` what it reads when that is not the store
     read: Callable[[str, Note | None], AbstractContextManager[Store]]
+    #: run the store's pending migrations; what ran, one "version name" each (``ctxscope
+    #: migrate``)
+    migrate: Callable[[str], list[str]]
 
 
 def _is_path(target: str) -> bool:
@@ -58,12 +61,19 @@ def _read_duckdb(target: str, note: Note | None) -> AbstractContextManager[Store
     return read_duckdb(target, note=note)
 
 
+def _migrate_duckdb(target: str) -> list[str]:
+    from ctxcore.store.duck import migrate_file
+
+    return migrate_file(Path(target))
+
+
 DUCKDB = Engine(
     name="duckdb",
     takes="a file path, e.g. traces/ctxscope.duckdb",
     claims=_is_path,
     open=_open_duckdb,
     read=_read_duckdb,
+    migrate=_migrate_duckdb,
 )
 
 
@@ -86,12 +96,19 @@ def _read_postgresql(target: str, note: Note | None) -> Iterator[Store]:
         yield store
 
 
+def _migrate_postgresql(target: str) -> list[str]:
+    from ctxcore.store.pgstore import migrate_server
+
+    return migrate_server(target)
+
+
 POSTGRESQL = Engine(
     name="postgresql",
     takes="a postgresql://user@host:port/database URL (a team store on PostgreSQL)",
     claims=_is_postgresql,
     open=_open_postgresql,
     read=_read_postgresql,
+    migrate=_migrate_postgresql,
 )
 
 #: every engine, asked in order
@@ -135,6 +152,12 @@ def open_store(target: str | Path, *, read_only: bool = False, diagnose: bool = 
     return engine_for(target).open(str(target), read_only, diagnose)
 
 
+def migrate_store(target: str | Path) -> list[str]:
+    """Run the pending migrations of the store ``target`` names (``ctxscope migrate``); what
+    ran, one "version name" each, oldest first (empty when it was up to date)."""
+    return engine_for(target).migrate(str(target))
+
+
 @contextmanager
 def read_store(target: str | Path, *, note: Note | None = None) -> Iterator[Store]:
     """The store ``target`` names, read-only, even while another process writes it (then
@@ -151,6 +174,7 @@ __all__ = [
     "Engine",
     "engine_for",
     "is_server",
+    "migrate_store",
     "open_store",
     "read_store",
     "shown",

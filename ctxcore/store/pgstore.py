@@ -667,4 +667,17 @@ class PgStore:
         )
 
 
-__all__ = ["PgStore"]
+def migrate_server(url: str) -> list[str]:
+    """Run the pending migrations of the team store ``url`` names (``ctxscope migrate``);
+    what ran, one "version name" each."""
+    con = connect(url, read_only=False)
+    try:
+        ran = set(pgschema.apply(con))
+    except psycopg.Error as exc:
+        raise fault(url, exc) from exc
+    finally:
+        con.close()
+    return [f"{s.version} {s.name}" for s in pgschema.MIGRATIONS if s.version in ran]
+
+
+__all__ = ["PgStore", "migrate_server"]
