@@ -197,6 +197,10 @@ SIGNAL_GRID: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0)
 
 #: the LangChain policy presets (docs/design.md, "LangChain policies")
 _LANGCHAIN = ("langchain-context-editing", "langchain-summarization", "langchain-trim")
+#: the other policy presets on the recorded request (docs/design.md, "anthropic-context-editing",
+#: "auto-compact")
+_ANTHROPIC = "anthropic-context-editing"
+_COMPACT = "auto-compact"
 #: LangChain's message types ``trim_messages``' start_on and end_on name, and none
 _MESSAGE_TYPES = ("none", "human", "ai", "system", "tool")
 
@@ -212,6 +216,8 @@ KNOBS: tuple[Knob, ...] = (
             "hello-agents-book": "book-heuristic",
             "recorded": "cl100k_base",
             **{p: "cl100k_base" for p in _LANGCHAIN},
+            _ANTHROPIC: "cl100k_base",
+            _COMPACT: "cl100k_base",
         },
         choices=TOKENIZERS,
         summary=7,
@@ -404,8 +410,13 @@ KNOBS: tuple[Knob, ...] = (
         "trigger",
         "When the policy acts. langchain-context-editing (ClearToolUsesEdit): above this many "
         "tokens in the messages. langchain-summarization (SummarizationMiddleware): at this "
-        "many tokens or messages (trigger_kind).",
-        {"langchain-context-editing": 100_000, "langchain-summarization": 4000},
+        "many tokens or messages (trigger_kind). anthropic-context-editing "
+        "(clear_tool_uses_20250919): above this many input tokens in the whole request.",
+        {
+            "langchain-context-editing": 100_000,
+            "langchain-summarization": 4000,
+            _ANTHROPIC: 100_000,
+        },
         ge=0,
         le=MAX_TOKENS,
         step=1000,
@@ -425,8 +436,9 @@ KNOBS: tuple[Knob, ...] = (
         "keep",
         "What the policy leaves alone. langchain-context-editing: the most recent tool results "
         "(ClearToolUsesEdit keep). langchain-summarization: the most recent messages or tokens "
-        "(keep_kind) kept after the summary.",
-        {"langchain-context-editing": 3, "langchain-summarization": 20},
+        "(keep_kind) kept after the summary. anthropic-context-editing: the most recent tool "
+        "uses (clear_tool_uses_20250919 keep).",
+        {"langchain-context-editing": 3, "langchain-summarization": 20, _ANTHROPIC: 3},
         ge=0,
         le=MAX_TOKENS,
         step=1,
@@ -444,8 +456,9 @@ KNOBS: tuple[Knob, ...] = (
         "int",
         "clear_at_least (tokens)",
         "ClearToolUsesEdit stops clearing once this many tokens are reclaimed (0: it clears "
-        "every tool result older than keep).",
-        {"langchain-context-editing": 0},
+        "every tool result older than keep). anthropic-context-editing: a clearing that would "
+        "reclaim fewer tokens is not applied (0: none).",
+        {"langchain-context-editing": 0, _ANTHROPIC: 0},
         ge=0,
         le=MAX_TOKENS,
         step=100,
@@ -454,15 +467,16 @@ KNOBS: tuple[Knob, ...] = (
         "clear_tool_inputs",
         "bool",
         "clear_tool_inputs",
-        "ClearToolUsesEdit also clears the arguments of the call a cleared result answers.",
-        {"langchain-context-editing": False},
+        "ClearToolUsesEdit (and clear_tool_uses_20250919) also clears the arguments of the "
+        "call a cleared result answers.",
+        {"langchain-context-editing": False, _ANTHROPIC: False},
     ),
     Knob(
         "exclude_tools",
         "list",
         "exclude_tools",
-        "ClearToolUsesEdit never clears the results of these tools.",
-        {"langchain-context-editing": ()},
+        "ClearToolUsesEdit (and clear_tool_uses_20250919) never clears the results of these tools.",
+        {"langchain-context-editing": (), _ANTHROPIC: ()},
     ),
     Knob(
         "placeholder",
@@ -521,6 +535,35 @@ KNOBS: tuple[Knob, ...] = (
         "trim_messages cuts the message that does not fit to the lines that do, instead of "
         "dropping it whole.",
         {"langchain-trim": False},
+    ),
+    Knob(
+        "thinking_keep",
+        "int",
+        "thinking keep (turns)",
+        "clear_thinking_20251015 keep: the thinking of the most recent assistant turns with "
+        "thinking that stays; older thinking is cleared (a value at least the number of such "
+        "turns is the API's keep all).",
+        {_ANTHROPIC: 1},
+        ge=0,
+        le=MAX_INT32,
+        step=1,
+    ),
+    _ratio(
+        "threshold",
+        "compaction threshold (share of the window)",
+        "auto-compact compacts the conversation when the request reaches this share of the "
+        "model's window.",
+        {_COMPACT: Derived("the agent's calibrated share: claude-code 0.75, codex 0.81")},
+        ge=0.01,
+    ),
+    Knob(
+        "agent",
+        "choice",
+        "compacting agent",
+        "Whose compaction auto-compact plays: claude-code keeps the summary alone, codex keeps "
+        "the most recent user messages (up to 20,000 tokens) before its summary.",
+        {_COMPACT: "claude-code"},
+        choices=("claude-code", "codex"),
     ),
 )
 

@@ -343,6 +343,10 @@ class Config(_NullIsDefault):
     start_on: MessageType | None = None
     end_on: MessageType | None = None
     allow_partial: bool | None = None
+    #: anthropic-context-editing's and auto-compact's own (docs/design.md, "Presets")
+    thinking_keep: int | None = knobs.config_field("thinking_keep")
+    threshold: float | None = knobs.config_field("threshold")
+    agent: Literal["claude-code", "codex"] | None = None
 
     @field_validator(*knobs.names(numeric=True), mode="before")
     @classmethod

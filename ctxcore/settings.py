@@ -168,6 +168,8 @@ PresetName = Literal[
     "langchain-context-editing",
     "langchain-summarization",
     "langchain-trim",
+    "anthropic-context-editing",
+    "auto-compact",
 ]
 #: The presets, the default first.
 PRESET_NAMES: tuple[str, ...] = get_args(PresetName)

@@ -34,6 +34,8 @@ _MODULES = {
     "langchain-context-editing": "ctxcore.pipeline.langchain_context_editing",
     "langchain-summarization": "ctxcore.pipeline.langchain_summarization",
     "langchain-trim": "ctxcore.pipeline.langchain_trim",
+    "anthropic-context-editing": "ctxcore.pipeline.anthropic_context_editing",
+    "auto-compact": "ctxcore.pipeline.auto_compact",
 }
 
 
@@ -63,6 +65,8 @@ _READS_INPUT: dict[str, tuple[str, ...]] = {
     "langchain-context-editing": ("window", "output_reserve"),
     "langchain-summarization": ("window", "output_reserve"),
     "langchain-trim": ("window", "output_reserve"),
+    "anthropic-context-editing": ("window", "output_reserve"),
+    "auto-compact": ("window", "output_reserve"),
 }
 
 

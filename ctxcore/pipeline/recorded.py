@@ -107,6 +107,8 @@ RECORDED_BASED: set[str] = {
     "langchain-context-editing",
     "langchain-summarization",
     "langchain-trim",
+    "anthropic-context-editing",
+    "auto-compact",
 }
 
 
