@@ -217,6 +217,19 @@ def _db(p: argparse.ArgumentParser, what: str, more: str = "") -> None:
     )
 
 
+def _team_db(p: argparse.ArgumentParser) -> None:
+    """``--db`` of the live commands: a team store they feed what they capture into."""
+    target = settings.db_target()
+    p.add_argument(
+        "--db",
+        default=target if "://" in target else None,
+        metavar="URL",
+        help="a team store (postgresql://…) to ingest each captured call into as it is "
+        "written, besides the file (default %(default)s: $CTXSCOPE_DB when it is a URL, "
+        "else none; a DuckDB file is fed by the app or ctxscope watch)",
+    )
+
+
 def _traces(p: argparse.ArgumentParser, what: str) -> None:
     """``--traces``: the watched folder, from ``$CTXSCOPE_TRACES`` by default."""
     p.add_argument(
@@ -656,6 +669,7 @@ def _add_proxy(sub: _Subcommands) -> None:
     )
     _port(px, settings.DEFAULT_PROXY_PORT, "the port it listens on")
     _traces(px, "calls are written to DIR/live/")
+    _team_db(px)
     _upstreams(px, inherited=False)
     px.add_argument(
         "--timeout",
@@ -690,6 +704,7 @@ def _add_run(sub: _Subcommands) -> None:
         "is used, else one is started on it (default %(default)s)",
     )
     _traces(r, "where a proxy it starts writes (DIR/live/); a running one keeps its own")
+    _team_db(r)
     _upstreams(r, inherited=True)
     r.add_argument(
         "cmd",
@@ -714,6 +729,7 @@ def _add_collect(sub: _Subcommands) -> None:
     )
     _port(co, settings.DEFAULT_OTLP_PORT, "the port it listens on, OTLP/HTTP's")
     _traces(co, "traces are written to DIR/live/")
+    _team_db(co)
 
 
 def _add_migrate(sub: _Subcommands) -> None:

@@ -286,7 +286,10 @@ def cmd_app(args: argparse.Namespace) -> int:
         )
     companion = None
     if args.otlp is not None:
-        receiver = start_collector(args.otlp, Path(env[settings.ENV_TRACES]))
+        # on a team store the receiver feeds the store itself: this app watches no folder
+        receiver = start_collector(
+            args.otlp, Path(env[settings.ENV_TRACES]), args.db if team else None
+        )
         companion = (receiver, "OTLP receiver", args.otlp)
     cmd = [
         sys.executable,
@@ -349,12 +352,15 @@ def start_service(
     raise InputError(f"{what} did not listen on port {port} within {start_s:g} s")
 
 
-def start_collector(port: int, traces_dir: Path) -> subprocess.Popen[bytes]:
-    """``ctxscope collect`` on ``port`` writing into ``traces_dir``, listening when this returns."""
+def start_collector(port: int, traces_dir: Path, db: str | None = None) -> subprocess.Popen[bytes]:
+    """``ctxscope collect`` on ``port`` writing into ``traces_dir`` (and into the team store
+    ``db`` when given), listening when this returns."""
     from ctxcore.capture.collector import SERVICE_NAME, SERVICE_PATH
 
     cmd = [sys.executable, "-m", "ctxcore", "collect", "--port", str(port)]
     cmd += ["--traces", str(traces_dir)]
+    if db:
+        cmd += ["--db", db]
     return start_service(
         cmd,
         port,

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from ctxcore.store.engines import open_store
+from ctxcore.store.engines import open_store, shown
 from ctxcore.store.ingest import format_counts, format_error, ingest_paths
 from ctxcore.store.records import IngestCounts
 from ctxcore.store.watch import Watcher
@@ -97,7 +97,8 @@ def cli_watch(args: argparse.Namespace) -> int:
             watcher = Watcher(store, args.dir, on_ingest=report)
             watcher.start()
             print(
-                f"watching {Path(args.dir).resolve()} into {args.db} (Ctrl-C to stop)", flush=True
+                f"watching {Path(args.dir).resolve()} into {shown(args.db)} (Ctrl-C to stop)",
+                flush=True,
             )
             try:
                 while watcher.running and not stop.wait(0.5):

@@ -16,6 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 from ctxcore import settings
 from ctxcore.cli.app import app_note, run_child, service_info, start_service
 from ctxcore.errors import InputError
+from ctxcore.store.engines import is_server, open_store, shown
 
 #: How long ``run`` waits for the proxy it started to listen, and to finish its traces.
 START_S = 30.0
@@ -52,6 +55,36 @@ def _stop_cleanly_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
+@contextmanager
+def _feeding(command: str, db: str | None, traces: str) -> Iterator[None]:
+    """With a team store (``--db postgresql://…``), what the command writes into DIR/live/ is
+    ingested into it as it lands, by a watcher of this process, and once more when the command
+    stops (what its last calls wrote meanwhile) (docs/design.md, "Store"). The files stay: a
+    store that was unreachable gets them from the next run or ``ctxscope ingest``."""
+    if not db:
+        yield
+        return
+    if not is_server(db):
+        raise InputError(
+            f"--db {db}: {command} feeds a team store (postgresql://…); a DuckDB file is fed "
+            "from the folder by the app or `ctxscope watch`, which hold it"
+        )
+    from ctxcore.store.ingest import ingest_paths
+    from ctxcore.store.watch import Watcher
+
+    live = Path(traces) / settings.LIVE_SUBDIR
+    with open_store(db) as store:
+        _print(command, f"and ingested into the team store {shown(db)}")
+        watcher = Watcher(store, live).start()
+        try:
+            yield
+        finally:
+            watcher.stop()
+            ingest_paths(store, [live])
+            t = watcher.totals
+            _print(command, f"{t.traces_added} trace(s) ingested into {shown(db)} by the watcher")
+
+
 def cmd_proxy(args: argparse.Namespace) -> int:
     from ctxcore.capture.proxy import ProxyConfig, Upstream, bind, run_proxy
 
@@ -78,7 +111,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         f"{port}/v1 {settings.ENV_ANTHROPIC_BASE_URL}=http://{settings.DEFAULT_HOST}:{port}",
     )
     _stop_cleanly_on_sigterm()
-    run_proxy(cfg, sock)
+    with _feeding("proxy", args.db, args.traces):
+        run_proxy(cfg, sock)
     return 0
 
 
@@ -100,7 +134,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
         f"{port} OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
     )
     _stop_cleanly_on_sigterm()
-    run_collector(cfg, sock)
+    with _feeding("collect", args.db, args.traces):
+        run_collector(cfg, sock)
     return 0
 
 
@@ -145,6 +180,8 @@ def _start_proxy(args: argparse.Namespace) -> subprocess.Popen[bytes]:
             settings.DEFAULT_UPSTREAM_ANTHROPIC,
         ),
     ]
+    if args.db:
+        cmd += ["--db", args.db]
     from ctxcore.capture.proxy import SERVICE_NAME, SERVICE_PATH
 
     path = SERVICE_PATH.decode()
