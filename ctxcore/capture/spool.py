@@ -40,7 +40,7 @@ from typing import Any
 from ctxcore import settings
 from ctxcore.capture.calls import CallError, CallRecord, Sessions, trace_from_call
 from ctxcore.capture.recorder import append_line, safe_file_stem
-from ctxcore.formats.redact import redact_trace
+from ctxcore.capture.redacting import Redactor
 from ctxcore.processes import pid_alive
 
 log = logging.getLogger("ctxscope.capture")
@@ -231,6 +231,8 @@ class Converter:
         self.folder = spool_dir(traces_dir)
         self.redact = redact
         self.sessions = Sessions()
+        #: what the earlier calls' texts redacted to (a session repeats them every call)
+        self.redactor = Redactor()
         self.written = 0
         self.failed = 0
 
@@ -365,7 +367,7 @@ class Converter:
             try:
                 trace = trace_from_call(record, request, response, self.sessions)
                 if self.redact:
-                    trace = redact_trace(trace)[0]
+                    trace = self.redactor.trace(trace)[0]
                 line = trace.to_json().encode("utf-8") + b"\n"
             except CallError as exc:
                 self._failed(record, str(exc).split(": ", 1)[-1])

@@ -1,0 +1,216 @@
+"""The proxy's converter redacts a session's texts once (``capture.redacting.Redactor``).
+
+A running session is spooled as the proxy spools it: every call repeats the earlier
+messages and adds new ones, and secrets turn up in new messages now and then. The traces the
+converter writes must be the ones ``formats.redact.redact_trace`` gives for each call, byte
+for byte, while the rules read only the texts not seen before; and a converter that dies
+half-way through the session leaves the rest to the next one, which resumes from the spool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from ctxcore.capture.calls import CallRecord, Sessions, trace_from_call
+from ctxcore.capture.redacting import Redactor
+from ctxcore.capture.spool import BATCH, Converter, SpoolWriter, live_file, spool_dir
+from ctxcore.formats.redact import redact_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAT = "/v1/chat/completions"
+#: real-looking keys of the rules' formats (not real credentials)
+SECRETS = {
+    3: "sk-proj-" + "Q7fK2mZ9xL4pR8tV1wY6bN3cD5gH0jE2" * 2,
+    7: "AKIAIOSFODNN7EXAMPLQ",
+    11: "ghp_" + "x9Y8w7V6u5T4s3R2q1P0o9N8m7L6k5J4i3H2",
+}
+
+
+def session_calls(n: int) -> list[tuple[CallRecord, bytes, bytes]]:
+    """``n`` calls of one chat session: each the system prompt, the conversation so far and
+    a new user message, tool call and tool result (a secret in some of the new results)."""
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "You are a careful coding agent. Read before you edit."}
+    ]
+    out = []
+    for i in range(n):
+        result = f"file f{i}.py: def f{i}(x):\n    return x * {i}\n" * 20
+        if i in SECRETS:
+            result += f"\nexport API_KEY={SECRETS[i]}\n"
+        messages += [
+            {"role": "user", "content": f"step {i}: look at f{i}.py and tell me what it does"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": "read", "arguments": json.dumps({"path": f"f{i}"})},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": result},
+        ]
+        request = {"model": "gpt-4o", "prompt_cache_key": "sess-1", "messages": messages}
+        response = {
+            "id": f"chatcmpl-{i}",
+            "object": "chat.completion",
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": f"f{i} multiplies by {i}"},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 100 * (i + 1), "completion_tokens": 6},
+        }
+        record = CallRecord(
+            id=f"call-{i:03d}",
+            api="openai.chat",
+            path=CHAT,
+            source="agent",
+            started_at=1_760_000_000.0 + i,
+            latency_ms=4.0,
+            status=200,
+            content_type="application/json",
+        )
+        out.append((record, json.dumps(request).encode(), json.dumps(response).encode()))
+    return out
+
+
+def spool(traces: Path, calls: list[tuple[CallRecord, bytes, bytes]]) -> None:
+    writer = SpoolWriter(spool_dir(traces))
+    for call in calls:
+        writer.put(*call)
+    writer.close()
+
+
+def expected(calls: list[tuple[CallRecord, bytes, bytes]], sessions: Sessions) -> list[bytes]:
+    """Each call's line as every trace was redacted before: the whole trace read again
+    (without the build's timings, which differ from run to run)."""
+    return [
+        untimed(redact_trace(trace_from_call(record, req, resp, sessions))[0].to_json().encode())
+        for record, req, resp in calls
+    ]
+
+
+def untimed(line: bytes) -> bytes:
+    """A trace line without ``result.timings`` (milliseconds measured as it was built)."""
+    head, sep, rest = line.partition(b',"timings":{')
+    assert sep, line[:200]
+    return head + rest.partition(b"}")[2]
+
+
+def test_a_running_session_is_redacted_as_whole_traces_are_reading_only_new_texts(
+    tmp_path: Path,
+) -> None:
+    traces = tmp_path / "traces"
+    calls = session_calls(16)
+    spool(traces, calls)
+    conv = Converter(traces)
+    assert conv.step() == len(calls)
+    lines = live_file(traces, "agent").read_bytes().splitlines()
+    assert [untimed(ln) for ln in lines] == expected(calls, Sessions())
+    kinds = {3: "openai_key", 7: "aws_access_key_id", 11: "github_token"}
+    for i, secret in SECRETS.items():
+        assert secret.encode() not in b"\n".join(lines)
+        # the call where it first appears (in its new part) and every later call say so
+        assert kinds[i] in json.loads(lines[i])["redactions"]
+        assert kinds[i] not in json.loads(lines[i - 1])["redactions"]
+        assert all(kinds[i] in json.loads(ln)["redactions"] for ln in lines[i:])
+    read = conv.redactor.misses
+    # the rules read each distinct text once: the texts of every call together are many
+    # times more than the ones the memory was missing
+    walked = Redactor()
+    sessions = Sessions()
+    for record, req, resp in calls:
+        trace = trace_from_call(record, req, resp, sessions)
+        # the same trace redacted with the memory and without: the same bytes
+        assert conv.redactor.trace(trace)[0].to_json() == redact_trace(trace)[0].to_json()
+        walked.trace(trace)
+        walked._seen.clear()  # a memory of one call only: every call's texts read again
+    assert read * 5 < walked.misses
+
+
+def test_a_new_secret_in_a_text_seen_before_redacted_is_redacted() -> None:
+    """The memory is by content: a text is redacted as it is, whatever came before."""
+    red = Redactor()
+    clean = "cat .env"
+    assert red.text(clean) == (clean, {})
+    dirty = f"cat .env\nOPENAI_API_KEY={SECRETS[3]}"
+    got, found = red.text(dirty)
+    assert SECRETS[3] not in got and found == {"openai_key": 1}
+    assert red.text(dirty) == (got, found)
+    assert red.misses == 2
+
+
+def test_the_memory_starts_over_when_full() -> None:
+    red = Redactor(max_chars=100)
+    for k in range(30):
+        red.text(f"text number {k:04d}")  # 16 characters each
+    assert red._chars <= 100
+    assert red.misses == 30
+    red.text("text number 0029")
+    assert red.misses == 30  # the latest are still known
+
+
+DIES_ONCE = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+
+    import ctxcore.capture.spool as spool
+
+    real = spool.trace_from_call
+    spool.BATCH = int(sys.argv[3])
+
+    def dying(record, *args):
+        # what an out-of-memory kill does to a converter, half-way through the session
+        if record.id == sys.argv[2]:
+            os.kill(os.getpid(), 9)
+        return real(record, *args)
+
+    spool.trace_from_call = dying
+    spool.run_converter(Path(sys.argv[1]), lambda: True, drain_s=60)
+    """
+)
+
+
+def test_a_converter_restarted_half_way_resumes_from_the_spool(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    calls = session_calls(12)
+    spool(traces, calls)
+    batch = 4
+    assert batch < BATCH
+    run = subprocess.run(
+        [sys.executable, "-c", DIES_ONCE, str(traces), "call-006", str(batch)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == -9, run.stderr
+    target = live_file(traces, "agent")
+    first = target.read_bytes().splitlines()
+    assert len(first) == batch  # the first batch written, the second died with the converter
+    # a new converter (its memory empty, as after a restart) resumes where the spool says
+    started = time.monotonic()
+    conv = Converter(traces)
+    conv.step()
+    assert time.monotonic() - started < 60
+    lines = target.read_bytes().splitlines()
+    assert [json.loads(ln)["trace_id"] for ln in lines] == [r.id for r, _, _ in calls]
+    # turn numbers restart with a new converter (docs/design.md, "Live capture")
+    want = expected(calls[:batch], Sessions()) + expected(calls[batch:], Sessions())
+    assert [untimed(ln) for ln in lines] == want
+    assert SECRETS[7].encode() not in target.read_bytes()
+    assert conv.failed == 0
+    assert sorted(os.listdir(spool_dir(traces))) == []
