@@ -201,6 +201,15 @@ _LANGCHAIN = ("langchain-context-editing", "langchain-summarization", "langchain
 #: "auto-compact")
 _ANTHROPIC = "anthropic-context-editing"
 _COMPACT = "auto-compact"
+#: the SWE-agent and OpenHands policy presets (docs/design.md, "Agent policies")
+_SWE_MASKING = "swe-agent-masking"
+_HYBRID = "masking-summary-hybrid"
+_OPENHANDS_MASKING = "openhands-observation-masking"
+_OPENHANDS_RECENT = "openhands-recent-events"
+_OPENHANDS_WINDOW = "openhands-conversation-window"
+_OPENHANDS_SUMMARIZING = "openhands-summarizing"
+_AGENT = (_SWE_MASKING, _OPENHANDS_MASKING, _OPENHANDS_RECENT, _OPENHANDS_WINDOW,
+          _OPENHANDS_SUMMARIZING, _HYBRID)
 #: LangChain's message types ``trim_messages``' start_on and end_on name, and none
 _MESSAGE_TYPES = ("none", "human", "ai", "system", "tool")
 
@@ -216,6 +225,7 @@ KNOBS: tuple[Knob, ...] = (
             "hello-agents-book": "book-heuristic",
             "recorded": "cl100k_base",
             **{p: "cl100k_base" for p in _LANGCHAIN},
+            **{p: "cl100k_base" for p in _AGENT},
             _ANTHROPIC: "cl100k_base",
             _COMPACT: "cl100k_base",
         },
@@ -232,6 +242,10 @@ KNOBS: tuple[Knob, ...] = (
             "hello-agents": 8000,
             "hello-agents-book": 3000,
             "langchain-trim": Derived("the input's window less its output reserve, else 8,000"),
+            _OPENHANDS_WINDOW: Derived(
+                "the input's window less its output reserve, else 8,000 (over it, the "
+                "provider refuses the request and OpenHands condenses)"
+            ),
         },
         gt=0,
         le=MAX_TOKENS,
@@ -564,6 +578,95 @@ KNOBS: tuple[Knob, ...] = (
         "the most recent user messages (up to 20,000 tokens) before its summary.",
         {_COMPACT: "claude-code"},
         choices=("claude-code", "codex"),
+    ),
+    # SWE-agent's history processors and OpenHands' condensers (docs/design.md, "Agent
+    # policies"): each knob is the parameter of the same name, with its source's default
+    Knob(
+        "n",
+        "int",
+        "n (observations kept)",
+        "LastNObservations: the observations after the instance template that keep their text; "
+        "older ones read 'Old environment output: (K lines omitted)' (the paper's setting, 10).",
+        {_SWE_MASKING: 10, _HYBRID: 10},
+        ge=1,
+        le=MAX_INT32,
+        step=1,
+    ),
+    Knob(
+        "polling",
+        "int",
+        "polling",
+        "LastNObservations updates what it elides every polling observations (so between n and "
+        "n + polling - 1 keep their text), for the prompt cache.",
+        {_SWE_MASKING: 1, _HYBRID: 1},
+        ge=1,
+        le=MAX_INT32,
+        step=1,
+    ),
+    Knob(
+        "summarize_every_n_turns",
+        "int",
+        "summarize_every_n_turns (turns)",
+        "SummarizeEveryNTurns n: how many (action, observation) turns one checkpoint summary "
+        "replaces (the Complexity Trap's hybrid: 43).",
+        {_HYBRID: 43},
+        ge=1,
+        le=MAX_INT32,
+        step=1,
+    ),
+    Knob(
+        "keep_last_m_turns",
+        "int",
+        "keep_last_m_turns (turns)",
+        "SummarizeEveryNTurns: the most recent turns left unsummarized (it summarizes once "
+        "summarize_every_n_turns + keep_last_m_turns turns are waiting).",
+        {_HYBRID: 10},
+        ge=0,
+        le=MAX_INT32,
+        step=1,
+    ),
+    Knob(
+        "attention_window",
+        "int",
+        "attention_window (events)",
+        "ObservationMaskingCondenser: observations among this many most recent events keep their "
+        "content; older ones read <MASKED>.",
+        {_OPENHANDS_MASKING: 100},
+        ge=1,
+        le=MAX_INT32,
+        step=1,
+    ),
+    Knob(
+        "keep_first",
+        "int",
+        "keep_first (events)",
+        "RecentEventsCondenser and LLMSummarizingCondenser always keep this many first events "
+        "(the system prompt is the first).",
+        {_OPENHANDS_RECENT: 1, _OPENHANDS_SUMMARIZING: 1},
+        ge=0,
+        le=MAX_INT32,
+        step=1,
+    ),
+    Knob(
+        "max_events",
+        "int",
+        "max_events (events)",
+        "RecentEventsCondenser: the events kept in all, the first keep_first and the most recent.",
+        {_OPENHANDS_RECENT: 100},
+        ge=1,
+        le=MAX_INT32,
+        step=1,
+    ),
+    Knob(
+        "max_size",
+        "int",
+        "max_size (events)",
+        "LLMSummarizingCondenser: past this many events in the view it forgets all but the first "
+        "keep_first and the most recent into one summary (the view falls to max_size // 2).",
+        {_OPENHANDS_SUMMARIZING: 100},
+        ge=2,
+        le=MAX_INT32,
+        step=1,
     ),
 )
 

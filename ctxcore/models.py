@@ -343,6 +343,15 @@ class Config(_NullIsDefault):
     start_on: MessageType | None = None
     end_on: MessageType | None = None
     allow_partial: bool | None = None
+    #: the SWE-agent and OpenHands policies' parameters (``ctxcore.pipeline.agent_policies``)
+    n: int | None = knobs.config_field("n")
+    polling: int | None = knobs.config_field("polling")
+    summarize_every_n_turns: int | None = knobs.config_field("summarize_every_n_turns")
+    keep_last_m_turns: int | None = knobs.config_field("keep_last_m_turns")
+    attention_window: int | None = knobs.config_field("attention_window")
+    keep_first: int | None = knobs.config_field("keep_first")
+    max_events: int | None = knobs.config_field("max_events")
+    max_size: int | None = knobs.config_field("max_size")
     #: anthropic-context-editing's and auto-compact's own (docs/design.md, "Presets")
     thinking_keep: int | None = knobs.config_field("thinking_keep")
     threshold: float | None = knobs.config_field("threshold")

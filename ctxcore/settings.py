@@ -170,6 +170,12 @@ PresetName = Literal[
     "langchain-trim",
     "anthropic-context-editing",
     "auto-compact",
+    "swe-agent-masking",
+    "openhands-observation-masking",
+    "openhands-recent-events",
+    "openhands-conversation-window",
+    "openhands-summarizing",
+    "masking-summary-hybrid",
 ]
 #: The presets, the default first.
 PRESET_NAMES: tuple[str, ...] = get_args(PresetName)

@@ -192,10 +192,12 @@ def _head(
         why = "replaced by a compaction before the recording: the model saw its summary"
         code = (Status.SUMMARIZED, Reason.DEGRADED, why)
         acc.add(rid, kind, code, "tool results" if kind == "tool_result" else "history", (0, 0))
-    summary = next((m for m in outcome.messages if m.id == HISTORY_SUMMARY_ID), None)
-    if summary is not None:
+    for summary in outcome.messages:  # one summary, or several (pipeline/agent_policies.py)
+        if summary.source is not None or not (summary.id or "").startswith(HISTORY_SUMMARY_ID):
+            continue
         code = (Status.KEPT, Reason.DEGRADED, f"{acc.policy}: {SUMMARY_TEXT}")
-        acc.add(HISTORY_SUMMARY_ID, "summary", code, "history", (0, counter.count(summary.content)))
+        sid = summary.id or HISTORY_SUMMARY_ID
+        acc.add(sid, "summary", code, "history", (0, counter.count(summary.content)))
 
 
 SUMMARY_TEXT = "the summary message that replaces the summarized messages"

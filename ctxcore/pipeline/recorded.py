@@ -109,6 +109,12 @@ RECORDED_BASED: set[str] = {
     "langchain-trim",
     "anthropic-context-editing",
     "auto-compact",
+    "swe-agent-masking",
+    "openhands-observation-masking",
+    "openhands-recent-events",
+    "openhands-conversation-window",
+    "openhands-summarizing",
+    "masking-summary-hybrid",
 }
 
 
