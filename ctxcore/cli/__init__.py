@@ -247,9 +247,17 @@ def _port(p: argparse.ArgumentParser, default: int, what: str) -> None:
     )
 
 
-def _settings(p: argparse.ArgumentParser, preset: str, set_note: str = "") -> None:
-    """``--preset``, ``--config`` and ``--set``: the settings a build or replay uses."""
-    p.add_argument("--preset", choices=list(settings.PRESET_NAMES), help=preset)
+def _settings(
+    p: argparse.ArgumentParser, preset: str, set_note: str = "", *, many: bool = False
+) -> None:
+    """``--preset``, ``--config`` and ``--set``: the settings a build or replay uses
+    (``many``: ``--preset`` may repeat)."""
+    p.add_argument(
+        "--preset",
+        choices=list(settings.PRESET_NAMES),
+        action="append" if many else "store",
+        help=preset,
+    )
     p.add_argument(
         "--config",
         metavar="FILE",
@@ -603,7 +611,12 @@ def _add_replay(sub: _Subcommands) -> None:
     which.add_argument("--session", metavar="ID", help="every turn of one stored session")
     which.add_argument("--tag", help="every stored trace with this tag")
     which.add_argument("--all", action="store_true", help="every stored trace")
-    _settings(rp, "the context builder to rebuild with (default: each trace's own)")
+    _settings(
+        rp,
+        "the context builder to rebuild with (default: each trace's own); repeat it to "
+        "compare policies side by side (trace files; --set applies to each that takes the knob)",
+        many=True,
+    )
     against = rp.add_mutually_exclusive_group()
     against.add_argument(
         "--against-config",
@@ -624,6 +637,13 @@ def _add_replay(sub: _Subcommands) -> None:
         help="how the report is printed: a table, or the report as one JSON line "
         "(default %(default)s)",
     )
+    rp.add_argument(
+        "--json",
+        action="store_true",
+        help="evaluate the policies on trace files: per turn input tokens, cost with the "
+        "prompt cache, context recall and findings introduced, as one JSON line",
+    )
+    _prices(rp)
     _replay_run_options(rp)
 
 

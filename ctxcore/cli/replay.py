@@ -295,6 +295,57 @@ def _save(db: str, report: ReplayReport) -> None:
     )
 
 
+def policies_from(
+    presets: list[str], config: str | None, sets: list[str] | None
+) -> list[dict[str, Any]]:
+    """One settings patch per ``--preset`` (docs/design.md, "Evaluating policies"): each
+    ``--set`` goes to every preset that takes the knob (the input's window and output
+    reserve to all); a knob none of them takes is an error naming them."""
+    from ctxcore.knobs import honoured
+    from ctxcore.replay.variants import INPUT_FACTS
+
+    patch = settings_from(None, config, sets)
+    unused = [
+        k for k in patch if k not in INPUT_FACTS and all(k not in honoured(p) for p in presets)
+    ]
+    if unused:
+        raise InputError(
+            f"--set {', '.join(unused)}: none of the presets {', '.join(presets)} takes it"
+        )
+    return [
+        {"preset": p, **{k: v for k, v in patch.items() if k in INPUT_FACTS or k in honoured(p)}}
+        for p in presets
+    ]
+
+
+def run_evaluation(args: argparse.Namespace, out: TextIO) -> int:
+    """``replay FILE... --preset P [--preset Q ...] [--json]``: the recording and each
+    policy side by side (``ctxcore.replay.evaluate``) on any file an import reads; exit 0
+    (a comparison gates nothing)."""
+    from ctxcore.cost import price_table
+    from ctxcore.replay.evaluate import evaluate, table
+
+    if not args.files:
+        raise InputError("policies are compared on trace files: give them (FILE...)")
+    if not args.preset:
+        raise InputError("name the policies to evaluate: --preset P (repeat for more)")
+    from ctxcore.formats.load import load_file
+
+    prices = price_table(Path(args.prices) if args.prices else None)
+    # any file an import reads: a ctxscope trace file, or an agent's log as it was written
+    skipped: list[str] = []
+    traces = [t for f in args.files for t in load_file(f, skipped=skipped.append)]
+    scores = evaluate(
+        traces, policies_from(args.preset, args.config, args.set), prices, workers=args.workers
+    )
+    if args.json:
+        doc = {"policies": [s.as_json() for s in scores], "skipped": skipped}
+        out.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    else:
+        out.write(table(scores))
+    return 0
+
+
 def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.fail_on not in FAIL_ON:
@@ -304,7 +355,9 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise InputError("give trace files or one of --session/--tag/--all, not both")
     if not args.files and not from_store:
         raise InputError("choose what to replay: --session ID, --tag T, --all or trace files")
-    settings = settings_from(args.preset, args.config, args.set)
+    if args.json or len(args.preset or []) > 1:
+        return run_evaluation(args, out)
+    settings = settings_from(args.preset[0] if args.preset else None, args.config, args.set)
     against: dict[str, Any] | None = None
     if args.against_config or args.against_set:
         against = settings_from(None, args.against_config, args.against_set)
