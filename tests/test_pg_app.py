@@ -26,12 +26,17 @@ def team(
     pg_server: Any, built: list[Trace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> str:
     """A new database of the test cluster holding ``built`` (stored by ``ctxscope ingest``),
-    the app pointed at it through ``CTXSCOPE_DB`` as ``ctxscope app --db`` does."""
+    the app pointed at it through ``CTXSCOPE_DB`` as ``ctxscope app --db`` does, with a
+    token of the store (tests/test_pg_access.py checks the login itself)."""
     url = str(pg_server.new_database())
     src = tmp_path / "built.jsonl"
     src.write_text("".join(t.model_dump_json() + "\n" for t in built), encoding="utf-8")
     assert main(["ingest", str(src), "--db", url]) == 0
+    assert main(["migrate", "--db", url]) == 0  # the app's read-only role
+    from ctxcore.store.pgaccess import add_token
+
     monkeypatch.setenv("CTXSCOPE_DB", url)
+    monkeypatch.setenv("CTXSCOPE_TOKEN", add_token(url, "tests"))  # the app asks for one
     return url
 
 

@@ -33,6 +33,14 @@ _IN_APP: contextvars.ContextVar[bool] = contextvars.ContextVar("ctxscope_in_app"
 #: session-state key: this session gave the right token once
 _TOKEN_OK = "_ctxscope_token_ok"
 TOKEN_PARAM = "token"
+#: session-state key: the team-store token this session gave (checked again on every run)
+_TEAM_TOKEN = "_ctxscope_team_token"
+#: the login box's key
+_LOGIN_KEY = "login_token"
+TEAM_LOCKED_MESSAGE = (
+    "This ctxscope app shows a team store: give your token (`ctxscope token add NAME` made "
+    "it; ask the store's owner)."
+)
 LOCKED_MESSAGE = (
     "This ctxscope app needs its access token: open it with `?token=` and the token it was "
     "started with (`ctxscope app --token`) at the end of the address."
@@ -72,6 +80,8 @@ def unlocked() -> bool:
     from ctxapp.ui import state
     from ctxcore import settings
 
+    if state.team_store():
+        return _team_unlocked()
     want = settings.app_token()
     if not want:
         return True
@@ -83,6 +93,54 @@ def unlocked() -> bool:
     import streamlit as st
 
     st.info(LOCKED_MESSAGE, icon=":material/lock:")
+    return False
+
+
+def _team_token() -> tuple[str | None, bool]:
+    """The token this session gives on a team store, and whether it gave it before: from
+    ``?token=`` (taken off the address bar), else the login box, else the one it gave before,
+    else ``$CTXSCOPE_TOKEN`` (a script's, for every session of this app)."""
+    from ctxapp.ui import state
+    from ctxcore import settings
+
+    for given in (state.qp_pop(TOKEN_PARAM), state.ss_get(_LOGIN_KEY)):
+        if given and str(given).strip():
+            return str(given).strip(), False
+    remembered = state.ss_get(_TEAM_TOKEN)
+    if remembered:
+        return str(remembered), True
+    return settings.app_token() or None, False
+
+
+def _team_unlocked() -> bool:
+    """The team store's gate: a live token of ``ctxscope_tokens`` (``ctxscope token add``),
+    checked again at least every 5 s, so a revoked one locks its sessions out; else a login
+    box (docs/design.md, "Store", access)."""
+    import streamlit as st
+
+    from ctxapp.ui import state
+    from ctxapp.ui.views import md
+    from ctxcore.errors import CtxscopeError
+
+    token, remembered = _team_token()
+    try:
+        holder = state.token_holder(token) if token else None
+    except CtxscopeError as exc:
+        st.error(md(exc), icon=":material/error:")
+        return False
+    if holder is not None:
+        state.ss_set(_TEAM_TOKEN, token)
+        return True
+    state.ss_set(_TEAM_TOKEN, None)
+    st.info(TEAM_LOCKED_MESSAGE, icon=":material/lock:")
+    if token:
+        st.error(
+            "That token was revoked." if remembered else "That token is not one of this store's.",
+            icon=":material/key_off:",
+        )
+    with st.form("ctxscope_login"):
+        st.text_input("Your token", type="password", key=_LOGIN_KEY)
+        st.form_submit_button("Open")
     return False
 
 

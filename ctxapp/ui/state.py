@@ -123,8 +123,11 @@ class _Opened:
 @st.cache_resource(show_spinner="Opening the trace store…")
 def _open_store(path: str, demo_dir: str) -> _Opened:
     if is_server(path):
-        # a team store: read as it is while its writers write; no demo traces go into it
-        return _Opened(open_store(path, read_only=True), team=True)
+        # a team store: read as it is while its writers write, as its read-only role
+        # (docs/design.md, "Store", access); no demo traces go into it
+        from ctxcore.store.pgaccess import as_reader
+
+        return _Opened(open_store(as_reader(path), read_only=True), team=True)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         store = open_store(path)
@@ -157,6 +160,19 @@ def store() -> Store:
         _start_watcher(db_path(), traces_dir())
     _warm_up()
     return opened.store
+
+
+@st.cache_data(ttl=5, max_entries=256, show_spinner=False)
+def _token_holder(db: str, token: str) -> str | None:
+    from ctxcore.store.pgaccess import as_reader, token_holder
+
+    return token_holder(as_reader(db), token)
+
+
+def token_holder(token: str) -> str | None:
+    """Whose live token of the team store ``token`` is (None: unknown or revoked); asked of
+    the store at most every 5 s per token, so a revoked token is refused within 5 s."""
+    return _token_holder(db_path(), token)
 
 
 def held() -> str | None:

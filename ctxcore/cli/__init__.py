@@ -12,7 +12,8 @@ import copy
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -230,6 +231,16 @@ def _team_db(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _no_redact(p: argparse.ArgumentParser) -> None:
+    """``--no-redact`` of the commands that write a store: a team store redacts by default."""
+    p.add_argument(
+        "--no-redact",
+        action="store_true",
+        help="into a team store (postgresql://…), keep secrets as they are; it redacts them "
+        f"by default (a file redacts with ${settings.ENV_REDACT_ON_INGEST}=1)",
+    )
+
+
 def _traces(p: argparse.ArgumentParser, what: str) -> None:
     """``--traces``: the watched folder, from ``$CTXSCOPE_TRACES`` by default."""
     p.add_argument(
@@ -323,6 +334,13 @@ def _add_app(sub: _Subcommands) -> None:
         f"a non-loopback --host (default: ${settings.ENV_TOKEN}, else none)",
     )
     a.add_argument(
+        "--reader-url",
+        default=None,
+        metavar="URL",
+        help="with a team store: the URL the app reads it by, a login that may only read "
+        "(a member of ctxscope_reader); default %(default)s: --db's user, as ctxscope_reader",
+    )
+    a.add_argument(
         "--otlp",
         type=int,
         nargs="?",
@@ -375,6 +393,7 @@ def _add_ingest(sub: _Subcommands) -> None:
     )
     i.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or folders to search")
     _db(i, "the store to ingest into")
+    _no_redact(i)
     i.add_argument(
         "--defer-diagnostics",
         action="store_true",
@@ -402,6 +421,7 @@ def _add_watch(sub: _Subcommands) -> None:
         help=f"the folder to watch (default %(default)s; {_env(settings.ENV_TRACES)})",
     )
     _db(w, "the store to ingest into")
+    _no_redact(w)
 
 
 def _add_export(sub: _Subcommands) -> None:
@@ -473,6 +493,7 @@ def _add_import(sub: _Subcommands) -> None:
         "detected per file)",
     )
     _db(im, "the store to import into")
+    _no_redact(im)
     im.add_argument(
         "-o",
         "--output",
@@ -690,6 +711,7 @@ def _add_proxy(sub: _Subcommands) -> None:
     _port(px, settings.DEFAULT_PROXY_PORT, "the port it listens on")
     _traces(px, "calls are written to DIR/live/")
     _team_db(px)
+    _no_redact(px)
     _upstreams(px, inherited=False)
     px.add_argument(
         "--timeout",
@@ -725,6 +747,7 @@ def _add_run(sub: _Subcommands) -> None:
     )
     _traces(r, "where a proxy it starts writes (DIR/live/); a running one keeps its own")
     _team_db(r)
+    _no_redact(r)
     _upstreams(r, inherited=True)
     r.add_argument(
         "cmd",
@@ -750,6 +773,7 @@ def _add_collect(sub: _Subcommands) -> None:
     _port(co, settings.DEFAULT_OTLP_PORT, "the port it listens on, OTLP/HTTP's")
     _traces(co, "traces are written to DIR/live/")
     _team_db(co)
+    _no_redact(co)
 
 
 def _add_migrate(sub: _Subcommands) -> None:
@@ -765,6 +789,23 @@ def _add_migrate(sub: _Subcommands) -> None:
         _lazy("store", "cli_migrate"),
     )
     _db(m, "the store to migrate")
+
+
+def _add_token(sub: _Subcommands) -> None:
+    t = _command(
+        sub,
+        "token",
+        "add, revoke or list the people's access tokens of a team store",
+        "The app on a team store asks each person for their token. add NAME makes one and\n"
+        "prints it once (only its digest is stored); revoke NAME ends it (the app refuses\n"
+        "it from then on); list names them, never the tokens.\n\n"
+        "example:\n"
+        "  ctxscope token add alice --db postgresql://ctxscope@dbhost/ctxscope",
+        _lazy("store", "cli_token"),
+    )
+    t.add_argument("action", choices=["add", "revoke", "list"], help="what to do with the tokens")
+    t.add_argument("name", nargs="?", metavar="NAME", help="whose token (add, revoke)")
+    _db(t, "the team store whose tokens they are")
 
 
 def _add_tune(sub: _Subcommands) -> None:
@@ -844,6 +885,7 @@ SUBCOMMANDS: tuple[Callable[[_Subcommands], None], ...] = (
     _add_collect,
     _add_tune,
     _add_migrate,
+    _add_token,
 )
 
 
@@ -871,10 +913,35 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: the commands that write what they read into a store (and take --no-redact)
+_WRITERS = frozenset({"ingest", "watch", "import", "proxy", "run", "collect"})
+
+
+@contextmanager
+def _team_redaction(args: argparse.Namespace) -> Iterator[None]:
+    """Into a team store, ingest and import redact secrets unless ``--no-redact``
+    (docs/design.md, "Store", access): ``$CTXSCOPE_REDACT_ON_INGEST`` says so, for the
+    command's run, to every part of it and the processes it starts."""
+    db = getattr(args, "db", None)
+    if args.command not in _WRITERS or not db or "://" not in str(db):
+        yield
+        return
+    before = os.environ.get(settings.ENV_REDACT_ON_INGEST)
+    os.environ[settings.ENV_REDACT_ON_INGEST] = "0" if args.no_redact else "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(settings.ENV_REDACT_ON_INGEST, None)
+        else:
+            os.environ[settings.ENV_REDACT_ON_INGEST] = before
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
-        rc: int = args.func(args)
+        with _team_redaction(args):
+            rc: int = args.func(args)
         return rc
     except CtxscopeError as exc:
         print(f"ctxscope {args.command}: error: {exc}", file=sys.stderr)

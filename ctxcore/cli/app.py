@@ -50,7 +50,7 @@ from typing import Any
 from ctxcore import settings
 from ctxcore.errors import InputError, StoreError, StoreLockedError
 from ctxcore.processes import pid_alive
-from ctxcore.store.engines import is_server
+from ctxcore.store.engines import is_server, shown
 from ctxcore.store.readers import APP_NOTE_SUFFIX
 
 #: How long the child gets to exit after a forwarded signal before it is killed.
@@ -244,19 +244,14 @@ def seed_demo(db: Path, traces: Path) -> int:
     return len(files)
 
 
-def cmd_app(args: argparse.Namespace) -> int:
-    app = app_script()
-    token = args.token or settings.app_token()
-    if not is_loopback(args.host) and not token:
-        raise InputError(
-            f"--host {args.host} serves every trace (and any secret in them) to the network; "
-            f"pass --token SECRET (or set {settings.ENV_TOKEN}) and open the URL with "
-            "?token=SECRET, or keep the default --host 127.0.0.1"
-        )
+def _store_env(args: argparse.Namespace, team: bool) -> dict[str, str]:
+    """The app's environment: the store and folder it shows, the demo traces copied into a
+    new file store's folder (said on stderr), a team store said as such."""
     env = dict(os.environ)
-    team = is_server(args.db)
-    # a team store's URL goes to the app as given (a Path would fold its //)
-    env[settings.ENV_DB] = args.db if team else str(Path(args.db).resolve())
+    # a team store's URL goes to the app as given (a Path would fold its //); the app reads
+    # it by --reader-url when given (a login that may only read)
+    reader = getattr(args, "reader_url", None) or args.db
+    env[settings.ENV_DB] = reader if team else str(Path(args.db).resolve())
     env[settings.ENV_TRACES] = str(Path(args.traces).resolve())
     seeded = 0 if team else seed_demo(Path(env[settings.ENV_DB]), Path(env[settings.ENV_TRACES]))
     if seeded:
@@ -267,6 +262,27 @@ def cmd_app(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     Path(env[settings.ENV_TRACES]).mkdir(parents=True, exist_ok=True)
+    if team:
+        print(
+            f"ctxscope app: {shown(args.db)} is a team store: the app asks each person for "
+            "their token (ctxscope token add NAME) and reads as ctxscope_reader",
+            file=sys.stderr,
+        )
+    return env
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    app = app_script()
+    token = args.token or settings.app_token()
+    team = is_server(args.db)
+    # a team store asks every person for their own token (ctxscope token add)
+    if not is_loopback(args.host) and not token and not team:
+        raise InputError(
+            f"--host {args.host} serves every trace (and any secret in them) to the network; "
+            f"pass --token SECRET (or set {settings.ENV_TOKEN}) and open the URL with "
+            "?token=SECRET, or keep the default --host 127.0.0.1"
+        )
+    env = _store_env(args, team)
     if token:
         env[settings.ENV_TOKEN] = token
         print(

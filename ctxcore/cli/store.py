@@ -1,13 +1,17 @@
-"""``ctxscope migrate``: bring a store's schema up to date, saying what ran (docs/design.md,
-"Store"). Every other command migrates a store it writes on open; this one is for the store's
-owner, before the readers (a read-only open refuses an out-of-date schema) and before writers
-that may not change the schema."""
+"""``ctxscope migrate`` and ``ctxscope token``: a store's schema brought up to date, saying
+what ran, and the people's tokens of a team store (docs/design.md, "Store").
+
+Every other command migrates a store it writes on open; ``migrate`` is for the store's owner,
+before the readers (a read-only open refuses an out-of-date schema), before writers that may
+not change the schema, and to make the app's read-only role on a team store."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ctxcore.store.engines import migrate_store, shown
+from ctxcore.errors import InputError
+from ctxcore.store.engines import is_server, migrate_store, shown
 
 
 def cli_migrate(args: argparse.Namespace) -> int:
@@ -19,4 +23,45 @@ def cli_migrate(args: argparse.Namespace) -> int:
         print(f"{where}: ran migration {step}")
     if not ran:
         print(f"{where}: up to date, no migration to run")
+    if is_server(args.db):
+        from ctxcore.store.pgaccess import READER_ROLE
+
+        print(
+            f"{where}: role {READER_ROLE} may read every table (SELECT only); the app reads as it"
+        )
+    return 0
+
+
+def _team(db: str) -> str:
+    if not is_server(db):
+        raise InputError(
+            f"--db {db}: tokens belong to a team store (postgresql://…); an app on a DuckDB "
+            "file takes one --token"
+        )
+    return db
+
+
+def cli_token(args: argparse.Namespace) -> int:
+    """``ctxscope token add NAME | revoke NAME | list --db URL``: a person's access to the app
+    on a team store (docs/design.md, "Store", access)."""
+    from ctxcore.store import pgaccess
+
+    db = _team(args.db)
+    if args.action != "list" and not args.name:
+        raise InputError(f"ctxscope token {args.action}: whose token? give a NAME")
+    if args.action == "add":
+        token = pgaccess.add_token(db, args.name)
+        print(token)
+        print(
+            f"ctxscope token: the token of {args.name!r}, shown this once (only its digest is "
+            "stored); give it to them: the app asks for it",
+            file=sys.stderr,
+        )
+    elif args.action == "revoke":
+        pgaccess.revoke_token(db, args.name)
+        print(f"{shown(db)}: the token of {args.name!r} is revoked; the app refuses it now")
+    else:
+        for row in pgaccess.list_tokens(db):
+            state = f"revoked {row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "live"
+            print(f"{row.name}\tmade {row.created_at:%Y-%m-%d %H:%M}\t{state}")
     return 0

@@ -59,6 +59,12 @@ def fault(url: str, exc: BaseException) -> StoreError:
         return StoreError(f"{where}: permission denied ({what}); ask the store's owner")
     if isinstance(exc, psycopg.errors.DiskFull):
         return StoreError(f"{where}: the server's disk is full ({what}); free some space")
+    if "ctxscope_reader" in what:  # the app's role (pgaccess.as_reader)
+        return StoreError(
+            f"{where}: cannot read as the role ctxscope_reader ({what}); run `ctxscope "
+            "migrate --db …` as the store's owner (it makes the role), and read by a user "
+            "that is a member of it"
+        )
     if isinstance(exc, psycopg.OperationalError):
         return StoreError(
             f"{where}: the server is not reachable or went away ({what}); nothing of the "

@@ -669,10 +669,21 @@ class PgStore:
 
 def migrate_server(url: str) -> list[str]:
     """Run the pending migrations of the team store ``url`` names (``ctxscope migrate``);
-    what ran, one "version name" each."""
+    what ran, one "version name" each. It also makes the app's read-only role
+    (``pgaccess.grant_reader``)."""
+    from ctxcore.store.pgaccess import READER_ROLE, grant_reader
+
     con = connect(url, read_only=False)
     try:
         ran = set(pgschema.apply(con))
+        try:
+            grant_reader(con)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StoreError(
+                f"{shown(url)}: the schema is up to date, but this user may not make the "
+                f"app's read-only role {READER_ROLE} ({str(exc).strip().splitlines()[0]}); "
+                "run `ctxscope migrate` once as a user with CREATEROLE"
+            ) from exc
     except psycopg.Error as exc:
         raise fault(url, exc) from exc
     finally:
