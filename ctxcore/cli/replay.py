@@ -346,8 +346,8 @@ def run_evaluation(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
+def _checked_source(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--fail-on``, and anything but trace files or one store selection."""
     if args.fail_on not in FAIL_ON:
         raise InputError(f"--fail-on {args.fail_on!r}: choose one of {', '.join(FAIL_ON)}")
     from_store = bool(args.session or args.tag or args.all)
@@ -355,9 +355,10 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise InputError("give trace files or one of --session/--tag/--all, not both")
     if not args.files and not from_store:
         raise InputError("choose what to replay: --session ID, --tag T, --all or trace files")
-    if args.json or len(args.preset or []) > 1:
-        return run_evaluation(args, out)
-    settings = settings_from(args.preset[0] if args.preset else None, args.config, args.set)
+
+
+def _report(args: argparse.Namespace, settings: dict[str, Any]) -> ReplayReport:
+    """The replay of the trace files or of the store's selection with ``settings``."""
     against: dict[str, Any] | None = None
     if args.against_config or args.against_set:
         against = settings_from(None, args.against_config, args.against_set)
@@ -372,23 +373,31 @@ def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
         report = replay(traces, settings, **options)
         if unread:
             report = report.model_copy(update={"errors": unread + report.errors})
-    else:
-        # read-only (a copy while another process, the app, writes it: docs/design.md,
-        # "Store"), and closed before --save opens it to write
-        with read_store(args.db, note=_note) as store:
-            if args.session:
-                stored = _session_json(store, args.session, args.tag, not args.no_findings)
-                if not stored:
-                    raise InputError(f"{args.db}: no traces in session {args.session!r}")
-                # one session is one job: replayed here, as ``replay`` does
-                report = replay_sessions([stored], settings, **{**options, "workers": 1})
-            else:
-                sessions = _sessions(store, args.tag, not args.no_findings)
-                first = next(sessions, None)
-                if first is None:
-                    what = f"with tag {args.tag!r}" if args.tag else "in the store"
-                    raise InputError(f"{args.db}: no traces {what}")
-                report = replay_sessions(itertools.chain([first], sessions), settings, **options)
+        return report
+    # read-only (a copy while another process, the app, writes it: docs/design.md,
+    # "Store"), and closed before --save opens it to write
+    with read_store(args.db, note=_note) as store:
+        if args.session:
+            stored = _session_json(store, args.session, args.tag, not args.no_findings)
+            if not stored:
+                raise InputError(f"{args.db}: no traces in session {args.session!r}")
+            # one session is one job: replayed here, as ``replay`` does
+            return replay_sessions([stored], settings, **{**options, "workers": 1})
+        sessions = _sessions(store, args.tag, not args.no_findings)
+        first = next(sessions, None)
+        if first is None:
+            what = f"with tag {args.tag!r}" if args.tag else "in the store"
+            raise InputError(f"{args.db}: no traces {what}")
+        return replay_sessions(itertools.chain([first], sessions), settings, **options)
+
+
+def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    _checked_source(args)
+    if args.json or len(args.preset or []) > 1:
+        return run_evaluation(args, out)
+    settings = settings_from(args.preset[0] if args.preset else None, args.config, args.set)
+    report = _report(args, settings)
     if args.format == "json":
         out.write(json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n")
     else:
