@@ -19,7 +19,7 @@ one session's calls in the order they were sent and prices each call (``ctxcore.
 ``costs(traces, prices)`` does the same over a stream of traces of many sessions, one
 session at a time: the traces of a session arrive together (a file, or the store session
 by session; a side chain with its parent session, whose cache it shares), and each is
-reduced to what the cache needs (``ctxcore.cache.prompt_of``) as it is read, so memory
+reduced to what the cache needs (``ctxcore.cache.PromptReader``) as it is read, so memory
 holds one session's prompt digests, never its traces.
 
 The waste side: ``ToolTally`` counts each tool definition's tokens against the calls that
@@ -37,7 +37,13 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any, Literal
 
-from ctxcore.cache import CacheBreak, CallCache, Prompt, prompt_of, simulate
+from ctxcore.cache import (
+    CacheBreak,
+    CallCache,
+    Prompt,
+    PromptReader,
+    simulate,
+)
 from ctxcore.cost import PriceTable, cost
 from ctxcore.models import TokenUsage, Trace
 from ctxcore.tokens import get_counter
@@ -188,13 +194,15 @@ def cache_group(trace: Trace) -> str:
     return root if isinstance(root, str) and root else trace.session_id
 
 
-def _call(trace: Trace) -> _Call:
+def _call(trace: Trace, reader: PromptReader | None = None) -> _Call:
+    """What costing keeps of ``trace``; ``reader`` is its session's (the calls before it
+    read by the same reader are not hashed or counted again), else a fresh one."""
     return _Call(
         at=trace.input.now,
         turn=trace.turn,
         session_id=trace.session_id,
         group=cache_group(trace),
-        prompt=prompt_of(trace),
+        prompt=(reader or PromptReader()).read(trace),
         output_tokens=_output_tokens(trace),
     )
 
@@ -281,15 +289,18 @@ def _session(calls: list[_Call], prices: PriceTable) -> list[CallCost]:
 def session_costs(traces: Iterable[Trace], prices: PriceTable) -> list[CallCost]:
     """The cost of each call of one session (its side chains with it: one cache), in the
     order they were sent."""
-    return _session([_call(t) for t in traces], prices)
+    reader = PromptReader()
+    return _session([_call(t, reader) for t in traces], prices)
 
 
 def session_groups(traces: Iterable[Trace], prices: PriceTable) -> Iterator[list[CallCost]]:
     """The costed calls of each session of ``traces`` (with its side chains: one cache,
     ``cache_group``), a session at a time, each in the order its calls were sent. A
     session's traces arrive together; each is reduced to its prompt's digest as it is
-    read."""
-    calls = (_call(t) for t in traces)
+    read (``PromptReader``: a message the calls before it carried is not hashed or counted
+    again)."""
+    reader = PromptReader()
+    calls = (_call(t, reader) for t in traces)
     for _, group in groupby(calls, key=lambda c: c.group):
         yield _session(list(group), prices)
 

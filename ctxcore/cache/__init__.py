@@ -19,7 +19,16 @@ from ctxcore.cache.anthropic import (
     min_cacheable,
 )
 from ctxcore.cache.calls import CALL_TOLERANCE, BreakBlock, CacheBreak, CallCache
-from ctxcore.cache.prompts import Block, BlockKind, Prompt, Provider, Ttl, prompt_of, provider_of
+from ctxcore.cache.prompts import (
+    Block,
+    BlockKind,
+    Prompt,
+    PromptReader,
+    Provider,
+    Ttl,
+    prompt_of,
+    provider_of,
+)
 from ctxcore.cache.session import SessionCache, iter_simulate, simulate, simulate_session
 
 __all__ = [
@@ -35,6 +44,7 @@ __all__ = [
     "CacheBreak",
     "CallCache",
     "Prompt",
+    "PromptReader",
     "Provider",
     "SessionCache",
     "Ttl",

@@ -53,18 +53,56 @@ def min_cacheable(model: str) -> int:
     return MIN_CACHEABLE[best] if best else DEFAULT_MIN_CACHEABLE
 
 
-def chain(model: str, blocks: Sequence[Block]) -> tuple[list[str], list[int]]:
+def chain(
+    model: str, blocks: Sequence[Block], last: Chain | None = None
+) -> tuple[list[str], list[int]]:
     """Each block boundary's prefix key (the model's cache: its name seeds the chain) and
-    prefix tokens."""
+    prefix tokens. With ``last`` (the session's ``Chain``), the keys of the blocks this
+    prompt shares with the previous one it chained are taken from there, not hashed again."""
     keys: list[str] = []
-    pos: list[int] = []
-    h, n = model, 0
-    for b in blocks:
+    start = 0
+    if last is not None:
+        keys, start = last.shared(model, blocks)
+    h = keys[-1] if keys else model
+    for b in blocks[start:]:
         h = key_of(h, b.key)
-        n += b.tokens
         keys.append(h)
+    pos: list[int] = []
+    n = 0
+    for b in blocks:
+        n += b.tokens
         pos.append(n)
+    if last is not None:
+        last.keep(model, blocks, keys)
     return keys, pos
+
+
+class Chain:
+    """The last prompt a session's cache chained (its model, its blocks' keys, their prefix
+    keys): consecutive calls share most of their prefix, whose keys need not be hashed
+    again."""
+
+    def __init__(self) -> None:
+        self._model = ""
+        self._blocks: list[str] = []
+        self._keys: list[str] = []
+
+    def shared(self, model: str, blocks: Sequence[Block]) -> tuple[list[str], int]:
+        """The prefix keys of the leading blocks ``blocks`` shares with the last prompt
+        (a copy) and how many there are."""
+        if model != self._model:
+            return [], 0
+        n = 0
+        for a, b in zip(self._blocks, blocks, strict=False):
+            if a != b.key:
+                break
+            n += 1
+        return self._keys[:n], n
+
+    def keep(self, model: str, blocks: Sequence[Block], keys: list[str]) -> None:
+        self._model = model
+        self._blocks = [b.key for b in blocks]
+        self._keys = keys
 
 
 @dataclass
@@ -106,10 +144,10 @@ def _lookup(cache: dict[str, Entry], keys: list[str], marks: list[int], at: date
     return best
 
 
-def step(cache: dict[str, Entry], p: Prompt) -> Step:
+def step(cache: dict[str, Entry], p: Prompt, chained: Chain | None = None) -> Step:
     """One call against the cache: read the longest live prefix, refresh it, write the
-    breakpoints after it that reach the model's minimum."""
-    keys, pos = chain(p.model, p.blocks)
+    breakpoints after it that reach the model's minimum (``chained``: ``chain``'s)."""
+    keys, pos = chain(p.model, p.blocks, chained)
     marks = [i for i, b in enumerate(p.blocks) if b.breakpoint is not None][-MAX_BREAKPOINTS:]
     upto = _lookup(cache, keys, marks, p.at)
     read_from = None

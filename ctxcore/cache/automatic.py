@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ctxcore.cache.anthropic import Step, chain
+from ctxcore.cache.anthropic import Chain, Step, chain
 from ctxcore.cache.prompts import Prompt, Provider
 
 #: how long an entry lives after its last use, per provider
@@ -110,10 +110,13 @@ def _best(
     return best
 
 
-def step(entries: list[AutoEntry], p: Prompt, provider: Provider) -> Step:
+def step(
+    entries: list[AutoEntry], p: Prompt, provider: Provider, chained: Chain | None = None
+) -> Step:
     """One call against an automatic cache: read the longest live shared prefix (whole
-    steps, a prompt of at least the minimum), refresh that entry, cache the whole prompt."""
-    keys, pos = chain(p.model, p.blocks)
+    steps, a prompt of at least the minimum), refresh that entry, cache the whole prompt
+    (``chained``: ``chain``'s)."""
+    keys, pos = chain(p.model, p.blocks, chained)
     total = pos[-1] if pos else 0
     if not keys or total < minimum(provider, p.model):
         return Step(-1, None, (), 0, 0, 0, -1)

@@ -23,11 +23,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
+from operator import is_
 from typing import Literal
 
-from ctxcore.models import Message, TokenUsage, Trace
+from pydantic import BaseModel
+
+from ctxcore.models import Message, TokenUsage, ToolDef, Trace
 from ctxcore.tokens import get_counter
 
 Ttl = Literal["5m", "1h"]
@@ -129,12 +134,14 @@ def _kept(key: str, text: str) -> str:
 
 @dataclass(frozen=True)
 class _Raw:
-    """A block before its tokens are fitted: kind, label, text, message index, packet id,
-    role."""
+    """A block before its tokens are fitted: kind, label, message index, packet id, role,
+    what its text is made of (``ident``: compared, never hashed, to reuse an earlier call's
+    digest of the same block) and how to make that text (``make``)."""
 
     kind: BlockKind
     label: str
-    text: str
+    ident: tuple[object, ...]
+    make: Callable[[], str]
     index: int | None
     packet: str | None = None
     role: str = ""
@@ -145,10 +152,26 @@ def _index(ident: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _message_text(m: Message) -> str:
-    calls = m.metadata.get("tool_calls")
+def _message_text(role: str, content: str, calls: object) -> str:
     tail = json.dumps(calls, sort_keys=True, default=str) if calls else ""
-    return f"{m.role}\n{m.content}\n{tail}"
+    return f"{role}\n{content}\n{tail}"
+
+
+def _prefixed(head: str, text: str) -> str:
+    return f"{head}\n{text}"
+
+
+def _message(
+    kind: BlockKind, label: str, m: Message, index: int | None, packet: str | None
+) -> _Raw:
+    """A message's block: its text is its role, content and tool calls."""
+    calls = m.metadata.get("tool_calls")
+    ident = (m.role, m.content, calls)
+    return _Raw(kind, label, ident, partial(_message_text, *ident), index, packet, m.role)
+
+
+def _tools_text(tools: tuple[ToolDef, ...]) -> str:
+    return json.dumps([t.model_dump() for t in tools], sort_keys=True)
 
 
 def _from_result(trace: Trace, messages: list[Message]) -> list[_Raw]:
@@ -170,16 +193,9 @@ def _from_result(trace: Trace, messages: list[Message]) -> list[_Raw]:
             packet = f"compaction:{m.id}"
         elif idx is not None and idx in packets:
             packet = packets[idx].id
-        out.append(
-            _Raw(
-                "system" if system else "message",
-                m.id or f"message-{pos}",
-                _message_text(m),
-                idx if idx is not None else pos,
-                packet,
-                m.role,
-            )
-        )
+        kind: BlockKind = "system" if system else "message"
+        at = idx if idx is not None else pos
+        out.append(_message(kind, m.id or f"message-{pos}", m, at, packet))
     return out
 
 
@@ -193,12 +209,13 @@ def _from_input(trace: Trace) -> list[_Raw]:
     for pos, m in enumerate(inp.history):
         idx = _index(m.id)
         at = pos if idx is None else idx
-        items.append(_Raw("message", m.id or f"history-{pos}", _message_text(m), at, role=m.role))
+        items.append(_message("message", m.id or f"history-{pos}", m, at, None))
     for p in inp.packets:
         idx = p.metadata.get("message_index")
         at = idx if isinstance(idx, int) else (max((r.index or 0 for r in items), default=-1) + 1)
         role = "tool" if p.kind == "tool_result" else "user"
-        items.append(_Raw("message", p.id, f"packet\n{p.content}", at, p.id, role))
+        make = partial(_prefixed, "packet", p.content)
+        items.append(_Raw("message", p.id, (p.content,), make, at, p.id, role))
     if inp.query:
         users = [_index(m.id) for m in inp.history if m.role == "user"]
         last_user = max((u for u in users if u is not None), default=-1)
@@ -206,20 +223,22 @@ def _from_input(trace: Trace) -> list[_Raw]:
         q = last_user + 1
         while q in taken:
             q += 1
-        items.append(_Raw("message", "query", f"user\n{inp.query}", q, role="user"))
+        make = partial(_prefixed, "user", inp.query)
+        items.append(_Raw("message", "query", (inp.query,), make, q, role="user"))
     items.sort(key=lambda r: r.index or 0)
     if inp.system_instructions:
-        text = f"system\n{inp.system_instructions}"
-        items.insert(0, _Raw("system", "system", text, None, role="system"))
+        si = inp.system_instructions
+        make = partial(_prefixed, "system", si)
+        items.insert(0, _Raw("system", "system", (si,), make, None, role="system"))
     return items
 
 
 def _raw_blocks(trace: Trace) -> list[_Raw]:
     """The tool definitions, then the messages in request order."""
     raw: list[_Raw] = []
-    if trace.input.tools:
-        tools = json.dumps([t.model_dump() for t in trace.input.tools], sort_keys=True)
-        raw.append(_Raw("tools", "tools", tools, None))
+    tools = tuple(trace.input.tools)
+    if tools:
+        raw.append(_Raw("tools", "tools", tools, partial(_tools_text, tools), None))
     messages = trace.result.messages if trace.result is not None else None
     raw.extend(_from_result(trace, messages) if messages else _from_input(trace))
     return raw
@@ -249,10 +268,8 @@ def _fitted(counts: list[int], total: int | None, unrecorded: bool) -> tuple[lis
     return out, 0
 
 
-def _tool_parts(trace: Trace) -> tuple[tuple[str, str], ...]:
-    return tuple(
-        (t.name, key_of(json.dumps(t.model_dump(), sort_keys=True))) for t in trace.input.tools
-    )
+def _tool_parts(tools: tuple[ToolDef, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((t.name, key_of(json.dumps(t.model_dump(), sort_keys=True))) for t in tools)
 
 
 def _compaction(meta: dict[str, object]) -> str | None:
@@ -261,50 +278,121 @@ def _compaction(meta: dict[str, object]) -> str | None:
     return str(at) if at is not None else None
 
 
+def _same(a: object, b: object) -> bool:
+    """Whether ``a`` and ``b`` make the same block text: the same object, or alike in type
+    and value all the way down (``1``, ``1.0`` and ``True`` are equal in Python but not in
+    JSON; a float by its repr, so ``0.0`` is not ``-0.0``)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple)
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    if isinstance(a, BaseModel):
+        assert isinstance(b, BaseModel)
+        return _same(a.model_dump(), b.model_dump())
+    if isinstance(a, str | int | bool) or a is None:
+        return a == b
+    return False
+
+
+def _same_parts(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """``_same`` of two blocks' parts, the same objects (a session log's calls share their
+    messages) found without a call per part."""
+    return len(a) == len(b) and (all(map(is_, a, b)) or _same(a, b))
+
+
+@dataclass(frozen=True)
+class _Digest:
+    """What a block's text comes to: what it was made of (``_Raw.ident``), its key, its
+    counted tokens, a system block's text and the tools' (name, key) pairs."""
+
+    ident: tuple[object, ...]
+    key: str
+    tokens: int
+    text: str | None
+    tools: tuple[tuple[str, str], ...]
+
+
+class PromptReader:
+    """``prompt_of`` for the calls of a session read one after another: a block made of
+    the same content as a block of the previous call (the same message, tool list, system
+    prompt; compared, not hashed) takes that block's key and count, so each message of a
+    session is hashed and counted once, not once per call that carries it (docs/design.md,
+    "Prompt cache"). Only the previous call's digests are kept."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], _Digest] = {}
+
+    def _digest(self, r: _Raw, now: dict[tuple[str, str], _Digest]) -> _Digest:
+        slot = (r.kind, r.label)
+        d = now.get(slot) or self._last.get(slot)
+        if d is None or not _same_parts(d.ident, r.ident):
+            text = r.make()
+            key = key_of(r.kind, text)
+            system = _kept(key, text.split("\n", 1)[-1]) if r.kind == "system" else None
+            tools = _tool_parts(r.ident) if r.kind == "tools" else ()  # type: ignore[arg-type]
+            d = _Digest(r.ident, key, _count(key, text), system, tools)
+        now[slot] = d
+        return d
+
+    def read(self, trace: Trace) -> Prompt:
+        """The call of ``trace`` as the cache sees it (module docstring: blocks, their
+        tokens, the breakpoints)."""
+        meta = _import_meta(trace)
+        model = str(trace.metadata.get("model") or "")
+        reconstructed = meta.get("reconstructed")
+        hidden = {"system prompt", "tool definitions"} & set(
+            reconstructed if isinstance(reconstructed, list) else ()
+        )
+        raw = _raw_blocks(trace)
+        now: dict[tuple[str, str], _Digest] = {}
+        digests = [self._digest(r, now) for r in raw]
+        self._last = now
+        tokens = trace.outcome.tokens if trace.outcome is not None else None
+        total = tokens.input_tokens if tokens is not None else None
+        counts, unrecorded = _fitted([d.tokens for d in digests], total, bool(hidden))
+        blocks: list[Block] = []
+        indices: list[int | None] = []
+        if hidden:
+            log = trace.metadata.get("session_log") or {}
+            agent = "sidechain" if "parent" in log else "main"
+            label = " and ".join(sorted(hidden))
+            key = key_of("unrecorded", model, agent)
+            blocks.append(Block("unrecorded", label, key, unrecorded))
+            indices.append(None)
+        for r, d, n in zip(raw, digests, counts, strict=True):
+            blocks.append(Block(r.kind, r.label, d.key, n, None, r.packet, r.role, d.text, d.tools))
+            indices.append(r.index)
+        assumed = (
+            not isinstance(meta.get("cache_control"), list) and "session_log" in trace.metadata
+        )
+        marked = _breakpoints(meta, blocks, indices, assumed)
+        final = tuple(
+            replace(b, breakpoint=marked[i]) if i in marked else b for i, b in enumerate(blocks)
+        )
+        return Prompt(
+            trace.trace_id,
+            trace.input.now,
+            model,
+            final,
+            tokens,
+            _compaction(meta),
+            None,
+            trace.session_id,
+        )
+
+
 def prompt_of(trace: Trace) -> Prompt:
     """The call of ``trace`` as the cache sees it (module docstring: blocks, their tokens,
-    the breakpoints)."""
-    meta = _import_meta(trace)
-    model = str(trace.metadata.get("model") or "")
-    reconstructed = meta.get("reconstructed")
-    hidden = {"system prompt", "tool definitions"} & set(
-        reconstructed if isinstance(reconstructed, list) else ()
-    )
-    raw = _raw_blocks(trace)
-    keys = [key_of(r.kind, r.text) for r in raw]
-    tokens = trace.outcome.tokens if trace.outcome is not None else None
-    total = tokens.input_tokens if tokens is not None else None
-    counted = [_count(k, r.text) for k, r in zip(keys, raw, strict=True)]
-    counts, unrecorded = _fitted(counted, total, bool(hidden))
-    blocks: list[Block] = []
-    indices: list[int | None] = []
-    if hidden:
-        agent = "sidechain" if "parent" in (trace.metadata.get("session_log") or {}) else "main"
-        label = " and ".join(sorted(hidden))
-        blocks.append(Block("unrecorded", label, key_of("unrecorded", model, agent), unrecorded))
-        indices.append(None)
-    tools = _tool_parts(trace)
-    for r, k, n in zip(raw, keys, counts, strict=True):
-        text = _kept(k, r.text.split("\n", 1)[-1]) if r.kind == "system" else None
-        parts = tools if r.kind == "tools" else ()
-        blocks.append(Block(r.kind, r.label, k, n, None, r.packet, r.role, text, parts))
-        indices.append(r.index)
-    assumed = not isinstance(meta.get("cache_control"), list) and "session_log" in trace.metadata
-    marked = _breakpoints(meta, blocks, indices, assumed)
-    final = tuple(
-        Block(b.kind, b.label, b.key, b.tokens, marked.get(i), b.packet, b.role, b.text, b.tools)
-        for i, b in enumerate(blocks)
-    )
-    return Prompt(
-        trace.trace_id,
-        trace.input.now,
-        model,
-        final,
-        tokens,
-        _compaction(meta),
-        None,
-        trace.session_id,
-    )
+    the breakpoints); a session's calls read in order: ``PromptReader``."""
+    return PromptReader().read(trace)
 
 
 def _breakpoints(

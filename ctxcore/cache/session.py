@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ctxcore.cache import anthropic, automatic
 from ctxcore.cache.breaks import Where, attribute, first_difference
 from ctxcore.cache.calls import CallCache
-from ctxcore.cache.prompts import Prompt, Provider, prompt_of, provider_of
+from ctxcore.cache.prompts import Prompt, PromptReader, Provider, provider_of
 from ctxcore.cost import PriceTable, price_table
 from ctxcore.models import Trace
 
@@ -27,6 +27,8 @@ class SessionCache:
     _auto: dict[str, list[automatic.AutoEntry]] = field(default_factory=dict)
     #: each session's last call (a side chain's break is found against its own calls)
     _prev: dict[str, tuple[Prompt, anthropic.Step]] = field(default_factory=dict)
+    #: the last prompt chained, whose prefix keys the next call reuses
+    _chain: anthropic.Chain = field(default_factory=anthropic.Chain)
 
     def _where(self, provider: Provider, p: Prompt, s: anthropic.Step) -> Where | None:
         """What the previous call left cached, as this call met it."""
@@ -52,9 +54,9 @@ class SessionCache:
         """One call against the cache, with its break when it read less than it could."""
         provider = provider_of(p.model) or "anthropic"
         if provider == "anthropic":
-            s = anthropic.step(self._explicit, p)
+            s = anthropic.step(self._explicit, p, self._chain)
         else:
-            s = automatic.step(self._auto.setdefault(p.model, []), p, provider)
+            s = automatic.step(self._auto.setdefault(p.model, []), p, provider, self._chain)
         where = self._where(provider, p, s)
         brk = None
         if where is not None:
@@ -97,4 +99,5 @@ def simulate_session(traces: Iterable[Trace], prices: PriceTable | None = None) 
     """The cache through one session's calls, in the order they were sent (``input.now``,
     then turn)."""
     ordered = sorted(traces, key=lambda t: (t.input.now, t.turn))
-    return simulate((prompt_of(t) for t in ordered), prices)
+    reader = PromptReader()
+    return simulate((reader.read(t) for t in ordered), prices)
