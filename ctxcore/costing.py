@@ -42,6 +42,7 @@ from ctxcore.cache import (
     CallCache,
     Prompt,
     PromptReader,
+    SessionCache,
     simulate,
 )
 from ctxcore.cost import PriceTable, cost
@@ -284,6 +285,22 @@ def _session(calls: list[_Call], prices: PriceTable) -> list[CallCost]:
     ordered = sorted(calls, key=lambda c: (c.at, c.turn))
     sims = simulate((c.prompt for c in ordered), prices)
     return [_costed(c, s, prices) for c, s in zip(ordered, sims, strict=True)]
+
+
+class RunningCosts:
+    """``session_costs`` a call at a time, for calls fed in the order they were sent: the
+    session's diagnosis asks each turn's cost as it reaches the turn (``diagnostics``'
+    ``cache_break``), and costing the session up to each turn anew was quadratic."""
+
+    def __init__(self, prices: PriceTable) -> None:
+        self.prices = prices
+        self._cache = SessionCache(prices)
+        self._reader = PromptReader()
+
+    def add(self, trace: Trace) -> CallCost:
+        """The next call, costed after every call fed before it."""
+        call = _call(trace, self._reader)
+        return _costed(call, self._cache.add(call.prompt), self.prices)
 
 
 def session_costs(traces: Iterable[Trace], prices: PriceTable) -> list[CallCost]:

@@ -46,7 +46,13 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ctxcore.diagnostics.context import LOST, SEVERITY_RANK, DiagnosticsOptions, TraceView
+from ctxcore.diagnostics.context import (
+    LOST,
+    SEVERITY_RANK,
+    DiagnosticsOptions,
+    SessionFolds,
+    TraceView,
+)
 from ctxcore.diagnostics.counterfactual import (
     BuildCache,
     Counterfactual,
@@ -183,6 +189,7 @@ def diagnose(
     options: DiagnosticsOptions | None = None,
     rebuilt: BuildResult | None = None,
     alone: Sequence[Finding] | None = None,
+    folds: SessionFolds | None = None,
 ) -> list[Finding]:
     """Every finding for one trace, most severe first.
 
@@ -199,6 +206,10 @@ def diagnose(
     findings it computed at insert with it): the detectors that do not read other turns for
     this trace (``reads_other_turns``) are taken from it instead of run again, the findings
     in the same order as ever.
+
+    ``folds`` is ``diagnose_session``'s: the session's traces in the order it diagnoses
+    them, ``session_traces`` being those before this one; the session detectors then carry
+    what they gather from the earlier turns over from the turn before (the same findings).
     """
     opts = options or DiagnosticsOptions()
     unknown = [d for d in (opts.enabled or ()) if d not in DETECTORS]
@@ -209,7 +220,7 @@ def diagnose(
         )
     trace = ensure_built(trace)
     view = TraceView(
-        trace, opts, [t for t in (session_traces or ()) if t.result is not None], rebuilt
+        trace, opts, [t for t in (session_traces or ()) if t.result is not None], rebuilt, folds
     )
     found: list[Finding] = []
     if alone is not None:
@@ -294,9 +305,10 @@ def diagnose_session(
             "diagnose one session at a time"
         )
     ordered = sorted((ensure_built(t) for t in traces), key=lambda t: (t.turn, t.created_at))
+    folds = SessionFolds(ordered)  # each turn's detectors carry on from the turn before's
     turns = []
     for i, t in enumerate(ordered):
-        findings = diagnose(t, session_traces=ordered[:i], options=options)
+        findings = diagnose(t, session_traces=ordered[:i], options=options, folds=folds)
         turns.append(TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=findings))
     return SessionDiagnosis(session_id=sessions[0], turns=turns, lost=lost_items(ordered, turns))
 

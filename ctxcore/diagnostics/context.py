@@ -10,9 +10,12 @@ uses, so a team can tune them in one place (and the app can show them).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any, TypeVar
 
 from ctxcore import settings
 from ctxcore.diagnostics.text import lowered_ws
@@ -21,6 +24,8 @@ from ctxcore.models import BuildResult, Decision, Finding, Reason, Severity, Sta
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 from ctxcore.pipeline.signals import Source, current_turn
 from ctxcore.tokens import TOKENIZERS, TokenCounter, get_counter, is_exact
+
+S = TypeVar("S")
 
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 
@@ -162,6 +167,76 @@ def id_list(ids: list[str], limit: int = 4) -> str:
     return head + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
+class SessionFolds:
+    """What the session detectors gather from the earlier turns, gathered once for a whole
+    session (docs/design.md, "Diagnostics": ``diagnose_session``).
+
+    Each detector that reads other turns folds them into some state (the tool calls seen,
+    the user constraints given, the prompt cache); asked afresh at every turn, that is every
+    earlier turn read again at each one, quadratic in the session's length. ``diagnose_session``
+    diagnoses the turns in order, each with the turns before it, so each such state is a
+    fold over a prefix of the session that only grows: ``fold`` keeps it and feeds it only
+    the traces it has not seen yet. The state handed out is shared: a detector reads it and
+    never changes it.
+    """
+
+    def __init__(self, traces: Sequence[Trace]) -> None:
+        #: the session in the order it is diagnosed: by turn, then by time of creation
+        self.traces = list(traces)
+        self._turns = [t.turn for t in self.traces]
+        self._folds: dict[Hashable, tuple[int, Any]] = {}
+        ids = Counter(t.trace_id for t in self.traces)
+        self._repeated = {i for i, n in ids.items() if n > 1}
+        self._memos: dict[Hashable, dict[Any, Any]] = {}
+
+    def earlier(self, trace: Trace) -> int | None:
+        """How many traces come before ``trace``'s turn (the prefix of the earlier turns),
+        or None for a trace whose id another trace of the session has too: the detectors
+        leave a trace of its own id out of its earlier turns, and that is no prefix."""
+        if trace.trace_id in self._repeated:
+            return None
+        return bisect_left(self._turns, trace.turn)
+
+    def turn_start(self, at: int) -> int:
+        """The position of the first trace of the turn of the trace at ``at``."""
+        return bisect_left(self._turns, self._turns[at])
+
+    def turn_size(self, at: int) -> int:
+        """How many traces the turn of the trace at ``at`` has."""
+        return bisect_right(self._turns, self._turns[at]) - self.turn_start(at)
+
+    def memo(self, name: Hashable) -> dict[Any, Any]:
+        """A dict kept for the whole session under ``name``: what a detector found about
+        one of its turns, for the turns after it."""
+        return self._memos.setdefault(name, {})
+
+    def fold(
+        self, name: Hashable, upto: int, start: Callable[[], S], step: Callable[[S, Trace], None]
+    ) -> S:
+        """``step`` folded over the first ``upto`` traces from ``start()``, kept under
+        ``name``: a longer prefix feeds only the traces after the last one asked for (a
+        shorter one starts again)."""
+        upto = min(upto, len(self.traces))
+        done, state = self._folds[name] if name in self._folds else (0, start())
+        if upto < done:
+            done, state = 0, start()
+        for t in self.traces[done:upto]:
+            step(state, t)
+        self._folds[name] = (upto, state)
+        return state
+
+
+def fold_over(
+    traces: Iterable[Trace], start: Callable[[], S], step: Callable[[S, Trace], None]
+) -> S:
+    """``step`` folded over ``traces`` from ``start()``: what ``SessionFolds.fold`` keeps,
+    computed once (one trace diagnosed with its session)."""
+    state = start()
+    for t in traces:
+        step(state, t)
+    return state
+
+
 @dataclass
 class TraceView:
     """One built trace, indexed for the detectors (internal, not persisted)."""
@@ -171,6 +246,9 @@ class TraceView:
     session_traces: list[Trace] = field(default_factory=list)
     #: ``counterfactual.rebuild(trace)`` when the caller already holds it (see ``diagnose``)
     rebuilt: BuildResult | None = None
+    #: the whole session's folds when ``diagnose_session`` diagnoses its turns in order, each
+    #: with the traces before it as ``session_traces``
+    folds: SessionFolds | None = None
 
     def __post_init__(self) -> None:
         if self.trace.result is None:

@@ -10,6 +10,7 @@ compression damage and estimator drift in ``detectors_tokens``.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ctxcore.diagnostics.context import (
@@ -18,6 +19,7 @@ from ctxcore.diagnostics.context import (
     TRUSTED_KINDS,
     TraceView,
     finding,
+    fold_over,
     id_list,
     normalize_ws,
     short,
@@ -26,7 +28,7 @@ from ctxcore.diagnostics.context import (
 from ctxcore.diagnostics.counterfactual import rerun_outcome
 from ctxcore.diagnostics.knapsack import knapsack
 from ctxcore.diagnostics.text import NoiseProfile, constraint_sentences, lowered_ws, strip_noise
-from ctxcore.models import Decision, Finding, Reason, Severity, Status
+from ctxcore.models import Decision, Finding, Reason, Severity, Status, Trace
 from ctxcore.pipeline.common import HISTORY_ID, INSTRUCTIONS_ID
 
 if TYPE_CHECKING:
@@ -136,29 +138,53 @@ def _history_carrier(v: TraceView, sentence: str) -> str | None:
     return None
 
 
+#: a user constraint where it first came: normalized sentence → (turn, sentence, message id)
+Constraints = dict[str, tuple[int | None, str, str | None]]
+
+
+def _add_constraints(
+    found: Constraints, turn: int | None, texts: Iterable[tuple[str, str | None]]
+) -> None:
+    """The constraint sentences of ``texts`` ((text, message id)) not already in ``found``."""
+    for text, msg_id in texts:
+        for sent in constraint_sentences(text):
+            found.setdefault(normalize_ws(sent).lower(), (turn, sent, msg_id))
+
+
+def _turn_constraints(found: Constraints, t: Trace) -> None:
+    """An earlier turn's constraints: its task, then its history's user messages."""
+    user = ((m.content, m.id) for m in t.input.history if m.role == "user")
+    _add_constraints(found, t.turn, [(t.input.query, None), *user])
+
+
+def _earlier_constraints(v: TraceView) -> Constraints:
+    """The constraints of the earlier turns, each where it first came (turn order): carried
+    over from the turn before when the whole session is diagnosed (``SessionFolds``)."""
+    k = v.folds.earlier(v.trace) if v.folds is not None else None
+    if v.folds is not None and k is not None:
+        return v.folds.fold("constraints", k, dict, _turn_constraints)
+    earlier = sorted(
+        (t for t in v.session_traces if t.turn < v.trace.turn and t.trace_id != v.trace.trace_id),
+        key=lambda t: t.turn,
+    )
+    return fold_over(earlier, dict, _turn_constraints)
+
+
 def _lost_constraints(v: TraceView) -> list[Finding]:
     """User constraints from earlier turns (this input's history, earlier traces) now absent."""
-    sources: list[tuple[int | None, str, str | None]] = []  # (turn, text, message id)
-    for t in sorted(v.session_traces, key=lambda t: t.turn):
-        if t.turn >= v.trace.turn or t.trace_id == v.trace.trace_id:
-            continue
-        sources.append((t.turn, t.input.query, None))
-        sources.extend((t.turn, m.content, m.id) for m in t.input.history if m.role == "user")
-    sources.extend((None, m.content, m.id) for m in v.input.history if m.role == "user")
+    earlier = _earlier_constraints(v)  # shared: read, never changed
+    own: Constraints = {}
+    user = [(m.content, m.id) for m in v.input.history if m.role == "user"]
+    _add_constraints(own, None, user)
     query = normalize_ws(v.input.query).lower()
-    seen: set[str] = set()
     # one finding per message that carried them: (turn, carrier or message id) → sentences
     groups: dict[tuple[int | None, str | None], list[str]] = {}
-    for turn, text, msg_id in sources:
-        for sent in constraint_sentences(text):
-            key = normalize_ws(sent).lower()
-            if key in seen or key in query:
-                continue
-            seen.add(key)
-            if v.prompt_contains(sent):
-                continue
-            carrier = _history_carrier(v, sent) or msg_id
-            groups.setdefault((turn, carrier), []).append(sent)
+    firsts = [*earlier.items(), *((k, c) for k, c in own.items() if k not in earlier)]
+    for key, (turn, sent, msg_id) in firsts:
+        if key in query or v.prompt_contains(sent):
+            continue
+        carrier = _history_carrier(v, sent) or msg_id
+        groups.setdefault((turn, carrier), []).append(sent)
     out: list[Finding] = []
     for (turn, carrier), sents in groups.items():
         origin = f"turn {turn}" if turn is not None else "the history"

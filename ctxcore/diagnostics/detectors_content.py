@@ -16,8 +16,10 @@ from ctxcore.diagnostics.context import (
     IN_PROMPT,
     LOST,
     TRUSTED_KINDS,
+    SessionFolds,
     TraceView,
     finding,
+    fold_over,
     id_list,
     normalize_ws,
 )
@@ -164,6 +166,74 @@ _error_lines = Memo(_error_lines_of)
 _HOLDS: Memo[str, dict[tuple[str, ...], bool]] = Memo(lambda _prompt: {})
 
 
+def _holds(t: Trace, lines: tuple[str, ...]) -> bool:
+    """Does ``t``'s prompt hold every one of ``lines`` (remembered per prompt, ``_HOLDS``)?"""
+    assert t.result is not None
+    prompt = lowered_ws(t.result.prompt)
+    known = _HOLDS(prompt)
+    hit = known.get(lines)
+    if hit is None:
+        hit = known[lines] = all(line in prompt for line in lines)
+    return hit
+
+
+def _walk_back(v: TraceView, earlier: list[Trace], lines: tuple[str, ...]) -> tuple[int, int]:
+    """(turns in a row, the first of them) that the prompts up to this turn's held ``lines``:
+    back through ``earlier`` (latest turn first) while each is the turn before the last."""
+    run = 1
+    since = v.trace.turn
+    expected = v.trace.turn - 1
+    for t in earlier:
+        if t.turn != expected or not _holds(t, lines):
+            break
+        run += 1
+        since = t.turn
+        expected -= 1
+    return run, since
+
+
+def _runs_back(folds: SessionFolds, k: int, lines: tuple[str, ...]) -> tuple[int, int] | None:
+    """``_walk_back`` over the session's first ``k`` traces (``SessionFolds``), each turn's
+    run remembered for the turns after it: (turns in a row from the latest of them, the
+    first of those), or None when the latest does not hold ``lines``.
+
+    The walk meets each turn at its first trace; a turn of several traces ends it there
+    (the next trace is of the same turn)."""
+    memo: dict[tuple[tuple[str, ...], int], tuple[int, int] | None] = folds.memo("carried")
+    path: list[int] = []
+    at: int | None = folds.turn_start(k - 1)
+    known: tuple[int, int] | None = None
+    while at is not None:
+        if (lines, at) in memo:
+            known = memo[(lines, at)]
+            break
+        t = folds.traces[at]
+        if not _holds(t, lines):
+            memo[(lines, at)] = None
+            break
+        path.append(at)
+        alone = folds.turn_size(at) == 1
+        before = folds.turn_start(at - 1) if alone and at > 0 else None
+        at = before if before is not None and folds.traces[before].turn == t.turn - 1 else None
+    for at in reversed(path):
+        turn = folds.traces[at].turn
+        known = memo[(lines, at)] = (1 + known[0], known[1]) if known else (1, turn)
+    return memo.get((lines, folds.turn_start(k - 1) if k > 0 else -1))
+
+
+def _carried_run(v: TraceView, earlier: list[Trace], lines: tuple[str, ...]) -> tuple[int, int]:
+    """``_walk_back``, or where the session is diagnosed turn after turn (``SessionFolds``),
+    the same run from the runs of the turns before."""
+    k = v.folds.earlier(v.trace) if v.folds is not None else None
+    if v.folds is None or k is None:
+        return _walk_back(v, earlier, lines)
+    start = v.folds.turn_start(k - 1)
+    if v.folds.traces[start].turn != v.trace.turn - 1:
+        return 1, v.trace.turn
+    found = _runs_back(v.folds, k, lines)
+    return (1, v.trace.turn) if found is None else (1 + found[0], found[1])
+
+
 def _carried_errors(v: TraceView) -> list[Finding]:
     earlier = sorted(
         (t for t in v.session_traces if t.turn < v.trace.turn and t.result is not None),
@@ -172,23 +242,6 @@ def _carried_errors(v: TraceView) -> list[Finding]:
     )
     if not earlier:
         return []
-    # per earlier trace: its normalized prompt and what is known of the lines it holds
-    # (normalized lazily: the look-back usually stops after a turn or two; the answers are
-    # remembered per prompt, in _HOLDS: every later turn looks back at the same prompts)
-    looked: dict[str, tuple[str, dict[tuple[str, ...], bool]]] = {}
-
-    def holds_all(t: Trace, lines: tuple[str, ...]) -> bool:
-        entry = looked.get(t.trace_id)
-        if entry is None:
-            assert t.result is not None
-            prompt = lowered_ws(t.result.prompt)
-            entry = looked[t.trace_id] = (prompt, _HOLDS(prompt))
-        prompt, known = entry
-        hit = known.get(lines)
-        if hit is None:
-            hit = known[lines] = all(line in prompt for line in lines)
-        return hit
-
     out: list[Finding] = []
     for d in v.decisions:
         if d.status not in IN_PROMPT or d.packet_id == INSTRUCTIONS_ID:
@@ -197,15 +250,7 @@ def _carried_errors(v: TraceView) -> list[Finding]:
         if not found:
             continue
         lines = list(found)
-        run = 1
-        since = v.trace.turn
-        expected = v.trace.turn - 1
-        for t in earlier:
-            if t.turn != expected or not holds_all(t, found):
-                break
-            run += 1
-            since = t.turn
-            expected -= 1
+        run, since = _carried_run(v, earlier, found)
         if run >= v.options.carried_turns:
             out.append(
                 finding(
@@ -452,15 +497,21 @@ def _blind_spot_finding(v: TraceView, hits: list[Decision], aware: dict[str, flo
 _COVERS = ("covers", "source_ids", "summarizes", "sources", "summary_of")
 
 
+def _add_contents(out: dict[str, str], t: Trace) -> None:
+    """Each packet's and history message's text by id, where it first came."""
+    for p in t.input.packets:
+        out.setdefault(p.id, p.content)
+    for m in t.input.history:
+        if m.id:
+            out.setdefault(m.id, m.content)
+
+
 def _session_contents(v: TraceView) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for t in v.session_traces:
-        for p in t.input.packets:
-            out.setdefault(p.id, p.content)
-        for m in t.input.history:
-            if m.id:
-                out.setdefault(m.id, m.content)
-    return out
+    """The texts of the session's other turns by id (shared when the whole session is
+    diagnosed, ``SessionFolds``: read, never changed)."""
+    if v.folds is not None:
+        return v.folds.fold("contents", len(v.session_traces), dict, _add_contents)
+    return fold_over(v.session_traces, dict, _add_contents)
 
 
 def _error_text_lines_of(text: str) -> tuple[str, ...]:

@@ -17,14 +17,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
 from ctxcore.cache import provider_of
 from ctxcore.cost import PriceTable, price_table
-from ctxcore.costing import session_costs
-from ctxcore.diagnostics.context import TraceView, finding, short
+from ctxcore.costing import CallCost, RunningCosts, session_costs
+from ctxcore.diagnostics.context import TraceView, finding, fold_over, short
 from ctxcore.models import Finding, Trace
 from ctxcore.settings import ENV_PRICES
 
@@ -46,6 +48,50 @@ def _session(v: TraceView) -> list[Trace]:
     return [*earlier, t]
 
 
+@dataclass
+class _Running:
+    """The session's calls costed one after another (``SessionFolds``) while they come in
+    the order they were sent."""
+
+    costs: RunningCosts
+    calls: list[CallCost] = field(default_factory=list)
+    last_at: datetime | None = None
+    in_order: bool = True
+
+    def step(self, t: Trace) -> None:
+        if self.last_at is not None and t.input.now < self.last_at:
+            self.in_order = False
+        if self.in_order:
+            self.calls.append(self.costs.add(t))
+            self.last_at = t.input.now
+
+
+def _folded_cost(v: TraceView, prices: PriceTable, key: Hashable) -> CallCost | None:
+    """This call's cost from the session's running costs, when that is exactly what
+    ``session_costs(_session(v))`` gives it: no trace of its own turn before it, none of its
+    id, and the calls up to it sent in turn order (so both put the same calls before it, in
+    the same order); else None."""
+    folds, t = v.folds, v.trace
+    k = folds.earlier(t) if folds is not None else None
+    if folds is None or k is None or len(v.session_traces) != k or folds.traces[k] is not t:
+        return None
+    run = folds.fold(
+        ("cache_break", key), k + 1, lambda: _Running(RunningCosts(prices)), _Running.step
+    )
+    return run.calls[k] if run.in_order else None
+
+
+def _call_cost(
+    v: TraceView, session: list[Trace], prices: PriceTable, key: Hashable
+) -> CallCost | None:
+    """This call costed with the earlier turns of its session (``session``)."""
+    mine = _folded_cost(v, prices, key)
+    if mine is not None:
+        return mine
+    calls = session_costs(session, prices)
+    return next((c for c in calls if c.trace_id == v.trace.trace_id), None)
+
+
 def cache_break(v: TraceView) -> list[Finding]:
     """Warning: this call read less of the prompt cache than the previous call's prompt
     would have served; the reason, the tokens written again, their cost and the fix."""
@@ -53,9 +99,9 @@ def cache_break(v: TraceView) -> list[Finding]:
     model = str(v.trace.metadata.get("model") or "")
     if provider_of(model) is None:
         return []
-    prices = _prices(v.options.prices, os.environ.get(ENV_PRICES, ""))
-    calls = session_costs(session, prices)
-    mine = next((c for c in calls if c.trace_id == v.trace.trace_id), None)
+    key = (v.options.prices, os.environ.get(ENV_PRICES, ""))
+    prices = _prices(*key)
+    mine = _call_cost(v, session, prices, key)
     brk = mine.cache_break if mine is not None else None
     if brk is None:
         return []
@@ -132,6 +178,20 @@ def _calls(t: Trace) -> Iterator[tuple[int, str, Call]]:
                 yield pos, cid, (name, _arguments(c.get("arguments")), digest)
 
 
+def _add_calls(seen: dict[str, Call], t: Trace) -> None:
+    """The answered tool calls of ``t``'s input, by call id (a later one of an id wins)."""
+    seen.update((cid, call) for _, cid, call in _calls(t))
+
+
+def _earlier_calls(v: TraceView, earlier: list[Trace]) -> dict[str, Call]:
+    """The tool calls of the earlier turns (``earlier``) by call id: carried over from the
+    turn before when the whole session is diagnosed (``SessionFolds``)."""
+    k = v.folds.earlier(v.trace) if v.folds is not None else None
+    if v.folds is not None and k is not None:
+        return v.folds.fold("tool_calls", k, dict, _add_calls)
+    return fold_over(earlier, dict, _add_calls)
+
+
 def repeated_tool_call(v: TraceView) -> list[Finding]:
     """Warning: a tool call of the last reply repeats an earlier call of the session: the
     same tool, the same arguments, the same result."""
@@ -141,9 +201,7 @@ def repeated_tool_call(v: TraceView) -> list[Finding]:
         return []
     ids = {cid: rid for cid, (rid, _) in _results(v.trace).items()}
     last = max(pos for pos, _, _ in mine)
-    seen: dict[str, Call] = {}
-    for s in earlier:
-        seen.update((cid, call) for _, cid, call in _calls(s))
+    seen = dict(_earlier_calls(v, earlier))  # a copy: the session's is shared
     seen.update((cid, call) for pos, cid, call in mine if pos < last)
     out: list[Finding] = []
     for _, cid, call in (c for c in mine if c[0] == last):
