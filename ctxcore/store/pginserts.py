@@ -207,16 +207,78 @@ def _insert_traces(con: psycopg.Connection, table: pa.Table) -> set[str]:
     return {r[0] for r in rows}
 
 
+def _nul_rows(table: pa.Table, key: str) -> dict[int, str]:
+    """The ``key`` values of ``table``'s rows with a NUL character in a text column (or a
+    text of a list column), each with the first such column's name."""
+    found: dict[int, str] = {}
+    keys = table.column(key).to_numpy(zero_copy_only=False)
+    for name in table.schema.names:
+        col = table.column(name)
+        typ = col.type
+        if pa.types.is_list(typ) and pa.types.is_string(typ.value_type):
+            flat = pc.list_flatten(col)
+            hit = pc.fill_null(pc.match_substring(flat, "\x00"), False).to_numpy(
+                zero_copy_only=False
+            )
+            rows = pc.list_parent_indices(col).to_numpy()[hit]
+        elif pa.types.is_string(typ) or pa.types.is_large_string(typ):
+            hit = pc.fill_null(pc.match_substring(col, "\x00"), False).to_numpy(
+                zero_copy_only=False
+            )
+            rows = np.flatnonzero(hit)
+        else:
+            continue
+        for k in keys[rows].tolist():
+            found.setdefault(int(k), name)
+    return found
+
+
+def refuse_nul(prep: RowTables) -> dict[int, str]:
+    """The traces of ``prep`` (by index) that hold a NUL character (U+0000) in a text,
+    which PostgreSQL's text type cannot store, and where: they are refused one by one, the
+    rest of the batch goes in (docs/design.md, "Store")."""
+    found: dict[int, str] = {}
+    for name, table in prep.tables.items():
+        if name == "contents":
+            continue
+        for k, col in _nul_rows(table, "tseq").items():
+            found.setdefault(k, f"{name}.{col}")
+    pieces, decisions = prep.tables.get("contents"), prep.tables.get("decisions")
+    if pieces is not None and decisions is not None and pieces.num_rows:
+        bad = _nul_rows(pieces, "cid")
+        if bad:
+            cids = pc.fill_null(decisions.column("cid"), -1).to_numpy()
+            tseqs = decisions.column("tseq").to_numpy()
+            for k in np.unique(tseqs[np.isin(cids, list(bad))]).tolist():
+                found.setdefault(int(k), "a packet's content")
+    return found
+
+
+def _nul_reason(where: str) -> str:
+    return (
+        f"cannot be stored here: a NUL character (U+0000) in {where}, which PostgreSQL "
+        "refuses; the other traces are stored: take the NUL out where the trace is written"
+    )
+
+
 def plan_and_insert(
     con: psycopg.Connection, memory: Texts, prep: RowTables, texts: dict[bytes, int]
 ) -> InsertResult:
     """Insert the new traces of ``prep`` in the caller's transaction; which were new,
-    skipped or conflicting. ``texts`` (digest -> cid) gets the packet texts stored, for the
-    caller to ``Texts.remember`` once its transaction commits."""
+    skipped, conflicting or refused (a NUL character in a text: ``refuse_nul``). ``texts``
+    (digest -> cid) gets the packet texts stored, for the caller to ``Texts.remember`` once
+    its transaction commits."""
     if not prep.ids:
         return InsertResult(0, 0, [], prep.rejected)
-    known = _stored(con, prep.ids)
-    keep, skipped, conflicts = _sort_out(con, prep, known, range(len(prep.ids)))
+    nul = refuse_nul(prep)
+    rejected = prep.rejected
+    if nul:
+        at = prep.positions or list(range(len(prep.ids)))
+        refused = [(at[k], _nul_reason(where)) for k, where in nul.items()]
+        rejected = sorted(rejected + refused)
+    known = _stored(con, [t for k, t in enumerate(prep.ids) if k not in nul])
+    ks = [k for k in range(len(prep.ids)) if k not in nul]
+    keep, skipped, conflicts = _sort_out(con, prep, known, ks)
     if keep:
         tseqs = _reserve(con, "trace_tseq", len(keep))
         tables = _numbered(prep, keep, tseqs)
@@ -232,7 +294,7 @@ def plan_and_insert(
         for name in CHILD_TABLES:
             if name in tables:
                 copy_table(con, name, tables[name])
-    return InsertResult(len(keep), skipped, conflicts, prep.rejected)
+    return InsertResult(len(keep), skipped, conflicts, rejected)
 
 
 def _drop(tables: dict[str, pa.Table], tseqs: np.ndarray) -> None:
@@ -333,6 +395,7 @@ __all__ = [
     "insert_errors",
     "packed",
     "plan_and_insert",
+    "refuse_nul",
     "same_as_stored",
     "set_file_offsets",
     "trace_json",
