@@ -3,13 +3,15 @@
 Files hold traces (``.json``: one trace, a list of them or an exported snapshot;
 ``.jsonl``: one per line; either may be gzipped) or captured inputs, which are built with
 the default preset first. Traces of the same session are diagnosed together, so the
-cross-turn detectors see the earlier turns. Every finding is printed on one line,
-``file:trace_id: severity detector: message (fix: …) [packet ids]``; the exit code is 0 when no
-finding reaches ``--fail-on``, 1 when some do, and 2 on bad input (one line on stderr,
-printed by ``ctxcore.cli``). All files are read and validated before anything is printed,
-so a bad file never leaves half a report. JSONL is streamed line by line and a JSON
-document is refused past MAX_DOCUMENT_BYTES (``ctxcore.loading``), so a huge or hostile
-file costs one error line, not the machine's memory.
+cross-turn detectors see the earlier turns; they read them once for the whole session
+(``SessionFolds``, as ``diagnose_session`` does) when the session's traces come in turn
+order, so a long session costs its length, not its length squared. Every finding is printed
+on one line, ``file:trace_id: severity detector: message (fix: …) [packet ids]``; the exit
+code is 0 when no finding reaches ``--fail-on``, 1 when some do, and 2 on bad input (one
+line on stderr, printed by ``ctxcore.cli``). All files are read and validated before
+anything is printed, so a bad file never leaves half a report. JSONL is streamed line by
+line and a JSON document is refused past MAX_DOCUMENT_BYTES (``ctxcore.loading``), so a
+huge or hostile file costs one error line, not the machine's memory.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from operator import is_
 from pathlib import Path
 from typing import Any, TextIO
 
-from ctxcore.diagnostics.context import SEVERITY_RANK
+from ctxcore.diagnostics.context import SEVERITY_RANK, SessionFolds
 from ctxcore.errors import InputError
 from ctxcore.loading import (
     decode_line,
@@ -116,6 +119,24 @@ def format_finding(where: str, trace_id: str, f: Any) -> str:
     return f"{where}:{trace_id}: {f.severity} {f.detector}: {message}{fix}{ids}"
 
 
+def _folds(traces: list[Trace]) -> SessionFolds | None:
+    """The session's folds (``diagnose_session``'s: the session detectors read the earlier
+    turns once for the whole session, not again at every turn) when its traces come in the
+    order it diagnoses them (by turn, then time of creation), as a session's lines do; else
+    None, and each trace is diagnosed with its earlier turns read afresh."""
+    ordered = sorted(traces, key=lambda t: (t.turn, t.created_at))
+    return SessionFolds(ordered) if all(map(is_, ordered, traces)) else None
+
+
+def _earlier(trace: Trace, session: list[Trace], folds: SessionFolds | None) -> list[Trace]:
+    """The session's traces of the turns before ``trace``'s, but ``trace``: with ``folds``,
+    the prefix of the session they keep (the same traces, in the same order)."""
+    k = folds.earlier(trace) if folds is not None else None
+    if folds is not None and k is not None:
+        return folds.traces[:k]
+    return [t for t in session if t.turn < trace.turn and t.trace_id != trace.trace_id]
+
+
 def run_check(
     paths: list[str],
     fail_on: str = "error",
@@ -136,15 +157,13 @@ def run_check(
     by_session: dict[str, list[Trace]] = {}
     for c in checked:
         by_session.setdefault(c.trace.session_id, []).append(c.trace)
+    folds = {s: _folds(ts) for s, ts in by_session.items()}
     counts = {"info": 0, "warning": 0, "error": 0}
     failing = 0
     for c in checked:
-        earlier = [
-            t
-            for t in by_session[c.trace.session_id]
-            if t.turn < c.trace.turn and t.trace_id != c.trace.trace_id
-        ]
-        for f in diagnose(c.trace, session_traces=earlier, options=options):
+        session = folds[c.trace.session_id]
+        earlier = _earlier(c.trace, by_session[c.trace.session_id], session)
+        for f in diagnose(c.trace, session_traces=earlier, options=options, folds=session):
             counts[f.severity] += 1
             if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]:
                 failing += 1
