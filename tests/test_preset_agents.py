@@ -57,11 +57,11 @@ def _by_id(res: BuildResult) -> dict[str, Any]:
 
 def _ids(res: BuildResult) -> list[str]:
     """The ids of the messages sent after the system prompt (the task's message has none)."""
-    return [m.id or TASK_ID for m in res.messages if m.role != "system"]
+    return [m.id or TASK_ID for m in res.messages or [] if m.role != "system"]
 
 
 def _sent(res: BuildResult) -> dict[str, str]:
-    return {m.id or TASK_ID: m.content for m in res.messages}
+    return {m.id or TASK_ID: m.content for m in res.messages or []}
 
 
 # --------------------------------------------------------------------------- swe-agent-masking
@@ -137,7 +137,9 @@ def test_swe_agent_masking_reproduces_a_run_recorded_with_last_n_observations() 
         res = _run(t, preset="swe-agent-masking", n=4)
         ours = {d.packet_id for d in res.decisions if d.status is Status.TRUNCATED}
         assert ours == recorded_elided, t.turn
-        assert res.totals.used == _run(t, preset="recorded").totals.used
+        recorded = _run(t, preset="recorded")
+        assert res.messages == recorded.messages
+        assert res.totals.used == recorded.totals.used
     assert checked == 7  # the calls before the first reused id
 
 
@@ -196,6 +198,8 @@ def test_openhands_source_test_recent_events() -> None:
     assert kept(2, 3) == ["Event 1", "Event 2", "Event 5"]
     # the source's slice would send Event 1 twice here: each event is sent once
     assert kept(1, 100) == [e.content for e in events]
+    # no room left for a tail: the source's view[-0:] is the whole view, so all are kept
+    assert kept(2, 2) == [e.content for e in events]
 
 
 def test_openhands_source_test_summarizing_keeps_first_and_summary_events() -> None:
@@ -275,7 +279,7 @@ def test_openhands_summarizing_preset_labels_the_stand_in() -> None:
     summarized = [x for x in res.decisions if x.status is Status.SUMMARIZED]
     assert summarized and all(STAND_IN_LABEL in x.reason_text for x in summarized)
     assert HISTORY_SUMMARY_ID in d
-    assert len([m for m in res.messages if m.role != "system" or m.id]) <= 8
+    assert len(res.messages or []) <= 8  # the events sent, the system prompt the first
     assert res.totals.used < _run(t, preset="recorded").totals.used
 
 

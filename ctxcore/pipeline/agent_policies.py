@@ -37,6 +37,7 @@ the policy and the knob that decided.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -61,6 +62,25 @@ NO_EVENTS = "No events summarized"
 CHECKPOINT = "Checkpoint for the last {n} turns:\n{summary}"
 
 Fates = dict[int, Fate]
+
+
+#: the stand-in's summaries by what it read: a rolling policy replayed at every turn of a
+#: session (or every cell of a sweep) summarizes the same batches again
+_WRITTEN: dict[tuple[int, str], tuple[Summarizer, str]] = {}
+_WRITTEN_MAX = 512
+
+
+def stand_in(summarizer: Summarizer, text: str) -> str:
+    """``summarizer``'s history summary of ``text`` (deterministic, so remembered)."""
+    key = (id(summarizer), text)
+    hit = _WRITTEN.get(key)
+    if hit is not None and hit[0] is summarizer:
+        return hit[1]
+    summary = summarizer("history", text, STAND_IN_TARGET_TOKENS)
+    if len(_WRITTEN) >= _WRITTEN_MAX:
+        _WRITTEN.clear()
+    _WRITTEN[key] = (summarizer, summary)
+    return summary
 
 
 def _rest(fates: Fates, n: int, fate: Fate) -> None:
@@ -218,7 +238,7 @@ def _checkpoint(
     else:
         context = f"<PROBLEM_STATEMENT>\n{messages[first].content}\n</PROBLEM_STATEMENT>"
     text = history_text([messages[i] for t in batch for i in t])
-    summary = summarizer("history", f"{context}\n{text}", STAND_IN_TARGET_TOKENS)
+    summary = stand_in(summarizer, f"{context}\n{text}")
     sid = (
         HISTORY_SUMMARY_ID
         if not done.summaries
@@ -227,39 +247,44 @@ def _checkpoint(
     return ChatMsg("assistant", CHECKPOINT.format(n=len(batch), summary=summary.strip()), sid)
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one ``SummarizeEveryNTurns.__call__`` returned: the recorded positions it kept
+    (the prompt first) and the summaries before them (the latest alone when it has just
+    summarized, with static checkpointing; every one written so far otherwise)."""
+
+    kept: list[int]
+    summaries: list[ChatMsg]
+
+    def messages(self, messages: Sequence[ChatMsg], head: int) -> list[ChatMsg]:
+        return [
+            *(messages[i] for i in self.kept[:head]),
+            *self.summaries,
+            *(messages[i] for i in self.kept[head:]),
+        ]
+
+
 def _every_n_step(
     messages: Sequence[ChatMsg],
-    upto: int,
+    prefix_turns: list[list[int]],
     done: Checkpoints,
     spec: EveryNTurns,
     summarizer: Summarizer,
-) -> tuple[list[ChatMsg], list[int]] | None:
-    """One ``SummarizeEveryNTurns.__call__`` on the history ``messages[:upto]``: the list it
-    returns (messages, and the recorded positions it kept), None when it returns the history
-    unchanged."""
+) -> Step | None:
+    """One ``SummarizeEveryNTurns.__call__`` on a history whose turns are ``prefix_turns``;
+    None when it returns the history unchanged."""
     first = _task_index(messages)
     assert first is not None
-    all_turns = turns(messages, upto)
-    unprocessed = all_turns[len(done.summaries) * spec.n :]
+    unprocessed = prefix_turns[len(done.summaries) * spec.n :]
     head = list(range(first + 1))
     if len(unprocessed) < spec.n + spec.keep_last_m_turns:
         if not done.summaries:
             return None
-        kept = head + [i for t in unprocessed for i in t]
-        return [
-            *(messages[i] for i in head),
-            *done.summaries,
-            *(messages[i] for i in kept[len(head) :]),
-        ], kept
+        return Step(head + [i for t in unprocessed for i in t], list(done.summaries))
     batch, keep = unprocessed[: spec.n], unprocessed[spec.n :]
     done.summaries.append(_checkpoint(messages, done, batch, spec, summarizer))
     done.summarized.append([i for t in batch for i in t])
-    kept = head + [i for t in keep for i in t]
-    return [
-        *(messages[i] for i in head),
-        done.summaries[-1],
-        *(messages[i] for i in kept[len(head) :]),
-    ], kept
+    return Step(head + [i for t in keep for i in t], [done.summaries[-1]])
 
 
 def calls(messages: Sequence[ChatMsg]) -> list[int]:
@@ -278,14 +303,18 @@ def summarize_every_n_turns(
         _rest(fates, len(messages), Fate("kept", f"{spec.label}: no task message to start from"))
         return messages, fates
     done = Checkpoints()
-    last: tuple[list[ChatMsg], list[int]] | None = None
+    last: Step | None = None
+    every = turns(messages, len(messages))
+    ends = [t[-1] for t in every]
     for upto in calls(messages):
-        last = _every_n_step(messages, upto, done, spec, summarizer)
+        # a call's history ends before an assistant message: no turn straddles it
+        last = _every_n_step(messages, every[: bisect_left(ends, upto)], done, spec, summarizer)
     if last is None:
         why = f"fewer than {spec.n} + {spec.keep_last_m_turns} turns to summarize"
         _rest(fates, len(messages), Fate("kept", f"{spec.label}: {why}"))
         return messages, fates
-    out, kept = last
+    kept = last.kept
+    out = last.messages(messages, (_task_index(messages) or 0) + 1)
     summarized = {i: s for s, batch in enumerate(done.summarized) for i in batch}
     keep = set(kept)
     for k in range(len(messages)):
@@ -444,7 +473,7 @@ def _condense(
     previous = summary or NO_EVENTS
     text = history_text([events[i] for i in forgotten])
     body = f"<PREVIOUS SUMMARY>\n{previous}\n</PREVIOUS SUMMARY>\n\n{text}"
-    new = summarizer("history", body, STAND_IN_TARGET_TOKENS).strip()
+    new = stand_in(summarizer, body).strip()
     return [*head, SUMMARY, *view[len(view) - from_tail :]], new
 
 
