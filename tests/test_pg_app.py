@@ -68,3 +68,45 @@ def test_the_team_store_is_read_not_fed_from_a_folder(
     assert not (tmp_path / "traces" / "demo").exists()
     ids = json.loads(at.dataframe[0].value[["trace_id"]].to_json(orient="values"))
     assert sorted(i for [i] in ids) == sorted(t.trace_id for t in built)
+
+
+def test_ctxscope_app_serves_a_team_store(team: str, tmp_path: Path) -> None:
+    """``ctxscope app --db URL`` as a process: the URL reaches the app whole (its password
+    never said), no demo traces are copied for it, no note is left beside a file."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secret = team.replace("ctxscope@", "ctxscope:hunter2@")  # the test cluster trusts anyone
+    cmd = [sys.executable, "-m", "ctxcore", "app", "--db", secret, "--port", str(port)]
+    cmd += ["--traces", str(tmp_path / "traces")]
+    proc = subprocess.Popen(
+        cmd, env=dict(os.environ), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=tmp_path
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                url = f"http://127.0.0.1:{port}/_stcore/health"
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    assert resp.status == 200
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the app did not come up in 60 s"
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    said = err.decode()
+    assert "is a team store: the app asks each person for their token" in said, said
+    assert "hunter2" not in said
+    assert not (tmp_path / "traces" / "demo").exists()
+    assert not (tmp_path / "postgresql:").exists()
