@@ -251,7 +251,7 @@ def conversation(input: CapturedInput) -> Conversation:
         ids = comp.get("replaced_ids") if isinstance(comp, dict) else _marked(p, REPLACED)
         if isinstance(ids, list):
             replaced.extend(str(i) for i in ids)
-    if input.query or at < len(parts) or not parts:
+    if input.query or at < len(parts):
         parts.insert(at, query)
     return Conversation(input.system_instructions, parts, replaced)
 
