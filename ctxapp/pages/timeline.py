@@ -35,9 +35,33 @@ def _pick_session() -> str | None:
     return sid
 
 
-def _diagnostics(sid: str) -> None:
+#: a longer session is diagnosed when asked, not at every open: diagnosing takes some 20 ms
+#: a turn (docs/design.md, "The app"), and the page draws the rest in well under that
+AUTO_DIAGNOSE_TURNS = 60
+
+
+def _asked_to_diagnose(sid: str, turns: int) -> bool:
+    """Whether to diagnose the session now: a short one always, a long one once asked (a
+    button; the answer stays for the session's later reruns, the diagnosis is cached)."""
+    asked = f"tl_diagnosed:{sid}"
+    if turns <= AUTO_DIAGNOSE_TURNS or state.ss_get(asked):
+        return True
+    st.markdown("**Diagnostics**")
+    st.caption(
+        f"The detectors over all {turns:,} turns take a while (some 20 ms a turn), so they "
+        "run when asked; each turn's own findings are on Inspect."
+    )
+    if not st.button(f"Diagnose the {turns:,} turns", key="tl_diagnose"):
+        return False
+    state.ss_set(asked, True)
+    return True
+
+
+def _diagnostics(sid: str, n_turns: int) -> None:
     """Detector hits per turn (a cell opens its turn), each finding with its turn (a row
     opens it), and the first turn each needed item stopped reaching the model."""
+    if not _asked_to_diagnose(sid, n_turns):
+        return
     diag = state.session_diagnosis(sid)
     if diag is None:
         return
@@ -186,7 +210,7 @@ def render() -> None:
         figures.session_usage(parts, budgets={r.turn: r.budget for r in rows}), key="tl_usage"
     )
     _costs(sid)
-    _diagnostics(sid)
+    _diagnostics(sid, len(rows))
     c1, c2 = st.columns([2, 1])  # "Open turn in Inspect" whole at 1024 px
     order = sorted(turns)
     turn = c1.selectbox(
