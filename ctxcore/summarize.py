@@ -552,6 +552,32 @@ def default_summarizer(symbols: Iterable[str] = ()) -> ExtractiveSummarizer:
     return s
 
 
+#: a file path or a test name a step may name (the recall measure, ``targets_of``)
+_USED_PATH = re.compile(
+    r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|pyi|ts|tsx|js|jsx|json|md|rst|rs|go|java|toml|"
+    r"yaml|yml|cfg|ini|sh|txt)\b"
+)
+_USED_TEST = re.compile(r"\b[\w/.-]+\.py::[\w\[\]:.-]+|\btest_\w{3,}")
+
+
+def targets_of(step: str, before: str) -> list[str]:
+    """What a step used that was already in its input: paths and test names it names, and
+    error lines of the input (at least 12 characters) it quotes."""
+    low_before = before.lower()
+    found: dict[str, None] = {}
+    for pat in (_USED_PATH, _USED_TEST):
+        for m in pat.findall(step):
+            t = m.strip().lower()
+            if len(t) >= 5 and t in low_before:
+                found.setdefault(t, None)
+    low_step = step.lower()
+    for line in error_evidence(before):
+        t = line.strip().lower()
+        if len(t) >= 12 and t in low_step:
+            found.setdefault(t[:200], None)
+    return list(found)
+
+
 __all__ = [
     "ExtractiveSummarizer",
     "clean_terminal",
@@ -563,4 +589,5 @@ __all__ = [
     "summarize_history",
     "summarize_repo_map",
     "summarize_tool_log",
+    "targets_of",
 ]

@@ -15,7 +15,6 @@ prompt (docs/design.md, "ctxscope").
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,7 +33,7 @@ from ctxcore.formats.transcripts import (
 from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline import build
 from ctxcore.pipeline.signals import Source, current_turn
-from ctxcore.summarize import error_evidence
+from ctxcore.summarize import error_evidence, targets_of
 
 PRESETS = ("ctxscope", "hello-agents", "hello-agents-book")
 BUDGETS = (4000, 8000, 16000, 32000)
@@ -52,11 +51,6 @@ SESSIONS: dict[str, Callable[[Path], Conversation]] = {
 }
 #: at most this many steps per session (evenly spread), so the table takes minutes, not hours
 MAX_STEPS = 24
-_PATH = re.compile(
-    r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|pyi|ts|tsx|js|jsx|json|md|rst|rs|go|java|toml|"
-    r"yaml|yml|cfg|ini|sh|txt)\b"
-)
-_TEST = re.compile(r"\b[\w/.-]+\.py::[\w\[\]:.-]+|\btest_\w{3,}")
 _T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
@@ -77,24 +71,6 @@ def _step_text(msg: dict[str, Any]) -> str:
         fn = call.get("function", call) if isinstance(call, dict) else {}
         parts.append(f"{fn.get('name', '')} {fn.get('arguments', '')}")
     return "\n".join(parts)
-
-
-def targets_of(step: str, before: str) -> list[str]:
-    """What a step used that was already in its input: paths and test names it names, and
-    error lines of the input (at least 12 characters) it quotes."""
-    low_before = before.lower()
-    found: dict[str, None] = {}
-    for pat in (_PATH, _TEST):
-        for m in pat.findall(step):
-            t = m.strip().lower()
-            if len(t) >= 5 and t in low_before:
-                found.setdefault(t, None)
-    low_step = step.lower()
-    for line in error_evidence(before):
-        t = line.strip().lower()
-        if len(t) >= 12 and t in low_step:
-            found.setdefault(t[:200], None)
-    return list(found)
 
 
 def _text_of(inp: CapturedInput) -> str:

@@ -1,5 +1,4 @@
-"""Policies evaluated side by side on recorded sessions (docs/design.md, "Replay",
-"Evaluating policies"; issue 33 item 3).
+"""Policies evaluated side by side on recorded sessions (docs/design.md, "Evaluating policies").
 
 For each policy (a settings patch: a preset and its knobs) every recorded turn is rebuilt
 (``replay`` with its variants kept) and scored, beside the recording as sent:
@@ -12,7 +11,7 @@ For each policy (a settings patch: a preset and its knobs) every recorded turn i
   usage is the recording's alone, so it is set aside), output tokens counted from the
   recorded reply;
 - context recall: what the model's reply to the call used that was in the recorded prompt
-  (``demo.recall.targets_of``: the paths and test names it names, the error lines it
+  (``summarize.targets_of``: the paths and test names it names, the error lines it
   quotes, as ``bench/bench_recall.py`` measures), and the share of it still in the rebuilt
   prompt; turns whose reply used nothing of its prompt have no recall;
 - findings introduced (``TurnReport.findings_added``) and losses: the packets in the
@@ -27,11 +26,11 @@ from typing import Any
 
 from ctxcore.cost import PriceTable
 from ctxcore.costing import CallCost, cache_group, costs
-from ctxcore.demo.recall import targets_of
 from ctxcore.models import Trace
 from ctxcore.replay.report import TurnReport
 from ctxcore.replay.run import replay
 from ctxcore.replay.variants import Settings
+from ctxcore.summarize import targets_of
 
 RECORDED = "recorded (as sent)"
 
