@@ -19,10 +19,19 @@ from pathlib import Path
 import pytest
 
 from ctxcore.cache.session import SessionCache
-from ctxcore.diagnostics import INGEST_OPTIONS, TurnFindings, diagnose, diagnose_session
+from ctxcore.diagnostics import (
+    DETECTORS,
+    INGEST_OPTIONS,
+    TurnFindings,
+    diagnose,
+    diagnose_session,
+    fingerprint,
+)
+from ctxcore.diagnostics.context import TraceView
 from ctxcore.diagnostics.session import lost_items
 from ctxcore.formats.load import load_file
-from ctxcore.models import Trace
+from ctxcore.models import Finding, Trace
+from ctxcore.store import TraceStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "imports"
 
@@ -154,3 +163,26 @@ def test_the_session_cache_is_run_once_through_the_session(
     # each call once, in the order sent (costing the session again at every turn fed
     # the first call 17 times, 153 calls in all)
     assert fed == [t.trace_id for t in sorted(traces, key=lambda t: (t.input.now, t.turn))]
+
+
+@pytest.mark.parametrize("name", [SESSIONS[0][0], SESSIONS[2][0]])
+def test_the_stores_findings_stand_in_for_the_one_trace_detectors(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # the Timeline diagnoses a session with the findings the store computed at insert
+    traces = list(load_file(FIXTURES / name))
+    with TraceStore(tmp_path / "s.duckdb") as store:
+        store.add_traces(traces, source="tests")
+        stored = store.stored_findings([t.trace_id for t in traces], fingerprint())
+    assert set(stored) == {t.trace_id for t in traces}
+    fresh = diagnose_session(traces, options=INGEST_OPTIONS)
+    ran: list[str] = []
+    fn, about = DETECTORS["greedy_waste"]
+
+    def counted(v: TraceView) -> list[Finding]:
+        ran.append(v.trace.trace_id)
+        return fn(v)
+
+    monkeypatch.setitem(DETECTORS, "greedy_waste", (counted, about))
+    assert diagnose_session(traces, options=INGEST_OPTIONS, alone=stored) == fresh
+    assert ran == []  # a detector of one trace: taken from the store

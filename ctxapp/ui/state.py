@@ -38,6 +38,7 @@ from ctxcore.diagnostics import (
     SessionDiagnosis,
     diagnose,
     diagnose_session,
+    fingerprint,
 )
 from ctxcore.diagnostics import counterfactuals as search_counterfactuals
 from ctxcore.diagnostics.counterfactual import searched_knobs
@@ -597,7 +598,10 @@ def _session_diagnosis(db: str, session_id: str, ver: int) -> SessionDiagnosis |
     traces = session_traces(session_id)
     if not traces:
         return None
-    return diagnose_session(traces, options=INGEST_OPTIONS)
+    # the findings the store computed at insert, by this code, stand in for the detectors
+    # that read one trace (docs/design.md, "Diagnostics")
+    stored = store().stored_findings([t.trace_id for t in traces], fingerprint())
+    return diagnose_session(traces, options=INGEST_OPTIONS, alone=stored)
 
 
 def session_diagnosis(session_id: str) -> SessionDiagnosis | None:

@@ -43,7 +43,7 @@ import functools
 import hashlib
 import importlib.metadata
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ctxcore.diagnostics.context import (
@@ -293,9 +293,17 @@ def _attach_fixes(view: TraceView, found: list[Finding]) -> list[Finding]:
 
 
 def diagnose_session(
-    traces: Sequence[Trace], *, options: DiagnosticsOptions | None = None
+    traces: Sequence[Trace],
+    *,
+    options: DiagnosticsOptions | None = None,
+    alone: Mapping[str, Sequence[Finding]] | None = None,
 ) -> SessionDiagnosis:
-    """Findings per turn of one session, and the first turn where each item was lost."""
+    """Findings per turn of one session, and the first turn where each item was lost.
+
+    ``alone`` maps trace ids to their findings as ``diagnose(trace, options=options)`` gave
+    them by this very code (the store's, ``Store.stored_findings`` with ``fingerprint()``):
+    those turns run only the detectors that read the other turns (``diagnose``'s ``alone``).
+    """
     if not traces:
         raise InputError("diagnose_session needs at least one trace")
     sessions = sorted({t.session_id for t in traces})
@@ -308,7 +316,8 @@ def diagnose_session(
     folds = SessionFolds(ordered)  # each turn's detectors carry on from the turn before's
     turns = []
     for i, t in enumerate(ordered):
-        findings = diagnose(t, session_traces=ordered[:i], options=options, folds=folds)
+        mine = alone.get(t.trace_id) if alone is not None else None
+        findings = diagnose(t, session_traces=ordered[:i], options=options, alone=mine, folds=folds)
         turns.append(TurnFindings(trace_id=t.trace_id, turn=t.turn, findings=findings))
     return SessionDiagnosis(session_id=sessions[0], turns=turns, lost=lost_items(ordered, turns))
 
