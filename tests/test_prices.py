@@ -15,6 +15,7 @@ import pytest
 
 from ctxcore.cost import SHIPPED, cost, load_prices, price_table
 from ctxcore.errors import PricesError
+from ctxcore.formats.anthropic import REQUESTS
 from ctxcore.formats.load import load_file
 from ctxcore.models import TokenUsage, Trace
 from ctxcore.settings import ENV_PRICES
@@ -288,3 +289,48 @@ def test_a_missing_price_file_named_by_the_environment_is_an_error(
     monkeypatch.setenv(ENV_PRICES, str(tmp_path / "nowhere.json"))
     with pytest.raises(PricesError, match="nowhere.json: cannot read the price table"):
         price_table()
+
+
+def _pair(request: dict[str, Any]) -> Trace:
+    """The OpenLLMetry prompt-caching cassette's request and its recorded reply, imported as
+    one call (the reply reports ``cache_creation_input_tokens`` without a lifetime split)."""
+    folder = FIXTURES / "anthropic-messages"
+    reply = json.loads(
+        (folder / "openllmetry-prompt-caching-system-blocks.response.json").read_text()
+    )
+    return REQUESTS.traces({"request": request, "response": reply})[0]
+
+
+def test_a_write_marked_for_five_minutes_costs_the_five_minute_price() -> None:
+    request = json.loads(
+        (
+            FIXTURES / "anthropic-messages/openllmetry-prompt-caching-system-blocks.request.json"
+        ).read_text()
+    )
+    t = _pair(request)
+    assert t.outcome is not None and t.outcome.tokens is not None
+    u = t.outcome.usage
+    assert t.outcome.tokens.cache_write_5m_tokens == u["cache_creation_input_tokens"] > 0
+    assert t.outcome.tokens.cache_write_1h_tokens == 0
+    row = _row("claude-3-5-sonnet-latest")
+    want = (
+        _per_m(u["input_tokens"], row["input"])
+        + _per_m(u["cache_creation_input_tokens"], row["cache_write_5m"])
+        + _per_m(u["output_tokens"], row["output"])
+    )
+    got = cost(t.metadata["model"], t.outcome.tokens, price_table(env=""))
+    assert got is not None and got.total_usd == pytest.approx(want, rel=1e-12)
+
+
+def test_a_write_with_a_one_hour_mark_keeps_an_unknown_split() -> None:
+    request = json.loads(
+        (
+            FIXTURES / "anthropic-messages/openllmetry-prompt-caching-system-blocks.request.json"
+        ).read_text()
+    )
+    text = json.dumps(request).replace('"type": "ephemeral"', '"type": "ephemeral", "ttl": "1h"')
+    assert text != json.dumps(request)
+    t = _pair(json.loads(text))
+    assert t.outcome is not None and t.outcome.tokens is not None
+    assert t.outcome.tokens.cache_write_tokens and t.outcome.tokens.cache_write_5m_tokens is None
+    assert cost(t.metadata["model"], t.outcome.tokens, price_table(env="")) is None

@@ -23,7 +23,7 @@ from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace, stable_id
 from ctxcore.formats.norm import NormMessage, captured_input_from_norm, usage_from_obj
 from ctxcore.formats.usage import normalize as normalize_usage
-from ctxcore.models import ToolDef, Trace
+from ctxcore.models import TokenUsage, ToolDef, Trace
 
 
 def each_looks_like(looks_like: Callable[[Any], bool], data: Any) -> bool:
@@ -51,6 +51,23 @@ def first_user(messages: Any) -> Any:
         if isinstance(m, dict) and m.get("role") == "user":
             return m.get("content")
     return None
+
+
+def write_lifetime(tokens: TokenUsage | None, tally: Tally) -> TokenUsage | None:
+    """A cache write the reply does not split by lifetime, split by the request's marks: a
+    ``cache_control`` mark writes for 5 minutes unless it names ``ttl: "1h"`` (Anthropic's
+    prompt-caching page), so when every mark of the request is a 5-minute one the whole write
+    was (docs/design.md, "The trace contract", Usage). A request with a 1-hour mark, or
+    none, keeps the split unknown."""
+    if tokens is None or not tokens.cache_write_tokens or not tally.cache_control:
+        return tokens
+    if tokens.cache_write_5m_tokens is not None or tokens.cache_write_1h_tokens is not None:
+        return tokens
+    if any(tally.cache_ttl.get(path, "5m") != "5m" for path in tally.cache_control):
+        return tokens
+    return tokens.model_copy(
+        update={"cache_write_5m_tokens": tokens.cache_write_tokens, "cache_write_1h_tokens": 0}
+    )
 
 
 class RequestFormat:
@@ -179,7 +196,7 @@ class RequestFormat:
             turn=turn,
             created_at=when,
             usage=usage,
-            tokens=normalize_usage(self.usage_mapping, usage),
+            tokens=write_lifetime(normalize_usage(self.usage_mapping, usage), tally),
             output=self.output(request, reply),
             metadata=meta,
         )
