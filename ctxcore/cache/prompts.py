@@ -308,16 +308,35 @@ def _same_parts(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return len(a) == len(b) and (all(map(is_, a, b)) or _same(a, b))
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Digest:
     """What a block's text comes to: what it was made of (``_Raw.ident``), its key, its
-    counted tokens, a system block's text and the tools' (name, key) pairs."""
+    counted tokens, a system block's text and the tools' (name, key) pairs; and the last
+    ``Block`` made of it (a call that fits it to the same tokens shares that block)."""
 
     ident: tuple[object, ...]
     key: str
     tokens: int
     text: str | None
     tools: tuple[tuple[str, str], ...]
+    block: Block | None = None
+
+    def block_for(self, r: _Raw, tokens: int) -> Block:
+        """The unmarked block of ``r`` fitted to ``tokens``: the last one when it is alike."""
+        b = self.block
+        if (
+            b is None
+            or b.tokens != tokens
+            or b.label != r.label
+            or b.kind != r.kind
+            or b.packet != r.packet
+            or b.role != r.role
+        ):
+            b = Block(
+                r.kind, r.label, self.key, tokens, None, r.packet, r.role, self.text, self.tools
+            )
+            self.block = b
+        return b
 
 
 class PromptReader:
@@ -368,7 +387,7 @@ class PromptReader:
             blocks.append(Block("unrecorded", label, key, unrecorded))
             indices.append(None)
         for r, d, n in zip(raw, digests, counts, strict=True):
-            blocks.append(Block(r.kind, r.label, d.key, n, None, r.packet, r.role, d.text, d.tools))
+            blocks.append(d.block_for(r, n))
             indices.append(r.index)
         assumed = (
             not isinstance(meta.get("cache_control"), list) and "session_log" in trace.metadata
