@@ -38,7 +38,7 @@ from app_support import session  # noqa: E402
 
 from ctxcore.cost import price_table  # noqa: E402
 from ctxcore.costing import session_costs  # noqa: E402
-from ctxcore.diagnostics import INGEST_OPTIONS, diagnose_session  # noqa: E402
+from ctxcore.diagnostics import INGEST_OPTIONS, diagnose_session, fingerprint  # noqa: E402
 from ctxcore.models import Outcome, TokenUsage, Trace  # noqa: E402
 from ctxcore.store import TraceFilter, TraceStore  # noqa: E402
 from tests.browser import (  # noqa: E402
@@ -104,6 +104,7 @@ def parts(db: Path) -> dict[str, float]:
         rows = store.list_traces(TraceFilter(session_id=SESSION), sort="turn", limit=100_000)
         traces = [t for r in rows.rows if (t := store.get_trace(r.trace_id)) is not None]
         loaded = time.perf_counter() - t0
+        stored = store.stored_findings([t.trace_id for t in traces], fingerprint())
     t0 = time.perf_counter()
     calls = session_costs(traces, price_table())
     costed = time.perf_counter() - t0
@@ -111,11 +112,15 @@ def parts(db: Path) -> dict[str, float]:
     t0 = time.perf_counter()
     diag = diagnose_session(traces, options=INGEST_OPTIONS)
     diagnosed = time.perf_counter() - t0
-    assert len(diag.turns) == len(traces)
+    t0 = time.perf_counter()
+    again = diagnose_session(traces, options=INGEST_OPTIONS, alone=stored)
+    reused = time.perf_counter() - t0
+    assert again == diag and len(stored) == len(traces)
     return {
         "load the session's traces": loaded,
         "session_costs over them": costed,
         "diagnose_session over them": diagnosed,
+        "  with the store's findings (as the app)": reused,
     }
 
 
