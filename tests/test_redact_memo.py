@@ -1,4 +1,4 @@
-"""The proxy's converter redacts a session's texts once (``capture.redacting.Redactor``).
+"""The proxy's converter redacts a session's texts once (``formats.redact_memo.Redactor``).
 
 A running session is spooled as the proxy spools it: every call repeats the earlier
 messages and adds new ones, and secrets turn up in new messages now and then. The traces the
@@ -17,10 +17,15 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from ctxcore.capture.calls import CallRecord, Sessions, trace_from_call
-from ctxcore.capture.redacting import Redactor
 from ctxcore.capture.spool import BATCH, Converter, SpoolWriter, live_file, spool_dir
+from ctxcore.cli import main
+from ctxcore.formats import redact_memo
+from ctxcore.formats.load import iter_traces, load_file
 from ctxcore.formats.redact import redact_trace
+from ctxcore.formats.redact_memo import Redactor
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
@@ -214,3 +219,56 @@ def test_a_converter_restarted_half_way_resumes_from_the_spool(tmp_path: Path) -
     assert SECRETS[7].encode() not in target.read_bytes()
     assert conv.failed == 0
     assert sorted(os.listdir(spool_dir(traces))) == []
+
+
+# --------------------------------------------------------------------------- import
+
+
+SIDECHAIN = ROOT / "tests" / "fixtures" / "imports" / "claude-code"
+SIDECHAIN = SIDECHAIN / "ccviewer-task-sidechain-session.jsonl"
+
+
+def test_an_import_with_redaction_reads_each_text_once_and_redacts_new_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ctxscope import -o`` with ``CTXSCOPE_REDACT_ON_INGEST=1`` of a real Claude Code log
+    (a session and its Task agents) with a secret added to a user message half-way: the
+    traces are the unredacted import's, each redacted whole as before; the calls before the
+    secret have none, the one that adds it and every later call of its session have it
+    masked; and the rules read a fraction of the texts the traces hold."""
+    rows = [json.loads(ln) for ln in SIDECHAIN.read_text().splitlines() if ln.strip()]
+    users = [i for i, r in enumerate(rows) if r.get("type") == "user"]
+    at = users[len(users) // 2]
+    content = rows[at]["message"]["content"]
+    if isinstance(content, str):
+        rows[at]["message"]["content"] = f"{content} key={SECRETS[3]}"
+    else:
+        content.append({"type": "text", "text": f"use the key {SECRETS[3]}"})
+    src = tmp_path / "leak.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain = list(iter_traces(src))
+    read: list[str] = []
+    real = redact_memo.redact_text
+
+    def counted(text: str) -> tuple[str, dict[str, int]]:
+        read.append(text)
+        return real(text)
+
+    monkeypatch.setattr(redact_memo, "redact_text", counted)
+    monkeypatch.setenv("CTXSCOPE_REDACT_ON_INGEST", "1")
+    out = tmp_path / "out.jsonl"
+    assert main(["import", str(src), "-o", str(out)]) == 0
+    texts_read = len(read)
+    assert SECRETS[3] not in out.read_text()
+    got = load_file(out)
+    assert [untimed(t.to_json().encode()) for t in got] == [
+        untimed(redact_trace(t)[0].to_json().encode()) for t in plain
+    ]
+    leaked = [SECRETS[3] in t.to_json() for t in plain]
+    assert not leaked[0] and any(leaked)  # it is new part-way through
+    assert [bool(t.redactions) for t in got] == leaked
+    everything = Redactor()
+    for t in plain:
+        everything.trace(t)
+        everything._seen.clear()
+    assert texts_read * 3 < everything.misses

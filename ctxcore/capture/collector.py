@@ -73,7 +73,7 @@ from ctxcore.formats.otlp_records import (
     records_from_exports,
 )
 from ctxcore.formats.protodict import message_to_dict
-from ctxcore.formats.redact import redact_trace
+from ctxcore.formats.redact_memo import Redactor
 from ctxcore.loading import too_deep
 
 log = logging.getLogger("ctxscope.collect")
@@ -115,6 +115,8 @@ class CollectorConfig:
 
 
 Ready = tuple[SpanRecord, str, str, int, Prompt | None]
+#: what a worker's earlier spans' texts redacted to: the calls of a session repeat them
+_REDACTOR = Redactor()
 
 
 def write_traces(items: list[Ready], traces_dir: str, redact: bool) -> tuple[int, list[str]]:
@@ -137,7 +139,7 @@ def write_traces(items: list[Ready], traces_dir: str, redact: bool) -> tuple[int
         meta["capture"] = {"via": "otlp"}
         trace = trace.model_copy(update={"tags": [LIVE_TAG, "otlp"], "metadata": meta})
         if redact:
-            trace = redact_trace(trace)[0]
+            trace = _REDACTOR.trace(trace)[0]
         lines.append(trace.to_json().encode("utf-8") + b"\n")
     if lines:
         target = live_file(Path(traces_dir), "otlp")

@@ -40,7 +40,7 @@ from typing import Any
 from ctxcore import settings
 from ctxcore.capture.calls import CallError, CallRecord, Sessions, trace_from_call
 from ctxcore.capture.recorder import append_line, safe_file_stem
-from ctxcore.capture.redacting import Redactor
+from ctxcore.formats.redact_memo import Redactor
 from ctxcore.processes import pid_alive
 
 log = logging.getLogger("ctxscope.capture")

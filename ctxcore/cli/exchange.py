@@ -22,6 +22,7 @@ from ctxcore.models import Trace
 from ctxcore.output import STDOUT, is_stdout, write_output
 
 if TYPE_CHECKING:
+    from ctxcore.formats.redact_memo import Redactor
     from ctxcore.store.protocol import BulkWriter, Store
 
 
@@ -165,6 +166,8 @@ class _Import:
         self.window: int | None = args.window
         self.model: str | None = args.model
         self.redact = settings.redact_on_ingest()
+        #: a session's calls repeat its texts: each is redacted once (formats.redact_memo)
+        self.redactor: Redactor | None = None
         self.count = 0
         self.warned = 0
         self.failed: list[str] = []
@@ -230,10 +233,12 @@ class _Import:
         self._bad = 0
 
     def _seen(self, trace: Trace) -> Trace:
-        from ctxcore.formats.redact import redact_trace
-
         if self.redact:
-            trace = redact_trace(trace)[0]
+            if self.redactor is None:
+                from ctxcore.formats.redact_memo import Redactor
+
+                self.redactor = Redactor()
+            trace = self.redactor.trace(trace)[0]
         self.count += 1
         if trace.result is not None and trace.result.warnings:
             self.warned += 1

@@ -1,14 +1,15 @@
-"""Redaction of live traces that redacts each text once, however many calls repeat it.
+"""Redaction that reads each text once, however many traces of a session repeat it.
 
-An agent's call N repeats the messages of calls 1..N-1: the proxy's converter and the OTLP
-receiver see the same texts again in every trace of a session (its history, its packets,
-its decisions' ids and reasons). ``formats.redact.redact_trace`` reads every string of every
-trace; here ``redact_text``'s answer for a text (the text as redacted and what it found) is
-kept by content, so a session's earlier texts cost one dict lookup and only what is new is
-read by the rules. ``redact_text`` is a function of its text alone, so the traces are the
-ones ``redact_trace`` gives, byte for byte (tests/test_capture_redacting.py compares them).
-The memory is bounded like the token counter's cache: at most ``max_chars`` characters of
-text, then it starts over (docs/design.md, "Live capture").
+An agent's call N repeats the messages of calls 1..N-1: the proxy's converter, the OTLP
+receiver and ``ctxscope import`` with redaction see the same texts again in every trace of a
+session (its history, its packets, its decisions' ids and reasons).
+``formats.redact.redact_trace`` reads every string of every trace; here ``redact_text``'s
+answer for a text (the text as redacted and what it found) is kept by content, so a
+session's earlier texts cost one dict lookup and only what is new is read by the rules.
+``redact_text`` is a function of its text alone, so the traces are the ones
+``redact_trace`` gives, byte for byte (tests/test_redact_memo.py compares them). The memory
+is bounded like the token counter's cache: at most ``max_chars`` characters of text, then
+it starts over (docs/design.md, "Capture, import, export, redaction").
 """
 
 from __future__ import annotations
