@@ -371,10 +371,39 @@ def decode_line(raw: bytes, where: str) -> str:
         ) from exc
 
 
+def holds_shared(text: str) -> bool:
+    """Whether a file holds shared trace lines (one of its lines starts one)."""
+    from ctxcore.sharing import is_shared
+
+    return any(is_shared(ln[:64].encode()) for ln in text.splitlines() if ln.startswith("{"))
+
+
+def shared_traces(text: str, p: Path) -> list[Trace]:
+    """The traces of a file of trace lines, shared ones whole (docs/design.md, "Shared
+    traces"); a line that cannot be read is an error naming ``file:line``."""
+    from ctxcore.sharing import PartTable
+
+    table = PartTable()
+    out: list[Trace] = []
+    for n, ln in enumerate(text.splitlines(), 1):
+        if ln.strip():
+            where = f"{p}:{n}"
+            out.append(
+                trace_from_obj(parse_json(table.expand(ln.encode(), where).decode(), where), where)
+            )
+    return out
+
+
 def load_input_or_trace(path: str | Path) -> tuple[CapturedInput, Config | None, Trace | None]:
     """Read a file holding either a whole trace or a bare captured input."""
     p = Path(path)
-    data = parse_json(read_text(p), str(p))
+    text = read_text(p)
+    if holds_shared(text):
+        traces = shared_traces(text, p)
+        if len(traces) != 1:
+            raise InputError(f"{p}: holds {len(traces)} traces; a build reads one (--trace ID)")
+        return traces[0].input, traces[0].config, traces[0]
+    data = parse_json(text, str(p))
     if isinstance(data, dict) and "schema" in data:
         trace = trace_from_obj(data, str(p))
         return trace.input, trace.config, trace

@@ -16,6 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from ctxcore import models as m
+from ctxcore.formats.load import load_file
 from ctxcore.store import fastdecode
 from ctxcore.store.rows import TraceLike, prepare
 
@@ -110,7 +111,12 @@ def test_the_fast_path_struct_has_every_member_rows_read() -> None:
             every.add((proto.__name__, name))
             todo += [a for a in (tp, *typing.get_args(tp)) if getattr(a, "_is_protocol", False)]
     seen: set[tuple[str, str]] = set()
-    for raw in demo_lines():
+    # the demo's builds record no usage: a real Claude Code log's calls carry every count
+    recorded = load_file(
+        ROOT / "tests/fixtures/imports/claude-code/ccviewer-task-sidechain-session.jsonl"
+    )
+    lines = demo_lines() + [t.to_json().encode() for t in recorded]
+    for raw in lines:
         visit(fastdecode.decode(raw), TraceLike, seen)
         visit(m.Trace.model_validate_json(raw), TraceLike, seen)
     assert seen == every

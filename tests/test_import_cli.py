@@ -327,10 +327,11 @@ def test_a_big_session_log_imports_in_bounded_memory(tmp_path: Path) -> None:
     reps = _big_log(log, LOG_MB)
     calls = sum(1 for t in load_file(INIT_SESSION))
     out = tmp_path / "big-traces.jsonl"
-    peak, stdout = _peak_of_import(log, "-o", str(out))
+    # whole traces, each repeating its context: the output is what holding them would take
+    peak, stdout = _peak_of_import(log, "--whole", "-o", str(out))
     assert f"imported {reps * calls} trace(s) from {log}" in stdout
     assert f"… and {reps * calls - 20} more trace(s)" in stdout
-    # every trace written, in order (read back line by line, shared lines expanded)
+    # every trace written, in order (read back line by line)
     n = 0
     size = out.stat().st_size
     table = PartTable()
@@ -563,3 +564,27 @@ def test_a_long_session_imports_into_a_store_in_short_values(tmp_path: Path) -> 
         marker = expected.split()[0]  # "[N]": the call's own output
         assert store.list_traces(TraceFilter(search=marker)).total >= 1
     assert peak < 1024 * MB, f"import --db peaked at {peak / MB:,.0f} MB"
+
+
+def test_build_reads_a_shared_file_of_one_trace_and_refuses_one_of_several(
+    tmp_path: Path,
+) -> None:
+    """``import -o`` writes shared lines; ``build`` reads the one trace such a file holds
+    whole, and of several the one ``--trace`` names (docs/design.md, "Shared traces")."""
+    one = tmp_path / "one.jsonl"
+    assert _run("import", str(TOOL_USE), "-o", str(one)).returncode == 0
+    assert one.read_bytes().startswith(b'{"share"')
+    built = _run("build", str(one))
+    assert built.returncode == 0, built.stderr
+    [t] = _traces(one)
+    assert Trace.model_validate_json(built.stdout).input == t.input
+    several = tmp_path / "several.jsonl"
+    session = FIXTURES / "claude-code" / "ccviewer-init-session.jsonl"
+    assert _run("import", str(session), "-o", str(several)).returncode == 0
+    refused = _run("build", str(several))
+    assert refused.returncode != 0
+    picked = _traces(several)
+    assert f"{several} is a file of {len(picked)} traces; pick one with --trace" in refused.stderr
+    chosen = _run("build", str(several), "--trace", picked[3].trace_id)
+    assert chosen.returncode == 0, chosen.stderr
+    assert Trace.model_validate_json(chosen.stdout).input == picked[3].input

@@ -57,20 +57,36 @@ def _build_source(
     input, or one trace of a snapshot (``ctxscope export``; ``--trace`` picks which when it
     holds several)."""
     from ctxcore.formats.load import traces_from_snapshot_or_trace
-    from ctxcore.loading import load_input_or_trace, parse_json, read_text
+    from ctxcore.loading import (
+        holds_shared,
+        load_input_or_trace,
+        parse_json,
+        read_text,
+        shared_traces,
+    )
 
-    data = parse_json(read_text(Path(path)), path)
+    text = read_text(Path(path))
+    if holds_shared(text):  # `import -o` writes shared lines; --trace picks one of several
+        traces = shared_traces(text, Path(path))
+        return _picked(path, traces, trace_id, "a file")
+    data = parse_json(text, path)
     if not (isinstance(data, dict) and "format" in data and "schema" not in data):
         if trace_id is not None:
             raise InputError(f"{path} holds one trace or input; --trace picks from a snapshot")
         return load_input_or_trace(path)
-    traces = traces_from_snapshot_or_trace(data, path)
+    return _picked(path, traces_from_snapshot_or_trace(data, path), trace_id, "a snapshot")
+
+
+def _picked(
+    path: str, traces: list[Trace], trace_id: str | None, what: str
+) -> tuple[CapturedInput, Config | None, Trace | None]:
+    """The trace ``--trace`` names among ``traces`` (the only one when it names none)."""
     ids = [t.trace_id for t in traces]
     if trace_id is None and len(traces) == 1:
         t = traces[0]
     elif trace_id is None:
         raise InputError(
-            f"{path} is a snapshot of {len(traces)} traces; pick one with --trace "
+            f"{path} is {what} of {len(traces)} traces; pick one with --trace "
             f"(ids: {', '.join(ids[:10])}{' …' if len(ids) > 10 else ''})"
         )
     else:
