@@ -208,8 +208,14 @@ _OPENHANDS_MASKING = "openhands-observation-masking"
 _OPENHANDS_RECENT = "openhands-recent-events"
 _OPENHANDS_WINDOW = "openhands-conversation-window"
 _OPENHANDS_SUMMARIZING = "openhands-summarizing"
-_AGENT = (_SWE_MASKING, _OPENHANDS_MASKING, _OPENHANDS_RECENT, _OPENHANDS_WINDOW,
-          _OPENHANDS_SUMMARIZING, _HYBRID)
+_AGENT = (
+    _SWE_MASKING,
+    _OPENHANDS_MASKING,
+    _OPENHANDS_RECENT,
+    _OPENHANDS_WINDOW,
+    _OPENHANDS_SUMMARIZING,
+    _HYBRID,
+)
 #: LangChain's message types ``trim_messages``' start_on and end_on name, and none
 _MESSAGE_TYPES = ("none", "human", "ai", "system", "tool")
 
