@@ -552,6 +552,27 @@ def default_summarizer(symbols: Iterable[str] = ()) -> ExtractiveSummarizer:
     return s
 
 
+#: a sentence that reads as a user's constraint (``constraint_sentences``; the
+#: ``must_have_lost`` detector and the compaction ledger read them)
+_USER_CONSTRAINT = re.compile(
+    r"\b(?:must|mustn't|never|always|do not|don't|make sure|ensure|avoid|should not|"
+    r"shouldn't|not allowed|no more than|at most|at least|only)\b"
+    r"|不要|不能|必须|务必|禁止|只能|一定要|不得|不允许|避免|请勿|别再",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？\n]+")
+
+
+def constraint_sentences(text: str) -> list[str]:
+    """Sentences of a user message that read as constraints ("never touch tests/")."""
+    out = []
+    for sent in _SENTENCE_END.split(text):
+        s = sent.strip(" \t-*>#")
+        if 8 <= len(s) <= 300 and _USER_CONSTRAINT.search(s):
+            out.append(s)
+    return out
+
+
 #: a file path or a test name a step may name (the recall measure, ``targets_of``)
 _USED_PATH = re.compile(
     r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|pyi|ts|tsx|js|jsx|json|md|rst|rs|go|java|toml|"
@@ -582,6 +603,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "clean_terminal",
     "collapse_repeats",
+    "constraint_sentences",
     "default_summarizer",
     "error_evidence",
     "summarize_file",

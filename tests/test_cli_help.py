@@ -65,7 +65,7 @@ def _shown(parser: argparse.ArgumentParser, action: argparse.Action) -> tuple[st
 def test_the_walk_finds_every_sub_command() -> None:
     words = {w for w, _ in _parsers()}
     expected = {"app", "build", "ingest", "watch", "export", "import", "demo", "check"}
-    expected |= {"cost", "replay", "proxy", "run", "collect", "tune", "migrate", "token"}
+    expected |= {"cost", "ledger", "replay", "proxy", "run", "collect", "tune", "migrate", "token"}
     assert {w[0] for w in words if w} == expected
 
 

@@ -628,6 +628,30 @@ def _add_cost(sub: _Subcommands) -> None:
     )
 
 
+def _add_ledger(sub: _Subcommands) -> None:
+    c = _command(
+        sub,
+        "ledger",
+        "what each recorded compaction kept and lost",
+        "For every compaction in session logs or requests (Claude Code compact_boundary,\n"
+        "Codex compacted, Anthropic compaction blocks): the file paths, identifiers, error\n"
+        "lines and user constraints from before it that its summary kept and lost, and the\n"
+        "turn where a lost one was next needed. --json: one JSON object per compaction.\n\n"
+        "example:\n"
+        "  ctxscope ledger ~/.claude/projects/my-project/*.jsonl",
+        _lazy("ledger", "cli_ledger"),
+    )
+    c.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="trace files or files ctxscope import reads (session logs, requests, OTLP)",
+    )
+    c.add_argument(
+        "--json", action="store_true", help="one JSON object per compaction instead of the text"
+    )
+
+
 def _add_replay(sub: _Subcommands) -> None:
     rp = _command(
         sub,
@@ -895,6 +919,7 @@ SUBCOMMANDS: tuple[Callable[[_Subcommands], None], ...] = (
     _add_demo,
     _add_check,
     _add_cost,
+    _add_ledger,
     _add_replay,
     _add_proxy,
     _add_run,

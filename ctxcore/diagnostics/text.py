@@ -20,6 +20,8 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from ctxcore.summarize import constraint_sentences as summarize_constraints
+
 K = TypeVar("K", bound=Sized)
 V = TypeVar("V")
 
@@ -423,27 +425,15 @@ _identifiers = Memo(_identifiers_of)
 
 # --------------------------------------------------------------------------- constraints
 
-_CONSTRAINT = re.compile(
-    r"\b(?:must|mustn't|never|always|do not|don't|make sure|ensure|avoid|should not|"
-    r"shouldn't|not allowed|no more than|at most|at least|only)\b"
-    r"|不要|不能|必须|务必|禁止|只能|一定要|不得|不允许|避免|请勿|别再",
-    re.IGNORECASE,
-)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？\n]+")
-
 
 def constraint_sentences(text: str) -> list[str]:
-    """Sentences of a user message that read as constraints ("never touch tests/")."""
+    """Sentences of a user message that read as constraints ("never touch tests/"):
+    ``ctxcore.summarize.constraint_sentences``, memoised."""
     return list(_constraint_sentences(text))
 
 
 def _constraint_sentences_of(text: str) -> tuple[str, ...]:
-    out = []
-    for sent in _SENTENCE_END.split(text):
-        s = sent.strip(" \t-*>#")
-        if 8 <= len(s) <= 300 and _CONSTRAINT.search(s):
-            out.append(s)
-    return tuple(out)
+    return tuple(summarize_constraints(text))
 
 
 _constraint_sentences = Memo(_constraint_sentences_of)
