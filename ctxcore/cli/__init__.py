@@ -857,10 +857,16 @@ def _add_tune(sub: _Subcommands) -> None:
         "relevance_weight, recency_weight, min_relevance) for the best context recall on\n"
         "corpus sessions under one budget, and write the best as a config file that\n"
         "build --config and the Playground load.\n\n"
-        "example:\n"
-        "  ctxscope tune --budget 4000 -o tuned.json",
+        "With --preset P, search a policy's knobs instead for the lowest cost ($ through\n"
+        "the simulated prompt cache) with recall at or above --recall-floor, on the\n"
+        "recorded sessions given (any file an import reads).\n\n"
+        "examples:\n"
+        "  ctxscope tune --budget 4000 -o tuned.json\n"
+        "  ctxscope tune --preset anthropic-context-editing session.jsonl "
+        "--grid trigger=0,2000 --grid keep=1,3",
         _lazy("tune", "cli_tune"),
     )
+    _tune_policy_options(t)
     t.add_argument(
         "sessions",
         nargs="*",
@@ -906,6 +912,35 @@ def _add_tune(sub: _Subcommands) -> None:
         metavar="FILE",
         help="the config file to write; - prints it (default %(default)s)",
     )
+
+
+def _tune_policy_options(t: argparse.ArgumentParser) -> None:
+    """``tune --preset P``'s options: the policy, its floor, its grid and the output."""
+    t.add_argument(
+        "--preset",
+        choices=list(settings.PRESET_NAMES),
+        default=None,
+        help="search this policy's knobs on the recorded sessions given (FILE...)",
+    )
+    t.add_argument(
+        "--recall-floor",
+        type=float,
+        default=0.9,
+        metavar="R",
+        help="the lowest recall a setting may have to win (default %(default)s)",
+    )
+    t.add_argument(
+        "--grid",
+        action="append",
+        metavar="KNOB=V1,V2,...",
+        help="a knob's values to try (repeatable; default: each numeric knob of the preset at "
+        "its lowest value, half its default, the default and twice it)",
+    )
+    t.add_argument("--json", action="store_true", help="the settings tried as one JSON line")
+    t.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="replay processes (default: per CPU)"
+    )
+    _prices(t)
 
 
 #: the sub-commands in the order ``ctxscope --help`` lists them

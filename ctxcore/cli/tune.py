@@ -70,7 +70,12 @@ def tune(
 
 def cli_tune(args: argparse.Namespace) -> int:
     """``ctxscope tune [SESSIONS] [-o FILE]``; with ``-o -`` the config is the standard output
-    and everything else goes to stderr."""
+    and everything else goes to stderr. With ``--preset P`` a policy's knobs are searched
+    instead (``ctxcore.cli.tune_policy``)."""
+    if args.preset:
+        from ctxcore.cli.tune_policy import run_tune_policy
+
+        return run_tune_policy(args)
     if not is_stdout(args.output):
         cfg = _search(args)
         write_output(args.output, [_config_text(cfg)])
