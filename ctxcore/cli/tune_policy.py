@@ -57,7 +57,7 @@ def _derived_values(k: knobs.Knob) -> list[float]:
     if k.kind != "ratio" or lo is None or hi is None:
         return []
     vals = [lo + (hi - lo) * q for q in (0.25, 0.5, 0.75, 1.0)]
-    return [round(v) if k.kind == "int" else round(v, 2) for v in vals]
+    return [round(v, 2) for v in vals]
 
 
 def default_grid(preset: str) -> dict[str, list[Any]]:
