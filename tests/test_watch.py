@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -181,22 +182,38 @@ def test_watcher_fills_in_deferred_diagnostics(tmp_path: Path) -> None:
         assert "must_have_lost" in detectors  # the must-keep packet 0 was dropped
 
 
-def test_progress_bar_draws_on_long_runs() -> None:
-    import io
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal, as stderr does in an interactive shell."""
 
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_on_long_runs() -> None:
     from ctxcore.cli.ingest import ProgressBar
 
-    out = io.StringIO()
+    out = _Terminal()
     bar = ProgressBar(out, after_s=0.0)
     bar(5_000_000, 10_000_000)
     bar.finish()
     text = out.getvalue()
     assert "50.0%" in text and "5.0 MB" in text and text.endswith("\n")
-    quiet = io.StringIO()
+    quiet = _Terminal()
     fast = ProgressBar(quiet, after_s=60.0)
     fast(1, 2)
     fast.finish()
     assert quiet.getvalue() == ""
+
+
+def test_progress_bar_is_not_drawn_into_a_file_or_pipe() -> None:
+    """A log file or a pipe (CI, ``2> log``) gets no carriage-return frames."""
+    from ctxcore.cli.ingest import ProgressBar
+
+    piped = io.StringIO()
+    bar = ProgressBar(piped, after_s=0.0)
+    bar(5_000_000, 10_000_000)
+    bar.finish()
+    assert piped.getvalue() == ""
 
 
 def test_many_small_ingests_leave_no_threads_behind(tmp_path: Path) -> None:

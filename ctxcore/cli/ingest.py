@@ -18,10 +18,12 @@ from ctxcore.store.watch import Watcher
 
 
 class ProgressBar:
-    """A one-line bar on stderr, drawn only once a run has taken more than a second."""
+    """A one-line bar on stderr, drawn only once a run has taken more than a second and only
+    on a terminal: a log file or a pipe gets no carriage-return frames, just the summary."""
 
     def __init__(self, stream: IO[str] | None = None, after_s: float = 1.0) -> None:
         self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
         self.start = time.monotonic()
         self.after_s = after_s
         self.drawn = False
@@ -29,7 +31,9 @@ class ProgressBar:
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.start < self.after_s or now - self.last < 0.1 or total <= 0:
+        if not self.live or now - self.start < self.after_s or now - self.last < 0.1:
+            return
+        if total <= 0:
             return
         self.last = now
         frac = min(1.0, done / total)
