@@ -771,6 +771,7 @@ def hint(name: str) -> str:
 
 
 def _default_cell(k: Knob, preset: str) -> str:
+    """The knob's default in ``preset`` as the README writes it ("—" where it has none)."""
     v = k.defaults.get(preset)
     if v is None:
         return "—"
@@ -781,18 +782,37 @@ def _default_cell(k: Knob, preset: str) -> str:
     if isinstance(v, Mapping):
         return ", ".join(f"{p.strip('[]')} {s:g}" for p, s in v.items())
     if isinstance(v, tuple):
-        return ", ".join(v)
+        return ", ".join(v) if v else "none"
     return f"{v:,}" if isinstance(v, int) else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _defaults_text(k: Knob) -> str:
+    """Which presets have ``k`` and its default in each, presets with one default together:
+    "`a`, `b`: 0.15; `c`: 0.2". When every preset has it, the most common default is said
+    once ("every preset: cl100k_base, but `hello-agents-book`: book-heuristic")."""
+    groups: dict[str, list[str]] = {}
+    for p in PRESET_NAMES:
+        if p in k.defaults:
+            groups.setdefault(_default_cell(k, p), []).append(p)
+
+    def named(value: str) -> str:
+        return ", ".join(f"`{p}`" for p in groups[value]) + f": {value}"
+
+    if sum(map(len, groups.values())) == len(PRESET_NAMES) and len(PRESET_NAMES) > 2:
+        common = max(groups, key=lambda v: len(groups[v]))
+        rest = "; ".join(named(v) for v in groups if v != common)
+        return f"every preset: {common}" + (f", but {rest}" if rest else "")
+    return "; ".join(named(v) for v in groups)
 
 
 def readme_table() -> str:
     """The README's table of knobs ("Knobs"; ``tests/test_knobs.py`` keeps it current and
-    ``scripts/knob_table.py`` writes it): each knob, its kind and bounds, its default per
-    preset (— where the preset does not have it), what it does."""
-    head = ["Knob", "Values", *(f"`{p}`" for p in PRESET_NAMES), "What it does"]
+    ``scripts/knob_table.py`` writes it): each knob, its kind and bounds, the presets that
+    have it with its default in each (a preset not named refuses it), what it does."""
+    head = ["Knob", "Values", "Presets and defaults", "What it does"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in KNOBS:
-        cells = [f"`{k.name}`", k.describe(), *(_default_cell(k, p) for p in PRESET_NAMES), k.help]
+        cells = [f"`{k.name}`", k.describe(), _defaults_text(k), k.help]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"
 

@@ -149,8 +149,19 @@ def test_readme_table_of_knobs_is_the_declared_one() -> None:
 def test_readme_table_shows_a_changed_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
     patch_knobs(monkeypatch, fill={"help": "Fills the window.", "defaults": {"ctxscope": "break"}})
     row = next(r for r in knobs.readme_table().splitlines() if r.startswith("| `fill`"))
-    others = "— | " * (len(PRESET_NAMES) - 1)  # a column per preset; only ctxscope has it
-    assert row == f"| `fill` | one of skip, break, optimal | break | {others}Fills the window. |"
+    # only ctxscope has it: the other presets are not named (they refuse it)
+    assert row == "| `fill` | one of skip, break, optimal | `ctxscope`: break | Fills the window. |"
+
+
+def test_readme_table_names_each_preset_with_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Presets with one default are said together; a knob every preset has says the common
+    default once and the exceptions by name."""
+    fills = {"ctxscope": "break", "hello-agents": "skip", "hello-agents-book": "break"}
+    encodings = {p: ("len/4" if p == "recorded" else "o200k_base") for p in PRESET_NAMES}
+    patch_knobs(monkeypatch, fill={"defaults": fills}, tokenizer={"defaults": encodings})
+    rows = {r.split(" | ")[0]: r.split(" | ")[2] for r in knobs.readme_table().splitlines()[2:]}
+    assert rows["| `fill`"] == "`ctxscope`, `hello-agents-book`: break; `hello-agents`: skip"
+    assert rows["| `tokenizer`"] == "every preset: o200k_base, but `recorded`: len/4"
 
 
 # --------------------------------------------------------------------------- --set
