@@ -125,7 +125,11 @@ class LastN:
 def omitted(messages: Sequence[ChatMsg], spec: LastN) -> list[int]:
     """``_get_omit_indices``: every observation but the first (the instance template) up to
     the last ``n`` (fewer, by up to ``polling`` - 1, between polls)."""
-    obs = observations(messages)
+    return _omitted(observations(messages), spec)
+
+
+def _omitted(obs: list[int], spec: LastN) -> list[int]:
+    """``omitted`` given the observations ``obs``."""
     last_removed = max(0, (len(obs) // spec.polling) * spec.polling - spec.n)
     return obs[1:last_removed]
 
@@ -140,16 +144,36 @@ def elided_text(content: str) -> str:
     """What an elided observation reads (its lines counted as ``str.splitlines`` counts); a
     recording made with ``LastNObservations`` holds some already elided: they stay as
     recorded (their count is of the output SWE-agent saw, which the recording no longer has)."""
-    if ALREADY_ELIDED.fullmatch(content):
-        return content
-    return ELIDED.format(lines=len(content.splitlines()))
+    hit = _ELIDED.get(content)
+    if hit is None:
+        if ALREADY_ELIDED.fullmatch(content):
+            hit = content
+        else:
+            hit = ELIDED.format(lines=len(content.splitlines()))
+        if len(_ELIDED) >= _WRITTEN_MAX * 8:
+            _ELIDED.clear()
+        _ELIDED[content] = hit
+    return hit
+
+
+#: ``elided_text`` by content: a sweep's cells elide the same observations again
+_ELIDED: dict[str, str] = {}
 
 
 def last_n_observations(messages: list[ChatMsg], spec: LastN) -> tuple[list[ChatMsg], Fates]:
     """``LastNObservations.__call__``: the omitted observations' text replaced by
     ``Old environment output: (K lines omitted)``."""
-    omit = set(omitted(messages, spec))
     obs = observations(messages)
+    omit = set(_omitted(obs, spec))
+    label = spec.label
+    template = Fate("kept", f"{label}: the instance template, never elided")
+    recent = Fate(
+        "kept",
+        f"{label}: one of the last n={spec.n} observations (polling keeps"
+        f" up to {spec.n + spec.polling - 1})",
+    )
+    other = Fate("kept", f"{label}: not an observation (only they are elided)")
+    observed = set(obs)
     out: list[ChatMsg] = []
     fates: Fates = {}
     for k, m in enumerate(messages):
@@ -157,21 +181,17 @@ def last_n_observations(messages: list[ChatMsg], spec: LastN) -> tuple[list[Chat
             out.append(replace(m, content=elided_text(m.content)))
             fates[k] = Fate(
                 "cleared",
-                f"{spec.label}: an observation older than the last n={spec.n}; replaced by "
+                f"{label}: an observation older than the last n={spec.n}; replaced by "
                 f"'{out[-1].content}'",
             )
             continue
         out.append(m)
         if obs and k == obs[0]:
-            fates[k] = Fate("kept", f"{spec.label}: the instance template, never elided")
-        elif k in obs:
-            fates[k] = Fate(
-                "kept",
-                f"{spec.label}: one of the last n={spec.n} observations (polling keeps"
-                f" up to {spec.n + spec.polling - 1})",
-            )
+            fates[k] = template
+        elif k in observed:
+            fates[k] = recent
         else:
-            fates[k] = Fate("kept", f"{spec.label}: not an observation (only they are elided)")
+            fates[k] = other
     return out, fates
 
 
@@ -224,15 +244,13 @@ class Checkpoints:
 
 def _checkpoint(
     messages: Sequence[ChatMsg],
+    first: int,
     done: Checkpoints,
     batch: list[list[int]],
-    spec: EveryNTurns,
     summarizer: Summarizer,
 ) -> ChatMsg:
     """``_summarize_turns``: the stand-in reads the previous checkpoint (or the problem
-    statement) and the turns, and writes the checkpoint."""
-    first = _task_index(messages)
-    assert first is not None
+    statement, ``messages[first]``) and the turns, and writes the checkpoint."""
     if done.summaries:
         context = f"<PREVIOUS_CHECKPOINT>\n{done.summaries[-1].content}\n</PREVIOUS_CHECKPOINT>"
     else:
@@ -250,11 +268,18 @@ def _checkpoint(
 @dataclass(frozen=True, slots=True)
 class Step:
     """What one ``SummarizeEveryNTurns.__call__`` returned: the recorded positions it kept
-    (the prompt first) and the summaries before them (the latest alone when it has just
-    summarized, with static checkpointing; every one written so far otherwise)."""
+    (the prompt: up to ``head``; then the turns kept) and the summaries before them (the
+    latest alone when it has just summarized, with static checkpointing; every one written so
+    far otherwise). The positions are listed only when asked: a replay over the steps reads
+    the last step's alone."""
 
-    kept: list[int]
+    head: int
+    kept_turns: list[list[int]]
     summaries: list[ChatMsg]
+
+    @property
+    def kept(self) -> list[int]:
+        return [*range(self.head), *(i for t in self.kept_turns for i in t)]
 
     def messages(self, messages: Sequence[ChatMsg], head: int) -> list[ChatMsg]:
         return [
@@ -266,25 +291,23 @@ class Step:
 
 def _every_n_step(
     messages: Sequence[ChatMsg],
+    first: int,
     prefix_turns: list[list[int]],
     done: Checkpoints,
     spec: EveryNTurns,
     summarizer: Summarizer,
 ) -> Step | None:
-    """One ``SummarizeEveryNTurns.__call__`` on a history whose turns are ``prefix_turns``;
-    None when it returns the history unchanged."""
-    first = _task_index(messages)
-    assert first is not None
+    """One ``SummarizeEveryNTurns.__call__`` on a history whose task is ``messages[first]``
+    and whose turns are ``prefix_turns``; None when it returns the history unchanged."""
     unprocessed = prefix_turns[len(done.summaries) * spec.n :]
-    head = list(range(first + 1))
     if len(unprocessed) < spec.n + spec.keep_last_m_turns:
         if not done.summaries:
             return None
-        return Step(head + [i for t in unprocessed for i in t], list(done.summaries))
+        return Step(first + 1, unprocessed, list(done.summaries))
     batch, keep = unprocessed[: spec.n], unprocessed[spec.n :]
-    done.summaries.append(_checkpoint(messages, done, batch, spec, summarizer))
+    done.summaries.append(_checkpoint(messages, first, done, batch, summarizer))
     done.summarized.append([i for t in batch for i in t])
-    return Step(head + [i for t in keep for i in t], [done.summaries[-1]])
+    return Step(first + 1, keep, [done.summaries[-1]])
 
 
 def calls(messages: Sequence[ChatMsg]) -> list[int]:
@@ -299,8 +322,10 @@ def summarize_every_n_turns(
     """``SummarizeEveryNTurns`` replayed over the request's steps (``calls``); the list it
     returns at the last one, with a fate per recorded message."""
     fates: Fates = {}
-    if _task_index(messages) is None:
-        _rest(fates, len(messages), Fate("kept", f"{spec.label}: no task message to start from"))
+    label = spec.label
+    first = _task_index(messages)
+    if first is None:
+        _rest(fates, len(messages), Fate("kept", f"{label}: no task message to start from"))
         return messages, fates
     done = Checkpoints()
     last: Step | None = None
@@ -308,30 +333,32 @@ def summarize_every_n_turns(
     ends = [t[-1] for t in every]
     for upto in calls(messages):
         # a call's history ends before an assistant message: no turn straddles it
-        last = _every_n_step(messages, every[: bisect_left(ends, upto)], done, spec, summarizer)
+        seen = every[: bisect_left(ends, upto)]
+        last = _every_n_step(messages, first, seen, done, spec, summarizer)
     if last is None:
         why = f"fewer than {spec.n} + {spec.keep_last_m_turns} turns to summarize"
-        _rest(fates, len(messages), Fate("kept", f"{spec.label}: {why}"))
+        _rest(fates, len(messages), Fate("kept", f"{label}: {why}"))
         return messages, fates
-    kept = last.kept
-    out = last.messages(messages, (_task_index(messages) or 0) + 1)
+    out = last.messages(messages, first + 1)
     summarized = {i: s for s, batch in enumerate(done.summarized) for i in batch}
-    keep = set(kept)
+    keep = set(last.kept)
+    kept = Fate("kept", f"{label}: the prompt, or a turn not yet summarized")
+    trimmed = Fate(
+        "trimmed",
+        f"{label}: not part of a (action, observation) turn; the summarized history is "
+        "rebuilt from turns only",
+    )
     for k in range(len(messages)):
         if k in keep:
-            fates[k] = Fate("kept", f"{spec.label}: the prompt, or a turn not yet summarized")
+            fates[k] = kept
         elif k in summarized:
             fates[k] = Fate(
                 "summarized",
-                f"{spec.label}: in the {_nth(summarized[k] + 1)} batch of "
+                f"{label}: in the {_nth(summarized[k] + 1)} batch of "
                 f"{spec.n} turns, replaced by a checkpoint written by {STAND_IN_LABEL}",
             )
         else:
-            fates[k] = Fate(
-                "trimmed",
-                f"{spec.label}: not part of a (action, observation) turn; the summarized "
-                "history is rebuilt from turns only",
-            )
+            fates[k] = trimmed
     return out, fates
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from ctxcore.errors import InputError
 from ctxcore.knobs import honoured
 from ctxcore.models import BuildResult, CapturedInput, Config
-from ctxcore.pipeline.langchain_build import Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, result
 from ctxcore.pipeline.langchain_policies import ChatMsg, Fate, recorded_messages
 from ctxcore.pipeline.recorded import conversation, with_tokenizer
 from ctxcore.tokens import TokenCounter
@@ -37,21 +37,31 @@ def resolve_knobs(
 def on_messages(
     input: CapturedInput, counter: TokenCounter, policy: Policy, name: str
 ) -> BuildResult:
-    """A SWE-agent policy on the recorded conversation (the system prompt is sent as
-    recorded: SWE-agent's processors never touch it)."""
+    """A SWE-agent policy on the recorded conversation, as a build result."""
+    return result(input, *messages_outcome(input, policy, name), counter)
+
+
+def messages_outcome(input: CapturedInput, policy: Policy, name: str) -> Built:
+    """What a SWE-agent policy sends on the recorded conversation (the system prompt is sent
+    as recorded: SWE-agent's processors never touch it)."""
     conv = conversation(input)
     system, rest = recorded_messages(conv)
     out, fates = policy(rest)
     by_part = {rest[k].source: f for k, f in fates.items() if rest[k].source is not None}
     head = [system] if system is not None else []
-    return result(input, conv, Outcome(head + out, by_part, name), counter)  # type: ignore[arg-type]
+    return conv, Outcome(head + out, by_part, name)  # type: ignore[arg-type]
 
 
 def on_events(
     input: CapturedInput, counter: TokenCounter, policy: Policy, name: str
 ) -> BuildResult:
-    """An OpenHands condenser on the recorded request as its events: the system prompt (a
-    ``SystemMessageAction``) first, then every message."""
+    """An OpenHands condenser on the recorded request's events, as a build result."""
+    return result(input, *events_outcome(input, policy, name), counter)
+
+
+def events_outcome(input: CapturedInput, policy: Policy, name: str) -> Built:
+    """What an OpenHands condenser sends on the recorded request as its events: the system
+    prompt (a ``SystemMessageAction``) first, then every message."""
     conv = conversation(input)
     system, rest = recorded_messages(conv)
     events = ([system] if system is not None else []) + rest
@@ -64,7 +74,14 @@ def on_events(
             by_part[source] = fate
         elif system is not None and k == 0:
             system_fate = fate
-    return result(input, conv, Outcome(out, by_part, name, system_fate), counter)
+    return conv, Outcome(out, by_part, name, system_fate)
 
 
-__all__ = ["Policy", "on_events", "on_messages", "resolve_knobs"]
+__all__ = [
+    "Policy",
+    "events_outcome",
+    "messages_outcome",
+    "on_events",
+    "on_messages",
+    "resolve_knobs",
+]

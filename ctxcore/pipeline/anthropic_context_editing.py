@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config, Message
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, result
 from ctxcore.pipeline.langchain_policies import (
     ChatMsg,
     Count,
@@ -211,6 +211,24 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request with the tool results and the thinking the edits clear."""
+    conv, out = outcome(input, config, counter, summarizer)
+    built = result(input, conv, out, counter)
+    assert config.thinking_keep is not None
+    thought = clear_thinking(conv, config.thinking_keep)
+    if not thought:
+        return built
+    ids = {i for k in thought if (i := conv.parts[k].message.id)}
+    return built.model_copy(update={"messages": _without_thinking(built.messages or [], ids)})
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported (the thinking cleared is taken
+    off the messages by ``run``: ctxscope's counts hold no thinking text)."""
     del summarizer
     conv = conversation(input)
     system, rest = recorded_messages(conv)
@@ -225,11 +243,7 @@ def run(
         before = by_part.get(k)
         by_part[k] = f if before is None or before.action == "kept" else before
     sent = ([system] if system is not None else []) + edited
-    built = result(input, conv, Outcome(sent, by_part, POLICY), counter)  # type: ignore[arg-type]
-    if not thought:
-        return built
-    ids = {i for k in thought if (i := conv.parts[k].message.id)}
-    return built.model_copy(update={"messages": _without_thinking(built.messages or [], ids)})
+    return conv, Outcome(sent, by_part, POLICY)  # type: ignore[arg-type]
 
 
 __all__ = [
@@ -241,6 +255,7 @@ __all__ = [
     "clear_thinking",
     "clear_tool_uses",
     "edit_of",
+    "outcome",
     "resolve",
     "run",
 ]

@@ -32,7 +32,7 @@ from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.common import Summarizer
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
-from ctxcore.pipeline.langchain_build import Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, result
 from ctxcore.pipeline.langchain_policies import (
     STAND_IN_LABEL,
     STAND_IN_TARGET_TOKENS,
@@ -177,6 +177,16 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request, compacted when it reaches the threshold."""
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
     if not input.window:
         raise InputError(
             f"preset {NAME} compacts at a share of the model's window, and this input has "
@@ -189,7 +199,7 @@ def run(
     done, fates = compact(req, rest, config, summarizer or default_summarizer())
     by_part = {rest[k].source: f for k, f in fates.items() if rest[k].source is not None}
     sent = ([system] if system is not None else []) + done
-    return result(input, conv, Outcome(sent, by_part, POLICY), counter)  # type: ignore[arg-type]
+    return conv, Outcome(sent, by_part, POLICY)  # type: ignore[arg-type]
 
 
-__all__ = ["CALIBRATED", "NAME", "VERSION", "Request", "compact", "resolve", "run"]
+__all__ = ["CALIBRATED", "NAME", "VERSION", "Request", "compact", "outcome", "resolve", "run"]

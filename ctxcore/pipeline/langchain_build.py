@@ -27,7 +27,15 @@ from ctxcore.models import (
 )
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
-from ctxcore.pipeline.langchain_policies import ChatMsg, Fate, arguments, call_lines, reply_text
+from ctxcore.pipeline.langchain_policies import (
+    ChatMsg,
+    Fate,
+    Recorded,
+    arguments,
+    call_lines,
+    known_messages,
+    reply_text,
+)
 from ctxcore.pipeline.recorded import (
     FORMAT_ID,
     IMPORT_PARTITIONS,
@@ -64,6 +72,11 @@ class Outcome:
     system_fate: Fate | None = None
 
 
+#: what a recorded-based preset's policy sends (``outcome`` of each policy preset): the
+#: recorded request and the policy's outcome on it; ``result`` or ``used_tokens`` reads it
+Built = tuple[Conversation, Outcome]
+
+
 def _message(conv: Conversation, m: ChatMsg) -> Message:
     """The chat message ``m`` is, as a recorded message: the recorded one when the policy
     left it as it was, else a copy with the new content (an assistant's call lines rebuilt
@@ -97,6 +110,25 @@ def _message(conv: Conversation, m: ChatMsg) -> Message:
     )
 
 
+def _sent(conv: Conversation, m: ChatMsg, shared: Recorded | None) -> Message:
+    """``_message``, remembered for a shared recorded message the policy left as it was (a
+    sweep's cells and a comparison's policies send most parts unchanged)."""
+    if shared is None or m.source is None:
+        return _message(conv, m)
+    if m is shared.rest[m.source]:
+        hit = shared.sent.get(m.source)
+        if hit is None:
+            hit = shared.sent[m.source] = _message(conv, m)
+        return hit
+    if m.role == "assistant":  # its calls' arguments may differ too
+        return _message(conv, m)
+    key = (m.source, m.content)
+    hit = shared.edited.get(key)
+    if hit is None:
+        hit = shared.edited[key] = _message(conv, m)
+    return hit
+
+
 def messages_sent(
     conv: Conversation, out: Sequence[ChatMsg]
 ) -> tuple[list[Message], dict[int, Message]]:
@@ -106,11 +138,12 @@ def messages_sent(
     head: list[Message] = []
     body: list[Message] = []
     by_part: dict[int, Message] = {}
+    shared = known_messages(conv)
     for m in out:
         if m.id == INSTRUCTIONS_ID and m.source is None:
             head.append(Message(role="system", content=conv.system))
             continue
-        body.append(_message(conv, m))
+        body.append(_sent(conv, m, shared))
         if m.source is not None:
             by_part[m.source] = body[-1]
     replaced = [
@@ -137,35 +170,47 @@ def _partition(kind: str, part_id: str) -> str:
 
 @dataclass
 class _Acc:
-    """Decisions in prompt order and the tokens they add up to."""
+    """Decisions in prompt order (their fields: a ``Decision`` is made once the budget left
+    after each is known) and the tokens they add up to."""
 
     policy: str
-    decisions: list[Decision]
+    rows: list[tuple[str, str, Fate | tuple[Status, Reason, str], str, tuple[int, int]]]
     used: int = 0
 
     def add(
         self,
         pid: str,
         kind: str,
-        code: tuple[Status, Reason, str],
+        code: Fate | tuple[Status, Reason, str],
         partition: str,
         tokens: tuple[int, int],
     ) -> None:
-        status, reason, text = code
+        """A part's row: a fate is said (``said``) only when the decisions are made."""
         self.used += tokens[1]
-        self.decisions.append(
-            Decision(
-                packet_id=pid,
-                kind=kind,
-                status=status,
-                reason=reason,
-                reason_text=text,
-                partition=partition,
-                rank=len(self.decisions),
-                tokens_before=tokens[0],
-                tokens_after=tokens[1],
+        self.rows.append((pid, kind, code, partition, tokens))
+
+    def decisions(self, available: int) -> list[Decision]:
+        """The decisions, each with the budget left after it out of ``available``."""
+        out: list[Decision] = []
+        left = available
+        for rank, (pid, kind, code, partition, tokens) in enumerate(self.rows):
+            status, reason, text = self.said(code) if isinstance(code, Fate) else code
+            left -= tokens[1]
+            out.append(
+                Decision(
+                    packet_id=pid,
+                    kind=kind,
+                    status=status,
+                    reason=reason,
+                    reason_text=text,
+                    partition=partition,
+                    rank=rank,
+                    tokens_before=tokens[0],
+                    tokens_after=tokens[1],
+                    budget_left=left,
+                )
             )
-        )
+        return out
 
     def said(self, fate: Fate) -> tuple[Status, Reason, str]:
         """A fate's status, reason code and sentence (naming the policy)."""
@@ -182,11 +227,11 @@ def _head(
         sent = any(m.id == INSTRUCTIONS_ID for m in outcome.messages)
         n = counter.count(conv.system)
         fate = outcome.system_fate or Fate("kept", "the request's system prompt, sent as recorded")
-        acc.add(INSTRUCTIONS_ID, "instructions", acc.said(fate), "system", (n, n if sent else 0))
+        acc.add(INSTRUCTIONS_ID, "instructions", fate, "system", (n, n if sent else 0))
     if input.tools:
         n = counter.count(tools_text(input.tools))
         why = "tool definitions are sent as recorded (the policy edits messages only)"
-        acc.add(TOOLS_ID, "tools", acc.said(Fate("kept", why)), "tool definitions", (n, n))
+        acc.add(TOOLS_ID, "tools", Fate("kept", why), "tool definitions", (n, n))
     for rid in conv.replaced:
         kind = "tool_result" if rid.startswith("tool:") else "history"
         why = "replaced by a compaction before the recording: the model saw its summary"
@@ -214,6 +259,38 @@ def _format_messages(messages: Sequence[Message]) -> int:
     return n + (1 if any(m.role == "system" and m.id is None for m in messages[:1]) else 0)
 
 
+def _tally(
+    input: CapturedInput, conv: Conversation, outcome: Outcome, counter: TokenCounter
+) -> tuple[_Acc, list[Message]]:
+    """A row per part of ``conv`` in prompt order (its fate, its tokens before and as sent)
+    and the chat messages sent."""
+    messages, by_part = messages_sent(conv, outcome.messages)
+    acc = _Acc(outcome.policy, [])
+    _head(acc, input, conv, outcome, counter)
+    untouched = Fate("kept", "left as recorded")
+    for k, part in enumerate(conv.parts):
+        sent = by_part.get(k)
+        tokens = (
+            counter.count(part.message.content),
+            counter.count(sent.content) if sent is not None else 0,
+        )
+        fate = outcome.fates.get(k, untouched)
+        acc.add(part.id, part.kind, fate, _partition(part.kind, part.id), tokens)
+    n = _format_messages(messages)
+    code = (Status.KEPT, Reason.FITS, format_note(n))
+    overhead = format_overhead(n)
+    acc.add(FORMAT_ID, "format", code, "format overhead", (overhead, overhead))
+    return acc, messages
+
+
+def used_tokens(
+    input: CapturedInput, conv: Conversation, outcome: Outcome, counter: TokenCounter
+) -> int:
+    """``result(...).totals.used`` without the result (no decisions, no prompt): what a
+    sweep over a session reads of each call (docs/design.md, "Agent policies", "Speed")."""
+    return _tally(input, conv, outcome, counter)[0].used
+
+
 def result(
     input: CapturedInput,
     conv: Conversation,
@@ -225,29 +302,10 @@ def result(
     recorded preset counts."""
     timer = Timer()
     with timer.stage("report"):
-        messages, by_part = messages_sent(conv, outcome.messages)
-        acc = _Acc(outcome.policy, [])
-        _head(acc, input, conv, outcome, counter)
-        untouched = Fate("kept", "left as recorded")
-        for k, part in enumerate(conv.parts):
-            sent = by_part.get(k)
-            tokens = (
-                counter.count(part.message.content),
-                counter.count(sent.content) if sent is not None else 0,
-            )
-            code = acc.said(outcome.fates.get(k, untouched))
-            acc.add(part.id, part.kind, code, _partition(part.kind, part.id), tokens)
-        n = _format_messages(messages)
-        code = (Status.KEPT, Reason.FITS, format_note(n))
-        overhead = format_overhead(n)
-        acc.add(FORMAT_ID, "format", code, "format overhead", (overhead, overhead))
+        acc, messages = _tally(input, conv, outcome, counter)
     reserve = input.output_reserve or 0
     window, available, warns = window_warnings(input.window, acc.used, reserve)
-    left = available
-    decisions = []
-    for d in acc.decisions:
-        left -= d.tokens_after or 0
-        decisions.append(d.model_copy(update={"budget_left": left}))
+    decisions = acc.decisions(available)
     totals = Totals(
         window=window,
         output_reserve=reserve,
@@ -285,4 +343,4 @@ def _partitions(decisions: Sequence[Decision]) -> list[PartitionUsage]:
     ]
 
 
-__all__ = ["Outcome", "messages_sent", "result"]
+__all__ = ["Built", "Outcome", "messages_sent", "result", "used_tokens"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, result
 from ctxcore.pipeline.langchain_policies import (
     ClearToolUses,
     MessageCounter,
@@ -64,13 +64,23 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request with the tool results the edit clears replaced."""
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
     del summarizer
     conv = conversation(input)
     system, rest = recorded_messages(conv)
     edited, fates = clear_tool_uses(rest, edit_of(config), MessageCounter(counter))
     sent = ([system] if system is not None else []) + edited
     by_part = {rest[k].source: f for k, f in fates.items() if rest[k].source is not None}
-    return result(input, conv, Outcome(sent, by_part, POLICY), counter)  # type: ignore[arg-type]
+    return conv, Outcome(sent, by_part, POLICY)  # type: ignore[arg-type]
 
 
-__all__ = ["NAME", "VERSION", "edit_of", "resolve", "run"]
+__all__ = ["NAME", "VERSION", "edit_of", "outcome", "resolve", "run"]

@@ -188,11 +188,52 @@ def from_parts(parts: Sequence[Part]) -> list[ChatMsg]:
     ]
 
 
+@dataclass(slots=True)
+class Recorded:
+    """A recorded request's messages, shared by every policy run on it (``recorded_messages``):
+    the system prompt, the conversation's messages, and the chat message each part is sent
+    as while a policy leaves it as it was (filled by ``langchain_build`` as it meets them)."""
+
+    conv: Conversation
+    system: ChatMsg | None
+    rest: tuple[ChatMsg, ...]
+    sent: dict[int, Message] = field(default_factory=dict)
+    #: the message a part other than an assistant's is sent as with new content, by (part,
+    #: content): a sweep's cells clear or elide the same parts again
+    edited: dict[tuple[int, str], Message] = field(default_factory=dict)
+
+
+#: the messages of the rebuilds seen last, by rebuild object (``recorded.conversation``
+#: shares one rebuild per input)
+_RECORDED: dict[int, Recorded] = {}
+_RECORDED_MAX = 1024
+
+
+def shared_messages(conv: Conversation) -> Recorded:
+    """``conv`` as LangChain messages, made once per rebuild object."""
+    hit = _RECORDED.get(id(conv))
+    if hit is not None and hit.conv is conv:
+        return hit
+    system = ChatMsg("system", conv.system, INSTRUCTIONS_ID) if conv.system else None
+    made = Recorded(conv, system, tuple(from_parts(conv.parts)))
+    if len(_RECORDED) >= _RECORDED_MAX:
+        _RECORDED.clear()
+    _RECORDED[id(conv)] = made
+    return made
+
+
+def known_messages(conv: Conversation) -> Recorded | None:
+    """``conv``'s shared messages if ``shared_messages`` made them, else None."""
+    hit = _RECORDED.get(id(conv))
+    return hit if hit is not None and hit.conv is conv else None
+
+
 def recorded_messages(conv: Conversation) -> tuple[ChatMsg | None, list[ChatMsg]]:
     """The recorded request as LangChain holds it: the system prompt (the request's
-    ``system_message``, named ``builder:instructions``) and the conversation's messages."""
-    system = ChatMsg("system", conv.system, INSTRUCTIONS_ID) if conv.system else None
-    return system, from_parts(conv.parts)
+    ``system_message``, named ``builder:instructions``) and the conversation's messages (a
+    new list of the shared messages: a policy may edit the list, never a message)."""
+    shared = shared_messages(conv)
+    return shared.system, list(shared.rest)
 
 
 def refuse_unsupported(preset: str, config: Config, unsupported: Sequence[str]) -> None:
@@ -552,11 +593,35 @@ def history_text(messages: Sequence[ChatMsg]) -> str:
     tool call as ``name(args)`` after its message's text."""
     lines = []
     for k, m in enumerate(messages):
-        text = m.content
-        for c in m.tool_calls:
-            text += f"\n{c.name}({json.dumps(c.args, ensure_ascii=False)})"
-        lines.append(f"[{m.id or f'message:{k}'}] {m.role}: {text}")
+        if m.id:
+            lines.append(_history_line(m))
+            continue
+        lines.append(f"[message:{k}] {m.role}: {_with_calls(m)}")
     return "\n".join(lines)
+
+
+def _with_calls(m: ChatMsg) -> str:
+    text = m.content
+    for c in m.tool_calls:
+        text += f"\n{c.name}({json.dumps(c.args, ensure_ascii=False)})"
+    return text
+
+
+#: ``history_text``'s line of a message with an id, by message object (a rolling policy
+#: replayed at every turn, or every cell of a sweep, reads the same messages again)
+_LINES: dict[int, tuple[ChatMsg, str]] = {}
+_LINES_MAX = 16384
+
+
+def _history_line(m: ChatMsg) -> str:
+    hit = _LINES.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    line = f"[{m.id}] {m.role}: {_with_calls(m)}"
+    if len(_LINES) >= _LINES_MAX:
+        _LINES.clear()
+    _LINES[id(m)] = (m, line)
+    return line
 
 
 def _stand_in(
@@ -620,14 +685,17 @@ __all__ = [
     "ClearToolUses",
     "Fate",
     "MessageCounter",
+    "Recorded",
     "Summarization",
     "SummaryRun",
     "ToolCall",
     "Trim",
     "clear_tool_uses",
     "from_parts",
+    "known_messages",
     "recorded_messages",
     "refuse_unsupported",
+    "shared_messages",
     "history_text",
     "summarize",
     "trim",

@@ -25,7 +25,7 @@ from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.common import Summarizer
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
-from ctxcore.pipeline.langchain_build import Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, result
 from ctxcore.pipeline.langchain_policies import (
     MessageCounter,
     Summarization,
@@ -74,6 +74,16 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request with its older messages summarized past the trigger."""
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
     conv = conversation(input)
     system, rest = recorded_messages(conv)
     done = summarize(
@@ -82,7 +92,7 @@ def run(
     sent = [replace(m, id=HISTORY_SUMMARY_ID) if m.source is None else m for m in done.messages]
     by_part = {rest[k].source: f for k, f in done.fates.items() if rest[k].source is not None}
     head = [system] if system is not None else []
-    return result(input, conv, Outcome(head + sent, by_part, POLICY), counter)  # type: ignore[arg-type]
+    return conv, Outcome(head + sent, by_part, POLICY)  # type: ignore[arg-type]
 
 
-__all__ = ["NAME", "VERSION", "resolve", "run", "spec_of"]
+__all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]

@@ -20,7 +20,7 @@ from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Summarizer
-from ctxcore.pipeline.langchain_build import Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, result
 from ctxcore.pipeline.langchain_policies import (
     Fate,
     MessageCounter,
@@ -81,6 +81,16 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request trimmed."""
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
     del summarizer
     conv = conversation(input)
     system, rest = recorded_messages(conv)
@@ -97,7 +107,7 @@ def run(
             by_part[source] = fate
         elif given[k].id == INSTRUCTIONS_ID:
             system_fate = fate
-    return result(input, conv, Outcome(kept, by_part, POLICY, system_fate), counter)
+    return conv, Outcome(kept, by_part, POLICY, system_fate)
 
 
-__all__ = ["NAME", "VERSION", "resolve", "run", "spec_of"]
+__all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]

@@ -27,8 +27,9 @@ from ctxcore.pipeline.agent_policies import (
     last_n_observations,
     summarize_every_n_turns,
 )
-from ctxcore.pipeline.agent_presets import on_messages, resolve_knobs
+from ctxcore.pipeline.agent_presets import messages_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.langchain_build import Built, result
 from ctxcore.pipeline.langchain_policies import ChatMsg, Fate
 from ctxcore.summarize import default_summarizer
 from ctxcore.tokens import TokenCounter
@@ -77,14 +78,25 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request with its older turns checkpointed and old observations elided."""
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
+    del counter
     assert config.summarize_every_n_turns is not None and config.keep_last_m_turns is not None
     assert config.n is not None and config.polling is not None
     every = EveryNTurns(config.summarize_every_n_turns, config.keep_last_m_turns)
     last = LastN(config.n, config.polling)
     write = summarizer or default_summarizer()
-    return on_messages(
-        input, counter, lambda m: hybrid(m, every, last, write), f"{every.label} + {last.label}"
+    return messages_outcome(
+        input, lambda m: hybrid(m, every, last, write), f"{every.label} + {last.label}"
     )
 
 
-__all__ = ["NAME", "VERSION", "hybrid", "resolve", "run"]
+__all__ = ["NAME", "VERSION", "hybrid", "outcome", "resolve", "run"]

@@ -16,8 +16,9 @@ from __future__ import annotations
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.agent_policies import conversation_window
-from ctxcore.pipeline.agent_presets import on_events, resolve_knobs
+from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.langchain_build import Built, result
 from ctxcore.pipeline.recorded import conversation, derive_result
 from ctxcore.tokens import TokenCounter
 
@@ -46,6 +47,16 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request, halved when it is over ``max_tokens``."""
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
     del summarizer
     limit = config.max_tokens
     assert limit is not None
@@ -57,12 +68,11 @@ def run(
         if over
         else f"the request's {used:,} tokens fit max_tokens={limit:,}: no condensation requested"
     )
-    return on_events(
+    return events_outcome(
         input,
-        counter,
         lambda e: conversation_window(e, over, why),
         f"ConversationWindowCondenser (max_tokens={limit:,})",
     )
 
 
-__all__ = ["NAME", "VERSION", "resolve", "run"]
+__all__ = ["NAME", "VERSION", "outcome", "resolve", "run"]

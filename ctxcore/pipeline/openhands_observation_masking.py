@@ -16,8 +16,9 @@ from __future__ import annotations
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.agent_policies import observation_masking
-from ctxcore.pipeline.agent_presets import on_events, resolve_knobs
+from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.langchain_build import Built, result
 from ctxcore.tokens import TokenCounter
 
 NAME = "openhands-observation-masking"
@@ -40,11 +41,21 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request with the observations outside the attention window masked."""
-    del summarizer
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
+    del counter, summarizer
     window = config.attention_window
     assert window is not None
     label = f"ObservationMaskingCondenser(attention_window={window})"
-    return on_events(input, counter, lambda e: observation_masking(e, window), label)
+    return events_outcome(input, lambda e: observation_masking(e, window), label)
 
 
-__all__ = ["NAME", "VERSION", "resolve", "run"]
+__all__ = ["NAME", "VERSION", "outcome", "resolve", "run"]

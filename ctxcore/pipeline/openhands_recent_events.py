@@ -15,8 +15,9 @@ from __future__ import annotations
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.agent_policies import recent_events
-from ctxcore.pipeline.agent_presets import on_events, resolve_knobs
+from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.langchain_build import Built, result
 from ctxcore.tokens import TokenCounter
 
 NAME = "openhands-recent-events"
@@ -39,11 +40,21 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request cut to its first and most recent events."""
-    del summarizer
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
+    del counter, summarizer
     first, most = config.keep_first, config.max_events
     assert first is not None and most is not None
     label = f"RecentEventsCondenser(keep_first={first}, max_events={most})"
-    return on_events(input, counter, lambda e: recent_events(e, first, most), label)
+    return events_outcome(input, lambda e: recent_events(e, first, most), label)
 
 
-__all__ = ["NAME", "VERSION", "resolve", "run"]
+__all__ = ["NAME", "VERSION", "outcome", "resolve", "run"]

@@ -19,8 +19,9 @@ from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.agent_policies import Summarizing, llm_summarizing
-from ctxcore.pipeline.agent_presets import on_events, resolve_knobs
+from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.langchain_build import Built, result
 from ctxcore.summarize import default_summarizer
 from ctxcore.tokens import TokenCounter
 
@@ -64,9 +65,20 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request with its forgotten events summarized by the stand-in."""
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
+    del counter
     spec = spec_of(config)
     write = summarizer or default_summarizer()
-    return on_events(input, counter, lambda e: llm_summarizing(e, spec, write), spec.label)
+    return events_outcome(input, lambda e: llm_summarizing(e, spec, write), spec.label)
 
 
-__all__ = ["NAME", "VERSION", "resolve", "run", "spec_of"]
+__all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]

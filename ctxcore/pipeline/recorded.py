@@ -237,11 +237,31 @@ def _marked(part: Part, key: str) -> Any:
     return src.get(key)
 
 
+#: the rebuilds of the inputs seen last, by object (an input is frozen): every policy preset
+#: starts from the same rebuild, so a sweep's cells or a comparison's policies on one call
+#: rebuild it once (docs/design.md, "Agent policies", "Speed")
+_REBUILT: dict[int, tuple[CapturedInput, Conversation]] = {}
+_REBUILT_MAX = 1024
+
+
 def conversation(input: CapturedInput) -> Conversation:
     """The recorded request rebuilt from ``input``: tool results after the message that made
     their calls, the query before the part its importer marked ``AFTER_QUERY`` (else last),
     and the ids a compaction replaced (``REPLACED`` on its summary packet or on the call's
-    first part)."""
+    first part). Remembered by input object, so the value is shared: read it, never change
+    it."""
+    hit = _REBUILT.get(id(input))
+    if hit is not None and hit[0] is input:
+        return hit[1]
+    conv = _rebuild(input)
+    if len(_REBUILT) >= _REBUILT_MAX:
+        _REBUILT.clear()
+    _REBUILT[id(input)] = (input, conv)
+    return conv
+
+
+def _rebuild(input: CapturedInput) -> Conversation:
+    """``conversation`` computed."""
     parts = _interleave(input, history_ids(input))
     query = Part(TASK_ID, "task", Message(role="user", content=input.query))
     at = next((k for k, p in enumerate(parts) if _marked(p, AFTER_QUERY)), len(parts))
@@ -259,11 +279,22 @@ def conversation(input: CapturedInput) -> Conversation:
 # --------------------------------------------------------------------------- deriving
 
 
+#: ``tools_text`` of the tool lists seen last, by list object (a session's calls share one)
+_TOOLS_TEXT: dict[int, tuple[Sequence[ToolDef], str]] = {}
+
+
 def tools_text(tools: Sequence[ToolDef]) -> str:
     """The tool definitions as the compact JSON a provider puts into the prompt."""
-    return json.dumps(
+    hit = _TOOLS_TEXT.get(id(tools))
+    if hit is not None and hit[0] is tools:
+        return hit[1]
+    text = json.dumps(
         [t.model_dump(mode="json") for t in tools], ensure_ascii=False, separators=(",", ":")
     )
+    if len(_TOOLS_TEXT) >= _REBUILT_MAX:
+        _TOOLS_TEXT.clear()
+    _TOOLS_TEXT[id(tools)] = (tools, text)
+    return text
 
 
 @dataclass

@@ -17,8 +17,9 @@ from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
 from ctxcore.models import BuildResult, CapturedInput, Config
 from ctxcore.pipeline.agent_policies import LastN, last_n_observations
-from ctxcore.pipeline.agent_presets import on_messages, resolve_knobs
+from ctxcore.pipeline.agent_presets import messages_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.langchain_build import Built, result
 from ctxcore.tokens import TokenCounter
 
 NAME = "swe-agent-masking"
@@ -51,9 +52,19 @@ def run(
     summarizer: Summarizer | None = None,
 ) -> BuildResult:
     """The recorded request with the observations before the last ``n`` elided."""
-    del summarizer
+    return result(input, *outcome(input, config, counter, summarizer), counter)
+
+
+def outcome(
+    input: CapturedInput,
+    config: Config,
+    counter: TokenCounter,
+    summarizer: Summarizer | None = None,
+) -> Built:
+    """What ``run`` sends, before it is counted and reported."""
+    del counter, summarizer
     spec = spec_of(config)
-    return on_messages(input, counter, lambda m: last_n_observations(m, spec), spec.label)
+    return messages_outcome(input, lambda m: last_n_observations(m, spec), spec.label)
 
 
-__all__ = ["NAME", "VERSION", "resolve", "run", "spec_of"]
+__all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]

@@ -13,6 +13,16 @@ no prompt is rendered, because with additive segment counts the plan's charge *i
 prompt's token count. Other presets, and estimator tokenizers (whose counts are not additive
 and may need the last-resort compress), fall back to one full ``build()`` per cell;
 ``SweepGrid.vectorized`` says which path ran.
+
+``sweep_session(inputs, ...)`` sweeps a recorded session (every call's input) and sums each
+cell's input tokens over the calls. For the presets built on ``recorded`` it shares per
+session what does not depend on the knobs — each call's rebuild and messages
+(``recorded.conversation``, ``langchain_policies.shared_messages``, remembered per input),
+the messages a part is sent as unchanged, the counts — and per cell runs only the policy
+(``outcome`` of the preset) and its count (``langchain_build.used_tokens``), with the
+config resolved once per cell and input facts. Every cell equals the sum of ``build()``'s
+``totals.used`` over the calls; other presets run ``build()`` (docs/design.md, "Agent
+policies", "Speed").
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from pydantic import ValidationError
 
 from ctxcore.errors import InputError
 from ctxcore.models import BuildResult, CapturedInput, Config, Status
-from ctxcore.pipeline import build, resolve_config
+from ctxcore.pipeline import build, preset, resolve_config
 from ctxcore.pipeline.common import Summarizer
 from ctxcore.tokens import get_counter, is_exact
 
@@ -93,6 +103,18 @@ def _from_result(r: BuildResult, watch: str | None) -> tuple[int, int, int, bool
     return r.totals.used, kept, included, w
 
 
+def _check_axes(x_param: str, y_param: str) -> None:
+    """Two different config knobs, else an error naming the knobs."""
+    for name in (x_param, y_param):
+        if name not in Config.model_fields or name == "preset":
+            raise InputError(
+                f"sweep: {name!r} is not a config knob; choose one of "
+                f"{', '.join(k for k in Config.model_fields if k != 'preset')}"
+            )
+    if x_param == y_param:
+        raise InputError(f"sweep: x and y are both {x_param!r}; choose two different knobs")
+
+
 def sweep(
     input: CapturedInput,
     config: Config | None,
@@ -106,14 +128,7 @@ def sweep(
 ) -> SweepGrid:
     """Run the configured preset over the grid ``x_values × y_values``."""
     base = config or Config()
-    for name in (x_param, y_param):
-        if name not in Config.model_fields or name == "preset":
-            raise InputError(
-                f"sweep: {name!r} is not a config knob; choose one of "
-                f"{', '.join(k for k in Config.model_fields if k != 'preset')}"
-            )
-    if x_param == y_param:
-        raise InputError(f"sweep: x and y are both {x_param!r}; choose two different knobs")
+    _check_axes(x_param, y_param)
     xs, ys = list(x_values), list(y_values)
     nx, ny = len(xs), len(ys)
     tokens = np.zeros((ny, nx), dtype=np.int64)
@@ -179,4 +194,87 @@ def _ctxscope_cell(
     return pl.used, k, inc, w
 
 
-__all__ = ["SweepGrid", "sweep"]
+@dataclass
+class SessionSweep:
+    """Input tokens of a session's calls over a grid, indexed ``[j, i]`` (y value j, x value
+    i): ``tokens`` summed over the calls, ``per_call`` by call (``[j, i, k]``)."""
+
+    config: Config
+    x_param: str
+    x_values: list[Any]
+    y_param: str
+    y_values: list[Any]
+    tokens: npt.NDArray[np.int64]
+    per_call: npt.NDArray[np.int64]
+    #: the policy-only path ran (a preset built on ``recorded``), else one build per call
+    shared: bool = False
+
+
+def _policy_module(name: str) -> Any:
+    """The module of a policy preset on ``recorded`` (it has ``outcome``), else None."""
+    from ctxcore.pipeline.recorded import NAME, RECORDED_BASED
+
+    return preset(name) if name in RECORDED_BASED and name != NAME else None
+
+
+def _session_cell(
+    inputs: Sequence[CapturedInput],
+    cell: Config,
+    counter_for: Any,
+    summarizer: Summarizer | None,
+) -> list[int]:
+    """Each call's input tokens under ``cell`` (a config not yet resolved)."""
+    from ctxcore.pipeline.langchain_build import used_tokens
+
+    module = _policy_module(cell.preset)
+    resolved: dict[tuple[int | None, int | None], Config] = {}
+    out: list[int] = []
+    for inp in inputs:
+        facts = (inp.window, inp.output_reserve)  # all a preset reads of the input
+        if module is None:
+            out.append(build(inp, cell, summarizer=summarizer).totals.used)
+            continue
+        cfg = resolved.get(facts)
+        if cfg is None:
+            cfg = resolved[facts] = resolve_config(cell, inp)
+        assert cfg.tokenizer is not None
+        counter = counter_for(cfg.tokenizer)
+        conv, outcome = module.outcome(inp, cfg, counter, summarizer)
+        out.append(used_tokens(inp, conv, outcome, counter))
+    return out
+
+
+def sweep_session(
+    inputs: Sequence[CapturedInput],
+    config: Config,
+    x_param: str,
+    x_values: Sequence[Any],
+    y_param: str,
+    y_values: Sequence[Any],
+    *,
+    summarizer: Summarizer | None = None,
+) -> SessionSweep:
+    """The configured preset over the grid ``x_values × y_values`` on every call of a
+    session (``inputs``, in the order sent); each cell's tokens are the calls' sum."""
+    _check_axes(x_param, y_param)
+    if not inputs:
+        raise InputError("sweep: the session has no calls to sweep")
+    xs, ys = list(x_values), list(y_values)
+    per_call = np.zeros((len(ys), len(xs), len(inputs)), dtype=np.int64)
+    for j, yv in enumerate(ys):
+        for i, xv in enumerate(xs):
+            cell = _cell_config(config, x_param, xv, y_param, yv, inputs[0])
+            per_call[j, i] = _session_cell(inputs, cell, get_counter, summarizer)
+    return SessionSweep(
+        config=config,
+        x_param=x_param,
+        x_values=xs,
+        y_param=y_param,
+        y_values=ys,
+        tokens=per_call.sum(axis=2),
+        per_call=per_call,
+        shared=_policy_module(config.preset) is not None,
+    )
+
+
+__all__ = ["SessionSweep", "SweepGrid", "sweep", "sweep_session"]
