@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -24,8 +25,8 @@ from ctxcore.capture.spool import BATCH, Converter, SpoolWriter, live_file, spoo
 from ctxcore.cli import main
 from ctxcore.formats import redact_memo
 from ctxcore.formats.load import iter_traces, load_file
-from ctxcore.formats.redact import redact_trace
-from ctxcore.formats.redact_memo import Redactor
+from ctxcore.formats.redact import redact_text, redact_trace
+from ctxcore.formats.redact_memo import Growing, Redactor
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
@@ -37,7 +38,9 @@ SECRETS = {
 }
 
 
-def session_calls(n: int) -> list[tuple[CallRecord, bytes, bytes]]:
+def session_calls(
+    n: int, extra: dict[int, str] | None = None
+) -> list[tuple[CallRecord, bytes, bytes]]:
     """``n`` calls of one chat session: each the system prompt, the conversation so far and
     a new user message, tool call and tool result (a secret in some of the new results)."""
     messages: list[dict[str, object]] = [
@@ -48,6 +51,7 @@ def session_calls(n: int) -> list[tuple[CallRecord, bytes, bytes]]:
         result = f"file f{i}.py: def f{i}(x):\n    return x * {i}\n" * 20
         if i in SECRETS:
             result += f"\nexport API_KEY={SECRETS[i]}\n"
+        result += (extra or {}).get(i, "")
         messages += [
             {"role": "user", "content": f"step {i}: look at f{i}.py and tell me what it does"},
             {
@@ -272,3 +276,73 @@ def test_an_import_with_redaction_reads_each_text_once_and_redacts_new_secrets(
         everything.trace(t)
         everything._seen.clear()
     assert 0 < texts_read and texts_read * 3 < everything.misses
+
+
+#: a private key whose block a session's calls split: BEGIN in one call's new message, END
+#: in the next one's (not a real key)
+PEM_BEGIN = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA" + "q8Zr1x" * 40 + "\n"
+PEM_END = "Xy7Qp2" * 40 + "\n-----END RSA PRIVATE KEY-----\n"
+
+
+def _block(rnd: random.Random, k: int) -> str:
+    """A message's text: filler, with a secret now and then, whole or cut at its edges
+    (``Bearer`` ending one block and its token starting the next, a key's prefix ending
+    one and the rest of it starting the next)."""
+    words = ["def", "return", "x", "=", "pytest", "FAILED", "ok", "\n", "tool_sk", "key:"]
+    text = " ".join(rnd.choice(words) for _ in range(rnd.randint(5, 120)))
+    pick = k % 7
+    if pick == 1:
+        text += f" {SECRETS[3]} "
+    elif pick == 2:
+        text = f"Authorization: Bearer {SECRETS[11]}\n" + text
+    elif pick == 3:
+        text += " curl -H 'Authorization: Bearer"  # its token starts the next block
+    elif pick == 4:
+        text = SECRETS[11][4:] + " " + text
+    elif pick == 5:
+        text += " password: hunter2!x and API_KEY=" + SECRETS[7][:10]
+    elif pick == 6:  # a token on the line after its Bearer: one secret across a line end
+        text += "\nAuthorization: Bearer\n" + "Zx9q" * 8
+    return text
+
+
+def test_a_growing_prompt_is_redacted_as_the_whole_text_reading_only_its_new_blocks() -> None:
+    """A rendered prompt grows by blocks each call: its redaction is ``redact_text``'s of
+    the whole text, secrets on either side of a block's edge and cut across it included,
+    while the rules read only the new blocks; a private key whose block spans blocks (and
+    calls) is read whole, as the whole text reads it."""
+    rnd = random.Random(34)
+    grow = Growing()
+    text = "[system]\nYou are a careful agent.\n\n[tools]\n" + "x" * 5000
+    total = 0
+    for k in range(80):
+        text += f"\n\n[{('user', 'assistant', 'tool')[k % 3]}]\n{_block(rnd, k)}"
+        got = grow.redact(text)
+        assert got == redact_text(text), k
+        total += len(text)
+    assert "[REDACTED:openai_key]" in got[0] and "[REDACTED:github_token]" in got[0]
+    assert grow.read * 10 < total  # each call's new blocks only
+    # a private key begun in one call's message and ended in a later call's
+    for k, block in enumerate([PEM_BEGIN, "more words", PEM_END, "after", "the end"]):
+        text += f"\n\n[{('tool', 'user')[k % 2]}]\n{block}"
+        got = grow.redact(text)
+        assert got == redact_text(text), k
+    assert "[REDACTED:private_key]" in got[0] and "Xy7Qp2" not in got[0]
+
+
+def test_a_private_key_split_between_two_calls_is_redacted_as_whole_traces_are(
+    tmp_path: Path,
+) -> None:
+    """Through the proxy's converter: call 5 adds a tool result that begins a private key,
+    call 6 one that ends it; each call's trace is ``redact_trace``'s, the key masked in the
+    prompt from call 6 on (the prompt is the one text holding the whole block)."""
+    traces = tmp_path / "traces"
+    calls = session_calls(9, {5: "\n" + PEM_BEGIN, 6: "\n" + PEM_END})
+    spool(traces, calls)
+    conv = Converter(traces)
+    assert conv.step() == len(calls)
+    lines = live_file(traces, "agent").read_bytes().splitlines()
+    assert [untimed(ln) for ln in lines] == expected(calls, Sessions())
+    prompts = [json.loads(ln)["result"]["prompt"] for ln in lines]
+    assert "[REDACTED:private_key]" not in prompts[5]
+    assert all("[REDACTED:private_key]" in p and "Xy7Qp2" not in p for p in prompts[6:])

@@ -6,6 +6,12 @@ session (its history, its packets, its decisions' ids and reasons).
 ``formats.redact.redact_trace`` reads every string of every trace; here ``redact_text``'s
 answer for a text (the text as redacted and what it found) is kept by content, so a
 session's earlier texts cost one dict lookup and only what is new is read by the rules.
+
+A rendered prompt is new every call but grows: call N's is call N-1's and a few more blocks
+(``[role]`` and the message). Its redaction is kept up to its last block, and a prompt that
+starts with one kept has the rules read only the blocks after it (``Growing``; why the
+result is the whole text's, in that class).
+
 ``redact_text`` is a function of its text alone, so the traces are the ones
 ``redact_trace`` gives, byte for byte (tests/test_redact_memo.py compares them). The memory
 is bounded like the token counter's cache: at most ``max_chars`` characters of text, then
@@ -14,6 +20,7 @@ it starts over (docs/design.md, "Capture, import, export, redaction").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ctxcore.formats.redact import redact_text
@@ -23,6 +30,114 @@ from ctxcore.models import Trace
 MAX_CHARS = 64_000_000
 #: What a text with no secret is remembered as (its redaction is itself, nothing found).
 _CLEAN: dict[str, int] = {}
+#: A text at least this long that holds a block boundary is redacted as a growing text.
+GROWING_MIN = 4096
+#: Growing texts kept (the most recent), and the characters of them kept at most.
+GROWING_KEPT = 64
+GROWING_MAX_CHARS = 32_000_000
+#: Where a rendered prompt's block begins (``[role]`` after a line end): the cut.
+CUT = "\n["
+#: The one text a rule can span a cut with (a PEM block's ``.*?``): a head holding it is
+#: never cut after.
+_SPANS_CUTS = "private key"
+
+
+def _add(total: dict[str, int], found: dict[str, int]) -> dict[str, int]:
+    if not found:
+        return total
+    out = dict(total)
+    for k, v in found.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """A text up to a cut (``raw`` ends with a line end and the text went on with ``[``),
+    its redaction and what it found."""
+
+    raw: str
+    red: str
+    found: dict[str, int]
+
+
+class Growing:
+    """``redact_text`` of texts that grow by blocks, reading only what is new.
+
+    A cut is a place between a line end and a ``[`` (where a rendered prompt's blocks
+    begin). No rule matches across one: every rule's match is made of characters of
+    classes that hold no white space, or of white space (``\\s*``) followed by a
+    character that is never ``[`` (``:``, ``=``, a quote, a key's character), and none
+    starts with ``[`` or ends with a line end; the rules' look-arounds read one character
+    of a class that holds neither side of a cut. So ``redact_text(a + b)`` is
+    ``redact_text(a)`` followed by ``redact_text(b)`` when ``a`` ends and ``b`` begins
+    at a cut, rule after rule (each rule's matches, and its guard, lie in one of the two).
+    The exception is a private-key block (``-----BEGIN … PRIVATE KEY-----`` up to its
+    END, across anything): a head holding ``private key`` is never cut after, so such a
+    block is read whole. tests/test_redact_memo.py checks the results against
+    ``redact_text`` of the whole texts, with secrets on both sides of cuts and across them.
+    """
+
+    def __init__(self, kept: int = GROWING_KEPT, max_chars: int = GROWING_MAX_CHARS) -> None:
+        self.kept = kept
+        self.max_chars = max_chars
+        self._heads: list[_Head] = []  # most recent last
+        #: characters the rules read (the rest came from a kept head)
+        self.read = 0
+
+    def _head_of(self, text: str) -> _Head | None:
+        """The longest kept head ``text`` starts with and goes on from at a cut."""
+        best: _Head | None = None
+        for head in self._heads:
+            n = len(head.raw)
+            if (
+                (best is None or n > len(best.raw))
+                and text.startswith("[", n)
+                and text.startswith(head.raw)
+            ):
+                best = head
+        return best
+
+    def _keep(self, head: _Head) -> None:
+        heads = self._heads
+        heads.append(head)
+        while len(heads) > self.kept or (
+            len(heads) > 1 and sum(len(h.raw) for h in heads) > self.max_chars
+        ):
+            del heads[0]
+
+    def redact(self, text: str) -> tuple[str, dict[str, int]]:
+        """``redact_text(text)``, the rules reading only what a kept head does not hold."""
+        cut = text.rfind(CUT) + 1
+        head = self._head_of(text)
+        start = len(head.raw) if head is not None else 0
+        if cut <= start:  # nothing new before the last cut
+            return self._join(head, text, start, redact_text(text[start:]))
+        middle = text[start:cut]
+        self.read += len(text) - start
+        if _SPANS_CUTS in middle.lower():  # read whole from the head on; no new head
+            return self._join(head, text, start, redact_text(text[start:]))
+        mid, mid_found = redact_text(middle)
+        tail, tail_found = redact_text(text[cut:])
+        found = _add(head.found if head is not None else _CLEAN, mid_found)
+        if not found and not tail_found:
+            raw = text[:cut] if start else middle
+            self._keep(_Head(raw, raw, _CLEAN))
+            return text, _CLEAN
+        red_head = (head.red if head is not None else "") + mid
+        self._keep(_Head(text[:cut], red_head, found))
+        return red_head + tail, _add(found, tail_found)
+
+    @staticmethod
+    def _join(
+        head: _Head | None, text: str, start: int, rest: tuple[str, dict[str, int]]
+    ) -> tuple[str, dict[str, int]]:
+        if head is None:
+            return rest
+        found = _add(head.found, rest[1])
+        if not found:
+            return text, _CLEAN
+        return head.red + rest[0], found
 
 
 class Redactor:
@@ -34,14 +149,18 @@ class Redactor:
         self._chars = 0
         #: texts read by the rules (the others were known)
         self.misses = 0
+        self.growing = Growing()
 
     def text(self, text: str) -> tuple[str, dict[str, int]]:
-        """``redact_text(text)``, read once per distinct text."""
+        """``redact_text(text)``, read once per distinct text (a growing one: its new
+        blocks only, and not kept whole)."""
         known = self._seen.get(text)
         if known is not None:
             return known
-        got = redact_text(text)
         self.misses += 1
+        if len(text) >= GROWING_MIN and CUT in text:
+            return self.growing.redact(text)
+        got = redact_text(text)
         if self._chars + len(text) > self.max_chars:
             self._seen = {}
             self._chars = 0
@@ -49,6 +168,35 @@ class Redactor:
             self._seen[text] = got if got[1] else (got[0], _CLEAN)
             self._chars += len(text)
         return got
+
+    def _clean(self, node: Any) -> bool:
+        """Whether no string under ``node`` (keys included) holds a secret: a look-up per
+        string, nothing built (most traces hold none, and are returned as they are)."""
+        seen, text = self._seen, self.text
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if type(n) is dict:
+                for k, v in n.items():
+                    if (seen.get(k) or text(k))[1]:
+                        return False
+                    kind = type(v)
+                    if kind is str:
+                        if (seen.get(v) or text(v))[1]:
+                            return False
+                    elif kind is dict or kind is list:
+                        stack.append(v)
+            elif type(n) is list:
+                for v in n:
+                    kind = type(v)
+                    if kind is str:
+                        if (seen.get(v) or text(v))[1]:
+                            return False
+                    elif kind is dict or kind is list:
+                        stack.append(v)
+            elif type(n) is str and (seen.get(n) or text(n))[1]:
+                return False
+        return True
 
     def _walk(self, node: Any, counts: dict[str, int]) -> Any:
         # every string at every depth, keys included, as formats.redact._walk reads them
@@ -72,6 +220,8 @@ class Redactor:
         counts: dict[str, int] = {}
         data = trace.to_dict()
         redactions = data.pop("redactions", {}) or {}
+        if self._clean(data):
+            return trace, counts
         data = self._walk(data, counts)
         if not counts:
             return trace, counts
@@ -82,4 +232,4 @@ class Redactor:
         return Trace.model_validate(data), counts
 
 
-__all__ = ["MAX_CHARS", "Redactor"]
+__all__ = ["GROWING_MIN", "MAX_CHARS", "Growing", "Redactor"]
