@@ -1,9 +1,16 @@
-"""Replay: one session re-run with other settings — every turn before and after, what changed.
+"""Replay: one session re-run with other settings — every turn before and after, what changed —
+and the policy lab, where several policies are scored side by side on it.
 
 Tuning on one turn can starve later ones; this page sets the knobs once and replays the whole
 session (``ctxcore.replay``), then draws both timelines, the tokens used per turn, and the
 turns that changed. A turn opens in Compare with both builds (the variants are stored, tagged
 ``replay``, when a turn is opened: Compare reads traces from the store).
+
+The policy lab (docs/design.md, "The app", Replay) evaluates policies — presets with their
+knobs from the registry — on the session as ``ctxscope replay --preset A --preset B`` does
+(``ctxcore.replay.evaluate``): a table beside the recording as sent, cost against recall, a
+grid over two knobs of one policy, and a row or cell opened in the Playground on one turn.
+Evaluations run on a button, with a progress bar, never on a rerun.
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from ctxapp.ui import state, views
+from ctxapp.ui import knobs, policy_lab, state, views
 from ctxcore import figures, settings
+from ctxcore import knobs as registry
+from ctxcore.cli.tune_policy import grid_from, winner
 from ctxcore.errors import InputError
 from ctxcore.models import Trace
 from ctxcore.pipeline import PRESET_NAMES, check_input_facts
@@ -27,6 +36,8 @@ from ctxcore.replay import (
     ReplayReport,
     TurnReport,
 )
+from ctxcore.replay.evaluate import PolicyScore
+from ctxcore.replay.evaluate import label as policy_label
 
 RECORDED = "the recording"
 OTHER = "other settings"
@@ -247,6 +258,10 @@ def render() -> None:
     sid = _pick_session()
     if sid is None:
         return
+    if _view() == LAB:
+        state.qp_set({"session": sid, "view": "lab"})
+        _lab(sid)
+        return
     state.qp_set({"session": sid})
     mode, before, after, findings = _settings(sid)
     report = state.replay(
@@ -280,6 +295,316 @@ def _findings_table(report: ReplayReport) -> None:
     if report.findings_compared:
         st.markdown("**Findings by detector**")
         st.dataframe(views.replay_findings_rows(report), hide_index=True, key="rp_findings_table")
+
+
+# --------------------------------------------------------------------------- the policy lab
+
+BEFORE_AFTER = "Before / after"
+LAB = "Policy lab"
+#: the lab's results kept for the browser session: (what was evaluated, session, scores)
+LAB_SCORES = "rp_lab_scores"
+GRID_SCORES = "rp_grid_scores"
+#: the table's columns, each number formatted, none cut at 1024 px
+LAB_CONFIG = {
+    "policy": st.column_config.TextColumn("policy", width=260),
+    "★": st.column_config.TextColumn("★", width=30, help="the cheapest at or above the floor"),
+    "input tokens": st.column_config.NumberColumn("input tokens", format="localized"),
+    "Δ tokens": st.column_config.NumberColumn("Δ tokens", format="%+d"),
+    "$ with the cache": st.column_config.NumberColumn("$ with the cache", format="$%.4f"),
+    "Δ $": st.column_config.NumberColumn("Δ $", format="%+.4f"),
+    "recall": st.column_config.NumberColumn("recall", format="percent"),
+    "losses": st.column_config.NumberColumn("losses"),
+    "findings introduced": st.column_config.NumberColumn("findings introduced"),
+    "cache breaks": st.column_config.NumberColumn("cache breaks"),
+    "turns not replayed": st.column_config.NumberColumn("turns not replayed"),
+}
+LAB_MEANS = (
+    "Each policy rebuilds every recorded turn of this session and is scored beside the "
+    "recording as sent (the baseline), as `ctxscope replay --preset A --preset B` does: "
+    "input tokens; $ through the simulated prompt cache (a clearing that changes an early "
+    "part of the prompt makes the next call write the prefix again: a *cache break*); recall, "
+    "the share of what each recorded reply used of its prompt (paths, test names, error lines) "
+    "still in the rebuilt prompt; losses (packets taken out or squeezed) and findings "
+    "introduced."
+)
+
+
+def _view() -> str:
+    """Before / after, or the policy lab (``?view=lab`` opens it)."""
+    wanted = state.qp_get("view")
+    if wanted and state.ss_get("rp_view_from_url") != wanted:
+        state.ss_set("rp_view", LAB if wanted == "lab" else BEFORE_AFTER)
+        state.ss_set("rp_view_from_url", wanted)
+    state.ss_default("rp_view", BEFORE_AFTER)
+    view: str = (
+        st.segmented_control(
+            "View",
+            [BEFORE_AFTER, LAB],
+            key="rp_view",
+            help="before / after: one other setting, turn by turn. Policy lab: several policies "
+            "scored side by side on the session, against the recording as sent.",
+        )
+        or BEFORE_AFTER
+    )
+    return view
+
+
+def _knob_key(preset: str, name: str) -> str:
+    return f"rp_lab_{preset}_{name}"
+
+
+def _control(preset: str, name: str, tools: list[str]) -> Any:
+    """One knob of one policy, drawn as its declaration says, starting at the preset's
+    default (empty: the preset computes it)."""
+    spec = registry.BY_NAME[name]
+    raw = spec.defaults[preset]
+    d = policy_lab.default_of(preset, name)
+    key = _knob_key(preset, name)
+    help = spec.help + (f" Empty: {raw.how}." if isinstance(raw, registry.Derived) else "")
+    if spec.numeric:
+        lo, hi = spec.low_value(), spec.top_value()
+        whole = spec.kind == "int"
+        num = int if whole else float
+        return st.number_input(
+            spec.label,
+            min_value=None if lo is None else num(lo),
+            max_value=None if hi is None else num(hi),
+            value=d,
+            step=num(spec.step or (1 if whole else 0.01)),
+            format=None if whole else "%.2f",
+            placeholder="computed",
+            key=key,
+            help=help,
+        )
+    if spec.kind == "bool":
+        return st.toggle(spec.label, value=bool(d), key=key, help=help)
+    if spec.kind == "choice":
+        choices = list(spec.choices)
+        return st.selectbox(spec.label, choices, index=choices.index(d), key=key, help=help)
+    if spec.kind == "list":
+        options = list(dict.fromkeys([*(spec.choices or tools), *d]))
+        return st.multiselect(spec.label, options, default=d, key=key, help=help)
+    return st.text_input(spec.label, value=d or "", key=key, help=help)
+
+
+def _policy_knobs(preset: str, tools: list[str]) -> dict[str, Any]:
+    """One policy's knobs in an expander named by what is set; its settings patch."""
+    names = policy_lab.knob_names(preset)
+    held = {
+        n: state.ss_get(_knob_key(preset, n))
+        if state.ss_has(_knob_key(preset, n))
+        else policy_lab.default_of(preset, n)
+        for n in names
+    }
+    title = policy_label(policy_lab.policy(preset, held))
+    if not names:
+        st.caption(f"{title}: no knobs (it rebuilds the request as it was sent)")
+        return {"preset": preset}
+    values: dict[str, Any] = {}
+    with st.expander(title, expanded=False):
+        cols = st.columns(3)
+        for k, name in enumerate(names):
+            with cols[k % 3]:
+                values[name] = _control(preset, name, tools)
+    return policy_lab.policy(preset, values)
+
+
+def _lab_policies(sid: str, traces: list[Trace]) -> list[dict[str, Any]]:
+    """The policies picked, each with its knobs (a list knob's choices: the session's tools)."""
+    chosen: list[str] = st.multiselect(
+        "Policies (the recording as sent is the baseline)",
+        list(policy_lab.POLICIES),
+        default=list(policy_lab.DEFAULT_POLICIES),
+        key="rp_lab_policies",
+        help="Presets on the recorded request (the published policies, and `recorded`, which "
+        "rebuilds it as sent) and ctxscope's own presets; each with its source's knob names "
+        "and defaults. Open one to set its knobs.",
+    )
+    tools = state.derived(
+        "rp_lab_tools",
+        sid,
+        str(state.latest_change()),
+        lambda: knobs.tool_names([t.input for t in traces]),
+    )
+    return [_policy_knobs(preset, tools) for preset in chosen]
+
+
+def _evaluate(traces: list[Trace], policies: list[dict[str, Any]], what: str) -> list[PolicyScore]:
+    """``policies`` evaluated on the session, a progress bar counting them."""
+    bar = st.progress(0.0, text=f"Evaluating {len(policies)} {what} on {len(traces)} turns…")
+
+    def advance(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"{done} of {total} {what} evaluated")
+
+    scores = policy_lab.run(traces, policies, state.prices(), progress=advance)
+    bar.empty()
+    return scores
+
+
+def _stored(name: str, sid: str, key: str) -> Any:
+    """What the last press of a lab button computed for this session (None: nothing yet),
+    with a warning when the settings moved since."""
+    held = state.ss_get(name)
+    if held is None or held[1] != sid:
+        return None
+    if held[0] != key:
+        st.warning(
+            "The settings changed since this evaluation: press the button to score them. "
+            "Shown below: the last evaluation.",
+            icon=":material/update:",
+        )
+    return held[2]
+
+
+def _lab_table(sid: str, traces: list[Trace], policies: list[dict[str, Any]], floor: float) -> None:
+    """The button, then the policies side by side, cost against recall and the winner opened."""
+    key = policy_lab.run_key(sid, state.latest_change(), policies)
+    n = len(policies)
+    if st.button(
+        f"Evaluate {n} polic{'y' if n == 1 else 'ies'} on {len(traces)} turns",
+        key="rp_lab_run",
+        type="primary",
+        disabled=not policies,
+    ):
+        state.ss_set(LAB_SCORES, (key, sid, _evaluate(traces, policies, "policies")))
+    scores: list[PolicyScore] | None = _stored(LAB_SCORES, sid, key)
+    if scores is None:
+        st.caption("Pick the policies and their knobs, then press *Evaluate*.")
+        return
+    best = winner(scores[1:], floor)
+    frame = policy_lab.scores_frame(scores)
+    frame.insert(
+        1, "★", ["★" if best is not None and i == best + 1 else "" for i in range(len(scores))]
+    )
+    st.dataframe(frame, hide_index=True, column_config=LAB_CONFIG, key="rp_lab_table")
+    for s in scores:
+        if s.errors:
+            st.warning(views.md(f"{s.label}: {len(s.errors)} turn(s) not replayed — {s.errors[0]}"))
+    st.plotly_chart(policy_lab.cost_recall_figure(scores), key="rp_lab_chart")
+    missing = policy_lab.unplaced(scores)
+    if missing:
+        st.caption(views.md("Not on the chart (no known $ or no recall): " + ", ".join(missing)))
+    options = list(range(1, len(scores)))
+    _open_picker("rp_lab", traces, scores[0], [(scores[i].label, scores[i]) for i in options], best)
+
+
+def _open_picker(
+    prefix: str,
+    traces: list[Trace],
+    base: PolicyScore,
+    options: list[tuple[str, PolicyScore]],
+    best: int | None,
+) -> None:
+    """A policy (or cell) and one of its turns opened in the Playground: the turn where it
+    changed the most tokens first."""
+    if not options:
+        return
+    st.markdown("**Open in the Playground**")
+    c1, c2, c3 = st.columns([3, 3, 2], vertical_alignment="bottom")
+    k = c1.selectbox(
+        "Policy",
+        range(len(options)),
+        index=best or 0,
+        format_func=lambda i: options[i][0],
+        key=f"{prefix}_open_policy",
+        help="preselected: the cheapest at or above the recall floor (★)",
+    )
+    score = options[k][1]
+    turns = score.turns
+    if not turns:
+        c2.caption("no turn of it was replayed")
+        return
+    first = policy_lab.telling_turn(base, score)
+    pick = c2.selectbox(
+        "Turn",
+        range(len(turns)),
+        index=turns.index(first) if first is not None else 0,
+        format_func=lambda i: policy_lab.turn_label(base, turns[i]),
+        key=f"{prefix}_open_turn",
+        help="preselected: the turn where this policy changed the most input tokens",
+    )
+    if c3.button("Open in Playground", key=f"{prefix}_open", type="primary"):
+        t = turns[pick]
+        trace = next(x for x in traces if (x.session_id, x.turn) == (t.session_id, t.turn))
+        state.switch("playground", **policy_lab.playground_params(trace, score.settings or {}))
+
+
+def _grid_axes(policies: list[dict[str, Any]]) -> tuple[dict[str, Any], str, str] | None:
+    """The policy and its two knobs the grid sweeps (the policy's other knobs as set above)."""
+    chosen = {str(p["preset"]): p for p in policies}
+    presets = [p for p in policy_lab.POLICIES if len(policy_lab.grid_knobs(p)) >= 2]
+    offered = [p for p in presets if p in chosen] or presets
+    c1, c2, c3 = st.columns(3)
+    preset = c1.selectbox("Policy", offered, key="rp_grid_policy")
+    knobs = policy_lab.grid_knobs(preset)
+    x = c2.selectbox("x knob", knobs, key=f"rp_grid_x_{preset}")
+    y = c3.selectbox("y knob", [k for k in knobs if k != x], key=f"rp_grid_y_{preset}_{x}")
+    base = {k: v for k, v in chosen.get(preset, {"preset": preset}).items() if k not in (x, y)}
+    return base, x, y
+
+
+def _lab_grid(sid: str, traces: list[Trace], policies: list[dict[str, Any]], floor: float) -> None:
+    """Two knobs of one policy swept into a grid coloured by $, recall in each cell."""
+    st.subheader("Two knobs of one policy")
+    axes = _grid_axes(policies)
+    if axes is None:
+        return
+    base, x, y = axes
+    preset = str(base["preset"])
+    c1, c2 = st.columns(2)
+    xs_text = c1.text_input(
+        f"{x} values", policy_lab.grid_values(preset, x), key=f"rp_grid_xs_{preset}_{x}"
+    )
+    ys_text = c2.text_input(
+        f"{y} values", policy_lab.grid_values(preset, y), key=f"rp_grid_ys_{preset}_{y}"
+    )
+    try:
+        values = grid_from(preset, [f"{x}={xs_text}", f"{y}={ys_text}"])
+    except InputError as exc:
+        st.error(views.md(exc), icon=":material/error:")
+        return
+    grid = policy_lab.Grid(base, x, tuple(values[x]), y, tuple(values[y]))
+    cells = len(grid.xs) * len(grid.ys)
+    if cells > policy_lab.MAX_CELLS:
+        st.error(f"{cells} cells: at most {policy_lab.MAX_CELLS}; give fewer values.")
+        return
+    others = policy_label(base).removeprefix(preset).strip() or "defaults"
+    st.caption(views.md(f"{preset}'s other knobs: {others} (as set above)."))
+    key = policy_lab.run_key(sid, state.latest_change(), grid.policies())
+    if st.button(f"Evaluate the {cells} cells", key="rp_grid_run", type="primary"):
+        scores = _evaluate(traces, grid.policies(), "cells")
+        state.ss_set(GRID_SCORES, (key, sid, (grid, scores)))
+    held = _stored(GRID_SCORES, sid, key)
+    if held is None:
+        return
+    shown, scores = held
+    base_score, cell_scores = scores[0], scores[1:]
+    st.plotly_chart(policy_lab.heatmap_figure(shown, cell_scores, floor), key="rp_grid_heat")
+    best = winner(cell_scores, floor)
+    options = [(policy_lab.cell_label(shown, k, s), s) for k, s in enumerate(cell_scores)]
+    _open_picker("rp_grid", traces, base_score, options, best)
+
+
+def _lab(sid: str) -> None:
+    """The policy lab on one session."""
+    traces = policy_lab.recorded_turns(state.session_traces(sid))
+    if not traces:
+        st.info("This session has no recorded turns to evaluate.")
+        return
+    st.caption(LAB_MEANS)
+    policies = _lab_policies(sid, traces)
+    floor = st.slider(
+        "Recall floor",
+        0.0,
+        1.0,
+        policy_lab.DEFAULT_FLOOR,
+        step=0.05,
+        key="rp_lab_floor",
+        help="★ marks the cheapest policy (or cell) whose recall is at or above it; cells "
+        "below it are crossed",
+    )
+    _lab_table(sid, traces, policies, floor)
+    _lab_grid(sid, traces, policies, floor)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from ctxcore.knobs import Knob
 from ctxcore.loading import config_from_obj
 from ctxcore.models import PARTITIONS, CapturedInput, Config
 from ctxcore.pipeline import PRESET_NAMES, resolve_config
+from ctxcore.pipeline.recorded import carried_knobs, conversation
 
 PREFIX = "pg_"
 #: knobs a preset derives from max_tokens when they are None; "auto" keeps them derived
@@ -95,11 +96,34 @@ def load(cfg: Config, inp: CapturedInput) -> None:
     )
 
 
+def switched_to(preset: str, recorded: Config, inp: CapturedInput) -> Config:
+    """The config the panel starts from when ``preset`` is chosen: the recorded one for the
+    recorded preset, else ``preset``'s defaults with what a replay carries over (a preset on
+    the recorded request keeps the recorded tokenizer, ``recorded.carried_knobs``), so the
+    Playground rebuilds what ``ctxscope replay --preset`` does."""
+    if preset == recorded.preset:
+        return recorded
+    patch = {"preset": preset, **carried_knobs(recorded, preset)}
+    return resolve_config(config_from_obj(patch, "Playground preset"), inp)
+
+
+def tool_names(inputs: Sequence[CapturedInput]) -> list[str]:
+    """The tool names these requests offer or call (``exclude_tools``' choices)."""
+    names: set[str] = set()
+    for inp in inputs:
+        names.update(d.name for d in inp.tools)
+        for m in conversation(inp).messages():
+            calls = m.metadata.get("tool_calls")
+            for c in calls if isinstance(calls, list) else []:
+                name = c.get("name") if isinstance(c, dict) else None
+                if isinstance(name, str) and name:
+                    names.add(name)
+    return sorted(names)
+
+
 def _on_preset(inp: CapturedInput, recorded: Config) -> None:
-    new = state.ss_get(PREFIX + "preset")
-    # Another preset's resolved knobs do not carry over: start from its defaults, or
-    # from the recorded config when going back to the recorded preset.
-    load(recorded if new == recorded.preset else preset_defaults(new, inp), inp)
+    # Another preset's resolved knobs do not carry over (but for what replay carries).
+    load(switched_to(str(state.ss_get(PREFIX + "preset")), recorded, inp), inp)
 
 
 def _moved(rerun: Sequence[str]) -> None:
@@ -149,8 +173,9 @@ def panel(inp: CapturedInput, recorded: Config, rerun: Sequence[str] = ()) -> No
     # the value re-creates the widget and it snaps back. Size them from the trace.
     top = max(32_000, 2 * int(recorded.max_tokens or 0), 2 * int(inp.window or 0))
     top = -(-top // 1000) * 1000
+    tools = tool_names([inp])
     for name in has:
-        _widget(name, defaults[name], top, rerun)
+        _widget(name, defaults[name], top, rerun, tools)
     if "partition_budgets" in defaults:
         with st.expander(registry.BY_NAME["partition_budgets"].label, expanded=False):
             for part in PARTITIONS:
@@ -158,8 +183,11 @@ def panel(inp: CapturedInput, recorded: Config, rerun: Sequence[str] = ()) -> No
                 st.slider(part, 0.0, 1.0, step=0.01, key=key(part), on_change=_moved, args=(rerun,))
 
 
-def _widget(name: str, default: Any, max_tokens_top: int, rerun: Sequence[str]) -> None:
-    """The control of one knob, as its declaration says (kind, label, help, range, step)."""
+def _widget(
+    name: str, default: Any, max_tokens_top: int, rerun: Sequence[str], tools: Sequence[str]
+) -> None:
+    """The control of one knob, as its declaration says (kind, label, help, range, step); a
+    list of names without fixed choices (``exclude_tools``) offers the input's tool names."""
     spec = registry.BY_NAME[name]
     k = key(name)
     label = spec.label
@@ -181,7 +209,8 @@ def _widget(name: str, default: Any, max_tokens_top: int, rerun: Sequence[str]) 
     elif spec.kind == "choice":
         st.selectbox(label, list(spec.choices), key=k, **moved)
     elif spec.kind == "list":
-        opts = list(dict.fromkeys([*default, *state.ss_get(k, [])]))
+        extra = () if spec.choices else tools
+        opts = list(dict.fromkeys([*default, *extra, *state.ss_get(k, [])]))
         st.multiselect(label, opts, key=k, **moved)
     elif spec.kind == "text":
         st.text_input(label, key=k, **moved)
