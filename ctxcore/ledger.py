@@ -20,6 +20,13 @@ user's messages, as ``must_have_lost`` finds them). An item is kept when its tex
 spacing aside) is in what the compaction carried on, else lost; a lost item is next needed at
 the first call from the compaction on whose reply names it (the model used it) or whose
 prompt holds it again (a tool read it again, the user said it again).
+
+A policy's own compactions (``policy_ledger``) follow the same rules on its rebuild of each
+recorded call (``Rebuilt``, made by ``ctxcore.replay.compactions``): a compaction is a call
+whose rebuild summarized recorded parts with a summary the call before's rebuild did not
+send; what came before it is the text of the parts it summarized, what it carried on the
+prompt it sent; a lost item is next needed at the first call from it on whose recorded reply
+names it or whose rebuilt prompt holds it again.
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ class Entry:
     before_turn: int | None
     label: str
     items: list[Item] = field(default_factory=list)
+    #: the policy that made it (its preset and knobs); None for a compaction the log recorded
+    policy: str | None = None
 
     @property
     def kept(self) -> list[Item]:
@@ -89,6 +98,7 @@ class Entry:
             "turn": self.turn,
             "before_turn": self.before_turn,
             "compaction": self.label,
+            "policy": self.policy,
             "kept": len(self.kept),
             "lost": len(self.lost),
             "items": [i.as_json() for i in self.items],
@@ -119,9 +129,9 @@ def _user_text(t: Trace) -> str:
     return "\n".join([*msgs, t.input.query])
 
 
-def items_of(text: str, user_text: str) -> list[tuple[str, str]]:
-    """The items of ``text`` (``(kind, text)``, first seen first, no repeats): paths and test
-    names, function names and identifiers, error lines; constraints from ``user_text``."""
+def _found(text: str) -> list[tuple[str, str]]:
+    """The items of ``text`` but constraints (``(kind, text)``, first seen first): paths and
+    test names, function names and identifiers, error lines."""
     found: dict[tuple[str, str], None] = {}
     for pat in (_USED_PATH, _USED_TEST):
         for m in pat.findall(text):
@@ -134,22 +144,69 @@ def items_of(text: str, user_text: str) -> list[tuple[str, str]]:
     for line in error_evidence(text):
         if len(line) >= 12:
             found.setdefault(("error", line[:200]), None)
-    for sent in constraint_sentences(user_text):
-        found.setdefault(("constraint", sent), None)
-    taken = {t for k, t in found if k == "path"}
-    out = [(k, t) for k, t in found if not (k == "identifier" and any(t in p for p in taken))]
+    return list(found)
+
+
+def _finished(found: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``found`` without repeats, without an identifier that is part of a path found (an
+    identifier has no new line, so it is in one path exactly when it is in them joined),
+    by kind in ``KINDS`` order."""
+    unique = dict.fromkeys(found)
+    paths = "\n".join(t for k, t in unique if k == "path")
+    out = [(k, t) for k, t in unique if not (k == "identifier" and t in paths)]
     return sorted(out, key=lambda kt: KINDS.index(kt[0]))
 
 
-def _next_needed(item: str, later: Sequence[Trace]) -> tuple[int | None, str | None]:
-    """The first of ``later`` whose reply names ``item``, or whose prompt holds it."""
-    needle = _low(item)
-    for t in later:
-        if needle in _low(_reply(t)):
-            return t.turn, "reply"
-        if needle in _low(prompt_text(t)):
-            return t.turn, "prompt"
-    return None, None
+def items_of(text: str, user_text: str) -> list[tuple[str, str]]:
+    """The items of ``text`` (``(kind, text)``, first seen first, no repeats): paths and test
+    names, function names and identifiers, error lines; constraints from ``user_text``."""
+    said = [("constraint", sent) for sent in constraint_sentences(user_text)]
+    return _finished([*_found(text), *said])
+
+
+class _Later:
+    """A session's calls as the search for where a lost item was next needed reads them: each
+    call's turn, reply and prompt, lower-cased once. The first call found for an item is
+    remembered, so the entries of a session (in turn order) do not search again."""
+
+    def __init__(self, turns: list[int], replies: list[str], prompts: list[str]) -> None:
+        self.turns = turns
+        self.replies = [_low(r) for r in replies]
+        self.prompts = [_low(p) for p in prompts]
+        self._found: dict[str, tuple[int, int | None, str | None]] = {}
+
+    def first(self, item: str, start: int) -> tuple[int | None, str | None]:
+        """The turn of the first call from index ``start`` on whose reply names ``item``, or
+        whose prompt holds it, and which of the two (None, None: never again)."""
+        needle = _low(item)
+        seen = self._found.get(needle)
+        if seen is not None and seen[0] <= start and (seen[1] is None or seen[1] >= start):
+            at, where = seen[1], seen[2]
+        else:
+            at, where = None, None
+            for k in range(start, len(self.turns)):
+                if needle in self.replies[k]:
+                    at, where = k, "reply"
+                    break
+                if needle in self.prompts[k]:
+                    at, where = k, "prompt"
+                    break
+            self._found[needle] = (start, at, where)
+        return (self.turns[at], where) if at is not None else (None, None)
+
+
+def _weighed(found: list[tuple[str, str]], carried: str, later: _Later, k: int) -> list[Item]:
+    """Each item kept (in ``carried``, case and spacing aside) or lost, a lost one with the
+    call that next needed it from index ``k`` on."""
+    low_carried = _low(carried)
+    items: list[Item] = []
+    for kind, text in found:
+        if _low(text) in low_carried:
+            items.append(Item(kind, text, True))
+        else:
+            turn, where = later.first(text, k)
+            items.append(Item(kind, text, False, turn, where))
+    return items
 
 
 def _replaced_ids(t: Trace) -> tuple[list[str], str]:
@@ -194,7 +251,7 @@ def compaction_starts(traces: Sequence[Trace]) -> list[int]:
     return out
 
 
-def _entry(traces: Sequence[Trace], k: int) -> Entry:
+def _entry(traces: Sequence[Trace], k: int, later: _Later) -> Entry:
     """The ledger of the compaction that took effect at ``traces[k]``."""
     t = traces[k]
     before = traces[k - 1] if k > 0 else None
@@ -208,34 +265,134 @@ def _entry(traces: Sequence[Trace], k: int) -> Entry:
         pre += [prompt_text(before), _reply(before)]
         user.append(_user_text(before))
     user += [m.content for m in t.input.history if m.id in set(ids) and m.role == "user"]
-    low_carried = _low(carried)
-    items: list[Item] = []
-    for kind, text in items_of("\n".join(pre), "\n".join(user)):
-        if _low(text) in low_carried:
-            items.append(Item(kind, text, True))
-        else:
-            turn, where = _next_needed(text, traces[k:])
-            items.append(Item(kind, text, False, turn, where))
     return Entry(
         session_id=t.session_id,
         turn=t.turn,
         before_turn=before.turn if before is not None else None,
         label=label,
-        items=items,
+        items=_weighed(items_of("\n".join(pre), "\n".join(user)), carried, later, k),
     )
+
+
+def _sessions(traces: Iterable[Trace]) -> list[list[Trace]]:
+    """``traces`` by session, each session's calls in turn order."""
+    sessions: dict[str, list[Trace]] = {}
+    for t in traces:
+        sessions.setdefault(t.session_id, []).append(t)
+    for calls in sessions.values():
+        calls.sort(key=lambda t: t.turn)
+    return list(sessions.values())
 
 
 def ledger(traces: Iterable[Trace]) -> list[Entry]:
     """The compaction ledger of ``traces``: one entry per compaction, per session (a
     session's calls taken in turn order)."""
-    sessions: dict[str, list[Trace]] = {}
-    for t in traces:
-        sessions.setdefault(t.session_id, []).append(t)
     out: list[Entry] = []
-    for calls in sessions.values():
-        calls.sort(key=lambda t: t.turn)
-        out.extend(_entry(calls, k) for k in compaction_starts(calls))
+    for calls in _sessions(traces):
+        starts = compaction_starts(calls)
+        if not starts:
+            continue
+        later = _Later(
+            [t.turn for t in calls], [_reply(t) for t in calls], [prompt_text(t) for t in calls]
+        )
+        out.extend(_entry(calls, k, later) for k in starts)
     return out
 
 
-__all__ = ["KINDS", "Entry", "Item", "compaction_starts", "items_of", "ledger", "prompt_text"]
+@dataclass(frozen=True)
+class Rebuilt:
+    """A policy's rebuild of one recorded call as the ledger reads it: the prompt it sent,
+    the texts of the recorded parts its summary replaced (not those a compaction the log
+    recorded replaced), the user's among them, and its summaries' text."""
+
+    prompt: str
+    replaced: tuple[str, ...] = ()
+    replaced_user: tuple[str, ...] = ()
+    summary: str = ""
+
+
+class _PartItems:
+    """The items of replaced parts, each part's read once: a policy that summarizes at every
+    call from its trigger on (a stateless one) replaces the same parts again and again."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, list[tuple[str, str]]] = {}
+        self._said: dict[str, list[tuple[str, str]]] = {}
+
+    def of(self, r: Rebuilt) -> list[tuple[str, str]]:
+        """The items of what ``r`` replaced, as ``items_of`` finds them, part by part."""
+        found: list[tuple[str, str]] = []
+        for text in r.replaced:
+            if text not in self._found:
+                self._found[text] = _found(text)
+            found += self._found[text]
+        for text in r.replaced_user:
+            if text not in self._said:
+                self._said[text] = [("constraint", c) for c in constraint_sentences(text)]
+            found += self._said[text]
+        return _finished(found)
+
+
+def _policy_entry(
+    calls: Sequence[tuple[Trace, Rebuilt | None]],
+    k: int,
+    policy: str,
+    found: list[tuple[str, str]],
+    later: _Later,
+) -> Entry:
+    """The ledger of the compaction ``policy`` made building ``calls[k]``; ``found`` the
+    items of what it replaced."""
+    t, r = calls[k]
+    assert r is not None
+    return Entry(
+        session_id=t.session_id,
+        turn=t.turn,
+        before_turn=calls[k - 1][0].turn if k > 0 else None,
+        label=f"{policy}: {len(r.replaced)} recorded part(s) summarized",
+        items=_weighed(found, r.prompt, later, k),
+        policy=policy,
+    )
+
+
+def policy_ledger(calls: Iterable[tuple[Trace, Rebuilt | None]], policy: str) -> list[Entry]:
+    """The ledger of ``policy``'s own compactions: each recorded call with the policy's
+    rebuild of it (None: not rebuilt), per session in turn order. A compaction is a call
+    whose rebuild summarized recorded parts with a summary the call before's did not send."""
+    by_session: dict[str, list[tuple[Trace, Rebuilt | None]]] = {}
+    parts = _PartItems()
+    for t, r in calls:
+        by_session.setdefault(t.session_id, []).append((t, r))
+    out: list[Entry] = []
+    for rows in by_session.values():
+        rows.sort(key=lambda tr: tr[0].turn)
+        summaries = [r.summary if r is not None else "" for _, r in rows]
+        starts = [
+            k
+            for k, (_, r) in enumerate(rows)
+            if r is not None and r.replaced and (k == 0 or summaries[k - 1] != r.summary)
+        ]
+        if not starts:
+            continue
+        later = _Later(
+            [t.turn for t, _ in rows],
+            [_reply(t) for t, _ in rows],
+            [r.prompt if r is not None else "" for _, r in rows],
+        )
+        for k in starts:
+            r = rows[k][1]
+            assert r is not None
+            out.append(_policy_entry(rows, k, policy, parts.of(r), later))
+    return out
+
+
+__all__ = [
+    "KINDS",
+    "Entry",
+    "Item",
+    "Rebuilt",
+    "compaction_starts",
+    "items_of",
+    "ledger",
+    "policy_ledger",
+    "prompt_text",
+]

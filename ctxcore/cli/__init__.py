@@ -636,9 +636,11 @@ def _add_ledger(sub: _Subcommands) -> None:
         "For every compaction in session logs or requests (Claude Code compact_boundary,\n"
         "Codex compacted, Anthropic compaction blocks): the file paths, identifiers, error\n"
         "lines and user constraints from before it that its summary kept and lost, and the\n"
-        "turn where a lost one was next needed. --json: one JSON object per compaction.\n\n"
+        "turn where a lost one was next needed. --json: one JSON object per compaction.\n"
+        "With --preset P: the compactions policy P makes replaying the files instead.\n\n"
         "example:\n"
-        "  ctxscope ledger ~/.claude/projects/my-project/*.jsonl",
+        "  ctxscope ledger ~/.claude/projects/my-project/*.jsonl\n"
+        "  ctxscope ledger session.jsonl --preset auto-compact --set threshold=0.5",
         _lazy("ledger", "cli_ledger"),
     )
     c.add_argument(
@@ -647,6 +649,7 @@ def _add_ledger(sub: _Subcommands) -> None:
         metavar="PATH",
         help="trace files or files ctxscope import reads (session logs, requests, OTLP)",
     )
+    _settings(c, "the ledger of this policy's own compactions on the files (replayed)")
     c.add_argument(
         "--json", action="store_true", help="one JSON object per compaction instead of the text"
     )

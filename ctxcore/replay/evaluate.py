@@ -15,7 +15,10 @@ For each policy (a settings patch: a preset and its knobs) every recorded turn i
   quotes, as ``bench/bench_recall.py`` measures), and the share of it still in the rebuilt
   prompt; turns whose reply used nothing of its prompt have no recall;
 - findings introduced (``TurnReport.findings_added``) and losses: the packets in the
-  recorded prompt that the policy took out or squeezed (``Flip.loss``).
+  recorded prompt that the policy took out or squeezed (``Flip.loss``);
+- the compaction ledger (docs/design.md, "Compaction ledger"): the recording's own
+  compactions, and each of a policy's (``replay.compactions``) with what its summary kept
+  and lost.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from typing import Any
 
 from ctxcore.cost import PriceTable
 from ctxcore.costing import CallCost, cache_group, costs
+from ctxcore.ledger import Entry, ledger
 from ctxcore.models import Trace
+from ctxcore.replay.compactions import ledger_of_policy
 from ctxcore.replay.report import TurnReport
 from ctxcore.replay.run import replay
 from ctxcore.replay.variants import Settings
@@ -81,6 +86,8 @@ class PolicyScore:
     settings: dict[str, Any] | None
     turns: list[TurnScore] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: its compactions (docs/design.md, "Compaction ledger"): the recording's or the policy's
+    ledger: list[Entry] = field(default_factory=list)
 
     @property
     def input_tokens(self) -> int:
@@ -121,6 +128,7 @@ class PolicyScore:
             "findings_added": self.findings_added,
             "turns": [t.as_json() for t in self.turns],
             "errors": self.errors,
+            "ledger": [e.as_json() for e in self.ledger],
         }
 
 
@@ -201,12 +209,14 @@ def evaluate(
     recorded = [t for t in traces if t.result is not None]
     own = {t.trace_id: t for t in recorded}
     scores = [_score(RECORDED, None, recorded, own, {}, prices)]
+    scores[0].ledger = ledger(recorded)
     for settings in policies:
         report = replay(recorded, settings, findings=True, workers=workers, keep_variants=True)
         rebuilt = {v.source_trace_id: v for v in report.variants if v.source_trace_id}
         reports = {r.trace_id: r for r in report.turns}
         score = _score(label(settings), settings, recorded, rebuilt, reports, prices)
         score.errors = [f"{e.session_id}:{e.turn}: {e.message}" for e in report.errors]
+        score.ledger = ledger_of_policy(recorded, rebuilt, score.label)
         scores.append(score)
         if progress is not None:
             progress(len(scores) - 1, len(policies))
