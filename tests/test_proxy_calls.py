@@ -159,6 +159,11 @@ def test_sessions_in_order_of_precedence() -> None:
     shorter = {"messages": chat["messages"][:2]}
     assert fingerprint("openai.chat", chat) == fingerprint("openai.chat", shorter)
     assert s.next_turn("x") == 0 and s.next_turn("x") == 1
+    # the same opening words from two sources (two agents, two machines) are two sessions
+    a, named = s.session_of("openai.chat", chat, "team-a")
+    assert named == "system prompt and first user message"
+    assert a == fingerprint("openai.chat", shorter, "team-a") != fingerprint("openai.chat", chat)
+    assert a != s.session_of("openai.chat", chat, "team-b")[0]
 
 
 def test_a_truncated_copy_says_so() -> None:

@@ -110,12 +110,15 @@ def _obj(raw: bytes | None) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- sessions
 
 
-def fingerprint(api: str, request: dict[str, Any]) -> str:
+def fingerprint(api: str, request: dict[str, Any], source: str = "") -> str:
     """A session id from what stays the same through a conversation: the system prompt and
-    the first user message."""
+    the first user message, and the call's source when it has one (two agents, or two
+    machines writing into one team store, that open with the same words are two sessions,
+    each numbering its own turns)."""
     parts = registry.by_api(api).converter().conversation(request)
+    key = [parts, source] if source else parts
     digest = hashlib.blake2b(
-        json.dumps(parts, sort_keys=True, default=str).encode("utf-8"), digest_size=6
+        json.dumps(key, sort_keys=True, default=str).encode("utf-8"), digest_size=6
     ).hexdigest()
     return f"live-{digest}"
 
@@ -129,8 +132,9 @@ class Sessions:
         self._by_response: OrderedDict[str, str] = OrderedDict()
         self._turns: OrderedDict[str, int] = OrderedDict()
 
-    def session_of(self, api: str, request: dict[str, Any]) -> tuple[str, str]:
-        """The call's session and what named it."""
+    def session_of(self, api: str, request: dict[str, Any], source: str = "") -> tuple[str, str]:
+        """The call's session and what named it (``source``: the call's source tag, part of
+        a session id derived from the conversation)."""
         named = registry.by_api(api).converter().session(request)
         if named is not None:
             return named
@@ -142,7 +146,7 @@ class Sessions:
             known = self._by_response.get(previous)
             if known is not None:
                 return known, "previous_response_id"
-        return fingerprint(api, request), "system prompt and first user message"
+        return fingerprint(api, request, source), "system prompt and first user message"
 
     def next_turn(self, session: str) -> int:
         turn = self._turns.pop(session, 0)
@@ -323,7 +327,7 @@ def trace_from_call(
     request = _request(record, request_body)
     reply = _read_reply(form, record, response_body)
     response = reply.response
-    session, named_by = sessions.session_of(record.api, request)
+    session, named_by = sessions.session_of(record.api, request, record.source)
     trace = _imported(form, record, request, response, session)
     usage = usage_from_obj(response.get("usage")) if response else {}
     capture = _capture_meta(record, request, reply, usage, named_by)
