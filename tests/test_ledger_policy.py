@@ -192,6 +192,9 @@ def test_the_commands_carry_the_policy_ledger(capsys: pytest.CaptureFixture[str]
     assert main(["replay", str(SWE), "--preset", "openhands-summarizing", *sets, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [p["ledger"] for p in doc["policies"]] == [[], want]
+    # knobs without the policy they belong to are refused
+    assert main(["ledger", str(SWE), *sets]) == 2
+    assert "give the policy, --preset P" in capsys.readouterr().err
 
 
 def test_replay_json_carries_the_recorded_compaction(capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,8 +208,3 @@ def test_replay_json_carries_the_recorded_compaction(capsys: pytest.CaptureFixtu
     }
     # the recorded preset sends what was sent: it compacts nothing of its own
     assert same["ledger"] == []
-
-
-def test_set_without_a_policy_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["ledger", str(SWE), "--set", "max_size=20"]) == 2
-    assert "--preset P" in capsys.readouterr().err

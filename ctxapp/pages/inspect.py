@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ctxapp.ui import costs, state, views, widgets
+from ctxapp.ui import costs, ledger, state, views, widgets
 from ctxcore import figures
 from ctxcore.costing import CallCost
 from ctxcore.diagnostics import patched_config
@@ -146,6 +146,7 @@ def render() -> None:
     st.plotly_chart(window, key="in_window")
     if call is not None:
         _cost_panel(call)
+    ledger.inspect_panel(t)
     c1, c2 = st.columns(2)
     with c1:
         st.plotly_chart(figs.budgets, key="in_budgets")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ctxapp.ui import costs, state, views, widgets
+from ctxapp.ui import costs, ledger, state, views, widgets
 from ctxcore import figures
 from ctxcore.diagnostics import DETECTORS
 from ctxcore.store import TraceFilter
@@ -205,6 +205,7 @@ def render() -> None:
         event = st.plotly_chart(heat, key="tl_heatmap", on_select="rerun", selection_mode="points")
     clicked = widgets.clicked_turn(event)
     target = turns.get(clicked) if clicked is not None else None
+    ledger.timeline_marks(sid, turns)
     rows = state.list_traces(TraceFilter(session_id=sid), sort="turn", limit=1000).rows
     st.plotly_chart(
         figures.session_usage(parts, budgets={r.turn: r.budget for r in rows}), key="tl_usage"
