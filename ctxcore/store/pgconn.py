@@ -59,6 +59,12 @@ def fault(url: str, exc: BaseException) -> StoreError:
         return StoreError(f"{where}: permission denied ({what}); ask the store's owner")
     if isinstance(exc, psycopg.errors.DiskFull):
         return StoreError(f"{where}: the server's disk is full ({what}); free some space")
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return StoreError(
+            f"{where}: waited too long for a lock on the store's tables ({what}); another "
+            "session holds them (a migration, say): nothing of the transaction was stored, run "
+            "it again once that session has finished"
+        )
     if "ctxscope_reader" in what:  # the app's role (pgaccess.as_reader)
         return StoreError(
             f"{where}: cannot read as the role ctxscope_reader ({what}); run `ctxscope "

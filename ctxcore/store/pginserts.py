@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ctxcore.models import Trace
+from ctxcore.store import pgparts
 from ctxcore.store.codec import unpack_json
 from ctxcore.store.pgconn import Texts
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
@@ -200,11 +201,17 @@ def _insert_traces(con: psycopg.Connection, table: pa.Table) -> set[str]:
     con.execute("TRUNCATE stage_traces")
     copy_table(con, "stage_traces", table)
     cols = ", ".join(f'"{c}"' for c in table.schema.names)
+    # the ids are unique through trace_ids (traces is partitioned: pgparts)
     rows = con.execute(
-        f"INSERT INTO traces ({cols}) SELECT {cols} FROM stage_traces ORDER BY trace_id "
-        "ON CONFLICT (trace_id) DO NOTHING RETURNING trace_id"
+        "INSERT INTO trace_ids (trace_id, tseq) SELECT trace_id, tseq FROM stage_traces "
+        "ORDER BY trace_id ON CONFLICT (trace_id) DO NOTHING RETURNING trace_id"
     ).fetchall()
-    return {r[0] for r in rows}
+    went_in = [r[0] for r in rows]
+    con.execute(
+        f"INSERT INTO traces ({cols}) SELECT {cols} FROM stage_traces WHERE trace_id = ANY(%s)",
+        [went_in],
+    )
+    return set(went_in)
 
 
 def _nul_rows(table: pa.Table, key: str) -> dict[int, str]:
@@ -282,6 +289,7 @@ def plan_and_insert(
     if keep:
         tseqs = _reserve(con, "trace_tseq", len(keep))
         tables = _numbered(prep, keep, tseqs)
+        pgparts.place(con, tables)
         went_in = _insert_traces(con, tables.pop("traces"))
         lost = [i for i, k in enumerate(keep) if prep.ids[k] not in went_in]
         if lost:  # another writer stored these ids meanwhile: as if they had been stored

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from ctxcore.store import pgparts
+
 Migration = Callable[[psycopg.Connection], None]
 
 #: pg_advisory_xact_lock key of the migrations ("ctxscope" in ASCII, as a number)
@@ -197,9 +199,73 @@ def m002_tokens(con: psycopg.Connection) -> None:
     )
 
 
+def m003_partitions(con: psycopg.Connection) -> None:
+    """``traces`` and ``decisions`` partitioned by the month of the trace's ``created_at``
+    (``pgparts``; a decision row gets its trace's ``created_at``), the stored rows moved into
+    them; the trace id's uniqueness kept by ``trace_ids`` (a unique index of a partitioned
+    table must hold the partition key)."""
+    con.execute(f"CREATE TABLE trace_ids (trace_id {_ID} PRIMARY KEY, tseq BIGINT NOT NULL)")
+    con.execute("INSERT INTO trace_ids SELECT trace_id, tseq FROM traces")
+    con.execute(
+        "CREATE TABLE traces_by_month (LIKE traces INCLUDING DEFAULTS) "
+        "PARTITION BY RANGE (created_at)"
+    )
+    con.execute(
+        "CREATE TABLE decisions_by_month (LIKE decisions INCLUDING DEFAULTS, "
+        "created_at TIMESTAMP NOT NULL) PARTITION BY RANGE (created_at)"
+    )
+    months = con.execute(
+        "SELECT DISTINCT date_trunc('month', created_at) FROM traces ORDER BY 1"
+    ).fetchall()
+    for (month,) in months:
+        start, end = pgparts.bounds(month.year, month.month)
+        for table in pgparts.PARTITIONED:
+            con.execute(
+                f"CREATE TABLE {pgparts.partition_name(table, month.year, month.month)} "
+                f"PARTITION OF {table}_by_month FOR VALUES FROM ('{start}') TO ('{end}')"
+            )
+    _m003_move_rows(con)
+    _m003_indexes(con)
+
+
+def _m003_move_rows(con: psycopg.Connection) -> None:
+    """Migration 3: the stored rows into the partitioned tables, which take the old names."""
+    con.execute("INSERT INTO traces_by_month SELECT * FROM traces")
+    cols = ", ".join(
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = "
+            "'decisions' AND table_schema = current_schema() ORDER BY ordinal_position"
+        ).fetchall()
+    )
+    con.execute(
+        f"INSERT INTO decisions_by_month ({cols}, created_at) "
+        f"SELECT {', '.join('d.' + c for c in cols.split(', '))}, t.created_at "
+        "FROM decisions d JOIN traces t USING (tseq)"
+    )
+    con.execute("DROP TABLE decisions")
+    con.execute("DROP TABLE traces")
+    con.execute("ALTER TABLE traces_by_month RENAME TO traces")
+    con.execute("ALTER TABLE decisions_by_month RENAME TO decisions")
+
+
+def _m003_indexes(con: psycopg.Connection) -> None:
+    """Migration 3: the indexes of migration 1 on the partitioned tables (each partition
+    gets its own), the primary key holding the partition key, and one on ``trace_id``
+    (unique through ``trace_ids``) for the reads of one trace."""
+    con.execute("ALTER TABLE traces ADD CONSTRAINT traces_pkey PRIMARY KEY (tseq, created_at)")
+    con.execute("CREATE INDEX traces_id ON traces (trace_id)")
+    con.execute("CREATE INDEX traces_created ON traces (created_at, tseq)")
+    con.execute("CREATE INDEX traces_session ON traces (session_id, turn, tseq)")
+    con.execute("CREATE INDEX traces_tags ON traces USING gin (tags)")
+    con.execute("CREATE INDEX traces_undiagnosed ON traces (tseq) WHERE n_findings IS NULL")
+    con.execute("CREATE INDEX decisions_tseq ON decisions (tseq, ord)")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "tokens", m002_tokens),
+    Step(3, "partitions", m003_partitions),
 )
 
 LATEST = MIGRATIONS[-1].version
