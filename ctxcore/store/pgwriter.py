@@ -6,7 +6,8 @@ table), inside the open transaction; errors and file offsets go in at the commit
 traces they came with. Any failure rolls the transaction back and is one ``StoreError``; a
 server that went away meanwhile leaves nothing of the transaction stored, and running the
 ingest again stores what was lost, once (trace ids are unique). Several writers, in several
-processes, write at once: the server orders them. It implements ``protocol.BulkWriter``.
+processes, write at once: the server orders them. It implements ``protocol.BulkWriter``,
+through the loop both engines share (``batching.TransactionLoop``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from ctxcore.errors import StoreError
 from ctxcore.store import pginserts
+from ctxcore.store.batching import TransactionLoop
 from ctxcore.store.pgconn import fault
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
 from ctxcore.store.rows import RowTables
@@ -26,113 +29,69 @@ if TYPE_CHECKING:
     from ctxcore.store.pgstore import PgStore
 
 
-class PgBulkWriter:
+class PgBulkWriter(TransactionLoop):
     """Bulk loads into a PostgreSQL store, one transaction at a time, from one thread (see
-    ``protocol.BulkWriter``). ``workers`` is taken for the protocol's sake: the server's own
-    processes do the writing, on its CPUs."""
+    ``protocol.BulkWriter``; the loop is ``batching.TransactionLoop``'s). ``workers`` is
+    taken for the protocol's sake: the server's own processes do the writing, on its CPUs."""
 
     def __init__(self, store: PgStore, *, workers: int = 0) -> None:
+        super().__init__()
         self._store = store
         self._workers = workers
         self._con: psycopg.Connection | None = None
         self._release: Callable[[], None] | None = None
         self._texts: dict[bytes, int] = {}
-        self._errors: list[tuple[str, int, str]] = []
-        self._offsets: list[FileOffset] = []
 
     @property
     def in_transaction(self) -> bool:
         return self._con is not None
 
-    def begin(self) -> None:
-        """Open a transaction (on a connection of the pool) unless one is open."""
-        self._open()
-
-    def _open(self) -> psycopg.Connection:
-        if self._con is not None:
-            return self._con
+    def _tx_open(self) -> None:
+        """BEGIN on a connection of the pool."""
         self._store.refuse_writes()
         con, release = self._store.checkout()
         try:
             con.execute("BEGIN")
-        except psycopg.Error as exc:
+        except BaseException:
             release()
-            raise fault(self._store.url, exc) from exc
+            raise
         self._con, self._release = con, release
-        return con
 
-    def add(self, rows: RowTables) -> InsertResult:
-        """Insert the new traces of ``rows`` in the open transaction; which were new,
-        skipped or conflicting."""
-        con = self._open()
-        try:
-            return pginserts.plan_and_insert(con, self._store.texts, rows, self._texts)
-        except BaseException as exc:
-            self.abort()
-            if isinstance(exc, psycopg.Error):
-                raise fault(self._store.url, exc) from exc
-            raise
+    def _open_con(self) -> psycopg.Connection:
+        if self._con is None:
+            raise RuntimeError("no transaction is open")
+        return self._con
 
-    def add_errors(self, errors: Sequence[tuple[str, int, str]]) -> None:
-        """(file, line, message) rows for ``ingest_errors``, written at the commit."""
-        self.begin()
-        self._errors += errors
+    def _tx_add(self, rows: RowTables) -> InsertResult:
+        """Every table of the batch at once (``pginserts.plan_and_insert``)."""
+        return pginserts.plan_and_insert(self._open_con(), self._store.texts, rows, self._texts)
 
-    def add_offsets(self, offsets: Sequence[FileOffset]) -> None:
-        """How far files were read, written at the commit: with the traces they held."""
-        self.begin()
-        self._offsets += offsets
+    def _tx_commit(
+        self, errors: Sequence[tuple[str, int, str]], offsets: Sequence[FileOffset]
+    ) -> list[IngestErrorRow]:
+        con = self._open_con()
+        written = pginserts.insert_errors(con, errors)
+        pginserts.set_file_offsets(con, offsets)
+        con.execute("COMMIT")
+        return written
 
-    def commit(self) -> list[IngestErrorRow]:
-        """Write the errors and offsets and commit; the errors written (none without an open
-        transaction). On failure the transaction is rolled back and the error raised."""
-        con = self._con
-        if con is None:
-            return []
-        try:
-            errors = pginserts.insert_errors(con, self._errors)
-            pginserts.set_file_offsets(con, self._offsets)
-            con.execute("COMMIT")
-        except BaseException as exc:
-            self.abort()
-            if isinstance(exc, psycopg.Error):
-                raise fault(self._store.url, exc) from exc
-            raise
-        self._store.texts.remember(self._texts)
-        self._end()
-        return errors
+    def _tx_stop(self) -> None:
+        """Nothing runs beside the transaction: each ``add`` is sent whole."""
 
-    def abort(self) -> None:
-        """Roll the open transaction back: nothing added since it began is stored."""
-        con = self._con
-        if con is None:
-            return
-        try:
-            # the error on its way up (if any) says more than a failed rollback
-            with contextlib.suppress(psycopg.Error):
-                con.execute("ROLLBACK")
-        finally:
-            self._end()
+    def _tx_rollback(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            self._open_con().execute("ROLLBACK")
 
-    def _end(self) -> None:
+    def _tx_end(self, committed: bool) -> None:
+        if committed:
+            self._store.texts.remember(self._texts)
         release, self._release, self._con = self._release, None, None
-        self._texts, self._errors, self._offsets = {}, [], []
+        self._texts = {}
         if release is not None:
             release()
 
-    def close(self) -> None:
-        """Abort what is not committed and give the connection back to the pool."""
-        self.abort()
-
-    def __enter__(self) -> PgBulkWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        try:
-            if exc_type is None:
-                self.commit()
-        finally:
-            self.close()
+    def _fault(self, exc: BaseException) -> StoreError | None:
+        return fault(self._store.url, exc) if isinstance(exc, psycopg.Error) else None
 
 
 __all__ = ["PgBulkWriter"]

@@ -7,8 +7,8 @@ against the texts it and the process stored: ``inserts.plan_insert``), and strea
 rows into one INSERT while the caller prepares the next batch. What it holds for the other
 tables is written each time it reaches ``HELD_BYTES``. A DuckDB failure (a full disk, a
 damaged file) comes out as one ``StoreError`` saying what happened and what to do, with the
-open transaction rolled back. It implements ``protocol.BulkWriter``; see docs/design.md,
-"Store".
+open transaction rolled back. It implements ``protocol.BulkWriter``, through the loop both
+engines share (``batching.TransactionLoop``); see docs/design.md, "Store".
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import duckdb
 import pyarrow as pa
 
+from ctxcore.errors import StoreError
 from ctxcore.store import inserts
+from ctxcore.store.batching import TransactionLoop
 from ctxcore.store.duck import Database, insert_table
 from ctxcore.store.faults import store_fault
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
@@ -78,7 +80,7 @@ class _DecisionStream:
             self._job.result()
 
 
-class BulkWriter:
+class BulkWriter(TransactionLoop):
     """Bulk loads into the store, one transaction at a time: the ingest of many files.
 
     ``begin()`` opens a transaction (``add``, ``add_errors`` and ``add_offsets`` open one
@@ -107,6 +109,7 @@ class BulkWriter:
     """
 
     def __init__(self, db: Database, *, workers: int = 0) -> None:
+        super().__init__()
         self._db = db
         self._settings = contextlib.ExitStack()
         if workers and not db.read_only:
@@ -121,62 +124,50 @@ class BulkWriter:
         self._texts: dict[bytes, int] = {}
         self._tables: dict[str, list[pa.Table]] = {}
         self._held = 0  # Arrow bytes in _tables
-        self._errors: list[tuple[str, int, str]] = []
-        self._offsets: list[FileOffset] = []
 
     @property
     def in_transaction(self) -> bool:
         return self._cur is not None
 
-    def begin(self) -> None:
-        """Open a transaction (taking the store's write lock) unless one is open."""
-        self._open()
-
-    def _open(self) -> duckdb.DuckDBPyConnection:
-        """The open transaction's cursor, after opening one if none is open."""
-        if self._cur is not None:
-            return self._cur
+    def _tx_open(self) -> None:
+        """BEGIN, holding the store's write lock until the transaction ends."""
         db = self._db
         db.refuse_writes()
         db.write_lock.acquire()
         try:
             cur = db.cursor()
             cur.execute("BEGIN TRANSACTION")
-        except BaseException as exc:
+        except BaseException:
             db.write_lock.release()
-            if isinstance(exc, duckdb.Error):
-                raise store_fault(db.path, exc) from exc
             raise
         self._cur = cur
-        return cur
 
-    def add(self, rows: RowTables) -> InsertResult:
-        """Insert the new traces of ``rows`` in the open transaction (their decision rows
-        at once, the rest at the commit); which were new, skipped or conflicting."""
-        cur = self._open()
-        try:
-            if self._read_cur is None:
-                self._read_cur = self._db.read_cursor()
-            tables, res = inserts.plan_insert(
-                self._read_cur, self._db.shared, rows, self._added, self._texts
-            )
-            decisions = tables.pop("decisions", None)
-            if decisions is not None:
-                if self._stream is None:
-                    if self._thread is None:
-                        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
-                    self._stream = _DecisionStream(cur, self._thread)
-                self._stream.put(decisions)
-            for name, table in tables.items():
-                self._tables.setdefault(name, []).append(table)
-                self._held += table.nbytes
-            if self._held >= HELD_BYTES:
-                self._write_held(cur)
-        except BaseException as exc:
-            self.abort()
-            if isinstance(exc, duckdb.Error):
-                raise store_fault(self._db.path, exc) from exc
-            raise
+    def _open_cur(self) -> duckdb.DuckDBPyConnection:
+        if self._cur is None:
+            raise RuntimeError("no transaction is open")
+        return self._cur
+
+    def _tx_add(self, rows: RowTables) -> InsertResult:
+        """The batch's decision rows into the streaming INSERT, the rest held (written once
+        they reach HELD_BYTES)."""
+        cur = self._open_cur()
+        if self._read_cur is None:
+            self._read_cur = self._db.read_cursor()
+        tables, res = inserts.plan_insert(
+            self._read_cur, self._db.shared, rows, self._added, self._texts
+        )
+        decisions = tables.pop("decisions", None)
+        if decisions is not None:
+            if self._stream is None:
+                if self._thread is None:
+                    self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-ingest")
+                self._stream = _DecisionStream(cur, self._thread)
+            self._stream.put(decisions)
+        for name, table in tables.items():
+            self._tables.setdefault(name, []).append(table)
+            self._held += table.nbytes
+        if self._held >= HELD_BYTES:
+            self._write_held(cur)
         return res
 
     def _write_held(self, cur: duckdb.DuckDBPyConnection) -> None:
@@ -185,62 +176,52 @@ class BulkWriter:
         if self._stream is not None:
             stream, self._stream = self._stream, None
             stream.close()
-        for name in ("traces", "trace_parts", "contents", "partitions", "findings"):
+        held = (
+            "traces",
+            "trace_parts",
+            "contents",
+            "shared_parts",
+            "part_packs",
+            "partitions",
+            "findings",
+            "cost_parts",
+        )
+        for name in held:
             parts = self._tables.pop(name, [])
             if parts:
                 insert_table(cur, name, pa.concat_tables(parts))
         self._held = 0
 
-    def add_errors(self, errors: Sequence[tuple[str, int, str]]) -> None:
-        """(file, line, message) rows for ``ingest_errors``, written at the commit."""
-        self.begin()
-        self._errors += errors
+    def _tx_commit(
+        self, errors: Sequence[tuple[str, int, str]], offsets: Sequence[FileOffset]
+    ) -> list[IngestErrorRow]:
+        cur = self._open_cur()
+        self._write_held(cur)
+        written = inserts.insert_errors(cur, errors)
+        inserts.set_file_offsets(cur, offsets)
+        cur.execute("COMMIT")
+        return written
 
-    def add_offsets(self, offsets: Sequence[FileOffset]) -> None:
-        """How far files were read, written at the commit: with the traces they held."""
-        self.begin()
-        self._offsets += offsets
-
-    def commit(self) -> list[IngestErrorRow]:
-        """Write what waits and commit; returns the errors written (none without an open
-        transaction). On failure the transaction is rolled back and the error raised."""
-        cur = self._cur
-        if cur is None:
-            return []
-        try:
-            self._write_held(cur)
-            errors = inserts.insert_errors(cur, self._errors)
-            inserts.set_file_offsets(cur, self._offsets)
-            cur.execute("COMMIT")
-        except BaseException as exc:
-            self.abort()
-            if isinstance(exc, duckdb.Error):
-                raise store_fault(self._db.path, exc) from exc
-            raise
-        self._db.shared.remember(self._texts)
-        self._end()
-        return errors
-
-    def abort(self) -> None:
-        """Roll the open transaction back: nothing added since it began is stored."""
+    def _tx_stop(self) -> None:
+        """End the decisions INSERT, whatever it holds."""
         if self._stream is not None:
             stream, self._stream = self._stream, None
             stream.abort()
-        cur = self._cur
-        if cur is None:
-            return
-        try:
-            # the error on its way up (if any) says more than a failed rollback
-            with contextlib.suppress(duckdb.Error):
-                cur.execute("ROLLBACK")
-        finally:
-            self._end()
 
-    def _end(self) -> None:
+    def _tx_rollback(self) -> None:
+        with contextlib.suppress(duckdb.Error):
+            self._open_cur().execute("ROLLBACK")
+
+    def _tx_end(self, committed: bool) -> None:
+        if committed:
+            self._db.shared.remember(self._texts)
         self._cur = None
-        self._added, self._tables, self._errors, self._offsets = {}, {}, [], []
+        self._added, self._tables = {}, {}
         self._texts, self._held = {}, 0
         self._db.write_lock.release()
+
+    def _fault(self, exc: BaseException) -> StoreError | None:
+        return store_fault(self._db.path, exc) if isinstance(exc, duckdb.Error) else None
 
     def close(self) -> None:
         """Abort what is not committed, end the writer's thread and close its read cursor
@@ -256,13 +237,3 @@ class BulkWriter:
                     self._read_cur.close()
                 self._read_cur = None
             self._settings.close()
-
-    def __enter__(self) -> BulkWriter:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        try:
-            if exc_type is None:
-                self.commit()
-        finally:
-            self.close()
