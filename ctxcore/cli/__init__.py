@@ -826,12 +826,20 @@ def _add_migrate(sub: _Subcommands) -> None:
         "bring a store's schema up to date (a team store before its readers)",
         "Run a store's pending schema migrations and print each one that ran. Commands\n"
         "that write a store migrate it when they open it; a read-only open (the app on a\n"
-        "team store, a reader role) refuses an out-of-date schema until this has run.\n\n"
+        "team store, a reader role) refuses an out-of-date schema until this has run.\n"
+        "With --move, a DuckDB store file's traces are then moved into it (read, never\n"
+        "changed; a trace already there is skipped, so a move cut short can run again).\n\n"
         "example:\n"
-        "  ctxscope migrate --db postgresql://ctxscope@dbhost/ctxscope",
+        "  ctxscope migrate --db postgresql://ctxscope@dbhost/ctxscope\n"
+        "  ctxscope migrate --db postgresql://ctxscope@dbhost/db --move traces/ctxscope.duckdb",
         _lazy("store", "cli_migrate"),
     )
     _db(m, "the store to migrate")
+    m.add_argument(
+        "--move",
+        metavar="FILE",
+        help="a DuckDB store file whose traces are moved into --db once it is up to date",
+    )
 
 
 def _add_token(sub: _Subcommands) -> None:

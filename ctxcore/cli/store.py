@@ -15,8 +15,8 @@ from ctxcore.store.engines import is_server, migrate_store, shown
 
 
 def cli_migrate(args: argparse.Namespace) -> int:
-    """``ctxscope migrate [--db PATH|URL]``: one line per migration run, or that none was
-    pending."""
+    """``ctxscope migrate [--db PATH|URL] [--move FILE.duckdb]``: one line per migration run,
+    or that none was pending; then, with ``--move``, the file's traces moved in."""
     ran = migrate_store(args.db)
     where = shown(args.db)
     for step in ran:
@@ -29,7 +29,49 @@ def cli_migrate(args: argparse.Namespace) -> int:
         print(
             f"{where}: role {READER_ROLE} may read every table (SELECT only); the app reads as it"
         )
+    if args.move is not None:
+        return _move(args.move, args.db)
     return 0
+
+
+def _move(source: str, db: str) -> int:
+    """``migrate --move FILE.duckdb``: the file's traces into ``db`` (``store.moving``); exit
+    1 when a trace could not go in (each said on stderr)."""
+    from pathlib import Path
+
+    from ctxcore.store.engines import open_store
+    from ctxcore.store.moving import move_traces
+
+    if is_server(source) or not Path(source).is_file():
+        raise InputError(
+            f"--move {shown(source)}: give a DuckDB store file to move into --db (it is read, "
+            "never changed)"
+        )
+    if Path(source).resolve() == Path(db).resolve():
+        raise InputError(f"--move {source}: that is the --db store itself")
+    with open_store(source, read_only=True) as src, open_store(db) as dst:
+        moved = move_traces(
+            src,
+            dst,
+            origin=source,
+            progress=lambda done, total: print(
+                f"\r{done:,}/{total:,} traces", end="", file=sys.stderr, flush=True
+            ),
+        )
+    print(file=sys.stderr)
+    print(
+        f"{shown(db)}: moved {moved.added:,} traces from {source} "
+        f"({moved.skipped:,} were there already)"
+    )
+    for tid, src_file in moved.conflicts:
+        print(
+            f"trace_id {tid!r} is already stored (from {src_file}) with different content; "
+            "kept as it was",
+            file=sys.stderr,
+        )
+    for tid, why in moved.refused:
+        print(f"trace_id {tid!r} {why}", file=sys.stderr)
+    return 1 if moved.conflicts or moved.refused else 0
 
 
 def _team(db: str) -> str:
