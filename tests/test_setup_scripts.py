@@ -1,4 +1,5 @@
-"""scripts/setup_browser.sh (run by `make test`) waits while another apt holds apt's locks.
+"""scripts/setup_browser.sh and scripts/setup_postgresql.sh (run by `make test`) wait while
+another apt holds apt's locks (scripts/apt_install.sh, which both source).
 
 apt-get, id and sleep are stand-ins on PATH: the real ones would need root, a missing package
 and another apt holding the lock. The stand-in apt-get answers the way apt 2.6 does when the
@@ -14,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "setup_browser.sh"
+POSTGRESQL = ROOT / "scripts" / "setup_postgresql.sh"
 
 FAKE_APT = """#!/usr/bin/env bash
 echo "$*" >> "{log}"
@@ -28,7 +30,7 @@ echo "Reading package lists..."
 
 
 def run_setup(
-    tmp_path: Path, busy: int, wait_s: int = 600
+    tmp_path: Path, busy: int, wait_s: int = 600, script: Path = SCRIPT
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -46,8 +48,9 @@ def run_setup(
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     env["CTXSCOPE_CHROMIUM"] = str(tmp_path / "no-chromium")
     env["APT_LOCK_WAIT_S"] = str(wait_s)
+    env["PG_LIB"] = str(tmp_path / "no-postgresql")
     proc = subprocess.run(
-        ["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(script)], env=env, capture_output=True, text=True, timeout=60
     )
     return proc, log.read_text(encoding="utf-8").splitlines()
 
@@ -71,3 +74,22 @@ def test_gives_up_after_the_wait_with_one_line(tmp_path: Path) -> None:
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("setup_browser: gave up after 20 s waiting for apt's lock")
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_postgresql_setup_waits_for_the_apt_lock_too(tmp_path: Path) -> None:
+    proc, calls = run_setup(tmp_path, busy=2, script=POSTGRESQL)
+    assert proc.returncode == 0, proc.stderr
+    assert [c.split()[1] for c in calls] == ["update"] * 3 + ["install"]
+    assert "postgresql" in calls[-1].split()
+    waiting = [ln for ln in proc.stderr.splitlines() if "waiting for apt's lock" in ln]
+    assert len(waiting) == 1 and waiting[0].startswith("setup_postgresql: "), proc.stderr
+    assert "installed postgresql" in proc.stdout
+
+
+def test_postgresql_setup_gives_up_with_one_line(tmp_path: Path) -> None:
+    proc, calls = run_setup(tmp_path, busy=1000, wait_s=10, script=POSTGRESQL)
+    assert proc.returncode != 0
+    assert len(calls) == 3  # tried at 0, 5 and 10 s
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("setup_postgresql: gave up after 10 s waiting for apt's lock")
+    assert "run 'make postgresql' again" in last
