@@ -92,3 +92,26 @@ def test_the_default_grid_comes_from_the_knob_registry(
     assert main(["tune", "--preset", "swe-agent-masking", SESSION, "--workers", "1"]) in (0, 1)
     text = capsys.readouterr().out
     assert "12 settings from the default grid" in text.splitlines()[0]
+
+
+def test_the_default_grid_of_a_token_knob_is_sized_to_the_session(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On this session of 110-5,703-token calls, the trigger's default grid lies inside the
+    calls' sizes (each value fires on some calls and not on others), not at 50k-200k."""
+    from ctxcore.cli.tune_policy import default_grid, session_sizes
+
+    sizes = session_sizes(load_file(SESSION))
+    assert (min(sizes), max(sizes)) == (110, 5703)
+    grid = default_grid(PRESET, sizes)
+    assert len(grid["trigger"]) == 3
+    for v in grid["trigger"]:
+        assert any(s > v for s in sizes) and any(s <= v for s in sizes), v
+    assert grid["clear_at_least"][0] == 0 and max(grid["clear_at_least"]) < max(sizes)
+    # without the session, the registry's grid around the preset's default
+    assert default_grid(PRESET)["trigger"] == [0, 50_000, 100_000, 200_000]
+    # a limit the preset computes from the window gets a sized grid too
+    assert default_grid("langchain-trim", sizes)["max_tokens"] == grid["trigger"]
+    assert main(["tune", "--preset", "langchain-trim", SESSION, "--workers", "1"]) in (0, 1)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "3 settings from the default grid" in first and "110-5,703 tokens" in first

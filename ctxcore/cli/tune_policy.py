@@ -5,7 +5,8 @@ Every setting of the grid is evaluated on the recorded sessions given
 (``ctxcore.replay.evaluate``: input tokens, $ through the simulated prompt cache, recall,
 losses); the winner is the cheapest setting whose recall is at or above ``--recall-floor``
 (ties: fewer input tokens, then the earlier setting). The grid is ``--grid k=v1,v2,...`` per
-knob, else the default grid of ``default_grid``.
+knob, else the default grid of ``default_grid``, sized to the sessions given: a knob counted
+in tokens (``TOKEN_KNOBS``) tries values inside the range of the sessions' own calls.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import itertools
 import json
 import math
 import shlex
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,11 +24,39 @@ from typing import Any, TextIO
 
 from ctxcore import knobs
 from ctxcore.errors import InputError
+from ctxcore.models import Trace
 from ctxcore.replay.evaluate import PolicyScore, evaluate, label
 from ctxcore.replay.variants import INPUT_FACTS
 
 #: the most settings the default grid may hold; a larger one asks for ``--grid``
 MAX_DEFAULT_SETTINGS = 256
+#: knobs counted in tokens of the request: their default grid is sized to the sessions' calls
+#: (a 100,000-token trigger never fires on a session of 6,000-token calls)
+TOKEN_KNOBS = ("trigger", "max_tokens", "clear_at_least")
+
+
+def _two_digits(v: float) -> int:
+    """``v`` rounded to two significant digits (12,345 → 12,000)."""
+    return int(float(f"{v:.2g}")) if v >= 1 else 0
+
+
+def sized_values(name: str, sizes: Sequence[int]) -> list[int]:
+    """A token knob's grid on calls of ``sizes`` input tokens: a trigger or a limit at the
+    calls' quartiles (it fires on the larger calls, not on the smaller), ``clear_at_least``
+    at none, 5 % and 20 % of the median call."""
+    if name == "clear_at_least":
+        median = statistics.median(sizes)
+        raw = [0, _two_digits(median * 0.05), _two_digits(median * 0.2)]
+    elif len(sizes) == 1:
+        raw = [_two_digits(sizes[0] * q) for q in (0.5, 0.75, 0.9)]
+    else:
+        raw = [_two_digits(v) for v in statistics.quantiles(sizes, n=4)]
+    return sorted(set(raw))
+
+
+def session_sizes(traces: Sequence[Trace]) -> list[int]:
+    """The input tokens of each recorded call (its rebuild as sent)."""
+    return [t.result.totals.used for t in traces if t.result is not None]
 
 
 def _values_around(k: knobs.Knob, default: float) -> list[float]:
@@ -60,10 +90,11 @@ def _derived_values(k: knobs.Knob) -> list[float]:
     return [round(v, 2) for v in vals]
 
 
-def default_grid(preset: str) -> dict[str, list[Any]]:
+def default_grid(preset: str, sizes: Sequence[int] = ()) -> dict[str, list[Any]]:
     """The grid searched when ``--grid`` is not given: each numeric knob the preset has
     (not the input's facts, ``window`` and ``output_reserve``, nor a score weight without
-    ``Knob.tune``) at ``Knob.tune`` if it has one, else its lowest value, half its preset
+    ``Knob.tune``) at ``Knob.tune`` if it has one; a knob counted in tokens, given the calls'
+    ``sizes``, inside their range (``sized_values``); else its lowest value, half its preset
     default, the default and twice it (``_values_around``), or for a default the preset
     computes, the quarters of its range if it is a share; every combination of them (at
     most ``MAX_DEFAULT_SETTINGS``)."""
@@ -73,8 +104,10 @@ def default_grid(preset: str) -> dict[str, list[Any]]:
         if not k.numeric or name in INPUT_FACTS or (k.weight and not k.tune):
             continue
         d = k.defaults[preset]
-        if k.tune:
-            values: list[Any] = list(k.tune)
+        if name in TOKEN_KNOBS and sizes:
+            values: list[Any] = sized_values(name, sizes)
+        elif k.tune:
+            values = list(k.tune)
         elif isinstance(d, knobs.Derived):
             values = _derived_values(k)
         elif isinstance(d, int | float) and not isinstance(d, bool):
@@ -187,7 +220,9 @@ def run_tune_policy(args: argparse.Namespace, out: TextIO | None = None) -> int:
     files = [str(f) for f in args.sessions]
     if not files:
         raise InputError(f"tune --preset {preset}: give the recorded sessions (FILE...)")
-    grid = grid_from(preset, args.grid) if args.grid else default_grid(preset)
+    traces = [t for f in files for t in load_file(f)]
+    sizes = session_sizes(traces)
+    grid = grid_from(preset, args.grid) if args.grid else default_grid(preset, sizes)
     size = math.prod(len(v) for v in grid.values())
     if not args.grid and size > MAX_DEFAULT_SETTINGS:
         raise InputError(
@@ -196,7 +231,6 @@ def run_tune_policy(args: argparse.Namespace, out: TextIO | None = None) -> int:
         )
     policies = settings_of(preset, grid)
     prices = price_table(Path(args.prices) if args.prices else None)
-    traces = [t for f in files for t in load_file(f)]
     base, *scores = evaluate(traces, policies, prices, workers=args.workers)
     best = winner(scores, args.recall_floor)
     line = None if best is None else replay_line(files, policies[best])
@@ -213,7 +247,13 @@ def run_tune_policy(args: argparse.Namespace, out: TextIO | None = None) -> int:
         }
         out.write(json.dumps(doc, ensure_ascii=False) + "\n")
         return 0 if best is not None else 1
-    how = "--grid" if args.grid else "the default grid (lowest value, half, default, twice)"
+    how = (
+        "--grid"
+        if args.grid
+        else "the default grid (token knobs inside the calls' "
+        f"{min(sizes, default=0):,}-{max(sizes, default=0):,} tokens; others lowest value, "
+        "half, default, twice)"
+    )
     out.write(f"{preset}: {len(policies)} settings from {how}, recall floor {args.recall_floor}\n")
     out.write(_table(base, scores, best))
     if best is None:
@@ -230,10 +270,13 @@ def _row(s: PolicyScore) -> dict[str, Any]:
 
 __all__ = [
     "MAX_DEFAULT_SETTINGS",
+    "TOKEN_KNOBS",
     "default_grid",
     "grid_from",
     "replay_line",
     "run_tune_policy",
+    "session_sizes",
+    "sized_values",
     "settings_of",
     "winner",
 ]
