@@ -13,6 +13,12 @@ Everything on loopback, as separate processes: the fake upstream of the tests
 - throughput with 50 concurrent clients (keep-alive connections), ``--burst`` calls in all;
 - memory: the proxy's and its converter's resident size after the first 10 % of the burst
   and at its end; and how long the converter took to turn the burst into traces;
+- a running session (issue 34): a chat session whose calls grow by one message each, to
+  ~30 KB at call ``--session-calls`` (300). In this process, the converter's CPU time per
+  call on its last 100 calls (spooled, then ``Converter.step``: read, import, redact,
+  write), and the traces/s that makes on 2 cores; through the proxy, ``--session-burst``
+  (500) calls of such a session sent by 50 clients in order: how long after the burst the
+  last trace is written, and the converter process's CPU time per call;
 - the OTLP receiver: ``--spans`` GenAI spans (the recorded span-only export, ids varied) in
   batches of 512 posted as protobuf by 2 senders, until every trace is in the folder.
 
@@ -157,6 +163,145 @@ async def burst(port: int, path: str, total: int, clients: int, body: bytes, mar
     return time.perf_counter() - t
 
 
+# --------------------------------------------------------------------------- a running session
+
+
+def session_bodies(n: int, last_bytes: int = 30_000) -> list[bytes]:
+    """The requests of a chat session of ``n`` calls: the recorded request, then one new
+    message a call (user and assistant in turn, varied words) sized so that the last
+    request is about ``last_bytes``."""
+    import random
+
+    base = json.loads((FIXTURES / f"{STEM}.request.json").read_bytes())
+    rnd = random.Random(34)
+    syllables = ["ka", "to", "ren", "mi", "su", "lo", "pe", "dar", "ix", "on", "test", "def"]
+    words = ["".join(rnd.choices(syllables, k=rnd.randint(1, 4))) for _ in range(2000)]
+    per = max(40, (last_bytes - len(json.dumps(base))) // max(n, 1) - 40)
+    messages = list(base["messages"])
+    out = []
+    for i in range(n):
+        text = f"{i}:"
+        while len(text) < per:
+            text += " " + rnd.choice(words)
+        role = "user" if i % 2 == 0 else "assistant"
+        messages = messages + [{"role": role, "content": text}]
+        out.append(json.dumps({**base, "messages": messages}).encode())
+    return out
+
+
+def _record(i: int) -> Any:
+    from ctxcore.capture.calls import CallRecord
+
+    return CallRecord(
+        id=f"bench-{i:05d}",
+        api="openai.chat",
+        path="/v1/chat/completions",
+        source="bench",
+        started_at=1_760_000_000.0 + i,
+        latency_ms=5.0,
+        status=200,
+        content_type="application/json",
+    )
+
+
+def converter_in_process(work: Path, bodies: list[bytes], last: int = 100) -> float:
+    """CPU ms per call of ``Converter.step`` on the session's last ``last`` calls (the
+    earlier ones converted first, as a running session's converter has)."""
+    sys.path.insert(0, str(ROOT))
+    from ctxcore.capture.spool import Converter, SpoolWriter, spool_dir
+
+    reply = (FIXTURES / f"{STEM}.response.json").read_bytes()
+    traces = work / "in-process"
+    conv = Converter(traces)
+    head, tail = bodies[:-last], bodies[-last:]
+    for part, first in ((head, 0), (tail, len(head))):
+        writer = SpoolWriter(spool_dir(traces))
+        for k, body in enumerate(part):
+            writer.put(_record(first + k), body, reply)
+        writer.close()
+        t = time.process_time()
+        assert conv.step() == len(part)
+        cpu = time.process_time() - t
+    return cpu / last * 1000
+
+
+async def burst_session(port: int, path: str, bodies: list[bytes], clients: int) -> float:
+    """Every body sent once, in order, by ``clients`` connections taking the next one."""
+    at = 0
+
+    async def client() -> None:
+        nonlocal at
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while at < len(bodies):
+            body = bodies[at]
+            at += 1
+            writer.write(
+                (
+                    f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    f"Authorization: Bearer sk-bench\r\n"
+                    f"x-test-scenario: json:{STEM}.response.json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                + body
+            )
+            head = await reader.readuntil(b"\r\n\r\n")
+            n = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))  # type: ignore[union-attr]
+            await reader.readexactly(n)
+        writer.close()
+
+    t = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return time.perf_counter() - t
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def session_rows(
+    px_port: int, converter: list[int], work: Path, args: argparse.Namespace
+) -> list[tuple[str, str, str]]:
+    """The running-session measures (see the module docstring)."""
+    rows = []
+    ms = converter_in_process(work, session_bodies(args.session_calls))
+    rows.append(
+        (
+            f"converter CPU per call, running session (calls {args.session_calls - 99}-"
+            f"{args.session_calls}, ~30 KB), in process",
+            f"{ms:.2f} ms = {2000 / ms:,.0f} traces/s on 2 cores",
+            "<= 5 ms, >= 150 traces/s",
+        )
+    )
+    bodies = session_bodies(args.session_burst, 30_000 * args.session_burst // 300)
+    out = work / "traces" / "live" / "session.jsonl"
+    before = count_lines(out)
+    cpu0 = cpu_s(converter[0]) if converter else 0.0
+    took = asyncio.run(burst_session(px_port, "/session/v1/chat/completions", bodies, 50))
+    t0 = time.perf_counter()
+    while count_lines(out) - before < len(bodies) and time.perf_counter() - t0 < 600:
+        time.sleep(0.05)
+    lag = time.perf_counter() - t0
+    cpu = (cpu_s(converter[0]) - cpu0) if converter else float("nan")
+    rows.append(
+        (
+            f"session burst, {len(bodies)} calls (to {len(bodies[-1]) / 1000:.0f} KB), "
+            "50 clients: burst / last trace after it",
+            f"{took:.1f} s / +{lag:.1f} s",
+            "<= 5 s after",
+        )
+    )
+    rows.append(
+        (
+            "  converter process CPU per call in it",
+            f"{cpu / len(bodies) * 1000:.2f} ms",
+            "",
+        )
+    )
+    return rows
+
+
 # --------------------------------------------------------------------------- OTLP
 
 
@@ -233,6 +378,8 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=10_000)
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--spans", type=int, default=10_240)
+    ap.add_argument("--session-calls", type=int, default=300)
+    ap.add_argument("--session-burst", type=int, default=500)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     py = sys.executable
@@ -293,9 +440,11 @@ def main() -> None:
             )
         )
 
+        converter = converter_of(proxy.pid)
+        rows += session_rows(px_port, converter, work, args)
+
         traces_file = work / "traces" / "live" / "burst.jsonl"
         before = count_lines(traces_file)
-        converter = converter_of(proxy.pid)
         pids = [proxy.pid, *converter]
         mem: dict[str, list[int]] = {"first": [], "last": []}
 

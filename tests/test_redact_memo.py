@@ -346,3 +346,36 @@ def test_a_private_key_split_between_two_calls_is_redacted_as_whole_traces_are(
     prompts = [json.loads(ln)["result"]["prompt"] for ln in lines]
     assert "[REDACTED:private_key]" not in prompts[5]
     assert all("[REDACTED:private_key]" in p and "Xy7Qp2" not in p for p in prompts[6:])
+
+
+def test_a_trace_line_is_redact_trace_s_and_a_part_seen_clean_is_not_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Redactor.line``: the JSON of ``redact_trace``'s trace, a secret anywhere (a new
+    message, a metadata key) found; the parts of earlier calls, found clean by their
+    bytes, are not taken apart again."""
+    sessions = Sessions()
+    traces = [trace_from_call(r, q, s, sessions) for r, q, s in session_calls(12)]
+    keyed = traces[5].model_copy(
+        update={"metadata": {**traces[5].metadata, f"note {SECRETS[7]}": 1}}
+    )
+    red = Redactor()
+    for trace in [*traces[:5], keyed, *traces[5:11]]:
+        assert red.line(trace)[0] == redact_trace(trace)[0].to_json()
+    assert "aws_access_key_id" in red.line(keyed)[1]
+    taken_apart = []
+    decoder = redact_memo._OBJECT
+
+    class Counting:
+        def decode(self, raw: bytes) -> object:
+            taken_apart.append(raw)
+            return decoder.decode(raw)
+
+    monkeypatch.setattr(redact_memo, "_OBJECT", Counting())
+    assert red.line(traces[11])[0] == redact_trace(traces[11])[0].to_json()
+    warm = len(taken_apart)
+    taken_apart.clear()
+    Redactor().line(traces[11])
+    # the earlier calls' messages and decisions were known by their bytes: only the
+    # trace's own objects and its new parts were taken apart
+    assert warm * 3 < len(taken_apart)

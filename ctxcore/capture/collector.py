@@ -138,9 +138,8 @@ def write_traces(items: list[Ready], traces_dir: str, redact: bool) -> tuple[int
         meta = dict(trace.metadata)
         meta["capture"] = {"via": "otlp"}
         trace = trace.model_copy(update={"tags": [LIVE_TAG, "otlp"], "metadata": meta})
-        if redact:
-            trace = _REDACTOR.trace(trace)[0]
-        lines.append(trace.to_json().encode("utf-8") + b"\n")
+        text = _REDACTOR.line(trace)[0] if redact else trace.to_json()
+        lines.append(text.encode("utf-8") + b"\n")
     if lines:
         target = live_file(Path(traces_dir), "otlp")
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -366,9 +366,8 @@ class Converter:
         for record, request, response in items:
             try:
                 trace = trace_from_call(record, request, response, self.sessions)
-                if self.redact:
-                    trace = self.redactor.trace(trace)[0]
-                line = trace.to_json().encode("utf-8") + b"\n"
+                text = self.redactor.line(trace)[0] if self.redact else trace.to_json()
+                line = text.encode("utf-8") + b"\n"
             except CallError as exc:
                 self._failed(record, str(exc).split(": ", 1)[-1])
                 continue

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from ctxcore.formats.redact import redact_text
 from ctxcore.models import Trace
 
@@ -35,6 +37,14 @@ GROWING_MIN = 4096
 #: Growing texts kept (the most recent), and the characters of them kept at most.
 GROWING_KEPT = 64
 GROWING_MAX_CHARS = 32_000_000
+#: A clean JSON value this long or longer is remembered by its bytes (shorter ones cost
+#: less to take apart than to hash and keep).
+_MIN_KEPT_RAW = 64
+#: How deep in a trace a clean JSON value is remembered: ``input.history[k]`` is 3 deep.
+_KEPT_DEPTH = 3
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_STR = msgspec.json.Decoder(str)
 #: Where a rendered prompt's block begins (``[role]`` after a line end): the cut.
 CUT = "\n["
 #: The one text a rule can span a cut with (a PEM block's ``.*?``): a head holding it is
@@ -150,6 +160,10 @@ class Redactor:
         #: texts read by the rules (the others were known)
         self.misses = 0
         self.growing = Growing()
+        #: JSON values (as bytes) found clean: at least ``_MIN_KEPT_RAW`` bytes each, at
+        #: most ``max_chars`` bytes of them, then it starts over
+        self._clean_raw: set[bytes] = set()
+        self._raw_bytes = 0
 
     def text(self, text: str) -> tuple[str, dict[str, int]]:
         """``redact_text(text)``, read once per distinct text (a growing one: its new
@@ -169,34 +183,45 @@ class Redactor:
             self._chars += len(text)
         return got
 
-    def _clean(self, node: Any) -> bool:
-        """Whether no string under ``node`` (keys included) holds a secret: a look-up per
-        string, nothing built (most traces hold none, and are returned as they are)."""
-        seen, text = self._seen, self.text
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if type(n) is dict:
-                for k, v in n.items():
-                    if (seen.get(k) or text(k))[1]:
-                        return False
-                    kind = type(v)
-                    if kind is str:
-                        if (seen.get(v) or text(v))[1]:
-                            return False
-                    elif kind is dict or kind is list:
-                        stack.append(v)
-            elif type(n) is list:
-                for v in n:
-                    kind = type(v)
-                    if kind is str:
-                        if (seen.get(v) or text(v))[1]:
-                            return False
-                    elif kind is dict or kind is list:
-                        stack.append(v)
-            elif type(n) is str and (seen.get(n) or text(n))[1]:
-                return False
-        return True
+    def _clean(self, raw: bytes, depth: int) -> bool:
+        """Whether no string of the JSON value ``raw`` (keys included) holds a secret. A
+        value whose bytes were found clean before (a session's earlier messages, packets
+        and decisions, as the previous calls' traces wrote them) is one set look-up; any
+        other is taken apart and its strings looked up in the memory, nothing built. Only
+        values ``_KEPT_DEPTH`` deep are remembered (the items of a trace's lists: what the
+        next call repeats; the lists themselves and the trace are new every call)."""
+        if raw in self._clean_raw:
+            return True
+        first = raw[:1]
+        if first == b"{":
+            obj = _OBJECT.decode(raw)
+            ok = all(not (self._seen.get(k) or self.text(k))[1] for k in obj) and all(
+                self._clean(bytes(v), depth + 1) for v in obj.values()
+            )
+        elif first == b"[":
+            ok = all(self._clean(bytes(v), depth + 1) for v in _LIST.decode(raw))
+        elif first == b'"':
+            value = _STR.decode(raw)
+            ok = not (self._seen.get(value) or self.text(value))[1]
+        else:
+            return True  # a number, true, false or null
+        if ok and depth >= _KEPT_DEPTH and len(raw) >= _MIN_KEPT_RAW:
+            if self._raw_bytes + len(raw) > self.max_chars:
+                self._clean_raw = set()
+                self._raw_bytes = 0
+            self._clean_raw.add(raw)
+            self._raw_bytes += len(raw)
+        return ok
+
+    def _trace_clean(self, line: bytes) -> bool:
+        """Whether the trace whose JSON is ``line`` holds no secret (its ``redactions``
+        aside: the counts of an earlier pass, which ``redact_trace`` does not read)."""
+        top = _OBJECT.decode(line)
+        top.pop("redactions", None)
+        return all(
+            not (self._seen.get(k) or self.text(k))[1] and self._clean(bytes(v), 1)
+            for k, v in top.items()
+        )
 
     def _walk(self, node: Any, counts: dict[str, int]) -> Any:
         # every string at every depth, keys included, as formats.redact._walk reads them
@@ -215,13 +240,24 @@ class Redactor:
             return [walk(v, counts) for v in node]
         return node
 
+    def line(self, trace: Trace) -> tuple[str, dict[str, int]]:
+        """The JSON of ``redact_trace(trace)``'s trace (``to_json``) and what it found."""
+        line = trace.to_json()
+        if self._trace_clean(line.encode("utf-8", "surrogatepass")):
+            return line, {}
+        red, counts = self._redacted(trace)
+        return red.to_json(), counts
+
     def trace(self, trace: Trace) -> tuple[Trace, dict[str, int]]:
         """What ``formats.redact.redact_trace(trace)`` returns, from the memory where it can."""
+        if self._trace_clean(trace.to_json().encode("utf-8", "surrogatepass")):
+            return trace, {}
+        return self._redacted(trace)
+
+    def _redacted(self, trace: Trace) -> tuple[Trace, dict[str, int]]:
         counts: dict[str, int] = {}
         data = trace.to_dict()
         redactions = data.pop("redactions", {}) or {}
-        if self._clean(data):
-            return trace, counts
         data = self._walk(data, counts)
         if not counts:
             return trace, counts
