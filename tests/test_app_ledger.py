@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import app_support as data
-import pandas as pd
 import pytest
 from app_support import open_page
 
@@ -87,15 +86,11 @@ def test_the_timeline_marks_each_compaction_with_what_it_lost(
     assert _marks(open_page("timeline", session="sess-plain")) is None
 
 
-def _turn(n: object) -> int | None:
-    return None if pd.isna(n) else int(n)  # type: ignore[call-overload]
-
-
-def _ledger_rows(at) -> list[tuple[str, str, str, int | None]]:  # type: ignore[no-untyped-def]
-    """Inspect's ledger tables' rows: kind, item, kept or lost, the turn next needed."""
+def _ledger_rows(at) -> list[tuple[str, str, str, str | None]]:  # type: ignore[no-untyped-def]
+    """Inspect's ledger tables' rows: kind, item, kept or lost, where it was next needed."""
     frames = [d.value for d in at.dataframe if "fate" in d.value.columns]
     return [
-        (r["kind"], r["item"], r["fate"], _turn(r["next needed at turn"]))
+        (r["kind"], r["item"], r["fate"], r["next needed"] if r.notna()["next needed"] else None)
         for f in frames
         for _, r in f.iterrows()
     ]
@@ -106,7 +101,15 @@ def test_inspect_shows_the_ledger_at_the_compaction_and_the_call_before(
 ) -> None:
     for traces in stored.values():
         e = _only(traces)
-        want = [(i.kind, i.text, "kept" if i.kept else "lost", i.needed_turn) for i in e.items]
+        want = [
+            (
+                i.kind,
+                i.text,
+                "kept" if i.kept else "lost",
+                None if i.needed_turn is None else f"turn {i.needed_turn} ({i.needed_in})",
+            )
+            for i in e.items
+        ]
         assert any(fate == "lost" for _, _, fate, _ in want)
         by_turn = {t.turn: t for t in traces}
         for turn in (e.turn, e.before_turn):

@@ -100,6 +100,11 @@ def timeline_marks(session_id: str, turns: dict[int, str]) -> None:
         state.switch("inspect", trace=turns[clicked])
 
 
+def _next(i: Item) -> str | None:
+    """Where a lost item was next needed, as Inspect's table says it (None: never)."""
+    return None if i.needed_turn is None else f"turn {i.needed_turn} ({i.needed_in})"
+
+
 def items_frame(e: Entry) -> pd.DataFrame:
     """One row per item: kind, text, kept or lost, and where a lost one was next needed."""
     return pd.DataFrame(
@@ -107,18 +112,20 @@ def items_frame(e: Entry) -> pd.DataFrame:
             "kind": [i.kind for i in e.items],
             "item": [i.text for i in e.items],
             "fate": ["kept" if i.kept else "lost" for i in e.items],
-            "next needed at turn": pd.array([i.needed_turn for i in e.items], dtype="Int64"),
-            "needed in": [i.needed_in or "" for i in e.items],
+            "next needed": [_next(i) for i in e.items],
         }
     )
 
 
+#: ~500 px with the row's box: whole in Inspect's column at 1024 px (an item is read whole
+#: by selecting its row)
 ITEMS_CONFIG = {
-    "kind": st.column_config.TextColumn("kind", width=90),
-    "item": st.column_config.TextColumn("item", width=widgets.REASON_PX),
-    "fate": st.column_config.TextColumn("kept/lost", width=80),
-    "next needed at turn": st.column_config.NumberColumn("next needed at turn", width=140),
-    "needed in": st.column_config.TextColumn("needed in", width=90),
+    "kind": st.column_config.TextColumn("kind", width=80),
+    "item": st.column_config.TextColumn("item", width=220),
+    "fate": st.column_config.TextColumn("kept/lost", width=65),
+    "next needed": st.column_config.TextColumn(
+        "next needed", width=115, help="the turn whose reply or prompt next held a lost item"
+    ),
 }
 
 
@@ -142,7 +149,7 @@ def _entry_panel(e: Entry, t: Trace, k: int) -> None:
             items_frame(e),
             f"in_ledger_items_{k}",
             column_config=ITEMS_CONFIG,
-            whole=["kind", "item", "fate", "next needed at turn", "needed in"],
+            whole=["kind", "item", "fate", "next needed"],
         )
 
 
