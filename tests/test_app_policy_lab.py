@@ -109,7 +109,9 @@ def test_the_table_and_the_chart_are_evaluates_figures(session: list[Trace]) -> 
     for s in want:
         x, y, symbol = points[s.label]
         assert (x, y) == (pytest.approx(100 * (s.recall or 0)), pytest.approx(s.cost_usd))
-        assert symbol == ("diamond" if s.label == RECORDED else "circle")
+        # the baseline a filled diamond; each policy an open shape of its own
+        assert symbol.endswith("-open") == (s.label != RECORDED)
+    assert len({p[2] for p in points.values()}) == len(want)
 
     # a knob moved after the evaluation: said, and nothing is evaluated until the button
     ok(at.number_input(key="rp_lab_swe-agent-masking_n").set_value(3).run())
@@ -142,24 +144,29 @@ def test_the_heatmap_cells_are_a_direct_evaluation(session: list[Trace]) -> None
     floor = at.slider(key="rp_lab_floor").value
     ok(at.button(key="rp_grid_run").click().run())
 
-    heat, below, *star = chart(at)["data"]
+    fig = chart(at)
+    heat, legend, star = fig["data"]
     assert heat["type"] == "heatmap"
-    assert heat["x"] == ["0", "2000", "5000"] and heat["y"] == ["0", "3"]
+    assert fig["layout"]["xaxis"]["ticktext"] == ["0", "2000", "5000"]
+    assert fig["layout"]["yaxis"]["ticktext"] == ["0", "3"]
     for k, c in enumerate(cells):
         j, i = divmod(k, len(xs))
         assert heat["z"][j][i] == pytest.approx(c.cost_usd)
         assert f"{100 * (c.recall or 0):.0f}%" in heat["text"][j][i]
         assert ("✗" in heat["text"][j][i]) == (c.recall is None or c.recall < floor)
-    crossed = {(x, y) for x, y in zip(below["x"], below["y"], strict=True)}
-    assert crossed == {
-        (str(xs[k % 3]), str(ys[k // 3]))
-        for k, c in enumerate(cells)
-        if c.recall is None or c.recall < floor
+    # each cell below the floor framed: the frame's centre is the cell's position
+    framed = {
+        (round((f["x0"] + f["x1"]) / 2), round((f["y0"] + f["y1"]) / 2))
+        for f in fig["layout"]["shapes"]
     }
-    assert 0 < len(crossed) < len(cells)
+    assert framed == {
+        (k % 3, k // 3) for k, c in enumerate(cells) if c.recall is None or c.recall < floor
+    }
+    assert 0 < len(framed) < len(cells)
+    assert legend["name"].startswith("recall below")
     ok_cells = [k for k, c in enumerate(cells) if c.recall is not None and c.recall >= floor]
     best = min(ok_cells, key=lambda k: (cells[k].cost_usd, cells[k].input_tokens, k))
-    assert (star[0]["x"], star[0]["y"]) == ([str(xs[best % 3])], [str(ys[best // 3])])
+    assert (round(star["x"][0]), round(star["y"][0])) == (best % 3, best // 3)
     assert at.selectbox(key="rp_grid_open_policy").value == best
 
     ok(at.button(key="rp_grid_open").click().run())
@@ -192,12 +199,12 @@ def test_the_winner_opens_in_the_playground_with_what_flipped(session: list[Trac
     won = scores[best]
     sent = {t.turn: t.input_tokens for t in base.turns}
     most = max(abs(sent[t.turn] - t.input_tokens) for t in won.turns)
-    k = at.selectbox(key="rp_lab_open_turn").value
+    k = at.selectbox(key=f"rp_lab_open_turn_{best}").value
     assert abs(sent[won.turns[k].turn] - won.turns[k].input_tokens) == most
 
     # the cheaper one is not necessarily the clearing: open the clearing's row explicitly
     ok(at.selectbox(key="rp_lab_open_policy").set_value(0).run())
-    k = at.selectbox(key="rp_lab_open_turn").value
+    k = at.selectbox(key="rp_lab_open_turn_0").value
     turn = scores[0].turns[k].turn
     ok(at.button(key="rp_lab_open").click().run())
     assert at.title[0].value == "Playground"
@@ -236,3 +243,18 @@ def test_the_playground_switches_to_a_recorded_preset_as_replay_does(
     assert at.selectbox(key="pg_tokenizer").value == "o200k_base"
     tools = at.multiselect(key="pg_exclude_tools").options
     assert "mcp__cloud-associates__search_workflows" in tools, tools
+
+
+def test_a_policy_that_changes_nothing_says_so_in_the_playground(session: list[Trace]) -> None:
+    """An imported turn under a policy that leaves it as sent: "nothing changed", not a list
+    of the recorded config's knobs as if they had moved (another preset has other knobs)."""
+    from ctxapp.ui import policy_lab
+
+    t = session[-1]
+    params = policy_lab.playground_params(t, {"preset": "openhands-observation-masking"})
+    at = ok(open_page("playground", **params))
+    assert at.selectbox(key="pg_preset").value == "openhands-observation-masking"
+    assert any(s.value == "Flipped (0)" for s in at.subheader)
+    said = [c.value for c in at.caption]
+    assert "Nothing changed against the recorded build." in said, said
+    assert not any("changed; nothing was left out" in c for c in said), said

@@ -313,8 +313,13 @@ def _draw_summary(t: Trace, run: _Run) -> None:
         _rows(t, run)  # the body's table, ready before the first element is drawn
     note = None
     if flips.empty:
+        # which knobs moved means something within one preset only: another preset (a policy
+        # on an imported trace's request) has other knobs, not moved ones
+        same = run.base is not None and run.base_cfg.preset == run.cfg.preset
         note = (
-            views.no_effect_note(run.base_cfg, run.cfg, run.base, run.result) if run.base else None
+            views.no_effect_note(run.base_cfg, run.cfg, run.base, run.result)
+            if same and run.base
+            else None
         ) or (
             "Nothing changed against the recorded build."
             if run.mode == RECORDED

@@ -22,7 +22,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from ctxapp.ui import knobs, policy_lab, state, views
+from ctxapp.ui import knobs, policy_lab, state, views, widgets
 from ctxcore import figures, settings
 from ctxcore import knobs as registry
 from ctxcore.cli.tune_policy import grid_from, winner
@@ -306,16 +306,16 @@ LAB_SCORES = "rp_lab_scores"
 GRID_SCORES = "rp_grid_scores"
 #: the table's columns, each number formatted, none cut at 1024 px
 LAB_CONFIG = {
-    "policy": st.column_config.TextColumn("policy", width=260),
+    "policy": st.column_config.TextColumn("policy", width=230),
     "★": st.column_config.TextColumn("★", width=30, help="the cheapest at or above the floor"),
+    "$ with the cache": st.column_config.NumberColumn("$ with the cache", format="$%.4f"),
+    "recall": st.column_config.NumberColumn("recall", format="percent"),
+    "Δ $": st.column_config.NumberColumn("Δ $", format="%+.4f"),
     "input tokens": st.column_config.NumberColumn("input tokens", format="localized"),
     "Δ tokens": st.column_config.NumberColumn("Δ tokens", format="%+d"),
-    "$ with the cache": st.column_config.NumberColumn("$ with the cache", format="$%.4f"),
-    "Δ $": st.column_config.NumberColumn("Δ $", format="%+.4f"),
-    "recall": st.column_config.NumberColumn("recall", format="percent"),
+    "cache breaks": st.column_config.NumberColumn("cache breaks"),
     "losses": st.column_config.NumberColumn("losses"),
     "findings introduced": st.column_config.NumberColumn("findings introduced"),
-    "cache breaks": st.column_config.NumberColumn("cache breaks"),
     "turns not replayed": st.column_config.NumberColumn("turns not replayed"),
 }
 LAB_MEANS = (
@@ -472,11 +472,7 @@ def _lab_table(sid: str, traces: list[Trace], policies: list[dict[str, Any]], fl
         st.caption("Pick the policies and their knobs, then press *Evaluate*.")
         return
     best = winner(scores[1:], floor)
-    frame = policy_lab.scores_frame(scores)
-    frame.insert(
-        1, "★", ["★" if best is not None and i == best + 1 else "" for i in range(len(scores))]
-    )
-    st.dataframe(frame, hide_index=True, column_config=LAB_CONFIG, key="rp_lab_table")
+    _lab_rows(scores, best)
     for s in scores:
         if s.errors:
             st.warning(views.md(f"{s.label}: {len(s.errors)} turn(s) not replayed — {s.errors[0]}"))
@@ -484,8 +480,35 @@ def _lab_table(sid: str, traces: list[Trace], policies: list[dict[str, Any]], fl
     missing = policy_lab.unplaced(scores)
     if missing:
         st.caption(views.md("Not on the chart (no known $ or no recall): " + ", ".join(missing)))
-    options = list(range(1, len(scores)))
-    _open_picker("rp_lab", traces, scores[0], [(scores[i].label, scores[i]) for i in options], best)
+    options = [(s.label, s) for s in scores[1:]]
+    _open_picker("rp_lab", traces, scores[0], options, best)
+
+
+def _lab_rows(scores: list[PolicyScore], best: int | None) -> None:
+    """The table, one row a policy; the row selected is shown whole beneath it (the columns
+    to the right scroll at 1024 px) and becomes the policy the Playground opens."""
+    frame = policy_lab.scores_frame(scores)
+    frame.insert(
+        1, "★", ["★" if best is not None and i == best + 1 else "" for i in range(len(scores))]
+    )
+    # keyed tbl_<key>: the browser's layout checks name the table by it
+    event = st.container(key="tbl_rp_lab_table").dataframe(
+        frame,
+        hide_index=True,
+        column_config=LAB_CONFIG,
+        key="rp_lab_table",
+        on_select="rerun",
+        selection_mode="single-row",
+    )
+    rows = widgets.selected(event, "rows")
+    picked = int(rows[0]) if rows and 0 <= int(rows[0]) < len(scores) else None
+    if picked is None:
+        st.caption("Select a row (the box at its left) to read it whole here and open it below.")
+        return
+    st.code(policy_lab.row_text(scores[0], scores[picked]), language=None, wrap_lines=True)
+    if picked > 0 and state.ss_get("rp_lab_picked") != picked:
+        state.ss_set("rp_lab_open_policy", picked - 1)  # the picker below opens this one
+    state.ss_set("rp_lab_picked", picked)
 
 
 def _open_picker(
@@ -500,13 +523,18 @@ def _open_picker(
     if not options:
         return
     st.markdown("**Open in the Playground**")
-    c1, c2, c3 = st.columns([3, 3, 2], vertical_alignment="bottom")
+    key = f"{prefix}_open_policy"
+    # a new evaluation (or floor) preselects its winner; a selected table row sets it too
+    marker = (tuple(name for name, _ in options), best)
+    if state.ss_get(f"{key}_for") != marker or state.ss_get(key) not in range(len(options)):
+        state.ss_set(key, best or 0)
+        state.ss_set(f"{key}_for", marker)
+    c1, c2 = st.columns([2, 3])
     k = c1.selectbox(
         "Policy",
         range(len(options)),
-        index=best or 0,
         format_func=lambda i: options[i][0],
-        key=f"{prefix}_open_policy",
+        key=key,
         help="preselected: the cheapest at or above the recall floor (★)",
     )
     score = options[k][1]
@@ -520,10 +548,10 @@ def _open_picker(
         range(len(turns)),
         index=turns.index(first) if first is not None else 0,
         format_func=lambda i: policy_lab.turn_label(base, turns[i]),
-        key=f"{prefix}_open_turn",
+        key=f"{prefix}_open_turn_{k}",
         help="preselected: the turn where this policy changed the most input tokens",
     )
-    if c3.button("Open in Playground", key=f"{prefix}_open", type="primary"):
+    if st.button("Open in Playground", key=f"{prefix}_open", type="primary"):
         t = turns[pick]
         trace = next(x for x in traces if (x.session_id, x.turn) == (t.session_id, t.turn))
         state.switch("playground", **policy_lab.playground_params(trace, score.settings or {}))
@@ -534,7 +562,7 @@ def _grid_axes(policies: list[dict[str, Any]]) -> tuple[dict[str, Any], str, str
     chosen = {str(p["preset"]): p for p in policies}
     presets = [p for p in policy_lab.POLICIES if len(policy_lab.grid_knobs(p)) >= 2]
     offered = [p for p in presets if p in chosen] or presets
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3 = st.columns([2, 1, 1])
     preset = c1.selectbox("Policy", offered, key="rp_grid_policy")
     knobs = policy_lab.grid_knobs(preset)
     x = c2.selectbox("x knob", knobs, key=f"rp_grid_x_{preset}")

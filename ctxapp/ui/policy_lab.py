@@ -25,15 +25,15 @@ from ctxapp.ui import views
 from ctxcore import knobs as registry
 from ctxcore.cli.tune_policy import default_grid, winner
 from ctxcore.cost import PriceTable
-from ctxcore.figures.common import LAYOUT, esc, wrap_words
+from ctxcore.figures.common import LAYOUT, esc, legend_marker, wrap_words
 from ctxcore.models import Trace
 from ctxcore.pipeline.recorded import RECORDED_BASED
 from ctxcore.replay.evaluate import RECORDED, PolicyScore, TurnScore, evaluate
 from ctxcore.replay.variants import INPUT_FACTS, variant
 from ctxcore.settings import PRESET_NAMES
 
-#: the policies offered: the presets on the recorded request first (docs/design.md,
-#: "recorded"), the ``recorded`` rebuild itself, then ctxscope's own presets
+#: the policies offered: the presets on the recorded request first
+#: (docs/design.md, "recorded"), the ``recorded`` rebuild itself, then ctxscope's own presets
 POLICIES: tuple[str, ...] = (
     *(p for p in PRESET_NAMES if p in RECORDED_BASED and p != "recorded"),
     "recorded",
@@ -52,6 +52,7 @@ MAX_CELLS = 64
 BASELINE_COLOR = "#666666"
 POLICY_COLOR = "#0072b2"
 BELOW_COLOR = "#d55e00"
+STAR_COLOR = "#e69f00"
 
 
 def knob_names(preset: str) -> list[str]:
@@ -127,56 +128,102 @@ def scores_frame(scores: Sequence[PolicyScore]) -> pd.DataFrame:
         rows.append(
             {
                 "policy": s.label,
+                "$ with the cache": usd,
+                "recall": s.recall,
+                "Δ $": None if usd is None or base_usd is None else usd - base_usd,
                 "input tokens": s.input_tokens,
                 "Δ tokens": s.input_tokens - base.input_tokens,
-                "$ with the cache": usd,
-                "Δ $": None if usd is None or base_usd is None else usd - base_usd,
-                "recall": s.recall,
+                "cache breaks": s.cache_breaks,
                 "losses": s.losses,
                 "findings introduced": s.findings_added,
-                "cache breaks": s.cache_breaks,
                 "turns not replayed": len(s.errors),
             }
         )
     return pd.DataFrame(rows)
 
 
+#: the policies' markers: open shapes, each smaller than the one before, so policies that land
+#: on the same spot (a policy that changed nothing sits on the baseline) show as nested rings
+SYMBOLS = ("circle-open", "square-open", "triangle-up-open", "diamond-open", "star-open")
+POLICY_COLORS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#d55e00", "#56b4e9")
+
+
+def _recall_axis(placed: Sequence[PolicyScore]) -> dict[str, Any]:
+    """Recall from a round value below the lowest to 100 % (no tick beyond it)."""
+    low = min(100 * (s.recall or 0.0) for s in placed) if placed else 0.0
+    start = max(0.0, math.floor((min(low, 99.0) - 1) / 5) * 5)
+    step = 1 if 100 - start <= 10 else 5 if 100 - start <= 40 else 10
+    return {
+        "range": [start, 100.9],
+        "tickvals": list(range(int(start), 101, step)),
+        "ticksuffix": "%",
+    }
+
+
+def row_text(base: PolicyScore, s: PolicyScore) -> str:
+    """A policy's row whole, as plain text: its figures and their change against the
+    recording as sent."""
+    usd = "$?" if s.cost_usd is None else f"${s.cost_usd:.4f}"
+    if s.cost_usd is not None and base.cost_usd is not None and s is not base:
+        usd += f" ({s.cost_usd - base.cost_usd:+.4f})"
+    rec = "no recall (no reply used its prompt)" if s.recall is None else f"{s.recall:.1%}"
+    tokens = f"{s.input_tokens:,}"
+    if s is not base:
+        tokens += f" ({s.input_tokens - base.input_tokens:+,})"
+    return "\n".join(
+        [
+            s.label,
+            f"$ with the cache: {usd}",
+            f"recall: {rec}",
+            f"input tokens: {tokens}",
+            f"cache breaks: {s.cache_breaks} · losses: {s.losses} · findings introduced: "
+            f"{s.findings_added} · turns not replayed: {len(s.errors)}",
+        ]
+    )
+
+
 def cost_recall_figure(scores: Sequence[PolicyScore]) -> go.Figure:
     """Cost with the cache against recall, one point per policy, the recording as sent
-    marked apart (a grey diamond): cheaper is lower, more recall is right."""
+    marked apart (a filled grey diamond): cheaper is lower, more recall is right. Each
+    policy is named in the legend (and on hover), not beside its point: points often fall
+    together."""
     placed = [s for s in scores if s.cost_usd is not None and s.recall is not None]
     data: list[go.Scatter] = []
+    others = 0
     for s in placed:
         base = s.label == RECORDED
+        if base:
+            marker = {"size": 18, "symbol": "diamond", "color": BASELINE_COLOR}
+        else:
+            marker = {
+                "size": max(8, 16 - 2 * others),
+                "symbol": SYMBOLS[others % len(SYMBOLS)],
+                "color": POLICY_COLORS[others % len(POLICY_COLORS)],
+                "line": {"width": 2},
+            }
+            others += 1
         data.append(
             go.Scatter(
                 x=[100 * (s.recall or 0.0)],
                 y=[s.cost_usd],
-                mode="markers+text",
-                name="baseline: recorded (as sent)" if base else "policy",
-                legendgroup="baseline" if base else "policy",
-                showlegend=base or s is next(p for p in placed if p.label != RECORDED),
-                text=[wrap_words(s.label)],
-                textposition="top center",
+                mode="markers",
+                name=("baseline: " if base else "") + wrap_words(s.label),
                 hovertext=[
                     f"{esc(s.label)}<br>${s.cost_usd:.4f} with the cache<br>"
                     f"recall {100 * (s.recall or 0.0):.1f}%<br>{s.input_tokens:,} input tokens"
                 ],
                 hoverinfo="text",
-                marker={
-                    "size": 14 if base else 11,
-                    "symbol": "diamond" if base else "circle",
-                    "color": BASELINE_COLOR if base else POLICY_COLOR,
-                },
+                cliponaxis=False,
+                marker=marker,
             )
         )
     fig = go.Figure(data)
     fig.update_layout(
-        title="Cost against recall",
-        xaxis={"title": "recall (%)", "ticksuffix": "%"},
+        title="Cost against recall (%)",
+        xaxis=_recall_axis(placed),
         yaxis={"title": "$ with the cache", "tickprefix": "$", "rangemode": "tozero"},
-        height=420,
-        legend={"orientation": "h", "y": -0.2},
+        height=360 + 22 * len(placed),
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18},
         margin={"t": 50, "b": 10},
         **LAYOUT,
     )
@@ -195,13 +242,12 @@ def telling_turn(base: PolicyScore, score: PolicyScore) -> TurnScore | None:
     sent = {(t.session_id, t.turn): t.input_tokens for t in base.turns}
     if not score.turns:
         return None
-    return max(
-        enumerate(score.turns),
-        key=lambda kt: (
-            abs(sent.get((kt[1].session_id, kt[1].turn), 0) - kt[1].input_tokens),
-            kt[0],
-        ),
-    )[1]
+
+    def changed(k: int) -> tuple[int, int]:
+        t = score.turns[k]
+        return abs(sent.get((t.session_id, t.turn), t.input_tokens) - t.input_tokens), k
+
+    return score.turns[max(range(len(score.turns)), key=changed)]
 
 
 def turn_label(base: PolicyScore, t: TurnScore) -> str:
@@ -271,18 +317,37 @@ def _cell_text(s: PolicyScore, floor: float) -> str:
     return f"{usd}<br>{rec}" + (" ✗" if below else "")
 
 
+def _frames(below: Sequence[int], nx: int) -> list[dict[str, Any]]:
+    """A vermillion frame inside each cell below the floor (its colour and text stay
+    readable; a mark drawn over the cell hid its text)."""
+    pad = 0.06
+    return [
+        {
+            "type": "rect",
+            "x0": k % nx - 0.5 + pad,
+            "x1": k % nx + 0.5 - pad,
+            "y0": k // nx - 0.5 + pad,
+            "y1": k // nx + 0.5 - pad,
+            "line": {"color": BELOW_COLOR, "width": 3},
+            "layer": "above",
+        }
+        for k in below
+    ]
+
+
 def heatmap_figure(grid: Grid, cells: Sequence[PolicyScore], floor: float) -> go.Figure:
     """The grid coloured by $ with the cache, each cell reading its $ and recall; a cell
-    below the recall ``floor`` is crossed (✗ and a vermillion ×), the cheapest cell at or
-    above it starred."""
+    below the recall ``floor`` framed in vermillion and its text marked ✗, the cheapest cell
+    at or above it starred in its corner. The axes are the cells' positions, labelled with
+    the knobs' values (a mark can then sit in a corner of its cell)."""
     nx = len(grid.xs)
     xs = [_shown(v) for v in grid.xs]
     ys = [_shown(v) for v in grid.ys]
     rows = [cells[j * nx : (j + 1) * nx] for j in range(len(grid.ys))]
     heat = go.Heatmap(
         z=[[s.cost_usd for s in r] for r in rows],
-        x=xs,
-        y=ys,
+        x=list(range(nx)),
+        y=list(range(len(ys))),
         text=[[_cell_text(s, floor) for s in r] for r in rows],
         texttemplate="%{text}",
         hovertext=[
@@ -300,40 +365,29 @@ def heatmap_figure(grid: Grid, cells: Sequence[PolicyScore], floor: float) -> go
         ygap=2,
     )
     below = [k for k, s in enumerate(cells) if s.recall is None or s.recall < floor]
-    marks: list[go.Scatter] = [
-        go.Scatter(
-            x=[xs[k % nx] for k in below],
-            y=[ys[k // nx] for k in below],
-            mode="markers",
-            name=f"recall below {100 * floor:.0f}%",
-            marker={
-                "symbol": "x-thin-open",
-                "size": 34,
-                "color": BELOW_COLOR,
-                "line": {"width": 2},
-            },
-            hoverinfo="skip",
-        )
+    marks = [
+        legend_marker(f"recall below {100 * floor:.0f}% (framed, ✗)", BELOW_COLOR, "square-open")
     ]
     best = winner(cells, floor)
     if best is not None:
         marks.append(
             go.Scatter(
-                x=[xs[best % nx]],
-                y=[ys[best // nx]],
+                x=[best % nx + 0.36],
+                y=[best // nx + 0.3],
                 mode="markers",
                 name="cheapest at or above the floor",
-                marker={"symbol": "star", "size": 16, "color": "#e69f00", "line": {"width": 1}},
+                marker={"symbol": "star", "size": 14, "color": STAR_COLOR, "line": {"width": 1}},
                 hoverinfo="skip",
             )
         )
     fig = go.Figure([heat, *marks])
     fig.update_layout(
         title=f"{esc(grid.preset)}: $ with the cache (recall in each cell)",
-        xaxis={"title": esc(grid.x), "type": "category"},
-        yaxis={"title": esc(grid.y), "type": "category"},
-        height=max(320, 90 * len(ys) + 160),
-        legend={"orientation": "h", "y": -0.25},
+        xaxis={"title": esc(grid.x), "tickvals": list(range(nx)), "ticktext": xs},
+        yaxis={"title": esc(grid.y), "tickvals": list(range(len(ys))), "ticktext": ys},
+        shapes=_frames(below, nx),
+        height=max(320, 90 * len(ys) + 170),
+        legend={"orientation": "h", "yanchor": "top", "y": -0.28},
         margin={"t": 50, "b": 10},
         **LAYOUT,
     )
@@ -364,6 +418,7 @@ __all__ = [
     "playground_params",
     "policy",
     "recorded_turns",
+    "row_text",
     "run",
     "run_key",
     "scores_frame",

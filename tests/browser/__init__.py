@@ -760,6 +760,7 @@ TABLE_WHY: dict[str, tuple[str, ...]] = {
     "sh_errors": ("message", "file"),
     "in_cache": ("tokens", "simulated", "recorded"),
     "tl_cost": ("turn", "$", "cached", "written", "uncached"),
+    "rp_lab_table": ("policy", "$ with the cache", "recall"),
 }
 #: Columns of short words (a status, a code, a turn) that must never be cut: there is no
 #: more to read in them than what the cell holds.
@@ -782,6 +783,7 @@ READ_WHOLE_ELSEWHERE = frozenset(
         "tr_findings",
         "tr_table",
         "tl_cost",
+        "rp_lab_table",
     }
 )
 
