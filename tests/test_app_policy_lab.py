@@ -112,6 +112,11 @@ def test_the_table_and_the_chart_are_evaluates_figures(session: list[Trace]) -> 
         # the baseline a filled diamond; each policy an open shape of its own
         assert symbol.endswith("-open") == (s.label != RECORDED)
     assert len({p[2] for p in points.values()}) == len(want)
+    # a policy that changed nothing sits on the recording's spot, and the page says so
+    same = [s.label for s in want[1:] if (s.cost_usd, s.recall) == (want[0].cost_usd, 1.0)]
+    assert same == ["openhands-observation-masking"], same
+    said = views.md("On the recording's spot (same $ and recall): openhands-observation-masking")
+    assert said in [c.value for c in at.caption]
 
     # a knob moved after the evaluation: said, and nothing is evaluated until the button
     ok(at.number_input(key="rp_lab_swe-agent-masking_n").set_value(3).run())
@@ -152,7 +157,7 @@ def test_the_heatmap_cells_are_a_direct_evaluation(session: list[Trace]) -> None
     for k, c in enumerate(cells):
         j, i = divmod(k, len(xs))
         assert heat["z"][j][i] == pytest.approx(c.cost_usd)
-        assert f"{100 * (c.recall or 0):.0f}%" in heat["text"][j][i]
+        assert f"{100 * (c.recall or 0):.1f}%" in heat["text"][j][i]
         assert ("✗" in heat["text"][j][i]) == (c.recall is None or c.recall < floor)
     # each cell below the floor framed: the frame's centre is the cell's position
     framed = {

@@ -477,6 +477,9 @@ def _lab_table(sid: str, traces: list[Trace], policies: list[dict[str, Any]], fl
         if s.errors:
             st.warning(views.md(f"{s.label}: {len(s.errors)} turn(s) not replayed — {s.errors[0]}"))
     st.plotly_chart(policy_lab.cost_recall_figure(scores), key="rp_lab_chart")
+    same = policy_lab.on_the_baseline(scores)
+    if same:
+        st.caption(views.md("On the recording's spot (same $ and recall): " + ", ".join(same)))
     missing = policy_lab.unplaced(scores)
     if missing:
         st.caption(views.md("Not on the chart (no known $ or no recall): " + ", ".join(missing)))

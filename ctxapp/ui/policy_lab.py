@@ -193,10 +193,10 @@ def cost_recall_figure(scores: Sequence[PolicyScore]) -> go.Figure:
     for s in placed:
         base = s.label == RECORDED
         if base:
-            marker = {"size": 18, "symbol": "diamond", "color": BASELINE_COLOR}
+            marker = {"size": 10, "symbol": "diamond", "color": BASELINE_COLOR}
         else:
             marker = {
-                "size": max(8, 16 - 2 * others),
+                "size": max(12, 24 - 4 * others),
                 "symbol": SYMBOLS[others % len(SYMBOLS)],
                 "color": POLICY_COLORS[others % len(POLICY_COLORS)],
                 "line": {"width": 2},
@@ -228,6 +228,21 @@ def cost_recall_figure(scores: Sequence[PolicyScore]) -> go.Figure:
         **LAYOUT,
     )
     return fig
+
+
+def on_the_baseline(scores: Sequence[PolicyScore]) -> list[str]:
+    """The policies the chart draws on the recording's own spot (the same $ and recall)."""
+    base = scores[0]
+    if base.cost_usd is None or base.recall is None:
+        return []
+    return [
+        s.label
+        for s in scores[1:]
+        if s.cost_usd is not None
+        and s.recall is not None
+        and math.isclose(s.cost_usd, base.cost_usd)
+        and math.isclose(s.recall, base.recall)
+    ]
 
 
 def unplaced(scores: Sequence[PolicyScore]) -> list[str]:
@@ -312,7 +327,7 @@ def _shown(v: Any) -> str:
 
 def _cell_text(s: PolicyScore, floor: float) -> str:
     usd = "$?" if s.cost_usd is None else f"${s.cost_usd:.4f}"
-    rec = "recall –" if s.recall is None else f"{100 * s.recall:.0f}%"
+    rec = "recall –" if s.recall is None else f"{100 * s.recall:.1f}%"
     below = s.recall is None or s.recall < floor
     return f"{usd}<br>{rec}" + (" ✗" if below else "")
 
@@ -415,6 +430,7 @@ __all__ = [
     "grid_values",
     "heatmap_figure",
     "knob_names",
+    "on_the_baseline",
     "playground_params",
     "policy",
     "recorded_turns",
