@@ -263,3 +263,37 @@ def test_a_policy_that_changes_nothing_says_so_in_the_playground(session: list[T
     said = [c.value for c in at.caption]
     assert "Nothing changed against the recorded build." in said, said
     assert not any("changed; nothing was left out" in c for c in said), said
+
+
+def test_a_policy_is_its_moved_knobs_and_the_lab_offers_the_sessions_tools(
+    session: list[Trace],
+) -> None:
+    """A policy's settings are the knobs moved off its source's defaults (a computed default
+    left empty stays computed); exclude_tools offers the tools the session called; the
+    evaluation reports its progress policy by policy."""
+    from ctxapp.ui import policy_lab
+
+    assert policy_lab.policy(EDITING, {"trigger": 100_000, "keep": 3}) == {"preset": EDITING}
+    assert policy_lab.policy(EDITING, {"keep": 1, "exclude_tools": ["Read"]}) == {
+        "preset": EDITING,
+        "keep": 1,
+        "exclude_tools": ["Read"],
+    }
+    assert policy_lab.policy("auto-compact", {"threshold": None}) == {"preset": "auto-compact"}
+    assert policy_lab.policy("auto-compact", {"threshold": 0.5}) == {
+        "preset": "auto-compact",
+        "threshold": 0.5,
+    }
+    at = lab(session[0].session_id)
+    tools = at.multiselect(key=f"rp_lab_{EDITING}_exclude_tools").options
+    assert {"Read", "Edit", "TodoWrite"} <= set(tools), tools
+    ok(at.multiselect(key="rp_lab_policies").set_value(["auto-compact"]).run())
+    assert at.number_input(key="rp_lab_auto-compact_threshold").value is None  # computed
+    ok(at.number_input(key="rp_lab_auto-compact_threshold").set_value(0.05).run())
+    ok(at.button(key="rp_lab_run").click().run())
+    assert list(at.dataframe[0].value["policy"]) == [RECORDED, "auto-compact threshold=0.05"]
+
+    seen: list[tuple[int, int]] = []
+    policies = [{"preset": EDITING}, {"preset": "swe-agent-masking"}]
+    evaluate(session, policies, price_table(), workers=1, progress=lambda d, n: seen.append((d, n)))
+    assert seen == [(1, 2), (2, 2)]

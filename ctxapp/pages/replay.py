@@ -158,7 +158,8 @@ def _imported_note(recorded: Sequence[Trace]) -> None:
             f"These turns were imported ({', '.join(views.code(n) for n in imported)}): the "
             "recording is the prompt that agent sent, and replay rebuilds each turn with a "
             "ctxscope preset, so turns differ from it even with the recorded settings. "
-            "Compare two settings with *Before is: other settings*.",
+            "Compare two settings with *Before is: other settings*, or score the policies "
+            "of agents and frameworks against the recording in the *Policy lab* view.",
             icon=":material/info:",
         )
 
