@@ -325,8 +325,8 @@ class ShareWriter:
         self.known: dict[int, tuple[weakref.ref[Any], str]] = {}
         #: (session, field) -> the last list written there and its part ids
         self.lists: dict[tuple[str, str], tuple[list[Any], list[str]]] = {}
-        #: (session, field) -> the pieces of the last text written there
-        self.texts: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        #: (session, field) -> the last text written there and its pieces (id, length)
+        self.texts: dict[tuple[str, str], tuple[str, list[tuple[str, int]]]] = {}
         #: the sessions those two hold, least recent first (at most MAX_SESSIONS)
         self.sessions: dict[str, None] = {}
 
@@ -428,18 +428,33 @@ class ShareWriter:
             pass  # not weakly referable (a plain value): known by its content only
 
     def _pieces(self, key: tuple[str, str], text: str, new: dict[str, str]) -> str:
-        pieces: list[tuple[str, str]] = []
-        pos = 0
-        for pid, piece in self.texts.get(key, []):
-            if not text.startswith(piece, pos):
-                break
-            pieces.append((pid, piece))
-            pos += len(piece)
+        """The ids of ``text``'s pieces: the previous text's of this session and field that
+        it starts with, then the rest as one new piece."""
+        prev, prev_pieces = self.texts.get(key, ("", []))
+        if text.startswith(prev):  # the usual case: one comparison of the whole
+            pieces = prev_pieces[:]
+            pos = len(prev)
+        else:
+            pieces, pos = _common_pieces(text, prev, prev_pieces)
         if pos < len(text) or not pieces:
-            rest = text[pos:]
-            pieces.append((self._add(_str_json(rest), new), rest))
-        self.texts[key] = pieces
+            pieces.append((self._add(_str_json(text[pos:]), new), len(text) - pos))
+        self.texts[key] = (text, pieces)
         return "[" + ",".join(f'"{pid}"' for pid, _ in pieces) + "]"
+
+
+def _common_pieces(
+    text: str, prev: str, pieces: list[tuple[str, int]]
+) -> tuple[list[tuple[str, int]], int]:
+    """The leading pieces of ``prev`` (``(id, length)``, in order) that ``text`` starts
+    with, and where they end in it."""
+    kept: list[tuple[str, int]] = []
+    pos = 0
+    for pid, n in pieces:
+        if text[pos : pos + n] != prev[pos : pos + n]:
+            break
+        kept.append((pid, n))
+        pos += n
+    return kept, pos
 
 
 def _model_json(obj: Any) -> str:

@@ -450,3 +450,28 @@ def test_a_file_cut_at_every_byte_keeps_the_lines_it_holds(tmp_path: Path) -> No
         assert len(bad) == (0 if k in (0, *ends, *(e + 1 for e in ends)) else 1), k
         if bad:
             assert bad[0].startswith(f"{cut}:{done + 1}: "), (k, bad)
+
+
+def test_a_text_that_leaves_the_previous_one_part_way_names_the_pieces_they_share() -> None:
+    """A prompt that starts with the previous call's is that text's pieces and one more; one
+    that leaves it part-way (a compaction, a rewind) names the leading pieces it still
+    starts with and adds the rest; each line reads back as the trace."""
+    base = load_file(CLAUDE)[0]
+    assert base.result is not None
+    head, mid = "H" * 2000, "M" * 1500
+    texts = [head, head + mid, head + mid + "tail 1 " * 200, head + "another way " * 200]
+    traces = [
+        base.model_copy(update={"result": base.result.model_copy(update={"prompt": text})})
+        for text in texts
+    ]
+    writer = ShareWriter()
+    lines = [writer.line(t) for t in traces]
+    ids = [json.loads(ln)["trace"]["result"]["prompt"] for ln in lines]
+    assert ids[1][:1] == ids[0] and len(ids[1]) == 2
+    assert ids[2][:2] == ids[1] and len(ids[2]) == 3
+    # the fourth leaves the third after its first piece: that piece, then a new one
+    assert ids[3][:1] == ids[0] and len(ids[3]) == 2 and ids[3][1] not in ids[2]
+    new_parts = json.loads(lines[3])["parts"]
+    assert ids[3][1] in new_parts and ids[0][0] not in new_parts
+    table = PartTable()
+    assert [table.expand(ln.encode()).decode() for ln in lines] == [t.to_json() for t in traces]
