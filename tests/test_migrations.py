@@ -20,6 +20,7 @@ ALL_VERSIONS = [
     (5, "diagnosed_with"),
     (6, "small_values"),
     (7, "usage"),
+    (8, "shared_parts"),
 ]
 
 # The schema the app and the charts are written against (docs/design.md, "Store").
@@ -48,12 +49,18 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
     "ingest_errors": [
         ("file", "VARCHAR"), ("line", "BIGINT"), ("message", "VARCHAR"), ("at", "TIMESTAMP"),
     ],
+    "part_packs": [
+        ("pack", "VARCHAR"), ("part", "INTEGER"), ("size", "BIGINT"), ("data", "BLOB"),
+    ],
     "partitions": [
         ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"), ("name", "VARCHAR"),
         ("budget", "BIGINT"), ("used", "BIGINT"), ("items", "INTEGER"),
     ],
     "schema_migrations": [
         ("version", "INTEGER"), ("name", "VARCHAR"), ("applied_at", "TIMESTAMP"),
+    ],
+    "shared_parts": [
+        ("pid", "VARCHAR"), ("pack", "VARCHAR"), ("start", "BIGINT"), ("size", "BIGINT"),
     ],
     "trace_parts": [("tseq", "BIGINT"), ("part", "INTEGER"), ("data", "BLOB")],
     "traces": [
@@ -230,5 +237,7 @@ def test_read_only_open_of_an_old_store_says_how_to_upgrade(tmp_path: Path) -> N
     con = duckdb.connect(str(db))
     migrations.apply(con, upto=1)
     con.close()
-    with pytest.raises(StoreError, match="version 1.*needs 7.*without read_only"):
+    with pytest.raises(
+        StoreError, match=f"version 1.*needs {migrations.LATEST}.*without read_only"
+    ):
         TraceStore(db, read_only=True)

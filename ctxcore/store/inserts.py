@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -19,10 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctxcore.models import Trace
+from ctxcore.store import codec
 from ctxcore.store.codec import unpack_json
 from ctxcore.store.duck import STREAM_ROWS, Shared, first
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
-from ctxcore.store.rows import _F64, _I64, _STR, _TS, RowTables, utc_naive
+from ctxcore.store.rows import _F64, _I64, _STR, _TS, RowTables, batch_blob, new_parts, utc_naive
 
 #: trace_id -> (content digest, source file) of traces stored or inserted
 Known = dict[str, tuple[str, str | None]]
@@ -35,11 +37,24 @@ def _comparable(trace: Trace) -> str:
     return trace.to_json()
 
 
+def _pieces(res: duckdb.DuckDBPyConnection) -> dict[Any, bytes]:
+    """(key, part, data) rows streamed out of DuckDB, each key's pieces joined in order (a
+    piece given twice counts once). Sorted in SQL, every piece of a read was held inside
+    DuckDB under its memory limit, and a read whose pieces passed the limit failed ("Out
+    of Memory")."""
+    pieces: dict[Any, dict[int, bytes]] = {}
+    while rows := res.fetchmany(STREAM_ROWS):
+        for key, part, data in rows:
+            pieces.setdefault(key, {})[int(part)] = data
+    return {
+        k: b"".join(d for _, d in sorted(ps.items(), key=itemgetter(0))) for k, ps in pieces.items()
+    }
+
+
 def packed(cur: duckdb.DuckDBPyConnection, tseqs: Sequence[int]) -> dict[int, bytes]:
-    """The packed JSON (``codec.pack_json``) of the traces stored as these tseqs, from
-    their pieces (one query per 1,000). The pieces are streamed out of DuckDB and put in
-    order here: sorted in SQL, every piece of the 1,000 traces was held inside DuckDB under
-    its memory limit, and a read whose pieces passed the limit failed ("Out of Memory")."""
+    """The packed JSON of the traces stored as these tseqs, from their pieces (one query
+    per 1,000): whole (``codec.pack_json``), or shared and joined with its parts
+    (``codec.join_parts``), either read by ``codec.unpack_json``."""
     out: dict[int, bytes] = {}
     for i in range(0, len(tseqs), 1000):
         chunk = list(tseqs[i : i + 1000])
@@ -47,14 +62,37 @@ def packed(cur: duckdb.DuckDBPyConnection, tseqs: Sequence[int]) -> dict[int, by
             "SELECT tseq, part, data FROM trace_parts WHERE tseq IN (SELECT unnest(?::BIGINT[]))",
             [chunk],
         )
-        pieces: dict[int, list[tuple[int, bytes]]] = {}
-        while rows := res.fetchmany(STREAM_ROWS):
-            for tseq, part, data in rows:
-                pieces.setdefault(int(tseq), []).append((int(part), data))
-        for t, ps in pieces.items():
-            ps.sort(key=itemgetter(0))
-            out[t] = b"".join(data for _, data in ps)
-    return out
+        out.update({int(t): b for t, b in _pieces(res).items()})
+    ids = sorted({p for b in out.values() if codec.is_shared(b) for p in codec.part_ids(b)})
+    if not ids:
+        return out
+    parts = _parts(cur, ids)
+    return {t: codec.join_parts(t, b, parts) for t, b in out.items()}
+
+
+def _parts(cur: duckdb.DuckDBPyConnection, ids: list[str]) -> dict[str, bytes]:
+    """The JSON of the parts of shared traces with these ids, from their packs."""
+    places: list[tuple[str, str, int, int]] = []
+    for i in range(0, len(ids), 10_000):
+        places += cur.execute(
+            "SELECT pid, pack, start, size FROM shared_parts "
+            "WHERE pid IN (SELECT unnest(?::VARCHAR[]))",
+            [ids[i : i + 10_000]],
+        ).fetchall()
+    names = sorted({p[1] for p in places})
+    sizes = dict(
+        cur.execute(
+            "SELECT DISTINCT pack, size FROM part_packs "
+            "WHERE pack IN (SELECT unnest(?::VARCHAR[])) AND part = 0",
+            [names],
+        ).fetchall()
+    )
+    res = cur.execute(
+        "SELECT pack, part, data FROM part_packs WHERE pack IN (SELECT unnest(?::VARCHAR[]))",
+        [names],
+    )
+    packs = {p: (b, int(sizes[p])) for p, b in _pieces(res).items()}
+    return codec.read_parts(places, packs)
 
 
 def trace_json(cur: duckdb.DuckDBPyConnection, trace_id: str) -> bytes | None:
@@ -82,13 +120,6 @@ def same_as_stored(cur: duckdb.DuckDBPyConnection, trace_id: str, raw: bytes) ->
     except ValueError:
         return False
     return _comparable(Trace.model_validate_json(stored)) == _comparable(new)
-
-
-def _batch_blob(prep: RowTables, k: int) -> bytes:
-    """Trace ``k`` of a prepared batch, packed (its ``trace_parts`` pieces joined)."""
-    parts = prep.tables["trace_parts"]
-    rows = parts.filter(pc.equal(parts.column("tseq"), k))
-    return b"".join(rows.column("data").to_pylist())
 
 
 def _stored(cur: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> Known:
@@ -122,7 +153,7 @@ def _numbered(prep: RowTables, keep: list[int], base: int) -> dict[str, pa.Table
     )
     out: dict[str, pa.Table] = {}
     for name, table in prep.tables.items():
-        if name == "contents":
+        if name in ("contents", "parts"):
             continue
         tseq = mapping[table.column("tseq").to_numpy()]
         if len(keep) < len(prep.ids):
@@ -163,7 +194,7 @@ def plan_insert(
         prev = known.get(tid)
         if prev is not None:
             if prev[0] == digest or same_as_stored(
-                cur, tid, unpack_json(_batch_blob(prep, k), sizes[k].as_py())
+                cur, tid, unpack_json(batch_blob(prep, k), sizes[k].as_py())
             ):
                 skipped += 1
             else:
@@ -178,7 +209,9 @@ def plan_insert(
     out: dict[str, pa.Table] = {}
     if keep:
         out = _numbered(prep, keep, base)
-        _assign_texts(cur, shared, prep, out, texts if texts is not None else {})
+        texts = texts if texts is not None else {}
+        _assign_texts(cur, shared, prep, out, texts)
+        out.update(new_parts(prep, texts, shared.text_cid))
     return out, InsertResult(len(keep), skipped, conflicts, prep.rejected)
 
 

@@ -17,9 +17,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from ctxcore.store.splitting import Splitter
 
 Migration = Callable[[duckdb.DuckDBPyConnection], None]
 
@@ -423,6 +427,71 @@ def m007_usage(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"UPDATE traces SET {sets} FROM usage WHERE traces.tseq = usage.tseq")
 
 
+def m008_shared_parts(con: duckdb.DuckDBPyConnection) -> None:
+    """Traces in the shared form (docs/design.md, "Store"): each item and long text of a
+    trace's input and result once (``shared_parts``: where it is; ``part_packs``: the parts
+    an insert added, packed together), the trace's body in ``trace_parts`` naming them. The
+    traces stored before are moved over, a session's in order (each names what its
+    previous one split off), in slices of 200."""
+    from ctxcore.store.splitting import Splitter
+
+    con.execute(
+        "CREATE TABLE shared_parts (pid VARCHAR NOT NULL, pack VARCHAR NOT NULL, "
+        "start BIGINT NOT NULL, size BIGINT NOT NULL)"
+    )
+    con.execute(
+        "CREATE TABLE part_packs (pack VARCHAR NOT NULL, part INTEGER NOT NULL, "
+        "size BIGINT NOT NULL, data BLOB USING COMPRESSION uncompressed NOT NULL)"
+    )
+    order = con.execute(
+        "SELECT tseq, session_id, json_bytes FROM traces ORDER BY session_id, turn, tseq"
+    ).fetchall()
+    stored: set[str] = set()
+    splitter = Splitter()
+    for start in range(0, len(order), 200):
+        _m008_share(con, order[start : start + 200], stored, splitter)
+
+
+def _m008_share(
+    con: duckdb.DuckDBPyConnection,
+    rows: list[tuple[int, str, int]],
+    stored: set[str],
+    splitter: Splitter,
+) -> None:
+    """Migration 8 on one slice of (tseq, session, JSON size): each trace that splits is
+    stored shared, with the parts ``stored`` lacks (which it then holds)."""
+    from ctxcore.store import codec
+    from ctxcore.store.inserts import packed
+    from ctxcore.store.rows import blob_parts, packed_parts
+
+    blobs = packed(con, [r[0] for r in rows])
+    tseqs: list[int] = []
+    bodies: list[bytes] = []
+    new: list[tuple[str, bytes]] = []
+    for tseq, session, size in rows:
+        split = splitter.split(codec.unpack_json(blobs[tseq], size), session)
+        if split is None:
+            continue
+        tseqs.append(tseq)
+        bodies.append(codec.pack_shared(split.body, list(split.parts)))
+        new += [(p, d) for p, d in split.parts.items() if p not in stored]
+        stored.update(split.parts)
+    if not tseqs:
+        return
+    data, which, number = blob_parts(bodies)
+    table = pa.table(  # noqa: F841 - read by name by the SQL below
+        {
+            "tseq": pa.array(tseqs, pa.int64()).take(pa.array(which)),
+            "part": pa.array(number, pa.int32()),
+            "data": data,
+        }
+    )
+    con.execute("DELETE FROM trace_parts WHERE tseq IN (SELECT unnest(?::BIGINT[]))", [tseqs])
+    con.execute('INSERT INTO trace_parts SELECT tseq, part, data FROM "table"')
+    for name, rows_of in packed_parts(new).items():
+        con.from_arrow(rows_of).insert_into(name)
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "findings", m002_findings),
@@ -431,6 +500,7 @@ MIGRATIONS: tuple[Step, ...] = (
     Step(5, "diagnosed_with", m005_diagnosed_with),
     Step(6, "small_values", m006_small_values),
     Step(7, "usage", m007_usage),
+    Step(8, "shared_parts", m008_shared_parts),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -25,16 +25,24 @@ import pyarrow.csv as pacsv
 
 from ctxcore.models import Trace
 from ctxcore.store import pgparts
-from ctxcore.store.codec import unpack_json
+from ctxcore.store.codec import is_shared, join_parts, part_ids, read_parts, unpack_json
 from ctxcore.store.pgconn import Texts
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
-from ctxcore.store.rows import _I64, RowTables, utc_naive
+from ctxcore.store.rows import _I64, RowTables, batch_blob, new_parts, utc_naive
 
 #: trace_id -> (content digest, source file) of traces stored or inserted
 Known = dict[str, tuple[str, str | None]]
 
 #: the order the child tables are copied in, after ``traces``
-CHILD_TABLES = ("trace_parts", "contents", "decisions", "partitions", "findings")
+CHILD_TABLES = (
+    "trace_parts",
+    "shared_parts",
+    "part_packs",
+    "contents",
+    "decisions",
+    "partitions",
+    "findings",
+)
 
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
 
@@ -77,7 +85,8 @@ def copy_table(con: psycopg.Connection, name: str, table: pa.Table) -> None:
 
 
 def packed(con: psycopg.Connection, tseqs: Sequence[int]) -> dict[int, bytes]:
-    """The packed JSON (``codec.pack_json``) of the traces stored as these tseqs."""
+    """The packed JSON of the traces stored as these tseqs: whole, or shared and joined
+    with its parts (``codec.join_parts``), either read by ``unpack_json``."""
     out: dict[int, bytes] = {}
     for i in range(0, len(tseqs), 1000):
         rows = con.execute(
@@ -86,7 +95,29 @@ def packed(con: psycopg.Connection, tseqs: Sequence[int]) -> dict[int, bytes]:
             [list(tseqs[i : i + 1000])],
         ).fetchall()
         out.update({int(t): bytes(d) for t, d in rows})
-    return out
+    ids = sorted({p for b in out.values() if is_shared(b) for p in part_ids(b)})
+    if not ids:
+        return out
+    parts = _parts(con, ids)
+    return {t: join_parts(t, b, parts) for t, b in out.items()}
+
+
+def _parts(con: psycopg.Connection, ids: list[str]) -> dict[str, bytes]:
+    """The JSON of the parts of shared traces with these ids, from their packs (a pack
+    two writers stored at once is there twice: one of each piece is taken)."""
+    places: list[tuple[str, str, int, int]] = []
+    for i in range(0, len(ids), 10_000):
+        places += con.execute(
+            "SELECT pid, pack, start, size FROM shared_parts WHERE pid = ANY(%s)",
+            [ids[i : i + 10_000]],
+        ).fetchall()
+    rows = con.execute(
+        "SELECT pack, min(size), string_agg(data, ''::bytea ORDER BY part) FROM (SELECT "
+        "DISTINCT ON (pack, part) pack, part, size, data FROM part_packs WHERE pack = ANY(%s)) "
+        "p GROUP BY pack",
+        [sorted({p[1] for p in places})],
+    ).fetchall()
+    return read_parts(places, {p: (bytes(d), int(n)) for p, n, d in rows})
 
 
 def trace_json(con: psycopg.Connection, trace_id: str) -> bytes | None:
@@ -135,8 +166,7 @@ def _stored(con: psycopg.Connection, ids: Sequence[str]) -> Known:
 
 def _batch_raw(prep: RowTables, k: int) -> bytes:
     """Trace ``k`` of a prepared batch, its JSON unpacked."""
-    parts = prep.tables["trace_parts"]
-    blob = b"".join(parts.filter(pc.equal(parts.column("tseq"), k)).column("data").to_pylist())
+    blob = batch_blob(prep, k)
     return unpack_json(blob, prep.tables["traces"].column("json_bytes")[k].as_py())
 
 
@@ -178,7 +208,7 @@ def _numbered(prep: RowTables, keep: list[int], tseqs: np.ndarray) -> dict[str, 
     mapping[np.asarray(keep, dtype=np.int64)] = tseqs
     out: dict[str, pa.Table] = {}
     for name, table in prep.tables.items():
-        if name == "contents":
+        if name in ("contents", "parts"):
             continue
         tseq = mapping[table.column("tseq").to_numpy()]
         if len(keep) < len(prep.ids):
@@ -246,7 +276,7 @@ def refuse_nul(prep: RowTables) -> dict[int, str]:
     rest of the batch goes in (docs/design.md, "Store")."""
     found: dict[int, str] = {}
     for name, table in prep.tables.items():
-        if name == "contents":
+        if name in ("contents", "parts"):  # texts by cid; parts are bytes
             continue
         for k, col in _nul_rows(table, "tseq").items():
             found.setdefault(k, f"{name}.{col}")
@@ -299,6 +329,7 @@ def plan_and_insert(
             keep = [k for k in keep if prep.ids[k] in went_in]
             _drop(tables, tseqs[lost])
         _assign_texts(con, memory, prep, tables, texts)
+        tables.update(new_parts(prep, texts, memory.get))
         for name in CHILD_TABLES:
             if name in tables:
                 copy_table(con, name, tables[name])

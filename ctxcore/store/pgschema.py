@@ -262,10 +262,29 @@ def _m003_indexes(con: psycopg.Connection) -> None:
     con.execute("CREATE INDEX decisions_tseq ON decisions (tseq, ord)")
 
 
+def m004_shared_parts(con: psycopg.Connection) -> None:
+    """Traces in the shared form (docs/design.md, "Store"): each item and long text of a
+    trace's input and result once (``shared_parts``: where it is; ``part_packs``: the parts
+    an insert added, packed together; a pack two writers stored at once is there twice and
+    read once), the trace's body in ``trace_parts`` naming them. The traces stored before
+    stay whole, as they are read."""
+    con.execute(
+        f"CREATE TABLE shared_parts (pid {_ID} NOT NULL, pack {_ID} NOT NULL, "
+        "start BIGINT NOT NULL, size BIGINT NOT NULL)"
+    )
+    con.execute(
+        f"CREATE TABLE part_packs (pack {_ID} NOT NULL, part INTEGER NOT NULL, "
+        "size BIGINT NOT NULL, data BYTEA NOT NULL)"
+    )
+    con.execute("CREATE INDEX shared_parts_pid ON shared_parts (pid)")
+    con.execute("CREATE INDEX part_packs_pack ON part_packs (pack, part)")
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "tokens", m002_tokens),
     Step(3, "partitions", m003_partitions),
+    Step(4, "shared_parts", m004_shared_parts),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -13,7 +13,10 @@ report on their lines.
 
 No stored value is longer than ``PART_BYTES``: a trace's compressed JSON is cut into
 ``trace_parts`` rows, and each distinct packet text of a batch goes once into ``contents``
-(in pieces), its decisions naming it by ``cid`` (docs/design.md, "Store").
+(in pieces), its decisions naming it by ``cid`` (docs/design.md, "Store"). A trace's JSON is
+kept in the shared form (``splitting``): its body in ``trace_parts``, each item and piece
+of text it names once per batch in ``parts``; the store packs the ones it lacks
+(``new_parts``).
 """
 
 from __future__ import annotations
@@ -21,18 +24,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ctxcore import diagnostics
 from ctxcore.errors import CtxscopeError
 from ctxcore.models import Finding, Status, Trace
-from ctxcore.store.codec import pack_json
+from ctxcore.store.codec import is_shared, join_parts, pack_json, pack_parts, pack_shared, part_ids
+from ctxcore.store.splitting import Splitter
 
 log = logging.getLogger("ctxscope.store")
 
@@ -65,6 +70,7 @@ _FINDING_COLS = (
 _I64, _I32, _F64, _STR = pa.int64(), pa.int32(), pa.float64(), pa.string()
 _TS = pa.timestamp("us")
 _STRS = pa.list_(pa.string())
+_BIN = pa.large_binary()
 _SCHEMAS: dict[str, pa.Schema] = {
     "traces": pa.schema(
         [("trace_id", _STR), ("tseq", _I64), ("session_id", _STR), ("turn", _I32),
@@ -77,8 +83,11 @@ _SCHEMAS: dict[str, pa.Schema] = {
            ("diagnosed_with", _STR), ("model", _STR)]
         + [(c, _I64) for c in USAGE_COLUMNS]
     ),
-    # the trace's compressed JSON (``pack_json``) in pieces of PART_BYTES, in order
+    # the trace's JSON, packed whole or shared (``codec``), in pieces of PART_BYTES, in order
     "trace_parts": pa.schema([("tseq", _I64), ("part", _I32), ("data", pa.large_binary())]),
+    # each part the batch's shared traces name: its id and JSON (not stored as such:
+    # ``new_parts`` packs the ones the store lacks)
+    "parts": pa.schema([("pid", _STR), ("data", pa.large_binary())]),
     "decisions": pa.schema(
         [("tseq", _I64), ("trace_id", _STR), ("ord", _I32), ("packet_id", _STR),
          ("kind", _STR), ("tokens_before", _I64), ("tokens_after", _I64),
@@ -408,30 +417,29 @@ class RowBatch:
         self.cols: dict[str, dict[str, list[Any]]] = {
             name: {c: [] for c in schema.names}
             for name, schema in _SCHEMAS.items()
-            if name != "trace_parts"
+            if name not in ("trace_parts", "parts", "contents")
         }
         #: each distinct packet text of the batch -> its index (the ``cid`` its decisions
-        #: hold until the store assigns the real one), and the texts' digests by index
+        #: hold until the store assigns the real one); digested and cut at the end
         self._texts: dict[str, int] = {}
         self.text_digests: list[bytes] = []
-        #: (tseq, compressed JSON) of each trace, cut into ``trace_parts`` at the end
+        #: (tseq, packed JSON) of each trace, cut into ``trace_parts`` at the end
         self._blobs: list[tuple[int, bytes]] = []
+        #: the parts the batch's shared traces name (JSON by id)
+        self._parts: dict[str, bytes] = {}
 
     def _cid(self, text: str | None) -> int | None:
-        """The batch's index of a packet text (its pieces queued once)."""
+        """The batch's index of a packet text."""
         if text is None:
             return None
         ix = self._texts.get(text)
         if ix is None:
-            ix = self._texts[text] = len(self.text_digests)
-            self.text_digests.append(text_digest(text))
-            parts = text_parts(text)
-            c = self.cols["contents"]
-            c["cid"] += [ix] * len(parts)
-            c["part"] += range(len(parts))
-            c["text"] += parts
-            c["tail"] += [p[:TAIL_CHARS] for p in parts[1:]] + [None]
+            ix = self._texts[text] = len(self._texts)
         return ix
+
+    def add_parts(self, parts: Mapping[str, bytes]) -> None:
+        """The parts a shared trace names, each once per batch."""
+        self._parts.update(parts)
 
     def add(
         self,
@@ -581,18 +589,57 @@ class RowBatch:
                 max_sev = fd.severity
         return max_sev
 
+    def _contents(self) -> pa.Table | None:
+        """The batch's distinct packet texts in pieces (``text_parts``), each named by its
+        index; ``text_digests`` gets their digests. Most texts are one piece: those go in
+        one step, the longer ones are cut one by one."""
+        texts = list(self._texts)
+        if not texts:
+            return None
+        self.text_digests = [text_digest(t) for t in texts]
+        c: dict[str, list[Any]] = {"cid": [], "part": [], "text": [], "tail": []}
+        # a text of at most PART_BYTES // 4 characters is at most PART_BYTES bytes
+        short = PART_BYTES // 4
+        if all(len(t) <= short for t in texts):
+            c["cid"], c["part"], c["text"] = list(range(len(texts))), [0] * len(texts), texts
+            c["tail"] = [None] * len(texts)
+        else:
+            for ix, text in enumerate(texts):
+                parts = [text] if len(text) <= short else text_parts(text)
+                c["cid"] += [ix] * len(parts)
+                c["part"] += range(len(parts))
+                c["text"] += parts
+                c["tail"] += [p[:TAIL_CHARS] for p in parts[1:]] + [None]
+        schema = _SCHEMAS["contents"]
+        return pa.Table.from_arrays(
+            [
+                pa.array(c["cid"], _I64),
+                pa.array(c["part"], _I32),
+                _bulk_array(list(c["text"]), _STR),
+                pa.array(c["tail"], _STR),
+            ],
+            schema=schema,
+        )
+
+    def _parts_table(self) -> pa.Table | None:
+        """The batch's parts of shared traces, one row each."""
+        if not self._parts:
+            return None
+        return pa.Table.from_arrays(
+            [pa.array(list(self._parts), _STR), pa.array(list(self._parts.values()), _BIN)],
+            schema=_SCHEMAS["parts"],
+        )
+
     def tables(self) -> dict[str, pa.Table]:
         out: dict[str, pa.Table] = {}
+        for name, table in (("contents", self._contents()), ("parts", self._parts_table())):
+            if table is not None:
+                out[name] = table
         for name, cols in self.cols.items():
             schema = _SCHEMAS[name]
             if not cols[schema.names[0]]:
                 continue
-            arrays = [
-                _bulk_array(cols[f.name], f.type)
-                if f.name in _BULK_COLUMNS
-                else pa.array(cols[f.name], f.type)
-                for f in schema
-            ]
+            arrays = [pa.array(cols[f.name], f.type) for f in schema]
             out[name] = pa.Table.from_arrays(arrays, schema=schema)
         if self._blobs:
             data, which, number = blob_parts([b for _, b in self._blobs])
@@ -604,12 +651,9 @@ class RowBatch:
         return out
 
 
-#: Big text columns, built from one joined buffer (pa.array converts them one object at a
-#: time: about three times slower on packet texts).
-_BULK_COLUMNS = frozenset({"text"})
-
-
 def _bulk_array(values: list[Any], typ: pa.DataType) -> pa.Array:
+    """A big text column from one joined buffer (``pa.array`` converts one object at a
+    time: about three times slower on packet texts)."""
     if None in values:
         return pa.array(values, typ)
     text = "".join(values)
@@ -654,6 +698,21 @@ def unexpected(exc: BaseException) -> str:
     )
 
 
+#: the splitter of this process (``prepare`` runs in ingest's workers, one batch after
+#: another: a session's next trace names the parts its last one split off)
+_SPLITTER = Splitter()
+
+
+def _packed(batch: RowBatch, trace: TraceLike, raw: bytes) -> bytes:
+    """A trace's JSON as stored: shared when it can be (its parts queued in ``batch``),
+    else whole."""
+    split = _SPLITTER.split(raw, trace.session_id)
+    if split is None:
+        return pack_json(raw)
+    batch.add_parts(split.parts)
+    return pack_shared(split.body, list(split.parts))
+
+
 def _prepare(
     items: Sequence[tuple[TraceLike, bytes]],
     sources: Sequence[str | None],
@@ -664,10 +723,11 @@ def _prepare(
     ids: list[str] = []
     digests: list[str] = []
     for k, ((trace, raw), src) in enumerate(zip(items, sources, strict=True)):
-        blob = pack_json(raw)
-        # The digest of the compressed bytes (a ninth of the text to hash); zstd is
-        # deterministic, and a trace stored by another codec version only costs a full
-        # comparison (``inserts.same_as_stored``).
+        blob = _packed(batch, trace, raw)
+        # The digest of the packed bytes (a body naming its parts by their digests, or
+        # the compressed JSON: a fraction of the text to hash). The same trace split
+        # another way, or stored by another codec version, only costs a full comparison
+        # (``inserts.same_as_stored``).
         digest = content_hash(blob)
         batch.add(trace, raw, blob, digest, k, src)
         ids.append(trace.trace_id)
@@ -699,3 +759,97 @@ def prepare(
     rows = _prepare([items[k] for k in good], [sources[k] for k in good], diagnose, good)
     rows.rejected = rejected
     return rows
+
+
+def batch_blob(prep: RowTables, k: int) -> bytes:
+    """Trace ``k`` of a prepared batch, packed (its ``trace_parts`` pieces joined; a shared
+    one joined with the batch's parts), for ``codec.unpack_json``."""
+    pieces = prep.tables["trace_parts"]
+    rows = pieces.filter(pc.equal(pieces.column("tseq"), k))
+    blob = b"".join(rows.column("data").to_pylist())
+    if not is_shared(blob):
+        return blob
+    table = prep.tables["parts"]
+    table = table.filter(pc.is_in(table.column("pid"), pa.array(part_ids(blob))))
+    pids, datas = table.column("pid").to_pylist(), table.column("data").to_pylist()
+    parts = dict(zip(pids, datas, strict=True))
+    return join_parts(k, blob, parts)
+
+
+#: bytes of parts packed together (unpacked), at most: a trace read unpacks every pack
+#: that holds one of its parts, and the rest of each pack with it
+PACK_BYTES = 1 << 20
+#: the tables ``new_parts`` fills: where each part is (``start`` and ``size`` in its pack
+#: unpacked), and the packs in pieces of PART_BYTES (``size``: the pack unpacked)
+PART_TABLES: dict[str, pa.Schema] = {
+    "shared_parts": pa.schema([("pid", _STR), ("pack", _STR), ("start", _I64), ("size", _I64)]),
+    "part_packs": pa.schema(
+        [("pack", _STR), ("part", _I32), ("size", _I64), ("data", pa.large_binary())]
+    ),
+}
+
+
+def new_parts(
+    prep: RowTables, texts: dict[bytes, int], memory: Callable[[bytes], int | None]
+) -> dict[str, pa.Table]:
+    """The rows that store ``prep``'s parts of shared traces that neither the open
+    transaction (``texts``) nor the process (``memory``) stored: packed together in packs
+    of up to PACK_BYTES (``PART_TABLES``). Those parts join ``texts`` (under the id's
+    bytes, apart from the 16-byte text digests), to be remembered when the transaction
+    commits. Shared by both engines."""
+    table = prep.tables.get("parts")
+    if table is None:
+        return {}
+    new: list[tuple[str, bytes]] = []
+    pids, datas = table.column("pid").to_pylist(), table.column("data").to_pylist()
+    for pid, data in zip(pids, datas, strict=True):
+        key = pid.encode()
+        if key not in texts and memory(key) is None:
+            texts[key] = 0
+            new.append((pid, data))
+    return packed_parts(new)
+
+
+def packed_parts(new: Sequence[tuple[str, bytes]]) -> dict[str, pa.Table]:
+    """The rows of ``PART_TABLES`` that store parts (id, JSON), packed together in order,
+    up to PACK_BYTES a pack."""
+    groups: list[list[tuple[str, bytes]]] = []
+    size = PACK_BYTES
+    for item in new:
+        if size + len(item[1]) > PACK_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += len(item[1])
+    return _packed_parts(groups) if groups else {}
+
+
+def _packed_parts(groups: list[list[tuple[str, bytes]]]) -> dict[str, pa.Table]:
+    """``new_parts``' rows for groups of (id, JSON), a pack each."""
+    places: dict[str, list[Any]] = {"pid": [], "pack": [], "start": [], "size": []}
+    blobs: list[bytes] = []
+    names: list[str] = []
+    sizes: list[int] = []
+    for group in groups:
+        blob, starts = pack_parts([d for _, d in group])
+        name = content_hash(blob)
+        places["pid"] += [p for p, _ in group]
+        places["pack"] += [name] * len(group)
+        places["start"] += starts
+        places["size"] += [len(d) for _, d in group]
+        blobs.append(blob)
+        names.append(name)
+        sizes.append(sum(len(d) for _, d in group))
+    data, which, number = blob_parts(blobs)
+    return {
+        "shared_parts": pa.table(places, schema=PART_TABLES["shared_parts"]),
+        "part_packs": pa.Table.from_arrays(
+            [
+                pa.array(names, _STR).take(pa.array(which)),
+                pa.array(number, _I32),
+                pa.array(sizes, _I64).take(pa.array(which)),
+                data,
+            ],
+            schema=PART_TABLES["part_packs"],
+        ),
+    }

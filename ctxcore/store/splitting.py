@@ -1,0 +1,211 @@
+"""A trace's JSON split into the shared form the store keeps (docs/design.md, "Store").
+
+An agent's call N repeats calls 1..N-1: stored whole, a session's traces grow with the
+square of its length. The store keeps each trace as the body of a ``ctxscope.share/1``
+line instead (docs/design.md, "Shared traces"): every item of ``input.history``,
+``input.packets``, ``input.tools``, ``result.messages`` and ``result.decisions`` is a part
+named by its id, and ``input.query``, ``input.system_instructions`` and ``result.prompt``
+(when long) are lists of string parts, so that each distinct item and piece of text is
+stored once (``shared_parts``) however many traces hold it.
+
+The split works on the JSON bytes as given, never re-serializing a value: an item is the
+exact bytes it was in the trace, a text piece the exact bytes of a stretch of the string.
+What the store hands back is therefore byte for byte what it was given; a trace whose bytes
+the shared form cannot rebuild exactly (spaces between tokens, a key written with another
+escaping) is stored whole, as before.
+
+A part's id is a digest of its bytes (16 bytes of blake2b, as hex); the body names a part by
+its place among the parts it names (``"0"``, ``"1"``, …: the ids are listed once, beside the
+body, ``codec.pack_shared``), so a long context's body stays short. A ``Splitter`` knows the
+previous trace of each recent session: an item at the same place with the same bytes keeps
+its id without being hashed again, and a text is cut where the previous trace's pieces of
+that field end (a prompt that grows each call names the earlier call's pieces and adds one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from ctxcore.sharing import LIST_FIELDS, MIN_SHARED_TEXT, TEXT_FIELDS
+
+#: sessions whose last trace a ``Splitter`` keeps (the most recent ones)
+MAX_SESSIONS = 32
+
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_encode = msgspec.json.encode
+
+
+def part_id(data: bytes) -> str:
+    """The id the store gives a part: a digest of its JSON bytes, as 32 hex digits."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass
+class Split:
+    """A trace in the shared form: the body (``ctxscope.share/1``'s ``trace``, naming the
+    k-th part it names, in order of first use, as ``"k"``) and every part it names (id ->
+    JSON, in that order)."""
+
+    body: bytes
+    parts: dict[str, bytes]
+
+
+class _Parts:
+    """The parts one trace names, in order of first use, and how its body names each."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.refs: dict[str, bytes] = {}
+
+    def ref(self, pid: str, data: bytes) -> bytes:
+        """The body's name of a part (its place, as a JSON string), added if new."""
+        got = self.refs.get(pid)
+        if got is None:
+            got = self.refs[pid] = b'"%d"' % len(self.data)
+            self.data[pid] = data
+        return got
+
+
+class _NotShareable(Exception):
+    """The trace's bytes cannot be rebuilt from the shared form: it is stored whole."""
+
+
+class Splitter:
+    """Splits traces one after another, remembering each recent session's last trace."""
+
+    def __init__(self) -> None:
+        #: (session, field) -> the last trace's items there and their ids
+        self.lists: dict[tuple[str, str], tuple[list[bytes], list[str]]] = {}
+        #: (session, field) -> the last trace's pieces of that text: (bytes, id)
+        self.texts: dict[tuple[str, str], list[tuple[bytes, str]]] = {}
+        self.sessions: dict[str, None] = {}
+
+    def split(self, raw: bytes, session: str) -> Split | None:
+        """``raw`` in the shared form, or None when it cannot be (stored whole)."""
+        self._session(session)
+        try:
+            top = _OBJECT.decode(raw)
+        except msgspec.MsgspecError:
+            return None
+        body: list[bytes] = []
+        whole: list[bytes] = []
+        parts = _Parts()
+        try:
+            self._object(top, "", session, body, whole, parts)
+        except (_NotShareable, msgspec.MsgspecError):
+            return None
+        if not parts.data or b"".join(whole) != raw:
+            return None
+        return Split(b"".join(body), parts.data)
+
+    def _session(self, session: str) -> None:
+        """``session`` is the most recent; the least recent beyond MAX_SESSIONS is let go."""
+        self.sessions.pop(session, None)
+        self.sessions[session] = None
+        if len(self.sessions) > MAX_SESSIONS:
+            old = next(iter(self.sessions))
+            del self.sessions[old]
+            for table in (self.lists, self.texts):
+                for key in [k for k in table if k[0] == old]:
+                    del table[key]
+
+    def _object(
+        self,
+        obj: dict[str, msgspec.Raw],
+        name: str,
+        session: str,
+        body: list[bytes],
+        whole: list[bytes],
+        parts: _Parts,
+    ) -> None:
+        """An object's JSON into ``body`` (items and long texts as ids) and ``whole`` (as
+        ``sharing.PartTable`` rebuilds it); ``name`` is its field ("" for the trace)."""
+        lists, texts = LIST_FIELDS.get(name, ()), TEXT_FIELDS.get(name, ())
+        sep = b"{"
+        for key, value in obj.items():
+            head = sep + _encode(key) + b":"
+            body.append(head)
+            whole.append(head)
+            sep = b","
+            data = bytes(value)
+            first = data[:1]
+            if not name and key in LIST_FIELDS and first == b"{":
+                self._object(_OBJECT.decode(data), key, session, body, whole, parts)
+            elif key in lists and first == b"[":
+                self._items(data, (session, f"{name}.{key}"), body, whole, parts)
+            elif key in texts and first == b"[":
+                raise _NotShareable  # a list here would be read as part ids
+            elif key in texts and first == b'"' and len(data) >= MIN_SHARED_TEXT:
+                self._text(data, (session, f"{name}.{key}"), body, whole, parts)
+            else:
+                body.append(data)
+                whole.append(data)
+        end = b"}" if obj else b"{}"
+        body.append(end)
+        whole.append(end)
+
+    def _items(
+        self,
+        data: bytes,
+        key: tuple[str, str],
+        body: list[bytes],
+        whole: list[bytes],
+        parts: _Parts,
+    ) -> None:
+        """A list field: each item a part (an item at the same place of the session's last
+        trace, with the same bytes, keeps its id unhashed)."""
+        items = [bytes(r) for r in _LIST.decode(data)]
+        if not all(i[:1] == b"{" for i in items):
+            raise _NotShareable  # a string item would be read as a part id
+        prev, prev_ids = self.lists.get(key, ([], []))
+        n = len(prev)
+        if items[:n] == prev:  # the last call's list and more (compared at C speed)
+            ids = prev_ids + [part_id(i) for i in items[n:]]
+        else:
+            ids = [
+                prev_ids[k] if k < n and prev[k] == item else part_id(item)
+                for k, item in enumerate(items)
+            ]
+        self.lists[key] = (items, ids)
+        refs = [parts.ref(p, i) for p, i in zip(ids, items, strict=True)]
+        body.append(b"[" + b",".join(refs) + b"]")
+        whole.append(b"[" + b",".join(items) + b"]")
+
+    def _text(
+        self,
+        data: bytes,
+        key: tuple[str, str],
+        body: list[bytes],
+        whole: list[bytes],
+        parts: _Parts,
+    ) -> None:
+        """A long text: the pieces of the session's last trace it starts with, and the
+        rest as one new piece (each a JSON string of the exact bytes between the quotes)."""
+        content = data[1:-1]
+        pieces: list[tuple[bytes, str]] = []
+        pos = 0
+        for piece, pid in self.texts.get(key, []):
+            if not content.startswith(piece, pos):
+                break
+            pieces.append((piece, pid))
+            pos += len(piece)
+        if pos < len(content) or not pieces:
+            rest = content[pos:]
+            pieces.append((rest, part_id(b'"' + rest + b'"')))
+        refs = [parts.ref(pid, b'"' + piece + b'"') for piece, pid in pieces]
+        self.texts[key] = pieces
+        body.append(b"[" + b",".join(refs) + b"]")
+        whole.append(data)
+
+
+def split_all(items: list[tuple[Any, bytes]], splitter: Splitter) -> list[Split | None]:
+    """Each (trace, JSON) of a batch split (None: stored whole), in order."""
+    return [splitter.split(raw, trace.session_id) for trace, raw in items]
+
+
+__all__ = ["MAX_SESSIONS", "Split", "Splitter", "part_id", "split_all"]
