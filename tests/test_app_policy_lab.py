@@ -297,3 +297,21 @@ def test_a_policy_is_its_moved_knobs_and_the_lab_offers_the_sessions_tools(
     policies = [{"preset": EDITING}, {"preset": "swe-agent-masking"}]
     evaluate(session, policies, price_table(), workers=1, progress=lambda d, n: seen.append((d, n)))
     assert seen == [(1, 2), (2, 2)]
+
+
+def test_a_typed_knob_value_is_shown_as_text_never_as_markup(session: list[Trace]) -> None:
+    """A placeholder holding markup: the policy's name shows it as text in the expander's
+    label, the table and the chart (plotly reads a subset of HTML in its labels)."""
+    from app_support import EVIL_IMG, EVIL_LINK
+
+    policy = "langchain-context-editing"
+    at = lab(session[0].session_id)
+    ok(at.multiselect(key="rp_lab_policies").set_value([policy]).run())
+    ok(at.text_input(key=f"rp_lab_{policy}_placeholder").set_value(EVIL_IMG + EVIL_LINK).run())
+    name = f"{policy} placeholder={EVIL_IMG}{EVIL_LINK}"
+    assert [e.label for e in at.expander] == [views.md(name)]
+    ok(at.button(key="rp_lab_run").click().run())
+    assert list(at.dataframe[0].value["policy"]) == [RECORDED, name]
+    texts = [t for d in chart(at)["data"] for t in [d["name"], *d["hovertext"]]]
+    assert not any("<img" in t for t in texts), texts
+    assert sum("&lt;img" in t for t in texts) == 2, texts  # its name and its hover

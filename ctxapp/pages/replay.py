@@ -399,10 +399,11 @@ def _policy_knobs(preset: str, tools: list[str]) -> dict[str, Any]:
     }
     title = policy_label(policy_lab.policy(preset, held))
     if not names:
-        st.caption(f"{title}: no knobs (it rebuilds the request as it was sent)")
+        st.caption(views.md(f"{title}: no knobs (it rebuilds the request as it was sent)"))
         return {"preset": preset}
     values: dict[str, Any] = {}
-    with st.expander(title, expanded=False):
+    # a text knob's value (a placeholder) is typed by the user: a label, not markdown
+    with st.expander(views.md(title), expanded=False):
         cols = st.columns(3)
         for k, name in enumerate(names):
             with cols[k % 3]:
