@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     load = _load()
     found, wall, cpu = _timed(sessions)
     calls = sum(len(ts) for _, ts in found)
-    print(f"{len(found)} sessions, {calls:,} calls; loaded in {wall:.1f} s ({cpu:.1f} s CPU)")
+    print(
+        f"{len(found)} sessions, {calls:,} calls; loaded in {wall:.1f} s ({cpu:.1f} s CPU)",
+        flush=True,
+    )
     times: dict[str, Any] = {"load": {"wall": wall, "cpu": cpu, "load": load}}
     load = _load()
     scores, wall, cpu = _timed(lambda: table(found, args.model))
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.evaluate:
         traces = [t for _, ts in found for t in ts]
         load = _load()
-        _, wall, cpu = _timed(lambda: evaluate(traces, list(POLICIES), price_table()))
+        _, wall, cpu = _timed(lambda: evaluate(traces, list(POLICIES), price_table(), workers=1))
         times["evaluate"] = {"wall": wall, "cpu": cpu, "load": load}
     print(f"\n{len(found)} sessions x {len(POLICIES)} policies")
     print("| path | wall s | CPU s | load at start |\n|---|---:|---:|---|")
