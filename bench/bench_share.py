@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,57 @@ import sys
 from ctxcore.formats.load import iter_traces
 print(sum(1 for _ in iter_traces(sys.argv[1], "trace")))
 """
+
+
+#: What no import of the log can go under, each part timed alone in a fresh process
+#: (CPU seconds): the interpreter and the command's imports, loading the tokenizer, reading
+#: and decoding every line (msgspec, the fastest JSON reader here), and counting every
+#: text the importer counts (each message once) on one thread.
+_FLOOR = """
+import sys, time
+c0 = time.process_time()
+import ctxcore.cli, ctxcore.cli.exchange, ctxcore.formats.sessions, ctxcore.pipeline.ctxscope
+c1 = time.process_time()
+from ctxcore.formats.derive import tokenizer_for_model
+from ctxcore.tokens import get_backend
+backend = get_backend(tokenizer_for_model(sys.argv[2] or None))
+c2 = time.process_time()
+import msgspec
+with open(sys.argv[1], "rb") as fh:
+    n = sum(1 for line in fh if line.strip() and msgspec.json.decode(line) is not None)
+c3 = time.process_time()
+from ctxcore.formats import sessions
+from ctxcore.formats.sessions import calls
+texts = []
+start = calls._start_counting
+def grab(todo):
+    for items in todo.values():
+        texts.extend(it.entry.content for it in items)
+    return start(todo)
+calls._start_counting = grab
+for _ in sessions.iter_file(sys.argv[1], "claude-code"):
+    pass
+c4 = time.process_time()
+backend.count(texts, 1)
+c5 = time.process_time()
+print(c1 - c0, c2 - c1, c3 - c2, c5 - c4, sum(map(len, texts)))
+"""
+
+
+def floor(log: Path, model: str) -> list[tuple[str, dict[str, Any]]]:
+    """The floor's parts (``_FLOOR``) as table rows (CPU time only)."""
+    r = _child([sys.executable, "-c", "pass"])  # the bare interpreter
+    bare = r["cpu"]
+    got = _child([sys.executable, "-c", _FLOOR, str(log), model])
+    imports, load, decode, count, chars = (float(x) for x in got["out"].split())
+    rows = [
+        ("floor: interpreter", bare),
+        ("floor: + the command's imports", imports),
+        ("floor: + loading the tokenizer", load),
+        ("floor: + decoding every line (msgspec)", decode),
+        (f"floor: + counting {chars / 1e6:.0f}M chars once (1 thread)", count),
+    ]
+    return [(label, {"wall": cpu, "cpu": cpu, "peak_mb": 0, "size": None}) for label, cpu in rows]
 
 
 #: Runs its arguments as a child and reports that child's CPU time and peak RSS
@@ -96,6 +148,9 @@ def run(log: Path, work: Path, ccl: str | None) -> list[tuple[str, dict[str, Any
         r["size"] = html.stat().st_size if html.exists() else None
         r["traces"] = None
         rows.append(("claude-code-log (HTML)", r))
+    first = log.open("rb").read(1 << 20).decode("utf-8", "replace")
+    model = next(iter(re.findall(r'"model"\s*:\s*"([^"]+)"', first)), "")
+    rows += floor(log, model)
     return rows
 
 
@@ -135,6 +190,11 @@ def table(log: Path, rows: list[tuple[str, dict[str, Any]]]) -> str:
         f"targets: output <= {TARGET_RATIO:.0f}x the log: {ratio:.2f}x "
         f"{'ok' if ratio <= TARGET_RATIO else 'MISSED'}; >= {TARGET_MBPS:.0f} MB/s end to end: "
         f"{rate:.1f} MB/s {'ok' if rate >= TARGET_MBPS else 'MISSED'}"
+    )
+    parts = [r["cpu"] for label, r in rows if label.startswith("floor:")]
+    out.append(
+        f"floor (the rows marked floor, CPU s, wall = CPU): {sum(parts):.2f} s = "
+        f"{mb / sum(parts):.1f} MB/s at best on one CPU, before any trace is made or written"
     )
     out.append(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end")
     return "\n".join(out)
