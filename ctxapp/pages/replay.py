@@ -383,7 +383,7 @@ def _control(preset: str, name: str, tools: list[str]) -> Any:
         choices = list(spec.choices)
         return st.selectbox(spec.label, choices, index=choices.index(d), key=key, help=help)
     if spec.kind == "list":
-        options = list(dict.fromkeys([*(spec.choices or tools), *d]))
+        options = list(dict.fromkeys([*(spec.choices or tools), *(d or [])]))
         return st.multiselect(spec.label, options, default=d, key=key, help=help)
     return st.text_input(spec.label, value=d or "", key=key, help=help)
 
@@ -591,6 +591,10 @@ def _lab_grid(sid: str, traces: list[Trace], policies: list[dict[str, Any]], flo
     ys_text = c2.text_input(
         f"{y} values", policy_lab.grid_values(preset, y), key=f"rp_grid_ys_{preset}_{y}"
     )
+    empty = [name for name, text in ((x, xs_text), (y, ys_text)) if not text.strip()]
+    if empty:
+        st.info(f"Give the values of {' and '.join(empty)}, separated by commas.")
+        return
     try:
         values = grid_from(preset, [f"{x}={xs_text}", f"{y}={ys_text}"])
     except InputError as exc:

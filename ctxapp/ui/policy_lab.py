@@ -84,9 +84,9 @@ def policy(preset: str, values: Mapping[str, Any]) -> dict[str, Any]:
     away from the preset's default (a computed default left empty stays computed)."""
     out: dict[str, Any] = {"preset": preset}
     for name in knob_names(preset):
-        v = values.get(name)
-        if v is None or _same(v, default_of(preset, name)):
-            continue
+        v, d = values.get(name), default_of(preset, name)
+        if v is None or _same(v, d) or (d is None and v == []):
+            continue  # at the default; an empty list whose default is computed: computed
         spec = registry.BY_NAME[name]
         out[name] = int(v) if spec.kind == "int" else round(float(v), 6) if spec.numeric else v
     return out
@@ -310,8 +310,16 @@ class Grid:
 
 
 def grid_knobs(preset: str) -> list[str]:
-    """The knobs of ``preset`` a grid may sweep: its numeric ones."""
-    return [n for n in knob_names(preset) if registry.BY_NAME[n].numeric]
+    """The knobs of ``preset`` a grid may sweep: those ``ctxscope tune`` searches by default
+    (``default_grid``), then its other numeric knobs with a default of their own (a count the
+    preset computes has no values to start from)."""
+    tuned = list(default_grid(preset))
+    rest = [
+        n
+        for n in knob_names(preset)
+        if registry.BY_NAME[n].numeric and n not in tuned and default_of(preset, n) is not None
+    ]
+    return tuned + rest
 
 
 def grid_values(preset: str, name: str) -> str:
