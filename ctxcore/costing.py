@@ -31,13 +31,14 @@ prompt carries.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from itertools import groupby
 from typing import Any, Literal
 
 from ctxcore.cache import (
+    Block,
     CacheBreak,
     CallCache,
     Prompt,
@@ -161,9 +162,12 @@ def session_totals(calls: Iterable[CallCost]) -> SessionCost:
 
 
 @dataclass(frozen=True)
-class _Call:
+class CallSummary:
     """What costing keeps of a trace while its session is simulated: its place, the
-    cache's view of its prompt and its output tokens."""
+    cache's view of its prompt and its output tokens. A function of the trace alone
+    (``summarize``), so the store keeps it beside the trace (``encode_summary``) and a
+    session is costed from its summaries without reading its traces (docs/design.md,
+    "Cost and prices", Summaries)."""
 
     at: datetime
     turn: int
@@ -195,10 +199,11 @@ def cache_group(trace: Trace) -> str:
     return root if isinstance(root, str) and root else trace.session_id
 
 
-def _call(trace: Trace, reader: PromptReader | None = None) -> _Call:
+def summarize(trace: Trace, reader: PromptReader | None = None) -> CallSummary:
     """What costing keeps of ``trace``; ``reader`` is its session's (the calls before it
-    read by the same reader are not hashed or counted again), else a fresh one."""
-    return _Call(
+    read by the same reader are not hashed or counted again), else a fresh one: the
+    summary is the same either way."""
+    return CallSummary(
         at=trace.input.now,
         turn=trace.turn,
         session_id=trace.session_id,
@@ -253,7 +258,7 @@ def _priced(model: str, usage: TokenUsage, prices: PriceTable) -> float | None:
     return None if found is None else found.total_usd
 
 
-def _costed(call: _Call, sim: CallCache, prices: PriceTable) -> CallCost:
+def _costed(call: CallSummary, sim: CallCache, prices: PriceTable) -> CallCost:
     usage = simulated_usage(sim, call.output_tokens)
     recorded = call.prompt.recorded
     model = call.prompt.model
@@ -279,9 +284,10 @@ def _costed(call: _Call, sim: CallCache, prices: PriceTable) -> CallCost:
     )
 
 
-def _session(calls: list[_Call], prices: PriceTable) -> list[CallCost]:
-    """One session's calls costed, in the order they were sent (``input.now``, then
-    turn)."""
+def cost_calls(calls: Iterable[CallSummary], prices: PriceTable) -> list[CallCost]:
+    """One session's calls (its side chains with it: one cache) costed from their
+    summaries, in the order they were sent (``input.now``, then turn): ``session_costs``
+    without the traces."""
     ordered = sorted(calls, key=lambda c: (c.at, c.turn))
     sims = simulate((c.prompt for c in ordered), prices)
     return [_costed(c, s, prices) for c, s in zip(ordered, sims, strict=True)]
@@ -299,7 +305,7 @@ class RunningCosts:
 
     def add(self, trace: Trace) -> CallCost:
         """The next call, costed after every call fed before it."""
-        call = _call(trace, self._reader)
+        call = summarize(trace, self._reader)
         return _costed(call, self._cache.add(call.prompt), self.prices)
 
 
@@ -307,7 +313,7 @@ def session_costs(traces: Iterable[Trace], prices: PriceTable) -> list[CallCost]
     """The cost of each call of one session (its side chains with it: one cache), in the
     order they were sent."""
     reader = PromptReader()
-    return _session([_call(t, reader) for t in traces], prices)
+    return cost_calls([summarize(t, reader) for t in traces], prices)
 
 
 def session_groups(traces: Iterable[Trace], prices: PriceTable) -> Iterator[list[CallCost]]:
@@ -317,9 +323,9 @@ def session_groups(traces: Iterable[Trace], prices: PriceTable) -> Iterator[list
     read (``PromptReader``: a message the calls before it carried is not hashed or counted
     again)."""
     reader = PromptReader()
-    calls = (_call(t, reader) for t in traces)
+    calls = (summarize(t, reader) for t in traces)
     for _, group in groupby(calls, key=lambda c: c.group):
-        yield _session(list(group), prices)
+        yield cost_calls(group, prices)
 
 
 def costs(traces: Iterable[Trace], prices: PriceTable) -> Iterator[CallCost]:
@@ -327,6 +333,114 @@ def costs(traces: Iterable[Trace], prices: PriceTable) -> Iterator[CallCost]:
     call after another)."""
     for group in session_groups(traces, prices):
         yield from group
+
+
+# --------------------------------------------------------------------------- summaries
+
+#: a ``Block``'s fields that, with its key, tell two alike blocks apart (the key is a
+#: digest of the text; ``text`` and ``tools`` follow from it)
+_BLOCK_ID = tuple(f.name for f in fields(Block) if f.name not in ("text", "tools"))
+#: a ``Block``'s fields, in the order a stored summary lists them: those first
+_BLOCK_ROW = (*_BLOCK_ID, "text", "tools")
+_ID_LEN = len(_BLOCK_ID)
+
+
+def encode_summary(call: CallSummary, version: str) -> bytes:
+    """``call`` as the store keeps it (UTF-8 JSON), marked with ``version``: the code that
+    made it (``diagnostics.fingerprint``; a summary of other code is made again from the
+    trace, ``decode_summaries``)."""
+    p = call.prompt
+    data = {
+        "v": version,
+        "at": call.at.isoformat(),
+        "turn": call.turn,
+        "session": call.session_id,
+        "group": call.group,
+        "output": call.output_tokens,
+        "trace_id": p.trace_id,
+        "prompt_at": p.at.isoformat(),
+        "model": p.model,
+        "recorded": None if p.recorded is None else p.recorded.model_dump(mode="json"),
+        "compaction": p.compaction,
+        "provider_reason": p.provider_reason,
+        "prompt_session": p.session_id,
+        "blocks": [[getattr(b, n) for n in _BLOCK_ROW] for b in p.blocks],
+    }
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _Blocks:
+    """The blocks of the summaries read together: one ``Block`` per distinct block (a
+    session's calls repeat their messages)."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[Any, ...], Block] = {}
+
+    def block(self, row: list[Any]) -> Block:
+        ident = tuple(row[:_ID_LEN])
+        made = self._made.get(ident)
+        if made is None:
+            values = dict(zip(_BLOCK_ROW, row, strict=True))
+            values["tools"] = tuple(tuple(pair) for pair in values["tools"])
+            made = self._made[ident] = Block(**values)
+        return made
+
+
+def _decoded(data: dict[str, Any], blocks: _Blocks) -> CallSummary:
+    """A summary from its stored JSON (``encode_summary``)."""
+    rec = data["recorded"]
+    prompt = Prompt(
+        trace_id=data["trace_id"],
+        at=datetime.fromisoformat(data["prompt_at"]),
+        model=data["model"],
+        blocks=tuple(blocks.block(row) for row in data["blocks"]),
+        recorded=None if rec is None else TokenUsage.model_validate(rec),
+        compaction=data["compaction"],
+        provider_reason=data["provider_reason"],
+        session_id=data["prompt_session"],
+    )
+    return CallSummary(
+        at=datetime.fromisoformat(data["at"]),
+        turn=data["turn"],
+        session_id=data["session"],
+        group=data["group"],
+        prompt=prompt,
+        output_tokens=data["output"],
+    )
+
+
+def decode_summaries(raws: Iterable[bytes | None], version: str) -> list[CallSummary | None]:
+    """The summaries the store kept (``encode_summary``), in order; ``None`` for one not
+    kept or made by code other than ``version`` (its trace is to be summarized again)."""
+    blocks = _Blocks()
+    out: list[CallSummary | None] = []
+    for raw in raws:
+        data = json.loads(raw) if raw is not None else None
+        if isinstance(data, dict) and data.get("v") == version:
+            out.append(_decoded(data, blocks))
+        else:
+            out.append(None)
+    return out
+
+
+def stored_calls(
+    trace_ids: Sequence[str],
+    stored: Mapping[str, bytes],
+    version: str,
+    load: Callable[[list[str]], Iterable[Trace]],
+) -> list[CallSummary]:
+    """The summaries of ``trace_ids``, in their order: those ``stored`` by code of
+    ``version`` as they are, the rest (stored before summaries were, or by other code)
+    summarized from their traces, which ``load`` reads (by id, in the order given)."""
+    decoded = decode_summaries([stored.get(t) for t in trace_ids], version)
+    missing = [t for t, c in zip(trace_ids, decoded, strict=True) if c is None]
+    if missing:
+        reader = PromptReader()
+        made = {t.trace_id: summarize(t, reader) for t in load(missing)}
+        decoded = [
+            c if c is not None else made.get(t) for t, c in zip(trace_ids, decoded, strict=True)
+        ]
+    return [c for c in decoded if c is not None]
 
 
 # --------------------------------------------------------------------------- waste
@@ -496,18 +610,24 @@ def thinking_turn(trace: Trace) -> ThinkingTurn:
 __all__ = [
     "TOKEN_FIELDS",
     "CallCost",
+    "CallSummary",
     "ServerCost",
     "SessionCost",
     "ThinkingTurn",
     "ToolCost",
     "ToolTally",
     "cache_group",
+    "cost_calls",
     "costs",
+    "decode_summaries",
+    "encode_summary",
     "mcp_server",
     "session_costs",
     "session_groups",
     "session_totals",
     "simulated_usage",
+    "stored_calls",
+    "summarize",
     "thinking_turn",
     "tool_costs",
 ]

@@ -21,6 +21,7 @@ ALL_VERSIONS = [
     (6, "small_values"),
     (7, "usage"),
     (8, "shared_parts"),
+    (9, "cost_parts"),
 ]
 
 # The schema the app and the charts are written against (docs/design.md, "Store").
@@ -28,6 +29,7 @@ FRESH_SCHEMA: dict[str, list[tuple[str, str]]] = {
     "contents": [
         ("cid", "BIGINT"), ("part", "INTEGER"), ("text", "VARCHAR"), ("tail", "VARCHAR"),
     ],
+    "cost_parts": [("tseq", "BIGINT"), ("part", "INTEGER"), ("data", "BLOB")],
     "decisions": [
         ("tseq", "BIGINT"), ("trace_id", "VARCHAR"), ("ord", "INTEGER"),
         ("packet_id", "VARCHAR"), ("kind", "VARCHAR"), ("tokens_before", "BIGINT"),

@@ -301,6 +301,27 @@ def test_each_calls_model_and_usage_are_listed_without_its_trace(store: Store) -
         assert (row.model, *(getattr(row, n) for n in USAGE)) == _usage_of(by_id[row.trace_id])
 
 
+@covers("Store.cost_summaries")
+def test_each_calls_cost_summary_is_stored_with_it(store: Store) -> None:
+    from ctxcore.costing import decode_summaries, summarize
+    from ctxcore.formats.load import load_file
+
+    # a real Claude Code log with recorded usage and a side chain, through add_traces; demo
+    # traces through the bulk writer (not diagnosed there: the summary is stored all the same)
+    logged = list(load_file(CLAUDE_CODE / "ccviewer-task-sidechain-session.jsonl"))
+    plain = demo("toolchat-ctxscope.jsonl")[:3]
+    store.add_traces(logged)
+    with store.bulk_writer() as w:
+        w.add(rows_of(plain))
+        w.commit()
+    ids = [t.trace_id for t in logged + plain]
+    got = store.cost_summaries([*ids, "no-such-trace"])
+    assert sorted(got) == sorted(ids)
+    decoded = decode_summaries([got[i] for i in ids], diagnostics.fingerprint())
+    assert decoded == [summarize(t) for t in logged + plain]
+    assert store.cost_summaries([]) == {}
+
+
 @covers("Store.list_findings", "Store.stored_findings")
 def test_findings_are_listed_and_read_back_by_fingerprint(
     store: Store, recorded: list[Trace]

@@ -31,7 +31,7 @@ import streamlit as st
 from ctxcore import settings
 from ctxcore.cli import app as cli_app
 from ctxcore.cost import PriceTable, price_table
-from ctxcore.costing import CallCost, cache_group, session_costs
+from ctxcore.costing import CallCost, CallSummary, cost_calls, stored_calls
 from ctxcore.diagnostics import (
     INGEST_OPTIONS,
     Counterfactual,
@@ -574,14 +574,26 @@ def prices() -> PriceTable:
 
 @st.cache_resource(max_entries=8, show_spinner="Costing the session…")
 def _session_costs(db: str, session_id: str, ver: int) -> list[CallCost]:
-    traces = session_traces(session_id)
-    if not traces:
+    calls = _cost_summaries(session_id)
+    if not calls:
         return []
-    group = cache_group(traces[0])
-    if group != session_id:  # a side chain shares its parent session's cache
-        traces = session_traces(group) + traces
-    calls = session_costs(traces, prices())
-    return [c for c in calls if c.session_id == session_id]
+    if calls[0].group != session_id:  # a side chain shares its parent session's cache
+        calls = _cost_summaries(calls[0].group) + calls
+    return [c for c in cost_calls(calls, prices()) if c.session_id == session_id]
+
+
+def _cost_summaries(session_id: str, limit: int = 500) -> list[CallSummary]:
+    """A session's cost summaries as the store keeps them, in turn order, without reading
+    its traces (a trace stored without one is read and summarized)."""
+    page = list_traces(
+        TraceFilter(session_id=session_id), sort="turn", descending=False, limit=limit
+    )
+    ids = [r.trace_id for r in page.rows]
+
+    def load(missing: list[str]) -> list[Trace]:
+        return [Trace.model_validate_json(raw) for _, raw in store().traces_json(missing)]
+
+    return stored_calls(ids, store().cost_summaries(ids), fingerprint(), load)
 
 
 def session_call_costs(session_id: str) -> list[CallCost]:

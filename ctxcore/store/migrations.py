@@ -492,6 +492,17 @@ def _m008_share(
         con.from_arrow(rows_of).insert_into(name)
 
 
+def m009_cost_parts(con: duckdb.DuckDBPyConnection) -> None:
+    """Each trace's cost summary (``rows.COST_PARTS``: ``costing.encode_summary``, packed,
+    in pieces), written with the trace, so that a session is costed without reading its
+    traces (docs/design.md, "Cost and prices"). A trace stored before has none: its
+    reader summarizes it from its JSON."""
+    con.execute(
+        "CREATE TABLE cost_parts (tseq BIGINT NOT NULL, part INTEGER NOT NULL, "
+        "data BLOB USING COMPRESSION uncompressed NOT NULL)"
+    )
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "findings", m002_findings),
@@ -501,6 +512,7 @@ MIGRATIONS: tuple[Step, ...] = (
     Step(6, "small_values", m006_small_values),
     Step(7, "usage", m007_usage),
     Step(8, "shared_parts", m008_shared_parts),
+    Step(9, "cost_parts", m009_cost_parts),
 )
 
 LATEST = MIGRATIONS[-1].version

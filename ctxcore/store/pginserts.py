@@ -42,6 +42,7 @@ CHILD_TABLES = (
     "decisions",
     "partitions",
     "findings",
+    "cost_parts",
 )
 
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")

@@ -280,11 +280,21 @@ def m004_shared_parts(con: psycopg.Connection) -> None:
     con.execute("CREATE INDEX part_packs_pack ON part_packs (pack, part)")
 
 
+def m005_cost_parts(con: psycopg.Connection) -> None:
+    """Each trace's cost summary in pieces, as DuckDB's migration 9 keeps it
+    (``rows.COST_PARTS``); a trace stored before has none."""
+    con.execute(
+        "CREATE TABLE cost_parts (tseq BIGINT NOT NULL, part INTEGER NOT NULL, "
+        "data BYTEA NOT NULL, PRIMARY KEY (tseq, part))"
+    )
+
+
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "tokens", m002_tokens),
     Step(3, "partitions", m003_partitions),
     Step(4, "shared_parts", m004_shared_parts),
+    Step(5, "cost_parts", m005_cost_parts),
 )
 
 LATEST = MIGRATIONS[-1].version

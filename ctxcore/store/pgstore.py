@@ -44,7 +44,14 @@ from ctxcore.store.records import (
     TraceRow,
     UsageRow,
 )
-from ctxcore.store.rows import TAIL_CHARS, RowBatch, diagnose_trace, prepare, utc_naive
+from ctxcore.store.rows import (
+    TAIL_CHARS,
+    RowBatch,
+    diagnose_trace,
+    prepare,
+    unpack_summary,
+    utc_naive,
+)
 
 log = logging.getLogger("ctxscope.store")
 
@@ -332,6 +339,19 @@ class PgStore:
                 out += [found[tid] for tid in chunk if tid in found]
         finally:
             release()
+        return out
+
+    @_reading
+    def cost_summaries(self, trace_ids: Sequence[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for i in range(0, len(trace_ids), 1000):
+            rows = self._rows(
+                "SELECT t.trace_id, string_agg(c.data, ''::bytea ORDER BY c.part) "
+                "FROM traces t JOIN cost_parts c ON c.tseq = t.tseq "
+                "WHERE t.trace_id = ANY(%s) GROUP BY t.trace_id",
+                [list(trace_ids[i : i + 1000])],
+            )
+            out.update({tid: unpack_summary(bytes(b)) for tid, b in rows})
         return out
 
     @_reading

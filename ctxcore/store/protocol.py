@@ -233,6 +233,12 @@ class Store(Protocol):
         """How many traces wait for their findings (``diagnose_pending``)."""
         ...
 
+    def cost_summaries(self, trace_ids: Sequence[str]) -> dict[str, bytes]:
+        """The cost summary stored with each of ``trace_ids`` (``costing.encode_summary``'s
+        JSON); a trace stored without one (before migration 9, or decoded without pydantic
+        and not diagnosed) is left out."""
+        ...
+
     # ---- ingest's state
     def ingest_errors(self, limit: int = 200) -> list[IngestErrorRow]:
         """The errors ingest recorded, newest first."""

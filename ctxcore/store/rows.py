@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,9 +35,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctxcore import diagnostics
+from ctxcore.cache import PromptReader
+from ctxcore.costing import encode_summary, summarize
 from ctxcore.errors import CtxscopeError
 from ctxcore.models import Finding, Status, Trace
-from ctxcore.store.codec import is_shared, join_parts, pack_json, pack_parts, pack_shared, part_ids
+from ctxcore.store.codec import (
+    is_shared,
+    join_parts,
+    pack_json,
+    pack_parts,
+    pack_shared,
+    part_ids,
+    unpack_json,
+)
 from ctxcore.store.splitting import Splitter
 
 log = logging.getLogger("ctxscope.store")
@@ -108,6 +119,23 @@ _SCHEMAS: dict[str, pa.Schema] = {
          ("evidence_json", _STR), ("fix_json", _STR)]
     ),
 }  # fmt: skip
+
+#: each trace's cost summary (``costing.encode_summary``, packed) in pieces of PART_BYTES,
+#: in order: a session is costed from them without reading its traces (docs/design.md,
+#: "Store")
+COST_PARTS = pa.schema([("tseq", _I64), ("part", _I32), ("data", pa.large_binary())])
+_SIZE = struct.Struct("<I")
+
+
+def pack_summary(raw: bytes) -> bytes:
+    """A cost summary's JSON as ``cost_parts`` keeps it: its length, then packed."""
+    return _SIZE.pack(len(raw)) + pack_json(raw)
+
+
+def unpack_summary(blob: bytes) -> bytes:
+    """The JSON ``pack_summary`` packed."""
+    (size,) = _SIZE.unpack_from(blob)
+    return unpack_json(blob[_SIZE.size :], size)
 
 
 def utc_naive(dt: datetime) -> datetime:
@@ -425,6 +453,10 @@ class RowBatch:
         self.text_digests: list[bytes] = []
         #: (tseq, packed JSON) of each trace, cut into ``trace_parts`` at the end
         self._blobs: list[tuple[int, bytes]] = []
+        #: (tseq, packed cost summary) of each trace, cut into ``cost_parts`` at the end;
+        #: one reader for the batch (a session's calls share their messages)
+        self._summaries: list[tuple[int, bytes]] = []
+        self._reader = PromptReader()
         #: the parts the batch's shared traces name (JSON by id)
         self._parts: dict[str, bytes] = {}
 
@@ -457,7 +489,15 @@ class RowBatch:
             self._partitions(trace.trace_id, tseq, result.partitions)
         else:
             tally = self._packets(trace, tseq)
-        findings, diagnosed_with = diagnose_trace(trace, raw) if self.diagnose else (None, None)
+        full = trace if isinstance(trace, Trace) else None
+        if self.diagnose and full is None:
+            full = Trace.model_validate_json(raw)
+        findings: list[Finding] | None = None
+        diagnosed_with: str | None = None
+        if self.diagnose and full is not None:
+            findings, diagnosed_with = diagnose_trace(full, raw)
+        if full is not None:
+            self._summary(full, tseq)
         max_sev = self.add_findings(trace.trace_id, tseq, findings) if findings else None
         values = self._trace_values(trace, tseq, tally)
         values.update(
@@ -474,6 +514,14 @@ class RowBatch:
         for c, v in values.items():
             t[c].append(v)
         self._blobs.append((tseq, blob))
+
+    def _summary(self, trace: Trace, tseq: int) -> None:
+        """Queue a trace's cost summary (``costing.summarize``), marked with the code that
+        made it. A trace decoded without pydantic and not diagnosed here has none: its
+        reader summarizes it from the trace (docs/design.md, "Cost and prices")."""
+        call = summarize(trace, self._reader)
+        raw = encode_summary(call, diagnostics.fingerprint())
+        self._summaries.append((tseq, pack_summary(raw)))
 
     def _decisions(self, trace: TraceLike, result: ResultLike, tseq: int) -> _Tally:
         """Queue a built trace's decision rows (each naming its packet's text); what they
@@ -647,6 +695,12 @@ class RowBatch:
             out["trace_parts"] = pa.Table.from_arrays(
                 [pa.array(tseqs[which], _I64), pa.array(number, _I32), data],
                 schema=_SCHEMAS["trace_parts"],
+            )
+        if self._summaries:
+            data, which, number = blob_parts([b for _, b in self._summaries])
+            tseqs = np.fromiter((t for t, _ in self._summaries), np.int64, len(self._summaries))
+            out["cost_parts"] = pa.Table.from_arrays(
+                [pa.array(tseqs[which], _I64), pa.array(number, _I32), data], schema=COST_PARTS
             )
         return out
 

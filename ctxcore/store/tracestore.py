@@ -54,7 +54,14 @@ from ctxcore.store.records import (
     TraceRow,
     UsageRow,
 )
-from ctxcore.store.rows import TAIL_CHARS, RowBatch, diagnose_trace, prepare, utc_naive
+from ctxcore.store.rows import (
+    TAIL_CHARS,
+    RowBatch,
+    diagnose_trace,
+    prepare,
+    unpack_summary,
+    utc_naive,
+)
 from ctxcore.store.writer import BulkWriter
 
 __all__ = [
@@ -313,6 +320,24 @@ class TraceStore:
             blobs = inserts.packed(cur, [int(r[1]) for r in rows])
             found = {r[0]: PackedTrace(r[0], blobs[int(r[1])], int(r[2])) for r in rows}
             out += [found[tid] for tid in chunk if tid in found]
+        return out
+
+    @_reading
+    def cost_summaries(self, trace_ids: Sequence[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        cur = self._cur()
+        for i in range(0, len(trace_ids), 1000):
+            res = cur.execute(
+                "SELECT t.trace_id, c.part, c.data FROM traces t JOIN cost_parts c "
+                "ON c.tseq = t.tseq WHERE t.trace_id IN (SELECT unnest(?::VARCHAR[]))",
+                [list(trace_ids[i : i + 1000])],
+            )
+            pieces: dict[str, dict[int, bytes]] = {}
+            while rows := res.fetchmany(10_000):  # in order by hand: see inserts.packed
+                for tid, part, data in rows:
+                    pieces.setdefault(tid, {})[int(part)] = data
+            for tid, got in pieces.items():
+                out[tid] = unpack_summary(b"".join(got[k] for k in sorted(got)))
         return out
 
     @_reading
