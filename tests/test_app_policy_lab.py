@@ -315,3 +315,29 @@ def test_a_typed_knob_value_is_shown_as_text_never_as_markup(session: list[Trace
     texts = [t for d in chart(at)["data"] for t in [d["name"], *d["hovertext"]]]
     assert not any("<img" in t for t in texts), texts
     assert sum("&lt;img" in t for t in texts) == 2, texts  # its name and its hover
+
+
+def test_ctxscopes_own_presets_are_policies_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A ctxscope-built session with ctxscope's presets as the policies: every knob drawn
+    (ctxscope's degrade ladder, computed by default, an empty box that stays computed), the
+    table is evaluate's, the grid offers only knobs with values to start from."""
+    import app_support as data
+
+    traces = data.session("sess-own", 3)
+    _store(traces, monkeypatch, tmp_path)
+    at = lab("sess-own")
+    ok(at.multiselect(key="rp_lab_policies").set_value(["ctxscope", "hello-agents"]).run())
+    assert at.multiselect(key="rp_lab_ctxscope_degrade").value == []
+    ok(at.button(key="rp_lab_run").click().run())
+    policies = [{"preset": "ctxscope"}, {"preset": "hello-agents"}]
+    want = evaluate(traces, policies, price_table(), workers=1)
+    frame = at.dataframe[0].value
+    assert list(frame["policy"]) == [s.label for s in want]
+    assert list(frame["input tokens"]) == [s.input_tokens for s in want]
+    assert at.selectbox(key="rp_grid_policy").options == ["ctxscope", "hello-agents"]
+    ok(at.selectbox(key="rp_grid_policy").set_value("hello-agents").run())
+    assert at.text_input(
+        key=f"rp_grid_xs_hello-agents_{at.selectbox(key='rp_grid_x_hello-agents').value}"
+    ).value
