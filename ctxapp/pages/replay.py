@@ -25,7 +25,7 @@ import streamlit as st
 from ctxapp.ui import knobs, policy_lab, state, views, widgets
 from ctxcore import figures, settings
 from ctxcore import knobs as registry
-from ctxcore.cli.tune_policy import grid_from, winner
+from ctxcore.cli.tune_policy import grid_from, session_sizes, winner
 from ctxcore.errors import InputError
 from ctxcore.models import Trace
 from ctxcore.pipeline import PRESET_NAMES, check_input_facts
@@ -562,14 +562,16 @@ def _open_picker(
         state.switch("playground", **policy_lab.playground_params(trace, score.settings or {}))
 
 
-def _grid_axes(policies: list[dict[str, Any]]) -> tuple[dict[str, Any], str, str] | None:
+def _grid_axes(
+    policies: list[dict[str, Any]], sizes: list[int]
+) -> tuple[dict[str, Any], str, str] | None:
     """The policy and its two knobs the grid sweeps (the policy's other knobs as set above)."""
     chosen = {str(p["preset"]): p for p in policies}
-    presets = [p for p in policy_lab.POLICIES if len(policy_lab.grid_knobs(p)) >= 2]
+    presets = [p for p in policy_lab.POLICIES if len(policy_lab.grid_knobs(p, sizes)) >= 2]
     offered = [p for p in presets if p in chosen] or presets
     c1, c2, c3 = st.columns([2, 1, 1])
     preset = c1.selectbox("Policy", offered, key="rp_grid_policy")
-    knobs = policy_lab.grid_knobs(preset)
+    knobs = policy_lab.grid_knobs(preset, sizes)
     x = c2.selectbox("x knob", knobs, key=f"rp_grid_x_{preset}")
     y = c3.selectbox("y knob", [k for k in knobs if k != x], key=f"rp_grid_y_{preset}_{x}")
     base = {k: v for k, v in chosen.get(preset, {"preset": preset}).items() if k not in (x, y)}
@@ -579,17 +581,18 @@ def _grid_axes(policies: list[dict[str, Any]]) -> tuple[dict[str, Any], str, str
 def _lab_grid(sid: str, traces: list[Trace], policies: list[dict[str, Any]], floor: float) -> None:
     """Two knobs of one policy swept into a grid coloured by $, recall in each cell."""
     st.subheader("Two knobs of one policy")
-    axes = _grid_axes(policies)
+    sizes = session_sizes(traces)
+    axes = _grid_axes(policies, sizes)
     if axes is None:
         return
     base, x, y = axes
     preset = str(base["preset"])
     c1, c2 = st.columns(2)
     xs_text = c1.text_input(
-        f"{x} values", policy_lab.grid_values(preset, x), key=f"rp_grid_xs_{preset}_{x}"
+        f"{x} values", policy_lab.grid_values(preset, x, sizes), key=f"rp_grid_xs_{preset}_{x}"
     )
     ys_text = c2.text_input(
-        f"{y} values", policy_lab.grid_values(preset, y), key=f"rp_grid_ys_{preset}_{y}"
+        f"{y} values", policy_lab.grid_values(preset, y, sizes), key=f"rp_grid_ys_{preset}_{y}"
     )
     empty = [name for name, text in ((x, xs_text), (y, ys_text)) if not text.strip()]
     if empty:

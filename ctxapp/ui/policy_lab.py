@@ -309,11 +309,11 @@ class Grid:
         return self.xs[k % len(self.xs)], self.ys[k // len(self.xs)]
 
 
-def grid_knobs(preset: str) -> list[str]:
+def grid_knobs(preset: str, sizes: Sequence[int] = ()) -> list[str]:
     """The knobs of ``preset`` a grid may sweep: those ``ctxscope tune`` searches by default
-    (``default_grid``), then its other numeric knobs with a default of their own (a count the
-    preset computes has no values to start from)."""
-    tuned = list(default_grid(preset))
+    on calls of ``sizes`` input tokens (``default_grid``), then its other numeric knobs with
+    a default of their own (a count the preset computes has no values to start from)."""
+    tuned = list(default_grid(preset, sizes))
     rest = [
         n
         for n in knob_names(preset)
@@ -322,10 +322,11 @@ def grid_knobs(preset: str) -> list[str]:
     return tuned + rest
 
 
-def grid_values(preset: str, name: str) -> str:
+def grid_values(preset: str, name: str, sizes: Sequence[int] = ()) -> str:
     """The values offered for a grid axis, as text: ``ctxscope tune``'s default grid for the
-    knob (``default_grid``), else its default alone."""
-    values = default_grid(preset).get(name) or [default_of(preset, name)]
+    knob on calls of ``sizes`` input tokens (a trigger at their quartiles: it fires on the
+    larger calls), else its default alone."""
+    values = default_grid(preset, sizes).get(name) or [default_of(preset, name)]
     return ", ".join(_shown(v) for v in values if v is not None)
 
 
