@@ -22,6 +22,7 @@ numbers (the machine is shared; targets are for reading).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from app_support import session  # noqa: E402
 
 from ctxcore.cost import price_table  # noqa: E402
-from ctxcore.costing import session_costs  # noqa: E402
+from ctxcore.costing import CallCost, cost_calls, session_costs, stored_calls  # noqa: E402
 from ctxcore.diagnostics import INGEST_OPTIONS, diagnose_session, fingerprint  # noqa: E402
 from ctxcore.models import Outcome, TokenUsage, Trace  # noqa: E402
 from ctxcore.store import TraceFilter, TraceStore  # noqa: E402
@@ -97,18 +98,33 @@ def build(db: Path, turns: int) -> float:
     return time.perf_counter() - t0
 
 
+def _summary_costs(store: TraceStore, ids: list[str]) -> list[CallCost]:
+    """The session costed as the Timeline costs it: from the store's cost summaries."""
+
+    def load(missing: list[str]) -> list[Trace]:
+        raise AssertionError(f"{len(missing)} traces have no stored summary")
+
+    calls = stored_calls(ids, store.cost_summaries(ids), fingerprint(), load)
+    return cost_calls(calls, price_table())
+
+
 def parts(db: Path) -> dict[str, float]:
-    """The cost's parts in this process: loading the session's traces, costing them."""
+    """The cost's parts in this process: the session costed from the store's summaries (the
+    Timeline's way); loading the session's traces and costing them (before summaries)."""
     with TraceStore(db, read_only=True) as store:
         t0 = time.perf_counter()
         rows = store.list_traces(TraceFilter(session_id=SESSION), sort="turn", limit=100_000)
-        traces = [t for r in rows.rows if (t := store.get_trace(r.trace_id)) is not None]
+        ids = [r.trace_id for r in rows.rows]
+        from_summaries = _summary_costs(store, ids)
+        summarized = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        traces = [Trace.model_validate_json(raw) for _, raw in store.traces_json(ids)]
         loaded = time.perf_counter() - t0
         stored = store.stored_findings([t.trace_id for t in traces], fingerprint())
     t0 = time.perf_counter()
     calls = session_costs(traces, price_table())
     costed = time.perf_counter() - t0
-    assert len(calls) == len(traces)
+    assert calls == from_summaries and len(calls) == len(traces)
     t0 = time.perf_counter()
     diag = diagnose_session(traces, options=INGEST_OPTIONS)
     diagnosed = time.perf_counter() - t0
@@ -117,6 +133,7 @@ def parts(db: Path) -> dict[str, float]:
     reused = time.perf_counter() - t0
     assert again == diag and len(stored) == len(traces)
     return {
+        "costs from the store's summaries (the page's way)": summarized,
         "load the session's traces": loaded,
         "session_costs over them": costed,
         "diagnose_session over them": diagnosed,
@@ -149,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--parts-only", action="store_true", help="the in-process parts alone")
     args = ap.parse_args(argv)
-    reason = browser_missing_reason()
+    reason = None if args.parts_only else browser_missing_reason()
     if reason:
         print(f"bench_timeline_cost: {reason}", file=sys.stderr)
         return 2
@@ -159,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     db = work / "ctxscope.duckdb"
     built = build(db, args.turns)
     inproc = parts(db)
+    if args.parts_only:
+        for name, seconds in inproc.items():
+            print(f"{name:<60} {seconds * 1000:>7.0f}ms")
+        print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+        return 0
     server = start_server(db, work / "traces", work, {"CTXSCOPE_NO_WATCH": "1"})
     opens: list[tuple[float, float]] = []
     asked = 0.0
@@ -176,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     print(f"\nstore: one session of {args.turns} turns with usage, built in {built:.1f} s")
-    head = f"{'measure':<52} {'target':>7} {'time':>9}"
+    head = f"{'measure':<60} {'target':>7} {'time':>9}"
     print(head)
     print("-" * len(head))
     rows = [("Timeline by URL, cold: the cost chart drawn", "1.5 s", opens[0][0]),
@@ -189,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("Diagnostics asked for: their chart drawn", "", asked))
     rows += [(f"  in process: {name}", "", seconds) for name, seconds in inproc.items()]
     for name, target, seconds in rows:
-        print(f"{name:<52} {target:>7} {seconds * 1000:>7.0f}ms")
+        print(f"{name:<60} {target:>7} {seconds * 1000:>7.0f}ms")
+    print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end")
     print(
         "\nTimed from the navigation to the cost chart drawn, and to the page settled (script "
         "finished, no stale elements); the diagnostics from the click on their button."

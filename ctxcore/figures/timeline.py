@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 from ctxcore.figures.common import (
@@ -53,23 +54,33 @@ def _cells(
     packets: Sequence[str],
     turns: Sequence[int],
     order: Sequence[str],
-) -> tuple[list[list[float | None]], list[list[str]]]:
+) -> tuple[np.ndarray, np.ndarray]:
     """The grid's values (the centre of the status's colour band, so that the band edges
     never decide the colour) and hover texts, a row a packet and a column a turn; blank
-    where a packet was not a candidate."""
+    where a packet was not a candidate. Object arrays (``None`` a blank value), which
+    plotly takes whole where it walks nested lists value by value; each distinct text is
+    escaped once (a long session repeats its packet ids, kinds and reasons)."""
     code = {s: i for i, s in enumerate(order)}
     pidx = {p: i for i, p in enumerate(packets)}
     tidx = {t: i for i, t in enumerate(turns)}
-    z: list[list[float | None]] = [[None] * len(turns) for _ in packets]
-    hover: list[list[str]] = [[""] * len(turns) for _ in packets]
+    z = np.full((len(packets), len(turns)), None, dtype=object)
+    hover = np.full((len(packets), len(turns)), "", dtype=object)
+    shown: dict[tuple[object, int], str] = {}
+
+    def once(text: object, limit: int = 300) -> str:
+        got = shown.get((text, limit))
+        if got is None:
+            got = shown[(text, limit)] = esc(text, limit)
+        return got
+
     for r in rows:
         i, j = pidx[str(r["packet_id"])], tidx[int(r["turn"])]
         status = str(r["status"])
-        z[i][j] = code.get(status, len(order) - 1) + 0.5
-        hover[i][j] = (
-            f"<b>{esc(r['packet_id'], 120)}</b><br>turn {r['turn']} · {esc(r.get('kind', ''))}"
-            f"<br>{esc(status)} · {esc(r.get('reason', ''))} · {int(r.get('tokens_after') or 0):,}"
-            " tokens"
+        z[i, j] = code.get(status, len(order) - 1) + 0.5
+        hover[i, j] = (
+            f"<b>{once(r['packet_id'], 120)}</b><br>turn {r['turn']} · {once(r.get('kind', ''))}"
+            f"<br>{once(status)} · {once(r.get('reason', ''))} · "
+            f"{int(r.get('tokens_after') or 0):,} tokens"
         )
     return z, hover
 
