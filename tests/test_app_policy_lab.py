@@ -118,6 +118,17 @@ def test_the_table_and_the_chart_are_evaluates_figures(session: list[Trace]) -> 
     said = views.md("On the recording's spot (same $ and recall): openhands-observation-masking")
     assert said in [c.value for c in at.caption]
 
+    # a row selected: read whole beneath the table, and the policy the Playground opens
+    at.session_state["rp_lab_table"] = {"selection": {"rows": [2], "columns": [], "cells": []}}
+    ok(at.run())
+    (whole,) = [c.value for c in at.code if c.value.startswith("swe-agent-masking\n")]
+    assert f"$ with the cache: ${want[2].cost_usd:.4f}" in whole
+    assert (
+        f"input tokens: {want[2].input_tokens:,} ({want[2].input_tokens - want[0].input_tokens:+,})"
+        in whole
+    )
+    assert at.selectbox(key="rp_lab_open_policy").value == 1  # the policies after the baseline
+
     # a knob moved after the evaluation: said, and nothing is evaluated until the button
     ok(at.number_input(key="rp_lab_swe-agent-masking_n").set_value(3).run())
     assert any("settings changed" in w.value for w in at.warning)
