@@ -673,9 +673,15 @@ class RowBatch:
         """The batch's parts of shared traces, one row each."""
         if not self._parts:
             return None
+        datas = list(self._parts.values())
+        offsets = np.zeros(len(datas) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, datas), np.int64, len(datas)), out=offsets[1:])
+        # one buffer for all the JSON: pa.array copies bytes objects one by one, slowly
+        data = pa.Array.from_buffers(
+            _BIN, len(datas), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(datas))]
+        )
         return pa.Table.from_arrays(
-            [pa.array(list(self._parts), _STR), pa.array(list(self._parts.values()), _BIN)],
-            schema=_SCHEMAS["parts"],
+            [pa.array(list(self._parts), _STR), data], schema=_SCHEMAS["parts"]
         )
 
     def tables(self) -> dict[str, pa.Table]:
