@@ -585,20 +585,29 @@ class PgStore:
         offset: int = 0,
     ) -> TracePage:
         """One page, then the count of every match: two queries, so that the page is read
-        through the sort's index rather than after counting (and sorting) every match."""
+        through the sort's index rather than after counting (and sorting) every match; both
+        in one snapshot (REPEATABLE READ), so a commit between them cannot make the count
+        disagree with the page."""
         if sort not in _SORT_SQL:
             raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(_SORT_SQL)}")
         where, params = self._where(flt)
         order = "DESC" if descending else "ASC"
-        rows = self._rows(
-            f"SELECT {', '.join(_ROW_FIELDS)} FROM traces{where} "
-            f"ORDER BY {_SORT_SQL[sort]} {order}, tseq {order} LIMIT %s OFFSET %s",
-            [*params, int(limit), int(offset)],
-        )
-        if rows and offset == 0 and len(rows) < limit:
-            total = len(rows)
-        else:
-            total = self._one(f"SELECT count(*) FROM traces{where}", params)
+        con, release = self.checkout()
+        try:
+            with con.transaction():
+                con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                rows = con.execute(
+                    f"SELECT {', '.join(_ROW_FIELDS)} FROM traces{where} "
+                    f"ORDER BY {_SORT_SQL[sort]} {order}, tseq {order} LIMIT %s OFFSET %s",
+                    [*params, int(limit), int(offset)],
+                ).fetchall()
+                if rows and offset == 0 and len(rows) < limit:
+                    total = len(rows)
+                else:
+                    got = con.execute(f"SELECT count(*) FROM traces{where}", params).fetchone()
+                    total = int(got[0]) if got else 0
+        finally:
+            release()
         out = []
         for r in rows:
             d = dict(zip(_ROW_FIELDS, r, strict=True))
