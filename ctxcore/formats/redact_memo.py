@@ -36,10 +36,13 @@ _CLEAN: dict[str, int] = {}
 GROWING_MIN = 4096
 #: Growing texts kept (the most recent), and the characters of them kept at most.
 GROWING_KEPT = 64
-GROWING_MAX_CHARS = 32_000_000
+GROWING_MAX_CHARS = 8_000_000
 #: A clean JSON value this long or longer is remembered by its bytes (shorter ones cost
 #: less to take apart than to hash and keep).
 _MIN_KEPT_RAW = 64
+#: Bytes of clean JSON values remembered at most, then it starts over (a running session's
+#: parts are its context: far less; the decisions of a call whose budget moved are new).
+MAX_CLEAN_BYTES = 16_000_000
 #: How deep in a trace a clean JSON value is remembered: ``input.history[k]`` is 3 deep.
 _KEPT_DEPTH = 3
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -161,7 +164,7 @@ class Redactor:
         self.misses = 0
         self.growing = Growing()
         #: JSON values (as bytes) found clean: at least ``_MIN_KEPT_RAW`` bytes each, at
-        #: most ``max_chars`` bytes of them, then it starts over
+        #: most ``MAX_CLEAN_BYTES`` of them, then it starts over
         self._clean_raw: set[bytes] = set()
         self._raw_bytes = 0
 
@@ -206,7 +209,7 @@ class Redactor:
         else:
             return True  # a number, true, false or null
         if ok and depth >= _KEPT_DEPTH and len(raw) >= _MIN_KEPT_RAW:
-            if self._raw_bytes + len(raw) > self.max_chars:
+            if self._raw_bytes + len(raw) > MAX_CLEAN_BYTES:
                 self._clean_raw = set()
                 self._raw_bytes = 0
             self._clean_raw.add(raw)
@@ -268,4 +271,4 @@ class Redactor:
         return Trace.model_validate(data), counts
 
 
-__all__ = ["GROWING_MIN", "MAX_CHARS", "Growing", "Redactor"]
+__all__ = ["GROWING_MIN", "MAX_CHARS", "MAX_CLEAN_BYTES", "Growing", "Redactor"]
