@@ -128,6 +128,10 @@ def test_writers_racing_on_one_new_month_store_each_id_once(pg_server: Any) -> N
     assert row == (60, 60)
 
 
+#: the tables of migration 2's store that a batch's rows go into
+V2_TABLES = ("traces", "trace_parts", "contents", "decisions", "partitions", "findings")
+
+
 def test_a_store_of_migration_2_moves_into_partitions_whole(
     pg_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,7 +144,8 @@ def test_a_store_of_migration_2_moves_into_partitions_whole(
         pgschema.apply(con, upto=2)
         with con.transaction():  # the rows as migration 2's tables held them
             for name, table in prep.tables.items():
-                pginserts.copy_table(con, name, table)
+                if name in V2_TABLES:  # a table a later migration adds is not there yet
+                    pginserts.copy_table(con, name, table)
             con.execute("SELECT setval('trace_tseq', 100)")
             con.execute("SELECT setval('content_cid', 1000)")
         assert pgschema.apply(con)[0] == 3
