@@ -446,8 +446,10 @@ def test_no_credential_is_written_anywhere(workdir: Path, proxy: Proc) -> None:
         time.sleep(0.1)
     assert not any(spool.iterdir())
     secrets = [OPENAI_KEY, ANTHROPIC_KEY, "COOKIESECRET", "TESTSECRET"]
+    # every file the module's proxy wrote: this call's trace at least, and those of the
+    # tests before it that ran in this worker (pytest-xdist may give some to another)
     written = [p for p in (workdir / "traces").rglob("*") if p.is_file()]
-    assert len(written) >= 10
+    assert live(workdir, "secret") in written
     for path in written:
         data = path.read_bytes()
         assert not [s for s in secrets if s.encode() in data], path
