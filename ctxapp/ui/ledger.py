@@ -9,9 +9,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ctxapp.ui import state, widgets
+from ctxcore.costing import CallSummary
 from ctxcore.figures.common import LAYOUT, esc
 from ctxcore.ledger import Entry, Item, ledger
 from ctxcore.models import Trace
+from ctxcore.store import TraceFilter
 
 #: the compaction marks' colour (the status palette's "summarized" family, darker)
 MARK_COLOR = "#6a3d9a"
@@ -19,15 +21,46 @@ MARK_COLOR = "#6a3d9a"
 HOVER_ITEMS = 12
 
 
+def _compacted(call: CallSummary) -> bool:
+    """Whether a call's cost summary shows a compaction: the one a session log marks its
+    context as following, or a compaction summary among the messages it sent."""
+    p = call.prompt
+    return p.compaction is not None or any(
+        b.packet is not None and b.packet.startswith("compaction:") for b in p.blocks
+    )
+
+
+def ledger_trace_ids(session_id: str) -> list[str]:
+    """The traces a stored session's ledger reads, in turn order (its replay variants
+    aside), found from its cost summaries: none when no call shows a compaction; else from
+    the call before the first one to the last call (a lost item is searched for in every
+    call after its compaction). No call before the first compaction carries a mark or a
+    compaction summary, so the ledger of these traces is the whole session's."""
+    rows = state.list_traces(
+        TraceFilter(session_id=session_id), sort="turn", descending=False, limit=500
+    ).rows
+    summaries = {c.prompt.trace_id: c for c in state.session_summaries(session_id)}
+    ids = [r.trace_id for r in rows if "replay" not in r.tags]
+    for k, trace_id in enumerate(ids):
+        call = summaries.get(trace_id)
+        if call is None or _compacted(call):  # no summary: its trace is read
+            return ids[max(k - 1, 0) :]
+    return []
+
+
 def session_ledger(session_id: str) -> list[Entry]:
     """The ledger of a stored session's recorded compactions (its replay variants aside),
-    made once per session and store version."""
-    return state.derived(
-        "ledger",
-        session_id,
-        str(state.latest_change()),
-        lambda: ledger(t for t in state.session_traces(session_id) if "replay" not in t.tags),
-    )
+    made once per session and store version from the traces it needs alone
+    (``ledger_trace_ids``: none for a session without a compaction)."""
+
+    def make() -> list[Entry]:
+        ids = ledger_trace_ids(session_id)
+        if not ids:
+            return []
+        stored = state.store().traces_json(ids)
+        return ledger(Trace.model_validate_json(raw) for _, raw in stored)
+
+    return state.derived("ledger", session_id, str(state.latest_change()), make)
 
 
 def _needed(i: Item) -> str:
@@ -160,4 +193,11 @@ def inspect_panel(t: Trace) -> None:
         _entry_panel(e, t, k)
 
 
-__all__ = ["inspect_panel", "items_frame", "marks_figure", "session_ledger", "timeline_marks"]
+__all__ = [
+    "inspect_panel",
+    "items_frame",
+    "ledger_trace_ids",
+    "marks_figure",
+    "session_ledger",
+    "timeline_marks",
+]

@@ -574,12 +574,23 @@ def prices() -> PriceTable:
 
 @st.cache_resource(max_entries=8, show_spinner="Costing the session…")
 def _session_costs(db: str, session_id: str, ver: int) -> list[CallCost]:
-    calls = _cost_summaries(session_id)
+    calls = session_summaries(session_id)
     if not calls:
         return []
     if calls[0].group != session_id:  # a side chain shares its parent session's cache
-        calls = _cost_summaries(calls[0].group) + calls
+        calls = session_summaries(calls[0].group) + calls
     return [c for c in cost_calls(calls, prices()) if c.session_id == session_id]
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _session_summaries(db: str, session_id: str, ver: int) -> list[CallSummary]:
+    return _cost_summaries(session_id)
+
+
+def session_summaries(session_id: str) -> list[CallSummary]:
+    """A session's cost summaries in turn order (cached per session and store version: the
+    Timeline's costs and its compaction marks read the same list)."""
+    return _session_summaries(db_path(), session_id, latest_change())
 
 
 def _cost_summaries(session_id: str, limit: int = 500) -> list[CallSummary]:
