@@ -409,12 +409,17 @@ class PgStore:
 
     @_reading
     def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
-        """Rows: turn, trace_id, packet_id, kind, status, reason, tokens_after."""
+        """Rows: turn, trace_id, packet_id, kind, status, reason, tokens_after. The session's
+        tseqs are named to ``decisions`` as an array, so each of its partitions (by month:
+        ``pgparts``) is read through its index; a plain join was planned as a hash join over
+        every decision (1 s on 750,000 traces, against 8 ms)."""
         return self._dicts(
             "SELECT t.turn, d.trace_id, d.packet_id, d.kind, d.status, d.reason, "
             "d.tokens_after FROM traces t JOIN decisions d ON d.tseq = t.tseq "
-            "WHERE t.session_id = %s ORDER BY t.turn, t.tseq, d.ord",
-            [session_id],
+            "WHERE t.session_id = %s "
+            "AND d.tseq = ANY(ARRAY(SELECT tseq FROM traces WHERE session_id = %s)) "
+            "ORDER BY t.turn, t.tseq, d.ord",
+            [session_id, session_id],
         )
 
     @_reading
