@@ -2,21 +2,27 @@
 processes and readers at once, then the app's queries on a big store.
 
     .venv/bin/python bench/bench_pg.py [--db postgresql://…] [--writers 8] [--per-writer 5000]
-        [--readers 2] [--total 1000000] [--packets 20]
+        [--readers 2] [--total 1000000] [--packets 20] [--fill clone|ingest]
 
 Without ``--db`` it starts a throwaway cluster (tests/pg_cluster.py: Debian's server, initdb
-into a temporary folder; ``make postgresql`` installs it). Phase 1: ``--writers`` processes
-of ``ctxscope ingest --defer-diagnostics`` (``--per-writer`` traces of ``--packets`` packets
-each, from bench_store's template) while ``--readers`` threads read the Traces page's first
-page over and over: the traces per second of all writers together, the readers' latency, and
-that every trace is stored once. Phase 2: more writers until the store holds ``--total``
-traces. Phase 3: the app's queries on it (median of 11): the Traces page's first page, a
-session's Timeline (``session_statuses``), one trace (``get_trace`` and its decisions).
+into a temporary folder, fsync off; ``make postgresql`` installs it). Phase 1: ``--writers``
+processes of ``ctxscope ingest --defer-diagnostics`` (``--per-writer`` traces of ``--packets``
+packets each, from bench_store's template, in January 2026) while ``--readers`` threads read
+the Traces page's first page and a session's Timeline over and over: the traces per second of
+all writers together (the bulk ingest rate), the readers' latency, and that every trace is
+stored once. Phase 2 fills the store to ``--total`` traces: with ``--fill clone`` (the
+default) on the server, by ``INSERT … SELECT`` of the phase-1 traces' stored rows under new
+ids, sessions (50 turns each) and times spread over the 24 months before (a partition each:
+docs/design.md, "Store"); with ``--fill ingest``, by more writers. Phase 3: the app's queries
+on it (median of 11, wall and CPU time of this process and of the server's processes): the
+Traces page's first page, a session's Timeline (``session_statuses``), one trace
+(``get_trace`` and its decisions). The machine's load average is printed beside each figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -27,6 +33,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+import psycopg
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -34,7 +42,45 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench_store import template  # noqa: E402
 
+from ctxcore.store import pgparts  # noqa: E402
 from ctxcore.store.engines import open_store  # noqa: E402
+
+#: the filler's months: the 24 before the phase-1 traces' January 2026
+FILL_FROM, FILL_SECONDS = "2024-01-01", 731 * 86_400
+#: traces cloned per transaction of the filler
+FILL_CHUNK = 50_000
+
+
+def load() -> str:
+    return "load " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class ServerCpu:
+    """CPU seconds of a local server's processes (the postmaster, its live children, and
+    the children it reaped), read from /proc; None when the server is not ours."""
+
+    def __init__(self, data: Path | None) -> None:
+        self.pid: int | None = None
+        if data is not None and (data / "postmaster.pid").exists():
+            self.pid = int((data / "postmaster.pid").read_text().split()[0])
+
+    @staticmethod
+    def _ticks(pid: int, reaped: bool) -> int:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0
+        own = int(fields[11]) + int(fields[12])
+        return own + (int(fields[13]) + int(fields[14]) if reaped else 0)
+
+    def seconds(self) -> float | None:
+        if self.pid is None:
+            return None
+        kids: list[int] = []
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            kids += [int(k) for k in (task / "children").read_text().split()]
+        ticks = self._ticks(self.pid, True) + sum(self._ticks(k, False) for k in kids)
+        return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def write_files(folder: Path, first: int, writers: int, per: int, tpl: str) -> list[Path]:
@@ -62,9 +108,11 @@ def write_files(folder: Path, first: int, writers: int, per: int, tpl: str) -> l
     return files
 
 
-def run_writers(url: str, files: list[Path]) -> float:
-    """Every file ingested by a process of its own, all at once; the seconds it took."""
+def run_writers(url: str, files: list[Path]) -> tuple[float, float]:
+    """Every file ingested by a process of its own, all at once; the seconds it took, and
+    the writers' CPU seconds."""
     start = time.perf_counter()
+    before = os.times()
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "ctxcore", "ingest", str(f), "--db", url, "--defer-diagnostics"],
@@ -79,61 +127,84 @@ def run_writers(url: str, files: list[Path]) -> float:
         _, err = p.communicate()
         if p.returncode:
             raise SystemExit(f"a writer failed: {err.strip()}")
-    return time.perf_counter() - start
+    after = os.times()
+    user = after.children_user - before.children_user
+    return time.perf_counter() - start, user + after.children_system - before.children_system
 
 
-def median_ms(fn: Callable[[], object], runs: int = 11) -> float:
+def timed(fn: Callable[[], object], server: ServerCpu, runs: int = 11) -> tuple[float, float, str]:
+    """Median wall ms of ``fn``, and the CPU ms per run of this process and the server."""
     times = []
+    cpu0, srv0 = time.process_time(), server.seconds()
     for _ in range(runs):
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+    cpu = (time.process_time() - cpu0) * 1000 / runs
+    srv1 = server.seconds()
+    srv = (
+        "" if srv0 is None or srv1 is None else f", server CPU {(srv1 - srv0) * 1000 / runs:.1f} ms"
+    )
+    return statistics.median(times), cpu, srv
 
 
 def phase1(url: str, work: Path, args: argparse.Namespace, tpl: str) -> int:
     files = write_files(work, 0, args.writers, args.per_writer, tpl)
     stop = threading.Event()
-    lat: list[float] = []
+    lat: dict[str, list[float]] = {"Traces page": [], "Timeline": []}
+    failures: list[BaseException] = []
 
     def read() -> None:
-        with open_store(url, read_only=True) as store:
-            while not stop.is_set():
-                t = time.perf_counter()
-                store.list_traces(limit=50)
-                lat.append((time.perf_counter() - t) * 1000)
+        try:
+            with open_store(url, read_only=True) as store:
+                while not stop.is_set():
+                    t = time.perf_counter()
+                    page = store.list_traces(limit=50)
+                    lat["Traces page"].append((time.perf_counter() - t) * 1000)
+                    if page.rows:
+                        t = time.perf_counter()
+                        store.session_statuses(page.rows[0].session_id)
+                        lat["Timeline"].append((time.perf_counter() - t) * 1000)
+        except BaseException as exc:
+            failures.append(exc)
 
     readers = [threading.Thread(target=read) for _ in range(args.readers)]
     for r in readers:
         r.start()
     try:
-        secs = run_writers(url, files)
+        secs, cpu = run_writers(url, files)
     finally:
         stop.set()
         for r in readers:
             r.join()
     n = args.writers * args.per_writer
-    with open_store(url, read_only=True) as store:
-        stored = store.count()
+    with psycopg.connect(url) as con:
+        row = con.execute("SELECT count(*), count(DISTINCT trace_id) FROM traces").fetchone()
+    stored, distinct = row if row else (0, 0)
+    ok = "once each" if stored == distinct == n else "MISMATCH"
     print(f"{args.writers} writers x {args.per_writer:,} traces ({args.packets} packets each), "
-          f"{args.readers} readers: {secs:.1f} s, {n / secs:,.0f} traces/s; stored {stored:,} "
-          f"(expected {n:,}, {'once each' if stored == n else 'MISMATCH'})")  # fmt: skip
-    if lat:
-        lat.sort()
-        print(f"  readers' Traces page during the writes: {len(lat)} reads, median "
-              f"{statistics.median(lat):.1f} ms, p95 {lat[int(len(lat) * 0.95)]:.1f} ms, "
-              f"max {lat[-1]:.1f} ms")  # fmt: skip
+          f"{args.readers} readers: {secs:.1f} s wall, writers' CPU {cpu:.0f} s, "
+          f"{n / secs:,.0f} traces/s; stored {stored:,} ({distinct:,} ids; expected {n:,}, "
+          f"{ok}) [{load()}]")  # fmt: skip
+    if failures:
+        print(f"  a reader failed: {failures[0]!r}")
+    for what, ms in lat.items():
+        if ms:
+            ms.sort()
+            print(f"  readers' {what} during the writes: {len(ms)} reads, median "
+                  f"{statistics.median(ms):.1f} ms, p95 {ms[int(len(ms) * 0.95)]:.1f} ms, "
+                  f"max {ms[-1]:.1f} ms")  # fmt: skip
     for f in files:
         f.unlink()
-    return stored
+    return int(stored)
 
 
-def phase2(url: str, work: Path, args: argparse.Namespace, tpl: str, have: int) -> int:
+def fill_ingest(url: str, work: Path, args: argparse.Namespace, tpl: str, have: int) -> int:
     total_secs, added = 0.0, 0
     while have < args.total:
         per = min(args.per_writer * 4, -(-(args.total - have) // args.writers))
         files = write_files(work, have, args.writers, per, tpl)
-        total_secs += run_writers(url, files)
+        total_secs += run_writers(url, files)[0]
         added += per * args.writers
         have += per * args.writers
         for f in files:
@@ -142,24 +213,87 @@ def phase2(url: str, work: Path, args: argparse.Namespace, tpl: str, have: int) 
     return have
 
 
-def phase3(url: str, have: int) -> None:
+def _columns(con: psycopg.Connection, table: str) -> list[str]:
+    rows = con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+        "AND table_schema = current_schema() ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _clone(con: psycopg.Connection, table: str, new: dict[str, str]) -> None:
+    """Copy ``table``'s rows of the template traces for every row of ``fill_map``, the
+    columns of ``new`` computed from it (``m.``), the rest as the template's (``o.``)."""
+    cols = _columns(con, table)
+    picks = ", ".join(new.get(c, f"o.{c}") for c in cols)
+    con.execute(
+        f"INSERT INTO {table} ({', '.join(cols)}) SELECT {picks} "
+        f"FROM fill_map m JOIN {table} o ON o.tseq = m.old_tseq"
+    )
+
+
+def fill_clone(url: str, have: int, total: int, at: Callable[[int], None] = lambda n: None) -> int:
+    """Clone the stored traces' rows on the server until ``total`` are stored (see the
+    module's docstring); prints the rate. ``at(n)`` runs after each chunk (``--every``)."""
+    n = total - have
+    if n <= 0:
+        return have
+    start, cpu0 = time.perf_counter(), time.process_time()
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TEMP TABLE tpl AS SELECT row_number() OVER (ORDER BY tseq) - 1 "
+                    "AS k, tseq FROM traces")  # fmt: skip
+        for y in (2024, 2025):
+            for mo in range(1, 13):
+                pgparts.create_month(con, y, mo)
+        base = con.execute("SELECT setval('trace_tseq', nextval('trace_tseq') + %s)", [n])
+        first = int(base.fetchone()[0]) - n  # type: ignore[index]
+        ids = {"trace_id": "'fill-' || m.i"}
+        for lo in range(0, n, FILL_CHUNK):
+            hi = min(n, lo + FILL_CHUNK)
+            with con.transaction():
+                con.execute(
+                    "CREATE TEMP TABLE fill_map ON COMMIT DROP AS SELECT g AS i, "
+                    "%s + g AS new_tseq, t.tseq AS old_tseq, %s::timestamp + "
+                    "make_interval(secs => (g::float8 * %s / %s)) AS at "
+                    "FROM generate_series(%s::bigint, %s::bigint) g "
+                    "JOIN tpl t ON t.k = g %% (SELECT count(*) FROM tpl)",
+                    [first, FILL_FROM, FILL_SECONDS, n, lo, hi - 1],
+                )
+                con.execute("INSERT INTO trace_ids SELECT 'fill-' || i, new_tseq FROM fill_map")
+                now = {"tseq": "m.new_tseq", "created_at": "m.at", **ids}
+                _clone(con, "traces", {**now, "session_id": "'fill-session-' || (m.i / 50)",
+                                       "turn": "(m.i % 50)::int"})  # fmt: skip
+                _clone(con, "decisions", now)
+                _clone(con, "trace_parts", {"tseq": "m.new_tseq"})
+                _clone(con, "partitions", {"tseq": "m.new_tseq", **ids})
+            con.execute("ANALYZE")
+            print(f"  filled to {have + hi:,} traces [{load()}]", flush=True)
+            at(have + hi)
+    secs = time.perf_counter() - start
+    print(f"  cloned {n:,} traces on the server in {secs:.0f} s ({n / secs:,.0f} traces/s; "
+          f"this process's CPU {time.process_time() - cpu0:.1f} s) [{load()}]")  # fmt: skip
+    return total
+
+
+def phase3(url: str, have: int, server: ServerCpu) -> None:
     with open_store(url, read_only=True) as store:
         page = store.list_traces(limit=50)
         row = page.rows[len(page.rows) // 2]
         session = row.session_id
         results = {
-            "Traces page, first page (50 rows + total)": median_ms(
-                lambda: store.list_traces(limit=50)
+            "Traces page, first page (50 rows + total)": timed(
+                lambda: store.list_traces(limit=50), server
             ),
-            "a session's Timeline (session_statuses)": median_ms(
-                lambda: store.session_statuses(session)
+            "a session's Timeline (session_statuses)": timed(
+                lambda: store.session_statuses(session), server
             ),
-            "one trace (get_trace)": median_ms(lambda: store.get_trace(row.trace_id)),
-            "one trace's decisions": median_ms(lambda: store.decisions(row.trace_id)),
+            "one trace (get_trace)": timed(lambda: store.get_trace(row.trace_id), server),
+            "one trace's decisions": timed(lambda: store.decisions(row.trace_id), server),
         }
-    print(f"queries on {have:,} traces (median of 11):")
-    for what, ms in results.items():
-        print(f"  {what:45s} {ms:8.1f} ms")
+    print(f"queries on {have:,} traces (median of 11 wall; CPU per run) [{load()}]:", flush=True)
+    for what, (ms, cpu, srv) in results.items():
+        print(f"  {what:45s} {ms:8.1f} ms (this process's CPU {cpu:.1f} ms{srv})", flush=True)
 
 
 def main() -> None:
@@ -170,18 +304,34 @@ def main() -> None:
     ap.add_argument("--readers", type=int, default=2)
     ap.add_argument("--total", type=int, default=1_000_000)
     ap.add_argument("--packets", type=int, default=20)
+    ap.add_argument("--fill", choices=["clone", "ingest"], default="clone")
+    ap.add_argument(
+        "--every", type=int, default=0, help="also run the queries each time the clone filler "
+        "has added this many traces (figures along the way on a slow machine)"
+    )  # fmt: skip
     args = ap.parse_args()
     tpl = template(args.packets)
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        url = args.db
+        url, data = args.db, None
         if url is None:
             from pg_cluster import running
 
-            url = stack.enter_context(running()).new_database()
+            cluster = stack.enter_context(running())
+            url, data = cluster.new_database(), cluster.data
+        server = ServerCpu(data)
         open_store(url).close()  # migrated before the writers start
         have = phase1(url, Path(tmp), args, tpl)
-        have = phase2(url, Path(tmp), args, tpl, have)
-        phase3(url, have)
+        if args.fill == "clone":
+            step = args.every or args.total
+
+            def along(n: int) -> None:
+                if n < args.total and n // step != (n - FILL_CHUNK) // step:
+                    phase3(url, n, server)
+
+            have = fill_clone(url, have, args.total, along)
+        else:
+            have = fill_ingest(url, Path(tmp), args, tpl, have)
+        phase3(url, have, server)
 
 
 if __name__ == "__main__":

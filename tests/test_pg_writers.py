@@ -8,6 +8,7 @@ Real processes on the session's throwaway server (tests/pg_cluster.py); no mock.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -199,3 +200,57 @@ def test_a_server_restart_mid_ingest_fails_in_one_line_and_a_rerun_completes(
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
     assert _whole(url)["traces"] == _whole(url)["ids"] == distinct
+
+
+@pytest.mark.slow
+def test_eight_writers_of_5000_and_two_app_readers(pg_server: Any, tmp_path: Path) -> None:
+    """The issue's load: 8 writer processes x 5,000 traces (and 100 every writer also has,
+    racing on their ids) while 2 readers run the app's Traces page and a session's Timeline
+    throughout; every trace stored once and whole, and no reader waits long for an answer."""
+    url = pg_server.new_database()
+    open_store(url).close()
+    files, distinct = _files(tmp_path, writers=8, each=5000, shared=100)
+    done = threading.Event()
+    answers: list[list[float]] = [[], []]  # per reader: when each answer came
+    failures: list[BaseException] = []
+
+    def read(me: list[float]) -> None:
+        try:
+            with open_store(url, read_only=True) as store:
+                while not done.is_set():
+                    page = store.list_traces(limit=50)
+                    assert len(page.rows) == min(50, page.total)
+                    if page.rows:
+                        rows = store.session_statuses(page.rows[0].session_id)
+                        assert {r["trace_id"] for r in rows} >= {page.rows[0].trace_id}
+                    me.append(time.monotonic())
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+
+    readers = [threading.Thread(target=read, args=(a,)) for a in answers]
+    for r in readers:
+        r.start()
+    start = time.monotonic()
+    procs = [_ingest(url, f) for f in files]
+    try:
+        outs = [p.communicate(timeout=1800) for p in procs]
+    finally:
+        end = time.monotonic()
+        done.set()
+        for r in readers:
+            r.join(timeout=60)
+        for p in procs:
+            _stop(p)
+    assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outs]
+    assert not failures, failures
+    for got in answers:  # answers all along the writes, none after a long wait
+        marks = [start, *[t for t in got if t <= end], end]
+        assert len(marks) > 10
+        assert max(b - a for a, b in itertools.pairwise(marks)) < 30
+    assert _whole(url) == {
+        "traces": distinct,
+        "ids": distinct,
+        "no_json": 0,
+        "bad_decisions": 0,
+        "decisions": distinct * PACKETS,
+    }
