@@ -14,7 +14,7 @@ import ctxcore.cache.prompts as prompts_mod
 from ctxcore.cache import PromptReader, prompt_of, simulate
 from ctxcore.cache.anthropic import Chain, chain
 from ctxcore.formats.load import iter_traces
-from ctxcore.models import Message, Trace
+from ctxcore.models import Message, Packet, Trace
 
 IMPORTS = Path(__file__).parent / "fixtures" / "imports"
 LOGS = [
@@ -113,3 +113,74 @@ def test_the_chain_reuses_the_shared_prefix_and_nothing_else() -> None:
         assert chain(p.model, p.blocks, last) == chain(p.model, p.blocks)
         other = p.model + "-other"
         assert chain(other, p.blocks, last) == chain(other, p.blocks)
+
+
+def test_a_call_extending_the_previous_one_reads_only_its_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session log's calls share their messages: each message is read (made into a
+    block) once per session, not once per call that carries it, and the prompts are those
+    read afresh."""
+    traces = _sessions(LOGS[0]).popitem()[1]
+    afresh = [prompt_of(t) for t in traces]
+    made: list[str | None] = []
+    real = prompts_mod._message
+
+    def counting(
+        kind: prompts_mod.BlockKind, label: str, m: Message, index: int | None, packet: str | None
+    ) -> prompts_mod._Raw:
+        made.append(m.id)
+        return real(kind, label, m, index, packet)
+
+    monkeypatch.setattr(prompts_mod, "_message", counting)
+    reader = PromptReader()
+    assert [reader.read(t) for t in traces] == afresh
+    carried = sum(len(t.result.messages) for t in traces if t.result is not None)
+    distinct = {id(m) for t in traces if t.result is not None for m in t.result.messages}
+    assert carried > 2 * len(distinct)  # the calls repeat their messages
+    assert len(made) == len(distinct)
+
+
+def _with_packet(t: Trace, packet: Packet, messages: list[Message] | None = None) -> Trace:
+    """``t`` with one more packet, its messages as sent the same objects (or ``messages``)."""
+    assert t.result is not None
+    inp = t.input.model_copy(update={"packets": [*t.input.packets, packet]})
+    result = t.result.model_copy(update={"messages": messages or t.result.messages})
+    return t.model_copy(update={"input": inp, "result": result})
+
+
+def test_a_new_packet_naming_an_earlier_message_changes_that_block_as_afresh() -> None:
+    """The next call's messages start with the previous call's, but a new packet names the
+    index of an earlier message: that message's block names the new packet, as read
+    afresh; a packet naming it again under the same id changes nothing."""
+    traces = _sessions(LOGS[0]).popitem()[1]
+    first = traces[2]
+    assert first.result is not None
+    early = next(m for m in first.result.messages if m.role == "user" and m.id)
+    index = prompts_mod._index(early.id)
+    assert index is not None
+    again = Packet(id="note-1", kind="note", content="x", metadata={"message_index": index})
+    second = _with_packet(first, again)
+    grown = [*first.result.messages, Message(role="user", content="more", id="msg-999")]
+    third = _with_packet(second, again.model_copy(update={"id": "note-2"}), grown)
+    reader = PromptReader()
+    read = [reader.read(t) for t in (first, second, third)]
+    assert read == [prompt_of(t) for t in (first, second, third)]
+    packets = [next(b.packet for b in p.blocks if b.label == early.id) for p in read]
+    assert packets[1:] == ["note-1", "note-2"]
+    assert packets[0] != "note-1"
+    assert read[2].blocks[-1].label == "msg-999"
+
+
+def test_calls_read_out_of_order_or_interleaved_are_read_as_afresh() -> None:
+    """Calls that do not extend the previous one (read backwards, two sessions
+    interleaved, a call repeated) are read from their first message."""
+    sessions = [_sessions(path).popitem()[1] for path in LOGS[:3]]
+    orders = [
+        list(reversed(sessions[0])),
+        [t for pair in zip(sessions[0], sessions[2], strict=False) for t in pair],
+        [t for t in sessions[1] for _ in range(2)],
+    ]
+    for order in orders:
+        reader = PromptReader()
+        assert [reader.read(t) for t in order] == [prompt_of(t) for t in order]

@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from operator import is_
@@ -32,7 +32,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ctxcore.models import Message, TokenUsage, ToolDef, Trace
+from ctxcore.models import Message, Packet, TokenUsage, ToolDef, Trace
 from ctxcore.tokens import get_counter
 
 Ttl = Literal["5m", "1h"]
@@ -174,29 +174,40 @@ def _tools_text(tools: tuple[ToolDef, ...]) -> str:
     return json.dumps([t.model_dump() for t in tools], sort_keys=True)
 
 
-def _from_result(trace: Trace, messages: list[Message]) -> list[_Raw]:
-    """The messages as sent (``result.messages``): system messages before the conversation
-    are ``system`` blocks; a tool result names its ``tool:<call id>`` packet, a compaction
-    summary its ``compaction:`` packet."""
-    packets = {p.metadata.get("message_index"): p for p in trace.input.packets}
-    out: list[_Raw] = []
-    conversation = False
-    for pos, m in enumerate(messages):
-        idx = _index(m.id)
-        system = m.role in ("system", "developer") and not conversation
-        conversation = conversation or not system
-        packet = None
-        if m.role == "tool":
-            call = m.metadata.get("tool_call_id")
-            packet = f"tool:{call}" if call else None
-        elif "compaction" in m.metadata:
-            packet = f"compaction:{m.id}"
-        elif idx is not None and idx in packets:
-            packet = packets[idx].id
-        kind: BlockKind = "system" if system else "message"
-        at = idx if idx is not None else pos
-        out.append(_message(kind, m.id or f"message-{pos}", m, at, packet))
-    return out
+def _packet_map(packets: list[Packet]) -> dict[object, Packet]:
+    """Each message index a packet names (``metadata.message_index``), the last one naming
+    it winning."""
+    return {p.metadata.get("message_index"): p for p in packets}
+
+
+def _as_sent(
+    m: Message, pos: int, packets: dict[object, Packet], conversation: bool
+) -> tuple[_Raw, bool]:
+    """A message as sent (``result.messages``) at position ``pos``: a system message before
+    the conversation (``conversation`` is whether it has begun) is a ``system`` block; a
+    tool result names its ``tool:<call id>`` packet, a compaction summary its
+    ``compaction:`` packet, any other message the packet of its message index. Returns the
+    block and whether the conversation has begun with it."""
+    idx = _index(m.id)
+    system = m.role in ("system", "developer") and not conversation
+    packet = None
+    if m.role == "tool":
+        call = m.metadata.get("tool_call_id")
+        packet = f"tool:{call}" if call else None
+    elif "compaction" in m.metadata:
+        packet = f"compaction:{m.id}"
+    elif idx is not None and idx in packets:
+        packet = packets[idx].id
+    kind: BlockKind = "system" if system else "message"
+    at = idx if idx is not None else pos
+    return _message(kind, m.id or f"message-{pos}", m, at, packet), conversation or not system
+
+
+def _by_index(m: Message) -> int | None:
+    """The message index whose packet a message as sent takes (``_as_sent``), if any."""
+    if m.role == "tool" or "compaction" in m.metadata:
+        return None
+    return _index(m.id)
 
 
 def _from_input(trace: Trace) -> list[_Raw]:
@@ -233,14 +244,15 @@ def _from_input(trace: Trace) -> list[_Raw]:
     return items
 
 
-def _raw_blocks(trace: Trace) -> list[_Raw]:
-    """The tool definitions, then the messages in request order."""
+def _head(trace: Trace, messages: list[Message] | None) -> list[_Raw]:
+    """The blocks read afresh for every call: the tool definitions, and without
+    ``result.messages`` the messages in request order (``_from_input``)."""
     raw: list[_Raw] = []
     tools = tuple(trace.input.tools)
     if tools:
         raw.append(_Raw("tools", "tools", tools, partial(_tools_text, tools), None))
-    messages = trace.result.messages if trace.result is not None else None
-    raw.extend(_from_result(trace, messages) if messages else _from_input(trace))
+    if not messages:
+        raw.extend(_from_input(trace))
     return raw
 
 
@@ -339,15 +351,61 @@ class _Digest:
         return b
 
 
+@dataclass
+class _Sent:
+    """The messages as sent (``result.messages``) of the call a reader read last, as
+    blocks: the messages and packets they were read from (copies of the lists, their
+    objects shared with the trace), the packet of each message index, each message's block,
+    digest and message index, the sum of the digests' tokens, whether the conversation has
+    begun, the positions of the messages that take the packet of their message index, and
+    the blocks unfitted (each its digest's tokens; made when a call asks, ``unfitted``).
+    A call whose messages and packets start with all of these same objects (a session log's
+    calls share them) reads only its new tail."""
+
+    messages: list[Message] = field(default_factory=list)
+    packets: list[Packet] = field(default_factory=list)
+    by_index: dict[object, Packet] = field(default_factory=dict)
+    raws: list[_Raw] = field(default_factory=list)
+    digests: list[_Digest] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
+    indices: list[int | None] = field(default_factory=list)
+    counted: int = 0
+    conversation: bool = False
+    takers: dict[object, list[int]] = field(default_factory=dict)
+
+    def extends(self, messages: list[Message], packets: list[Packet]) -> bool:
+        """Whether ``messages`` and ``packets`` start with all of this call's, the same
+        objects."""
+        mine, theirs = self.messages, self.packets
+        return (
+            len(messages) >= len(mine)
+            and len(packets) >= len(theirs)
+            and all(map(is_, mine, messages))
+            and all(map(is_, theirs, packets))
+        )
+
+    def unfitted(self) -> list[Block]:
+        """The messages' blocks with their digests' tokens, those not made yet made."""
+        blocks = self.blocks
+        for pos in range(len(blocks), len(self.raws)):
+            d = self.digests[pos]
+            blocks.append(d.block_for(self.raws[pos], d.tokens))
+        return blocks
+
+
 class PromptReader:
-    """``prompt_of`` for the calls of a session read one after another: a block made of
-    the same content as a block of the previous call (the same message, tool list, system
-    prompt; compared, not hashed) takes that block's key and count, so each message of a
-    session is hashed and counted once, not once per call that carries it (docs/design.md,
-    "Prompt cache"). Only the previous call's digests are kept."""
+    """``prompt_of`` for the calls of a session read one after another (docs/design.md,
+    "Prompt cache", Incremental per session): a call whose messages as sent and packets
+    start with the previous call's, the same objects, takes that call's blocks for them and
+    reads only the messages after them; any other block made of the same content as a block
+    of the previous call (the same message, tool list, system prompt; compared, not hashed)
+    takes that block's key and count. So each message of a session is read, hashed and
+    counted once, not once per call that carries it. Only the previous call's blocks and
+    digests are kept."""
 
     def __init__(self) -> None:
         self._last: dict[tuple[str, str], _Digest] = {}
+        self._sent = _Sent()
 
     def _digest(self, r: _Raw, now: dict[tuple[str, str], _Digest]) -> _Digest:
         slot = (r.kind, r.label)
@@ -361,6 +419,56 @@ class PromptReader:
         now[slot] = d
         return d
 
+    def _messages(
+        self,
+        trace: Trace,
+        messages: list[Message],
+        now: dict[tuple[str, str], _Digest],
+        extending: bool,
+    ) -> _Sent:
+        """The messages as sent of ``trace``: the previous call's extended by the new tail
+        when ``extending`` (they start with its messages and packets; its packets' new
+        entries re-read the earlier messages whose packet they change), else read from the
+        first."""
+        packets = trace.input.packets
+        sent = self._sent
+        if extending:
+            for p in packets[len(sent.packets) :]:
+                idx = p.metadata.get("message_index")
+                old = sent.by_index.get(idx)
+                sent.by_index[idx] = p
+                if old is None or old.id != p.id:
+                    for pos in sent.takers.get(idx, ()):
+                        self._reread(sent, messages, pos, now)
+        else:
+            sent = _Sent(by_index=_packet_map(packets))
+        for pos in range(len(sent.messages), len(messages)):
+            m = messages[pos]
+            r, sent.conversation = _as_sent(m, pos, sent.by_index, sent.conversation)
+            d = self._digest(r, now)
+            sent.raws.append(r)
+            sent.digests.append(d)
+            sent.indices.append(r.index)
+            sent.counted += d.tokens
+            taker = _by_index(m)
+            if taker is not None:
+                sent.takers.setdefault(taker, []).append(pos)
+        sent.messages = messages[:]
+        sent.packets = packets[:]
+        return sent
+
+    def _reread(
+        self, sent: _Sent, messages: list[Message], pos: int, now: dict[tuple[str, str], _Digest]
+    ) -> None:
+        """Read again the earlier message at ``pos``, whose packet a new packet changed."""
+        conversation = pos > 0 and sent.raws[pos - 1].kind == "message"
+        r, _ = _as_sent(messages[pos], pos, sent.by_index, conversation)
+        d = self._digest(r, now)
+        sent.raws[pos] = r
+        sent.digests[pos] = d
+        if pos < len(sent.blocks):
+            sent.blocks[pos] = d.block_for(r, d.tokens)
+
     def read(self, trace: Trace) -> Prompt:
         """The call of ``trace`` as the cache sees it (module docstring: blocks, their
         tokens, the breakpoints)."""
@@ -370,42 +478,65 @@ class PromptReader:
         hidden = {"system prompt", "tool definitions"} & set(
             reconstructed if isinstance(reconstructed, list) else ()
         )
-        raw = _raw_blocks(trace)
-        now: dict[tuple[str, str], _Digest] = {}
-        digests = [self._digest(r, now) for r in raw]
+        messages = trace.result.messages if trace.result is not None else None
+        head = _head(trace, messages)
+        extending = bool(messages) and self._sent.extends(messages or [], trace.input.packets)
+        now = self._last if extending else {}
+        digests = [self._digest(r, now) for r in head]
+        sent = self._messages(trace, messages, now, extending) if messages else _Sent()
         self._last = now
+        self._sent = sent
         tokens = trace.outcome.tokens if trace.outcome is not None else None
         total = tokens.input_tokens if tokens is not None else None
-        counts, unrecorded = _fitted([d.tokens for d in digests], total, bool(hidden))
         blocks: list[Block] = []
-        indices: list[int | None] = []
+        indices: list[int | None] = [r.index for r in head]
         if hidden:
-            log = trace.metadata.get("session_log") or {}
-            agent = "sidechain" if "parent" in log else "main"
-            label = " and ".join(sorted(hidden))
-            key = key_of("unrecorded", model, agent)
-            blocks.append(Block("unrecorded", label, key, unrecorded))
-            indices.append(None)
-        for r, d, n in zip(raw, digests, counts, strict=True):
-            blocks.append(d.block_for(r, n))
-            indices.append(r.index)
+            counted = sent.counted + sum(d.tokens for d in digests)
+            blocks.append(_unrecorded(trace, model, sorted(hidden), total, counted))
+            indices.insert(0, None)
+        indices.extend(sent.indices)
+        blocks.extend(_tokened(head, digests, sent, None if hidden else total))
         assumed = (
             not isinstance(meta.get("cache_control"), list) and "session_log" in trace.metadata
         )
-        marked = _breakpoints(meta, blocks, indices, assumed)
-        final = tuple(
-            replace(b, breakpoint=marked[i]) if i in marked else b for i, b in enumerate(blocks)
-        )
+        for i, ttl in _breakpoints(meta, blocks, indices, assumed).items():
+            blocks[i] = replace(blocks[i], breakpoint=ttl)
         return Prompt(
             trace.trace_id,
             trace.input.now,
             model,
-            final,
+            tuple(blocks),
             tokens,
             _compaction(meta),
             None,
             trace.session_id,
         )
+
+
+def _unrecorded(
+    trace: Trace, model: str, hidden: list[str], total: int | None, counted: int
+) -> Block:
+    """The part of the prompt a session log does not record (``hidden``: the system prompt,
+    the tool definitions) as one block: the recorded total less the ``counted`` blocks."""
+    log = trace.metadata.get("session_log") or {}
+    agent = "sidechain" if "parent" in log else "main"
+    key = key_of("unrecorded", model, agent)
+    return Block("unrecorded", " and ".join(hidden), key, max(0, (total or 0) - counted))
+
+
+def _tokened(
+    head: list[_Raw], digests: list[_Digest], sent: _Sent, total: int | None
+) -> list[Block]:
+    """The blocks of the head and the messages as sent, with their counts scaled to sum to
+    ``total`` (``_fitted``), or as counted without one (the messages' blocks as made)."""
+    if total is None:
+        out = [d.block_for(r, d.tokens) for r, d in zip(head, digests, strict=True)]
+        out.extend(sent.unfitted())
+        return out
+    every = (*digests, *sent.digests)
+    counts, _ = _fitted([d.tokens for d in every], total, False)
+    raws = (*head, *sent.raws)
+    return [d.block_for(r, n) for r, d, n in zip(raws, every, counts, strict=True)]
 
 
 def prompt_of(trace: Trace) -> Prompt:
@@ -426,7 +557,9 @@ def _breakpoints(
     ttl_of = ttls if isinstance(ttls, dict) else {}
     out: dict[int, Ttl] = {}
     if assumed or meta.get("format") == "claude-code":
-        for i, b in enumerate(blocks):
+        for i, b in enumerate(blocks):  # they lead: unrecorded, tools, system, messages
+            if b.kind == "message":
+                break
             if b.kind in ("unrecorded", "system"):
                 out[i] = "5m"
         if blocks:
