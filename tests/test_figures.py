@@ -383,7 +383,7 @@ def test_timeline_diff_colours_what_changed_and_pales_what_did_not() -> None:
 
     def cell(turn: int, pid: str) -> tuple[float | None, str]:
         i, j = list(grid.y).index(pid), list(grid.x).index(str(turn))
-        return grid.z[i][j], grid.hovertext[i][j]
+        return grid.z[i][j], figures.cell_hover(grid, i, j)
 
     assert cell(1, "a")[0] == order.index(figures.UNCHANGED) + 0.5
     z, hover = cell(1, "b")

@@ -132,7 +132,7 @@ def test_a_smaller_budget_shows_the_turns_that_changed_and_opens_compare(
     (diff,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     grid = diff["data"][0]
     i, j = grid["y"].index("tool:call_7"), grid["x"].index("11")
-    after = grid["hovertext"][i][j]
+    after = figures.cell_hover(grid, i, j)
     assert "kept → " in after, after
     status = after.split("kept → ")[1].split(" ·")[0]
     assert status != "kept" and grid["z"][i][j] == list(figures.DIFF_COLORS).index(status) + 0.5

@@ -57,7 +57,7 @@ def test_status_rows_draw_the_difference_grid_of_the_lost_packets(
     i = list(grid["y"]).index("tool:call_7")
     j = list(grid["x"]).index("11")
     assert grid["z"][i][j] == list(figures.DIFF_COLORS).index("dropped") + 0.5
-    assert "kept → dropped" in grid["hovertext"][i][j]
+    assert "kept → dropped" in figures.cell_hover(grid, i, j)
 
 
 def test_the_changed_turns_table_names_what_each_turn_lost(smaller: ReplayReport) -> None:

@@ -74,10 +74,12 @@ from ctxcore.figures.scatter import (
 from ctxcore.figures.session import session_usage
 from ctxcore.figures.sweep import sweep_heatmap
 from ctxcore.figures.timeline import (
+    CELL_HOVER,
     DIFF_COLORS,
     GONE,
     LEGEND_HEIGHT,
     UNCHANGED,
+    cell_hover,
     status_legend,
     timeline_diff,
     timeline_heatmap,
@@ -88,6 +90,7 @@ __all__ = [
     "AXES",
     "BREAK_COLOR",
     "CACHE_COLORS",
+    "CELL_HOVER",
     "COST_COLOR",
     "CROWDED",
     "DIFF_COLORS",
@@ -115,6 +118,7 @@ __all__ = [
     "cached_share",
     "cost_line",
     "crowding",
+    "cell_hover",
     "decision_hover",
     "esc",
     "findings_heatmap",

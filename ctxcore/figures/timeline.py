@@ -49,40 +49,87 @@ def _row_order(
     return packets, kinds
 
 
+#: a cell's hover (``timeline_heatmap``): its row (the packet, with its whole id where the
+#: row's label is cut short), turn and kind, its status, reason and tokens. The cell's own
+#: values are its ``customdata``; the row and turn are the chart's, so the browser receives
+#: ~40 characters a cell where one hover text a cell was ~150 (6.4 MB of JSON for a
+#: 500-turn session)
+CELL_HOVER = (
+    "<b>%{y}</b>%{customdata[0]}<br>turn %{x} · %{customdata[1]}"
+    "<br>%{customdata[2]} · %{customdata[3]} · %{customdata[4]:,} tokens<extra></extra>"
+)
+#: the longest packet id a row's label shows whole (grouped by kind, after the kind)
+_LABEL_ID = 60
+_GROUPED_ID = 50
+
+
+def _labels(packets: Sequence[str], kinds: Mapping[str, str], group_by_kind: bool) -> list[str]:
+    """Each row's label: its packet id, or its kind and packet id, shortened and escaped."""
+    if group_by_kind:
+        return [f"{esc(kinds[p], 20)} · {esc(p, _GROUPED_ID)}" for p in packets]
+    return [esc(p, _LABEL_ID) for p in packets]
+
+
 def _cells(
     rows: Sequence[Mapping[str, Any]],
     packets: Sequence[str],
     turns: Sequence[int],
     order: Sequence[str],
+    group_by_kind: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The grid's values (the centre of the status's colour band, so that the band edges
-    never decide the colour) and hover texts, a row a packet and a column a turn; blank
-    where a packet was not a candidate. Object arrays (``None`` a blank value), which
-    plotly takes whole where it walks nested lists value by value; each distinct text is
-    escaped once (a long session repeats its packet ids, kinds and reasons)."""
+    never decide the colour) and each cell's hover values (``CELL_HOVER``: the whole packet
+    id where the row's label cuts it, kind, status, reason, tokens), a row a packet and a
+    column a turn; blank (``None``) where a packet was not a candidate. Object arrays,
+    which plotly takes whole where it walks nested lists value by value; each distinct text
+    is escaped once and alike cells share their values (a long session repeats its packet
+    ids, kinds and reasons, and a kept packet its tokens)."""
     code = {s: i for i, s in enumerate(order)}
     pidx = {p: i for i, p in enumerate(packets)}
     tidx = {t: i for i, t in enumerate(turns)}
+    cut = _GROUPED_ID if group_by_kind else _LABEL_ID
+    whole = {p: f"<br>{esc(p, 120)}" if len(p) > cut else "" for p in packets}
     z = np.full((len(packets), len(turns)), None, dtype=object)
-    hover = np.full((len(packets), len(turns)), "", dtype=object)
-    shown: dict[tuple[object, int], str] = {}
+    custom = np.full((len(packets), len(turns)), None, dtype=object)
+    shown: dict[object, str] = {}
+    alike: dict[tuple[str, str, str, str, int], list[str | int]] = {}
 
-    def once(text: object, limit: int = 300) -> str:
-        got = shown.get((text, limit))
+    def once(text: object) -> str:
+        got = shown.get(text)
         if got is None:
-            got = shown[(text, limit)] = esc(text, limit)
+            got = shown[text] = esc(text)
         return got
 
     for r in rows:
-        i, j = pidx[str(r["packet_id"])], tidx[int(r["turn"])]
+        pid = str(r["packet_id"])
+        i, j = pidx[pid], tidx[int(r["turn"])]
         status = str(r["status"])
         z[i, j] = code.get(status, len(order) - 1) + 0.5
-        hover[i, j] = (
-            f"<b>{once(r['packet_id'], 120)}</b><br>turn {r['turn']} · {once(r.get('kind', ''))}"
-            f"<br>{once(status)} · {once(r.get('reason', ''))} · "
-            f"{int(r.get('tokens_after') or 0):,} tokens"
+        values = (
+            whole[pid],
+            once(r.get("kind", "")),
+            once(status),
+            once(r.get("reason", "")),
+            int(r.get("tokens_after") or 0),
         )
-    return z, hover
+        # alike cells share one list: plotly and Streamlit deep-copy the grid, and a copy
+        # takes each shared object once
+        custom[i, j] = alike.setdefault(values, list(values))
+    return z, custom
+
+
+def cell_hover(grid: Mapping[str, Any] | go.Heatmap, i: int, j: int) -> str:
+    """What the browser shows on hovering cell (row ``i``, column ``j``) of a
+    ``timeline_heatmap``'s grid (its trace, as a figure or as JSON): ``CELL_HOVER`` filled
+    in as plotly fills it; ``""`` for a blank cell, which has no hover."""
+    values = grid["customdata"][i][j]
+    if values is None:
+        return ""
+    head, kind, status, reason, tokens = values
+    return (
+        f"<b>{grid['y'][i]}</b>{head}<br>turn {grid['x'][j]} · {kind}"
+        f"<br>{status} · {reason} · {int(tokens):,} tokens"
+    )
 
 
 def _add_turns_below(fig: go.Figure, turns: Sequence[int]) -> None:
@@ -210,20 +257,18 @@ def timeline_heatmap(
     order = tuple(colors)
     turns = sorted({int(r["turn"]) for r in rows})
     packets, kinds = _row_order(rows, group_by_kind)
-    z, hover = _cells(rows, packets, turns, order)
+    z, custom = _cells(rows, packets, turns, order, group_by_kind)
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=[str(t) for t in turns],
-            y=[
-                f"{esc(kinds[p], 20)} · {esc(p, 50)}" if group_by_kind else esc(p, 60)
-                for p in packets
-            ],
+            y=_labels(packets, kinds, group_by_kind),
             zmin=0,
             zmax=len(order),
             colorscale=banded_scale([colors[s] for s in order]),
-            hovertext=hover,
-            hoverinfo="text",
+            customdata=custom,
+            hovertemplate=CELL_HOVER,
+            hoverongaps=False,
             xgap=1,
             ygap=1,
             showscale=False,
