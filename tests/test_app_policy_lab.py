@@ -261,6 +261,15 @@ def test_the_playground_switches_to_a_recorded_preset_as_replay_does(
     assert "mcp__cloud-associates__search_workflows" in tools, tools
 
 
+def test_the_recorded_preset_flips_nothing_on_an_imported_turn(session: list[Trace]) -> None:
+    """The Playground switched to ``recorded`` on a Claude Code turn rebuilds the request as
+    sent: no part flips, none moves rank (a policy's flips are then its own)."""
+    for t in session[1:4]:
+        at: AppTest = open_page("playground", trace=t.trace_id)
+        ok(at.selectbox(key="pg_preset").set_value("recorded").run())
+        assert any(s.value == "Flipped (0)" for s in at.subheader), [s.value for s in at.subheader]
+
+
 def test_a_policy_that_changes_nothing_says_so_in_the_playground(session: list[Trace]) -> None:
     """An imported turn under a policy that leaves it as sent: "nothing changed", not a list
     of the recorded config's knobs as if they had moved (another preset has other knobs)."""

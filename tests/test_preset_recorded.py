@@ -81,6 +81,24 @@ def _sessions_with(what: str) -> list[Trace]:
     return out
 
 
+#: session logs whose parts the rebuild orders as the log does (Codex puts developer messages
+#: between user messages, which the rebuild sends with the system text; an OpenCode log may
+#: place the query after the tool results it asked for)
+IN_LOG_ORDER = [n for n in IMPORTABLE if n.split("/")[0] in ("claude-code", "pi", "gemini-cli")]
+
+
+@pytest.mark.parametrize("name", IN_LOG_ORDER)
+def test_the_rebuild_ranks_parts_as_the_session_log_importer_does(name: str) -> None:
+    """Every part's rank and the budget left after it are the import's: a policy compared
+    with the import (the Playground's "what flipped") differs in what it changed only."""
+    for t in _traces(name, EXPECTED[name]):
+        assert t.result is not None
+        rebuilt = build(t.input, Config(preset="recorded", tokenizer=t.config.tokenizer))
+        fields = ("packet_id", "status", "rank", "tokens_after", "budget_left")
+        sent = [tuple(getattr(d, f) for f in fields) for d in t.result.decisions]
+        assert [tuple(getattr(d, f) for f in fields) for d in rebuilt.decisions] == sent
+
+
 def test_the_marks_carry_what_the_input_alone_does_not_say() -> None:
     # calls whose query is not last (an agent loop's calls and results after it) and calls
     # showing what a compaction replaced are among the fixtures, and rebuild exactly

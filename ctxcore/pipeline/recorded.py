@@ -337,6 +337,17 @@ def _items(input: CapturedInput) -> list[_Item]:
     return items
 
 
+def _in_prompt_order(items: list[_Item], conv: Conversation) -> list[_Item]:
+    """``items`` ranked as the request sent them: the system text and the tools first, then
+    the conversation's parts in their order (a session log's importer and every policy on the
+    recorded request rank them so); an item no part names keeps its place after the head."""
+    at = {p.id: k for k, p in enumerate(conv.parts)}
+    head = [it for it in items if it.id in (INSTRUCTIONS_ID, TOOLS_ID)]
+    rest = [it for it in items if it.id not in (INSTRUCTIONS_ID, TOOLS_ID)]
+    rest.sort(key=lambda it: at.get(it.id, -1))
+    return head + rest
+
+
 def _replaced(messages: list[Message]) -> list[Message]:
     """The chat messages a compaction replaced: the model never saw them."""
     return [m for m in messages if m.metadata.get("replaced_by")]
@@ -489,7 +500,7 @@ def derive_result(
     """Decisions, partitions and totals for a prompt that was sent as it is."""
     timer = Timer()
     with timer.stage("gather"):
-        items = _items(input)
+        items = _in_prompt_order(_items(input), conversation(input))
         counts = counter.count_many([it.content for it in items])
         item, overhead = _format_item(input, messages)
         items.append(item)
