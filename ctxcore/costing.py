@@ -323,7 +323,12 @@ def session_groups(traces: Iterable[Trace], prices: PriceTable) -> Iterator[list
     read (``PromptReader``: a message the calls before it carried is not hashed or counted
     again)."""
     reader = PromptReader()
-    calls = (summarize(t, reader) for t in traces)
+    return summary_groups((summarize(t, reader) for t in traces), prices)
+
+
+def summary_groups(calls: Iterable[CallSummary], prices: PriceTable) -> Iterator[list[CallCost]]:
+    """``session_groups`` of the calls' summaries (a session's together: ``cost_calls``
+    per cache group), e.g. those a store keeps (``stored_calls``)."""
     for _, group in groupby(calls, key=lambda c: c.group):
         yield cost_calls(group, prices)
 
@@ -628,6 +633,7 @@ __all__ = [
     "simulated_usage",
     "stored_calls",
     "summarize",
+    "summary_groups",
     "thinking_turn",
     "tool_costs",
 ]

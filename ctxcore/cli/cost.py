@@ -4,11 +4,14 @@ Per call).
 
 PATHs are trace files or any file ``ctxscope import`` reads (a session log, requests, OTLP),
 streamed as ``ctxcore.formats.load.iter_traces`` reads them; ``--session`` and ``--all``
-read the store (a copy while the app holds it). By default a table per session: one row per
-call (turn, model, the prompt's tokens, those the simulated cache read, those the provider
-billed as read (``-``: no recorded usage), written to it and neither, the output, the cost,
-the cache break's reason) and the session's totals; then the
-waste: tool definitions against their use (per MCP server too) and the thinking per turn.
+read the store (a copy while the app holds it): the calls' costs from the cost summaries it
+keeps with each trace (``Store.cost_summaries``; a trace stored without one, or with one
+made by other code, is read and summarized), the waste from the traces, read one at a time.
+By default a table per session: one row per call (turn, model, the prompt's tokens, those
+the simulated cache read, those the provider billed as read (``-``: no recorded usage),
+written to it and neither, the output, the cost, the cache break's reason) and the
+session's totals; then the waste: tool definitions against their use (per MCP server too)
+and the thinking per turn.
 ``--json`` writes one JSON object per call instead (``CallCost.as_json``), nothing else.
 """
 
@@ -19,22 +22,27 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ctxcore import settings
 from ctxcore.cost import PriceTable, price_table
 from ctxcore.costing import (
     CallCost,
+    CallSummary,
     ThinkingTurn,
     ToolTally,
     cache_group,
-    costs,
     session_groups,
     session_totals,
+    stored_calls,
+    summary_groups,
     thinking_turn,
 )
 from ctxcore.errors import InputError
 from ctxcore.models import Trace
+
+if TYPE_CHECKING:
+    from ctxcore.store.protocol import Store
 
 #: the per-call table's columns: (heading, width)
 COLUMNS = (
@@ -66,32 +74,51 @@ def _root(session_id: str) -> str:
     return session_id.split("/", 1)[0]
 
 
-def _from_store(db: str, session: str | None) -> Iterator[Trace]:
-    """The store's traces session by session, a side chain (``ID/...``) after its parent;
-    with ``session``, that session and its side chains only."""
-    from ctxcore.store.engines import read_store
-
-    with read_store(db, note=lambda why: print(f"note: {why}", file=sys.stderr)) as store:
-        listing = sorted(store.session_listing(), key=lambda s: (_root(s[0]), s[0]))
-        if session is not None:
-            listing = [s for s in listing if s[0] == session or s[0].startswith(f"{session}/")]
-            if not listing:
-                raise InputError(f"--session {session!r}: no such session in {db}")
-        for _, traces in listing:
-            for trace_id, _tags in traces:
-                t = store.get_trace(trace_id)
-                if t is not None and (session is None or session in (t.session_id, cache_group(t))):
-                    yield t
+#: a store's sessions as ``TraceStore.session_listing`` gives them
+Listing = list[tuple[str, list[tuple[str, tuple[str, ...]]]]]
 
 
-def _traces(args: argparse.Namespace) -> Iterator[Trace]:
+def _listing(store: Store, db: str, session: str | None) -> Listing:
+    """The store's sessions, a side chain (``ID/...``) after its parent; with ``session``,
+    that session and its side chains only."""
+    listing = sorted(store.session_listing(), key=lambda s: (_root(s[0]), s[0]))
+    if session is not None:
+        listing = [s for s in listing if s[0] == session or s[0].startswith(f"{session}/")]
+        if not listing:
+            raise InputError(f"--session {session!r}: no such session in {db}")
+    return listing
+
+
+def _from_store(store: Store, listing: Listing, session: str | None) -> Iterator[Trace]:
+    """The traces of ``listing``, one at a time (with ``session``: those of its cache)."""
+    for _, traces in listing:
+        for trace_id, _tags in traces:
+            t = store.get_trace(trace_id)
+            if t is not None and (session is None or session in (t.session_id, cache_group(t))):
+                yield t
+
+
+def _summaries(store: Store, listing: Listing, session: str | None) -> Iterator[CallSummary]:
+    """The cost summaries of ``listing``'s traces as the store keeps them, a session at a
+    time (``stored_calls``: a trace without one of this code's is read and summarized)."""
+    from ctxcore.diagnostics import fingerprint
+
+    version = fingerprint()
+
+    def load(missing: list[str]) -> list[Trace]:
+        return [t for t in map(store.get_trace, missing) if t is not None]
+
+    for _, traces in listing:
+        ids = [trace_id for trace_id, _tags in traces]
+        for c in stored_calls(ids, store.cost_summaries(ids), version, load):
+            if session is None or session in (c.session_id, c.group):
+                yield c
+
+
+def _check_given(args: argparse.Namespace) -> None:
     given = [bool(args.paths), args.session is not None, bool(args.all)]
     if sum(given) != 1:
         raise InputError("give PATH..., --session ID or --all (exactly one)")
-    if args.paths:
-        return _from_paths(list(args.paths))
-    db = args.db or str(settings.db_path())
-    return _from_store(db, args.session)
 
 
 # --------------------------------------------------------------------------- printing
@@ -232,31 +259,64 @@ class _Waste:
             yield t
 
 
+def _print_groups(groups: Iterable[list[CallCost]], as_json: bool, out: TextIO) -> int:
+    """Each group's calls as JSON lines or a table per session; how many calls."""
+    n = 0
+    for group in groups:
+        if as_json:
+            for c in group:
+                print(json.dumps(c.as_json()), file=out)
+        else:
+            for calls in by_session(group).values():
+                print_session(calls, out)
+        n += len(group)
+    return n
+
+
+def _finish(n: int, waste: _Waste | None, out: TextIO) -> int:
+    if not n:
+        raise InputError("no model call to cost in what was given")
+    if waste is not None:
+        print_tools(waste.tools, out)
+        print_thinking(waste.thinking, out)
+    return 0
+
+
 def run_cost(
     traces: Iterable[Trace], prices: PriceTable, as_json: bool, out: TextIO | None = None
 ) -> int:
     """Print the calls' costs (a table per session and the waste, or JSON lines)."""
     out = out or sys.stdout
-    n = 0
-    if as_json:
-        for c in costs(traces, prices):
-            print(json.dumps(c.as_json()), file=out)
-            n += 1
-    else:
-        waste = _Waste()
-        for group in session_groups(waste.tap(traces), prices):
-            for calls in by_session(group).values():
-                print_session(calls, out)
-            n += len(group)
-        if n:
-            print_tools(waste.tools, out)
-            print_thinking(waste.thinking, out)
-    if not n:
-        raise InputError("no model call to cost in what was given")
-    return 0
+    waste = None if as_json else _Waste()
+    stream = traces if waste is None else waste.tap(traces)
+    return _finish(_print_groups(session_groups(stream, prices), as_json, out), waste, out)
+
+
+def run_store_cost(
+    db: str, session: str | None, prices: PriceTable, as_json: bool, out: TextIO | None = None
+) -> int:
+    """``run_cost`` over the store's sessions (``session`` and its side chains, or all),
+    costed from their stored summaries; the waste read from their traces."""
+    from ctxcore.store.engines import read_store
+
+    out = out or sys.stdout
+    with read_store(db, note=lambda why: print(f"note: {why}", file=sys.stderr)) as store:
+        listing = _listing(store, db, session)
+        groups = summary_groups(_summaries(store, listing, session), prices)
+        n = _print_groups(groups, as_json, out)
+        waste = None
+        if n and not as_json:
+            waste = _Waste()
+            for _ in waste.tap(_from_store(store, listing, session)):
+                pass
+    return _finish(n, waste, out)
 
 
 def cli_cost(args: argparse.Namespace) -> int:
     """``ctxscope cost (PATH... | --session ID | --all) [--db] [--prices FILE] [--json]``."""
+    _check_given(args)
     prices = price_table(Path(args.prices) if args.prices else None)
-    return run_cost(_traces(args), prices, bool(args.json))
+    if args.paths:
+        return run_cost(_from_paths(list(args.paths)), prices, bool(args.json))
+    db = args.db or str(settings.db_path())
+    return run_store_cost(db, args.session, prices, bool(args.json))
