@@ -27,6 +27,7 @@ from ctxcore.cache import provider_of
 from ctxcore.cost import PriceTable, price_table
 from ctxcore.costing import CallCost, RunningCosts, session_costs
 from ctxcore.diagnostics.context import TraceView, finding, fold_over, short
+from ctxcore.diagnostics.text import Memo
 from ctxcore.models import Finding, Trace
 from ctxcore.settings import ENV_PRICES
 
@@ -101,6 +102,10 @@ def cache_break(v: TraceView) -> list[Finding]:
         return []
     key = (v.options.prices, os.environ.get(ENV_PRICES, ""))
     prices = _prices(*key)
+    if len(session) == 1:
+        # the first call the cache meets: no earlier prompt could have served it (bulk
+        # work diagnoses each trace alone, and costing its whole prompt found nothing)
+        return []
     mine = _call_cost(v, session, prices, key)
     brk = mine.cache_break if mine is not None else None
     if brk is None:
@@ -134,8 +139,12 @@ def cache_break(v: TraceView) -> list[Finding]:
 # --------------------------------------------------------------------------- repeated calls
 
 
-def _digest(text: str) -> str:
+def _digest_of(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
+
+
+#: a tool result's digest, remembered per text (a session's results come back every call)
+_digest = Memo(_digest_of)
 
 
 def _arguments(raw: object) -> str:

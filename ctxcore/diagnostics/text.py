@@ -79,7 +79,7 @@ class Memo(Generic[K, V]):
 
 
 #: every ``Memo`` made (they are module globals: made once, at import)
-_MEMOS: list[Memo[Any, Any]] = []
+_MEMOS: list[Memo[Any, Any] | Grown] = []
 
 
 def clear_memos() -> None:
@@ -89,13 +89,96 @@ def clear_memos() -> None:
         memo.clear()
 
 
-def _lowered_ws_of(text: str) -> str:
+def _lowered_ws_whole(text: str) -> str:
     # str.split() splits on exactly what \s+ matches (str.isspace), at a third of the cost
     return " ".join(text.split()).lower()
 
 
+#: how far back from a text's end ``Grown`` looks for its last whitespace character
+_CUT_REACH = 4096
+
+
+class Grown:
+    """A per-text function of texts that grow: computed on the new end of a text that
+    starts with one computed before, the rest taken from that one.
+
+    An agent's call N sends the prompt of call N-1 plus a little, and each trace's prompt
+    is a whole new string: the prompt read afresh at every call of a session is the
+    session's length squared. ``_lowered_ws_of`` of a text that starts with a text ``Grown``
+    remembers needs only what follows that text's last whitespace character: a text split
+    at a whitespace character, ``" ".join(text.split())`` is the halves' joined with one
+    space, and ``str.lower`` maps each side alone the same (its one rule of context, the
+    final sigma, never looks across a space), so the result is the same string, character
+    for character (tests/test_diagnostics_grown.py). Remembers the ``keep`` most recent
+    texts of at least ``min_len`` characters, up to ``max_chars`` characters in all (one
+    text per session of a bulk import that interleaves a few); thread-safe.
+    """
+
+    def __init__(self, keep: int = 16, min_len: int = 16_384, max_chars: int = 32_000_000):
+        self._keep = keep
+        self._min = min_len
+        self._max = max_chars
+        #: (text, position of its last whitespace character, the text's result, how many
+        #: characters of it are the result for the text before that position), most recent
+        #: last: a list, as a dict would hash each long text
+        self._known: list[tuple[str, int, str, int]] = []
+        self._size = 0
+        self._lock = threading.Lock()
+        _MEMOS.append(self)
+
+    def __call__(self, text: str) -> str:
+        if len(text) < self._min:
+            return _lowered_ws_whole(text)
+        base = self._longest_start(text)
+        if base is None:
+            out = _lowered_ws_whole(text)
+        else:
+            cut, head = base
+            rest = _lowered_ws_whole(text[cut:])
+            out = f"{head} {rest}" if head and rest else head or rest
+        self._remember(text, out)
+        return out
+
+    def _longest_start(self, text: str) -> tuple[int, str] | None:
+        """(cut, result before the cut) of the most recent remembered text ``text`` starts
+        with (a session's latest prompt, the longest of its prompts)."""
+        for old, cut, out, at in reversed(list(self._known)):
+            if len(old) <= len(text) and text.startswith(old):
+                return cut, out[:at]  # the very string when nothing follows the cut
+        return None
+
+    def _remember(self, text: str, out: str) -> None:
+        """Keep ``text`` with the result for the text before its last whitespace character
+        (``out`` less the lower-cased last word); a text with none near its end is not kept."""
+        end = len(text)
+        cut = next(
+            (i for i in range(end - 1, max(end - _CUT_REACH, 0) - 1, -1) if text[i].isspace()),
+            -1,
+        )
+        if cut < 0 or len(text) > self._max // 4:
+            return
+        last = len(text[cut + 1 :].lower())
+        at = len(out) - last
+        if last and at > 0:
+            at -= 1  # the space before the last word
+        with self._lock:
+            self._known.append((text, cut, out, at))
+            self._size += len(text) + len(out)
+            while len(self._known) > self._keep or self._size > self._max:
+                old, _, old_out, _ = self._known.pop(0)
+                self._size -= len(old) + len(old_out)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
+            self._size = 0
+
+
+_lowered_ws_of = Grown()
+
 #: ``text`` with runs of whitespace made one space, stripped and lower-cased (the form the
-#: detectors compare prompts and sentences in), remembered per text
+#: detectors compare prompts and sentences in), remembered per text; a long text that
+#: grows an earlier one (a session's prompts) computed on its new end only (``Grown``)
 lowered_ws = Memo(_lowered_ws_of)
 #: ``text`` with runs of whitespace made one space and stripped (``context.normalize_ws``),
 #: remembered per text: for whole packet texts, which come back turn after turn
@@ -297,9 +380,11 @@ def _shingles_of(text: str, k: int = SHINGLE) -> frozenset[int]:
         return frozenset()
     if len(toks) <= k:
         return frozenset({zlib.crc32(" ".join(toks).encode())})
-    return frozenset(
-        zlib.crc32(" ".join(toks[i : i + k]).encode()) for i in range(len(toks) - k + 1)
-    )
+    # the k tokens from each position joined, encoded and hashed by ``map`` in C (a
+    # generator stepping through each shingle in Python took a third longer); the token
+    # lists shifted by 1..k-1 end the windows at the last whole one
+    windows = zip(*(itertools.islice(toks, j, None) for j in range(k)), strict=False)
+    return frozenset(map(zlib.crc32, map(str.encode, map(" ".join, windows))))
 
 
 _shingles = Memo(_shingles_of)
@@ -308,7 +393,8 @@ _shingles = Memo(_shingles_of)
 def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
     if not a and not b:
         return 1.0
-    return len(a & b) / len(a | b)
+    both = len(a & b)  # the union's size without building the union
+    return both / (len(a) + len(b) - both)
 
 
 _BANDS, _ROWS = 16, 4
