@@ -13,7 +13,8 @@ child process of its own (wall and CPU time, peak memory):
 - ``ctxscope cost LOG --json`` (one JSON line per call, to /dev/null);
 - ``ctxscope cost LOG`` (the tables and the waste sections, to /dev/null).
 
-Target: ``ctxscope cost`` on the 5,593-call session in 10 s or less.
+Each with the load as it started (wall time on a loaded machine is mostly waiting: read
+the CPU time beside it). Target: ``ctxscope cost`` on the 5,593-call session in 10 s or less.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ _WRAP = (
 
 
 def _timed(argv: list[str]) -> dict[str, Any]:
-    """Run ``argv`` (output to /dev/null): wall, CPU and peak memory of that process alone."""
+    """Run ``argv`` (output to /dev/null): wall, CPU and peak memory of that process alone,
+    and the machine's load (1-minute average) as it started."""
+    load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -67,7 +70,7 @@ def _timed(argv: list[str]) -> dict[str, Any]:
         raise SystemExit(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     peak_kb = int(proc.stdout.strip().splitlines()[-1])
-    return {"wall": wall, "cpu": cpu, "peak_mb": peak_kb / 1024}
+    return {"wall": wall, "cpu": cpu, "peak_mb": peak_kb / 1024, "load": load}
 
 
 def _calls(log: Path) -> int:
@@ -129,7 +132,8 @@ def main() -> None:
 
 
 def _line(m: dict[str, Any]) -> str:
-    return f"{m['wall']:.1f} s wall, {m['cpu']:.1f} s CPU, peak {m['peak_mb']:,.0f} MB"
+    wall, cpu, peak = m["wall"], m["cpu"], m["peak_mb"]
+    return f"{wall:.1f} s wall, {cpu:.1f} s CPU, peak {peak:,.0f} MB, load {m['load']:.1f}"
 
 
 def _target(m: dict[str, Any]) -> str:
