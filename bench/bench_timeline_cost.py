@@ -35,8 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import plotly.io as pio  # noqa: E402
 from app_support import session  # noqa: E402
 
+from ctxcore import figures  # noqa: E402
 from ctxcore.cost import price_table  # noqa: E402
 from ctxcore.costing import CallCost, cost_calls, session_costs, stored_calls  # noqa: E402
 from ctxcore.diagnostics import INGEST_OPTIONS, diagnose_session, fingerprint  # noqa: E402
@@ -109,8 +111,10 @@ def _summary_costs(store: TraceStore, ids: list[str]) -> list[CallCost]:
 
 
 def parts(db: Path) -> dict[str, float]:
-    """The cost's parts in this process: the session costed from the store's summaries (the
-    Timeline's way); loading the session's traces and costing them (before summaries)."""
+    """The page's parts in this process: the packet chart (statuses read, figure built, its
+    JSON), the session costed from the store's summaries (the Timeline's way); loading the
+    session's traces and costing and diagnosing them (what the page no longer does on
+    open)."""
     with TraceStore(db, read_only=True) as store:
         t0 = time.perf_counter()
         rows = store.list_traces(TraceFilter(session_id=SESSION), sort="turn", limit=100_000)
@@ -121,6 +125,16 @@ def parts(db: Path) -> dict[str, float]:
         traces = [Trace.model_validate_json(raw) for _, raw in store.traces_json(ids)]
         loaded = time.perf_counter() - t0
         stored = store.stored_findings([t.trace_id for t in traces], fingerprint())
+        t0 = time.perf_counter()
+        statuses = store.session_statuses(SESSION)
+        read_statuses = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    grid = figures.timeline_heatmap(statuses, "packets", legend=False)
+    drawn = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sent = pio.to_json(grid, validate=False)
+    as_json = time.perf_counter() - t0
+    print(f"the packet chart: {len(statuses):,} cells, {len(sent) / 1e6:.2f} MB of JSON")
     t0 = time.perf_counter()
     calls = session_costs(traces, price_table())
     costed = time.perf_counter() - t0
@@ -133,6 +147,9 @@ def parts(db: Path) -> dict[str, float]:
     reused = time.perf_counter() - t0
     assert again == diag and len(stored) == len(traces)
     return {
+        "the session's packet statuses read": read_statuses,
+        "the packet chart built": drawn,
+        "  its JSON written (what the browser receives)": as_json,
         "costs from the store's summaries (the page's way)": summarized,
         "load the session's traces": loaded,
         "session_costs over them": costed,
