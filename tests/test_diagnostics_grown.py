@@ -94,8 +94,8 @@ def test_grown_prompts_normalize_as_whole_texts() -> None:
 def test_grown_at_awkward_cuts(first: str, added: str) -> None:
     grown = Grown(min_len=1)
     grown(first)
-    for text in (first + added, first + added + added):
-        assert grown(text) == _lowered_ws_whole(text)
+    for text in (first + added, first + added + added, first + added + added):
+        assert grown(text) == _lowered_ws_whole(text)  # the last: the same text again
 
 
 def test_lowered_ws_takes_a_grown_prompt_from_the_earlier_one() -> None:
@@ -106,4 +106,4 @@ def test_lowered_ws_takes_a_grown_prompt_from_the_earlier_one() -> None:
     assert lowered_ws(longer) == _lowered_ws_whole(longer)
     from ctxcore.diagnostics import text
 
-    assert text._lowered_ws_of._longest_start(longer + " x") is not None
+    assert text._grown._longest_start(longer + " x") is not None

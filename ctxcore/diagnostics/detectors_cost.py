@@ -150,13 +150,22 @@ _digest = Memo(_digest_of)
 def _arguments(raw: object) -> str:
     """Arguments as canonical JSON (a JSON string parsed first), so key order and spacing
     do not make two calls differ."""
-    value = raw
     if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return raw
+        return _json_arguments(raw)
+    return json.dumps(raw, sort_keys=True, default=str)
+
+
+def _json_arguments_of(raw: str) -> str:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
     return json.dumps(value, sort_keys=True, default=str)
+
+
+#: arguments given as a JSON string, made canonical once per string (a session's calls come
+#: back at every later call)
+_json_arguments = Memo(_json_arguments_of)
 
 
 def _results(t: Trace) -> dict[str, tuple[str, str]]:

@@ -92,6 +92,8 @@ def _damaged_sections(v: TraceView, compressed: bool, full: dict[str, str] | Non
     """The [Task] and [Output] sections of a compressed prompt missing or cut short, against
     ``full``: the sections of the prompt built without compression (None: not rebuilt)."""
     out: list[Finding] = []
+    if not compressed:
+        return out  # nothing cut: no section to look for (a long prompt's are not read)
     have = sections(v.prompt)
     # a prompt rendered without partitions (an imported chat) has no sections to lose
     protected = ("[Task]", "[Output]") if compressed and (have or full) else ()

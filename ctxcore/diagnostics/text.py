@@ -99,12 +99,12 @@ _CUT_REACH = 4096
 
 
 class Grown:
-    """A per-text function of texts that grow: computed on the new end of a text that
+    """``lowered_ws`` of long texts that grow: computed on the new end of a text that
     starts with one computed before, the rest taken from that one.
 
     An agent's call N sends the prompt of call N-1 plus a little, and each trace's prompt
     is a whole new string: the prompt read afresh at every call of a session is the
-    session's length squared. ``_lowered_ws_of`` of a text that starts with a text ``Grown``
+    session's length squared. The form of a text that starts with a text ``Grown``
     remembers needs only what follows that text's last whitespace character: a text split
     at a whitespace character, ``" ".join(text.split())`` is the halves' joined with one
     space, and ``str.lower`` maps each side alone the same (its one rule of context, the
@@ -114,17 +114,23 @@ class Grown:
     text per session of a bulk import that interleaves a few); thread-safe.
     """
 
-    def __init__(self, keep: int = 16, min_len: int = 16_384, max_chars: int = 32_000_000):
+    def __init__(self, keep: int = 16, min_len: int = 16_384, max_chars: int = 8_000_000):
         self._keep = keep
         self._min = min_len
         self._max = max_chars
         #: (text, position of its last whitespace character, the text's result, how many
         #: characters of it are the result for the text before that position), most recent
-        #: last: a list, as a dict would hash each long text
-        self._known: list[tuple[str, int, str, int]] = []
+        #: last: a list, as a dict would hash each long text (named as ``Memo``'s, which
+        #: a replay worker's test counts)
+        self._data: list[tuple[str, int, str, int]] = []
         self._size = 0
         self._lock = threading.Lock()
         _MEMOS.append(self)
+
+    @property
+    def min_len(self) -> int:
+        """The shortest text remembered: a shorter one is computed whole."""
+        return self._min
 
     def __call__(self, text: str) -> str:
         if len(text) < self._min:
@@ -133,18 +139,22 @@ class Grown:
         if base is None:
             out = _lowered_ws_whole(text)
         else:
-            cut, head = base
+            old, cut, known, at = base
+            if len(old) == len(text):
+                return known  # the very text again (an earlier turn read once more)
+            head = known[:at]  # the very string when nothing follows the cut
             rest = _lowered_ws_whole(text[cut:])
             out = f"{head} {rest}" if head and rest else head or rest
         self._remember(text, out)
         return out
 
-    def _longest_start(self, text: str) -> tuple[int, str] | None:
-        """(cut, result before the cut) of the most recent remembered text ``text`` starts
-        with (a session's latest prompt, the longest of its prompts)."""
-        for old, cut, out, at in reversed(list(self._known)):
-            if len(old) <= len(text) and text.startswith(old):
-                return cut, out[:at]  # the very string when nothing follows the cut
+    def _longest_start(self, text: str) -> tuple[str, int, str, int] | None:
+        """The most recent remembered text ``text`` starts with (a session's latest prompt,
+        the longest of its prompts), as kept: (text, cut, its result, length of the result
+        before the cut)."""
+        for known in reversed(list(self._data)):
+            if len(known[0]) <= len(text) and text.startswith(known[0]):
+                return known
         return None
 
     def _remember(self, text: str, out: str) -> None:
@@ -162,24 +172,30 @@ class Grown:
         if last and at > 0:
             at -= 1  # the space before the last word
         with self._lock:
-            self._known.append((text, cut, out, at))
+            self._data.append((text, cut, out, at))
             self._size += len(text) + len(out)
-            while len(self._known) > self._keep or self._size > self._max:
-                old, _, old_out, _ = self._known.pop(0)
+            while len(self._data) > self._keep or self._size > self._max:
+                old, _, old_out, _ = self._data.pop(0)
                 self._size -= len(old) + len(old_out)
 
     def clear(self) -> None:
         with self._lock:
-            self._known.clear()
+            self._data.clear()
             self._size = 0
 
 
-_lowered_ws_of = Grown()
+_grown = Grown()
+_lowered_ws_short = Memo(_lowered_ws_whole)
 
-#: ``text`` with runs of whitespace made one space, stripped and lower-cased (the form the
-#: detectors compare prompts and sentences in), remembered per text; a long text that
-#: grows an earlier one (a session's prompts) computed on its new end only (``Grown``)
-lowered_ws = Memo(_lowered_ws_of)
+
+def lowered_ws(text: str) -> str:
+    """``text`` with runs of whitespace made one space, stripped and lower-cased (the form
+    the detectors compare prompts and sentences in), remembered per text; a long text (a
+    prompt) by ``Grown``: computed on its new end when it grows a recent one (a session's
+    prompts), not hashed for a memo (hashing a long prompt cost half of computing it)."""
+    return _grown(text) if len(text) >= _grown.min_len else _lowered_ws_short(text)
+
+
 #: ``text`` with runs of whitespace made one space and stripped (``context.normalize_ws``),
 #: remembered per text: for whole packet texts, which come back turn after turn
 normalized_ws: Memo[str, str] = Memo(lambda text: " ".join(text.split()))
@@ -244,8 +260,15 @@ def _shape(line: str) -> str:
     shape = _DIGITS.sub("0", _PATHLIKE.sub("<p>", line))
     if shape == line:
         return ""
-    literal = re.sub(r"\W|<p>|0", "", shape)
+    literal = _NOT_LITERAL.sub("", shape)
     return shape if len(literal) >= 6 else ""
+
+
+_NOT_LITERAL = re.compile(r"\W|<p>|0")
+#: ``_shape`` remembered per line: a session's tool outputs repeat lines from one call to
+#: the next (the same file read again, the same test run's report), three regular
+#: expressions a line
+_line_shape = Memo(_shape, max_size=2_000_000)
 
 
 def _apply_backspaces(line: str) -> str:
@@ -282,7 +305,9 @@ def _strip_noise_of(text: str) -> NoiseProfile:
         lines_out.append(line)
     seen: set[str] = set()
     shape_of = {
-        key: _shape(key) for key in {ln.strip() for ln in lines_out} if len(key) >= MIN_REPEAT_LINE
+        key: _line_shape(key)
+        for key in {ln.strip() for ln in lines_out}
+        if len(key) >= MIN_REPEAT_LINE
     }
     shapes: Counter[str] = Counter(
         shape_of[ln.strip()] for ln in lines_out if len(ln.strip()) >= MIN_REPEAT_LINE
