@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -47,15 +48,20 @@ def db(tmp_path: Path) -> Path:
 
 
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ids of the traces the store is asked for from now on."""
+    """The ids of the traces the store is asked for from now on (one by one or many)."""
     read: list[str] = []
-    real = TraceStore.get_trace
+    one, many = TraceStore.get_trace, TraceStore.traces_json
 
     def get_trace(self: TraceStore, trace_id: str) -> Trace | None:
         read.append(trace_id)
-        return real(self, trace_id)
+        return one(self, trace_id)
+
+    def traces_json(self: TraceStore, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
+        read.extend(trace_ids)
+        return many(self, trace_ids)
 
     monkeypatch.setattr(TraceStore, "get_trace", get_trace)
+    monkeypatch.setattr(TraceStore, "traces_json", traces_json)
     return read
 
 

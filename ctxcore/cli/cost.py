@@ -89,12 +89,24 @@ def _listing(store: Store, db: str, session: str | None) -> Listing:
     return listing
 
 
+#: traces read from the store in one query (their JSON held at once)
+LOAD_BATCH = 200
+
+
+def _loaded(store: Store, trace_ids: list[str]) -> Iterator[Trace]:
+    """The stored traces of ``trace_ids`` that exist, in order, read ``LOAD_BATCH`` at a
+    time (one query each: ``Store.traces_json``)."""
+    for start in range(0, len(trace_ids), LOAD_BATCH):
+        for _, raw in store.traces_json(trace_ids[start : start + LOAD_BATCH]):
+            yield Trace.model_validate_json(raw)
+
+
 def _from_store(store: Store, listing: Listing, session: str | None) -> Iterator[Trace]:
-    """The traces of ``listing``, one at a time (with ``session``: those of its cache)."""
+    """The traces of ``listing``, a batch at a time (with ``session``: those of its
+    cache)."""
     for _, traces in listing:
-        for trace_id, _tags in traces:
-            t = store.get_trace(trace_id)
-            if t is not None and (session is None or session in (t.session_id, cache_group(t))):
+        for t in _loaded(store, [trace_id for trace_id, _tags in traces]):
+            if session is None or session in (t.session_id, cache_group(t)):
                 yield t
 
 
@@ -105,8 +117,8 @@ def _summaries(store: Store, listing: Listing, session: str | None) -> Iterator[
 
     version = fingerprint()
 
-    def load(missing: list[str]) -> list[Trace]:
-        return [t for t in map(store.get_trace, missing) if t is not None]
+    def load(missing: list[str]) -> Iterator[Trace]:
+        return _loaded(store, missing)
 
     for _, traces in listing:
         ids = [trace_id for trace_id, _tags in traces]
