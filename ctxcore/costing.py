@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from itertools import groupby
+from pathlib import Path
 from typing import Any, Literal
 
 from ctxcore.cache import (
@@ -49,6 +50,13 @@ from ctxcore.cache import (
 from ctxcore.cost import PriceTable, cost
 from ctxcore.models import TokenUsage, Trace
 from ctxcore.tokens import get_counter
+
+#: The modules a cost summary is made by (``summarize`` and ``encode_summary``) and what
+#: they read (the trace's shape, the encodings). A stored summary is stamped with their
+#: fingerprint (``summary_version``), so a change to other code (a page, a detector) leaves
+#: the summaries a store holds valid; ``tests/test_cost_summary.py`` watches which ctxcore
+#: code runs while summaries are made and fails on a module not listed here.
+SUMMARY_MODULES = ("cache/prompts.py", "costing.py", "models.py", "settings.py", "tokens.py")
 
 CostSource = Literal["recorded", "simulated"]
 #: the token fields of a call, in the order ``ctxscope cost --json`` writes them
@@ -350,9 +358,19 @@ _BLOCK_ROW = (*_BLOCK_ID, "text", "tools")
 _ID_LEN = len(_BLOCK_ID)
 
 
+def summary_version() -> str:
+    """The version a cost summary made by this code carries: the fingerprint of
+    ``SUMMARY_MODULES`` with Python's and the counting libraries' versions
+    (``diagnostics.source_fingerprint``)."""
+    import ctxcore
+    from ctxcore.diagnostics import source_fingerprint
+
+    return source_fingerprint(Path(ctxcore.__file__).parent, SUMMARY_MODULES)
+
+
 def encode_summary(call: CallSummary, version: str) -> bytes:
     """``call`` as the store keeps it (UTF-8 JSON), marked with ``version``: the code that
-    made it (``diagnostics.fingerprint``; a summary of other code is made again from the
+    made it (``summary_version``; a summary of other code is made again from the
     trace, ``decode_summaries``)."""
     p = call.prompt
     data = {

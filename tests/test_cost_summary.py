@@ -34,8 +34,8 @@ from ctxcore.costing import (
     session_costs,
     stored_calls,
     summarize,
+    summary_version,
 )
-from ctxcore.diagnostics import fingerprint
 from ctxcore.errors import CtxscopeError
 from ctxcore.formats.load import iter_traces
 from ctxcore.models import TokenUsage, Trace
@@ -116,7 +116,7 @@ def _stored_costs(store: Store, trace_ids: list[str]) -> list[CallCost]:
     def load(missing: list[str]) -> list[Trace]:
         raise AssertionError(f"traces read although their summaries are stored: {missing}")
 
-    calls = stored_calls(trace_ids, store.cost_summaries(trace_ids), fingerprint(), load)
+    calls = stored_calls(trace_ids, store.cost_summaries(trace_ids), summary_version(), load)
     return cost_calls(calls, price_table(env=""))
 
 
@@ -167,7 +167,7 @@ def test_a_summary_missing_or_of_other_code_is_made_from_the_trace(tmp_path: Pat
             asked.append(missing)
             return [Trace.model_validate_json(raw) for _, raw in s.traces_json(missing)]
 
-        calls = stored_calls(ids, s.cost_summaries(ids), fingerprint(), load)
+        calls = stored_calls(ids, s.cost_summaries(ids), summary_version(), load)
         assert asked == [ids]
         assert cost_calls(calls, prices) == want
         # stored again by this code: read from the store, except one of another version
@@ -177,7 +177,7 @@ def test_a_summary_missing_or_of_other_code_is_made_from_the_trace(tmp_path: Pat
         assert sorted(stored) == sorted(again)
         stored[again[1]] = encode_summary(summarize(traces[1]), "other code")
         asked.clear()
-        calls = stored_calls(again, stored, fingerprint(), load)
+        calls = stored_calls(again, stored, summary_version(), load)
         assert asked == [[again[1]]]
         assert len(calls) == len(traces)
 
@@ -239,3 +239,58 @@ def test_no_field_is_dropped() -> None:
         blocks = (dataclasses.replace(block, **{f.name: new}), *prompt.blocks[1:])
         changed = dataclasses.replace(call, prompt=dataclasses.replace(prompt, blocks=blocks))
         assert _roundtrip(changed) == changed, f"block.{f.name}"
+
+
+# --------------------------------------------------------------------------- the version
+
+
+def test_the_summary_version_covers_the_code_that_makes_a_summary() -> None:
+    """Every ctxcore function that runs while the fixtures' sessions are summarized, encoded
+    and decoded lives in ``SUMMARY_MODULES``: a change to any other module cannot change a
+    summary, so the stored ones stay valid across it."""
+    import sys
+
+    from ctxcore.cache import PromptReader
+    from ctxcore.costing import SUMMARY_MODULES
+
+    sessions = [s for name in sorted(SESSIONS) for s in SESSIONS[name]]
+    ran: set[str] = set()
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        name = frame.f_code.co_filename
+        if "/ctxcore/" in name:
+            ran.add(name.rsplit("/ctxcore/", 1)[1])
+
+    sys.setprofile(watch)
+    try:
+        for traces in sessions:
+            reader = PromptReader()
+            encoded = [encode_summary(summarize(t, reader), "v") for t in traces]
+            decode_summaries(encoded, "v")
+    finally:
+        sys.setprofile(None)
+    assert "cache/prompts.py" in ran and "costing.py" in ran
+    assert ran <= set(SUMMARY_MODULES), sorted(ran - set(SUMMARY_MODULES))
+
+
+def test_the_version_moves_with_the_summary_code_only(tmp_path: Path) -> None:
+    """A copy of the package: editing a page-side module keeps the version, editing the
+    prompt reader changes it."""
+    import shutil
+
+    import ctxcore
+    from ctxcore.costing import SUMMARY_MODULES
+    from ctxcore.diagnostics import source_fingerprint
+
+    root = tmp_path / "ctxcore"
+    shutil.copytree(Path(ctxcore.__file__).parent, root)
+    computed = source_fingerprint.__wrapped__  # not the remembered value
+    before = computed(root, SUMMARY_MODULES)
+    with (root / "ledger.py").open("a") as fh:
+        fh.write("\n# another change\n")
+    assert computed(root, SUMMARY_MODULES) == before
+    assert computed(root) != source_fingerprint(Path(ctxcore.__file__).parent)
+    with (root / "cache" / "prompts.py").open("a") as fh:
+        fh.write("\n# a change to the summary's code\n")
+    assert computed(root, SUMMARY_MODULES) != before
+    assert summary_version() == source_fingerprint(Path(ctxcore.__file__).parent, SUMMARY_MODULES)

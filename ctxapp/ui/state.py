@@ -31,7 +31,7 @@ import streamlit as st
 from ctxcore import settings
 from ctxcore.cli import app as cli_app
 from ctxcore.cost import PriceTable, price_table
-from ctxcore.costing import CallCost, CallSummary, cost_calls, stored_calls
+from ctxcore.costing import CallCost, CallSummary, cost_calls, stored_calls, summary_version
 from ctxcore.diagnostics import (
     INGEST_OPTIONS,
     Counterfactual,
@@ -604,7 +604,7 @@ def _cost_summaries(session_id: str, limit: int = 500) -> list[CallSummary]:
     def load(missing: list[str]) -> list[Trace]:
         return [Trace.model_validate_json(raw) for _, raw in store().traces_json(missing)]
 
-    return stored_calls(ids, store().cost_summaries(ids), fingerprint(), load)
+    return stored_calls(ids, store().cost_summaries(ids), summary_version(), load)
 
 
 def session_call_costs(session_id: str) -> list[CallCost]:

@@ -36,6 +36,7 @@ from ctxcore.costing import (
     session_totals,
     stored_calls,
     summary_groups,
+    summary_version,
     thinking_turn,
 )
 from ctxcore.errors import InputError
@@ -113,9 +114,7 @@ def _from_store(store: Store, listing: Listing, session: str | None) -> Iterator
 def _summaries(store: Store, listing: Listing, session: str | None) -> Iterator[CallSummary]:
     """The cost summaries of ``listing``'s traces as the store keeps them, a session at a
     time (``stored_calls``: a trace without one of this code's is read and summarized)."""
-    from ctxcore.diagnostics import fingerprint
-
-    version = fingerprint()
+    version = summary_version()
 
     def load(missing: list[str]) -> Iterator[Trace]:
         return _loaded(store, missing)

@@ -247,8 +247,9 @@ def fingerprint() -> str:
 
 
 @functools.cache
-def source_fingerprint(root: Path) -> str:
-    """``fingerprint`` of the package whose modules are under ``root``."""
+def source_fingerprint(root: Path, files: tuple[str, ...] | None = None) -> str:
+    """``fingerprint`` of the package whose modules are under ``root``; of those of its
+    ``files`` alone (paths under ``root``) when given."""
     digest = hashlib.sha256(sys.version.encode())
     for dist in ("numpy", "pydantic", "pydantic-core", "tiktoken", "toktok-rs"):
         try:
@@ -256,7 +257,7 @@ def source_fingerprint(root: Path) -> str:
         except importlib.metadata.PackageNotFoundError:
             version = "-"
         digest.update(f"\0{dist}={version}".encode())
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(root.rglob("*.py")) if files is None else [root / f for f in sorted(files)]:
         digest.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:20]

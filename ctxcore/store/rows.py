@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from ctxcore import diagnostics
 from ctxcore.cache import PromptReader
-from ctxcore.costing import encode_summary, summarize
+from ctxcore.costing import encode_summary, summarize, summary_version
 from ctxcore.errors import CtxscopeError
 from ctxcore.models import Finding, Status, Trace
 from ctxcore.store.codec import (
@@ -520,7 +520,7 @@ class RowBatch:
         made it. A trace decoded without pydantic and not diagnosed here has none: its
         reader summarizes it from the trace (docs/design.md, "Cost and prices")."""
         call = summarize(trace, self._reader)
-        raw = encode_summary(call, diagnostics.fingerprint())
+        raw = encode_summary(call, summary_version())
         self._summaries.append((tseq, pack_summary(raw)))
 
     def _decisions(self, trace: TraceLike, result: ResultLike, tseq: int) -> _Tally:
