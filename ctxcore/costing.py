@@ -38,6 +38,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
+from ctxcore import fingerprints
 from ctxcore.cache import (
     Block,
     CacheBreak,
@@ -361,11 +362,8 @@ _ID_LEN = len(_BLOCK_ID)
 def summary_version() -> str:
     """The version a cost summary made by this code carries: the fingerprint of
     ``SUMMARY_MODULES`` with Python's and the counting libraries' versions
-    (``diagnostics.source_fingerprint``)."""
-    import ctxcore
-    from ctxcore.diagnostics import source_fingerprint
-
-    return source_fingerprint(Path(ctxcore.__file__).parent, SUMMARY_MODULES)
+    (``fingerprints.source_fingerprint``)."""
+    return fingerprints.source_fingerprint(Path(__file__).parent, SUMMARY_MODULES)
 
 
 def encode_summary(call: CallSummary, version: str) -> bytes:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import ctxcore.diagnostics
+import ctxcore.fingerprints
 from ctxcore.cli import main
 from ctxcore.formats.load import iter_traces
 from ctxcore.models import Trace
@@ -81,7 +81,7 @@ def test_summaries_of_other_code_are_made_again_from_the_traces(
     """A store written by other code (another fingerprint) has summaries this code does
     not trust: each trace is read and summarized, with the same costs."""
     from_files = calls(str(INIT), str(SIDE))
-    monkeypatch.setattr(ctxcore.diagnostics, "source_fingerprint", lambda *_: "other-code")
+    monkeypatch.setattr(ctxcore.fingerprints, "source_fingerprint", lambda *_: "other-code")
     read = _counting_reads(monkeypatch)
     assert calls("--all", "--db", str(db)) == from_files
     assert sorted(read) == sorted(from_files)

@@ -280,7 +280,7 @@ def test_the_version_moves_with_the_summary_code_only(tmp_path: Path) -> None:
 
     import ctxcore
     from ctxcore.costing import SUMMARY_MODULES
-    from ctxcore.diagnostics import source_fingerprint
+    from ctxcore.fingerprints import source_fingerprint
 
     root = tmp_path / "ctxcore"
     shutil.copytree(Path(ctxcore.__file__).parent, root)

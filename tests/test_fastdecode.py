@@ -72,7 +72,11 @@ def test_demo_traces_take_the_fast_path_and_give_identical_rows() -> None:
     for raw in lines:
         assert assert_agrees(raw), raw[:200]
         trace = m.Trace.model_validate_json(raw)
-        assert rows(fastdecode.decode(raw), raw) == rows(trace, raw)
+        fast, full = rows(fastdecode.decode(raw), raw), rows(trace, raw)
+        # a trace decoded without pydantic and not diagnosed has no cost summary stored:
+        # its reader makes one from the trace (docs/design.md, "Cost and prices")
+        assert "cost_parts" not in fast and len(full.pop("cost_parts")) >= 1
+        assert fast == full
 
 
 def like_members(proto: type) -> dict[str, Any]:

@@ -728,13 +728,14 @@ sys.path.insert(0, sys.argv[2])
 from helpers_store import make_trace
 from ctxcore.store import TraceStore
 store = TraceStore(sys.argv[1], diagnose=False)
-print("ready", flush=True)
 k = 0
 while True:  # until killed: a commit every few ms, and a checkpoint every tenth one
     store.add_traces([make_trace(k * 20 + i, n_packets=20, session_id="busy") for i in range(20)])
     k += 1
     if k % 10 == 0:
         store._cur().execute("CHECKPOINT")
+        if k == 10:  # the first traces are in the file: a reader has something to see
+            print("ready", flush=True)
     time.sleep(0.01)
 """
 

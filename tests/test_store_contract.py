@@ -303,7 +303,7 @@ def test_each_calls_model_and_usage_are_listed_without_its_trace(store: Store) -
 
 @covers("Store.cost_summaries")
 def test_each_calls_cost_summary_is_stored_with_it(store: Store) -> None:
-    from ctxcore.costing import decode_summaries, summarize
+    from ctxcore.costing import decode_summaries, summarize, summary_version
     from ctxcore.formats.load import load_file
 
     # a real Claude Code log with recorded usage and a side chain, through add_traces; demo
@@ -317,7 +317,7 @@ def test_each_calls_cost_summary_is_stored_with_it(store: Store) -> None:
     ids = [t.trace_id for t in logged + plain]
     got = store.cost_summaries([*ids, "no-such-trace"])
     assert sorted(got) == sorted(ids)
-    decoded = decode_summaries([got[i] for i in ids], diagnostics.fingerprint())
+    decoded = decode_summaries([got[i] for i in ids], summary_version())
     assert decoded == [summarize(t) for t in logged + plain]
     assert store.cost_summaries([]) == {}
 

@@ -39,10 +39,6 @@ search); the Playground applies a fix with ``patched_config(trace.config, findin
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib.metadata
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -76,6 +72,7 @@ from ctxcore.diagnostics.detectors_evidence import error_evidence_lost, evidence
 from ctxcore.diagnostics.detectors_tokens import compression_damage, estimate_drift
 from ctxcore.diagnostics.session import LostItem, SessionDiagnosis, TurnFindings, lost_items
 from ctxcore.errors import InputError
+from ctxcore.fingerprints import source_fingerprint
 from ctxcore.models import BuildResult, Finding, Status, Trace
 
 Detector = Callable[[TraceView], list[Finding]]
@@ -246,23 +243,6 @@ def fingerprint() -> str:
     return source_fingerprint(Path(ctxcore.__file__).parent)
 
 
-@functools.cache
-def source_fingerprint(root: Path, files: tuple[str, ...] | None = None) -> str:
-    """``fingerprint`` of the package whose modules are under ``root``; of those of its
-    ``files`` alone (paths under ``root``) when given."""
-    digest = hashlib.sha256(sys.version.encode())
-    for dist in ("numpy", "pydantic", "pydantic-core", "tiktoken", "toktok-rs"):
-        try:
-            version = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            version = "-"
-        digest.update(f"\0{dist}={version}".encode())
-    for path in sorted(root.rglob("*.py")) if files is None else [root / f for f in sorted(files)]:
-        digest.update(b"\0" + path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:20]
-
-
 def _attach_fixes(view: TraceView, found: list[Finding]) -> list[Finding]:
     """A verified smallest fix on must_have_lost findings about dropped/filtered packets."""
     budget = view.options.max_counterfactuals
@@ -345,4 +325,5 @@ __all__ = [
     "rebuild",
     "severity_at_least",
     "smallest_fix",
+    "source_fingerprint",
 ]

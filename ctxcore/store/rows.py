@@ -121,8 +121,8 @@ _SCHEMAS: dict[str, pa.Schema] = {
 }  # fmt: skip
 
 #: each trace's cost summary (``costing.encode_summary``, packed) in pieces of PART_BYTES,
-#: in order: a session is costed from them without reading its traces (docs/design.md,
-#: "Store")
+#: in order: a session is costed from them without reading its traces
+#: (docs/design.md, "Store")
 COST_PARTS = pa.schema([("tseq", _I64), ("part", _I32), ("data", pa.large_binary())])
 _SIZE = struct.Struct("<I")
 
