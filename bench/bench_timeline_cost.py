@@ -40,7 +40,13 @@ from app_support import session  # noqa: E402
 
 from ctxcore import figures  # noqa: E402
 from ctxcore.cost import price_table  # noqa: E402
-from ctxcore.costing import CallCost, cost_calls, session_costs, stored_calls  # noqa: E402
+from ctxcore.costing import (  # noqa: E402
+    CallCost,
+    cost_calls,
+    session_costs,
+    stored_calls,
+    summary_version,
+)
 from ctxcore.diagnostics import INGEST_OPTIONS, diagnose_session, fingerprint  # noqa: E402
 from ctxcore.models import Outcome, TokenUsage, Trace  # noqa: E402
 from ctxcore.store import TraceFilter, TraceStore  # noqa: E402
@@ -106,7 +112,7 @@ def _summary_costs(store: TraceStore, ids: list[str]) -> list[CallCost]:
     def load(missing: list[str]) -> list[Trace]:
         raise AssertionError(f"{len(missing)} traces have no stored summary")
 
-    calls = stored_calls(ids, store.cost_summaries(ids), fingerprint(), load)
+    calls = stored_calls(ids, store.cost_summaries(ids), summary_version(), load)
     return cost_calls(calls, price_table())
 
 
