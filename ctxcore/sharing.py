@@ -43,7 +43,7 @@ import msgspec
 from pydantic import BaseModel, TypeAdapter
 
 from ctxcore.errors import InputError
-from ctxcore.loading import GZIP_ERRORS, iter_lines, open_stream
+from ctxcore.loading import GZIP_ERRORS, iter_lines, open_stream, too_deep
 from ctxcore.models import Decision, Message, Packet, ToolDef, Trace
 
 SHARE_SCHEMA = "ctxscope.share/1"
@@ -118,6 +118,8 @@ class PartTable:
             raise InputError(f"{_at(where)}a shared trace line: {exc}") from exc
         except msgspec.DecodeError as exc:
             raise InputError(f"{_at(where)}malformed JSON ({exc})") from exc
+        except RecursionError:  # nested past the decoder's stack: that line's error
+            raise too_deep(where) from None
         if env.share != SHARE_SCHEMA:
             raise InputError(
                 f"{_at(where)}field 'share': {env.share!r} is not {SHARE_SCHEMA!r}, the shared "
@@ -133,7 +135,7 @@ class PartTable:
             return
         try:
             env = _PARTS_ONLY.decode(raw.removeprefix(b"\xef\xbb\xbf"))
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):
             return  # read past before: its error was said then
         try:
             self._define(env.parts, where)

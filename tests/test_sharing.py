@@ -475,3 +475,19 @@ def test_a_text_that_leaves_the_previous_one_part_way_names_the_pieces_they_shar
     assert ids[3][1] in new_parts and ids[0][0] not in new_parts
     table = PartTable()
     assert [table.expand(ln.encode()).decode() for ln in lines] == [t.to_json() for t in traces]
+
+
+def test_a_shared_line_nested_past_the_parser_is_its_own_error(tmp_path: Path) -> None:
+    """A shared line whose parts nest past the decoder's stack is that line's one-line error
+    (not a "bug in ctxscope"); every other trace of the file is stored."""
+    path, traces, lines = _small_session(tmp_path)
+    bomb = b'{"share":"ctxscope.share/1","parts":{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    path.write_bytes(b"".join(ln + b"\n" for ln in [*lines, bomb]))
+    with pytest.raises(InputError, match=r"line 9: JSON nested too deeply"):
+        PartTable().expand(bomb, "line 9")
+    with TraceStore(tmp_path / "s.duckdb", diagnose=False) as store:
+        counts = ingest_paths(store, [path])
+        assert store.count() == len(traces)
+    [error] = counts.error_rows
+    assert error.line == len(lines) + 1 and "nested too deeply" in error.message
+    assert "bug" not in error.message
