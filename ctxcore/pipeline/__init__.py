@@ -22,7 +22,7 @@ from typing import Any, Protocol, cast
 
 from ctxcore.knobs import honoured
 from ctxcore.models import SCHEMA, Builder, BuildResult, CapturedInput, Config, Trace
-from ctxcore.pipeline.common import Summarizer
+from ctxcore.pipeline.common import RunFn, Summarizer
 from ctxcore.settings import PRESET_NAMES
 from ctxcore.tokens import TokenCounter, get_counter
 
@@ -49,15 +49,9 @@ class PresetModule(Protocol):
     NAME: str
     VERSION: str
 
-    def resolve(self, config: Config, input: CapturedInput) -> Config: ...
+    run: RunFn
 
-    def run(
-        self,
-        input: CapturedInput,
-        config: Config,
-        counter: TokenCounter,
-        summarizer: Summarizer | None = None,
-    ) -> BuildResult: ...
+    def resolve(self, config: Config, input: CapturedInput) -> Config: ...
 
 
 #: The facts of the captured input a preset reads besides its content (``--set window=N`` and

@@ -11,11 +11,10 @@ from collections.abc import Callable, Sequence
 
 from ctxcore.errors import InputError
 from ctxcore.knobs import honoured
-from ctxcore.models import BuildResult, CapturedInput, Config
-from ctxcore.pipeline.langchain_build import Built, Outcome, result
+from ctxcore.models import CapturedInput, Config
+from ctxcore.pipeline.langchain_build import Built, Outcome
 from ctxcore.pipeline.langchain_policies import ChatMsg, Fate, recorded_messages
 from ctxcore.pipeline.recorded import conversation, with_tokenizer
-from ctxcore.tokens import TokenCounter
 
 Policy = Callable[[list[ChatMsg]], tuple[list[ChatMsg], dict[int, Fate]]]
 
@@ -34,13 +33,6 @@ def resolve_knobs(
     return with_tokenizer(config, defaults)
 
 
-def on_messages(
-    input: CapturedInput, counter: TokenCounter, policy: Policy, name: str
-) -> BuildResult:
-    """A SWE-agent policy on the recorded conversation, as a build result."""
-    return result(input, *messages_outcome(input, policy, name), counter)
-
-
 def messages_outcome(input: CapturedInput, policy: Policy, name: str) -> Built:
     """What a SWE-agent policy sends on the recorded conversation (the system prompt is sent
     as recorded: SWE-agent's processors never touch it)."""
@@ -50,13 +42,6 @@ def messages_outcome(input: CapturedInput, policy: Policy, name: str) -> Built:
     by_part = {rest[k].source: f for k, f in fates.items() if rest[k].source is not None}
     head = [system] if system is not None else []
     return conv, Outcome(head + out, by_part, name)  # type: ignore[arg-type]
-
-
-def on_events(
-    input: CapturedInput, counter: TokenCounter, policy: Policy, name: str
-) -> BuildResult:
-    """An OpenHands condenser on the recorded request's events, as a build result."""
-    return result(input, *events_outcome(input, policy, name), counter)
 
 
 def events_outcome(input: CapturedInput, policy: Policy, name: str) -> Built:
@@ -81,7 +66,5 @@ __all__ = [
     "Policy",
     "events_outcome",
     "messages_outcome",
-    "on_events",
-    "on_messages",
     "resolve_knobs",
 ]

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.common import Summarizer
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
-from ctxcore.pipeline.langchain_build import Built, Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, runner
 from ctxcore.pipeline.langchain_policies import (
     STAND_IN_LABEL,
     STAND_IN_TARGET_TOKENS,
@@ -170,16 +170,6 @@ def compact(
     return out, fates
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request, compacted when it reaches the threshold."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -201,5 +191,7 @@ def outcome(
     sent = ([system] if system is not None else []) + done
     return conv, Outcome(sent, by_part, POLICY)  # type: ignore[arg-type]
 
+
+run = runner(outcome, "The recorded request, compacted when it reaches the threshold.")
 
 __all__ = ["CALIBRATED", "NAME", "VERSION", "Request", "compact", "outcome", "resolve", "run"]

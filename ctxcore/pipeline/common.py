@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ctxcore.models import (
     PARTITIONS,
@@ -24,6 +24,10 @@ from ctxcore.models import (
     Status,
     Totals,
 )
+
+if TYPE_CHECKING:
+    from ctxcore.models import CapturedInput, Config
+    from ctxcore.tokens import TokenCounter
 
 INSTRUCTIONS_ID = "builder:instructions"
 HISTORY_ID = "builder:history"
@@ -166,3 +170,15 @@ def finish_parts(parts: ReportParts, timer: Timer) -> BuildResult:
 
 Summarizer = Callable[[str, str, int], str]
 """``summarizer(kind, content, target_tokens) -> summary``: pluggable (e.g. an LLM)."""
+
+
+class RunFn(Protocol):
+    """A preset's ``run``: its build of ``input`` under a resolved ``config``."""
+
+    def __call__(
+        self,
+        input: CapturedInput,
+        config: Config,
+        counter: TokenCounter,
+        summarizer: Summarizer | None = None,
+    ) -> BuildResult: ...

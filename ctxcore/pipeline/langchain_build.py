@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ctxcore.models import (
     BuildResult,
     CapturedInput,
+    Config,
     Decision,
     Message,
     PartitionUsage,
@@ -25,7 +26,7 @@ from ctxcore.models import (
     Status,
     Totals,
 )
-from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
+from ctxcore.pipeline.common import INSTRUCTIONS_ID, RunFn, Summarizer, Timer, finish
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
 from ctxcore.pipeline.langchain_policies import (
     ChatMsg,
@@ -326,6 +327,36 @@ def result(
     )
 
 
+class OutcomeFn(Protocol):
+    """A policy preset's ``outcome``: what it sends on the recorded request, uncounted."""
+
+    def __call__(
+        self,
+        input: CapturedInput,
+        config: Config,
+        counter: TokenCounter,
+        summarizer: Summarizer | None = None,
+    ) -> Built: ...
+
+
+def runner(outcome: OutcomeFn, doc: str) -> RunFn:
+    """The ``run`` of a policy preset whose build is its ``outcome`` counted and reported
+    (``result``): every recorded-based preset but ``recorded`` itself and
+    ``anthropic-context-editing`` (whose thinking clearing follows the count). A sweep
+    calls ``outcome`` alone (``pipeline/sweep.py``)."""
+
+    def run(
+        input: CapturedInput,
+        config: Config,
+        counter: TokenCounter,
+        summarizer: Summarizer | None = None,
+    ) -> BuildResult:
+        return result(input, *outcome(input, config, counter, summarizer), counter)
+
+    run.__doc__ = doc
+    return run
+
+
 def _partitions(decisions: Sequence[Decision]) -> list[PartitionUsage]:
     """The import partitions' tokens and the parts that reached the prompt in each."""
     used: dict[str, int] = {}
@@ -343,4 +374,12 @@ def _partitions(decisions: Sequence[Decision]) -> list[PartitionUsage]:
     ]
 
 
-__all__ = ["Built", "Outcome", "messages_sent", "result", "used_tokens"]
+__all__ = [
+    "Built",
+    "Outcome",
+    "OutcomeFn",
+    "messages_sent",
+    "result",
+    "runner",
+    "used_tokens",
+]

@@ -15,9 +15,9 @@ the package.
 from __future__ import annotations
 
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Built, Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, runner
 from ctxcore.pipeline.langchain_policies import (
     ClearToolUses,
     MessageCounter,
@@ -57,16 +57,6 @@ def edit_of(config: Config) -> ClearToolUses:
     )
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request with the tool results the edit clears replaced."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -82,5 +72,7 @@ def outcome(
     by_part = {rest[k].source: f for k, f in fates.items() if rest[k].source is not None}
     return conv, Outcome(sent, by_part, POLICY)  # type: ignore[arg-type]
 
+
+run = runner(outcome, "The recorded request with the tool results the edit clears replaced.")
 
 __all__ = ["NAME", "VERSION", "edit_of", "outcome", "resolve", "run"]

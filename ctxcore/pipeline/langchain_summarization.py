@@ -22,10 +22,10 @@ from dataclasses import replace
 
 from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.common import Summarizer
 from ctxcore.pipeline.gather import HISTORY_SUMMARY_ID
-from ctxcore.pipeline.langchain_build import Built, Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, runner
 from ctxcore.pipeline.langchain_policies import (
     MessageCounter,
     Summarization,
@@ -67,16 +67,6 @@ def spec_of(config: Config) -> Summarization:
     return Summarization((config.trigger_kind, config.trigger), (config.keep_kind, config.keep))
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request with its older messages summarized past the trigger."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -94,5 +84,7 @@ def outcome(
     head = [system] if system is not None else []
     return conv, Outcome(head + sent, by_part, POLICY)  # type: ignore[arg-type]
 
+
+run = runner(outcome, "The recorded request with its older messages summarized past the trigger.")
 
 __all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]

@@ -18,9 +18,9 @@ from typing import Literal, cast
 
 from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Summarizer
-from ctxcore.pipeline.langchain_build import Built, Outcome, result
+from ctxcore.pipeline.langchain_build import Built, Outcome, runner
 from ctxcore.pipeline.langchain_policies import (
     Fate,
     MessageCounter,
@@ -74,16 +74,6 @@ def spec_of(config: Config) -> Trim:
     )
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request trimmed."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -109,5 +99,7 @@ def outcome(
             system_fate = fate
     return conv, Outcome(kept, by_part, POLICY, system_fate)
 
+
+run = runner(outcome, "The recorded request trimmed.")
 
 __all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.agent_policies import (
     EveryNTurns,
     LastN,
@@ -29,7 +29,7 @@ from ctxcore.pipeline.agent_policies import (
 )
 from ctxcore.pipeline.agent_presets import messages_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Built, result
+from ctxcore.pipeline.langchain_build import Built, runner
 from ctxcore.pipeline.langchain_policies import ChatMsg, Fate
 from ctxcore.summarize import default_summarizer
 from ctxcore.tokens import TokenCounter
@@ -71,16 +71,6 @@ def hybrid(
     return masked, fates
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request with its older turns checkpointed and old observations elided."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -98,5 +88,10 @@ def outcome(
         input, lambda m: hybrid(m, every, last, write), f"{every.label} + {last.label}"
     )
 
+
+run = runner(
+    outcome,
+    "The recorded request with its older turns checkpointed and old observations elided.",
+)
 
 __all__ = ["NAME", "VERSION", "hybrid", "outcome", "resolve", "run"]

@@ -14,11 +14,11 @@ without their action. Each turn is judged on its own request.
 from __future__ import annotations
 
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.agent_policies import conversation_window
 from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Built, result
+from ctxcore.pipeline.langchain_build import Built, runner
 from ctxcore.pipeline.recorded import conversation, derive_result
 from ctxcore.tokens import TokenCounter
 
@@ -38,16 +38,6 @@ def resolve(config: Config, input: CapturedInput) -> Config:
         window = input.window or DEFAULT_WINDOW
         cfg = cfg.model_copy(update={"max_tokens": max(window - (input.output_reserve or 0), 1)})
     return cfg
-
-
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request, halved when it is over ``max_tokens``."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
 
 
 def outcome(
@@ -74,5 +64,7 @@ def outcome(
         f"ConversationWindowCondenser (max_tokens={limit:,})",
     )
 
+
+run = runner(outcome, "The recorded request, halved when it is over ``max_tokens``.")
 
 __all__ = ["NAME", "VERSION", "outcome", "resolve", "run"]

@@ -14,11 +14,11 @@ keeps its answer.
 from __future__ import annotations
 
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.agent_policies import observation_masking
 from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Built, result
+from ctxcore.pipeline.langchain_build import Built, runner
 from ctxcore.tokens import TokenCounter
 
 NAME = "openhands-observation-masking"
@@ -34,16 +34,6 @@ def resolve(config: Config, input: CapturedInput) -> Config:
     return resolve_knobs(NAME, config, DEFAULTS, UNSUPPORTED)
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request with the observations outside the attention window masked."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -57,5 +47,10 @@ def outcome(
     label = f"ObservationMaskingCondenser(attention_window={window})"
     return events_outcome(input, lambda e: observation_masking(e, window), label)
 
+
+run = runner(
+    outcome,
+    "The recorded request with the observations outside the attention window masked.",
+)
 
 __all__ = ["NAME", "VERSION", "outcome", "resolve", "run"]

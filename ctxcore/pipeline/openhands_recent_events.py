@@ -13,11 +13,11 @@ the view holds fewer than ``max_events`` events.
 from __future__ import annotations
 
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.agent_policies import recent_events
 from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Built, result
+from ctxcore.pipeline.langchain_build import Built, runner
 from ctxcore.tokens import TokenCounter
 
 NAME = "openhands-recent-events"
@@ -33,16 +33,6 @@ def resolve(config: Config, input: CapturedInput) -> Config:
     return resolve_knobs(NAME, config, DEFAULTS, UNSUPPORTED)
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request cut to its first and most recent events."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -56,5 +46,7 @@ def outcome(
     label = f"RecentEventsCondenser(keep_first={first}, max_events={most})"
     return events_outcome(input, lambda e: recent_events(e, first, most), label)
 
+
+run = runner(outcome, "The recorded request cut to its first and most recent events.")
 
 __all__ = ["NAME", "VERSION", "outcome", "resolve", "run"]

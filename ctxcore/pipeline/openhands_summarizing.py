@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.agent_policies import Summarizing, llm_summarizing
 from ctxcore.pipeline.agent_presets import events_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Built, result
+from ctxcore.pipeline.langchain_build import Built, runner
 from ctxcore.summarize import default_summarizer
 from ctxcore.tokens import TokenCounter
 
@@ -58,16 +58,6 @@ def spec_of(config: Config) -> Summarizing:
     return Summarizing(config.max_size, config.keep_first)
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request with its forgotten events summarized by the stand-in."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -80,5 +70,7 @@ def outcome(
     write = summarizer or default_summarizer()
     return events_outcome(input, lambda e: llm_summarizing(e, spec, write), spec.label)
 
+
+run = runner(outcome, "The recorded request with its forgotten events summarized by the stand-in.")
 
 __all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]

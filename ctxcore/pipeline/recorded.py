@@ -454,6 +454,36 @@ def _format_item(input: CapturedInput, messages: list[Message]) -> tuple[_Item, 
     return item, format_overhead(n_messages)
 
 
+#: kept decisions made, by what they say: a session's calls repeat their earlier items at the
+#: same ranks with the same budget left, and a Decision is frozen, so call N shares call N-1's
+#: instead of validating them again (docs/design.md, "Live capture", "Speed")
+_KEPT: dict[tuple[str, str, str, int, int, int, tuple[str, ...]], Decision] = {}
+_KEPT_MAX = 200_000
+
+
+def _kept_decision(it: _Item, rank: int, n: int, left: int) -> Decision:
+    """The decision keeping ``it`` (``n`` tokens, ``left`` after it), made once."""
+    key = (it.id, it.kind, it.partition, rank, n, left, tuple(it.notes))
+    hit = _KEPT.get(key)
+    if hit is None:
+        if len(_KEPT) >= _KEPT_MAX:
+            _KEPT.clear()
+        hit = _KEPT[key] = Decision(
+            packet_id=it.id,
+            kind=it.kind,
+            status=Status.KEPT,
+            reason=Reason.FITS,
+            reason_text=KEPT_TEXT,
+            partition=it.partition,
+            rank=rank,
+            tokens_before=n,
+            tokens_after=n,
+            budget_left=left,
+            notes=it.notes,
+        )
+    return hit
+
+
 def _kept(
     items: list[_Item], counts: list[int], available: int
 ) -> tuple[list[Decision], list[PartitionUsage]]:
@@ -467,21 +497,7 @@ def _kept(
         left -= n
         p_used[it.partition] = p_used.get(it.partition, 0) + n
         p_items[it.partition] = p_items.get(it.partition, 0) + 1
-        decisions.append(
-            Decision(
-                packet_id=it.id,
-                kind=it.kind,
-                status=Status.KEPT,
-                reason=Reason.FITS,
-                reason_text=KEPT_TEXT,
-                partition=it.partition,
-                rank=rank,
-                tokens_before=n,
-                tokens_after=n,
-                budget_left=left,
-                notes=it.notes,
-            )
-        )
+        decisions.append(_kept_decision(it, rank, n, left))
     partitions = [
         PartitionUsage(name=n, budget=None, used=p_used[n], items=p_items[n])
         for n in IMPORT_PARTITIONS

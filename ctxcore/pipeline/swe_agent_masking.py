@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from ctxcore.errors import InputError
 from ctxcore.knobs import preset_defaults, refused
-from ctxcore.models import BuildResult, CapturedInput, Config
+from ctxcore.models import CapturedInput, Config
 from ctxcore.pipeline.agent_policies import LastN, last_n_observations
 from ctxcore.pipeline.agent_presets import messages_outcome, resolve_knobs
 from ctxcore.pipeline.common import Summarizer
-from ctxcore.pipeline.langchain_build import Built, result
+from ctxcore.pipeline.langchain_build import Built, runner
 from ctxcore.tokens import TokenCounter
 
 NAME = "swe-agent-masking"
@@ -45,16 +45,6 @@ def spec_of(config: Config) -> LastN:
     return LastN(config.n, config.polling)
 
 
-def run(
-    input: CapturedInput,
-    config: Config,
-    counter: TokenCounter,
-    summarizer: Summarizer | None = None,
-) -> BuildResult:
-    """The recorded request with the observations before the last ``n`` elided."""
-    return result(input, *outcome(input, config, counter, summarizer), counter)
-
-
 def outcome(
     input: CapturedInput,
     config: Config,
@@ -66,5 +56,7 @@ def outcome(
     spec = spec_of(config)
     return messages_outcome(input, lambda m: last_n_observations(m, spec), spec.label)
 
+
+run = runner(outcome, "The recorded request with the observations before the last ``n`` elided.")
 
 __all__ = ["NAME", "VERSION", "outcome", "resolve", "run", "spec_of"]
