@@ -187,7 +187,20 @@ class SessionFolds:
         self._folds: dict[Hashable, tuple[int, Any]] = {}
         ids = Counter(t.trace_id for t in self.traces)
         self._repeated = {i for i, n in ids.items() if n > 1}
+        self._ids = set(ids)
         self._memos: dict[Hashable, dict[Any, Any]] = {}
+
+    def append(self, trace: Trace) -> bool:
+        """Add ``trace`` as the session's next trace (a replay builds a side's turns one at a
+        time and diagnoses each with the turns before it). False, and nothing added, when it
+        does not come last in the order diagnosed (an earlier turn than the last trace's) or
+        another trace has its id: the caller then diagnoses it without these folds."""
+        if (self._turns and trace.turn < self._turns[-1]) or trace.trace_id in self._ids:
+            return False
+        self.traces.append(trace)
+        self._turns.append(trace.turn)
+        self._ids.add(trace.trace_id)
+        return True
 
     def earlier(self, trace: Trace) -> int | None:
         """How many traces come before ``trace``'s turn (the prefix of the earlier turns),

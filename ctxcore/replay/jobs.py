@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxcore.diagnostics.context import SessionFolds
 from ctxcore.models import Finding, Trace
 from ctxcore.replay.compare import first_losses, turn_report
 from ctxcore.replay.report import FirstLoss, TurnError, TurnReport
@@ -130,12 +131,18 @@ class _SessionReplay:
         self.side_b: list[Trace | None] = []
         self.found_a: list[list[Finding]] = []
         self.found_b: list[list[Finding]] = []
+        #: each side's builds so far, for its session detectors to carry what they gather
+        #: from one turn to the next (``SessionFolds``); None once a build cannot be added
+        self.folds_a: SessionFolds | None = SessionFolds([])
+        self.folds_b: SessionFolds | None = SessionFolds([])
         #: this turn and every one before it are the same builds on both sides
         self.same_so_far = True
 
     def replay_turn(self, i: int, rec: Trace) -> None:
         """Build and diagnose both sides of turn ``i`` (the recorded trace ``rec``)."""
         a, b = self._build(rec)
+        self.folds_a = _grown(self.folds_a, a)
+        self.folds_b = _grown(self.folds_b, b)
         if not self.job.findings:
             self.found_a.append([])
             self.found_b.append([])
@@ -148,14 +155,14 @@ class _SessionReplay:
         elif a is not None:
             # the recording as stored: its findings alone are the store's
             alone = self.stored.get(rec.trace_id) if a is rec else None
-            xa = _diagnose(a, self.side_a[:i], fresh, alone)
+            xa = _diagnose(a, self.side_a[:i], fresh, alone, self.folds_a)
         xb: list[Finding] = []
         if b is None:
             pass
         elif self.same_so_far:
             xb = xa
         else:
-            xb = _diagnose(b, self.side_b[:i], fresh)
+            xb = _diagnose(b, self.side_b[:i], fresh, folds=self.folds_b)
         self.found_a.append(xa)
         self.found_b.append(xb)
 
@@ -215,14 +222,26 @@ class _SessionReplay:
         )
 
 
+def _grown(folds: SessionFolds | None, built: Trace | None) -> SessionFolds | None:
+    """A side's folds with its build of this turn added (a failed build is left out of the
+    side's history, so out of its folds too); None once a build cannot be added: the rest
+    of the side is diagnosed without them (the same findings, from the earlier turns)."""
+    if folds is None or built is None:
+        return folds
+    return folds if folds.append(built) else None
+
+
 def _diagnose(
     trace: Trace,
     history: list[Trace | None],
     fresh: list[Trace],
     alone: Sequence[Finding] | None = None,
+    folds: SessionFolds | None = None,
 ) -> list[Finding]:
     """``trace``'s findings with ``INGEST_OPTIONS``, after the turns of ``history`` that built;
-    a build of ``fresh`` (made just now) that is its rebuild is not made again."""
+    a build of ``fresh`` (made just now) that is its rebuild is not made again. ``folds``:
+    the side's builds up to and with ``trace`` (``_SessionReplay``), as ``diagnose_session``
+    passes them."""
     from ctxcore.diagnostics import INGEST_OPTIONS, diagnose
 
     built = next((x for x in fresh if _rebuild_of(trace, x)), None)
@@ -232,6 +251,7 @@ def _diagnose(
         options=INGEST_OPTIONS,
         rebuilt=built.result if built is not None else None,
         alone=alone,
+        folds=folds,
     )
 
 

@@ -1,0 +1,116 @@
+"""A replay diagnoses each side of a session turn after turn, each turn's session detectors
+carrying on from the turn before's (``SessionFolds`` grown one build at a time, as
+``diagnose_session`` has them; docs/design.md, "Diagnostics", "Evaluating policies"). The
+findings it compares must be the ones each build gets diagnosed from scratch with the
+builds before it, also where a policy's clearing edits the middle of the prompt.
+
+The sessions are every multi-call session of the import fixtures (real logs of real agents)
+and a corpus session (a SWE-agent trajectory whose prompts pass ``text.Grown``'s shortest
+text), under four policies at two knob settings each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_diagnostics_grown import _sessions
+
+from ctxcore.diagnostics import INGEST_OPTIONS, diagnose
+from ctxcore.diagnostics.text import clear_memos
+from ctxcore.formats.load import load_file
+from ctxcore.models import Finding, Trace
+from ctxcore.replay import replay
+from ctxcore.replay.compare import _finding_key
+from ctxcore.replay.jobs import RECORDED_FINDINGS
+
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+#: 12 calls, prompts up to ~60 kB
+CORPUS_SESSION = CORPUS / "b03_sweagent_pydicom-1458.traj.json"
+
+#: four policies at two knob settings each, small enough to fire on a few calls
+POLICIES: tuple[dict[str, Any], ...] = (
+    {"preset": "swe-agent-masking", "n": 1},
+    {"preset": "swe-agent-masking", "n": 3},
+    {
+        "preset": "masking-summary-hybrid",
+        "n": 1,
+        "summarize_every_n_turns": 2,
+        "keep_last_m_turns": 1,
+    },
+    {
+        "preset": "masking-summary-hybrid",
+        "n": 2,
+        "summarize_every_n_turns": 4,
+        "keep_last_m_turns": 2,
+    },
+    {"preset": "openhands-observation-masking", "attention_window": 1},
+    {"preset": "openhands-observation-masking", "attention_window": 4},
+    {"preset": "anthropic-context-editing", "trigger": 0, "keep": 1},
+    {"preset": "anthropic-context-editing", "trigger": 1_000, "keep": 2},
+)
+
+
+def _from_scratch(side: list[Trace]) -> list[list[Finding]]:
+    """Each build of a side diagnosed alone with the builds before it, nothing remembered
+    from another diagnosis (no folds, no per-text memo)."""
+    out = []
+    for i, t in enumerate(side):
+        clear_memos()
+        out.append(diagnose(t, session_traces=side[:i], options=INGEST_OPTIONS))
+    return out
+
+
+def _keys(found: list[Finding]) -> set[str]:
+    return {_finding_key(f) for f in found}
+
+
+def _check(traces: list[Trace], recorded: dict[str, list[Finding]]) -> int:
+    """Every policy's replay of ``traces`` against the findings from scratch; ``recorded``:
+    the recording's from scratch by trace id. The number of turns whose findings differ
+    between the sides (the comparison must have something to compare)."""
+    differ = 0
+    for settings in POLICIES:
+        RECORDED_FINDINGS.clear()
+        clear_memos()
+        report = replay(traces, settings, findings=True, workers=1, keep_variants=True)
+        built = {v.source_trace_id: v for v in report.variants}
+        side = [built[t.trace_id] for t in traces if t.trace_id in built]
+        scratch = dict(zip([v.source_trace_id for v in side], _from_scratch(side), strict=True))
+        where = f"{traces[0].session_id} under {settings}"
+        assert report.turns, where
+        for turn in report.turns:
+            ka, kb = _keys(recorded[turn.trace_id]), _keys(scratch[turn.trace_id])
+            assert turn.findings_added == sorted(kb - ka), f"{where}, turn {turn.turn}"
+            assert turn.findings_cleared == sorted(ka - kb), f"{where}, turn {turn.turn}"
+            differ += turn.findings_changed
+        after = Counter(f.detector for v in side for f in scratch[v.source_trace_id])
+        assert report.findings_after == dict(sorted(after.items())), where
+    return differ
+
+
+def _replayed_order(traces: list[Trace]) -> list[Trace]:
+    return sorted(traces, key=lambda t: (t.turn, t.created_at, t.trace_id))
+
+
+def test_fixture_sessions_replayed_give_the_findings_from_scratch() -> None:
+    sessions = _sessions()
+    assert len(sessions) >= 30
+    differ = 0
+    for traces in sessions:
+        ordered = _replayed_order(traces)
+        recorded = dict(zip([t.trace_id for t in ordered], _from_scratch(ordered), strict=True))
+        differ += _check(ordered, recorded)
+    # the policies change findings on many turns: the comparison is not of empty sets
+    assert differ >= 50
+
+
+@pytest.mark.slow
+def test_a_corpus_session_replayed_gives_the_findings_from_scratch() -> None:
+    traces = _replayed_order([t for t in load_file(CORPUS_SESSION) if t.result is not None])
+    assert len(traces) >= 10
+    assert max(len(t.result.prompt) for t in traces if t.result) > 16_384
+    recorded = dict(zip([t.trace_id for t in traces], _from_scratch(traces), strict=True))
+    assert _check(traces, recorded) >= 5
