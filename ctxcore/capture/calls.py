@@ -35,6 +35,7 @@ from ctxcore.capture.sse import Assembled
 from ctxcore.errors import CtxscopeError
 from ctxcore.formats import registry
 from ctxcore.formats.norm import usage_from_obj
+from ctxcore.formats.request import Incremental
 from ctxcore.loading import TOO_DEEP
 from ctxcore.models import Outcome, Trace
 
@@ -123,14 +124,29 @@ def fingerprint(api: str, request: dict[str, Any], source: str = "") -> str:
     return f"live-{digest}"
 
 
+#: Sessions whose previous call's derivation the converter keeps (``Sessions.incremental``).
+DERIVED_SESSIONS = 256
+
+
 class Sessions:
     """Session ids and turn numbers of the calls one process has seen (a bounded memory of
     which session each Responses API response id belongs to)."""
 
-    def __init__(self, remember: int = 100_000) -> None:
+    def __init__(self, remember: int = 100_000, derived: int = DERIVED_SESSIONS) -> None:
         self.remember = remember
         self._by_response: OrderedDict[str, str] = OrderedDict()
         self._turns: OrderedDict[str, int] = OrderedDict()
+        self.derived = derived
+        self._derived: OrderedDict[str, Incremental] = OrderedDict()
+
+    def incremental(self, session: str) -> Incremental:
+        """What the session's previous call derived (``request.Incremental``; the
+        ``derived`` sessions seen last are kept)."""
+        memo = self._derived.pop(session, None) or Incremental()
+        self._derived[session] = memo
+        while len(self._derived) > self.derived:
+            self._derived.popitem(last=False)
+        return memo
 
     def session_of(self, api: str, request: dict[str, Any], source: str = "") -> tuple[str, str]:
         """The call's session and what named it (``source``: the call's source tag, part of
@@ -270,11 +286,13 @@ def _imported(
     request: dict[str, Any],
     response: dict[str, Any] | None,
     session: str,
+    incremental: Incremental | None = None,
 ) -> Trace:
-    """The request (and reply) read by its format's importer, as a file of it would be."""
+    """The request (and reply) read by its format's importer, as a file of it would be
+    (going on from what the session's previous call derived, ``incremental``)."""
     created = datetime.fromtimestamp(record.started_at, tz=UTC)
     try:
-        return form.converter().trace(request, response, session, created)
+        return form.converter().trace(request, response, session, created, incremental)
     except CtxscopeError as exc:
         raise CallError(f"call {record.id} to {record.path}: {exc}") from exc
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
@@ -328,7 +346,7 @@ def trace_from_call(
     reply = _read_reply(form, record, response_body)
     response = reply.response
     session, named_by = sessions.session_of(record.api, request, record.source)
-    trace = _imported(form, record, request, response, session)
+    trace = _imported(form, record, request, response, session, sessions.incremental(session))
     usage = usage_from_obj(response.get("usage")) if response else {}
     capture = _capture_meta(record, request, reply, usage, named_by)
     if "response_id" in capture and form.converter().continues:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
@@ -163,6 +163,14 @@ def _cache_mark(block: dict[str, Any], path: str, tally: Tally) -> None:
 def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
     """The request's system blocks and messages as normalised messages (tool results split
     out of user messages, in order)."""
+    out = normalize_system(request, tally)
+    for i, msg in enumerate(request["messages"]):
+        out.extend(normalize_message(msg, i, tally))
+    return out
+
+
+def normalize_system(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
+    """The request's system field (a text, or a list of blocks) as system messages."""
     out: list[NormMessage] = []
     system = request.get("system")
     if isinstance(system, str):
@@ -185,8 +193,6 @@ def normalize(request: dict[str, Any], tally: Tally) -> list[NormMessage]:
         raise ImportFormatError(
             f"system: expected a string or a list of blocks, got {type(system).__name__}"
         )
-    for i, msg in enumerate(request["messages"]):
-        out.extend(normalize_message(msg, i, tally))
     return out
 
 
@@ -485,6 +491,18 @@ class Messages(RequestFormat):
     ) -> tuple[list[NormMessage], dict[str, Any]]:
         return normalize(request, tally), {}
 
+    def items(self, request: dict[str, Any]) -> list[Any] | None:
+        return cast(list[Any], request["messages"])
+
+    def head(self, request: dict[str, Any]) -> Any:
+        return request.get("system")
+
+    def normalize_head(self, request: dict[str, Any], tally: Tally) -> list[NormMessage]:
+        return normalize_system(request, tally)
+
+    def normalize_item(self, item: Any, index: int, tally: Tally) -> list[NormMessage]:
+        return normalize_message(item, index, tally)
+
     def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
         return parse_tools(request.get("tools"), tally) + mcp_servers(
             request.get("mcp_servers"), tally
@@ -566,8 +584,8 @@ def _named_session(request: dict[str, Any]) -> tuple[str, str] | None:
 
 
 LIVE = LiveConverter(
-    trace=lambda request, response, session, now: REQUESTS.trace(
-        request, session_id=session, now=now, response=response
+    trace=lambda request, response, session, now, incremental: REQUESTS.trace(
+        request, session_id=session, now=now, response=response, incremental=incremental
     ),
     reply=_reply_lines,
     usage=_usage_summary,

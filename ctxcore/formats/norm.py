@@ -119,6 +119,18 @@ def reply_text(m: NormMessage) -> str | None:
     return "\n".join(lines) or None
 
 
+class Resume:
+    """Where an assembly goes on from, and where the next one may: a session's call N+1 repeats
+    call N's messages before its query, so the parts they made (``start``, a copy of call N's
+    assembly stopped before its query message) are taken as they are and only the messages
+    from there on are added; ``kept`` is this call's assembly stopped before its own query
+    (docs/design.md, "Live capture", "Speed")."""
+
+    def __init__(self, start: Assembly | None = None) -> None:
+        self.start = start
+        self.kept: Assembly | None = None
+
+
 def captured_input_from_norm(
     msgs: list[NormMessage],
     *,
@@ -127,16 +139,26 @@ def captured_input_from_norm(
     query: str | None = None,
     window: int | None = None,
     output_reserve: int | None = None,
+    resume: Resume | None = None,
 ) -> tuple[CapturedInput, list[Message]]:
     """The captured input and the flat chat messages (for ``result.messages``).
+
+    With ``resume``, ``msgs`` are the messages after ``resume.start``'s (which holds the
+    query: its index is the last user message's); ``resume.kept`` is set to the assembly
+    before the query message.
 
     A value the trace contract refuses (a 20 MB tool log, a negative window) becomes an
     ``ImportFormatError`` naming the message, not a pydantic traceback.
     """
     try:
-        last_user = None if query is not None else _last_user(msgs)
-        parts = _Assembly(last_user)
+        last_user = None if query is not None else last_user_index(msgs)
+        if resume is not None and resume.start is not None:
+            parts = resume.start.copy(last_user)
+        else:
+            parts = Assembly(last_user)
         for m in msgs:
+            if resume is not None and m.index == last_user and resume.kept is None:
+                resume.kept = parts.copy(last_user)
             try:
                 parts.add(m)
             except ValidationError as exc:
@@ -167,12 +189,12 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-def _last_user(msgs: list[NormMessage]) -> int | None:
-    """The index of the last user message: the query."""
+def last_user_index(msgs: list[NormMessage]) -> int | None:
+    """The index of the last user message: the query (None when there is none)."""
     return next((m.index for m in reversed(msgs) if m.role == "user"), None)
 
 
-class _Assembly:
+class Assembly:
     """The parts of a captured input, filled message by message: system instructions,
     history, packets (late developer messages, tool results) and the flat message list.
     Tool results are matched to the calls still waiting for one, oldest first."""
@@ -189,6 +211,22 @@ class _Assembly:
         self.seen_conversation = False
         #: the query was the last message added: the next part is marked ``AFTER_QUERY``
         self.after_query = False
+
+    def copy(self, last_user: int | None) -> Assembly:
+        """A copy to go on adding to (its lists its own; the frozen messages and packets, and
+        the pending calls, which adding never changes, shared), with the query at
+        ``last_user``."""
+        other = Assembly(last_user)
+        other.system = list(self.system)
+        other.history = list(self.history)
+        other.packets = list(self.packets)
+        other.flat = list(self.flat)
+        other.pending = list(self.pending)
+        other.seen_ids = set(self.seen_ids)
+        other.synth = self.synth
+        other.seen_conversation = self.seen_conversation
+        other.after_query = self.after_query
+        return other
 
     def _mark(self, meta: dict[str, Any]) -> dict[str, Any]:
         """``meta`` of a conversation part, marked when it is the first sent after the query
@@ -352,10 +390,13 @@ def usage_from_obj(obj: Any) -> dict[str, int]:
 
 
 __all__ = [
+    "Assembly",
     "NormMessage",
     "Parts",
+    "Resume",
     "ToolCall",
     "captured_input_from_norm",
+    "last_user_index",
     "reply_text",
     "usage_from_obj",
 ]

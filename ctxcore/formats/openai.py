@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
@@ -40,7 +40,7 @@ from ctxcore.formats.norm import (
     usage_from_obj,
 )
 from ctxcore.formats.registry import LiveConverter
-from ctxcore.formats.request import RequestFormat, call_line, first_user
+from ctxcore.formats.request import Incremental, RequestFormat, call_line, first_user
 from ctxcore.loading import TOO_DEEP
 from ctxcore.models import CapturedInput, ToolDef, Trace
 
@@ -387,6 +387,12 @@ class Chat(RequestFormat):
     ) -> tuple[list[NormMessage], dict[str, Any]]:
         return [normalize_message(m, i, tally) for i, m in enumerate(request["messages"])], {}
 
+    def items(self, request: dict[str, Any]) -> list[Any] | None:
+        return cast(list[Any], request["messages"])
+
+    def normalize_item(self, item: Any, index: int, tally: Tally) -> list[NormMessage]:
+        return [normalize_message(item, index, tally)]
+
     def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
         tools = parse_tools(request.get("tools"))
         tally.add("tools", len(tools))
@@ -623,10 +629,14 @@ def _conversation(request: dict[str, Any]) -> list[Any]:
 
 
 def _live_trace(
-    request: dict[str, Any], response: dict[str, Any] | None, session: str, now: datetime
+    request: dict[str, Any],
+    response: dict[str, Any] | None,
+    session: str,
+    now: datetime,
+    incremental: Incremental | None = None,
 ) -> Trace:
     merged = {**request, "response": response} if response else request
-    return REQUESTS.trace(merged, session_id=session, now=now)
+    return REQUESTS.trace(merged, session_id=session, now=now, incremental=incremental)
 
 
 LIVE = LiveConverter(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ctxcore.formats.request import Incremental
     from ctxcore.models import Trace
 
 #: What ``--format`` takes besides a format's name: detect it from the file.
@@ -62,9 +63,12 @@ class LiveConverter:
     """What a request format adds for a call the proxy recorded (``capture.calls``): the
     trace of the request and its reply, the reply as text lines, the usage summary of
     ``metadata.capture``, what a conversation keeps the same (its session fingerprint), and
-    the session a request names itself, if its API has a field for it."""
+    the session a request names itself, if its API has a field for it. ``trace`` takes the
+    session's ``request.Incremental`` last (what its previous call derived)."""
 
-    trace: Callable[[dict[str, Any], dict[str, Any] | None, str, datetime], Trace]
+    trace: Callable[
+        [dict[str, Any], dict[str, Any] | None, str, datetime, Incremental | None], Trace
+    ]
     reply: Callable[[dict[str, Any]], list[str]]
     usage: Callable[[dict[str, int]], dict[str, int]]
     conversation: Callable[[dict[str, Any]], list[Any]]

@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from ctxcore.errors import ImportFormatError
 from ctxcore.formats.accounting import Tally
 from ctxcore.formats.derive import make_trace, stable_id
-from ctxcore.formats.norm import NormMessage, captured_input_from_norm, usage_from_obj
+from ctxcore.formats.norm import (
+    Assembly,
+    NormMessage,
+    Resume,
+    captured_input_from_norm,
+    last_user_index,
+    usage_from_obj,
+)
 from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import TokenUsage, ToolDef, Trace
 
@@ -70,6 +78,129 @@ def write_lifetime(tokens: TokenUsage | None, tally: Tally) -> TokenUsage | None
     )
 
 
+def _copied(tally: Tally) -> Tally:
+    """A tally to go on counting into, the original left as it is."""
+    return Tally(
+        tally.format,
+        dict(tally.counts),
+        list(tally.unknown),
+        tally.unknown_total,
+        list(tally.cache_control),
+        dict(tally.cache_ttl),
+    )
+
+
+@dataclass
+class _GoingOn:
+    """One call's normalizing, as ``Incremental.go_on`` did it: its messages from ``start``
+    on (all of them when it did not go on from the previous call), the tally, the tally
+    before each message read, and the assembly to start from."""
+
+    items: list[Any]
+    head: Any
+    start: int
+    norm: list[NormMessage]
+    tally: Tally
+    before: dict[int, Tally]
+    resume: Resume
+
+
+class Incremental:
+    """What one session's previous call derived, for its next call to go on from
+    (docs/design.md, "Live capture", "Speed").
+
+    A call extends the previous one when its format normalizes message by message
+    (``RequestFormat.items``), its head (a system field) is the same and its messages start
+    with the previous call's messages before that call's query. Its messages are then
+    normalized from there on only, onto the tally the earlier ones made, and assembled onto
+    the parts they made (``norm.Resume``). Any other call (an edit in the middle, a
+    compaction that rewrote the history, another conversation under the same session id, a
+    format read as a whole) is derived in full and becomes the one the next call is compared
+    with. The trace is the same either way (tests/test_capture_incremental.py)."""
+
+    def __init__(self) -> None:
+        self.source: str | None = None
+        self.head: Any = None
+        #: the previous call's messages before its query, and the tally and parts they made
+        self.items: list[Any] = []
+        self.tally: Tally | None = None
+        self.parts: Assembly | None = None
+        self.tools: list[ToolDef] | None = None
+        #: calls that went on from the previous one, and calls derived in full
+        self.resumed = 0
+        self.full = 0
+
+    def _extends(self, form: RequestFormat, head: Any, items: list[Any]) -> bool:
+        n = len(self.items)
+        return (
+            self.parts is not None
+            and self.source == form.source
+            and len(items) > n
+            and self.head == head
+            and items[:n] == self.items
+        )
+
+    def go_on(self, form: RequestFormat, request: dict[str, Any]) -> _GoingOn | None:
+        """The call's messages normalized (from where the previous call's query was, when
+        it extends that call); None for a format normalized as a whole."""
+        items = form.items(request)
+        if items is None:
+            return None
+        head = form.head(request)
+        if self._extends(form, head, items):
+            assert self.tally is not None and self.parts is not None
+            got = self._normalized(form, items, head, len(self.items), [], _copied(self.tally))
+            if last_user_index(got.norm) is not None:
+                got.resume = Resume(self.parts)
+                return got
+        tally = Tally(form.source)
+        lead = form.normalize_head(request, tally)
+        return self._normalized(form, items, head, 0, lead, tally)
+
+    @staticmethod
+    def _normalized(
+        form: RequestFormat,
+        items: list[Any],
+        head: Any,
+        start: int,
+        lead: list[NormMessage],
+        tally: Tally,
+    ) -> _GoingOn:
+        norm = list(lead)
+        before: dict[int, Tally] = {}
+        for i in range(start, len(items)):
+            before[i] = _copied(tally)
+            norm.extend(form.normalize_item(items[i], i, tally))
+        return _GoingOn(items, head, start, norm, tally, before, Resume(None))
+
+    def same_tools(self, tools: list[ToolDef]) -> list[ToolDef]:
+        """The previous call's tool list when this one's is equal (one object: its compact
+        JSON is made once, ``recorded.tools_text``)."""
+        if self.tools is not None and tools == self.tools:
+            return self.tools
+        self.tools = tools
+        return tools
+
+    def keep(self, got: _GoingOn | None) -> None:
+        """Remember this call for the next: its messages before its query, the tally
+        before the query and the parts assembled before it."""
+        if got is None or got.resume.kept is None:
+            self.parts = None
+            self.full += 1
+            return
+        if got.start and got.resume.start is not None:
+            self.resumed += 1
+        else:
+            self.full += 1
+        cut = got.resume.kept.last_user
+        assert cut is not None
+        self.source = got.tally.format
+        self.head = got.head
+        self.items = got.items[:cut]
+        self.tally = got.before[cut]
+        self.parts = got.resume.kept
+
+
 class RequestFormat:
     """A request API's importer: the skeleton (``trace``, ``traces``, ``read``) and the hooks
     a format overrides. ``builder`` names the traces' builder (``import/<name>``); ``source``
@@ -105,6 +236,27 @@ class RequestFormat:
         raise NotImplementedError
 
     def tools(self, request: dict[str, Any], tally: Tally) -> list[ToolDef]:
+        raise NotImplementedError
+
+    # A format whose ``normalize`` is its head (what it reads before the message list: a
+    # system field) and then each message on its own says so with the three hooks below;
+    # a session's next call then normalizes only its new messages (``Incremental``).
+
+    def items(self, request: dict[str, Any]) -> list[Any] | None:
+        """The list of messages ``normalize_item`` reads one by one, or None when the format
+        normalizes the request as a whole."""
+        return None
+
+    def head(self, request: dict[str, Any]) -> Any:
+        """What ``normalize_head`` reads (compared between a session's calls)."""
+        return None
+
+    def normalize_head(self, request: dict[str, Any], tally: Tally) -> list[NormMessage]:
+        """The messages ``normalize`` makes before the message list's."""
+        return []
+
+    def normalize_item(self, item: Any, index: int, tally: Tally) -> list[NormMessage]:
+        """The messages ``normalize`` makes of ``items(request)[index]``."""
         raise NotImplementedError
 
     def identity(self, request: dict[str, Any]) -> tuple[Any, ...]:
@@ -160,16 +312,29 @@ class RequestFormat:
         response: dict[str, Any] | None = None,
         query: str | None = None,
         trace_id: str | None = None,
+        incremental: Incremental | None = None,
     ) -> Trace:
         """One request (and, if given, its reply) → a trace. Its time is ``now``, else the
         time the request or reply says, else ``default_now`` (importers pass the file's
         time), else the clock; its id is ``trace_id``, else a hash of the request (importing
-        it twice is a no-op in the store)."""
+        it twice is a no-op in the store). ``incremental``: what the session's previous call
+        derived (the proxy's converter keeps one a session); the trace is the same without
+        it, made from the new messages only when the request extends that call's."""
         if not self.accepts(request):
             raise ImportFormatError(self.shape_error(request))
-        tally = Tally(self.source)
-        norm, notes = self.normalize(request, tally)
+        going_on = None
+        if incremental is not None and query is None:
+            going_on = incremental.go_on(self, request)
+        if going_on is not None:
+            norm, tally, resume = going_on.norm, going_on.tally, going_on.resume
+            notes: dict[str, Any] = {}
+        else:
+            tally = Tally(self.source)
+            norm, notes = self.normalize(request, tally)
+            resume = None
         tools = self.tools(request, tally)
+        if incremental is not None:
+            tools = incremental.same_tools(tools)
         reply = self.response_of(request, response)
         when = now or self.created(request, reply) or default_now or datetime.now(UTC)
         inp, flat = captured_input_from_norm(
@@ -179,7 +344,10 @@ class RequestFormat:
             query=query,
             window=self.window(request),
             output_reserve=reserve_tokens(self.reserve(request)),
+            resume=resume,
         )
+        if incremental is not None:
+            incremental.keep(going_on)
         meta: dict[str, Any] = {"import": {**tally.to_metadata(), **notes}}
         meta.update(self.request_meta(request))
         if reply is not None:
@@ -230,4 +398,11 @@ class RequestFormat:
         )
 
 
-__all__ = ["RequestFormat", "call_line", "each_looks_like", "first_user", "reserve_tokens"]
+__all__ = [
+    "Incremental",
+    "RequestFormat",
+    "call_line",
+    "each_looks_like",
+    "first_user",
+    "reserve_tokens",
+]

@@ -629,8 +629,8 @@ def _conversation(request: dict[str, Any]) -> list[Any]:
 
 
 LIVE = LiveConverter(
-    trace=lambda request, response, session, now: REQUESTS.trace(
-        request, session_id=session, now=now, response=response
+    trace=lambda request, response, session, now, incremental: REQUESTS.trace(
+        request, session_id=session, now=now, response=response, incremental=incremental
     ),
     reply=_reply_lines,
     usage=usage_summary,
