@@ -202,7 +202,10 @@ class Redactor:
                 self._clean(bytes(v), depth + 1) for v in obj.values()
             )
         elif first == b"[":
-            ok = all(self._clean(bytes(v), depth + 1) for v in _LIST.decode(raw))
+            items = list(map(bytes, _LIST.decode(raw)))
+            # a session's list repeats the earlier calls' items: all known clean is one
+            # pass in C; else each is looked at
+            ok = self._clean_raw.issuperset(items) or all(self._clean(v, depth + 1) for v in items)
         elif first == b'"':
             value = _STR.decode(raw)
             ok = not (self._seen.get(value) or self.text(value))[1]
