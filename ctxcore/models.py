@@ -547,6 +547,13 @@ class Trace(_NullIsDefault):
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=False)
 
+    def to_json_bytes(self) -> bytes:
+        """``to_json()`` as UTF-8, straight from the serializer: ``model_dump_json`` makes
+        these bytes and decodes them, and a writer would encode the text again (a long
+        session's call is as long as its context: both copies cost as much as the
+        serialization)."""
+        return self.__pydantic_serializer__.to_json(self, by_alias=True, exclude_none=False)
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 

@@ -275,9 +275,11 @@ class _Import:
 class _StoreSink:
     """Traces into the store in batches through its bulk writer (docs/design.md, "Store").
 
-    A trace already stored with the same content is skipped; with different content (or one
-    whose rows cannot be built) the import stops with an error naming it and the open
-    transaction is rolled back: an import under TX_BYTES stores nothing, as
+    Each trace's JSON is made already split into the store's shared form
+    (``Splitter.split_trace``: the items a session's earlier call held are not serialized
+    again). A trace already stored with the same content is skipped; with different
+    content (or one whose rows cannot be built) the import stops with an error naming it
+    and the open transaction is rolled back: an import under TX_BYTES stores nothing, as
     ``Store.add_traces`` would have it; a bigger one keeps the transactions committed
     before, and the error says how many traces they hold."""
 
@@ -290,13 +292,18 @@ class _StoreSink:
         self.batch: list[tuple[Trace, bytes]] = []
         self.size = 0
         self.tx = 0
+        from ctxcore.store.splitting import Splitter
+
+        #: each trace's JSON made with its split, from the model: a session's earlier
+        #: items are not written again (``Splitter.split_trace``)
+        self.splitter = Splitter()
 
     def run(self, traces: Iterable[Trace]) -> int:
         """Add every trace; how many were new."""
         with self.store.bulk_writer() as writer:
             for trace in traces:
                 try:
-                    raw = trace.to_json().encode("utf-8")
+                    raw: bytes = self.splitter.split_trace(trace)
                 except (ValueError, UnicodeError) as exc:  # a trace built without validation
                     raise self._error(
                         f"trace_id {trace.trace_id!r} cannot be written as JSON "

@@ -48,7 +48,7 @@ from ctxcore.store.codec import (
     part_ids,
     unpack_json,
 )
-from ctxcore.store.splitting import Splitter
+from ctxcore.store.splitting import SplitJSON, Splitter
 
 log = logging.getLogger("ctxscope.store")
 
@@ -765,8 +765,11 @@ _SPLITTER = Splitter()
 
 def _packed(batch: RowBatch, trace: TraceLike, raw: bytes) -> bytes:
     """A trace's JSON as stored: shared when it can be (its parts queued in ``batch``),
-    else whole."""
-    split = _SPLITTER.split(raw, trace.session_id)
+    else whole. Bytes that carry their split (``SplitJSON``) are not split again."""
+    if isinstance(raw, SplitJSON):
+        split = raw.shared
+    else:
+        split = _SPLITTER.split(raw, trace.session_id)
     if split is None:
         return pack_json(raw)
     batch.add_parts(split.parts)

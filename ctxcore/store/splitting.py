@@ -20,16 +20,26 @@ body, ``codec.pack_shared``), so a long context's body stays short. A ``Splitter
 previous trace of each recent session: an item at the same place with the same bytes keeps
 its id without being hashed again, and a text is cut where the previous trace's pieces of
 that field end (a prompt that grows each call names the earlier call's pieces and adds one).
+
+``Splitter.split_trace`` splits a trace model without writing it whole first (``ctxscope
+import`` into a store): the trace is serialized with its list fields empty, and each item
+of those lists on its own; an item that is the same object as the one at its place in the
+session's last trace (a session log's importer shares one object between all the calls
+that hold it) takes that one's bytes and id, unserialized and unhashed. The whole JSON is
+the same bytes ``Trace.to_json_bytes`` gives (tests/test_store_splitting.py compares them).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from pydantic import BaseModel, TypeAdapter
 
+from ctxcore.models import Decision, Message, Packet, ToolDef, Trace
 from ctxcore.sharing import LIST_FIELDS, MIN_SHARED_TEXT, TEXT_FIELDS
 
 #: sessions whose last trace a ``Splitter`` keeps (the most recent ones)
@@ -38,6 +48,11 @@ MAX_SESSIONS = 32
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _encode = msgspec.json.encode
+#: the list fields' items serialized together, by their model
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {
+    m: TypeAdapter(list[m])  # type: ignore[valid-type]
+    for m in (Message, Packet, ToolDef, Decision)
+}
 
 
 def part_id(data: bytes) -> str:
@@ -75,6 +90,38 @@ class _NotShareable(Exception):
     """The trace's bytes cannot be rebuilt from the shared form: it is stored whole."""
 
 
+class SplitJSON(bytes):
+    """A trace's whole JSON bytes that carry their split (``shared``: None when it is
+    stored whole), made by ``Splitter.split_trace``: a store that is given these takes the
+    split rather than splitting the bytes again."""
+
+    shared: Split | None
+
+
+def _emptied(trace: Trace) -> Trace:
+    """``trace`` with its list fields (``LIST_FIELDS``) empty: the rest of its JSON."""
+    update: dict[str, Any] = {}
+    for name, fields in LIST_FIELDS.items():
+        value = getattr(trace, name)
+        if value is not None:
+            empty = {f: [] for f in fields if getattr(value, f) is not None}
+            update[name] = value.model_copy(update=empty)
+    return trace.model_copy(update=update)
+
+
+def _items_json(objs: Sequence[Any]) -> list[bytes]:
+    """Each item's JSON, as the trace's JSON holds it."""
+    adapter = _ADAPTERS.get(type(objs[0]))
+    if adapter is not None and all(type(o) is type(objs[0]) for o in objs):
+        return [bytes(r) for r in _LIST.decode(adapter.dump_json(list(objs), by_alias=True))]
+    return [
+        o.__pydantic_serializer__.to_json(o, by_alias=True)
+        if isinstance(o, BaseModel)
+        else _encode(o)
+        for o in objs
+    ]
+
+
 class Splitter:
     """Splits traces one after another, remembering each recent session's last trace."""
 
@@ -83,7 +130,13 @@ class Splitter:
         self.lists: dict[tuple[str, str], tuple[list[bytes], list[str]]] = {}
         #: (session, field) -> the last trace's pieces of that text: (bytes, id)
         self.texts: dict[tuple[str, str], list[tuple[bytes, str]]] = {}
+        #: (session, field) -> the last trace model's items there, their JSON and ids
+        self.models: dict[tuple[str, str], tuple[list[Any], list[bytes], list[str]]] = {}
         self.sessions: dict[str, None] = {}
+        #: the items of the trace ``split_trace`` splits, by field ("input.history"...),
+        #: and those of its items serialized so far (by identity: the item, JSON, id)
+        self._given: dict[str, list[Any]] = {}
+        self._fresh: dict[int, tuple[Any, bytes, str]] = {}
 
     def split(self, raw: bytes, session: str) -> Split | None:
         """``raw`` in the shared form, or None when it cannot be (stored whole)."""
@@ -103,6 +156,34 @@ class Splitter:
             return None
         return Split(b"".join(body), parts.data)
 
+    def split_trace(self, trace: Trace) -> SplitJSON:
+        """``trace``'s whole JSON (``Trace.to_json_bytes``) and its split, made from the
+        model: the list fields' items serialized only where new (module docstring)."""
+        self._session(trace.session_id)
+        given: dict[str, list[Any]] = {}
+        for name, fields in LIST_FIELDS.items():
+            value = getattr(trace, name)
+            for f in fields if value is not None else ():
+                items = getattr(value, f)
+                if items:
+                    given[f"{name}.{f}"] = items
+        if not given:
+            raw = SplitJSON(trace.to_json_bytes())
+            raw.shared = self.split(raw, trace.session_id)
+            return raw
+        top = _OBJECT.decode(_emptied(trace).to_json_bytes())
+        body: list[bytes] = []
+        whole: list[bytes] = []
+        parts = _Parts()
+        self._given = given
+        try:
+            self._object(top, "", trace.session_id, body, whole, parts)
+        finally:
+            self._given, self._fresh = {}, {}
+        raw = SplitJSON(b"".join(whole))
+        raw.shared = Split(b"".join(body), parts.data)
+        return raw
+
     def _session(self, session: str) -> None:
         """``session`` is the most recent; the least recent beyond MAX_SESSIONS is let go."""
         self.sessions.pop(session, None)
@@ -110,7 +191,7 @@ class Splitter:
         if len(self.sessions) > MAX_SESSIONS:
             old = next(iter(self.sessions))
             del self.sessions[old]
-            for table in (self.lists, self.texts):
+            for table in (self.lists, self.texts, self.models):
                 for key in [k for k in table if k[0] == old]:
                     del table[key]
 
@@ -136,6 +217,9 @@ class Splitter:
             first = data[:1]
             if not name and key in LIST_FIELDS and first == b"{":
                 self._object(_OBJECT.decode(data), key, session, body, whole, parts)
+            elif key in lists and data == b"[]" and f"{name}.{key}" in self._given:
+                field = f"{name}.{key}"
+                self._model_items(self._given[field], (session, field), body, whole, parts)
             elif key in lists and first == b"[":
                 self._items(data, (session, f"{name}.{key}"), body, whole, parts)
             elif key in texts and first == b"[":
@@ -176,6 +260,51 @@ class Splitter:
         body.append(b"[" + b",".join(refs) + b"]")
         whole.append(b"[" + b",".join(items) + b"]")
 
+    def _model_items(
+        self,
+        objs: list[Any],
+        key: tuple[str, str],
+        body: list[bytes],
+        whole: list[bytes],
+        parts: _Parts,
+    ) -> None:
+        """A list field of a trace model: each item a part; an item that is the same object
+        as one of the session's last trace there (at its place, or moved) takes that one's
+        JSON and id, the others are serialized (together) and hashed."""
+        prev, prev_items, prev_ids = self.models.get(key, ([], [], []))
+        n = len(prev)
+        items, ids = prev_items[: len(objs)], prev_ids[: len(objs)]
+        items += [b""] * (len(objs) - len(items))
+        ids += [""] * (len(objs) - len(ids))
+        moved = [k for k, o in enumerate(objs) if k >= n or o is not prev[k]]
+        if moved:  # an item elsewhere in the last trace (one inserted before it) or new
+            at = {id(o): k for k, o in enumerate(prev)}
+            fresh = []
+            for k in moved:
+                j = at.get(id(objs[k]))
+                if j is None:
+                    fresh.append(k)
+                else:  # ``prev`` holds the object: its id is not another's
+                    items[k], ids[k] = prev_items[j], prev_ids[j]
+            self._serialize([objs[k] for k in fresh], fresh, items, ids)
+        self.models[key] = (list(objs), items, ids)
+        refs = [parts.ref(p, i) for p, i in zip(ids, items, strict=True)]
+        body.append(b"[" + b",".join(refs) + b"]")
+        whole.append(b"[" + b",".join(items) + b"]")
+
+    def _serialize(
+        self, objs: list[Any], where: list[int], items: list[bytes], ids: list[str]
+    ) -> None:
+        """The JSON and id of the items new to their field (at ``where``); an item another
+        field of the same trace serialized already (a call's newest message is in its
+        history and in its messages as sent) is taken from there."""
+        done = self._fresh
+        todo = [o for o in objs if id(o) not in done]
+        for o, data in zip(todo, _items_json(todo) if todo else [], strict=True):
+            done[id(o)] = (o, data, part_id(data))  # held: its id is no other's
+        for k, o in zip(where, objs, strict=True):
+            _, items[k], ids[k] = done[id(o)]
+
     def _text(
         self,
         data: bytes,
@@ -208,4 +337,4 @@ def split_all(items: list[tuple[Any, bytes]], splitter: Splitter) -> list[Split 
     return [splitter.split(raw, trace.session_id) for trace, raw in items]
 
 
-__all__ = ["MAX_SESSIONS", "Split", "Splitter", "part_id", "split_all"]
+__all__ = ["MAX_SESSIONS", "Split", "SplitJSON", "Splitter", "part_id", "split_all"]
