@@ -136,11 +136,57 @@ def test_inspect_of_a_build_with_no_model_has_no_cost_panel(db: Path, built) -> 
     assert not bar["layout"].get("shapes")
 
 
+def cost_view(at: AppTest) -> AppTest:
+    """The Timeline with its "Cost and cache" view open (it opens on its packets)."""
+    at.session_state["tl_view"] = "Cost and cache"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _chart_titles(at: AppTest) -> list[str]:
+    """The titles of the charts the page sent."""
+    return [
+        json.dumps(json.loads(c.proto.spec)["layout"].get("title", ""))
+        for c in at.get("plotly_chart")
+    ]
+
+
+def test_timeline_sends_only_the_open_views_chart(db: Path, logged) -> None:
+    """The Timeline opens on its packets: the cost and usage charts are neither built nor sent
+    until their view is open, and each view sends its own; a session of no model calls has
+    no cost view."""
+    sid = main_session(logged)
+    at = open_page("timeline", session=sid)
+    assert [t.label for t in at.tabs] == ["Packets", "Partition usage", "Cost and cache"]
+    titles = _chart_titles(at)
+    assert any("Packets across the turns" in t for t in titles)
+    assert not any("Prompt cache and cost per turn" in t for t in titles)
+    assert not any("Partition usage per turn" in t for t in titles)
+    assert not any("break reason" in d.value.columns for d in at.dataframe)
+    # the session's cost is on top whatever the view
+    calls = session_costs([t for t in logged if t.session_id == sid], price_table())
+    total = sum(c.cost_usd for c in calls if c.cost_usd is not None)
+    assert any(figures.usd(total) in str(m.value) for m in at.markdown)
+    at = cost_view(at)
+    titles = _chart_titles(at)
+    assert any("Prompt cache and cost per turn" in t for t in titles)
+    assert not any("Packets across the turns" in t for t in titles)
+    assert any("break reason" in d.value.columns for d in at.dataframe)
+    at.session_state["tl_view"] = "Partition usage"
+    at.run()
+    titles = _chart_titles(at)
+    assert any("Partition usage per turn" in t for t in titles)
+    assert not any("Prompt cache and cost per turn" in t for t in titles)
+    plain = open_page("timeline", session="sess-plain")
+    assert [t.label for t in plain.tabs] == ["Packets", "Partition usage"]
+
+
 def test_timeline_gives_each_turns_cache_and_cost_and_marks_the_breaks(db: Path, logged) -> None:
     sid = main_session(logged)
     mine = [t for t in logged if t.session_id == sid]
     calls = session_costs(mine, price_table())
-    at = open_page("timeline", session=sid)
+    at = cost_view(open_page("timeline", session=sid))
     frame = next(d.value for d in at.dataframe if "break reason" in d.value.columns)
     assert list(frame["turn"]) == sorted(t.turn for t in mine)
     by_turn = {t.turn: t for t in mine}
@@ -231,7 +277,7 @@ def test_timeline_marks_a_real_break_with_its_reason(
     calls = session_costs(traces, price_table())
     broken = {c.turn: c.cache_break for c in calls if c.cache_break is not None}
     assert broken, "the compaction breaks the cached prefix"
-    at = open_page("timeline", session=traces[0].session_id)
+    at = cost_view(open_page("timeline", session=traces[0].session_id))
     frame = next(d.value for d in at.dataframe if "break reason" in d.value.columns)
     shown = {int(r["turn"]): (r["break"], r["break reason"]) for _, r in frame.iterrows()}
     for turn, brk in broken.items():

@@ -228,13 +228,18 @@ def test_timeline_turn_opens_inspect(db: Path, built) -> None:
     assert at.selectbox(key="tl_session").value == "sess-a"
     turns = at.selectbox(key="tl_turn").options
     assert len(turns) == len(built["a"])
+    heat = next(
+        s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+        if s["data"] and s["data"][0]["type"] == "heatmap"
+    )["data"][0]  # fmt: skip
+    at.session_state["tl_view"] = "Partition usage"  # the usage chart's view
+    at.run()
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     usage = next(
         s for s in specs if s["layout"].get("title", {}).get("text") == "Partition usage per turn"
     )
     line = next(d for d in usage["data"] if d["type"] == "scatter")
     assert line["y"] == [t.result.totals.available for t in built["a"]]
-    heat = next(s for s in specs if s["data"][0]["type"] == "heatmap")["data"][0]
     assert heat["x"] == [str(t.turn) for t in built["a"]]
     at.selectbox(key="tl_turn").set_value(2).run()
     at.button(key="tl_open").click().run()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from ctxapp.ui import costs, ledger, state, views, widgets
 from ctxcore import figures
+from ctxcore.costing import CallCost
 from ctxcore.diagnostics import DETECTORS
 from ctxcore.store import TraceFilter
+from ctxcore.store.records import TraceRow
 
 #: The packet chart's box: a taller chart scrolls inside it, under a legend that stays put
 #: (~190 rows of a long session are ~4,000 px; the page's own legend would scroll away).
@@ -104,13 +109,13 @@ def _diagnostics(sid: str, n_turns: int) -> None:
         )
 
 
-def _costs(sid: str) -> None:
-    """Per turn the prompt's cached, written and uncached tokens and the cost, each cache
-    break marked (its reason on hover and in the table); nothing for a session of no model
-    calls (no model named, no usage recorded)."""
+def _session_cost(sid: str) -> list[CallCost] | None:
+    """The session's cost in one line over the charts (the total, the breaks), read from the
+    store's cost summaries; ``None`` for a session of no model calls (no model named, no
+    usage recorded), which has no cost view."""
     calls = state.session_call_costs(sid)
     if not any(c.model or c.recorded is not None for c in calls):
-        return
+        return None
     known = [c.cost_usd for c in calls if c.cost_usd is not None]
     breaks = sum(1 for c in calls if c.cache_break is not None)
     total = figures.usd(sum(known)) if known else figures.MISSING
@@ -119,15 +124,26 @@ def _costs(sid: str) -> None:
     st.caption(
         (f"{unknown:,} calls of unknown cost (—) are not in the total. " if unknown else "")
         + (
-            f"{breaks:,} cache breaks (▼ on the chart: hover one for its reason and fix). "
+            f"{breaks:,} cache breaks (▼ on the cost chart: hover one for its reason and fix). "
             if breaks
             else "No cache break in this session. "
         )
         + "Per turn the provider's figures where it recorded usage, else the simulated "
         "cache's."
     )
+    return calls
+
+
+def _costs(sid: str, calls: list[CallCost]) -> None:
+    """Per turn the prompt's cached, written and uncached tokens and the cost, each cache
+    break marked (its reason on hover and in the table)."""
     st.plotly_chart(
-        figures.turns_figure(calls, f"Prompt cache and cost per turn of {sid}"),
+        state.derived(
+            "timeline_cost",
+            sid,
+            str(state.latest_change()),
+            lambda: figures.turns_figure(calls, f"Prompt cache and cost per turn of {sid}"),
+        ),
         key="tl_cost_chart",
     )
     widgets.readable_table(
@@ -162,55 +178,125 @@ LOST_CONFIG = {
 }
 
 
+#: the Timeline's views, one chart (and its table) each: only the open one is read, built and
+#: drawn (``widgets.section``), so a long session opens on its packets without paying for
+#: the 500-turn charts under them (docs/design.md, "The app", the Timeline)
+VIEWS = ["Packets", "Partition usage", "Cost and cache"]
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The packet chart of one session, kind filter and grouping, as the page draws it."""
+
+    figure: go.Figure
+    rows: int
+    statuses: frozenset[str]
+
+
+def _grid(sid: str, kinds: list[str], grouped: bool) -> _Grid:
+    """The session's packet chart for these kinds (all when none), built once per store
+    version, kinds and grouping."""
+
+    def make() -> _Grid:
+        shown = [
+            r for r in state.session_statuses(sid) if not kinds or str(r.get("kind") or "") in kinds
+        ]
+        fig = figures.timeline_heatmap(
+            shown, f"Packets across the turns of {sid}", group_by_kind=grouped, legend=False
+        )
+        return _Grid(
+            fig,
+            len({str(r["packet_id"]) for r in shown}),
+            frozenset(str(r["status"]) for r in shown),
+        )
+
+    key = f"{state.latest_change()}|{','.join(kinds)}|{grouped}"
+    return state.derived("timeline", sid, key, make)
+
+
+def _packets(sid: str, turns: dict[int, str]) -> str | None:
+    """The packet chart (status per packet and turn) with its kind filter and grouping, its
+    legend kept in view over a tall chart; the trace of a clicked cell's turn, if any."""
+    # ~190 rows of a long session are too many to read at once: narrow or group them
+    c1, c2 = st.columns([2, 1])  # "Group rows by kind" whole at 1024 px
+    all_kinds = state.derived(
+        "timeline_kinds",
+        sid,
+        str(state.latest_change()),
+        lambda: sorted({str(r.get("kind") or "") for r in state.session_statuses(sid)}),
+    )
+    kinds = c1.multiselect("Rows of kind", all_kinds, key="tl_kinds", placeholder="every kind")
+    grouped = c2.toggle("Group rows by kind", key="tl_group")
+    grid = _grid(sid, kinds, grouped)
+    tall = figures.timeline_height(grid.rows) > CHART_BOX
+    scrolls = f" The {grid.rows:,} rows scroll in the box below; the legend stays put."
+    st.caption(
+        "One colour per status on every page (colour-blind safe); a blank cell: not a "
+        "candidate at that turn. A dashed line marks turns missing between two stored turns. "
+        "Click a cell to open its turn in Inspect." + (scrolls if tall else "")
+    )
+    st.plotly_chart(
+        figures.status_legend(grid.statuses or figures.STATUS_ORDER),
+        key="tl_legend",
+        config={"displayModeBar": False, "staticPlot": True},
+    )
+    box = st.container(height=CHART_BOX, key="tl_chart_box") if tall else st.container()
+    with box:
+        event = st.plotly_chart(
+            grid.figure, key="tl_heatmap", on_select="rerun", selection_mode="points"
+        )
+    clicked = widgets.clicked_turn(event)
+    return turns.get(clicked) if clicked is not None else None
+
+
+def _usage(sid: str, rows: list[TraceRow]) -> None:
+    """Each partition's tokens per turn against the turn's budget."""
+    st.plotly_chart(
+        state.derived(
+            "timeline_usage",
+            sid,
+            str(state.latest_change()),
+            lambda: figures.session_usage(
+                state.session_partitions(sid), budgets={r.turn: r.budget for r in rows}
+            ),
+        ),
+        key="tl_usage",
+    )
+
+
+def _turns(sid: str) -> dict[int, str]:
+    """Each turn of the session that recorded decisions or partitions, and its trace (the
+    first stored of a turn), once per store version."""
+
+    def make() -> dict[int, str]:
+        turns: dict[int, str] = {}
+        for r in state.session_statuses(sid) + state.session_partitions(sid):
+            turns.setdefault(int(r["turn"]), str(r["trace_id"]))
+        return turns
+
+    return state.derived("timeline_turns", sid, str(state.latest_change()), make)
+
+
 def render() -> None:
     st.title("Timeline")
     sid = _pick_session()
     if sid is None:
         return
     state.qp_set({"session": sid})
-    statuses = state.session_statuses(sid)
-    parts = state.session_partitions(sid)
-    turns: dict[int, str] = {}
-    for r in statuses + parts:
-        turns.setdefault(int(r["turn"]), str(r["trace_id"]))
-    # ~190 rows of a long session are too many to read at once: narrow or group them
-    c1, c2 = st.columns([2, 1])  # "Group rows by kind" whole at 1024 px
-    all_kinds = sorted({str(r.get("kind") or "") for r in statuses})
-    kinds = c1.multiselect("Rows of kind", all_kinds, key="tl_kinds", placeholder="every kind")
-    grouped = c2.toggle("Group rows by kind", key="tl_group")
-    shown = [r for r in statuses if not kinds or str(r.get("kind") or "") in kinds]
-    heat = state.derived(
-        "timeline",
-        sid,
-        f"{state.latest_change()}|{','.join(kinds)}|{grouped}",
-        lambda: figures.timeline_heatmap(
-            shown, f"Packets across the turns of {sid}", group_by_kind=grouped, legend=False
-        ),
-    )
-    n_rows = len({str(r["packet_id"]) for r in shown})
-    tall = figures.timeline_height(n_rows) > CHART_BOX
-    st.caption(
-        "One colour per status on every page (colour-blind safe); a blank cell: not a "
-        "candidate at that turn. A dashed line marks turns missing between two stored turns. "
-        "Click a cell to open its turn in Inspect."
-        + (f" The {n_rows:,} rows scroll in the box below; the legend stays put." if tall else "")
-    )
-    st.plotly_chart(
-        figures.status_legend({str(r["status"]) for r in shown} or figures.STATUS_ORDER),
-        key="tl_legend",
-        config={"displayModeBar": False, "staticPlot": True},
-    )
-    box = st.container(height=CHART_BOX, key="tl_chart_box") if tall else st.container()
-    with box:
-        event = st.plotly_chart(heat, key="tl_heatmap", on_select="rerun", selection_mode="points")
-    clicked = widgets.clicked_turn(event)
-    target = turns.get(clicked) if clicked is not None else None
-    ledger.timeline_marks(sid, turns)
+    turns = _turns(sid)
     rows = state.list_traces(TraceFilter(session_id=sid), sort="turn", limit=1000).rows
-    st.plotly_chart(
-        figures.session_usage(parts, budgets={r.turn: r.budget for r in rows}), key="tl_usage"
-    )
-    _costs(sid)
+    calls = _session_cost(sid)
+    ledger.timeline_marks(sid, turns)
+    # the cost view only where the session made model calls
+    view, box = widgets.section(VIEWS if calls is not None else VIEWS[:2], "tl_view")
+    target = None
+    with box:
+        if view == "Packets":
+            target = _packets(sid, turns)
+        elif view == "Partition usage":
+            _usage(sid, rows)
+        elif calls is not None:
+            _costs(sid, calls)
     _diagnostics(sid, len(rows))
     c1, c2 = st.columns([2, 1])  # "Open turn in Inspect" whole at 1024 px
     order = sorted(turns)

@@ -322,21 +322,26 @@ def sessions() -> list[SessionRow]:
     return _sessions(db_path(), latest_change())
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+# cache_resource, not cache_data: a long session's statuses are ~43,000 rows (500 turns),
+# which cache_data pickles on the way in and unpickles at every read; the Timeline reads
+# them only to build what it caches per store version, and never changes them
+@st.cache_resource(max_entries=8, show_spinner=False)
 def _session_statuses(db: str, session_id: str, ver: int) -> list[dict[str, Any]]:
     return store().session_statuses(session_id)
 
 
 def session_statuses(session_id: str) -> list[dict[str, Any]]:
+    """A session's decisions, one row each (``Store.session_statuses``): shared, read only."""
     return _session_statuses(db_path(), session_id, latest_change())
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=8, show_spinner=False)
 def _session_partitions(db: str, session_id: str, ver: int) -> list[dict[str, Any]]:
     return store().session_partitions(session_id)
 
 
 def session_partitions(session_id: str) -> list[dict[str, Any]]:
+    """A session's partitions per turn (``Store.session_partitions``): shared, read only."""
     return _session_partitions(db_path(), session_id, latest_change())
 
 
