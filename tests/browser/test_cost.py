@@ -28,6 +28,7 @@ from . import (
     exceptions_text,
     goto,
     label_clashes,
+    rerun_and_settle,
     screenshot,
     start_server,
     table_cuts,
@@ -128,6 +129,9 @@ def test_timeline_shows_cache_and_cost_per_turn(page, cost_server, logged, width
     sid, calls = main_session(logged)
     page.set_viewport_size({"width": width, "height": height})
     goto(page, f"{cost_server.url}/timeline?session={quote(sid)}")
+    # the Timeline opens on its packets: the cost chart is drawn when its view is opened
+    assert page.locator(".st-key-tl_cost_chart").count() == 0
+    rerun_and_settle(page, page.get_by_role("tab", name="Cost and cache").click)
     chart = page.locator(".st-key-tl_cost_chart")
     chart.scroll_into_view_if_needed()
     bars = chart.locator("g.barlayer g.trace")
