@@ -16,7 +16,6 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
@@ -24,84 +23,23 @@ from psycopg_pool import ConnectionPool
 
 from ctxcore.errors import InputError, StoreError
 from ctxcore.models import Finding, Trace
-from ctxcore.settings import SortKey
 from ctxcore.store import pginserts, pgschema
 from ctxcore.store.codec import unpack_json
 from ctxcore.store.pgconn import CONNECT_TIMEOUT_S, POOL_MAX, Texts, connect, fault, shown
 from ctxcore.store.pgwriter import PgBulkWriter
 from ctxcore.store.records import (
-    FailingFile,
-    FileOffset,
-    FindingPage,
-    FindingRow,
-    IngestErrorRow,
-    LiveCall,
-    LiveCalls,
     PackedTrace,
-    SessionRow,
-    TraceFilter,
-    TracePage,
-    TraceRow,
     UsageRow,
 )
 from ctxcore.store.rows import (
-    TAIL_CHARS,
     RowBatch,
     diagnose_trace,
     prepare,
     unpack_summary,
-    utc_naive,
 )
+from ctxcore.store.sqlreads import SqlReads
 
 log = logging.getLogger("ctxscope.store")
-
-_SORT_SQL: dict[str, str] = {
-    "created_at": "created_at",
-    "turn": "turn",
-    "used": "used",
-    "budget": "budget",
-    "dropped": "n_dropped",
-    "summarized": "n_summarized",
-    "session_id": "session_id",
-}
-
-_ROW_FIELDS = (
-    "trace_id", "session_id", "turn", "created_at", "preset", "builder", "budget", "used",
-    "n_packets", "n_kept", "n_truncated", "n_summarized", "n_dropped", "n_filtered",
-    "n_not_rendered", "n_warnings", "lost_must_keep", "verdict", "tags", "source_trace_id",
-    "n_findings", "max_severity", "model", "input_tokens", "cache_read_tokens",
-    "cache_write_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
-    "reasoning_tokens",
-)  # fmt: skip
-
-_OFFSET_SQL = (
-    'SELECT file, "offset", line, size, mtime, fingerprint, inode, head, failed FROM file_offsets'
-)
-
-#: a live call's columns: when, session, turn, id, and its source (its ``source:`` tag, or
-#: ``otlp``)
-_LIVE_COLS = (
-    "created_at, session_id, turn, trace_id, coalesce((SELECT substr(t, 8) FROM unnest(tags) "
-    "AS t WHERE starts_with(t, 'source:') LIMIT 1), "
-    "CASE WHEN 'otlp' = ANY(tags) THEN 'otlp' ELSE '' END)"
-)
-_LIVE = "tags @> ARRAY['live']::text[]"
-
-
-def _aware(dt: datetime) -> datetime:
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
-
-
-def _file_offset(row: Sequence[Any]) -> FileOffset:
-    inode = None if row[6] is None else int(row[6])
-    return FileOffset(
-        row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), row[5], inode, *row[7:]
-    )
-
-
-def _like(term: str) -> str:
-    """An ILIKE pattern (escape ``\\``) matching ``term`` anywhere."""
-    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 _P = ParamSpec("_P")
@@ -123,7 +61,7 @@ def _reading(
     return read
 
 
-class PgStore:
+class PgStore(SqlReads):
     """The PostgreSQL engine's ``Store``: one database, a pool of connections, migrations
     applied on open."""
 
@@ -181,10 +119,45 @@ class PgStore:
             raise fault(self.url, exc) from exc
         return con, functools.partial(self._pool.putconn, con)
 
+    PH = "%s"
+    TAGS_ALL = "tags @> %s::text[]"
+    LIVE_COLS = (
+        "created_at, session_id, turn, trace_id, coalesce((SELECT substr(t, 8) FROM unnest(tags) "
+        "AS t WHERE starts_with(t, 'source:') LIMIT 1), "
+        "CASE WHEN 'otlp' = ANY(tags) THEN 'otlp' ELSE '' END)"
+    )
+    LIVE = "tags @> ARRAY['live']::text[]"
+
+    def _page(
+        self, cols: str, body: str, order: str, params: list[Any], limit: int, offset: int
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """One page, then the count of every match: two queries, so that the page is read
+        through the sort's index rather than after counting (and sorting) every match; both
+        in one snapshot (REPEATABLE READ), so a commit between them cannot make the count
+        disagree with the page."""
+        con, release = self.checkout()
+        try:
+            with con.transaction():
+                con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                rows = con.execute(
+                    f"SELECT {cols} {body} ORDER BY {order} LIMIT %s OFFSET %s",
+                    [*params, int(limit), int(offset)],
+                ).fetchall()
+                if rows and offset == 0 and len(rows) < limit:
+                    return rows, len(rows)
+                got = con.execute(f"SELECT count(*) {body}", params).fetchone()
+                return rows, int(got[0]) if got else 0
+        except psycopg.Error as exc:
+            raise fault(self.url, exc) from exc
+        finally:
+            release()
+
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         con, release = self.checkout()
         try:
             return con.execute(sql, list(params)).fetchall()
+        except psycopg.Error as exc:
+            raise fault(self.url, exc) from exc
         finally:
             release()
 
@@ -194,12 +167,10 @@ class PgStore:
             cur = con.execute(sql, list(params))
             names = [d[0] for d in cur.description or []]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        except psycopg.Error as exc:
+            raise fault(self.url, exc) from exc
         finally:
             release()
-
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> int:
-        rows = self._rows(sql, params)
-        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
     def refuse_writes(self) -> None:
         """``StoreError`` when the store was opened read-only."""
@@ -384,30 +355,6 @@ class PgStore:
 
     # ---- reading: sessions
     @_reading
-    def session_listing(self) -> list[tuple[str, list[tuple[str, tuple[str, ...]]]]]:
-        rows = self._rows(
-            "SELECT session_id, trace_id, tags, max(created_at) OVER (PARTITION BY "
-            "session_id) AS last FROM traces ORDER BY last DESC, session_id, turn, tseq"
-        )
-        out: list[tuple[str, list[tuple[str, tuple[str, ...]]]]] = []
-        for sid, tid, tags, _ in rows:
-            if not out or out[-1][0] != sid:
-                out.append((sid, []))
-            out[-1][1].append((tid, tuple(tags or ())))
-        return out
-
-    @_reading
-    def sessions(self) -> list[SessionRow]:
-        rows = self._rows(
-            "SELECT session_id, count(*), min(turn), max(turn), min(created_at), "
-            "max(created_at) FROM traces GROUP BY session_id ORDER BY max(created_at) DESC"
-        )
-        return [
-            SessionRow(r[0], int(r[1]), int(r[2]), int(r[3]), _aware(r[4]), _aware(r[5]))
-            for r in rows
-        ]
-
-    @_reading
     def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
         """Rows: turn, trace_id, packet_id, kind, status, reason, tokens_after. The session's
         tseqs are named to ``decisions`` as an array, so each of its partitions (by month:
@@ -420,16 +367,6 @@ class PgStore:
             "AND d.tseq = ANY(ARRAY(SELECT tseq FROM traces WHERE session_id = %s)) "
             "ORDER BY t.turn, t.tseq, d.ord",
             [session_id, session_id],
-        )
-
-    @_reading
-    def session_partitions(self, session_id: str) -> list[dict[str, Any]]:
-        """Rows: turn, trace_id, partition, budget, used, items."""
-        return self._dicts(
-            "SELECT t.turn, p.trace_id, p.name AS partition, p.budget, p.used, p.items "
-            "FROM traces t JOIN partitions p ON p.tseq = t.tseq "
-            "WHERE t.session_id = %s ORDER BY t.turn, t.tseq, p.ord",
-            [session_id],
         )
 
     @_reading
@@ -468,16 +405,6 @@ class PgStore:
         return None if raw is None else Trace.model_validate_json(raw)
 
     @_reading
-    def decisions(self, trace_id: str) -> list[dict[str, Any]]:
-        return self._dicts(
-            "SELECT packet_id, kind, tokens_before, tokens_after, relevance, recency, score, "
-            "rank, status, reason, reason_text, partition, budget_left, must_keep "
-            "FROM decisions WHERE tseq = (SELECT tseq FROM traces WHERE trace_id = %s) "
-            "ORDER BY ord",
-            [trace_id],
-        )
-
-    @_reading
     def packet_content(self, trace_id: str, packet_id: str) -> str | None:
         rows = self._rows(
             "SELECT string_agg(c.text, '' ORDER BY c.part), bool_or(d.cid IS NOT NULL) FROM "
@@ -491,214 +418,7 @@ class PgStore:
         return str(rows[0][0] or "")
 
     # ---- ingest's state
-    @_reading
-    def file_offset(self, file: str) -> FileOffset | None:
-        rows = self._rows(f"{_OFFSET_SQL} WHERE file = %s", [file])
-        return _file_offset(rows[0]) if rows else None
-
-    @_reading
-    def file_offsets(self) -> dict[str, FileOffset]:
-        return {r[0]: _file_offset(r) for r in self._rows(_OFFSET_SQL)}
-
-    @_reading
-    def failing_files(self, limit: int = 100) -> list[FailingFile]:
-        rows = self._rows(
-            "SELECT file, failed, updated_at FROM file_offsets WHERE failed IS NOT NULL "
-            "ORDER BY updated_at DESC, file LIMIT %s",
-            [int(limit)],
-        )
-        return [FailingFile(r[0], r[1], _aware(r[2])) for r in rows]
-
-    @_reading
-    def ingest_errors(self, limit: int = 200) -> list[IngestErrorRow]:
-        rows = self._rows(
-            'SELECT file, line, message, "at" FROM ingest_errors '
-            'ORDER BY "at" DESC, file, line LIMIT %s',
-            [int(limit)],
-        )
-        return [IngestErrorRow(r[0], int(r[1]), r[2], _aware(r[3])) for r in rows]
-
     # ---- reading: lists
-    @_reading
-    def count(self) -> int:
-        return self._one("SELECT count(*) FROM traces")
-
-    def _where(self, flt: TraceFilter | None) -> tuple[str, list[Any]]:
-        """The WHERE clause of a filter, and its parameters."""
-        if flt is None:
-            return "", []
-        conds: list[str] = []
-        params: list[Any] = []
-        for col in ("session_id", "preset", "verdict"):
-            val = getattr(flt, col)
-            if val is not None:
-                conds.append(f"{col} = %s")
-                params.append(val)
-        if flt.tags:
-            conds.append("tags @> %s::text[]")
-            params.append(list(flt.tags))
-        if flt.since is not None:
-            conds.append("created_at >= %s")
-            params.append(utc_naive(flt.since))
-        if flt.until is not None:
-            conds.append("created_at <= %s")
-            params.append(utc_naive(flt.until))
-        if flt.has_warnings is not None:
-            conds.append("n_warnings > 0" if flt.has_warnings else "n_warnings = 0")
-        if flt.lost_must_keep is not None:
-            conds.append("lost_must_keep > 0" if flt.lost_must_keep else "lost_must_keep = 0")
-        if flt.finding:
-            conds.append(
-                "EXISTS (SELECT 1 FROM findings f WHERE f.tseq = traces.tseq AND f.detector = %s)"
-            )
-            params.append(flt.finding)
-        for term in (flt.search or "").split():
-            conds.append(self._search(term))
-            params += [_like(term)] * 3
-        return (" WHERE " + " AND ".join(conds)) if conds else "", params
-
-    @staticmethod
-    def _search(term: str) -> str:
-        """Every word must occur in some packet's text (or id) of the trace: in one piece of
-        the text, or across a cut (as the DuckDB engine searches: docs/design.md, "Store")."""
-        span = len(term) - 1
-        if span <= TAIL_CHARS:
-            across = (
-                "SELECT cid FROM contents WHERE tail IS NOT NULL AND "
-                f"(right(text, {span}) || tail) ILIKE %s ESCAPE '\\'"
-            )
-        else:
-            across = (
-                "SELECT a.cid FROM contents a JOIN contents b ON b.cid = a.cid AND "
-                f"b.part = a.part + 1 WHERE (right(a.text, {span}) || left(b.text, {span})) "
-                "ILIKE %s ESCAPE '\\'"
-            )
-        return (
-            "tseq IN (SELECT tseq FROM decisions WHERE packet_id ILIKE %s ESCAPE '\\' "
-            "OR cid IN (SELECT cid FROM contents WHERE text ILIKE %s ESCAPE '\\' "
-            f"UNION ALL {across}))"
-        )
-
-    @_reading
-    def list_traces(
-        self,
-        flt: TraceFilter | None = None,
-        *,
-        sort: SortKey = "created_at",
-        descending: bool = True,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> TracePage:
-        """One page, then the count of every match: two queries, so that the page is read
-        through the sort's index rather than after counting (and sorting) every match; both
-        in one snapshot (REPEATABLE READ), so a commit between them cannot make the count
-        disagree with the page."""
-        if sort not in _SORT_SQL:
-            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(_SORT_SQL)}")
-        where, params = self._where(flt)
-        order = "DESC" if descending else "ASC"
-        con, release = self.checkout()
-        try:
-            with con.transaction():
-                con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                rows = con.execute(
-                    f"SELECT {', '.join(_ROW_FIELDS)} FROM traces{where} "
-                    f"ORDER BY {_SORT_SQL[sort]} {order}, tseq {order} LIMIT %s OFFSET %s",
-                    [*params, int(limit), int(offset)],
-                ).fetchall()
-                if rows and offset == 0 and len(rows) < limit:
-                    total = len(rows)
-                else:
-                    got = con.execute(f"SELECT count(*) FROM traces{where}", params).fetchone()
-                    total = int(got[0]) if got else 0
-        finally:
-            release()
-        out = []
-        for r in rows:
-            d = dict(zip(_ROW_FIELDS, r, strict=True))
-            d["created_at"] = _aware(d["created_at"])
-            d["tags"] = tuple(d["tags"] or ())
-            d["n_findings"] = int(d["n_findings"] or 0)
-            out.append(TraceRow(**d))
-        return TracePage(rows=out, total=total, offset=offset, limit=limit)
-
-    @_reading
-    def list_findings(
-        self, flt: TraceFilter | None = None, *, limit: int = 50, offset: int = 0
-    ) -> FindingPage:
-        where, params = self._where(flt)
-        only = ""
-        if flt is not None and flt.finding:
-            only = " WHERE f.detector = %s"
-            params.append(flt.finding)
-        body = (
-            "FROM findings f JOIN (SELECT tseq, trace_id, session_id, turn, created_at, preset "
-            f"FROM traces{where}) t ON f.tseq = t.tseq{only}"
-        )
-        rows = self._rows(
-            "SELECT t.trace_id, t.session_id, t.turn, t.created_at, t.preset, f.detector, "
-            f"f.severity, f.message, f.packet_ids {body} "
-            "ORDER BY t.created_at DESC, t.tseq DESC, f.ord LIMIT %s OFFSET %s",
-            [*params, int(limit), int(offset)],
-        )
-        total = self._one(f"SELECT count(*) {body}", params)
-        out = [
-            FindingRow(
-                trace_id=r[0],
-                session_id=r[1],
-                turn=int(r[2]),
-                created_at=_aware(r[3]),
-                preset=r[4],
-                detector=r[5],
-                severity=r[6],
-                message=r[7],
-                packet_ids=tuple(r[8] or ()),
-            )
-            for r in rows
-        ]
-        return FindingPage(rows=out, total=total, offset=offset, limit=limit)
-
-    @_reading
-    def facets(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for col in ("session_id", "preset", "verdict"):
-            out[col] = [r[0] for r in self._rows(f"SELECT DISTINCT {col} FROM traces ORDER BY 1")]
-        out["tags"] = [
-            r[0] for r in self._rows("SELECT DISTINCT unnest(tags) AS tag FROM traces ORDER BY 1")
-        ]
-        out["finding"] = [
-            r[0] for r in self._rows("SELECT DISTINCT detector FROM findings ORDER BY 1")
-        ]
-        return out
-
-    @_reading
-    def live_calls(self, since: datetime, limit: int = 5_000) -> LiveCalls:
-        """Calls captured live (traces tagged ``live``) since ``since``, from every writer."""
-        rows = self._rows(
-            f"SELECT {_LIVE_COLS} FROM traces WHERE {_LIVE} AND created_at >= %s "
-            "ORDER BY created_at DESC, tseq DESC LIMIT %s",
-            [utc_naive(since), int(limit)],
-        )
-        recent = [LiveCall(_aware(r[0]), r[1], int(r[2]), r[3], r[4]) for r in rows]
-        total = self._one(f"SELECT count(*) FROM traces WHERE {_LIVE}")
-        last = recent[0] if recent else None
-        if last is None and total:
-            got = self._rows(
-                f"SELECT {_LIVE_COLS} FROM traces WHERE {_LIVE} "
-                "ORDER BY created_at DESC, tseq DESC LIMIT 1"
-            )
-            if got:
-                r = got[0]
-                last = LiveCall(_aware(r[0]), r[1], int(r[2]), r[3], r[4])
-        return LiveCalls(recent, total, last)
-
-    @_reading
-    def latest_change(self) -> int:
-        """A number that grows whenever traces or ingest errors are added (by any writer)."""
-        return self._one(
-            "SELECT (SELECT coalesce(max(tseq), 0) FROM traces) "
-            "+ (SELECT count(*) FROM ingest_errors)"
-        )
 
 
 def migrate_server(url: str) -> list[str]:

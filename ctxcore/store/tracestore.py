@@ -23,16 +23,14 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
 
 from ctxcore import settings
-from ctxcore.errors import InputError, StoreError
+from ctxcore.errors import InputError
 from ctxcore.models import Finding, Trace
-from ctxcore.settings import SortKey
 from ctxcore.store import inserts
 from ctxcore.store.codec import unpack_json
 from ctxcore.store.duck import Database, first, insert_table
@@ -55,13 +53,12 @@ from ctxcore.store.records import (
     UsageRow,
 )
 from ctxcore.store.rows import (
-    TAIL_CHARS,
     RowBatch,
     diagnose_trace,
     prepare,
     unpack_summary,
-    utc_naive,
 )
+from ctxcore.store.sqlreads import SqlReads
 from ctxcore.store.writer import BulkWriter
 
 __all__ = [
@@ -86,44 +83,8 @@ __all__ = [
 log = logging.getLogger("ctxscope.store")
 
 
-_SORT_SQL: dict[str, str] = {
-    "created_at": "created_at",
-    "turn": "turn",
-    "used": "used",
-    "budget": "budget",
-    "dropped": "n_dropped",
-    "summarized": "n_summarized",
-    "session_id": "session_id",
-}
-
-
 # Ingest contract (ctxcore/store/ingest.py): ``ingest_paths(store, paths) -> IngestCounts``
 # reads .jsonl/.json/.jsonl.gz files (or folders of them), idempotent, per-file offsets.
-
-_ROW_FIELDS = (
-    "trace_id", "session_id", "turn", "created_at", "preset", "builder", "budget", "used",
-    "n_packets", "n_kept", "n_truncated", "n_summarized", "n_dropped", "n_filtered",
-    "n_not_rendered", "n_warnings", "lost_must_keep", "verdict", "tags", "source_trace_id",
-    "n_findings", "max_severity", "model", "input_tokens", "cache_read_tokens",
-    "cache_write_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens", "output_tokens",
-    "reasoning_tokens",
-)  # fmt: skip
-
-
-def _aware(dt: datetime) -> datetime:
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt
-
-
-_OFFSET_SQL = (
-    'SELECT file, "offset", line, size, mtime, fingerprint, inode, head, failed FROM file_offsets'
-)
-
-
-def _file_offset(row: Sequence[Any]) -> FileOffset:
-    inode = None if row[6] is None else int(row[6])
-    return FileOffset(
-        row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), row[5], inode, *row[7:]
-    )
 
 
 _P = ParamSpec("_P")
@@ -146,7 +107,7 @@ def _reading(
     return read
 
 
-class TraceStore:
+class TraceStore(SqlReads):
     """The DuckDB engine's ``Store``: one file, migrations applied on open, one cursor per
     thread (``duck.Database``)."""
 
@@ -375,27 +336,6 @@ class TraceStore:
         return out
 
     @_reading
-    def session_listing(self) -> list[tuple[str, list[tuple[str, tuple[str, ...]]]]]:
-        """Every session with its traces' ids and tags in turn order (then insertion, as
-        ``list_traces(sort="turn")``), sessions most recently active first (as ``sessions()``
-        lists them): one query for the whole store (ids and tags only, never the traces)."""
-        rows = (
-            self._cur()
-            .execute(
-                "SELECT session_id, trace_id, tags, max(created_at) OVER (PARTITION BY "
-                "session_id) AS last FROM traces "
-                "ORDER BY last DESC, session_id, turn, tseq"
-            )
-            .fetchall()
-        )
-        out: list[tuple[str, list[tuple[str, tuple[str, ...]]]]] = []
-        for sid, tid, tags, _ in rows:
-            if not out or out[-1][0] != sid:
-                out.append((sid, []))
-            out[-1][1].append((tid, tuple(tags or ())))
-        return out
-
-    @_reading
     def findings(self, trace_id: str) -> list[dict[str, Any]]:
         """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
         rows = self._dicts(
@@ -413,195 +353,47 @@ class TraceStore:
         with self._db.transaction() as cur:
             inserts.insert_errors(cur, [(file, line, message)])
 
-    @_reading
-    def file_offset(self, file: str) -> FileOffset | None:
-        rows = self._cur().execute(f"{_OFFSET_SQL} WHERE file = ?", [file]).fetchall()
-        row = first(rows)
-        return None if row is None else _file_offset(row)
+    # ---- reading
+    PH = "?"
+    TAGS_ALL = "list_has_all(tags, ?::VARCHAR[])"
+    LIVE_COLS = (
+        "created_at, session_id, turn, trace_id, "
+        "coalesce(list_filter(tags, lambda t: starts_with(t, 'source:'))[1][8:], "
+        "CASE WHEN list_contains(tags, 'otlp') THEN 'otlp' ELSE '' END)"
+    )
+    LIVE = "list_contains(tags, 'live')"
 
-    def file_offsets(self) -> dict[str, FileOffset]:
+    def _page(
+        self, cols: str, body: str, order: str, params: list[Any], limit: int, offset: int
+    ) -> tuple[list[tuple[Any, ...]], int]:
+        """The page and the count in one query (a window count over the matches); a page
+        past the end counts apart."""
+        rows = self._rows(
+            f"SELECT {cols}, count(*) OVER () {body} ORDER BY {order} LIMIT ? OFFSET ?",
+            [*params, int(limit), int(offset)],
+        )
+        if rows:
+            return [r[:-1] for r in rows], int(rows[0][-1])
+        return [], self._one(f"SELECT count(*) {body}", params)
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
-            rows = self._cur().execute(_OFFSET_SQL).fetchall()
+            return self._cur().execute(sql, list(params)).fetchall()
         except duckdb.Error as exc:
             raise store_fault(self.path, exc) from exc
-        return {r[0]: _file_offset(r) for r in rows}
 
-    @_reading
-    def failing_files(self, limit: int = 100) -> list[FailingFile]:
-        """The files ingest (or the watcher) could not read, newest first, with why: for
-        the app's banner. A file leaves the list once it is read after it changed."""
-        rows = (
-            self._cur()
-            .execute(
-                "SELECT file, failed, updated_at FROM file_offsets WHERE failed IS NOT NULL "
-                "ORDER BY updated_at DESC, file LIMIT ?",
-                [int(limit)],
-            )
-            .fetchall()
-        )
-        return [FailingFile(r[0], r[1], _aware(r[2])) for r in rows]
-
-    # ---- reading
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self._cur().execute(sql, list(params))
-        names = [d[0] for d in cur.description or []]
-        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-    @_reading
-    def count(self) -> int:
-        row = self._cur().execute("SELECT count(*) FROM traces").fetchall()
-        row = first(row)
-        return int(row[0]) if row else 0
-
-    def _where(self, flt: TraceFilter | None) -> tuple[str, list[Any]]:
-        if flt is None:
-            return "", []
-        conds: list[str] = []
-        params: list[Any] = []
-        for col in ("session_id", "preset", "verdict"):
-            val = getattr(flt, col)
-            if val is not None:
-                conds.append(f"{col} = ?")
-                params.append(val)
-        if flt.tags:
-            conds.append("list_has_all(tags, ?::VARCHAR[])")
-            params.append(list(flt.tags))
-        if flt.since is not None:
-            conds.append("created_at >= ?")
-            params.append(utc_naive(flt.since))
-        if flt.until is not None:
-            conds.append("created_at <= ?")
-            params.append(utc_naive(flt.until))
-        if flt.has_warnings is not None:
-            conds.append("n_warnings > 0" if flt.has_warnings else "n_warnings = 0")
-        if flt.lost_must_keep is not None:
-            conds.append("lost_must_keep > 0" if flt.lost_must_keep else "lost_must_keep = 0")
-        if flt.finding:
-            conds.append(
-                "EXISTS (SELECT 1 FROM findings f WHERE f.tseq = traces.tseq AND f.detector = ?)"
-            )
-            params.append(flt.finding)
-        for term in (flt.search or "").split():
-            # Every word must occur in some packet's text (or id) of the trace: in one
-            # piece of the text, or across a cut (the piece's end and the next one's start,
-            # ``tail``; a word longer than TAIL_CHARS + 1 joins the two pieces themselves).
-            pat = "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            span = len(term) - 1
-            if span <= TAIL_CHARS:
-                across = (
-                    "SELECT cid FROM contents WHERE tail IS NOT NULL AND "
-                    f"(right(text, {span}) || tail) ILIKE ? ESCAPE '\\'"
-                )
-            else:
-                across = (
-                    "SELECT a.cid FROM contents a JOIN contents b ON b.cid = a.cid AND "
-                    f"b.part = a.part + 1 WHERE (right(a.text, {span}) || left(b.text, {span})) "
-                    "ILIKE ? ESCAPE '\\'"
-                )
-            conds.append(
-                "tseq IN (SELECT tseq FROM decisions WHERE packet_id ILIKE ? ESCAPE '\\' "
-                "OR cid IN (SELECT cid FROM contents WHERE text ILIKE ? ESCAPE '\\' "
-                f"UNION ALL {across}))"
-            )
-            params += [pat, pat, pat]
-        return (" WHERE " + " AND ".join(conds)) if conds else "", params
-
-    @_reading
-    def list_traces(
-        self,
-        flt: TraceFilter | None = None,
-        *,
-        sort: SortKey = "created_at",
-        descending: bool = True,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> TracePage:
-        if sort not in _SORT_SQL:
-            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(_SORT_SQL)}")
-        where, params = self._where(flt)
-        order = "DESC" if descending else "ASC"
-        cols = ", ".join(_ROW_FIELDS)
-        cur = self._cur()
-        rows = cur.execute(
-            f"SELECT {cols}, count(*) OVER () FROM traces{where} "
-            f"ORDER BY {_SORT_SQL[sort]} {order}, tseq {order} LIMIT ? OFFSET ?",
-            [*params, int(limit), int(offset)],
-        ).fetchall()
-        if rows:
-            total = int(rows[0][-1])
-        else:
-            row = cur.execute(f"SELECT count(*) FROM traces{where}", params).fetchall()
-            row = first(row)
-            total = int(row[0]) if row else 0
-        out = []
-        for r in rows:
-            d = dict(zip(_ROW_FIELDS, r[:-1], strict=True))
-            d["created_at"] = _aware(d["created_at"])
-            d["tags"] = tuple(d["tags"] or ())
-            d["n_findings"] = int(d["n_findings"] or 0)
-            out.append(TraceRow(**d))
-        return TracePage(rows=out, total=total, offset=offset, limit=limit)
-
-    @_reading
-    def list_findings(
-        self, flt: TraceFilter | None = None, *, limit: int = 50, offset: int = 0
-    ) -> FindingPage:
-        """The findings of the traces ``list_traces(flt)`` matches, newest trace first (then
-        in each trace's own order, most severe first), each with its session and turn. With
-        ``flt.finding`` set, only that detector's findings."""
-        where, params = self._where(flt)
-        only = ""
-        if flt is not None and flt.finding:
-            only = " WHERE f.detector = ?"
-            params.append(flt.finding)
-        body = (
-            "FROM findings f JOIN (SELECT tseq, trace_id, session_id, turn, created_at, preset "
-            f"FROM traces{where}) t ON f.tseq = t.tseq{only}"
-        )
-        cur = self._cur()
-        rows = cur.execute(
-            "SELECT t.trace_id, t.session_id, t.turn, t.created_at, t.preset, f.detector, "
-            f"f.severity, f.message, f.packet_ids, count(*) OVER () {body} "
-            "ORDER BY t.created_at DESC, t.tseq DESC, f.ord LIMIT ? OFFSET ?",
-            [*params, int(limit), int(offset)],
-        ).fetchall()
-        if rows:
-            total = int(rows[0][-1])
-        else:
-            row = first(cur.execute(f"SELECT count(*) {body}", params).fetchall())
-            total = int(row[0]) if row else 0
-        out = [
-            FindingRow(
-                trace_id=r[0],
-                session_id=r[1],
-                turn=int(r[2]),
-                created_at=_aware(r[3]),
-                preset=r[4],
-                detector=r[5],
-                severity=r[6],
-                message=r[7],
-                packet_ids=tuple(r[8] or ()),
-            )
-            for r in rows
-        ]
-        return FindingPage(rows=out, total=total, offset=offset, limit=limit)
+        try:
+            cur = self._cur().execute(sql, list(params))
+            names = [d[0] for d in cur.description or []]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        except duckdb.Error as exc:
+            raise store_fault(self.path, exc) from exc
 
     @_reading
     def get_trace(self, trace_id: str) -> Trace | None:
         raw = inserts.trace_json(self._cur(), trace_id)
         return None if raw is None else Trace.model_validate_json(raw)
-
-    @_reading
-    def decisions(self, trace_id: str) -> list[dict[str, Any]]:
-        """Per-packet rows: packet_id, kind, tokens_before, tokens_after, relevance, recency,
-        score, rank, status, reason, reason_text, partition, budget_left, must_keep."""
-        return self._dicts(
-            "SELECT packet_id, kind, tokens_before, tokens_after, relevance, recency, score, "
-            "rank, status, reason, reason_text, partition, budget_left, must_keep "
-            "FROM decisions WHERE tseq = (SELECT tseq FROM traces WHERE trace_id = ?) "
-            "ORDER BY ord",
-            [trace_id],
-        )
 
     @_reading
     def packet_content(self, trace_id: str, packet_id: str) -> str | None:
@@ -619,21 +411,6 @@ class TraceStore:
             "SELECT text FROM contents WHERE cid = ? ORDER BY part", [row[0]]
         ).fetchall()
         return "".join(p[0] for p in parts)
-
-    @_reading
-    def sessions(self) -> list[SessionRow]:
-        rows = (
-            self._cur()
-            .execute(
-                "SELECT session_id, count(*), min(turn), max(turn), min(created_at), "
-                "max(created_at) FROM traces GROUP BY session_id ORDER BY max(created_at) DESC"
-            )
-            .fetchall()
-        )
-        return [
-            SessionRow(r[0], int(r[1]), int(r[2]), int(r[3]), _aware(r[4]), _aware(r[5]))
-            for r in rows
-        ]
 
     @_reading
     def session_usage(self, session_ids: Sequence[str]) -> list[UsageRow]:
@@ -658,84 +435,3 @@ class TraceStore:
             "WHERE t.session_id = ? ORDER BY t.turn, t.tseq, d.ord",
             [session_id],
         )
-
-    @_reading
-    def session_partitions(self, session_id: str) -> list[dict[str, Any]]:
-        """Rows: turn, trace_id, partition, budget, used, items."""
-        return self._dicts(
-            "SELECT t.turn, p.trace_id, p.name AS partition, p.budget, p.used, p.items "
-            "FROM partitions p JOIN traces t USING (tseq) "
-            "WHERE t.session_id = ? ORDER BY t.turn, t.tseq, p.ord",
-            [session_id],
-        )
-
-    @_reading
-    def facets(self) -> dict[str, list[str]]:
-        """Distinct values for filter widgets: session_id, preset, tags, verdict."""
-        cur = self._cur()
-        out: dict[str, list[str]] = {}
-        for col in ("session_id", "preset", "verdict"):
-            rows = cur.execute(f"SELECT DISTINCT {col} FROM traces ORDER BY 1").fetchall()
-            out[col] = [r[0] for r in rows]
-        rows = cur.execute("SELECT DISTINCT unnest(tags) AS tag FROM traces ORDER BY 1").fetchall()
-        out["tags"] = [r[0] for r in rows]
-        rows = cur.execute("SELECT DISTINCT detector FROM findings ORDER BY 1").fetchall()
-        out["finding"] = [r[0] for r in rows]
-        return out
-
-    @_reading
-    def ingest_errors(self, limit: int = 200) -> list[IngestErrorRow]:
-        rows = (
-            self._cur()
-            .execute(
-                'SELECT file, line, message, "at" FROM ingest_errors '
-                'ORDER BY "at" DESC, file, line LIMIT ?',
-                [int(limit)],
-            )
-            .fetchall()
-        )
-        return [IngestErrorRow(r[0], int(r[1]), r[2], _aware(r[3])) for r in rows]
-
-    @_reading
-    def live_calls(self, since: datetime, limit: int = 5_000) -> LiveCalls:
-        """Calls captured live (traces tagged ``live``) created at or after ``since``, newest
-        first and at most ``limit`` of them, with their count in all and the newest one ever."""
-        cur = self._cur()
-        cols = (
-            "created_at, session_id, turn, trace_id, "
-            "coalesce(list_filter(tags, lambda t: starts_with(t, 'source:'))[1][8:], "
-            "CASE WHEN list_contains(tags, 'otlp') THEN 'otlp' ELSE '' END)"
-        )
-        live = "list_contains(tags, 'live')"
-        rows = cur.execute(
-            f"SELECT {cols} FROM traces WHERE {live} AND created_at >= ? "
-            "ORDER BY created_at DESC, tseq DESC LIMIT ?",
-            [utc_naive(since), int(limit)],
-        ).fetchall()
-        recent = [LiveCall(_aware(r[0]), r[1], int(r[2]), r[3], r[4]) for r in rows]
-        total = first(cur.execute(f"SELECT count(*) FROM traces WHERE {live}").fetchall())
-        last = recent[0] if recent else None
-        if last is None and total and int(total[0]):
-            row = first(
-                cur.execute(
-                    f"SELECT {cols} FROM traces WHERE {live} "
-                    "ORDER BY created_at DESC, tseq DESC LIMIT 1"
-                ).fetchall()
-            )
-            if row:
-                last = LiveCall(_aware(row[0]), row[1], int(row[2]), row[3], row[4])
-        return LiveCalls(recent, int(total[0]) if total else 0, last)
-
-    @_reading
-    def latest_change(self) -> int:
-        """A number that grows whenever traces are added (for live refresh)."""
-        row = (
-            self._cur()
-            .execute(
-                "SELECT (SELECT coalesce(max(tseq), 0) FROM traces) "
-                "+ (SELECT count(*) FROM ingest_errors)"
-            )
-            .fetchall()
-        )
-        row = first(row)
-        return int(row[0]) if row else 0
