@@ -147,45 +147,39 @@ def _gemini(usage: Counts) -> Fields:
     }
 
 
-def _otel_genai(usage: Counts) -> Fields:
-    return {
-        "input_tokens": usage.get("input_tokens"),
-        "cache_read_tokens": usage.get("cache_read.input_tokens"),
-        "cache_write_tokens": usage.get("cache_creation.input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-    }
+def _keyed(**keys: str) -> Callable[[Counts], Fields]:
+    """A reader of a flat usage whose counts sit under these keys (field = key)."""
+
+    def read(usage: Counts) -> Fields:
+        return {field: usage.get(key) for field, key in keys.items()}
+
+    return read
 
 
-def _renamed(usage: Counts) -> Fields:
-    """The keys the OpenInference and AI SDK readers write (their own names renamed)."""
-    return {
-        "input_tokens": usage.get("input_tokens"),
-        "cache_read_tokens": usage.get("cache_read_tokens"),
-        "cache_write_tokens": usage.get("cache_write_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "reasoning_tokens": usage.get("reasoning_tokens"),
-    }
-
-
-def _langchain(usage: Counts) -> Fields:
-    return {
-        "input_tokens": usage.get("input_tokens"),
-        "cache_read_tokens": usage.get("input_token_details.cache_read"),
-        "cache_write_tokens": usage.get("input_token_details.cache_creation"),
-        "cache_write_5m_tokens": usage.get("input_token_details.ephemeral_5m_input_tokens"),
-        "cache_write_1h_tokens": usage.get("input_token_details.ephemeral_1h_input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "reasoning_tokens": usage.get("output_token_details.reasoning"),
-    }
-
-
-def _aider(usage: Counts) -> Fields:
-    return {
-        "input_tokens": usage.get("input_tokens"),
-        "cache_read_tokens": usage.get("cache_read_input_tokens"),
-        "cache_write_tokens": usage.get("cache_creation_input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-    }
+_otel_genai = _keyed(
+    input_tokens="input_tokens",
+    cache_read_tokens="cache_read.input_tokens",
+    cache_write_tokens="cache_creation.input_tokens",
+    output_tokens="output_tokens",
+)
+#: the keys the OpenInference and AI SDK readers write (their own names renamed)
+_RENAMED = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+_renamed = _keyed(**{f: f for f in (*_RENAMED, "reasoning_tokens")})
+_langchain = _keyed(
+    input_tokens="input_tokens",
+    cache_read_tokens="input_token_details.cache_read",
+    cache_write_tokens="input_token_details.cache_creation",
+    cache_write_5m_tokens="input_token_details.ephemeral_5m_input_tokens",
+    cache_write_1h_tokens="input_token_details.ephemeral_1h_input_tokens",
+    output_tokens="output_tokens",
+    reasoning_tokens="output_token_details.reasoning",
+)
+_aider = _keyed(
+    input_tokens="input_tokens",
+    cache_read_tokens="cache_read_input_tokens",
+    cache_write_tokens="cache_creation_input_tokens",
+    output_tokens="output_tokens",
+)
 
 
 def _opencode(usage: Counts) -> Fields:
