@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ctxcore.models import Trace
 
 MARKER = "[REDACTED:{}]"
@@ -274,12 +276,21 @@ def _walk(node: Any, counts: dict[str, int]) -> Any:
     return node
 
 
-def redact_trace(trace: Trace) -> tuple[Trace, dict[str, int]]:
+def redact_trace(trace: Trace, raw: bytes | str | None = None) -> tuple[Trace, dict[str, int]]:
     """A copy of ``trace`` with secrets masked in every free-text field.
 
     Returns the new trace (whose ``redactions`` add this pass's counts to the ones it
-    already had) and this pass's counts by type.
+    already had) and this pass's counts by type. ``raw``: the trace's JSON if the caller
+    has it (ingest's line). A trace in which no rule can match (``may_hold_secret``, one
+    read of its JSON) is returned as it is; only the others are walked string by string.
     """
+    if not may_hold_secret(trace.to_json_bytes() if raw is None else raw):
+        return trace, {}
+    return walk_trace(trace)
+
+
+def walk_trace(trace: Trace) -> tuple[Trace, dict[str, int]]:
+    """``redact_trace`` by reading every string of ``trace`` with ``redact_text``."""
     counts: dict[str, int] = {}
     data = trace.to_dict()
     redactions = data.pop("redactions", {}) or {}
@@ -291,3 +302,198 @@ def redact_trace(trace: Trace) -> tuple[Trace, dict[str, int]]:
         total[k] = total.get(k, 0) + v
     data["redactions"] = dict(sorted(total.items()))
     return Trace.model_validate(data), counts
+
+
+# --- Deciding from a trace's serialization whether any rule can match (docs/design.md,
+# "Capture, import, export, redaction": redaction on ingest at the speed of one scan).
+
+#: For each rule (by name), text that every match of it holds: alternatives, each a tuple of
+#: literals that must all occur. Matched as written for a rule without ``(?i)``, in the
+#: lowered text for one with it. Each is read off the rule's regex (a literal outside every
+#: optional part); where a rule's is its guard, the guard is what today's ``redact_text``
+#: requires before it runs the rule. tests/test_redact_scan.py checks each against the
+#: secrets of the redaction tests and compares ``redact_trace`` with the walk for every input.
+_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "gcp_service_account_key": (('"private_key"', "-----BEGIN "),),
+    "private_key": (("-----BEGIN ", "PRIVATE KEY", "-----END "),),
+    "anthropic_oauth_token": (("sk-ant-",),),
+    "anthropic_key": (("sk-ant-",),),
+    "openrouter_key": (("sk-or-v1-",),),
+    "openai_key": (("sk-",),),
+    "stripe_key": (("sk_live_",), ("sk_test_",), ("rk_live_",), ("rk_test_",)),
+    "google_api_key": (("AIza",),),
+    "google_oauth_token": (("ya29.",),),
+    "google_client_secret": (("GOCSPX-",),),
+    "aws_access_key_id": (("AKIA",), ("ASIA",), ("ABIA",), ("ACCA",)),
+    "aws_secret_access_key": (("secret", "key"),),
+    "github_token": (("github_pat_",), ("ghp_",), ("gho_",), ("ghu_",), ("ghs_",), ("ghr_",)),
+    "npm_token": (("npm_",),),
+    "pypi_token": (("pypi-AgEIcHlwaS5vcmc",),),
+    "slack_token": (("xox",),),
+    "slack_webhook": (("https://hooks.slack.com/services/T",),),
+    "discord_webhook": (("/api/webhooks/",),),
+    "telegram_bot_token": ((":AA",),),
+    "huggingface_token": (("hf_",), ("api_org_",)),
+    "sendgrid_key": (("SG.",),),
+    "twilio_key": (("SK",),),
+    "mailgun_key": (("key-",),),
+    "digitalocean_token": (("_v1_",),),
+    "square_token": (("sq0atp-",), ("sq0csp-",)),
+    "databricks_token": (("dapi",),),
+    "linear_key": (("lin_api_",),),
+    "postman_key": (("PMAK-",),),
+    "age_secret_key": (("AGE-SECRET-KEY-1",),),
+    "atlassian_token": (("ATATT3",),),
+    "groq_key": (("gsk_",),),
+    "replicate_token": (("r8_",),),
+    "xai_key": (("xai-",),),
+    "perplexity_key": (("pplx-",),),
+    "langsmith_key": (("lsv2_",),),
+    "tavily_key": (("tvly-",),),
+    "azure_key": (
+        ("accountkey=",), ("sharedaccess",), ("sig=",), ("api-key",), ("subscription-key",),
+    ),
+    "jwt": (("eyJ",),),
+    "bearer_token": (("bearer",),),
+    "basic_auth": (("authorization:", "basic"),),
+    "url_password": (("://", "@"),),
+    "generic_secret": tuple(
+        (a + sep + b,)
+        for a, b in (("api", "key"), ("secret", "key"), ("client", "secret"),
+                     ("access", "token"), ("auth", "token"))
+        for sep in ("_", "-", "")
+    ) + (("passw",),),
+    "env_secret": tuple(
+        (w,) for w in ("PASSWORD", "PASSWD", "_PWD", "SECRET", "TOKEN", "API_KEY", "APIKEY",
+                       "ACCESS_KEY", "PRIVATE_KEY", "CREDENTIAL")
+    ),
+    "password": (("passw",), ("pwd",), ("passphrase",)),
+}  # fmt: skip
+
+
+def rule_needs(rule: Rule) -> tuple[bool, tuple[tuple[str, ...], ...]]:
+    """What a match of ``rule`` holds, and whether as written (else in the lowered text):
+    its ``_NEEDS``, lowered for a rule that ignores case; else its guard, lowered."""
+    alts = _NEEDS.get(rule.name)
+    if alts is None:
+        return False, tuple((g,) for g in rule.guard)
+    if rule.pattern.flags & re.IGNORECASE:
+        return False, tuple(tuple(lit.lower() for lit in alt) for alt in alts)
+    return True, alts
+
+
+#: Characters that an ``(?i)`` rule's ASCII letters match although they are not ASCII
+#: (``re``'s case folding): a text with one is redacted by the walk, whatever it holds.
+_FOLDED_TO_ASCII = ("\u0130", "\u0131", "\u017f", "\u212a")
+#: A JSON escape, and what each stands for (``\\uXXXX``: that character)
+_ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_ESCAPED = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(m: re.Match[str]) -> str:
+    g = m.group(1)
+    return _ESCAPED[g] if len(g) == 1 else chr(int(g[1:], 16))
+
+
+def json_strings(line: str) -> str:
+    """A JSON text with its escapes read: every string it holds (keys included) stands in
+    it character for character, between the JSON's quotes and punctuation."""
+    if "\\" not in line:
+        return line
+    return _ESCAPE.sub(_unescape, line)
+
+
+class _Literals:
+    """Every literal of every rule's needs, and a one-pass test of which a text may hold.
+
+    The text's 2-grams and 4-grams (of its lower-cased bytes, read as little-endian
+    integers through numpy views, no copy) are hashed into a bitmap; a literal whose grams
+    are not all there is not in the text. Those that pass are looked up with ``in`` (the
+    bitmap only rules literals out, it never decides one is there).
+    """
+
+    #: bits of the hash (the bitmap holds 2-grams and 4-grams in two halves)
+    BITS = 16
+    _MUL = np.uint32(2654435761)  # Knuth's multiplicative hash
+
+    def __init__(self, checks: list[tuple[bool, tuple[tuple[str, ...], ...]]]) -> None:
+        self.literals = sorted({lit for _, alts in checks for alt in alts for lit in alt})
+        self.index = {lit: i for i, lit in enumerate(self.literals)}
+        grams: list[int] = []
+        starts: list[int] = []
+        self.short: list[int] = []  # literals of one character: no gram to test
+        for i, lit in enumerate(self.literals):
+            b = lit.lower().encode()
+            starts.append(len(grams))
+            if len(b) < 2:
+                self.short.append(i)
+                grams.append(0)
+                continue
+            for width in (2, 4):
+                grams += [
+                    self._slot(int.from_bytes(b[k : k + width], "little"), width)
+                    for k in range(len(b) - width + 1)
+                ]
+        self.grams = np.array(grams, np.int64)
+        self.starts = np.array(starts, np.int64)
+
+    @classmethod
+    def _slot(cls, gram: int, width: int) -> int:
+        """A gram's place in the bitmap: a 2-gram's own number (the first half), a
+        4-gram's hash (the second)."""
+        if width == 2:
+            return gram
+        return 1 << cls.BITS | ((gram * int(cls._MUL)) & 0xFFFFFFFF) >> (32 - cls.BITS)
+
+    @classmethod
+    def _mark(cls, bits: Any, data: bytes) -> None:
+        """Set the slot of every 2-gram and 4-gram of ``data`` (a view per offset)."""
+        for off in range(2):
+            if (count := (len(data) - off) // 2) > 0:
+                bits[np.frombuffer(data, np.uint16, count, off).astype(np.intp)] = True
+        shift, high = np.uint32(32 - cls.BITS), np.intp(1 << cls.BITS)
+        for off in range(4):
+            if (count := (len(data) - off) // 4) > 0:
+                g = np.frombuffer(data, np.uint32, count, off) * cls._MUL
+                bits[(g >> shift).astype(np.intp) + high] = True
+
+    def maybe(self, lowered: bytes) -> list[bool]:
+        """For each literal: may ``lowered`` (lower-cased) hold it?"""
+        bits = np.zeros(2 << self.BITS, np.bool_)
+        self._mark(bits, lowered)
+        out: list[bool] = np.logical_and.reduceat(bits[self.grams], self.starts).tolist()
+        for i in self.short:
+            out[i] = True
+        return out
+
+
+_CHECKS = [rule_needs(r) for r in RULES]
+_LITERALS = _Literals(_CHECKS)
+
+
+def may_hold_secret(raw: bytes | str) -> bool:
+    """Can ``redact_trace`` find anything in the trace whose JSON is ``raw``? False only
+    when no rule can match any string of it: read once (its escapes read, lowered once),
+    each rule's needs (``_NEEDS``) looked up in it; a match of a rule inside any one string
+    is a match of its needs in the whole text, which holds every string as it is."""
+    line = raw if isinstance(raw, str) else raw.decode("utf-8", "surrogatepass")
+    text = json_strings(line)
+    if not text.isascii() and any(c in text for c in _FOLDED_TO_ASCII):
+        return True
+    low = text.lower()
+    maybe = _LITERALS.maybe(low.encode("utf-8", "surrogatepass"))
+    index = _LITERALS.index
+    found: dict[str, bool] = {}
+
+    def holds(lit: str, as_written: bool) -> bool:
+        if not maybe[index[lit]]:
+            return False
+        key = ("=" if as_written else "~") + lit
+        hit = found.get(key)
+        if hit is None:
+            hit = found[key] = lit in (text if as_written else low)
+        return hit
+
+    return any(
+        all(holds(lit, as_written) for lit in alt) for as_written, alts in _CHECKS for alt in alts
+    )

@@ -1,10 +1,11 @@
 """Ingest's parse step: lines -> validated traces -> Arrow rows, here or in worker processes.
 
 ``FileRun`` parses one file's lines (msgspec's fast path, ``ctxcore.store.fastdecode``,
-when the store does not diagnose at insert and ingest does not redact; else the pydantic
-models) and keeps the traces, the errors and their line numbers. The ingesting process uses
-it for small files; for a big file ``ParsePool`` hands chunks to worker processes, which
-parse them, turn them into ``RowTables`` and spill these to Arrow files the owner maps.
+when the store does not diagnose at insert and ingest does not redact the line, or no
+redaction rule can match it; else the pydantic models) and keeps the traces, the errors and
+their line numbers. The ingesting process uses it for small files; for a big file
+``ParsePool`` hands chunks to worker processes, which parse them, turn them into
+``RowTables`` and spill these to Arrow files the owner maps.
 Only the ingesting process touches DuckDB.
 
 One bad line never costs a good one: whatever goes wrong while one line is decoded,
@@ -36,6 +37,7 @@ from pydantic import ValidationError
 
 from ctxcore import settings
 from ctxcore.errors import InputError
+from ctxcore.formats.redact import may_hold_secret, redact_trace
 from ctxcore.loading import UTF8_BOM, explain_errors, open_regular, parse_json, trace_from_obj
 from ctxcore.models import Trace
 from ctxcore.processes import die_with, worker_context
@@ -73,7 +75,7 @@ class FileRun:
 
     key: str
     #: may lines skip pydantic (``ctxcore.store.fastdecode``)? Not when the store diagnoses at
-    #: insert or ingest redacts: both work on ``models.Trace``.
+    #: insert, nor for a line that ingest redacts: both work on ``models.Trace``.
     fast: bool = False
     items: list[tuple[TraceLike, bytes]] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
@@ -110,11 +112,11 @@ class FileRun:
                 self.first_unlisted = line_before + chunk.first_unlisted
             self.n_errors += hidden
 
-    def keep(self, lineno: int, trace: Trace, raw: bytes) -> None:
-        if self.redact:
-            from ctxcore.formats.redact import redact_trace
-
-            trace, found = redact_trace(trace)
+    def keep(self, lineno: int, trace: Trace, raw: bytes, clean: bool = False) -> None:
+        """Keep a validated trace and its JSON; redacted first when ingest redacts, unless
+        ``clean`` (``may_hold_secret`` said no rule can match its line)."""
+        if self.redact and not clean:
+            trace, found = redact_trace(trace, raw)
             if found:  # what is stored is the redacted trace, and nothing else
                 raw = trace.to_json().encode("utf-8", "surrogatepass")
         self.items.append((trace, raw))
@@ -144,7 +146,10 @@ class FileRun:
             except InputError as exc:
                 self.error(lineno, str(exc))
                 return
-        if self.fast and not self.redact:
+        # A line in which no redaction rule can match passes through as it is: one read of
+        # it (docs/design.md, "Capture, import, export, redaction") instead of a walk.
+        clean = self.redact and not may_hold_secret(raw)
+        if self.fast and (clean or not self.redact):
             view = fastdecode.decode(raw)  # strict JSON: NaN and Infinity are refused
             if view is not None:
                 self.items.append((view, raw))
@@ -162,7 +167,7 @@ class FileRun:
                 # cycle through pydantic's objects that the collector cannot break.
                 refused = exc.errors(include_url=False, include_context=False)
             else:
-                self.keep(lineno, trace, raw)
+                self.keep(lineno, trace, raw, clean)
                 return
         # The strict path words the error (or takes a line with NaN in its text).
         try:
@@ -184,7 +189,7 @@ class FileRun:
             # read back (Inspect and export read it with pydantic's).
             self.error(lineno, str(explain_errors(refused, data)))
             return
-        self.keep(lineno, trace, raw)
+        self.keep(lineno, trace, raw, clean)
 
     def obj(self, lineno: int, data: Any, where: str) -> None:
         """Validate one trace of a .json file (already parsed; ``where`` in the file);

@@ -1,0 +1,246 @@
+"""Redaction on ingest at the speed of one scan (docs/design.md, "Capture, import, export,
+redaction"): ``may_hold_secret`` reads a trace's JSON once and says whether any rule can
+match; ``redact_trace`` walks only when it can. Its result must be the walk's for every
+input: each rule's needs hold in every text the rule matches (the redaction tests' secrets,
+mutated), and ``redact_trace`` equals ``walk_trace`` over traces with those texts at every
+depth, serialized with and without escapes."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_redact import SECRETS
+from test_redaction_table import NOT_SECRETS, TABLE
+
+from ctxcore.formats import redact
+from ctxcore.formats.redact import (
+    RULES,
+    may_hold_secret,
+    redact_text,
+    redact_trace,
+    rule_needs,
+    walk_trace,
+)
+from ctxcore.models import CapturedInput, Config, Message, Packet, Trace
+from ctxcore.pipeline import build_trace
+from ctxcore.store import fastdecode
+from ctxcore.store.workers import FileRun
+
+ROOT = Path(__file__).resolve().parent.parent
+RNG = random.Random(35)
+#: characters a mutation inserts: the rules' separators, quotes, JSON's escaped ones, and
+#: the four non-ASCII letters that ``re``'s case folding takes for ASCII ones
+INSERTS = "_-.:=/@\"'\\ \n\t[]{}" + "\u0130\u0131\u017f\u212a" + "é😀\x1b"
+
+
+def corpus_lines(n: int = 300) -> list[str]:
+    out: list[str] = []
+    for path in sorted((ROOT / "corpus").glob("*"))[:6]:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        out += [ln for ln in text.splitlines() if len(ln.strip()) > 20][: n // 6]
+    return out
+
+
+def mutants(text: str, n: int) -> list[str]:
+    """``text`` changed ``n`` ways: case flips, characters cut, inserted or replaced."""
+    out = []
+    for _ in range(n):
+        chars = list(text)
+        for _ in range(RNG.randint(1, 3)):
+            i = RNG.randrange(len(chars) + 1)
+            op = RNG.randrange(4)
+            if op == 0 and i < len(chars):
+                chars[i] = chars[i].swapcase()
+            elif op == 1 and i < len(chars):
+                del chars[i]
+            elif op == 2:
+                chars.insert(i, RNG.choice(INSERTS))
+            elif i < len(chars):
+                chars[i] = RNG.choice(INSERTS)
+        out.append("".join(chars))
+    return out
+
+
+EXAMPLES = [t.format(s=s) for _, t, s in SECRETS + TABLE] + NOT_SECRETS
+TEXTS = EXAMPLES + [m for t in EXAMPLES for m in mutants(t, 20)] + corpus_lines()
+#: the four that ``may_hold_secret`` leaves to the walk (it never rules a text with one out)
+FOLDED = "\u0130\u0131\u017f\u212a"
+
+
+def test_each_rule_needs_what_every_match_of_it_holds() -> None:
+    """Where a rule's regex matches a text, its needs are in the text (as written, or in the
+    lowered text): ``may_hold_secret`` can never rule out a text a rule would change."""
+    matched = 0
+    for rule in RULES:
+        as_written, alts = rule_needs(rule)
+        for text in TEXTS:
+            if rule.pattern.search(text) is None:
+                continue
+            if not as_written and any(c in text for c in FOLDED):
+                assert may_hold_secret(json.dumps(text))
+                continue
+            matched += 1
+            hay = text if as_written else text.lower()
+            assert any(all(lit in hay for lit in alt) for alt in alts), (rule.name, text)
+    assert matched > 800  # the examples and many of their mutants match their rule
+
+
+def test_model_constants_hold_no_secret() -> None:
+    """A validated trace's strings are its line's, or the model's own (field names, enum
+    values, defaults): none of those can be redacted, so the line alone decides."""
+    found: set[str] = set()
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "properties" and isinstance(v, dict):
+                    found.update(v)
+                if k in ("enum", "const", "default"):
+                    for x in v if isinstance(v, list) else [v]:
+                        if isinstance(x, str):
+                            found.add(x)
+                collect(v)
+        elif isinstance(node, list):
+            for x in node:
+                collect(x)
+
+    collect(Trace.model_json_schema(by_alias=True))
+    collect(Trace.model_json_schema(by_alias=False))
+    assert {"trace_id", "packets", "reason_text", "schema", "summarized", "FITS"} <= found
+    assert [s for s in sorted(found) if redact_text(s)[1]] == []
+
+
+_HOLE = "@@text@@"
+
+
+def _base(place: int) -> str:
+    """A real build's JSON with ``_HOLE`` in one place of several: a packet id (and so the
+    decisions' ids), content, a metadata key, deep in metadata, the query, history, the
+    trace id, a tag."""
+    now = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    text = _HOLE
+    packets = [
+        Packet(
+            id=f"tool:{text}" if place == 0 else "tool:a",
+            kind="tool_result",
+            content=text if place == 1 else "the log says nothing",
+            metadata={"deep": [{"x": {text: 1} if place == 2 else {"v": [[text]]}}]}
+            if place in (2, 3)
+            else {},
+        ),
+        Packet(id="tool:b", kind="tool_result", content="more text " * 5),
+    ]
+    inp = CapturedInput(
+        query=text if place == 4 else "why?",
+        now=now,
+        history=[Message(role="user", content=text if place == 5 else "hello")],
+        packets=packets,
+    )
+    return build_trace(
+        inp,
+        Config(preset="ctxscope", max_tokens=2000),
+        trace_id=text if place == 6 else "t-1",
+        session_id="s-1",
+        tags=[text] if place == 7 else [],
+    ).to_json()
+
+
+BASES = [_base(place) for place in range(8)]
+
+
+def _trace(text: str, where: int) -> Trace:
+    """A trace with ``text`` in place ``where`` (mod 8) of ``_base``."""
+    return Trace.model_validate_json(BASES[where % 8].replace(_HOLE, json.dumps(text)[1:-1]))
+
+
+def _serializations(trace: Trace) -> list[str]:
+    """The trace's JSON as ctxscope writes it, with every non-ASCII character escaped, and
+    with ``/`` escaped (``\\/``): JSON writers differ in these."""
+    data = trace.to_dict()
+    return [
+        trace.to_json(),
+        json.dumps(data),
+        json.dumps(data, ensure_ascii=False).replace("/", "\\/"),
+    ]
+
+
+def test_redact_trace_is_the_walk_for_every_input() -> None:
+    texts = EXAMPLES + RNG.sample(TEXTS[len(EXAMPLES) :], 250)
+    walked = passed = 0
+    for i, text in enumerate(texts):
+        try:
+            trace = _trace(text, i)
+        except ValueError:  # a mutant the models refuse in that place (e.g. as an id)
+            continue
+        want_trace, want = walk_trace(trace)
+        for raw in _serializations(trace):
+            got_trace, got = redact_trace(trace, raw)
+            assert (got, got_trace.to_json()) == (want, want_trace.to_json()), (i, text)
+        got_trace, got = redact_trace(trace)  # from the trace's own JSON
+        assert (got, got_trace.to_json()) == (want, want_trace.to_json())
+        walked += bool(want)
+        passed += not may_hold_secret(trace.to_json())
+    assert walked > 100 and passed > 50  # both kinds were compared
+
+
+def test_a_clean_trace_is_never_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of the scan: a trace with nothing to redact costs one read of its JSON.
+    (A few clean texts hold a rule's needs, e.g. ``SK`` in ``TASK``: those are walked.)"""
+    traces = [_trace(line, i) for i, line in enumerate(corpus_lines(60))]
+    clean = [t for t in traces if not walk_trace(t)[1]]
+    assert len(clean) > 40
+
+    def no_walk(node: Any, counts: dict[str, int]) -> Any:
+        raise AssertionError("walked")
+
+    monkeypatch.setattr(redact, "_walk", no_walk)
+    walked = 0
+    for t in clean:
+        for raw in (None, t.to_json_bytes()):
+            try:
+                assert redact_trace(t, raw) == (t, {})
+            except AssertionError:
+                assert may_hold_secret(t.to_json())
+                walked += 1
+    assert walked <= len(clean) // 5
+
+
+@pytest.mark.parametrize(
+    ("text", "written", "as_written"),
+    [
+        ("client_\u017fecret: 'abcdefghijklmnopqrstuv' tokens", "", ""),  # ſ: (?i) reads s
+        ("api_\u212aey = 'abcdefghijklmnopqrstuv'", "", ""),  # the Kelvin sign: k
+        ("x sk-proj-" + "A" * 40, "sk-proj-", "\\u0073k-proj-"),  # a letter escaped
+        ("see https://u:pw12345@host/x", "https://u", "https:\\/\\/u"),  # ``\/``
+    ],
+)
+def test_unusual_spellings_still_walk(text: str, written: str, as_written: str) -> None:
+    trace = _trace(text, 1)
+    raw = json.dumps(trace.to_dict()).replace(written or "\0", as_written)
+    assert json.loads(raw) == trace.to_dict() and (as_written in raw)
+    assert may_hold_secret(raw)
+    want = walk_trace(trace)
+    assert want[1] and redact_trace(trace, raw)[1] == want[1]
+
+
+def test_ingest_passes_clean_lines_through_and_redacts_the_others() -> None:
+    """``FileRun`` with redaction on: a clean line takes the fast decoder and is stored as
+    it was written; a line with a secret is validated, redacted and re-serialized."""
+    secret = TABLE[0][2]
+    clean_raw = _trace("nothing to see", 1).to_json().encode()
+    dirty = _trace(f"ANTHROPIC_API_KEY={secret}", 1)
+    run = FileRun("f.jsonl", fast=True, redact=True)
+    run.line(1, clean_raw)
+    run.line(2, dirty.to_json().encode())
+    assert run.errors == []
+    (view, raw1), (red, raw2) = run.items
+    assert not isinstance(view, Trace) and fastdecode.decode(clean_raw) is not None
+    assert raw1 == clean_raw
+    assert isinstance(red, Trace) and red.to_json() == walk_trace(dirty)[0].to_json()
+    assert set(red.redactions) == {"anthropic_key"}
+    assert secret not in raw2.decode() and raw2 == red.to_json().encode()
