@@ -153,6 +153,35 @@ def test_start_up_warm_up_runs_the_real_figures() -> None:
     assert {"cl100k_base", "o200k_base"} <= set(tokens._encodings)
 
 
+def test_start_up_reads_what_a_first_open_of_traces_and_inspect_reads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The warm-up's store reads (``_warm_reads``) fill the very cache entries the first
+    open of Traces and of Inspect reads: after it, opening both pages queries neither the
+    trace list, the facets nor the sessions."""
+    from ctxapp.ui import state
+    from ctxcore.store import TraceStore
+
+    monkeypatch.setenv("CTXSCOPE_NO_WATCH", "1")
+    traces = data.session("warm-a", 4) + data.session("warm-b", 3)
+    data.fill(tmp_path / "ctxscope.duckdb", traces)  # the conftest points CTXSCOPE_DB here
+    state._warm_reads()
+    asked: list[str] = []
+    for name in ("list_traces", "facets", "sessions"):
+        real = getattr(TraceStore, name)
+
+        def counted(self: TraceStore, *a: object, _n: str = name, _f=real, **k: object):  # type: ignore[no-untyped-def]
+            asked.append(_n)
+            return _f(self, *a, **k)
+
+        monkeypatch.setattr(TraceStore, name, counted)
+    at = data.open_page("traces")
+    assert at.markdown[0].value.startswith(f"**{len(traces):,}** matching traces")
+    data.rerun(at, "inspect", trace=traces[-1].trace_id)
+    assert at.title[0].value == "Inspect"
+    assert asked == []
+
+
 # --------------------------------------------------------------------------- uploads
 
 MB = 1 << 20

@@ -221,8 +221,26 @@ def _warm_figures() -> None:
     views.decisions_frame(trace.result.decisions).to_json()
 
 
+#: the Traces page's first page and the trace pickers' recent list (``recent_trace_rows``),
+#: as a first open with no filter asks for them
+_FIRST_LISTS: tuple[tuple[int, SortKey], ...] = ((50, "created_at"), (200, "created_at"))
+
+
+def _warm_reads() -> None:
+    """The store reads every first open of Traces or Inspect makes, made at start-up in the
+    background into the caches the pages read: the filters' facets, the newest traces
+    (Traces' first page, the pickers' recent list) and the sessions. On 100,000 traces
+    each is a query of tens to hundreds of milliseconds that the first open paid."""
+    db, ver = db_path(), latest_change()
+    _facets(db, ver)
+    _sessions(db, ver)
+    for limit, sort in _FIRST_LISTS:
+        _list(db, TraceFilter(), sort, True, limit, 0, ver)
+
+
 def _warm_figures_safely() -> None:
     try:
+        _warm_reads()
         _warm_figures()
     except Exception:  # noqa: BLE001 - a warm-up must never take the app down
         logging.getLogger("ctxscope.app").exception("warm-up failed (the app still works)")
