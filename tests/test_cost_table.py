@@ -4,25 +4,19 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from scripts_support import readme, script
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
 
 
 @pytest.fixture(scope="module")
-def cost_table() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import cost_table as module
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    yield module
+def cost_table() -> ModuleType:
+    return script("cost_table")
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +31,9 @@ def _row(table: str, fixture: str) -> list[str]:
 
 
 def test_the_readme_table_is_the_computed_one(cost_table: ModuleType, table: str) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert table in readme
-    assert cost_table.with_table(readme, table) == readme, "run python scripts/cost_table.py"
+    text = readme()
+    assert table in text
+    assert cost_table.with_table(text, table) == text, "run python scripts/cost_table.py"
 
 
 def test_billed_reads_are_the_logs_own_from_the_second_call(table: str) -> None:

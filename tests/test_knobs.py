@@ -11,7 +11,6 @@ made to the declarations alone (the tests patch the registry and look at the rea
 from __future__ import annotations
 
 import dataclasses
-import sys
 import typing
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from scripts_support import readme, script
 
 from ctxcore import knobs
 from ctxcore.cli import main
@@ -136,14 +136,9 @@ def test_a_preset_refuses_a_knob_it_is_not_declared_to_have(preset: str, name: s
 
 
 def test_readme_table_of_knobs_is_the_declared_one() -> None:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from knob_table import with_table
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert knobs.readme_table() in readme
-    assert with_table(readme) == readme, "run python scripts/knob_table.py"
+    text = readme()
+    assert knobs.readme_table() in text
+    assert script("knob_table").with_table(text) == text, "run python scripts/knob_table.py"
 
 
 def test_readme_table_shows_a_changed_declaration(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,12 +4,11 @@ and recall as ``ctxcore.replay.evaluate`` for the same policy on the same run.""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from scripts_support import readme, script
 
 from ctxcore.cost import price_table
 from ctxcore.formats.load import load_file
@@ -19,13 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def policy_table() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import policy_table as module
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    yield module
+def policy_table() -> ModuleType:
+    return script("policy_table")
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +29,9 @@ def block(policy_table: ModuleType) -> str:
 
 
 def test_the_readme_block_is_the_computed_one(policy_table: ModuleType, block: str) -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert block in readme, "run python scripts/policy_table.py"
-    assert policy_table.with_block(readme, block) == readme
+    text = readme()
+    assert block in text, "run python scripts/policy_table.py"
+    assert policy_table.with_block(text, block) == text
 
 
 def test_the_block_shows_the_paper_beside_the_replay_with_and_without_the_cache(

@@ -8,7 +8,6 @@ derive their expectations by hand from the package's source, not from our code.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 import tiktoken
+from scripts_support import script
 
 from ctxcore.errors import InputError
 from ctxcore.models import CapturedInput, Config, Decision, Status
@@ -48,13 +48,7 @@ def _by_id(result: Any) -> dict[str, Any]:
 
 
 def _make_golden() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "make_golden", ROOT / "scripts" / "make_golden.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script("make_golden")
 
 
 # --------------------------------------------------------------------------- goldens
