@@ -404,12 +404,14 @@ def json_strings(line: str) -> str:
 
 
 class _Literals:
-    """Every literal of every rule's needs, and a one-pass test of which a text may hold.
+    """Every literal of every rule's needs, and a one-pass test of which a text holds.
 
-    The text's 2-grams and 4-grams (of its lower-cased bytes, read as little-endian
-    integers through numpy views, no copy) are hashed into a bitmap; a literal whose grams
-    are not all there is not in the text. Those that pass are looked up with ``in`` (the
-    bitmap only rules literals out, it never decides one is there).
+    A literal is kept with how it is looked for: as written, or in the lowered text. The
+    text's 2-grams and 4-grams (of its lower-cased bytes, read as little-endian integers
+    through numpy views, no copy) are hashed into a bitmap; a literal whose grams are not
+    all there is not in the text. Those that pass are looked up with ``in`` (the bitmap
+    only rules literals out, it never decides one is there), and only the alternatives
+    they are part of are checked.
     """
 
     #: bits of the hash (the bitmap holds 2-grams and 4-grams in two halves)
@@ -417,23 +419,29 @@ class _Literals:
     _MUL = np.uint32(2654435761)  # Knuth's multiplicative hash
 
     def __init__(self, checks: list[tuple[bool, tuple[tuple[str, ...], ...]]]) -> None:
-        self.literals = sorted({lit for _, alts in checks for alt in alts for lit in alt})
-        self.index = {lit: i for i, lit in enumerate(self.literals)}
+        keys = sorted({(lit, w) for w, alts in checks for alt in alts for lit in alt})
+        self.keys = keys
+        index = {key: i for i, key in enumerate(keys)}
+        #: each alternative as the indices of its literals, and those of each literal
+        self.alts_of: list[list[tuple[int, ...]]] = [[] for _ in keys]
+        for w, alts in checks:
+            for alt in alts:
+                ids = tuple(index[(lit, w)] for lit in alt)
+                for i in ids:
+                    self.alts_of[i].append(ids)
         grams: list[int] = []
         starts: list[int] = []
-        self.short: list[int] = []  # literals of one character: no gram to test
-        for i, lit in enumerate(self.literals):
+        for lit, _ in keys:
             b = lit.lower().encode()
             starts.append(len(grams))
-            if len(b) < 2:
-                self.short.append(i)
+            grams += [
+                self._slot(int.from_bytes(b[k : k + 2], "little"), 2) for k in range(len(b) - 1)
+            ]
+            grams += [
+                self._slot(int.from_bytes(b[k : k + 4], "little"), 4) for k in range(len(b) - 3)
+            ]
+            if len(b) < 2:  # one character: no gram; slot 0 (two NULs) is always set
                 grams.append(0)
-                continue
-            for width in (2, 4):
-                grams += [
-                    self._slot(int.from_bytes(b[k : k + width], "little"), width)
-                    for k in range(len(b) - width + 1)
-                ]
         self.grams = np.array(grams, np.int64)
         self.starts = np.array(starts, np.int64)
 
@@ -448,6 +456,7 @@ class _Literals:
     @classmethod
     def _mark(cls, bits: Any, data: bytes) -> None:
         """Set the slot of every 2-gram and 4-gram of ``data`` (a view per offset)."""
+        bits[0] = True
         for off in range(2):
             if (count := (len(data) - off) // 2) > 0:
                 bits[np.frombuffer(data, np.uint16, count, off).astype(np.intp)] = True
@@ -457,18 +466,19 @@ class _Literals:
                 g = np.frombuffer(data, np.uint32, count, off) * cls._MUL
                 bits[(g >> shift).astype(np.intp) + high] = True
 
-    def maybe(self, lowered: bytes) -> list[bool]:
-        """For each literal: may ``lowered`` (lower-cased) hold it?"""
+    def any_alternative(self, text: str, low: str) -> bool:
+        """Does ``text`` (``low``: lowered) hold every literal of some alternative?"""
         bits = np.zeros(2 << self.BITS, np.bool_)
-        self._mark(bits, lowered)
-        out: list[bool] = np.logical_and.reduceat(bits[self.grams], self.starts).tolist()
-        for i in self.short:
-            out[i] = True
-        return out
+        self._mark(bits, low.encode("utf-8", "surrogatepass"))
+        maybe = np.logical_and.reduceat(bits[self.grams], self.starts)
+        keys = self.keys
+        present = {
+            int(i) for i in np.flatnonzero(maybe) if keys[i][0] in (text if keys[i][1] else low)
+        }
+        return any(all(j in present for j in alt) for i in present for alt in self.alts_of[i])
 
 
-_CHECKS = [rule_needs(r) for r in RULES]
-_LITERALS = _Literals(_CHECKS)
+_LITERALS = _Literals([rule_needs(r) for r in RULES])
 
 
 def may_hold_secret(raw: bytes | str) -> bool:
@@ -480,20 +490,4 @@ def may_hold_secret(raw: bytes | str) -> bool:
     text = json_strings(line)
     if not text.isascii() and any(c in text for c in _FOLDED_TO_ASCII):
         return True
-    low = text.lower()
-    maybe = _LITERALS.maybe(low.encode("utf-8", "surrogatepass"))
-    index = _LITERALS.index
-    found: dict[str, bool] = {}
-
-    def holds(lit: str, as_written: bool) -> bool:
-        if not maybe[index[lit]]:
-            return False
-        key = ("=" if as_written else "~") + lit
-        hit = found.get(key)
-        if hit is None:
-            hit = found[key] = lit in (text if as_written else low)
-        return hit
-
-    return any(
-        all(holds(lit, as_written) for lit in alt) for as_written, alts in _CHECKS for alt in alts
-    )
+    return _LITERALS.any_alternative(text, text.lower())
