@@ -205,11 +205,34 @@ def test_edits_compaction_tool_changes_and_interleaved_sessions_are_the_full_der
             calls.append((rec, chat(session, messages, tools), REPLY))
     going_on, full, sessions = incremental_and_full(calls, full_derivation)
     assert going_on == full
-    # most calls went on from their session's previous one; the edit, the compaction and
-    # each session's first call were derived in full
+    # every call but each session's first went on from an earlier one: the edited and the
+    # compacted conversations still start with the first call's system message
     kept = {s: sessions.incremental(s) for s in ("sess-a", "sess-b")}
     assert kept["sess-b"].full == 1 and kept["sess-b"].resumed == 13
-    assert kept["sess-a"].full == 3 and kept["sess-a"].resumed == 11
+    assert kept["sess-a"].full == 1 and kept["sess-a"].resumed == 13
+
+
+def test_calls_ending_out_of_order_and_two_conversations_under_one_id_go_on(
+    full_derivation: Any,
+) -> None:
+    """Under a burst a session's calls end (and are spooled) out of order, and two agents
+    may share a session id (one ``prompt_cache_key``): each call goes on from the longest
+    earlier call it extends, and the traces are the full derivation's."""
+    one: list[dict[str, Any]] = [{"role": "system", "content": "main agent"}]
+    two: list[dict[str, Any]] = [{"role": "system", "content": "sub-agent"}]
+    calls: list[Call] = []
+    for i in range(12):
+        one = [*one, *step(i, "m")]
+        two = [*two, *step(i, "s")]
+        for messages in (one, two):
+            rec = record(len(calls), "openai.chat", "/v1/chat/completions")
+            calls.append((rec, chat("shared", messages, TOOLS), REPLY))
+    order = [0, 1, 4, 2, 3, 5, 8, 6, 9, 7, 10, 11, 14, 12, 13, 16, 15, 17, 20, 18, 19, 21, 23, 22]
+    shuffled = [calls[k] for k in order]
+    going_on, full, sessions = incremental_and_full(shuffled, full_derivation)
+    assert going_on == full
+    memo = sessions.incremental("shared")
+    assert memo.full == 2 and memo.resumed == len(calls) - 2
 
 
 def test_an_anthropic_session_with_tool_results_and_a_compaction_block_goes_on(

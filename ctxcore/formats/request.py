@@ -105,54 +105,66 @@ class _GoingOn:
     resume: Resume
 
 
-class Incremental:
-    """What one session's previous call derived, for its next call to go on from
-    (docs/design.md, "Live capture", "Speed").
+@dataclass(frozen=True)
+class _Checkpoint:
+    """A call's messages before its query, the tally before the query and the parts the
+    assembly had made before it (``format`` and ``head``: what else they depend on)."""
 
-    A call extends the previous one when its format normalizes message by message
-    (``RequestFormat.items``), its head (a system field) is the same and its messages start
-    with the previous call's messages before that call's query. Its messages are then
-    normalized from there on only, onto the tally the earlier ones made, and assembled onto
-    the parts they made (``norm.Resume``). Any other call (an edit in the middle, a
-    compaction that rewrote the history, another conversation under the same session id, a
-    format read as a whole) is derived in full and becomes the one the next call is compared
-    with. The trace is the same either way (tests/test_capture_incremental.py)."""
+    format: str
+    head: Any
+    items: list[Any]
+    tally: Tally
+    parts: Assembly
 
-    def __init__(self) -> None:
-        self.source: str | None = None
-        self.head: Any = None
-        #: the previous call's messages before its query, and the tally and parts they made
-        self.items: list[Any] = []
-        self.tally: Tally | None = None
-        self.parts: Assembly | None = None
-        self.tools: list[ToolDef] | None = None
-        #: calls that went on from the previous one, and calls derived in full
-        self.resumed = 0
-        self.full = 0
-
-    def _extends(self, form: RequestFormat, head: Any, items: list[Any]) -> bool:
+    def extended_by(self, form: RequestFormat, head: Any, items: list[Any]) -> bool:
         n = len(self.items)
         return (
-            self.parts is not None
-            and self.source == form.source
-            and len(items) > n
+            len(items) > n
+            and self.format == form.source
             and self.head == head
             and items[:n] == self.items
         )
 
+
+#: Calls of a session remembered to go on from (the most recent): calls that end out of
+#: order under a burst, or two conversations under one session id, each find theirs.
+CHECKPOINTS = 8
+
+
+class Incremental:
+    """What one session's recent calls derived, for its next call to go on from
+    (docs/design.md, "Live capture", "Speed").
+
+    A call extends an earlier one when its format normalizes message by message
+    (``RequestFormat.items``), its head (a system field) is the same and its messages start
+    with that call's messages before its query. Its messages are then normalized from there
+    on only, onto the tally the earlier ones made, and assembled onto the parts they made
+    (``norm.Resume``); of the ``CHECKPOINTS`` calls kept, the one with the most messages it
+    extends. A call that extends none (an edit in the middle, a compaction that rewrote the
+    history, a format read as a whole) is derived in full. The trace is the same either
+    way (tests/test_capture_incremental.py)."""
+
+    def __init__(self, kept: int = CHECKPOINTS) -> None:
+        self.kept = kept
+        self._checkpoints: list[_Checkpoint] = []  # most recent last
+        self.tools: list[ToolDef] | None = None
+        #: calls that went on from an earlier one, and calls derived in full
+        self.resumed = 0
+        self.full = 0
+
     def go_on(self, form: RequestFormat, request: dict[str, Any]) -> _GoingOn | None:
-        """The call's messages normalized (from where the previous call's query was, when
-        it extends that call); None for a format normalized as a whole."""
+        """The call's messages normalized (from where an earlier call's query was, when it
+        extends that call); None for a format normalized as a whole."""
         items = form.items(request)
         if items is None:
             return None
         head = form.head(request)
-        if self._extends(form, head, items):
-            assert self.tally is not None and self.parts is not None
-            got = self._normalized(form, items, head, len(self.items), [], _copied(self.tally))
-            if last_user_index(got.norm) is not None:
-                got.resume = Resume(self.parts)
-                return got
+        for cp in sorted(self._checkpoints, key=lambda c: len(c.items), reverse=True):
+            if cp.extended_by(form, head, items):
+                got = self._normalized(form, items, head, len(cp.items), [], _copied(cp.tally))
+                if last_user_index(got.norm) is not None:
+                    got.resume = Resume(cp.parts)
+                    return got
         tally = Tally(form.source)
         lead = form.normalize_head(request, tally)
         return self._normalized(form, items, head, 0, lead, tally)
@@ -182,23 +194,21 @@ class Incremental:
         return tools
 
     def keep(self, got: _GoingOn | None) -> None:
-        """Remember this call for the next: its messages before its query, the tally
+        """Remember this call for the next ones: its messages before its query, the tally
         before the query and the parts assembled before it."""
-        if got is None or got.resume.kept is None:
-            self.parts = None
-            self.full += 1
-            return
-        if got.start and got.resume.start is not None:
+        if got is not None and got.start and got.resume.start is not None:
             self.resumed += 1
         else:
             self.full += 1
+        if got is None or got.resume.kept is None:
+            return
         cut = got.resume.kept.last_user
         assert cut is not None
-        self.source = got.tally.format
-        self.head = got.head
-        self.items = got.items[:cut]
-        self.tally = got.before[cut]
-        self.parts = got.resume.kept
+        cp = _Checkpoint(
+            got.tally.format, got.head, got.items[:cut], got.before[cut], got.resume.kept
+        )
+        self._checkpoints.append(cp)
+        del self._checkpoints[: -self.kept]
 
 
 class RequestFormat:
