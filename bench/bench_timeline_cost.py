@@ -10,11 +10,17 @@ partition usage, the cost and cache per turn (``ctxcore.costing`` over the 500 c
 simulated cache included); the diagnostics of a session this long run when asked
 (``timeline.AUTO_DIAGNOSE_TURNS``).
 
-Measured: the page opened by its URL with the server's caches cold (the first open), then
-warm (``--repeat`` more opens); the diagnostics asked for (the button, until their chart is
-drawn); and, in this process, the parts: loading the 500 traces from the store,
-``session_costs`` and ``diagnose_session`` over them. Prints a table; exits 0 whatever the
-numbers (the machine is shared; targets are for reading).
+The page opens on its packets; the partition usage and the cost and cache are views drawn
+when opened (docs/design.md, "The app"). Measured: the page opened by its URL with the
+server's caches cold (the first open), then warm (``--repeat`` more opens), each until its
+packet chart is drawn and until it settles, then its "Cost and cache" view opened until
+the cost chart is drawn (from the click, and from the navigation); the diagnostics asked
+for (the button, until their chart is drawn); the page script alone through AppTest in a
+fresh process (wall and CPU seconds, cold and warm, on the packets and on the cost view:
+the server's share, which a loaded machine's browser figures blur); and, in this process,
+the parts: loading the 500 traces from the store, ``session_costs`` and
+``diagnose_session`` over them. Prints a table with the load beside it; exits 0 whatever
+the numbers (the machine is shared; targets are for reading).
 
     .venv/bin/python bench/bench_timeline_cost.py [--turns 500] [--repeat 3]
 """
@@ -22,11 +28,15 @@ numbers (the machine is shared; targets are for reading).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -164,17 +174,90 @@ def parts(db: Path) -> dict[str, float]:
     }
 
 
-def open_timeline(page: Any, url: str) -> tuple[float, float]:
-    """Open the Timeline by its URL: seconds until the cost chart is drawn (the page goes on
-    drawing what comes under it), and until the page is settled."""
+@dataclass(frozen=True)
+class Open:
+    """One open of the Timeline by URL, seconds: to its packet chart drawn, to the page
+    settled; then its cost view clicked, to the cost chart drawn (from the click)."""
+
+    packets: float
+    settled: float
+    cost: float
+
+    @property
+    def cost_from_url(self) -> float:
+        return self.settled + self.cost
+
+
+def open_timeline(page: Any, url: str) -> Open:
+    """Open the Timeline by its URL (it opens on its packets), then its "Cost and cache"
+    view."""
     t0 = time.perf_counter()
     before = runs(page)
     page.goto(url, wait_until="domcontentloaded")
-    page.locator(".st-key-tl_cost_chart .main-svg").first.wait_for(timeout=WAIT_MS)
+    page.locator(".st-key-tl_heatmap .main-svg").first.wait_for(timeout=WAIT_MS)
     drawn = time.perf_counter() - t0
     wait_runs(page, before, WAIT_MS)
     settle(page, WAIT_MS)
-    return drawn, time.perf_counter() - t0
+    settled = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    page.get_by_role("tab", name="Cost and cache").click()
+    page.locator(".st-key-tl_cost_chart .main-svg").first.wait_for(timeout=WAIT_MS)
+    cost = time.perf_counter() - t0
+    settle(page, WAIT_MS)
+    return Open(drawn, settled, cost)
+
+
+#: the Timeline's page script through AppTest in a fresh process: cold, then warm runs, on
+#: the packets (as opened) and on the cost view; wall and CPU seconds of each run
+SCRIPT = r"""
+import json, logging, os, sys, time
+sys.path.insert(0, {root!r})
+os.environ.update(CTXSCOPE_DB={db!r}, CTXSCOPE_TRACES={traces!r}, CTXSCOPE_NO_WATCH="1")
+logging.disable(logging.WARNING)
+from streamlit.testing.v1 import AppTest
+out = {{}}
+for view in ("Packets", "Cost and cache"):
+    runs = []
+    for _ in range(4):
+        at = AppTest.from_file({page!r}, default_timeout=600)
+        at.query_params["session"] = {session!r}
+        at.session_state["tl_view"] = view
+        t, c = time.perf_counter(), time.process_time()
+        at.run()
+        runs.append((time.perf_counter() - t, time.process_time() - c))
+        assert not at.exception, at.exception
+    out[view] = runs
+print(json.dumps(out))
+"""
+
+
+def script_times(db: Path, traces: Path) -> dict[str, list[tuple[float, float]]]:
+    """The page script's runs (``SCRIPT``): per view, (wall, CPU) of the first then three
+    warm runs; the first run of "Packets" is the process's first (cold caches)."""
+    code = SCRIPT.format(
+        root=str(ROOT), db=str(db), traces=str(traces), session=SESSION,
+        page=str(ROOT / "ctxapp" / "pages" / "timeline.py"),
+    )  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    return {k: [(float(w), float(c)) for w, c in v] for k, v in got.items()}
+
+
+def _script_rows(times: dict[str, list[tuple[float, float]]]) -> list[tuple[str, str]]:
+    """The page script's rows: cold and warm median, wall / CPU."""
+    out = []
+    for view, each in times.items():
+        warm = sorted(each[1:])[len(each[1:]) // 2]
+        first = "cold" if view == "Packets" else "first"
+        out.append((f"page script, {view} view, {first}", _wc(each[0])))
+        out.append((f"page script, {view} view, warm (median)", _wc(warm)))
+    return out
+
+
+def _wc(run: tuple[float, float]) -> str:
+    return f"{run[0] * 1000:.0f} / {run[1] * 1000:.0f}ms"
 
 
 def ask_diagnostics(page: Any) -> float:
@@ -205,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<60} {seconds * 1000:>7.0f}ms")
         print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
         return 0
+    script = script_times(db, work / "traces")
+    script_load = os.getloadavg()[0]
     server = start_server(db, work / "traces", work, {"CTXSCOPE_NO_WATCH": "1"})
-    opens: list[tuple[float, float]] = []
+    opens: list[Open] = []
     asked = 0.0
     try:
         with launch_browser() as browser:
@@ -225,21 +310,34 @@ def main(argv: list[str] | None = None) -> int:
     head = f"{'measure':<60} {'target':>7} {'time':>9}"
     print(head)
     print("-" * len(head))
-    rows = [("Timeline by URL, cold: the cost chart drawn", "1.5 s", opens[0][0]),
-            ("Timeline by URL, cold: the page settled", "", opens[0][1])]  # fmt: skip
-    if opens[1:]:
-        rows.append(("Timeline by URL, warm: the cost chart drawn (median)", "1.5 s",
-                     statistics.median(o[0] for o in opens[1:])))  # fmt: skip
-        rows.append(("Timeline by URL, warm: the page settled (median)", "",
-                     statistics.median(o[1] for o in opens[1:])))  # fmt: skip
-    rows.append(("Diagnostics asked for: their chart drawn", "", asked))
+    first, warm = opens[0], opens[1:]
+
+    def med(f: Callable[[Open], float]) -> float:
+        return statistics.median(f(o) for o in warm) if warm else float("nan")
+
+    rows = [
+        ("Timeline by URL, cold: the packet chart drawn", "1.5 s", first.packets),
+        ("Timeline by URL, cold: the page settled", "", first.settled),
+        ("  then Cost and cache clicked: the cost chart drawn", "1.5 s", first.cost),
+        ("Timeline by URL, warm: the packet chart drawn (median)", "1.5 s",
+         med(lambda o: o.packets)),
+        ("Timeline by URL, warm: the page settled (median)", "", med(lambda o: o.settled)),
+        ("  then Cost and cache clicked: the cost chart drawn", "1.5 s", med(lambda o: o.cost)),
+        ("  the cost chart drawn, from the URL (median)", "", med(lambda o: o.cost_from_url)),
+        ("Diagnostics asked for: their chart drawn", "", asked),
+    ]  # fmt: skip
     rows += [(f"  in process: {name}", "", seconds) for name, seconds in inproc.items()]
     for name, target, seconds in rows:
         print(f"{name:<60} {target:>7} {seconds * 1000:>7.0f}ms")
-    print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end")
+    print(f"{'the server alone (AppTest)':<60} {'wall / CPU':>17}")
+    for name, figures_ in _script_rows(script):
+        print(f"  {name:<58} {figures_:>17}")
+    print(f"machine: {os.cpu_count()} CPUs, load {script_load:.1f} after the script runs, "
+          f"{os.getloadavg()[0]:.1f} at the end")  # fmt: skip
     print(
-        "\nTimed from the navigation to the cost chart drawn, and to the page settled (script "
-        "finished, no stale elements); the diagnostics from the click on their button."
+        "\nTimed from the navigation to the packet chart drawn, and to the page settled "
+        "(script finished, no stale elements); the cost chart from the click on its view; the "
+        "diagnostics from the click on their button."
     )
     return 0
 
