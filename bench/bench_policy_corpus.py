@@ -3,21 +3,28 @@ and recall, timed (issue 33, "Anchor and speed": <= 60 s on 2 cores).
 
 .venv/bin/python bench/bench_policy_corpus.py              # the table and the time
 .venv/bin/python bench/bench_policy_corpus.py --evaluate   # also ctxcore.replay.evaluate's
+.venv/bin/python bench/bench_policy_corpus.py --evaluate --workers 1 --b02
 .venv/bin/python bench/bench_policy_corpus.py --json out.json
 
 A session is every call of a corpus file that imports as a session of two or more calls (as
 tests/test_oracle_langchain.py reads them). Each call is rebuilt with the policy and measured
 as bench/bench_policies.py measures (``measure``: every call priced as ``--model``, recall as
 evaluate's). ``--evaluate`` also times what ``ctxscope replay FILE... --preset A ... --preset
-F`` runs (``ctxcore.replay.evaluate``: a replay per policy with findings, the recording's own
-models' prices). Wall and CPU time, with the load average beside them.
+F`` runs (``ctxcore.replay.evaluate``: a replay per policy, the recording's own models'
+prices), with the findings introduced and without them, on ``--workers`` processes (CPU
+time: this process's and its workers'); ``--b02`` the one policy and session the findings
+were slowest on (masking-summary-hybrid on b02's 145 calls, 102 s before the replay's
+turns were diagnosed incrementally; docs/design.md, "Evaluating policies"). Wall and CPU
+time, with the load average beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -42,6 +49,8 @@ POLICIES: tuple[dict[str, Any], ...] = (
     {"preset": "langchain-context-editing", "trigger": 20_000},
     {"preset": "anthropic-context-editing", "trigger": 20_000},
 )
+#: the corpus session the findings were slowest on
+B02 = "b02_mswea_gemini3pro_django__django-16560"
 #: corpus files that are no session log
 NOT_SESSIONS = {"SOURCES.md"}
 
@@ -88,10 +97,54 @@ def table(found: list[tuple[str, list[Trace]]], model: str) -> dict[str, dict[st
     return out
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and every process under it (the replay's fork server,
+    its workers, and those that ended and were waited for), from /proc."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_text()
+            except OSError:
+                continue  # it ended meanwhile
+            stats[int(entry.name)] = text.rsplit(")", 1)[1].split()
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, fields in stats.items():
+        children[int(fields[1])].append(pid)  # the field after the state is the parent
+    todo, ticks = [os.getpid()], 0
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        if pid in stats:  # utime, stime, cutime, cstime
+            ticks += sum(int(x) for x in stats[pid][11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _evaluated(
+    traces: list[Trace], policies: list[dict[str, Any]], workers: int, findings: bool
+) -> dict[str, Any]:
+    """``evaluate`` timed: wall, CPU (with its workers'), the load as it started, and the
+    findings introduced in all."""
+    load = _load()
+    wall0, cpu0 = time.perf_counter(), _cpu()
+    scores = evaluate(traces, policies, price_table(), workers=workers, findings=findings)
+    wall, cpu = time.perf_counter() - wall0, _cpu() - cpu0
+    added = sum(s.findings_added for s in scores)
+    print(
+        f"evaluate {len(policies)} policies, {workers} worker(s), findings "
+        f"{'on' if findings else 'off'}: {wall:.1f} s wall, {cpu:.1f} s CPU ({load}); "
+        f"findings introduced {added:,}",
+        flush=True,
+    )
+    return {"wall": wall, "cpu": cpu, "load": load, "findings_added": added}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="claude-sonnet-4-5", help="the price row every call uses")
     ap.add_argument("--evaluate", action="store_true", help="also time replay's evaluate")
+    ap.add_argument("--workers", type=int, default=2, help="evaluate's worker processes")
+    ap.add_argument("--b02", action="store_true", help="also time the hybrid on b02 alone")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     load = _load()
@@ -111,9 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {t['input_tokens']:,} | {t['usd']:.4f} | {rec} |")
     if args.evaluate:
         traces = [t for _, ts in found for t in ts]
-        load = _load()
-        _, wall, cpu = _timed(lambda: evaluate(traces, list(POLICIES), price_table(), workers=1))
-        times["evaluate"] = {"wall": wall, "cpu": cpu, "load": load}
+        for findings in (False, True):
+            times[f"evaluate, findings {'on' if findings else 'off'}"] = _evaluated(
+                traces, list(POLICIES), args.workers, findings
+            )
+    if args.b02:
+        b02 = next(ts for name, ts in found if name.startswith(B02))
+        times["b02, masking-summary-hybrid, findings on"] = _evaluated(
+            b02, [{"preset": "masking-summary-hybrid"}], 1, True
+        )
     print(f"\n{len(found)} sessions x {len(POLICIES)} policies")
     print("| path | wall s | CPU s | load at start |\n|---|---:|---:|---|")
     for path, t in times.items():

@@ -25,6 +25,7 @@ from ctxcore.models import Finding, Trace
 from ctxcore.replay import replay
 from ctxcore.replay.compare import _finding_key
 from ctxcore.replay.jobs import RECORDED_FINDINGS
+from ctxcore.replay.run import POOL_MIN_TRACES
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 #: 12 calls, prompts up to ~60 kB
@@ -114,3 +115,33 @@ def test_a_corpus_session_replayed_gives_the_findings_from_scratch() -> None:
     assert max(len(t.result.prompt) for t in traces if t.result) > 16_384
     recorded = dict(zip([t.trace_id for t in traces], _from_scratch(traces), strict=True))
     assert _check(traces, recorded) >= 5
+
+
+def test_the_recording_is_diagnosed_once_for_every_policy() -> None:
+    """``evaluate``'s replays share the recording's findings (``replay(recorded=...)``), in
+    worker processes too: a second policy's replay takes them as the first left them, and
+    its turns compare as a replay that diagnosed the recording itself."""
+    traces: list[Trace] = []
+    for ts in _sessions():  # enough for the worker processes (``run.POOL_MIN_TRACES``)
+        if len(traces) >= 2 * POOL_MIN_TRACES:
+            break
+        traces += ts
+    first, second = POLICIES[0], POLICIES[6]
+    shared: dict[tuple[str, ...], Any] = {}
+    replay(traces, first, findings=True, workers=2, recorded=shared)
+    sessions = {t.session_id for t in traces}
+    assert len(shared) == len(sessions) >= 5
+    for ids, found in shared.values():
+        assert len(ids) == len(found)
+    RECORDED_FINDINGS.clear()
+    alone = replay(traces, second, findings=True, workers=2)
+    with_shared = replay(traces, second, findings=True, workers=2, recorded=shared)
+    assert with_shared.turns == alone.turns
+    assert with_shared.findings_before == alone.findings_before != {}
+    # taken as they are, not diagnosed again: emptied, the recording has no findings
+    emptied = {k: (ids, [[] for _ in ids]) for k, (ids, _) in shared.items()}
+    blank = replay(traces, second, findings=True, workers=2, recorded=emptied)
+    assert blank.findings_before == {}
+    assert sum(len(t.findings_added) for t in blank.turns) > sum(
+        len(t.findings_added) for t in alone.turns
+    )

@@ -193,10 +193,14 @@ class SessionFolds:
     def append(self, trace: Trace) -> bool:
         """Add ``trace`` as the session's next trace (a replay builds a side's turns one at a
         time and diagnoses each with the turns before it). False, and nothing added, when it
-        does not come last in the order diagnosed (an earlier turn than the last trace's) or
-        another trace has its id: the caller then diagnoses it without these folds."""
-        if (self._turns and trace.turn < self._turns[-1]) or trace.trace_id in self._ids:
+        does not come last in the order diagnosed (an earlier turn than the last trace's):
+        the caller then diagnoses the rest without these folds. A trace whose id an earlier
+        one has is added, and ``earlier`` is None for it (as for a repeated id in the whole
+        session; the earlier trace of its id had no such trace before it)."""
+        if self._turns and trace.turn < self._turns[-1]:
             return False
+        if trace.trace_id in self._ids:
+            self._repeated.add(trace.trace_id)
         self.traces.append(trace)
         self._turns.append(trace.turn)
         self._ids.add(trace.trace_id)

@@ -15,7 +15,11 @@ For each policy (a settings patch: a preset and its knobs) every recorded turn i
   quotes, as ``bench/bench_recall.py`` measures), and the share of it still in the rebuilt
   prompt; turns whose reply used nothing of its prompt have no recall;
 - findings introduced (``TurnReport.findings_added``) and losses: the packets in the
-  recorded prompt that the policy took out or squeezed (``Flip.loss``);
+  recorded prompt that the policy took out or squeezed (``Flip.loss``). The recording's
+  findings are diagnosed by the first policy's replay and shared by the others'
+  (``replay(recorded=...)``); each side's turns are diagnosed one after the other, the
+  session detectors carrying on from the turn before (docs/design.md, "Evaluating
+  policies");
 - the compaction ledger (docs/design.md, "Compaction ledger"): the recording's own
   compactions, and each of a policy's (``replay.compactions``) with what its summary kept
   and lost.
@@ -33,7 +37,7 @@ from ctxcore.ledger import Entry, ledger
 from ctxcore.models import Trace
 from ctxcore.replay.compactions import ledger_of_policy
 from ctxcore.replay.report import TurnReport
-from ctxcore.replay.run import replay
+from ctxcore.replay.run import SharedRecorded, replay
 from ctxcore.replay.variants import Settings
 from ctxcore.summarize import targets_of
 
@@ -166,17 +170,18 @@ def _score(
     rebuilt: dict[str, Trace],
     reports: dict[str, TurnReport],
     prices: PriceTable,
+    used: Sequence[list[str]],
 ) -> PolicyScore:
-    """One policy's scores, turn by turn in the order of ``recorded``."""
+    """One policy's scores, turn by turn in the order of ``recorded``; ``used``: each
+    recorded call's ``_targets``, in the same order (the same for every policy)."""
     out = PolicyScore(label, None if settings is None else dict(settings))
     priced = _costed(recorded, rebuilt, prices)
-    for t in recorded:
+    for t, targets in zip(recorded, used, strict=True):
         v = rebuilt.get(t.trace_id)
         if v is None or v.result is None:
             continue
         c = priced[t.trace_id]
         prompt = v.result.prompt.lower()
-        targets = _targets(t)
         rep = reports.get(t.trace_id)
         out.turns.append(
             TurnScore(
@@ -203,18 +208,30 @@ def evaluate(
     *,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    findings: bool = True,
 ) -> list[PolicyScore]:
     """The recording as sent, then each policy, scored on ``traces`` (module docstring);
-    ``progress(done, total)`` is called after each policy (the app's progress bar)."""
+    ``progress(done, total)`` is called after each policy (the app's progress bar).
+    ``findings=False`` leaves the findings introduced out (none counted: the replays skip
+    the diagnostics)."""
     recorded = [t for t in traces if t.result is not None]
     own = {t.trace_id: t for t in recorded}
-    scores = [_score(RECORDED, None, recorded, own, {}, prices)]
+    used = [_targets(t) for t in recorded]
+    scores = [_score(RECORDED, None, recorded, own, {}, prices, used)]
     scores[0].ledger = ledger(recorded)
+    shared: SharedRecorded = {}  # the recording's findings, diagnosed by the first replay
     for settings in policies:
-        report = replay(recorded, settings, findings=True, workers=workers, keep_variants=True)
+        report = replay(
+            recorded,
+            settings,
+            findings=findings,
+            workers=workers,
+            keep_variants=True,
+            recorded=shared,
+        )
         rebuilt = {v.source_trace_id: v for v in report.variants if v.source_trace_id}
         reports = {r.trace_id: r for r in report.turns}
-        score = _score(label(settings), settings, recorded, rebuilt, reports, prices)
+        score = _score(label(settings), settings, recorded, rebuilt, reports, prices, used)
         score.errors = [f"{e.session_id}:{e.turn}: {e.message}" for e in report.errors]
         score.ledger = ledger_of_policy(recorded, rebuilt, score.label)
         scores.append(score)

@@ -28,6 +28,15 @@ class _Job:
     #: keep the recorded side's findings for the next replay (in this process only: a
     #: worker's memory would be spent on sessions it is not asked about again)
     remember: bool = False
+    #: the recorded side's findings as an earlier replay of these traces found them
+    #: (``Recorded``: the trace ids in turn order, each turn's findings), or None
+    known: Recorded | None = None
+    #: hand the recorded side's findings back when this job diagnoses them (``known``)
+    share: bool = False
+
+
+#: a session's recorded side as diagnosed: its trace ids in turn order, each turn's findings
+Recorded = tuple[tuple[str, ...], list[list[Finding]]]
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,9 @@ class _JobResult:
     findings_before: Counter[str]
     findings_after: Counter[str]
     variants: list[Trace]
+    #: the recorded side's findings, diagnosed by this job (for the next replay of the
+    #: same traces, ``replay(recorded=...)``), else None
+    recorded: Recorded | None = None
 
 
 class _RecordedFindings:
@@ -127,6 +139,9 @@ class _SessionReplay:
         #: the recorded side's findings are kept for the next replay of the session
         self.cache = job.findings and job.before is None and job.remember
         self.known = RECORDED_FINDINGS.get(traces) if self.cache else None
+        ids = tuple(t.trace_id for t in traces)
+        if job.findings and job.before is None and job.known is not None and job.known[0] == ids:
+            self.known = job.known[1]
         self.side_a: list[Trace | None] = []
         self.side_b: list[Trace | None] = []
         self.found_a: list[list[Finding]] = []
@@ -196,6 +211,16 @@ class _SessionReplay:
         if self.cache and self.known is None and all(x is not None for x in self.side_a):
             RECORDED_FINDINGS.put(self.traces, self.found_a)
 
+    def _recorded(self) -> Recorded | None:
+        """The recorded side's findings to hand back (``_Job.share``): diagnosed here, on
+        every turn (a turn whose recording did not build has none to share)."""
+        job = self.job
+        if not (job.share and job.findings and job.before is None and self.known is None):
+            return None
+        if any(x is None for x in self.side_a):
+            return None
+        return tuple(t.trace_id for t in self.traces), self.found_a
+
     def result(self) -> _JobResult:
         """The session's turns compared, its first losses and findings by detector."""
         built_a = [(t, x) for t, x in zip(self.side_a, self.found_a, strict=True) if t is not None]
@@ -213,6 +238,7 @@ class _SessionReplay:
         if self.job.keep_variants:
             kept += [t for t, _ in built_b]
         return _JobResult(
+            recorded=self._recorded(),
             turns=turns,
             errors=self.errors,
             first_lost=first_losses(self.traces[0].session_id, built_a, built_b, self.job.findings),

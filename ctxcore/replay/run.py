@@ -12,7 +12,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from ctxcore.errors import InputError
 from ctxcore.models import Trace
-from ctxcore.replay.jobs import _Job, _JobResult, _run_in_worker, _run_job, _worker_start
+from ctxcore.replay.jobs import (
+    Recorded,
+    _Job,
+    _JobResult,
+    _run_in_worker,
+    _run_job,
+    _worker_start,
+)
 from ctxcore.replay.pool import default_workers, worker_pool
 from ctxcore.replay.report import FirstLoss, ReplayReport
 from ctxcore.replay.stored import TraceLike
@@ -42,6 +49,7 @@ def replay(
     findings: bool = True,
     workers: int | None = None,
     keep_variants: bool = False,
+    recorded: SharedRecorded | None = None,
 ) -> ReplayReport:
     """Replay ``traces`` with ``settings`` (a config patch) and compare with the recorded builds.
 
@@ -51,7 +59,9 @@ def replay(
     in this process). ``findings=False`` skips the diagnostics (about as costly as the builds:
     a turn rebuilt exactly as recorded, with every turn before it, keeps the recorded findings,
     and the recorded side of a session is diagnosed once per process). ``keep_variants`` keeps
-    the rebuilt traces on the report (for ``--save``).
+    the rebuilt traces on the report (for ``--save``). ``recorded``: the recorded side's
+    findings of each session, shared by the replays of the same traces with other settings
+    (``evaluate``): a session found there is not diagnosed again, one diagnosed is added.
     """
     groups = _jobs(traces)
     if len(groups) == 1 or sum(len(g) for g in groups) < POOL_MIN_TRACES:
@@ -65,6 +75,7 @@ def replay(
         findings=findings,
         workers=workers,
         keep_variants=keep_variants,
+        recorded=recorded,
     )
 
 
@@ -76,6 +87,7 @@ def replay_sessions(
     findings: bool = True,
     workers: int | None = None,
     keep_variants: bool = False,
+    recorded: SharedRecorded | None = None,
 ) -> ReplayReport:
     """``replay`` over sessions read one at a time (each the traces of one session, as
     ``Trace``s or as their stored JSON, ``TraceJson``).
@@ -88,9 +100,16 @@ def replay_sessions(
     start = time.perf_counter()
     before = None if against is None else dict(against)
     after = None if settings is None else dict(settings)
-    jobs = (_Job(g, before, after, findings, keep_variants) for g in sessions if g)
+    share = recorded is not None and against is None and findings
+    jobs = (
+        _Job(g, before, after, findings, keep_variants, known=_known(recorded, g), share=share)
+        for g in sessions
+        if g
+    )
     n = workers if workers is not None else default_workers()
     results = _run_jobs(jobs, n, findings)
+    if recorded is not None:
+        recorded.update((_session_key(r.recorded[0]), r.recorded) for r in results if r.recorded)
     if not results:
         raise InputError("replay: no traces were selected")
     if not any(r.turns for r in results) and any(r.errors for r in results):
@@ -99,6 +118,23 @@ def replay_sessions(
             + next(f"{e.trace_id}: {e.message}" for r in results for e in r.errors)
         )
     return _merge(results, settings_label(against), settings_label(settings), findings, start)
+
+
+#: the recorded side's findings of sessions, by their trace ids sorted (``replay``'s
+#: ``recorded``): the ids in turn order and each turn's findings
+SharedRecorded = dict[tuple[str, ...], Recorded]
+
+
+def _session_key(ids: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(ids))
+
+
+def _known(recorded: SharedRecorded | None, session: Sequence[TraceLike]) -> Recorded | None:
+    """The recorded side's findings of ``session`` in ``recorded``, if there (the job uses
+    them only for the same trace ids in the same turn order)."""
+    if not recorded:
+        return None
+    return recorded.get(_session_key(t.trace_id for t in session))
 
 
 def _run_jobs(jobs: Iterator[_Job], n: int, findings: bool) -> list[_JobResult]:
