@@ -252,13 +252,15 @@ class PgStore(SqlReads):
                 ).fetchall()
                 blobs = pginserts.packed(con, [int(r[0]) for r in rows])
                 batch, updates = self._diagnosed(rows, blobs)
-                table = batch.tables().get("findings")
-                if table is not None:
-                    con.execute(
-                        "DELETE FROM findings WHERE tseq = ANY(%s)",
-                        [sorted(set(table.column("tseq").to_pylist()))],
-                    )
-                    pginserts.copy_table(con, "findings", table)
+                tables = batch.tables()
+                for name in ("findings", "cost_parts"):  # and the deferred cost summaries
+                    table = tables.get(name)
+                    if table is not None:
+                        con.execute(
+                            f"DELETE FROM {name} WHERE tseq = ANY(%s)",
+                            [sorted(set(table.column("tseq").to_pylist()))],
+                        )
+                        pginserts.copy_table(con, name, table)
                 con.cursor().executemany(
                     "UPDATE traces SET n_findings = %s, max_severity = %s, diagnosed_with = %s "
                     "WHERE tseq = %s",
@@ -280,6 +282,7 @@ class PgStore(SqlReads):
                 raw = unpack_json(blobs[int(tseq)], int(size))
                 trace = Trace.model_validate_json(raw)
                 found, by = diagnose_trace(trace, raw)
+                batch.add_summary(trace, int(tseq))
             except Exception:
                 # one trace the detectors cannot take is left without findings
                 log.exception("diagnostics failed on the trace stored as tseq %s", tseq)

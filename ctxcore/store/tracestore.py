@@ -236,6 +236,7 @@ class TraceStore(SqlReads):
                 raw = unpack_json(blobs[int(tseq)], size)
                 trace = Trace.model_validate_json(raw)
                 found, by = diagnose_trace(trace, raw)
+                batch.add_summary(trace, int(tseq))
             except Exception:
                 # One trace the detectors cannot take is left without findings (and not
                 # tried again every idle moment); the rest go on.
@@ -245,12 +246,14 @@ class TraceStore(SqlReads):
             sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
             updates.append((int(tseq), len(found), sev, by))
         with self._db.transaction() as cur:
-            table = batch.tables().get("findings")
-            if table is not None:
-                cur.execute(
-                    'DELETE FROM findings WHERE tseq IN (SELECT DISTINCT tseq FROM "table")'
-                )
-                insert_table(cur, "findings", table)
+            tables = batch.tables()
+            for name in ("findings", "cost_parts"):  # and the deferred cost summaries
+                table = tables.get(name)
+                if table is not None:
+                    cur.execute(
+                        f'DELETE FROM {name} WHERE tseq IN (SELECT DISTINCT tseq FROM "table")'
+                    )
+                    insert_table(cur, name, table)
             cur.executemany(
                 "UPDATE traces SET n_findings = ?, max_severity = ?, diagnosed_with = ? "
                 "WHERE tseq = ?",
