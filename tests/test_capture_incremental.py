@@ -210,6 +210,10 @@ def test_edits_compaction_tool_changes_and_interleaved_sessions_are_the_full_der
     kept = {s: sessions.incremental(s) for s in ("sess-a", "sess-b")}
     assert kept["sess-b"].full == 1 and kept["sess-b"].resumed == 13
     assert kept["sess-a"].full == 1 and kept["sess-a"].resumed == 13
+    # the session's checkpoints hold its messages once: each one's are the latest's objects
+    cps = kept["sess-b"]._checkpoints
+    assert len(cps) == 8
+    assert all(m is cps[-1].items[k] for cp in cps for k, m in enumerate(cp.items))
 
 
 def test_calls_ending_out_of_order_and_two_conversations_under_one_id_go_on(

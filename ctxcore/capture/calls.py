@@ -124,8 +124,9 @@ def fingerprint(api: str, request: dict[str, Any], source: str = "") -> str:
     return f"live-{digest}"
 
 
-#: Sessions whose previous call's derivation the converter keeps (``Sessions.incremental``).
-DERIVED_SESSIONS = 256
+#: Sessions whose recent calls' derivation the converter keeps (``Sessions.incremental``):
+#: each holds its conversation's messages and parts once, so this bounds the memory.
+DERIVED_SESSIONS = 64
 
 
 class Sessions:

@@ -164,6 +164,9 @@ class Incremental:
                 got = self._normalized(form, items, head, len(cp.items), [], _copied(cp.tally))
                 if last_user_index(got.norm) is not None:
                     got.resume = Resume(cp.parts)
+                    # the equal messages kept as the checkpoint's objects: a session's
+                    # checkpoints hold one copy of its conversation, not one each
+                    got.items = cp.items + items[len(cp.items) :]
                     return got
         tally = Tally(form.source)
         lead = form.normalize_head(request, tally)
