@@ -110,13 +110,73 @@ def key_of(*parts: str) -> str:
     return hashlib.sha1("\x00".join(parts).encode()).hexdigest()
 
 
-def _count(key: str, text: str) -> int:
+def _count(key: str, text: str, lead: int = 0, body: str = "") -> int:
+    """The tokens of a block's ``text`` (kept by its key); ``text[lead:]`` starts with
+    ``body`` (``_tokens``)."""
     n = _COUNTS.get(key)
     if n is None:
         if len(_COUNTS) >= _MEMO_LIMIT:
             _COUNTS.clear()
-        n = _COUNTS[key] = get_counter().count(text)
+        n = _COUNTS[key] = _tokens(text, lead, body)
     return n
+
+
+#: the characters a text may end with for a line end after it to start a token of its own
+_WORD_END = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+#: where a line that starts with a character other than white space begins
+_LINE = re.compile(r"\n(?=\S)")
+
+
+def _first_cut(body: str) -> int:
+    """Where ``body``'s tokens start as they do alone, after a line end (``_tokens``): 0,
+    unless it starts with white space (a line end's piece ``\\s*[\\r\\n]`` would take it
+    on); then the first line that does not; -1 if none does."""
+    if not body[0].isspace():  # isspace holds for every \\s character and more
+        return 0
+    m = _LINE.search(body)
+    return -1 if m is None else m.end()
+
+
+def _last_cut(body: str) -> int:
+    """Where ``body``'s tokens end as they do alone, before a line end (``_tokens``): its
+    end, if it ends with an ASCII letter or digit (punctuation's piece takes the line ends
+    after it; white space looks ahead); else the start of its last line that starts with a
+    character other than white space; -1 if none does."""
+    if body[-1] in _WORD_END:
+        return len(body)
+    i = body.rfind("\n")
+    while i >= 0 and (i + 1 == len(body) or body[i + 1].isspace()):
+        i = body.rfind("\n", 0, i)
+    return -1 if i < 0 else i + 1
+
+
+def _tokens(text: str, lead: int, body: str) -> int:
+    """The tokens of ``text``, which is a head of ``lead`` characters ending with a line
+    end, ``body`` (a message's or packet's text: the importer counted it, and the counter
+    keeps its count) and a tail starting with a line end (or nothing).
+
+    cl100k_base cuts a text into pieces by a pattern it matches from where the last piece
+    ended (no look-behind; BPE never merges across pieces), so a place is a cut wherever
+    the pieces before it end there whatever follows: after a line end followed by a
+    character other than white space (no piece runs from a line end into one). With the
+    first cut in ``body`` at ``q`` (``_first_cut``) and the last at ``p`` (``_last_cut``),
+    the tokens are ``head + body[:q]``'s, ``body[q:p]``'s (``body``'s less ``body[:q]``'s
+    and ``body[p:]``'s) and ``body[p:] + tail``'s: only the few characters around the
+    cuts are counted. Without such cuts, the whole text is."""
+    counter = get_counter()
+    end = lead + len(body)
+    lines = text[lead - 1 : lead] in ("\n", "") and text[end : end + 1] in ("\n", "")
+    if not body or not lines or not text.startswith(body, lead):
+        return counter.count(text)
+    q = _first_cut(body)
+    p = _last_cut(body) if end < len(text) else len(body)
+    if q < 0 or p < q:
+        return counter.count(text)
+    pieces = [text[:lead] + body[:q], body, body[p:] + text[end:], body[:q], body[p:]]
+    first, whole, last, before, after = (
+        counter.count_many(pieces) if any(pieces[3:]) else [*counter.count_many(pieces[:3]), 0, 0]
+    )
+    return first + whole - before - after + last
 
 
 def _kept(key: str, text: str) -> str:
@@ -136,7 +196,9 @@ def _kept(key: str, text: str) -> str:
 class _Raw:
     """A block before its tokens are fitted: kind, label, message index, packet id, role,
     what its text is made of (``ident``: compared, never hashed, to reuse an earlier call's
-    digest of the same block) and how to make that text (``make``)."""
+    digest of the same block) and how to make that text (``make``): the ``lead`` characters
+    of a line, then ``body`` (the message's or packet's text), then any tail (``_tokens``).
+    """
 
     kind: BlockKind
     label: str
@@ -145,6 +207,8 @@ class _Raw:
     index: int | None
     packet: str | None = None
     role: str = ""
+    lead: int = 0
+    body: str = ""
 
 
 def _index(ident: str | None) -> int | None:
@@ -167,7 +231,9 @@ def _message(
     """A message's block: its text is its role, content and tool calls."""
     calls = m.metadata.get("tool_calls")
     ident = (m.role, m.content, calls)
-    return _Raw(kind, label, ident, partial(_message_text, *ident), index, packet, m.role)
+    make = partial(_message_text, *ident)
+    lead = len(m.role) + 1
+    return _Raw(kind, label, ident, make, index, packet, m.role, lead, m.content)
 
 
 def _tools_text(tools: tuple[ToolDef, ...]) -> str:
@@ -226,7 +292,7 @@ def _from_input(trace: Trace) -> list[_Raw]:
         at = idx if isinstance(idx, int) else (max((r.index or 0 for r in items), default=-1) + 1)
         role = "tool" if p.kind == "tool_result" else "user"
         make = partial(_prefixed, "packet", p.content)
-        items.append(_Raw("message", p.id, (p.content,), make, at, p.id, role))
+        items.append(_Raw("message", p.id, (p.content,), make, at, p.id, role, 7, p.content))
     if inp.query:
         users = [_index(m.id) for m in inp.history if m.role == "user"]
         last_user = max((u for u in users if u is not None), default=-1)
@@ -235,12 +301,14 @@ def _from_input(trace: Trace) -> list[_Raw]:
         while q in taken:
             q += 1
         make = partial(_prefixed, "user", inp.query)
-        items.append(_Raw("message", "query", (inp.query,), make, q, role="user"))
+        items.append(
+            _Raw("message", "query", (inp.query,), make, q, role="user", lead=5, body=inp.query)
+        )
     items.sort(key=lambda r: r.index or 0)
     if inp.system_instructions:
         si = inp.system_instructions
         make = partial(_prefixed, "system", si)
-        items.insert(0, _Raw("system", "system", (si,), make, None, role="system"))
+        items.insert(0, _Raw("system", "system", (si,), make, None, role="system", lead=7, body=si))
     return items
 
 
@@ -415,7 +483,7 @@ class PromptReader:
             key = key_of(r.kind, text)
             system = _kept(key, text.split("\n", 1)[-1]) if r.kind == "system" else None
             tools = _tool_parts(r.ident) if r.kind == "tools" else ()  # type: ignore[arg-type]
-            d = _Digest(r.ident, key, _count(key, text), system, tools)
+            d = _Digest(r.ident, key, _count(key, text, r.lead, r.body), system, tools)
         now[slot] = d
         return d
 
