@@ -104,7 +104,7 @@ def _emptied(trace: Trace) -> Trace:
     for name, fields in LIST_FIELDS.items():
         value = getattr(trace, name)
         if value is not None:
-            empty = {f: [] for f in fields if getattr(value, f) is not None}
+            empty: dict[str, list[Any]] = {f: [] for f in fields if getattr(value, f) is not None}
             update[name] = value.model_copy(update=empty)
     return trace.model_copy(update=update)
 
