@@ -324,6 +324,25 @@ def _row(turn: int, pid: str, kind: str, status: str = "kept") -> dict[str, obje
     }
 
 
+#: the packet chart's cells at 1024 px, a 500-turn session (tl_mine_1024 screenshot): ~258 px
+CELLS_AT_1024 = 258
+
+
+@pytest.mark.parametrize("turns", [12, 100, 500])
+def test_every_turn_of_a_long_session_keeps_a_visible_column(turns: int) -> None:
+    """The gap between columns never eats a column: at 500 turns a 1 px gap left nothing
+    of the ~0.5 px columns at 1024 px, and the chart was drawn empty."""
+    rows = [
+        {"turn": t, "packet_id": p, "kind": "k", "status": "kept", "reason": "r",
+         "tokens_after": 10}
+        for t in range(turns)
+        for p in ("a", "b")
+    ]  # fmt: skip
+    grid = figures.timeline_heatmap(rows).data[0]
+    assert CELLS_AT_1024 / turns - grid.xgap >= 0.5
+    assert grid.ygap == 1  # rows are 22 px: their gap stays
+
+
 def test_timeline_marks_gaps_and_groups_rows_by_kind() -> None:
     rows = [_row(16, "tool:a", "tool"), _row(16, "msg-1", "history"), _row(37, "tool:b", "tool")]
     fig = figures.timeline_heatmap(rows)

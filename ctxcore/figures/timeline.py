@@ -58,6 +58,9 @@ CELL_HOVER = (
     "<b>%{y}</b>%{customdata[0]}<br>turn %{x} · %{customdata[1]}"
     "<br>%{customdata[2]} · %{customdata[3]} · %{customdata[4]:,} tokens<extra></extra>"
 )
+#: the most turns whose columns keep a 1 px gap between them: ~260 px of cells at 1024 px
+#: leave a 500-turn column half a pixel, which the gap blanked whole (an empty chart)
+GAPPED_TURNS = 100
 #: the longest packet id a row's label shows whole (grouped by kind, after the kind)
 _LABEL_ID = 60
 _GROUPED_ID = 50
@@ -269,7 +272,7 @@ def timeline_heatmap(
             customdata=custom,
             hovertemplate=CELL_HOVER,
             hoverongaps=False,
-            xgap=1,
+            xgap=1 if len(turns) <= GAPPED_TURNS else 0,
             ygap=1,
             showscale=False,
         )
