@@ -163,6 +163,10 @@ def test_no_chart_label_is_cut_or_drawn_over_another_at_both_sizes(
                 rerun_and_settle(page, page.get_by_role("tab", name="Scores").click)
                 page.get_by_text("Packet scores").first.wait_for()
                 found += [f"/{path} Scores: {c}" for c in label_clashes(page)]
+            if path.startswith("timeline"):  # the usage chart is a view of its own
+                rerun_and_settle(page, page.get_by_role("tab", name="Partition usage").click)
+                page.locator(".st-key-tl_usage .main-svg").first.wait_for()
+                found += [f"/{path} Partition usage: {c}" for c in label_clashes(page)]
             if path.startswith("replay"):
                 side = page.get_by_text("side by side", exact=True)
                 rerun_and_settle(page, side.click)
