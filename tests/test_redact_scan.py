@@ -244,3 +244,13 @@ def test_ingest_passes_clean_lines_through_and_redacts_the_others() -> None:
     assert isinstance(red, Trace) and red.to_json() == walk_trace(dirty)[0].to_json()
     assert set(red.redactions) == {"anthropic_key"}
     assert secret not in raw2.decode() and raw2 == red.to_json().encode()
+
+
+def test_a_line_that_is_not_utf8_keeps_its_error() -> None:
+    """The scan leaves a line it cannot read to the parser, whose error names the byte."""
+    bad = _trace("caf\u00e9", 1).to_json().encode().replace("é".encode(), b"\xe9")
+    assert may_hold_secret(bad)
+    run = FileRun("f.jsonl", fast=True, redact=True)
+    run.line(7, bad)
+    assert run.items == [] and len(run.errors) == 1
+    assert run.errors[0][1] == 7 and "invalid UTF-8 at byte" in run.errors[0][2]

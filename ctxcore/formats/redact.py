@@ -486,7 +486,10 @@ def may_hold_secret(raw: bytes | str) -> bool:
     when no rule can match any string of it: read once (its escapes read, lowered once),
     each rule's needs (``_NEEDS``) looked up in it; a match of a rule inside any one string
     is a match of its needs in the whole text, which holds every string as it is."""
-    line = raw if isinstance(raw, str) else raw.decode("utf-8", "surrogatepass")
+    try:
+        line = raw if isinstance(raw, str) else raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # not a trace's JSON: whoever reads it words the error
+        return True
     text = json_strings(line)
     if not text.isascii() and any(c in text for c in _FOLDED_TO_ASCII):
         return True
