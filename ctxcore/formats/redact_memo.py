@@ -202,10 +202,12 @@ class Redactor:
                 self._clean(bytes(v), depth + 1) for v in obj.values()
             )
         elif first == b"[":
-            items = list(map(bytes, _LIST.decode(raw)))
-            # a session's list repeats the earlier calls' items: all known clean is one
-            # pass in C; else each is looked at
-            ok = self._clean_raw.issuperset(items) or all(self._clean(v, depth + 1) for v in items)
+            # a session's list repeats the earlier calls' items: only the ones not known
+            # clean are looked at
+            known = self._clean_raw
+            ok = all(
+                self._clean(v, depth + 1) for v in map(bytes, _LIST.decode(raw)) if v not in known
+            )
         elif first == b'"':
             value = _STR.decode(raw)
             ok = not (self._seen.get(value) or self.text(value))[1]
