@@ -496,9 +496,7 @@ class RowBatch:
         diagnosed_with: str | None = None
         if self.diagnose and full is not None:
             findings, diagnosed_with = diagnose_trace(full, raw)
-        if self.diagnose and full is not None:
-            # deferred, all per-trace analysis waits: Store.diagnose_pending makes the
-            # summary with the findings (docs/design.md, "Cost and prices")
+        if full is not None:
             self.add_summary(full, tseq)
         max_sev = self.add_findings(trace.trace_id, tseq, findings) if findings else None
         values = self._trace_values(trace, tseq, tally)
@@ -519,9 +517,9 @@ class RowBatch:
 
     def add_summary(self, trace: Trace, tseq: int) -> None:
         """Queue a trace's cost summary (``costing.summarize``), marked with the code that
-        made it. A trace not diagnosed here has none until ``Store.diagnose_pending`` makes
-        it; meanwhile its reader summarizes it from the trace (docs/design.md, "Cost and
-        prices")."""
+        made it. A trace decoded without pydantic and not diagnosed here has none until
+        ``Store.diagnose_pending`` makes it; meanwhile its reader summarizes it from the
+        trace (docs/design.md, "Cost and prices")."""
         call = summarize(trace, self._reader)
         raw = encode_summary(call, summary_version())
         self._summaries.append((tseq, pack_summary(raw)))
