@@ -9,10 +9,12 @@ into a temporary folder, fsync off; ``make postgresql`` installs it). Phase 1: `
 processes of ``ctxscope ingest --defer-diagnostics`` (``--per-writer`` traces of ``--packets``
 packets each, from bench_store's template, in January 2026) while ``--readers`` threads read
 the Traces page's first page and a session's Timeline over and over: the traces per second of
-all writers together (the bulk ingest rate), the readers' latency, and that every trace is
-stored once. Phase 2 fills the store to ``--total`` traces: with ``--fill clone`` (the
-default) on the server, by ``INSERT … SELECT`` of the phase-1 traces' stored rows under new
-ids, sessions (50 turns each) and times spread over the 24 months before (a partition each:
+all writers together (the bulk ingest rate), the writers' CPU and the server's (per trace:
+the figure that counts on a loaded machine), the readers' latency, and that every trace is
+stored once; then one writer alone ingests ``--single`` traces (a single process's rate).
+Phase 2 fills the store to ``--total`` traces: with ``--fill clone`` (the default) on the
+server, by ``INSERT … SELECT`` of the phase-1 traces' stored rows under new ids, sessions
+(50 turns each) and times spread over the 24 months before (a partition each:
 docs/design.md, "Store"); with ``--fill ingest``, by more writers. Phase 3: the app's queries
 on it (median of 11, wall and CPU time of this process and of the server's processes): the
 Traces page's first page, a session's Timeline (``session_statuses``), one trace
@@ -83,6 +85,54 @@ class ServerCpu:
         return ticks / os.sysconf("SC_CLK_TCK")
 
 
+class WorkerCpu:
+    """CPU seconds of the writers' own worker processes (the forkserver and the ingest
+    workers under it: orphaned when their writer exits, so no ``os.times`` of ours counts
+    them), sampled every 100 ms from /proc: each process's last figure seen, summed."""
+
+    def __init__(self) -> None:
+        self._ticks: dict[tuple[int, str], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+            return [int(c) for t in tasks for c in Path(f"/proc/{pid}/task/{t}/children")
+                    .read_text().split()]  # fmt: skip
+        except OSError:
+            return []
+
+    def _sample(self) -> None:
+        todo = [g for c in self._children(os.getpid()) for g in self._children(c)]
+        while todo:
+            pid = todo.pop()
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            key = (pid, fields[19])  # (pid, start time): a reused pid is another process
+            self._ticks[key] = max(self._ticks.get(key, 0), int(fields[11]) + int(fields[12]))
+            todo += self._children(pid)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> WorkerCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def seconds(self) -> float:
+        return sum(self._ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+
 def write_files(folder: Path, first: int, writers: int, per: int, tpl: str) -> list[Path]:
     """A file of ``per`` traces per writer, numbered from ``first`` (50 traces a session)."""
     files = []
@@ -110,26 +160,28 @@ def write_files(folder: Path, first: int, writers: int, per: int, tpl: str) -> l
 
 def run_writers(url: str, files: list[Path]) -> tuple[float, float]:
     """Every file ingested by a process of its own, all at once; the seconds it took, and
-    the writers' CPU seconds."""
+    the writers' CPU seconds (their processes' and their workers')."""
     start = time.perf_counter()
     before = os.times()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "ctxcore", "ingest", str(f), "--db", url, "--defer-diagnostics"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        for f in files
-    ]
-    for p in procs:
-        _, err = p.communicate()
-        if p.returncode:
-            raise SystemExit(f"a writer failed: {err.strip()}")
+    with WorkerCpu() as workers:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "ctxcore", "ingest", str(f), "--db", url,
+                 "--defer-diagnostics"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+            )
+            for f in files
+        ]  # fmt: skip
+        for p in procs:
+            _, err = p.communicate()
+            if p.returncode:
+                raise SystemExit(f"a writer failed: {err.strip()}")
     after = os.times()
-    user = after.children_user - before.children_user
-    return time.perf_counter() - start, user + after.children_system - before.children_system
+    own = sum(getattr(after, k) - getattr(before, k) for k in ("children_user", "children_system"))
+    return time.perf_counter() - start, own + workers.seconds()
 
 
 def timed(fn: Callable[[], object], server: ServerCpu, runs: int = 11) -> tuple[float, float, str]:
@@ -148,8 +200,21 @@ def timed(fn: Callable[[], object], server: ServerCpu, runs: int = 11) -> tuple[
     return statistics.median(times), cpu, srv
 
 
-def phase1(url: str, work: Path, args: argparse.Namespace, tpl: str) -> int:
+def single_writer(url: str, work: Path, first: int, n: int, tpl: str, server: ServerCpu) -> None:
+    """One writer process alone: a single process's rate, its CPU and the server's."""
+    files = write_files(work, first, 1, n, tpl)
+    srv0 = server.seconds()
+    secs, cpu = run_writers(url, files)
+    srv1 = server.seconds()
+    srv = "" if srv0 is None or srv1 is None else f", server CPU {srv1 - srv0:.1f} s"
+    print(f"1 writer x {n:,} traces: {secs:.1f} s wall, {n / secs:,.0f} traces/s; writer's CPU "
+          f"{cpu:.1f} s ({cpu / n * 1000:.2f} ms a trace){srv} [{load()}]")  # fmt: skip
+    files[0].unlink()
+
+
+def phase1(url: str, work: Path, args: argparse.Namespace, tpl: str, server: ServerCpu) -> int:
     files = write_files(work, 0, args.writers, args.per_writer, tpl)
+    srv0 = server.seconds()
     stop = threading.Event()
     lat: dict[str, list[float]] = {"Traces page": [], "Timeline": []}
     failures: list[BaseException] = []
@@ -177,15 +242,20 @@ def phase1(url: str, work: Path, args: argparse.Namespace, tpl: str) -> int:
         stop.set()
         for r in readers:
             r.join()
+    srv1 = server.seconds()
     n = args.writers * args.per_writer
     with psycopg.connect(url) as con:
         row = con.execute("SELECT count(*), count(DISTINCT trace_id) FROM traces").fetchone()
     stored, distinct = row if row else (0, 0)
     ok = "once each" if stored == distinct == n else "MISMATCH"
+    srv = (
+        "" if srv0 is None or srv1 is None
+        else f", server's CPU {srv1 - srv0:.1f} s ({(srv1 - srv0) / n * 1000:.2f} ms a trace)"
+    )  # fmt: skip
     print(f"{args.writers} writers x {args.per_writer:,} traces ({args.packets} packets each), "
-          f"{args.readers} readers: {secs:.1f} s wall, writers' CPU {cpu:.0f} s, "
-          f"{n / secs:,.0f} traces/s; stored {stored:,} ({distinct:,} ids; expected {n:,}, "
-          f"{ok}) [{load()}]")  # fmt: skip
+          f"{args.readers} readers: {secs:.1f} s wall, {n / secs:,.0f} traces/s; writers' CPU "
+          f"{cpu:.1f} s ({cpu / n * 1000:.2f} ms a trace){srv}; stored {stored:,} ({distinct:,} "
+          f"ids; expected {n:,}, {ok}) [{load()}]")  # fmt: skip
     if failures:
         print(f"  a reader failed: {failures[0]!r}")
     for what, ms in lat.items():
@@ -306,6 +376,10 @@ def main() -> None:
     ap.add_argument("--packets", type=int, default=20)
     ap.add_argument("--fill", choices=["clone", "ingest"], default="clone")
     ap.add_argument(
+        "--single", type=int, default=20_000,
+        help="then one writer alone ingests this many traces (a single process's rate; 0: not)",
+    )  # fmt: skip
+    ap.add_argument(
         "--every", type=int, default=0, help="also run the queries each time the clone filler "
         "has added this many traces (figures along the way on a slow machine)"
     )  # fmt: skip
@@ -320,7 +394,10 @@ def main() -> None:
             url, data = cluster.new_database(), cluster.data
         server = ServerCpu(data)
         open_store(url).close()  # migrated before the writers start
-        have = phase1(url, Path(tmp), args, tpl)
+        have = phase1(url, Path(tmp), args, tpl, server)
+        if args.single:
+            single_writer(url, Path(tmp), have, args.single, tpl, server)
+            have += args.single
         if args.fill == "clone":
             step = args.every or args.total
 
