@@ -11,9 +11,7 @@ of the server is one ``StoreError`` naming it without its password (``pgconn.fau
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -22,22 +20,18 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ctxcore.errors import InputError, StoreError
-from ctxcore.models import Finding, Trace
+from ctxcore.models import Trace
 from ctxcore.store import pginserts, pgschema
-from ctxcore.store.codec import unpack_json
 from ctxcore.store.pgconn import CONNECT_TIMEOUT_S, POOL_MAX, Texts, connect, fault, shown
 from ctxcore.store.pgwriter import PgBulkWriter
 from ctxcore.store.records import (
     PackedTrace,
-    UsageRow,
 )
 from ctxcore.store.rows import (
-    RowBatch,
-    diagnose_trace,
     prepare,
     unpack_summary,
 )
-from ctxcore.store.sqlreads import SqlReads
+from ctxcore.store.sqlreads import SqlReads, diagnosed
 
 log = logging.getLogger("ctxscope.store")
 
@@ -121,6 +115,7 @@ class PgStore(SqlReads):
 
     PH = "%s"
     TAGS_ALL = "tags @> %s::text[]"
+    IN_LIST = "= ANY(%s)"
     LIVE_COLS = (
         "created_at, session_id, turn, trace_id, coalesce((SELECT substr(t, 8) FROM unnest(tags) "
         "AS t WHERE starts_with(t, 'source:') LIMIT 1), "
@@ -233,10 +228,6 @@ class PgStore(SqlReads):
             w.add_errors([(file, line, message)])
 
     @_reading
-    def undiagnosed(self) -> int:
-        return self._one("SELECT count(*) FROM traces WHERE n_findings IS NULL")
-
-    @_reading
     def diagnose_pending(self, max_traces: int = 200) -> int:
         """Compute the findings of up to ``max_traces`` traces stored without them. Several
         processes may do this at once: each takes its traces ``FOR UPDATE SKIP LOCKED``."""
@@ -251,7 +242,7 @@ class PgStore(SqlReads):
                     [int(max_traces)],
                 ).fetchall()
                 blobs = pginserts.packed(con, [int(r[0]) for r in rows])
-                batch, updates = self._diagnosed(rows, blobs)
+                batch, updates = diagnosed(rows, blobs)
                 tables = batch.tables()
                 for name in ("findings", "cost_parts"):  # and the deferred cost summaries
                     table = tables.get(name)
@@ -269,28 +260,6 @@ class PgStore(SqlReads):
         finally:
             release()
         return len(updates)
-
-    @staticmethod
-    def _diagnosed(
-        rows: list[tuple[Any, ...]], blobs: dict[int, bytes]
-    ) -> tuple[RowBatch, list[tuple[int, int, str | None, str | None]]]:
-        """The findings of stored traces (tseq, json_bytes), and each one's summary."""
-        batch = RowBatch()
-        updates: list[tuple[int, int, str | None, str | None]] = []
-        for tseq, size in rows:
-            try:
-                raw = unpack_json(blobs[int(tseq)], int(size))
-                trace = Trace.model_validate_json(raw)
-                found, by = diagnose_trace(trace, raw)
-                batch.add_summary(trace, int(tseq))
-            except Exception:
-                # one trace the detectors cannot take is left without findings
-                log.exception("diagnostics failed on the trace stored as tseq %s", tseq)
-                updates.append((int(tseq), 0, None, None))
-                continue
-            sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
-            updates.append((int(tseq), len(found), sev, by))
-        return batch, updates
 
     # ---- reading: many traces
     @_reading
@@ -328,34 +297,6 @@ class PgStore(SqlReads):
             out.update({tid: unpack_summary(bytes(b)) for tid, b in rows})
         return out
 
-    @_reading
-    def stored_findings(
-        self, trace_ids: Sequence[str], fingerprint: str
-    ) -> dict[str, list[Finding]]:
-        out: dict[str, list[Finding]] = {}
-        for i in range(0, len(trace_ids), 1000):
-            rows = self._rows(
-                "SELECT t.trace_id, f.detector, f.severity, f.packet_ids, f.message, "
-                "f.evidence_json, f.fix_json FROM traces t LEFT JOIN findings f "
-                "ON f.tseq = t.tseq WHERE t.diagnosed_with = %s AND t.n_findings IS NOT NULL "
-                "AND t.trace_id = ANY(%s) ORDER BY t.tseq, f.ord",
-                [fingerprint, list(trace_ids[i : i + 1000])],
-            )
-            for tid, det, sev, ids, msg, ev, fix in rows:
-                found = out.setdefault(tid, [])
-                if det is not None:
-                    found.append(
-                        Finding(
-                            detector=det,
-                            severity=sev,
-                            packet_ids=list(ids or ()),
-                            message=msg,
-                            evidence=json.loads(ev) if ev else {},
-                            fix=json.loads(fix) if fix else None,
-                        )
-                    )
-        return out
-
     # ---- reading: sessions
     @_reading
     def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
@@ -372,32 +313,7 @@ class PgStore(SqlReads):
             [session_id, session_id],
         )
 
-    @_reading
-    def session_usage(self, session_ids: Sequence[str]) -> list[UsageRow]:
-        """The model and usage of every call of these sessions, by session then turn."""
-        fields = ", ".join(f.name for f in dataclasses.fields(UsageRow))
-        rows = self._rows(
-            f"SELECT {fields} FROM traces WHERE session_id = ANY(%s) "
-            "ORDER BY session_id, turn, tseq",
-            [list(session_ids)],
-        )
-        return [UsageRow(*r) for r in rows]
-
     # ---- reading: one trace
-    @_reading
-    def findings(self, trace_id: str) -> list[dict[str, Any]]:
-        rows = self._dicts(
-            "SELECT detector, severity, packet_ids, message, evidence_json, fix_json "
-            "FROM findings WHERE tseq = (SELECT tseq FROM traces WHERE trace_id = %s) "
-            "ORDER BY ord",
-            [trace_id],
-        )
-        for r in rows:
-            ev, fx = r.pop("evidence_json"), r.pop("fix_json")
-            r["evidence"] = json.loads(ev) if ev else {}
-            r["fix"] = json.loads(fx) if fx else None
-        return rows
-
     @_reading
     def get_trace(self, trace_id: str) -> Trace | None:
         con, release = self.checkout()

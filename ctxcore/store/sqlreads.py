@@ -14,12 +14,17 @@ its matches are read (``_page``), ``session_statuses`` on PostgreSQL's partition
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from ctxcore.errors import StoreError
+from ctxcore.models import Finding, Trace
 from ctxcore.settings import SortKey
+from ctxcore.store.codec import unpack_json
 from ctxcore.store.records import (
     FailingFile,
     FileOffset,
@@ -32,8 +37,11 @@ from ctxcore.store.records import (
     TraceFilter,
     TracePage,
     TraceRow,
+    UsageRow,
 )
-from ctxcore.store.rows import TAIL_CHARS, utc_naive
+from ctxcore.store.rows import TAIL_CHARS, RowBatch, diagnose_trace, utc_naive
+
+log = logging.getLogger("ctxscope.store")
 
 #: the sort keys ``list_traces`` takes, and their column
 SORT_SQL: dict[str, str] = {
@@ -109,6 +117,36 @@ def _finding_row(r: Sequence[Any]) -> FindingRow:
     )
 
 
+#: a stored trace's diagnosis: tseq, how many findings, the worst severity, the code's
+#: fingerprint (None, None for a trace the detectors could not take)
+Diagnosis = tuple[int, int, str | None, str | None]
+
+
+def diagnosed(
+    rows: Sequence[tuple[Any, ...]], blobs: dict[int, bytes]
+) -> tuple[RowBatch, list[Diagnosis]]:
+    """The findings and cost summaries of stored traces (``tseq, json_bytes`` rows, their
+    packed JSON by tseq) as rows to store, and each one's diagnosis: what both engines'
+    ``diagnose_pending`` computes between reading the traces and writing the rows."""
+    batch = RowBatch()
+    updates: list[Diagnosis] = []
+    for tseq, size in rows:
+        try:
+            raw = unpack_json(blobs[int(tseq)], int(size))
+            trace = Trace.model_validate_json(raw)
+            found, by = diagnose_trace(trace, raw)
+            batch.add_summary(trace, int(tseq))
+        except Exception:
+            # One trace the detectors cannot take is left without findings (and not tried
+            # again every idle moment); the rest go on.
+            log.exception("diagnostics failed on the trace stored as tseq %s", tseq)
+            updates.append((int(tseq), 0, None, None))
+            continue
+        sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
+        updates.append((int(tseq), len(found), sev, by))
+    return batch, updates
+
+
 class SqlReads:
     """The reads whose SQL both engines share; a subclass names its dialect and runs
     statements (``_rows``, ``_dicts``: the engine's failure as one ``StoreError``)."""
@@ -117,6 +155,8 @@ class SqlReads:
     PH: ClassVar[str]
     #: the condition "the trace has every tag of the list parameter"
     TAGS_ALL: ClassVar[str]
+    #: the condition "the column before it is one of the list parameter"
+    IN_LIST: ClassVar[str]
     #: a live call's columns: when, session, turn, id, its source (its ``source:`` tag, or
     #: ``otlp``); and the condition "captured live"
     LIVE_COLS: ClassVar[str]
@@ -176,6 +216,67 @@ class SqlReads:
             f"WHERE t.session_id = {self.PH} ORDER BY t.turn, t.tseq, p.ord",
             [session_id],
         )
+
+    def session_usage(self, session_ids: Sequence[str]) -> list[UsageRow]:
+        """The model and usage of every call of these sessions, by session then turn."""
+        fields = ", ".join(f.name for f in dataclasses.fields(UsageRow))
+        rows = self._rows(
+            f"SELECT {fields} FROM traces WHERE session_id {self.IN_LIST} "
+            "ORDER BY session_id, turn, tseq",
+            [list(session_ids)],
+        )
+        return [UsageRow(*r) for r in rows]
+
+    # ---- findings
+    def undiagnosed(self) -> int:
+        """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
+        return self._one("SELECT count(*) FROM traces WHERE n_findings IS NULL")
+
+    def findings(self, trace_id: str) -> list[dict[str, Any]]:
+        """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
+        rows = self._dicts(
+            "SELECT detector, severity, packet_ids, message, evidence_json, fix_json "
+            f"FROM findings WHERE tseq = (SELECT tseq FROM traces WHERE trace_id = {self.PH}) "
+            "ORDER BY ord",
+            [trace_id],
+        )
+        for r in rows:
+            ev, fx = r.pop("evidence_json"), r.pop("fix_json")
+            r["evidence"] = json.loads(ev) if ev else {}
+            r["fix"] = json.loads(fx) if fx else None
+        return rows
+
+    def stored_findings(
+        self, trace_ids: Sequence[str], fingerprint: str
+    ) -> dict[str, list[Finding]]:
+        """The stored findings of each of ``trace_ids`` that were computed by code with this
+        ``fingerprint`` (``ctxcore.diagnostics.fingerprint``), in their order (a trace with
+        none maps to an empty list); traces diagnosed by other code, or not yet, are left
+        out. One query per 1,000 ids."""
+        out: dict[str, list[Finding]] = {}
+        for i in range(0, len(trace_ids), 1000):
+            rows = self._rows(
+                "SELECT t.trace_id, f.detector, f.severity, f.packet_ids, f.message, "
+                "f.evidence_json, f.fix_json FROM traces t LEFT JOIN findings f "
+                f"ON f.tseq = t.tseq WHERE t.diagnosed_with = {self.PH} "
+                f"AND t.n_findings IS NOT NULL AND t.trace_id {self.IN_LIST} "
+                "ORDER BY t.tseq, f.ord",
+                [fingerprint, list(trace_ids[i : i + 1000])],
+            )
+            for tid, det, sev, ids, msg, ev, fix in rows:
+                found = out.setdefault(tid, [])
+                if det is not None:
+                    found.append(
+                        Finding(
+                            detector=det,
+                            severity=sev,
+                            packet_ids=list(ids or ()),
+                            message=msg,
+                            evidence=json.loads(ev) if ev else {},
+                            fix=json.loads(fix) if fix else None,
+                        )
+                    )
+        return out
 
     # ---- one trace
     def decisions(self, trace_id: str) -> list[dict[str, Any]]:
@@ -363,4 +464,4 @@ class SqlReads:
         )
 
 
-__all__ = ["ROW_FIELDS", "SORT_SQL", "SqlReads", "aware", "like"]
+__all__ = ["ROW_FIELDS", "SORT_SQL", "Diagnosis", "SqlReads", "aware", "diagnosed", "like"]

@@ -18,9 +18,7 @@ lock held by another process is ``StoreLockedError``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -30,9 +28,8 @@ import duckdb
 
 from ctxcore import settings
 from ctxcore.errors import InputError
-from ctxcore.models import Finding, Trace
+from ctxcore.models import Trace
 from ctxcore.store import inserts
-from ctxcore.store.codec import unpack_json
 from ctxcore.store.duck import Database, first, insert_table
 from ctxcore.store.faults import store_fault
 from ctxcore.store.records import (
@@ -53,12 +50,10 @@ from ctxcore.store.records import (
     UsageRow,
 )
 from ctxcore.store.rows import (
-    RowBatch,
-    diagnose_trace,
     prepare,
     unpack_summary,
 )
-from ctxcore.store.sqlreads import SqlReads
+from ctxcore.store.sqlreads import SqlReads, diagnosed
 from ctxcore.store.writer import BulkWriter
 
 __all__ = [
@@ -208,14 +203,6 @@ class TraceStore(SqlReads):
         return BulkWriter(self._db, workers=workers)
 
     @_reading
-    def undiagnosed(self) -> int:
-        """Traces stored with ``diagnose=False`` whose findings are not computed yet."""
-        row = first(
-            self._cur().execute("SELECT count(*) FROM traces WHERE n_findings IS NULL").fetchall()
-        )
-        return int(row[0]) if row else 0
-
-    @_reading
     def diagnose_pending(self, max_traces: int = 200) -> int:
         """Compute findings for traces stored with ``diagnose=False``; returns how many
         were diagnosed (0 when none wait)."""
@@ -229,22 +216,7 @@ class TraceStore(SqlReads):
         if not rows:
             return 0
         blobs = inserts.packed(cur, [int(r[0]) for r in rows])
-        batch = RowBatch()
-        updates: list[tuple[int, int, str | None, str | None]] = []
-        for tseq, size in rows:
-            try:
-                raw = unpack_json(blobs[int(tseq)], size)
-                trace = Trace.model_validate_json(raw)
-                found, by = diagnose_trace(trace, raw)
-                batch.add_summary(trace, int(tseq))
-            except Exception:
-                # One trace the detectors cannot take is left without findings (and not
-                # tried again every idle moment); the rest go on.
-                log.exception("diagnostics failed on the trace stored as tseq %s", tseq)
-                updates.append((int(tseq), 0, None, None))
-                continue
-            sev = batch.add_findings(trace.trace_id, int(tseq), found) if found else None
-            updates.append((int(tseq), len(found), sev, by))
+        batch, updates = diagnosed(rows, blobs)
         with self._db.transaction() as cur:
             tables = batch.tables()
             for name in ("findings", "cost_parts"):  # and the deferred cost summaries
@@ -304,54 +276,6 @@ class TraceStore(SqlReads):
                 out[tid] = unpack_summary(b"".join(got[k] for k in sorted(got)))
         return out
 
-    @_reading
-    def stored_findings(
-        self, trace_ids: Sequence[str], fingerprint: str
-    ) -> dict[str, list[Finding]]:
-        """The stored findings of each of ``trace_ids`` that were computed by code with this
-        ``fingerprint`` (``ctxcore.diagnostics.fingerprint``), in their order (a trace with
-        none maps to an empty list); traces diagnosed by other code, or not yet, are left
-        out. One query per 1,000 ids."""
-        out: dict[str, list[Finding]] = {}
-        cur = self._cur()
-        for i in range(0, len(trace_ids), 1000):
-            chunk = list(trace_ids[i : i + 1000])
-            rows = cur.execute(
-                "SELECT t.trace_id, f.detector, f.severity, f.packet_ids, f.message, "
-                "f.evidence_json, f.fix_json FROM traces t LEFT JOIN findings f "
-                "ON f.tseq = t.tseq WHERE t.diagnosed_with = ? AND t.n_findings IS NOT NULL "
-                "AND t.trace_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY t.tseq, f.ord",
-                [fingerprint, chunk],
-            ).fetchall()
-            for tid, det, sev, ids, msg, ev, fix in rows:
-                found = out.setdefault(tid, [])
-                if det is not None:
-                    found.append(
-                        Finding(
-                            detector=det,
-                            severity=sev,
-                            packet_ids=list(ids or ()),
-                            message=msg,
-                            evidence=json.loads(ev) if ev else {},
-                            fix=json.loads(fix) if fix else None,
-                        )
-                    )
-        return out
-
-    @_reading
-    def findings(self, trace_id: str) -> list[dict[str, Any]]:
-        """Rows: detector, severity, packet_ids, message (plus evidence and fix)."""
-        rows = self._dicts(
-            "SELECT detector, severity, packet_ids, message, evidence_json, fix_json "
-            "FROM findings WHERE trace_id = ? ORDER BY ord",
-            [trace_id],
-        )
-        for r in rows:
-            ev, fx = r.pop("evidence_json"), r.pop("fix_json")
-            r["evidence"] = json.loads(ev) if ev else {}
-            r["fix"] = json.loads(fx) if fx else None
-        return rows
-
     def add_ingest_error(self, file: str, line: int, message: str) -> None:
         with self._db.transaction() as cur:
             inserts.insert_errors(cur, [(file, line, message)])
@@ -359,6 +283,7 @@ class TraceStore(SqlReads):
     # ---- reading
     PH = "?"
     TAGS_ALL = "list_has_all(tags, ?::VARCHAR[])"
+    IN_LIST = "IN (SELECT unnest(?::VARCHAR[]))"
     LIVE_COLS = (
         "created_at, session_id, turn, trace_id, "
         "coalesce(list_filter(tags, lambda t: starts_with(t, 'source:'))[1][8:], "
@@ -414,20 +339,6 @@ class TraceStore(SqlReads):
             "SELECT text FROM contents WHERE cid = ? ORDER BY part", [row[0]]
         ).fetchall()
         return "".join(p[0] for p in parts)
-
-    @_reading
-    def session_usage(self, session_ids: Sequence[str]) -> list[UsageRow]:
-        fields = ", ".join(f.name for f in dataclasses.fields(UsageRow))
-        rows = (
-            self._cur()
-            .execute(
-                f"SELECT {fields} FROM traces WHERE session_id IN (SELECT unnest(?::VARCHAR[])) "
-                "ORDER BY session_id, turn, tseq",
-                [list(session_ids)],
-            )
-            .fetchall()
-        )
-        return [UsageRow(*r) for r in rows]
 
     @_reading
     def session_statuses(self, session_id: str) -> list[dict[str, Any]]:
