@@ -34,6 +34,7 @@ from ctxcore.pipeline.recorded import (
     IMPORT_PARTITIONS,
     TASK_ID,
     TOOLS_ID,
+    Carry,
     derive_result,
     render_prompt,
     tools_text,
@@ -146,8 +147,10 @@ def make_trace(
     metadata: dict[str, Any] | None = None,
     tags: list[str] | None = None,
     tokens: TokenUsage | None = None,
+    carry: Carry | None = None,
 ) -> Trace:
-    """Wrap an imported input and its derived result in a ``ctxscope.trace/1`` trace.
+    """Wrap an imported input and its derived result in a ``ctxscope.trace/1`` trace
+    (``carry``: what the session's earlier calls derived, ``recorded.derive_result``).
 
     The model's window, when the request does not say it but the model is well known,
     goes into the captured input (so ``build``, the Playground and Compare budget against
@@ -165,7 +168,7 @@ def make_trace(
         imp["window_known"] = False
     cfg = import_config(input, tok)
     counter = get_counter(cfg.tokenizer or tok)
-    result = derive_result(input, messages, counter)
+    result = derive_result(input, messages, counter, carry=carry)
     usage = dict(usage or {})
     reported = reported_prompt_tokens(usage)
     if reported is not None:

@@ -32,6 +32,7 @@ from ctxcore.formats.norm import (
 )
 from ctxcore.formats.usage import normalize as normalize_usage
 from ctxcore.models import TokenUsage, ToolDef, Trace
+from ctxcore.pipeline.recorded import Carry
 
 
 def each_looks_like(looks_like: Callable[[Any], bool], data: Any) -> bool:
@@ -148,6 +149,8 @@ class Incremental:
         self.kept = kept
         self._checkpoints: list[_Checkpoint] = []  # most recent last
         self.tools: list[ToolDef] | None = None
+        #: the recorded derivation of the recent calls up to their queries
+        self.derived = Carry(kept)
         #: calls that went on from an earlier one, and calls derived in full
         self.resumed = 0
         self.full = 0
@@ -380,6 +383,7 @@ class RequestFormat:
             tokens=write_lifetime(normalize_usage(self.usage_mapping, usage), tally),
             output=self.output(request, reply),
             metadata=meta,
+            carry=incremental.derived if incremental is not None else None,
         )
 
     def detects(self, data: Any) -> bool:

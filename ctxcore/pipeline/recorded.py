@@ -324,13 +324,7 @@ def _items(input: CapturedInput) -> list[_Item]:
             )
         )
     for p in input.packets:
-        if p.kind in ("instructions", "policy"):
-            part = "system"
-        elif p.kind == "tool_result":
-            part = "tool results"
-        else:
-            part = "history"
-        items.append(_Item(p.id, p.kind, p.content, part, p.must_keep))
+        items.append(_Item(p.id, p.kind, p.content, _partition_of(p.kind), p.must_keep))
     for hid, m in zip(history_ids(input), input.history, strict=True):
         items.append(_Item(hid, "history", m.content, "history"))
     items.append(_Item(TASK_ID, "task", input.query, "current message", True))
@@ -484,26 +478,334 @@ def _kept_decision(it: _Item, rank: int, n: int, left: int) -> Decision:
     return hit
 
 
+# --------------------------------------------------------------------------- carrying on
+
+
+def _partition_of(kind: str) -> str:
+    """The import partition of a packet of ``kind``."""
+    if kind in ("instructions", "policy"):
+        return "system"
+    return "tool results" if kind == "tool_result" else "history"
+
+
+@dataclass
+class _Prefix:
+    """A call's derivation up to its query, for a later call of the session that repeats
+    it: the head (system text, tools' JSON, tokenizer), the history messages and packets
+    before the query (the objects: a later call that goes on from it holds the same ones,
+    ``request.Incremental``), their items in prompt order with their counts, the kept
+    decisions and partition sums made of them at ``available``, what their ids and tool
+    calls say about the parts after them, and the prompt rendered from the first ``flat``
+    chat messages."""
+
+    system: str
+    tools_json: str
+    tokenizer: str
+    history: list[Message]
+    packets: list[Packet]
+    items: list[_Item]
+    counts: list[int]
+    available: int
+    decisions: list[Decision]
+    p_used: dict[str, int]
+    p_items: dict[str, int]
+    #: decision ids of the items, the history messages' own ids (how often each), the
+    #: packets' ids, the first history message making each call, the calls the packets
+    #: answer, and the slot the last packet went to (``_interleave``)
+    ids: set[str]
+    own_ids: dict[str, int]
+    packet_ids: set[str]
+    calls: dict[str, int]
+    answered: set[str]
+    last_slot: int
+    flat: list[Message]
+    prompt: str
+
+
+def _same_objects(old: Sequence[object], new: Sequence[object]) -> bool:
+    """Whether ``new`` starts with the objects of ``old`` (by identity)."""
+    return len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False))
+
+
+@dataclass
+class _Tail:
+    """The parts a call adds after a prefix, in prompt order, and where its query goes."""
+
+    parts: list[tuple[str, _Item, Message | Packet]]
+    own_ids: dict[str, int]
+    calls: dict[str, int]
+    last_slot: int
+
+
+class Carry:
+    """What a session's recent derivations made, for the next call to go on from (the
+    proxy's converter keeps one a session, in ``request.Incremental``; docs/design.md, "Live
+    capture", "Speed"). A call whose input starts with a kept prefix's history messages and
+    packets (the same objects), under the same system text, tools and tokenizer, builds the
+    items, counts and kept decisions of its new parts only, and renders only its new chat
+    messages onto the prefix's prompt. A call whose new parts would change the prefix's
+    ids or order (a repeated id, a tool result answering an earlier call), or that has no
+    query part, or a compaction, is derived in full. The result is the same either way
+    (tests/test_capture_incremental.py)."""
+
+    def __init__(self, kept: int = 8) -> None:
+        self.kept = kept
+        self._prefixes: list[_Prefix] = []  # most recent last
+        #: derivations that went on from a prefix, and derivations made in full
+        self.resumed = 0
+        self.full = 0
+
+    def find(self, input: CapturedInput, counter: TokenCounter) -> _Prefix | None:
+        """The longest kept prefix ``input`` goes on from, if any."""
+        tools_json = tools_text(input.tools) if input.tools else ""
+        for pre in sorted(self._prefixes, key=lambda p: len(p.items), reverse=True):
+            if (
+                pre.tokenizer == counter.name
+                and pre.system == input.system_instructions
+                and pre.tools_json == tools_json
+                and _same_objects(pre.history, input.history)
+                and _same_objects(pre.packets, input.packets)
+            ):
+                return pre
+        return None
+
+    def keep(self, pre: _Prefix) -> None:
+        self._prefixes.append(pre)
+        del self._prefixes[: -self.kept]
+
+
+def _tail(pre: _Prefix, input: CapturedInput) -> _Tail | None:
+    """The parts ``input`` adds after ``pre`` (``_interleave`` and ``history_ids`` on the new
+    history messages and packets only), or None when they would change the prefix's."""
+    h, p = len(pre.history), len(pre.packets)
+    new_hist, new_packets = input.history[h:], input.packets[p:]
+    own = dict(pre.own_ids)
+    for m in new_hist:
+        if m.id:
+            if m.id in pre.own_ids:
+                return None  # the prefix's message would lose its own id
+            own[m.id] = own.get(m.id, 0) + 1
+    taken = pre.packet_ids | {q.id for q in new_packets}
+    if any(q.id in pre.own_ids for q in new_packets):
+        return None
+    calls = dict(pre.calls)
+    for k, m in enumerate(new_hist, start=h):
+        for cid in _call_ids(m):
+            if cid in pre.answered and cid not in pre.calls:
+                return None  # a prefix packet would move after this message
+            calls.setdefault(cid, k)
+    slots: list[list[Packet]] = [[] for _ in range(len(new_hist) + 1)]  # slot 0: slot h
+    last = pre.last_slot
+    for q in new_packets:
+        answers = q.metadata.get("tool_call_id") if q.kind == "tool_result" else None
+        at = calls.get(str(answers)) if answers is not None else None
+        last = at + 1 if at is not None else last
+        if last < h:
+            return None  # among the prefix's parts
+        slots[last - h].append(q)
+    parts: list[tuple[str, _Item, Message | Packet]] = []
+    for q in slots[0]:
+        parts.append((q.id, _Item(q.id, q.kind, q.content, _partition_of(q.kind), q.must_keep), q))
+    for j, m in enumerate(new_hist):
+        hid = m.id if m.id and own[m.id] == 1 and m.id not in taken else history_id(h + j)
+        parts.append((hid, _Item(hid, "history", m.content, "history"), m))
+        for q in slots[j + 1]:
+            item = _Item(q.id, q.kind, q.content, _partition_of(q.kind), q.must_keep)
+            parts.append((q.id, item, q))
+    return _Tail(parts, own, calls, last)
+
+
+@dataclass
+class _Gathered:
+    """A call's items in prompt order (the format's not yet), their counts, the history
+    message or packet of each conversation part (None for the head and the query), where
+    the query is (None when there is no query part) and the prefix it went on from."""
+
+    items: list[_Item]
+    counts: list[int]
+    sources: list[Message | Packet | None]
+    task_at: int | None
+    prefix: _Prefix | None = None
+
+
+def _gathered(input: CapturedInput, counter: TokenCounter) -> _Gathered:
+    """The items of ``input`` built in full."""
+    conv = conversation(input)
+    items = _in_prompt_order(_items(input), conv)
+    source: dict[str, Message | Packet | None] = {
+        p.id: p.packet if p.packet is not None else p.history for p in conv.parts
+    }
+    task_at = next((k for k, it in enumerate(items) if it.id == TASK_ID), None)
+    unique = len(source) == len(conv.parts) and len({it.id for it in items}) == len(items)
+    return _Gathered(
+        items,
+        counter.count_many([it.content for it in items]),
+        [source.get(it.id) for it in items],
+        task_at if unique and any(p.id == TASK_ID for p in conv.parts) else None,
+    )
+
+
+def _went_on(pre: _Prefix, input: CapturedInput, counter: TokenCounter) -> _Gathered | None:
+    """The items of ``input`` built onto ``pre``'s: its new parts only, the query before the
+    first one marked ``AFTER_QUERY`` (else last); None when ``input`` cannot go on from it."""
+    tail = _tail(pre, input)
+    if tail is None:
+        return None
+    at = next(
+        (k for k, (_, _, src) in enumerate(tail.parts) if src.metadata.get(AFTER_QUERY)),
+        len(tail.parts),
+    )
+    if not input.query and at == len(tail.parts):
+        return None  # no query part: the query's item goes first (``_in_prompt_order``)
+    new_ids = [pid for pid, _, _ in tail.parts]
+    if TASK_ID in pre.ids or TASK_ID in new_ids or len(set(new_ids)) < len(new_ids):
+        return None
+    if not pre.ids.isdisjoint(new_ids):
+        return None
+    task = _Item(TASK_ID, "task", input.query, "current message", True)
+    new_items = [it for _, it, _ in tail.parts]
+    new_items.insert(at, task)
+    sources: list[Message | Packet | None] = [src for _, _, src in tail.parts]
+    sources.insert(at, None)
+    return _Gathered(
+        [*pre.items, *new_items],
+        [*pre.counts, *counter.count_many([it.content for it in new_items])],
+        [*([None] * len(pre.items)), *sources],
+        len(pre.items) + at,
+        pre,
+    )
+
+
+def _prefix_of(
+    got: _Gathered,
+    input: CapturedInput,
+    counter: TokenCounter,
+    sums: _Sums,
+    messages: list[Message],
+    prompt: str,
+) -> _Prefix | None:
+    """What the next call may go on from: this call's derivation up to its query (None when
+    its packets before the query are not the first of its packets)."""
+    assert got.task_at is not None
+    pre, cut = got.prefix, got.task_at
+    start = len(pre.items) if pre is not None else 0
+    hist = list(pre.history) if pre is not None else []
+    packets = list(pre.packets) if pre is not None else []
+    for src in got.sources[start:cut]:
+        if isinstance(src, Packet):
+            packets.append(src)
+        elif src is not None:
+            hist.append(src)
+    if not _same_objects(packets, input.packets) or not _same_objects(hist, input.history):
+        return None
+    own = dict(pre.own_ids) if pre is not None else {}
+    calls = dict(pre.calls) if pre is not None else {}
+    for k in range(len(pre.history) if pre is not None else 0, len(hist)):
+        m = hist[k]
+        if m.id:
+            own[m.id] = own.get(m.id, 0) + 1
+        for cid in _call_ids(m):
+            calls.setdefault(cid, k)
+    answered = set(pre.answered) if pre is not None else set()
+    last = pre.last_slot if pre is not None else 0
+    for q in packets[len(pre.packets) if pre is not None else 0 :]:
+        answers = q.metadata.get("tool_call_id") if q.kind == "tool_result" else None
+        if answers is not None:
+            answered.add(str(answers))
+        at = calls.get(str(answers)) if answers is not None else None
+        last = at + 1 if at is not None else last
+    f = next((k for k in range(len(messages) - 1, -1, -1) if messages[k].role == "user"), 0)
+    return _Prefix(
+        system=input.system_instructions,
+        tools_json=tools_text(input.tools) if input.tools else "",
+        tokenizer=counter.name,
+        history=hist,
+        packets=packets,
+        items=got.items[:cut],
+        counts=got.counts[:cut],
+        available=sums.available,
+        decisions=sums.decisions[:cut],
+        p_used=sums.cut_used,
+        p_items=sums.cut_items,
+        ids={it.id for it in got.items[:cut]},
+        own_ids=own,
+        packet_ids={q.id for q in packets},
+        calls=calls,
+        answered=answered,
+        last_slot=last,
+        flat=messages[:f],
+        prompt=prompt[: sums.cut_prompt] if f else "",
+    )
+
+
+@dataclass
+class _Sums:
+    """Every item kept: the decisions, the partitions' sums, and the sums of the items
+    before the query (``cut_*``) with the length of the prompt's part before it."""
+
+    available: int
+    decisions: list[Decision]
+    p_used: dict[str, int]
+    p_items: dict[str, int]
+    cut_used: dict[str, int] = field(default_factory=dict)
+    cut_items: dict[str, int] = field(default_factory=dict)
+    cut_prompt: int = 0
+
+    def partitions(self) -> list[PartitionUsage]:
+        return [
+            PartitionUsage(name=n, budget=None, used=self.p_used[n], items=self.p_items[n])
+            for n in IMPORT_PARTITIONS
+            if n in self.p_items
+        ]
+
+
 def _kept(
-    items: list[_Item], counts: list[int], available: int
-) -> tuple[list[Decision], list[PartitionUsage]]:
+    items: list[_Item], counts: list[int], available: int, got: _Gathered | None = None
+) -> _Sums:
     """Every item kept, in order (what the source builder thought is unknown: it simply
-    fit), and the partitions they fill."""
-    decisions: list[Decision] = []
-    p_used: dict[str, int] = {}
-    p_items: dict[str, int] = {}
-    left = available
-    for rank, (it, n) in enumerate(zip(items, counts, strict=True)):
+    fit), and the partitions they fill; the prefix ``got`` went on from reused when its
+    decisions were made at the same ``available``."""
+    pre = got.prefix if got is not None else None
+    if pre is not None and pre.available == available:
+        sums = _Sums(available, list(pre.decisions), dict(pre.p_used), dict(pre.p_items))
+        start, left = len(pre.items), available - sum(pre.counts)
+    else:
+        sums, start, left = _Sums(available, [], {}, {}), 0, available
+    cut = got.task_at if got is not None else None
+    p_used, p_items, decisions = sums.p_used, sums.p_items, sums.decisions
+    for rank in range(start, len(items)):
+        if rank == cut:
+            sums.cut_used, sums.cut_items = dict(p_used), dict(p_items)
+        it, n = items[rank], counts[rank]
         left -= n
         p_used[it.partition] = p_used.get(it.partition, 0) + n
         p_items[it.partition] = p_items.get(it.partition, 0) + 1
         decisions.append(_kept_decision(it, rank, n, left))
-    partitions = [
-        PartitionUsage(name=n, budget=None, used=p_used[n], items=p_items[n])
-        for n in IMPORT_PARTITIONS
-        if n in p_items
-    ]
-    return decisions, partitions
+    return sums
+
+
+def _render(messages: list[Message], tools_json: str, pre: _Prefix | None, sums: _Sums) -> str:
+    """``render_prompt(messages, tools_json)``, the first ``pre.flat`` messages' part taken
+    from ``pre``; ``sums.cut_prompt`` set to the length of the part before the query
+    message (the last user message). Blocks split where a message is not a system one on
+    both sides, so the parts join with a blank line."""
+    f = next((k for k in range(len(messages) - 1, -1, -1) if messages[k].role == "user"), 0)
+    if f == 0 or any(m.metadata.get("replaced_by") for m in messages):
+        return render_prompt(messages, tools_json)
+    fp = len(pre.flat) if pre is not None else 0
+    system = ("system", "developer")
+    if (
+        pre is not None
+        and 0 < fp <= f
+        and _same_objects(pre.flat, messages)
+        and not (messages[fp - 1].role in system and messages[fp].role in system)
+    ):
+        mid = render_prompt(messages[fp:f], "")
+        head = pre.prompt + "\n\n" + mid if mid else pre.prompt
+    else:
+        head = render_prompt(messages[:f], tools_json)
+    sums.cut_prompt = len(head)
+    return head + "\n\n" + render_prompt(messages[f:], "")
 
 
 def derive_result(
@@ -512,12 +814,18 @@ def derive_result(
     counter: TokenCounter,
     *,
     warnings: list[str] | None = None,
+    carry: Carry | None = None,
 ) -> BuildResult:
-    """Decisions, partitions and totals for a prompt that was sent as it is."""
+    """Decisions, partitions and totals for a prompt that was sent as it is (going on from
+    what the session's earlier calls derived, ``carry``: the result is the same)."""
     timer = Timer()
+    replaced = _replaced(messages)
     with timer.stage("gather"):
-        items = _in_prompt_order(_items(input), conversation(input))
-        counts = counter.count_many([it.content for it in items])
+        pre = carry.find(input, counter) if carry is not None and not replaced else None
+        got = (_went_on(pre, input, counter) if pre is not None else None) or _gathered(
+            input, counter
+        )
+        items, counts = [*got.items], [*got.counts]
         item, overhead = _format_item(input, messages)
         items.append(item)
         counts.append(overhead)
@@ -525,8 +833,9 @@ def derive_result(
     reserve = input.output_reserve or 0
     window, available, warns = window_warnings(input.window, used, reserve)
     with timer.stage("select"):
-        decisions, partitions = _kept(items, counts, available)
-        if _replaced(messages):
+        sums = _kept(items, counts, available, got)
+        decisions = sums.decisions
+        if replaced:
             # after the instructions and the tools, as a session log's compaction shows them
             head = sum(1 for it in items if it.id in (INSTRUCTIONS_ID, TOOLS_ID))
             before = decisions[head - 1].budget_left if head else available
@@ -535,6 +844,10 @@ def derive_result(
                 d.model_copy(update={"rank": (d.rank or 0) + len(gone)}) for d in decisions[head:]
             ]
             decisions = [*decisions[:head], *gone, *rest]
+    tools_json = tools_text(input.tools) if input.tools else ""
+    prompt = _render(messages, tools_json, got.prefix, sums)
+    if carry is not None:
+        _carry_on(carry, got, input, counter, sums, messages, prompt, replaced)
     totals = Totals(
         window=window,
         output_reserve=reserve,
@@ -544,15 +857,37 @@ def derive_result(
         tokenizer=counter.name,
     )
     return finish(
-        prompt=render_prompt(messages, tools_text(input.tools) if input.tools else ""),
+        prompt=prompt,
         messages=messages,
         decisions=decisions,
-        partitions=partitions,
+        partitions=sums.partitions(),
         totals=totals,
         must_keep_ids=[it.id for it in items if it.must_keep],
         warnings=[*(warnings or []), *warns],
         timer=timer,
     )
+
+
+def _carry_on(
+    carry: Carry,
+    got: _Gathered,
+    input: CapturedInput,
+    counter: TokenCounter,
+    sums: _Sums,
+    messages: list[Message],
+    prompt: str,
+    replaced: list[Message],
+) -> None:
+    """Count the derivation and keep its prefix for the session's next call."""
+    if got.prefix is not None:
+        carry.resumed += 1
+    else:
+        carry.full += 1
+    if got.task_at is None or replaced or not sums.cut_prompt:
+        return
+    pre = _prefix_of(got, input, counter, sums, messages, prompt)
+    if pre is not None:
+        carry.keep(pre)
 
 
 __all__ = [
@@ -567,6 +902,7 @@ __all__ = [
     "TOOLS_ID",
     "RECORDED_BASED",
     "VERSION",
+    "Carry",
     "Conversation",
     "Part",
     "carried_knobs",
