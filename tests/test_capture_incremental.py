@@ -325,3 +325,100 @@ def test_a_restarted_converter_writes_the_same_traces_and_redacts_new_secrets(
     text = live_file(one, "agent").read_text()
     assert SECRET not in text
     assert all("openai_key" in json.loads(x)["redactions"] for x in text.splitlines()[7:])
+
+
+def _chat_calls(sessions: list[list[dict[str, Any]]], model: str = "gpt-4o") -> list[Call]:
+    out: list[Call] = []
+    for messages in sessions:
+        body = json.dumps({"model": model, "prompt_cache_key": "c", "messages": messages})
+        out.append((record(len(out), "openai.chat", "/v1/chat/completions"), body.encode(), REPLY))
+    return out
+
+
+SYS = {"role": "system", "content": "agent"}
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["late tool result", "call made after its result", "system at the cut", "unknown window"],
+)
+def test_calls_whose_new_parts_change_the_carried_prefix_are_the_full_derivation(
+    case: str, full_derivation: Any
+) -> None:
+    """The recorded derivation carried from a session's earlier call (``recorded.Carry``)
+    is not reused where the new parts would move or change its parts: a tool result that
+    answers a call of the carried history after a new user message (it goes right after
+    that call), a result carried before the call that makes it (it moves after it), a
+    developer message at the cut (its block joins the carried one) and a window the model
+    does not give (every decision's budget moves with the prompt)."""
+    call = {"id": "X", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    u = [{"role": "user", "content": f"u{i}"} for i in range(4)]
+    model = "gpt-4o"
+    if case == "late tool result":
+        asks = {"role": "assistant", "content": "", "tool_calls": [call]}
+        a = [SYS, u[0], asks, {"role": "assistant", "content": "more"}, u[1]]
+        b = [*a, {"role": "tool", "tool_call_id": "X", "content": "late"}, u[2]]
+    elif case == "call made after its result":
+        a = [SYS, u[0], {"role": "tool", "tool_call_id": "X", "content": "early"}, u[1]]
+        b = [*a, {"role": "assistant", "content": "", "tool_calls": [call]}, u[2]]
+    elif case == "system at the cut":
+        asked = {"role": "assistant", "content": "", "tool_calls": [call]}
+        head = [SYS, u[0], asked, {"role": "tool", "tool_call_id": "X", "content": "out"}]
+        a = [*head, {"role": "developer", "content": "rule one"}, u[1]]
+        b = [*a[:-1], {"role": "developer", "content": "rule two"}, u[1], u[2]]
+    else:
+        model = "a-model-ctxscope-does-not-know"
+        a = [SYS, u[0], {"role": "assistant", "content": "a0"}, u[1]]
+        b = [*a, {"role": "assistant", "content": "a1"}, u[2]]
+    calls = _chat_calls([a, b, [*b, {"role": "assistant", "content": "a2"}, u[3]]], model)
+    going_on, full, sessions = incremental_and_full(calls, full_derivation)
+    assert going_on == full
+    assert sessions.incremental("c").resumed == 2  # the parsing went on from each call
+
+
+def test_a_new_message_repeating_a_carried_message_id_is_the_full_derivation() -> None:
+    """A session log's messages name their own ids: a new message repeating a carried
+    one's id takes the carried message's own id away (both become ``builder:history:K``),
+    so the carried items are not reused."""
+    from datetime import UTC, datetime
+
+    from ctxcore.models import CapturedInput, Message
+    from ctxcore.tokens import get_counter
+
+    counter = get_counter("cl100k_base")
+    hist = [
+        Message(role="user", content="first", id="m1"),
+        Message(role="assistant", content="reply", id="m2"),
+    ]
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def call(history: list[Message], query: str) -> tuple[CapturedInput, list[Message]]:
+        inp = CapturedInput(query=query, now=now, system_instructions="agent", history=history)
+        flat = [Message(role="system", content="agent"), *history]
+        return inp, [*flat, Message(role="user", content=query)]
+
+    carry = recorded.Carry()
+    recorded.derive_result(*call(hist, "second"), counter, carry=carry)
+    later = call([*hist, Message(role="user", content="second"), hist[1].model_copy()], "third")
+    going_on = recorded.derive_result(*later, counter, carry=carry)
+    full = recorded.derive_result(*later, counter)
+    assert going_on.model_dump(exclude={"timings"}) == full.model_dump(exclude={"timings"})
+    assert "m2" not in [d.packet_id for d in full.decisions]
+
+
+def test_a_running_session_reuses_the_carried_derivation() -> None:
+    """Call N+1 of a chat session builds only its new parts: the carried prefix's items,
+    kept decisions and prompt are the same objects in its result."""
+    msgs: list[dict[str, Any]] = [SYS]
+    bodies = []
+    for i in range(6):
+        msgs = [*msgs, {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
+        bodies.append([*msgs, {"role": "user", "content": f"now {i}"}])
+    sessions = Sessions()
+    traces = [trace_from_call(r, q, s, sessions) for r, q, s in _chat_calls(bodies)]
+    carry = sessions.incremental("c").derived
+    assert carry.full == 1 and carry.resumed == 5
+    prev, last = (t.result for t in traces[-2:])
+    assert prev is not None and last is not None
+    shared = [d for d in last.decisions if any(d is e for e in prev.decisions)]
+    assert len(shared) >= len(prev.decisions) - 3
