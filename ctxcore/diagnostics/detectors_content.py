@@ -31,8 +31,8 @@ from ctxcore.diagnostics.text import (
     identifiers,
     injection_hits,
     lowered_ws,
-    near_duplicate_pairs,
     normalized_ws,
+    session_near_duplicates,
     shingles,
 )
 from ctxcore.models import Decision, Finding, Reason, Severity, Status, Trace
@@ -81,7 +81,9 @@ def stale_or_repeated(v: TraceView) -> list[Finding]:
             i = parent[i]
         return i
 
-    pairs = near_duplicate_pairs(sets, v.options.near_duplicate_jaccard)
+    # the session's calls hold the same packets again: their pairs were found at an
+    # earlier call (``text.SessionNearDuplicates``)
+    pairs = session_near_duplicates(v.trace.session_id, sets, v.options.near_duplicate_jaccard)
     for i, j, _ in pairs:
         ri, rj = root(i), root(j)
         if ri != rj:

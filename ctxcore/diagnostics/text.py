@@ -79,7 +79,7 @@ class Memo(Generic[K, V]):
 
 
 #: every ``Memo`` made (they are module globals: made once, at import)
-_MEMOS: list[Memo[Any, Any] | Grown] = []
+_MEMOS: list[Memo[Any, Any] | Grown | SessionNearDuplicates] = []
 
 
 def clear_memos() -> None:
@@ -485,6 +485,119 @@ def near_duplicate_pairs(
         if sim >= threshold:
             out.append((i, j, sim))
     return sorted(out)
+
+
+class _SessionPairs:
+    """What one session's calls have shown of their shingle sets: each distinct set's LSH
+    bucket mates among the sets before it, and the pairs of them verified so far (each
+    pair once, when a call first holds both)."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.pos: dict[frozenset[int], int] = {}
+        self.sets: list[frozenset[int]] = []
+        #: per set, the positions of the earlier sets sharing one of its buckets
+        self.mates: list[set[int]] = []
+        self.buckets: list[dict[bytes, list[int]]] = [{} for _ in range(_BANDS)]
+        #: (earlier position, later position) -> Jaccard when at least the threshold, else
+        #: None: the pairs verified
+        self.verified: dict[tuple[int, int], float | None] = {}
+        self.lock = threading.Lock()
+
+    def position(self, s: frozenset[int]) -> int:
+        """``s``'s place among the sets held (with its bucket mates, when new)."""
+        p = self.pos.get(s)
+        if p is not None:
+            return p
+        p = len(self.sets)
+        self.pos[s] = p
+        self.sets.append(s)
+        mates: set[int] = set()
+        for band, key in zip(self.buckets, _bands(s), strict=True):
+            members = band.setdefault(key, [])
+            mates.update(members)
+            members.append(p)
+        self.mates.append(mates)
+        return p
+
+    def _similar(self, q: int, p: int) -> float | None:
+        """The Jaccard of the sets at ``q`` < ``p`` when at least the threshold (by the
+        size filter and the exact check of ``near_duplicate_pairs``), remembered."""
+        key = (q, p)
+        try:
+            return self.verified[key]
+        except KeyError:
+            pass
+        a, b = self.sets[q], self.sets[p]
+        sim: float | None = None
+        if min(len(a), len(b)) >= self.threshold * max(len(a), len(b)):
+            sim = jaccard(a, b)
+            if sim < self.threshold:
+                sim = None
+        self.verified[key] = sim
+        return sim
+
+    def pairs(self, sets: Sequence[frozenset[int]]) -> list[tuple[int, int, float]]:
+        """``near_duplicate_pairs(sets, threshold)``, from what the session showed."""
+        out: list[tuple[int, int, float]] = []
+        first: dict[frozenset[int], int] = {}
+        at: dict[int, int] = {}  # position held -> index in ``sets`` of its first copy
+        for i, s in enumerate(sets):
+            if not s:
+                continue
+            if s in first:
+                out.append((first[s], i, 1.0))
+            else:
+                first[s] = i
+                at[self.position(s)] = i
+        for p, j in at.items():
+            for q in self.mates[p].intersection(at):
+                sim = self._similar(q, p)
+                if sim is not None:
+                    i = at[q]
+                    out.append((i, j, sim) if i < j else (j, i, sim))
+        return sorted(out)
+
+
+class SessionNearDuplicates:
+    """``near_duplicate_pairs`` for the calls of a session, each paying for its new sets
+    only (docs/design.md, "Diagnostics"): call N of a session holds the packets of call
+    N-1 and one or two more, so each session's sets are kept with their LSH bucket mates
+    and the pairs verified (``_SessionPairs``): a call looks its sets up, buckets only the
+    new ones and verifies only pairs no earlier call held. The pairs are the very ones
+    ``near_duplicate_pairs`` gives: a pair of sets is checked, as there, when they share an
+    LSH bucket, by the same size filter and Jaccard.
+    Keeps the ``keep`` sessions used last; a session past ``max_sets`` distinct sets starts
+    over (the answers stay the same, only the work done before is lost). Thread-safe."""
+
+    def __init__(self, keep: int = 16, max_sets: int = 20_000) -> None:
+        self._keep = keep
+        self._max_sets = max_sets
+        self._data: OrderedDict[tuple[str, float], _SessionPairs] = OrderedDict()
+        self._lock = threading.Lock()
+        _MEMOS.append(self)
+
+    def __call__(
+        self, session: str, sets: Sequence[frozenset[int]], threshold: float
+    ) -> list[tuple[int, int, float]]:
+        key = (session, threshold)
+        with self._lock:
+            held = self._data.get(key)
+            if held is None or len(held.sets) > self._max_sets:
+                held = self._data[key] = _SessionPairs(threshold)
+            self._data.move_to_end(key)
+            while len(self._data) > self._keep:
+                self._data.popitem(last=False)
+        with held.lock:
+            return held.pairs(sets)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+#: the near-duplicate pairs of each recent session's calls (``SessionNearDuplicates``)
+session_near_duplicates = SessionNearDuplicates()
 
 
 # --------------------------------------------------------------------------- identifiers

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import struct
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +52,21 @@ from ctxcore.store.codec import (
 from ctxcore.store.splitting import SplitJSON, Splitter
 
 log = logging.getLogger("ctxscope.store")
+
+#: each thread's ``PromptReader`` for the cost summaries, kept from one batch to the next:
+#: a reader keeps the previous call's blocks, so a batch's first trace reads only what it
+#: adds to the call before it, which the batch before held (one per thread, as a reader
+#: is one session's calls read in turn)
+_READERS = threading.local()
+
+
+def _prompt_reader() -> PromptReader:
+    """This thread's ``PromptReader`` (``_READERS``)."""
+    reader: PromptReader | None = getattr(_READERS, "reader", None)
+    if reader is None:
+        reader = _READERS.reader = PromptReader()
+    return reader
+
 
 _LOST = (Status.DROPPED, Status.FILTERED, Status.SUMMARIZED)
 _SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
@@ -454,9 +470,9 @@ class RowBatch:
         #: (tseq, packed JSON) of each trace, cut into ``trace_parts`` at the end
         self._blobs: list[tuple[int, bytes]] = []
         #: (tseq, packed cost summary) of each trace, cut into ``cost_parts`` at the end;
-        #: one reader for the batch (a session's calls share their messages)
+        #: the thread's reader, kept across batches (a session's calls share their messages)
         self._summaries: list[tuple[int, bytes]] = []
-        self._reader = PromptReader()
+        self._reader = _prompt_reader()
         #: the parts the batch's shared traces name (JSON by id)
         self._parts: dict[str, bytes] = {}
 

@@ -118,7 +118,7 @@ class FileRun:
         if self.redact and not clean:
             trace, found = redact_trace(trace, raw)
             if found:  # what is stored is the redacted trace, and nothing else
-                raw = trace.to_json().encode("utf-8", "surrogatepass")
+                raw = trace.to_json_bytes()
         self.items.append((trace, raw))
         self.lines.append(lineno)
 
