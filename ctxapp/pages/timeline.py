@@ -235,11 +235,8 @@ def _packets(sid: str, turns: dict[int, str]) -> str | None:
         "candidate at that turn. A dashed line marks turns missing between two stored turns. "
         "Click a cell to open its turn in Inspect." + (scrolls if tall else "")
     )
-    st.plotly_chart(
-        figures.status_legend(grid.statuses or figures.STATUS_ORDER),
-        key="tl_legend",
-        config={"displayModeBar": False, "staticPlot": True},
-    )
+    with st.container(key="tl_legend"):
+        st.html(figures.status_legend(grid.statuses or figures.STATUS_ORDER))
     box = st.container(height=CHART_BOX, key="tl_chart_box") if tall else st.container()
     with box:
         event = st.plotly_chart(

@@ -3,6 +3,7 @@ and the status legend a page keeps above a tall grid."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -86,7 +87,9 @@ def _cells(
     column a turn; blank (``None``) where a packet was not a candidate. Object arrays,
     which plotly takes whole where it walks nested lists value by value; each distinct text
     is escaped once and alike cells share their values (a long session repeats its packet
-    ids, kinds and reasons, and a kept packet its tokens)."""
+    ids, kinds and reasons, and a kept packet its tokens). Not a typed array (plotly's
+    base64 ``bdata``): float32 takes 5.3 characters a cell where a list of numbers and nulls
+    takes ~4.4, and a blank cell needs NaN (an integer type has no gap)."""
     code = {s: i for i, s in enumerate(order)}
     pidx = {p: i for i, p in enumerate(packets)}
     tidx = {t: i for i, t in enumerate(turns)}
@@ -334,31 +337,29 @@ def _add_status_legend(
         fig.add_trace(legend_marker(s, colors[s]))
 
 
-#: ``status_legend``'s height: one line of legend, whole
-LEGEND_HEIGHT = 60
+#: ``status_legend``'s entry: a square of the status's colour, then its name
+_LEGEND_ENTRY = (
+    '<span class="status-entry" style="margin-right:14px;white-space:nowrap">'
+    '<span class="status-swatch" style="display:inline-block;width:11px;height:11px;'
+    'margin-right:5px;vertical-align:-1px;background:{color}"></span>'
+    '<span class="status-name">{name}</span></span>'
+)
 
 
-def status_legend(statuses: Collection[str] = STATUS_ORDER) -> go.Figure:
-    """The status colours alone, one line high: a page shows it above a tall chart that
-    scrolls in a box of its own, so what each colour means stays in view."""
-    fig = go.Figure()
-    _add_status_legend(fig, [s for s in STATUS_ORDER if s in statuses])
-    fig.update_layout(
-        height=LEGEND_HEIGHT,
-        margin={"l": 0, "r": 0, "t": 0, "b": 0},
-        xaxis={"visible": False},
-        yaxis={"visible": False},
-        showlegend=True,
-        legend={
-            "orientation": "h",
-            "x": 0,
-            "xanchor": "left",
-            "y": 0.5,
-            "yanchor": "middle",
-            "title": {"text": "status", "side": "left"},
-            "itemclick": False,
-            "itemdoubleclick": False,
-        },
-        **LAYOUT,
+def status_legend(
+    statuses: Collection[str] = STATUS_ORDER, colors: Mapping[str, str] = STATUS_COLORS
+) -> str:
+    """The status colours alone, one line of HTML in the order of ``STATUS_ORDER``: a page
+    shows it above a tall chart that scrolls in a box of its own, so what each colour means
+    stays in view. Plain HTML, not a chart: a second plotly chart cost the page's open as
+    much as a small grid (docs/design.md, "The app", the Timeline). Names and colours are
+    ours, escaped all the same."""
+    entries = "".join(
+        _LEGEND_ENTRY.format(color=html.escape(colors[s]), name=html.escape(s))
+        for s in STATUS_ORDER
+        if s in statuses
     )
-    return fig
+    return (
+        '<div class="status-legend" style="font-size:14px;line-height:24px">'
+        f'<span style="margin-right:12px">status</span>{entries}</div>'
+    )

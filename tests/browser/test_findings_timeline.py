@@ -67,7 +67,7 @@ def test_timeline_legend_stays_in_view_at_the_last_rows(tab, width: int, height:
     _, label, top, h = page.evaluate(_LOWEST_ROW_JS)
     assert 0 <= top and top + h <= height, f"the last row ({label}) never came into view"
     assert label == first_lowest  # the same chart, scrolled: not another one
-    items = page.locator(".st-key-tl_legend .legendtext")
+    items = page.locator(".st-key-tl_legend .status-name")
     names = items.all_text_contents()
     assert {"kept", "dropped", "summarized"} <= set(names), names
     for i in range(items.count()):
