@@ -379,3 +379,37 @@ def test_a_trace_line_is_redact_trace_s_and_a_part_seen_clean_is_not_read_again(
     # the earlier calls' messages and decisions were known by their bytes: only the
     # trace's own objects and its new parts were taken apart
     assert warm * 3 < len(taken_apart)
+
+
+def test_a_list_going_on_from_a_clean_one_has_only_its_new_items_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session's lists (history, messages, decisions) start with the previous call's
+    items: past the items it shares with a clean list seen before, only the rest is read.
+    A secret in a new item, in an item that replaced the clean list's last one, or in an
+    item of its own that a number's digits run on into, is still found."""
+    items = [{"role": "user", "content": f"message {k}: " + "words " * 20} for k in range(40)]
+
+    def line(xs: list[object]) -> bytes:
+        return json.dumps({"input": {"history": xs}}, separators=(",", ":")).encode()
+
+    red = Redactor()
+    assert red._trace_clean(line(items))
+    secret = {"role": "user", "content": f"export API_KEY={SECRETS[3]}"}
+    read: list[bytes] = []
+    decoder = redact_memo._LIST
+
+    class Counting:
+        def decode(self, raw: bytes) -> object:
+            read.append(raw)
+            return decoder.decode(raw)
+
+    monkeypatch.setattr(redact_memo, "_LIST", Counting())
+    assert red._trace_clean(line([*items, {"role": "user", "content": "new"}]))
+    assert sum(len(r) for r in read) < 100  # the new item only
+    assert not red._trace_clean(line([*items, secret]))
+    assert not red._trace_clean(line([*items[:-1], secret, *items]))
+    assert red._trace_clean(line([*items[:-1]]))
+    numbers = [*items, 12]
+    assert red._trace_clean(line(numbers))
+    assert not red._trace_clean(line([*items, 123, SECRETS[3]]))

@@ -45,6 +45,14 @@ _MIN_KEPT_RAW = 64
 MAX_CLEAN_BYTES = 16_000_000
 #: How deep in a trace a clean JSON value is remembered: ``input.history[k]`` is 3 deep.
 _KEPT_DEPTH = 3
+#: A clean JSON list this long or longer is remembered (up to its last item) so that the
+#: same list grown by a later call has only its new items read (``Redactor._grown_from``);
+#: lists are found by their first ``_LIST_HEAD`` bytes, ``_LISTS_PER_HEAD`` (the most recent)
+#: a head, at most ``MAX_LIST_BYTES`` in all, then it starts over.
+_MIN_GROWN_LIST = 1024
+_LIST_HEAD = 256
+_LISTS_PER_HEAD = 8
+MAX_LIST_BYTES = 32_000_000
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _STR = msgspec.json.Decoder(str)
@@ -167,6 +175,9 @@ class Redactor:
         #: most ``MAX_CLEAN_BYTES`` of them, then it starts over
         self._clean_raw: set[bytes] = set()
         self._raw_bytes = 0
+        #: clean lists and where their items end, by their head (most recent last)
+        self._lists: dict[bytes, list[tuple[bytes, list[int]]]] = {}
+        self._list_bytes = 0
 
     def text(self, text: str) -> tuple[str, dict[str, int]]:
         """``redact_text(text)``, read once per distinct text (a growing one: its new
@@ -202,12 +213,7 @@ class Redactor:
                 self._clean(bytes(v), depth + 1) for v in obj.values()
             )
         elif first == b"[":
-            # a session's list repeats the earlier calls' items: only the ones not known
-            # clean are looked at
-            known = self._clean_raw
-            ok = all(
-                self._clean(v, depth + 1) for v in map(bytes, _LIST.decode(raw)) if v not in known
-            )
+            ok = self._list_clean(raw, depth)
         elif first == b'"':
             value = _STR.decode(raw)
             ok = not (self._seen.get(value) or self.text(value))[1]
@@ -220,6 +226,68 @@ class Redactor:
             self._clean_raw.add(raw)
             self._raw_bytes += len(raw)
         return ok
+
+    def _list_clean(self, raw: bytes, depth: int) -> bool:
+        """``_clean`` of a JSON list. A session's list repeats the earlier calls' items: of a
+        list that starts with a clean one's first items (the same bytes), only the items
+        after them are read, and of those only the ones not known clean are looked at."""
+        start, ends = 0, []
+        if len(raw) >= _MIN_GROWN_LIST:
+            start, ends = self._grown_from(raw)
+            if start == len(raw):
+                return True
+        body = b"[" + raw[start:] if start else raw
+        items = [bytes(v) for v in _LIST.decode(body)]
+        known = self._clean_raw
+        ok = all(self._clean(v, depth + 1) for v in items if v not in known)
+        if ok and len(raw) >= _MIN_GROWN_LIST:
+            self._remember_list(raw, start, ends, items)
+        return ok
+
+    def _grown_from(self, raw: bytes) -> tuple[int, list[int]]:
+        """Where the items of ``raw`` that no remembered clean list holds begin (after the
+        comma that follows the last item they share; ``len(raw)`` when a clean list holds
+        them all; 0 when none shares its first item), and where each shared item ends. Up
+        to the end of a shared item the bytes are the clean list's, and a JSON reader is in
+        the same place after them: between two items of the list."""
+        best, best_ends = 0, []
+        view = memoryview(raw)
+        for kept, ends in self._lists.get(raw[:_LIST_HEAD], ()):
+            kv = memoryview(kept)
+            lo, hi = 0, len(ends)  # ends[:lo] shared; ends[hi:] not
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if raw.startswith(kv[: ends[mid]]):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            while lo and view[ends[lo - 1]] not in (0x2C, 0x5D):  # a number's digits go on
+                lo -= 1
+            if lo and ends[lo - 1] + 1 > best:
+                best, best_ends = ends[lo - 1] + 1, ends[:lo]
+        if best and view[best - 1] == 0x5D:  # "]": every item of raw is a clean list's
+            return len(raw), best_ends
+        return best, best_ends
+
+    def _remember_list(self, raw: bytes, start: int, ends: list[int], items: list[bytes]) -> None:
+        """Remember the clean list ``raw`` (its items after ``start``, ``items``, each
+        followed by one byte) with where each item ends, for the lists that go on from it; a
+        list written with white space between its items is not remembered."""
+        at, ends = start or 1, list(ends)
+        for v in items:
+            at += len(v)
+            ends.append(at)
+            at += 1
+        if not ends or at != len(raw):
+            return
+        if self._list_bytes + len(raw) > MAX_LIST_BYTES:
+            self._lists = {}
+            self._list_bytes = 0
+        kept = self._lists.setdefault(raw[:_LIST_HEAD], [])
+        kept.append((raw, ends))
+        self._list_bytes += len(raw)
+        if len(kept) > _LISTS_PER_HEAD:
+            self._list_bytes -= len(kept.pop(0)[0])
 
     def _trace_clean(self, line: bytes) -> bool:
         """Whether the trace whose JSON is ``line`` holds no secret (its ``redactions``
