@@ -422,3 +422,68 @@ def test_a_running_session_reuses_the_carried_derivation() -> None:
     assert prev is not None and last is not None
     shared = [d for d in last.decisions if any(d is e for e in prev.decisions)]
     assert len(shared) >= len(prev.decisions) - 3
+
+
+@pytest.mark.parametrize(("api", "stem"), fixture_sessions())
+def test_the_trace_id_going_on_from_a_checkpoint_is_the_request_s_hash(api: str, stem: str) -> None:
+    """The importer's trace id (``derive.stable_id`` of the request's identity) made from
+    the hash kept at the session's previous checkpoint is the id made from scratch, for a
+    session grown from each fixture and for calls whose tools or system field change."""
+    from ctxcore.formats import anthropic, openai, responses
+    from ctxcore.formats.derive import stable_id
+    from ctxcore.formats.request import Incremental, RequestFormat
+
+    forms: dict[str, RequestFormat] = {
+        "openai.chat": openai.REQUESTS,
+        "anthropic.messages": anthropic.REQUESTS,
+        "openai.responses": responses.REQUESTS,
+    }
+    form = forms[api]
+    folder, _ = APIS[api]
+    request = json.loads((FIXTURES / folder / f"{stem}.request.json").read_text())
+    calls = grown(api, request)
+    key = list_key(api)
+    ask = {"role": "user", "content": "again?"}
+    calls.append({**calls[-1], "tools": [], key: [*calls[-1][key], ask]})
+    calls.append(
+        {**calls[-1], "system": "other", "instructions": "other", key: [*calls[-1][key], ask]}
+    )
+    memo = Incremental()
+    for req in calls:
+        got = form.trace(req, incremental=memo).trace_id
+        assert got == stable_id(form.builder, *form.identity(req))
+    assert memo.resumed >= 1 or form.items(request) is None
+
+
+def test_an_agent_loop_s_trace_ids_go_on_from_the_kept_hash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calls whose query is followed by the model's tool calls and their results (the
+    checkpoint ends before the query, not at the last message): every id is the request's
+    hash from scratch, and only the first call starts a hash (the others go on from the
+    one kept at the checkpoint they extend)."""
+    import hashlib
+
+    from ctxcore.formats import openai, request
+    from ctxcore.formats.derive import stable_id
+    from ctxcore.formats.request import Incremental
+
+    started: list[bytes] = []
+
+    class Counting:
+        @staticmethod
+        def sha256(data: bytes) -> Any:
+            started.append(data)
+            return hashlib.sha256(data)
+
+    monkeypatch.setattr(request, "hashlib", Counting)
+    form, memo = openai.REQUESTS, Incremental()
+    messages: list[dict[str, Any]] = [SYS]
+    for i in range(8):
+        messages = [*messages, *step(i, "t")]
+        req = {"model": "gpt-4o", "messages": messages, "tools": TOOLS}
+        assert form.trace(req, incremental=memo).trace_id == stable_id(
+            form.builder, *form.identity(req)
+        )
+    assert memo.resumed == 7
+    assert len(started) == 1

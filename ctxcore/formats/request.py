@@ -13,9 +13,10 @@ A file may hold a request, a ``{"request": ..., "response": ...}`` pair, or a li
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -91,6 +92,20 @@ def _copied(tally: Tally) -> Tally:
     )
 
 
+#: how ``derive.stable_id`` writes a request's identity before hashing it
+_ID_JSON: dict[str, Any] = {"sort_keys": True, "ensure_ascii": False, "default": str}
+
+
+@dataclass(frozen=True)
+class _IdHash:
+    """The trace id's hash (``derive.stable_id``) fed up to a checkpoint's last message:
+    the JSON before the message list (``head``: the builder and the identity's parts
+    before the list), the list's ``[`` and its messages up to the checkpoint's query."""
+
+    head: str
+    hash: Any
+
+
 @dataclass
 class _GoingOn:
     """One call's normalizing, as ``Incremental.go_on`` did it: its messages from ``start``
@@ -104,6 +119,8 @@ class _GoingOn:
     tally: Tally
     before: dict[int, Tally]
     resume: Resume
+    #: the checkpoint it went on from
+    origin: _Checkpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +133,8 @@ class _Checkpoint:
     items: list[Any]
     tally: Tally
     parts: Assembly
+    #: the trace id's hash up to ``items``' end, once the call's id is made
+    id_hash: list[_IdHash] = field(default_factory=list)
 
     def extended_by(self, form: RequestFormat, head: Any, items: list[Any]) -> bool:
         n = len(self.items)
@@ -167,6 +186,7 @@ class Incremental:
                 got = self._normalized(form, items, head, len(cp.items), [], _copied(cp.tally))
                 if last_user_index(got.norm) is not None:
                     got.resume = Resume(cp.parts)
+                    got.origin = cp
                     # the equal messages kept as the checkpoint's objects: a session's
                     # checkpoints hold one copy of its conversation, not one each
                     got.items = cp.items + items[len(cp.items) :]
@@ -199,15 +219,15 @@ class Incremental:
         self.tools = tools
         return tools
 
-    def keep(self, got: _GoingOn | None) -> None:
+    def keep(self, got: _GoingOn | None) -> _Checkpoint | None:
         """Remember this call for the next ones: its messages before its query, the tally
-        before the query and the parts assembled before it."""
+        before the query and the parts assembled before it (the checkpoint made)."""
         if got is not None and got.start and got.resume.start is not None:
             self.resumed += 1
         else:
             self.full += 1
         if got is None or got.resume.kept is None:
-            return
+            return None
         cut = got.resume.kept.last_user
         assert cut is not None
         cp = _Checkpoint(
@@ -215,6 +235,38 @@ class Incremental:
         )
         self._checkpoints.append(cp)
         del self._checkpoints[: -self.kept]
+        return cp
+
+    @staticmethod
+    def trace_id(
+        form: RequestFormat, request: dict[str, Any], got: _GoingOn | None, kept: _Checkpoint | None
+    ) -> str:
+        """``stable_id(form.builder, *form.identity(request))``, the hash going on from
+        where the checkpoint the call went on from left it: the JSON of a list is ``[``, its
+        items' JSON joined by ``, ``, and ``]`` (``json.dumps`` writes an item inside a
+        list as it writes it alone), so the hash of the JSON up to a checkpoint's last
+        message is the start of this call's. The state at this call's checkpoint is kept
+        with it (``kept``)."""
+        ident = form.identity(request)
+        items = form.items(request)
+        at = next((k for k, x in enumerate(ident) if x is items), None)
+        if got is None or items is None or at is None:
+            return stable_id(form.builder, *ident)
+        head = json.dumps([form.builder, *ident[:at]], **_ID_JSON)[:-1] + ", ["
+        origin = got.origin
+        if origin is not None and origin.id_hash and origin.id_hash[0].head == head:
+            h, start = origin.id_hash[0].hash.copy(), len(origin.items)
+        else:
+            h, start = hashlib.sha256(head.encode("utf-8")), 0
+        cut = len(kept.items) if kept is not None else -1
+        for i in range(start, len(items)):
+            if i == cut and kept is not None:
+                kept.id_hash.append(_IdHash(head, h.copy()))
+            text = json.dumps(items[i], **_ID_JSON)
+            h.update(((", " if i else "") + text).encode("utf-8"))
+        rest = "".join(", " + json.dumps(x, **_ID_JSON) for x in ident[at + 1 :])
+        h.update(("]" + rest + "]").encode("utf-8"))
+        return h.hexdigest()[:32]
 
 
 class RequestFormat:
@@ -362,8 +414,7 @@ class RequestFormat:
             output_reserve=reserve_tokens(self.reserve(request)),
             resume=resume,
         )
-        if incremental is not None:
-            incremental.keep(going_on)
+        kept = incremental.keep(going_on) if incremental is not None else None
         meta: dict[str, Any] = {"import": {**tally.to_metadata(), **notes}}
         meta.update(self.request_meta(request))
         if reply is not None:
@@ -375,7 +426,12 @@ class RequestFormat:
             flat,
             builder=self.builder,
             model=model if isinstance(model, str) else None,
-            trace_id=trace_id or stable_id(self.builder, *self.identity(request)),
+            trace_id=trace_id
+            or (
+                incremental.trace_id(self, request, going_on, kept)
+                if incremental is not None
+                else stable_id(self.builder, *self.identity(request))
+            ),
             session_id=self.session(request, session_id),
             turn=turn,
             created_at=when,
