@@ -136,3 +136,17 @@ def test_the_prompt_reader_goes_on_from_one_insert_batch_to_the_next() -> None:
     assert got == expected
     # the reader holds the last call's blocks: the next batch's first trace extends them
     assert reader._last
+
+
+def test_strip_noise_asks_the_spinner_pattern_about_every_line_it_could_match() -> None:
+    """``strip_noise`` tries the spinner pattern only on a line of one character stripped
+    or holding a "%": every line the pattern matches is one of those."""
+    from ctxcore.diagnostics.text import _SPINNER_LINE, _strip_noise_of
+
+    shapes = [" | ", "-", "\\", "/", "\u00a0|\u2003", "\x1c-\x1f", "||", " - x", "[=====>   ] 45%"]
+    shapes += ["abc 50 %", "#### 100.0 %", "..........  7%", "done 100%", "x", "plain text line"]
+    lines = [a + b for a in shapes for b in ("", " ", "\t", "%")]
+    matching = [ln for ln in lines if _SPINNER_LINE.search(ln)]
+    assert len(matching) >= 10
+    text = "\n".join(lines)
+    assert _strip_noise_of(text).spinner_lines == len(matching)

@@ -304,21 +304,18 @@ def _strip_noise_of(text: str) -> NoiseProfile:
             line = parts[-1] if parts else ""
         lines_out.append(line)
     seen: set[str] = set()
-    shape_of = {
-        key: _line_shape(key)
-        for key in {ln.strip() for ln in lines_out}
-        if len(key) >= MIN_REPEAT_LINE
-    }
-    shapes: Counter[str] = Counter(
-        shape_of[ln.strip()] for ln in lines_out if len(ln.strip()) >= MIN_REPEAT_LINE
-    )
+    keys = [ln.strip() for ln in lines_out]  # each line stripped once
+    long = [key for key in keys if len(key) >= MIN_REPEAT_LINE]
+    shape_of = {key: _line_shape(key) for key in set(long)}
+    shapes: Counter[str] = Counter(map(shape_of.__getitem__, long))
     kept_shapes: Counter[str] = Counter()
     repeated = 0
     spinners = 0
     final: list[str] = []
-    for ln in lines_out:
-        key = ln.strip()
-        if len(ln) <= _MAX_LINE and _SPINNER_LINE.search(ln):
+    for ln, key in zip(lines_out, keys, strict=True):
+        # a spinner line is one character of |/\- stripped, or holds a "%": the pattern
+        # is asked about those only
+        if (len(key) == 1 or "%" in ln) and len(ln) <= _MAX_LINE and _SPINNER_LINE.search(ln):
             spinners += 1
             continue
         if len(key) >= MIN_REPEAT_LINE:
