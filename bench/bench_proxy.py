@@ -204,9 +204,9 @@ def _record(i: int) -> Any:
     )
 
 
-def converter_in_process(work: Path, bodies: list[bytes], last: int = 100) -> float:
-    """CPU ms per call of ``Converter.step`` on the session's last ``last`` calls (the
-    earlier ones converted first, as a running session's converter has)."""
+def converter_in_process(work: Path, bodies: list[bytes], last: int = 100) -> tuple[float, float]:
+    """CPU and wall ms per call of ``Converter.step`` on the session's last ``last`` calls
+    (the earlier ones converted first, as a running session's converter has)."""
     sys.path.insert(0, str(ROOT))
     from ctxcore.capture.spool import Converter, SpoolWriter, spool_dir
 
@@ -219,10 +219,10 @@ def converter_in_process(work: Path, bodies: list[bytes], last: int = 100) -> fl
         for k, body in enumerate(part):
             writer.put(_record(first + k), body, reply)
         writer.close()
-        t = time.process_time()
+        t, w = time.process_time(), time.perf_counter()
         assert conv.step() == len(part)
-        cpu = time.process_time() - t
-    return cpu / last * 1000
+        cpu, wall = time.process_time() - t, time.perf_counter() - w
+    return cpu / last * 1000, wall / last * 1000
 
 
 async def burst_session(port: int, path: str, bodies: list[bytes], clients: int) -> float:
@@ -265,12 +265,16 @@ def session_rows(
 ) -> list[tuple[str, str, str]]:
     """The running-session measures (see the module docstring)."""
     rows = []
-    ms = converter_in_process(work, session_bodies(args.session_calls))
+    bodies = session_bodies(args.session_calls)
+    # best of 3 (load varies): each run a fresh converter going through the whole session
+    runs = [converter_in_process(work / f"run{k}", bodies) for k in range(3)]
+    ms, wall = min(runs)
     rows.append(
         (
             f"converter CPU per call, running session (calls {args.session_calls - 99}-"
-            f"{args.session_calls}, ~30 KB), in process",
-            f"{ms:.2f} ms = {2000 / ms:,.0f} traces/s on 2 cores",
+            f"{args.session_calls}, ~30 KB), in process, best of 3",
+            f"{ms:.2f} ms CPU ({wall:.2f} wall, load {os.getloadavg()[0]:.1f}) = "
+            f"{2000 / ms:,.0f} traces/s on 2 cores",
             "<= 5 ms, >= 150 traces/s",
         )
     )
@@ -295,7 +299,7 @@ def session_rows(
     rows.append(
         (
             "  converter process CPU per call in it",
-            f"{cpu / len(bodies) * 1000:.2f} ms",
+            f"{cpu / len(bodies) * 1000:.2f} ms (load {os.getloadavg()[0]:.1f})",
             "",
         )
     )
@@ -380,6 +384,7 @@ def main() -> None:
     ap.add_argument("--spans", type=int, default=10_240)
     ap.add_argument("--session-calls", type=int, default=300)
     ap.add_argument("--session-burst", type=int, default=500)
+    ap.add_argument("--session-only", action="store_true", help="only the running-session measures")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     py = sys.executable
@@ -391,6 +396,17 @@ def main() -> None:
         r"listening on http://127\.0\.0\.1:(\d+)",
     )
     rows: list[tuple[str, str, str]] = []
+    if args.session_only:
+        try:
+            t0 = time.perf_counter()  # the converter process starts with the proxy
+            while not converter_of(proxy.pid) and time.perf_counter() - t0 < 10:
+                time.sleep(0.05)
+            rows += session_rows(px_port, converter_of(proxy.pid), work, args)
+        finally:
+            stop(proxy)
+            stop(upstream)
+        print_rows(rows)
+        return
     try:
         body = (FIXTURES / f"{STEM}.request.json").read_bytes()
         path = "/v1/chat/completions"
@@ -418,7 +434,7 @@ def main() -> None:
                 "",
             )
         )
-        rows.append(("added latency p50", f"{p50:.2f} ms", "<= 2 ms"))
+        rows.append(("added latency p50", f"{p50:.2f} ms", "<= 1 ms"))
         rows.append(("added latency p99", f"{p99:.2f} ms", "<= 10 ms"))
 
         sbody = (STREAMS / f"{STREAM}.request.json").read_bytes()
@@ -526,13 +542,19 @@ def main() -> None:
     finally:
         stop(collector)
 
+    print_rows(rows)
+    print(f"(work dir {work})")
+
+
+def print_rows(rows: list[tuple[str, str, str]]) -> None:
+    """The table, and the machine it ran on."""
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     print(f"\n{'measure':<{w0}}  {'result':<{w1}}  target")
     print(f"{'-' * w0}  {'-' * w1}  ------")
     for a, b, c in rows:
         print(f"{a:<{w0}}  {b:<{w1}}  {c}")
-    print(f"(loopback, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; work dir {work})")
+    print(f"(loopback, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -509,15 +509,11 @@ class _Prefix:
     decisions: list[Decision]
     p_used: dict[str, int]
     p_items: dict[str, int]
-    #: decision ids of the items, the history messages' own ids (how often each), the
-    #: packets' ids, the first history message making each call, the calls the packets
-    #: answer, and the slot the last packet went to (``_interleave``)
+    #: decision ids of the items, the packets' ids, and what the history messages' own
+    #: ids and the tool calls say about later parts
     ids: set[str]
-    own_ids: dict[str, int]
     packet_ids: set[str]
-    calls: dict[str, int]
-    answered: set[str]
-    last_slot: int
+    links: _Links
     flat: list[Message]
     prompt: str
 
@@ -527,14 +523,8 @@ def _same_objects(old: Sequence[object], new: Sequence[object]) -> bool:
     return len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False))
 
 
-@dataclass
-class _Tail:
-    """The parts a call adds after a prefix, in prompt order, and where its query goes."""
-
-    parts: list[tuple[str, _Item, Message | Packet]]
-    own_ids: dict[str, int]
-    calls: dict[str, int]
-    last_slot: int
+#: a conversation part a call adds after a prefix: its decision id, its item, its source
+_TailPart = tuple[str, _Item, Message | Packet]
 
 
 class Carry:
@@ -574,28 +564,28 @@ class Carry:
         del self._prefixes[: -self.kept]
 
 
-def _tail(pre: _Prefix, input: CapturedInput) -> _Tail | None:
+def _tail(pre: _Prefix, input: CapturedInput) -> list[_TailPart] | None:
     """The parts ``input`` adds after ``pre`` (``_interleave`` and ``history_ids`` on the new
     history messages and packets only), or None when they would change the prefix's."""
     h, p = len(pre.history), len(pre.packets)
     new_hist, new_packets = input.history[h:], input.packets[p:]
-    own = dict(pre.own_ids)
+    own = dict(pre.links.own_ids)
     for m in new_hist:
         if m.id:
-            if m.id in pre.own_ids:
+            if m.id in pre.links.own_ids:
                 return None  # the prefix's message would lose its own id
             own[m.id] = own.get(m.id, 0) + 1
     taken = pre.packet_ids | {q.id for q in new_packets}
-    if any(q.id in pre.own_ids for q in new_packets):
+    if any(q.id in pre.links.own_ids for q in new_packets):
         return None
-    calls = dict(pre.calls)
+    calls = dict(pre.links.calls)
     for k, m in enumerate(new_hist, start=h):
         for cid in _call_ids(m):
-            if cid in pre.answered and cid not in pre.calls:
+            if cid in pre.links.answered and cid not in pre.links.calls:
                 return None  # a prefix packet would move after this message
             calls.setdefault(cid, k)
     slots: list[list[Packet]] = [[] for _ in range(len(new_hist) + 1)]  # slot 0: slot h
-    last = pre.last_slot
+    last = pre.links.last_slot
     for q in new_packets:
         answers = q.metadata.get("tool_call_id") if q.kind == "tool_result" else None
         at = calls.get(str(answers)) if answers is not None else None
@@ -603,7 +593,7 @@ def _tail(pre: _Prefix, input: CapturedInput) -> _Tail | None:
         if last < h:
             return None  # among the prefix's parts
         slots[last - h].append(q)
-    parts: list[tuple[str, _Item, Message | Packet]] = []
+    parts: list[_TailPart] = []
     for q in slots[0]:
         parts.append((q.id, _Item(q.id, q.kind, q.content, _partition_of(q.kind), q.must_keep), q))
     for j, m in enumerate(new_hist):
@@ -612,7 +602,7 @@ def _tail(pre: _Prefix, input: CapturedInput) -> _Tail | None:
         for q in slots[j + 1]:
             item = _Item(q.id, q.kind, q.content, _partition_of(q.kind), q.must_keep)
             parts.append((q.id, item, q))
-    return _Tail(parts, own, calls, last)
+    return parts
 
 
 @dataclass
@@ -652,20 +642,20 @@ def _went_on(pre: _Prefix, input: CapturedInput, counter: TokenCounter) -> _Gath
     if tail is None:
         return None
     at = next(
-        (k for k, (_, _, src) in enumerate(tail.parts) if src.metadata.get(AFTER_QUERY)),
-        len(tail.parts),
+        (k for k, (_, _, src) in enumerate(tail) if src.metadata.get(AFTER_QUERY)),
+        len(tail),
     )
-    if not input.query and at == len(tail.parts):
+    if not input.query and at == len(tail):
         return None  # no query part: the query's item goes first (``_in_prompt_order``)
-    new_ids = [pid for pid, _, _ in tail.parts]
+    new_ids = [pid for pid, _, _ in tail]
     if TASK_ID in pre.ids or TASK_ID in new_ids or len(set(new_ids)) < len(new_ids):
         return None
     if not pre.ids.isdisjoint(new_ids):
         return None
     task = _Item(TASK_ID, "task", input.query, "current message", True)
-    new_items = [it for _, it, _ in tail.parts]
+    new_items = [it for _, it, _ in tail]
     new_items.insert(at, task)
-    sources: list[Message | Packet | None] = [src for _, _, src in tail.parts]
+    sources: list[Message | Packet | None] = [src for _, _, src in tail]
     sources.insert(at, None)
     return _Gathered(
         [*pre.items, *new_items],
@@ -674,6 +664,36 @@ def _went_on(pre: _Prefix, input: CapturedInput, counter: TokenCounter) -> _Gath
         len(pre.items) + at,
         pre,
     )
+
+
+@dataclass
+class _Links:
+    """What a prefix's ids and tool calls say about the parts after it (``_Prefix``)."""
+
+    own_ids: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    last_slot: int = 0
+
+
+def _linked(base: _Links, hist: list[Message], h0: int, packets: list[Packet], p0: int) -> _Links:
+    """``base`` (the links of ``hist[:h0]`` and ``packets[:p0]``) gone on with the rest:
+    their own ids, the first message making each call, the calls the packets answer and the
+    slot the last packet went to, as ``history_ids`` and ``_interleave`` see them."""
+    out = _Links(dict(base.own_ids), dict(base.calls), set(base.answered), base.last_slot)
+    for k in range(h0, len(hist)):
+        m = hist[k]
+        if m.id:
+            out.own_ids[m.id] = out.own_ids.get(m.id, 0) + 1
+        for cid in _call_ids(m):
+            out.calls.setdefault(cid, k)
+    for q in packets[p0:]:
+        answers = q.metadata.get("tool_call_id") if q.kind == "tool_result" else None
+        if answers is not None:
+            out.answered.add(str(answers))
+        at = out.calls.get(str(answers)) if answers is not None else None
+        out.last_slot = at + 1 if at is not None else out.last_slot
+    return out
 
 
 def _prefix_of(
@@ -688,32 +708,17 @@ def _prefix_of(
     its packets before the query are not the first of its packets)."""
     assert got.task_at is not None
     pre, cut = got.prefix, got.task_at
-    start = len(pre.items) if pre is not None else 0
     hist = list(pre.history) if pre is not None else []
     packets = list(pre.packets) if pre is not None else []
-    for src in got.sources[start:cut]:
+    h0, p0 = len(hist), len(packets)
+    for src in got.sources[len(pre.items) if pre is not None else 0 : cut]:
         if isinstance(src, Packet):
             packets.append(src)
         elif src is not None:
             hist.append(src)
     if not _same_objects(packets, input.packets) or not _same_objects(hist, input.history):
         return None
-    own = dict(pre.own_ids) if pre is not None else {}
-    calls = dict(pre.calls) if pre is not None else {}
-    for k in range(len(pre.history) if pre is not None else 0, len(hist)):
-        m = hist[k]
-        if m.id:
-            own[m.id] = own.get(m.id, 0) + 1
-        for cid in _call_ids(m):
-            calls.setdefault(cid, k)
-    answered = set(pre.answered) if pre is not None else set()
-    last = pre.last_slot if pre is not None else 0
-    for q in packets[len(pre.packets) if pre is not None else 0 :]:
-        answers = q.metadata.get("tool_call_id") if q.kind == "tool_result" else None
-        if answers is not None:
-            answered.add(str(answers))
-        at = calls.get(str(answers)) if answers is not None else None
-        last = at + 1 if at is not None else last
+    links = _linked(pre.links if pre is not None else _Links(), hist, h0, packets, p0)
     f = next((k for k in range(len(messages) - 1, -1, -1) if messages[k].role == "user"), 0)
     return _Prefix(
         system=input.system_instructions,
@@ -728,13 +733,10 @@ def _prefix_of(
         p_used=sums.cut_used,
         p_items=sums.cut_items,
         ids={it.id for it in got.items[:cut]},
-        own_ids=own,
         packet_ids={q.id for q in packets},
-        calls=calls,
-        answered=answered,
-        last_slot=last,
+        links=links,
         flat=messages[:f],
-        prompt=prompt[: sums.cut_prompt] if f else "",
+        prompt=prompt[: sums.cut_prompt],
     )
 
 
