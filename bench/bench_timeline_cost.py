@@ -13,9 +13,10 @@ simulated cache included); the diagnostics of a session this long run when asked
 The page opens on its packets; the partition usage and the cost and cache are views drawn
 when opened (docs/design.md, "The app"). Measured: the page opened by its URL with the
 server's caches cold (the first open), then warm (``--repeat`` more opens), each until its
-packet chart is drawn and until it settles (with the browser's main-thread task and script
-seconds to then, Chromium's own count: CPU, where a loaded machine blurs the wall), then its "Cost and cache" view opened until
-the cost chart is drawn (from the click, and from the navigation); the diagnostics asked
+packet chart is drawn and until it settles (with the seconds the browser's main thread ran
+tasks and script to then, Chromium's own count: its idle waits left out, though a loaded
+machine still stretches a running task), then its "Cost and cache" view opened until the
+cost chart is drawn (from the click, and from the navigation); the diagnostics asked
 for (the button, until their chart is drawn); the page script alone through AppTest in a
 fresh process (wall and CPU seconds, cold and warm, on the packets and on the cost view:
 the server's share, which a loaded machine's browser figures blur); and, in this process,
@@ -179,8 +180,9 @@ def parts(db: Path) -> dict[str, float]:
 class Open:
     """One open of the Timeline by URL, seconds: to its packet chart drawn, to the page
     settled; then its cost view clicked, to the cost chart drawn (from the click). And the
-    browser's main thread over the open, to the page settled: its tasks (``busy``) and the
-    script among them, CPU seconds that a loaded machine's waits do not count."""
+    browser's main thread over the open, to the page settled: the seconds it ran tasks
+    (``busy``) and script among them (idle waits left out; not CPU time: a loaded machine
+    still stretches a running task)."""
 
     packets: float
     settled: float
