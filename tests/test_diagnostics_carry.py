@@ -108,11 +108,15 @@ def test_a_call_seen_again_verifies_no_pair_again() -> None:
 
 def test_a_session_past_its_bound_starts_over_with_the_same_pairs() -> None:
     sets = [shingles(x) for x in _texts()]
-    carried = SessionNearDuplicates(keep=1, max_sets=10)
+    carried = SessionNearDuplicates(keep=1, max_shingles=2_000)
     for k in range(5, len(sets), 7):
         assert carried("s", sets[:k], 0.8) == near_duplicate_pairs(sets[:k], 0.8)
         assert carried("t", sets[k // 2 : k], 0.8) == near_duplicate_pairs(sets[k // 2 : k], 0.8)
     assert len(carried._data) == 1
+    (held,) = carried._data.values()
+    # started over when past the bound: what it holds beyond it is the last call's sets
+    last = sets[k // 2 : k]
+    assert held.shingles <= 2_000 + sum(map(len, last)) < sum(map(len, set(sets)))
 
 
 def _summaries(batch: RowBatch) -> list[bytes]:

@@ -493,6 +493,8 @@ class _SessionPairs:
         self.threshold = threshold
         self.pos: dict[frozenset[int], int] = {}
         self.sets: list[frozenset[int]] = []
+        #: the shingles the sets held hold in all (what bounds the memory held)
+        self.shingles = 0
         #: per set, the positions of the earlier sets sharing one of its buckets
         self.mates: list[set[int]] = []
         self.buckets: list[dict[bytes, list[int]]] = [{} for _ in range(_BANDS)]
@@ -509,6 +511,7 @@ class _SessionPairs:
         p = len(self.sets)
         self.pos[s] = p
         self.sets.append(s)
+        self.shingles += len(s)
         mates: set[int] = set()
         for band, key in zip(self.buckets, _bands(s), strict=True):
             members = band.setdefault(key, [])
@@ -564,12 +567,13 @@ class SessionNearDuplicates:
     new ones and verifies only pairs no earlier call held. The pairs are the very ones
     ``near_duplicate_pairs`` gives: a pair of sets is checked, as there, when they share an
     LSH bucket, by the same size filter and Jaccard.
-    Keeps the ``keep`` sessions used last; a session past ``max_sets`` distinct sets starts
-    over (the answers stay the same, only the work done before is lost). Thread-safe."""
+    Keeps the ``keep`` sessions used last; a session whose sets hold more than
+    ``max_shingles`` shingles in all (~120 bytes each) starts over (the answers stay the
+    same, only the work done before is lost). Thread-safe."""
 
-    def __init__(self, keep: int = 16, max_sets: int = 20_000) -> None:
+    def __init__(self, keep: int = 4, max_shingles: int = 300_000) -> None:
         self._keep = keep
-        self._max_sets = max_sets
+        self._max_shingles = max_shingles
         self._data: OrderedDict[tuple[str, float], _SessionPairs] = OrderedDict()
         self._lock = threading.Lock()
         _MEMOS.append(self)
@@ -580,7 +584,7 @@ class SessionNearDuplicates:
         key = (session, threshold)
         with self._lock:
             held = self._data.get(key)
-            if held is None or len(held.sets) > self._max_sets:
+            if held is None or held.shingles > self._max_shingles:
                 held = self._data[key] = _SessionPairs(threshold)
             self._data.move_to_end(key)
             while len(self._data) > self._keep:
