@@ -231,7 +231,7 @@ class Redactor:
         """``_clean`` of a JSON list. A session's list repeats the earlier calls' items: of a
         list that starts with a clean one's first items (the same bytes), only the items
         after them are read, and of those only the ones not known clean are looked at."""
-        start, ends = 0, []
+        start, ends = 0, list[int]()
         if len(raw) >= _MIN_GROWN_LIST:
             start, ends = self._grown_from(raw)
             if start == len(raw):

@@ -266,7 +266,7 @@ class Incremental:
             h.update(((", " if i else "") + text).encode("utf-8"))
         rest = "".join(", " + json.dumps(x, **_ID_JSON) for x in ident[at + 1 :])
         h.update(("]" + rest + "]").encode("utf-8"))
-        return h.hexdigest()[:32]
+        return str(h.hexdigest())[:32]
 
 
 class RequestFormat:
