@@ -12,6 +12,7 @@ import app_support as data
 import pytest
 from app_support import open_page
 from streamlit.testing.v1 import AppTest
+from test_timeline_legend import entries as legend_entries
 
 from ctxapp.ui import views
 from ctxcore import figures
@@ -153,17 +154,16 @@ def test_timeline_findings_heatmap_cell_opens_its_turn(db: Path, built) -> None:
     assert at.query_params["trace"] == traces[2].trace_id
 
 
-def test_timeline_legend_is_a_chart_of_its_own(db: Path, built) -> None:
-    # its place on screen (in view while the rows scroll) is tested in the browser
+def test_timeline_legend_names_the_sessions_statuses(db: Path, built) -> None:
+    # one line of HTML over the chart (figures.status_legend); its place on screen (in view
+    # while the rows scroll) is tested in the browser
     at = open_page("timeline", session="sess-book")
-    specs = {c.proto.spec: c for c in at.get("plotly_chart")}
-    charts = [json.loads(s) for s in specs]
-    legend = next(c for c in charts if c["data"] and c["data"][0]["type"] == "scatter")
+    (legend,) = [h.proto.body for h in at.get("html") if "status-legend" in h.proto.body]
     statuses = {d.status.value for t in built["book"] if t.result for d in t.result.decisions}
-    assert [d["name"] for d in legend["data"]] == [s for s in figures.STATUS_ORDER if s in statuses]
-    assert [d["marker"]["color"] for d in legend["data"]] == [
-        figures.STATUS_COLORS[d["name"]] for d in legend["data"]
+    assert legend_entries(legend) == [
+        (figures.STATUS_COLORS[s], s) for s in figures.STATUS_ORDER if s in statuses
     ]
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     heat = next(c for c in charts if c["data"][0]["type"] == "heatmap")
     assert heat["layout"].get("showlegend") is False
 
