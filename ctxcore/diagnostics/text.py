@@ -443,16 +443,12 @@ def _bands_of(s: frozenset[int]) -> tuple[bytes, ...]:
 _bands = Memo(_bands_of, max_size=1_000_000)
 
 
-def near_duplicate_pairs(
-    sets: Sequence[frozenset[int]], threshold: float
-) -> list[tuple[int, int, float]]:
-    """Index pairs whose Jaccard similarity is at least ``threshold`` (MinHash-LSH, verified).
-
-    LSH with 16 bands of 4 rows finds a pair at Jaccard 0.8 with probability > 0.999;
-    each candidate is then checked exactly, so no false positives are reported.
-    """
+def _first_copies(
+    sets: Sequence[frozenset[int]],
+) -> tuple[list[tuple[int, int, float]], list[int]]:
+    """Identical sets (the same log pasted five times) paired with their first copy directly
+    (similarity 1.0), and the indexes of the first copies, in order; empty sets are none."""
     out: list[tuple[int, int, float]] = []
-    # identical sets (the same log pasted five times) pair with their first copy directly
     first: dict[frozenset[int], int] = {}
     reps: list[int] = []
     for i, s in enumerate(sets):
@@ -463,6 +459,18 @@ def near_duplicate_pairs(
         else:
             first[s] = i
             reps.append(i)
+    return out, reps
+
+
+def near_duplicate_pairs(
+    sets: Sequence[frozenset[int]], threshold: float
+) -> list[tuple[int, int, float]]:
+    """Index pairs whose Jaccard similarity is at least ``threshold`` (MinHash-LSH, verified).
+
+    LSH with 16 bands of 4 rows finds a pair at Jaccard 0.8 with probability > 0.999;
+    each candidate is then checked exactly, so no false positives are reported.
+    """
+    out, reps = _first_copies(sets)
     # one dict of buckets per band (a band's key is its slice of the signature)
     buckets: list[dict[bytes, list[int]]] = [{} for _ in range(_BANDS)]
     for i in reps:
@@ -539,17 +547,9 @@ class _SessionPairs:
 
     def pairs(self, sets: Sequence[frozenset[int]]) -> list[tuple[int, int, float]]:
         """``near_duplicate_pairs(sets, threshold)``, from what the session showed."""
-        out: list[tuple[int, int, float]] = []
-        first: dict[frozenset[int], int] = {}
-        at: dict[int, int] = {}  # position held -> index in ``sets`` of its first copy
-        for i, s in enumerate(sets):
-            if not s:
-                continue
-            if s in first:
-                out.append((first[s], i, 1.0))
-            else:
-                first[s] = i
-                at[self.position(s)] = i
+        out, reps = _first_copies(sets)
+        # position held -> index in ``sets`` of its first copy
+        at = {self.position(sets[i]): i for i in reps}
         for p, j in at.items():
             for q in self.mates[p].intersection(at):
                 sim = self._similar(q, p)
