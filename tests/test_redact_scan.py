@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ def test_each_rule_needs_what_every_match_of_it_holds() -> None:
     matched = 0
     for rule in RULES:
         as_written, alts = rule_needs(rule)
+        assert any(rule.pattern.search(t) for t in EXAMPLES), f"no example of {rule.name}"
         for text in TEXTS:
             if rule.pattern.search(text) is None:
                 continue
@@ -88,6 +90,17 @@ def test_each_rule_needs_what_every_match_of_it_holds() -> None:
             hay = text if as_written else text.lower()
             assert any(all(lit in hay for lit in alt) for alt in alts), (rule.name, text)
     assert matched > 800  # the examples and many of their mutants match their rule
+
+
+def test_a_rule_that_needs_nothing_makes_every_text_walk() -> None:
+    """A rule with neither needs nor a guard (one added without them) can match anywhere:
+    the scan must then never rule a text out, rather than never run the rule."""
+    bare = redact.Rule("bare", re.compile(r"zz\d{4}"))
+    needs = redact.rule_needs(bare)
+    assert needs == (False, ((),))
+    scan = redact._Literals([needs, *(redact.rule_needs(r) for r in RULES)])
+    assert scan.any_alternative("nothing to see", "nothing to see")
+    assert not redact._LITERALS.any_alternative("nothing to see", "nothing to see")
 
 
 def test_model_constants_hold_no_secret() -> None:

@@ -373,10 +373,11 @@ _NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 def rule_needs(rule: Rule) -> tuple[bool, tuple[tuple[str, ...], ...]]:
     """What a match of ``rule`` holds, and whether as written (else in the lowered text):
-    its ``_NEEDS``, lowered for a rule that ignores case; else its guard, lowered."""
+    its ``_NEEDS``, lowered for a rule that ignores case; else its guard, lowered; a rule
+    with neither needs nothing (one empty alternative: every text may hold a match)."""
     alts = _NEEDS.get(rule.name)
     if alts is None:
-        return False, tuple((g,) for g in rule.guard)
+        return False, tuple((g,) for g in rule.guard) or ((),)
     if rule.pattern.flags & re.IGNORECASE:
         return False, tuple(tuple(lit.lower() for lit in alt) for alt in alts)
     return True, alts
@@ -419,6 +420,8 @@ class _Literals:
     _MUL = np.uint32(2654435761)  # Knuth's multiplicative hash
 
     def __init__(self, checks: list[tuple[bool, tuple[tuple[str, ...], ...]]]) -> None:
+        #: a rule that needs nothing: every text may hold a match of it
+        self.always = any(not alt for _, alts in checks for alt in alts)
         keys = sorted({(lit, w) for w, alts in checks for alt in alts for lit in alt})
         self.keys = keys
         index = {key: i for i, key in enumerate(keys)}
@@ -468,6 +471,8 @@ class _Literals:
 
     def any_alternative(self, text: str, low: str) -> bool:
         """Does ``text`` (``low``: lowered) hold every literal of some alternative?"""
+        if self.always:
+            return True
         bits = np.zeros(2 << self.BITS, np.bool_)
         self._mark(bits, low.encode("utf-8", "surrogatepass"))
         maybe = np.logical_and.reduceat(bits[self.grams], self.starts)
