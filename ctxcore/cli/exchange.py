@@ -22,6 +22,7 @@ from ctxcore.models import Trace
 from ctxcore.output import STDOUT, is_stdout, write_output
 
 if TYPE_CHECKING:
+    from ctxcore.cli.import_findings import Diagnosed, FindingsJob, FindingsProcess
     from ctxcore.formats.redact_memo import Redactor
     from ctxcore.store.protocol import BulkWriter, Store
 
@@ -283,9 +284,13 @@ class _StoreSink:
     ``Store.add_traces`` would have it; a bigger one keeps the transactions committed
     before, and the error says how many traces they hold."""
 
-    def __init__(self, store: Store, source: str) -> None:
+    def __init__(self, store: Store, source: str, job: FindingsJob | None = None) -> None:
         self.store = store
         self.source = source
+        #: the child that reads the sources again and computes the findings beside this
+        #: process (``import_findings``); None: computed here, by ``prepare``
+        self.job = job if store.diagnose else None
+        self.findings: FindingsProcess | None = None
         self.added = 0
         self.stored = 0  # traces of committed transactions
         self.pending = 0  # traces added to the open transaction
@@ -300,8 +305,21 @@ class _StoreSink:
 
     def run(self, traces: Iterable[Trace]) -> int:
         """Add every trace; how many were new."""
+        if self.job is None:
+            return self._run(traces)
+        from ctxcore.cli.import_findings import FindingsProcess
+
+        self.findings = FindingsProcess(self.job)
+        try:
+            return self._run(traces)
+        finally:
+            self.findings.close()
+
+    def _run(self, traces: Iterable[Trace]) -> int:
         with self.store.bulk_writer() as writer:
             for trace in traces:
+                if self.findings is not None:
+                    self.findings.poll()
                 try:
                     raw: bytes = self.splitter.split_trace(trace)
                 except (ValueError, UnicodeError) as exc:  # a trace built without validation
@@ -322,12 +340,18 @@ class _StoreSink:
         return self.added
 
     def _flush(self, writer: BulkWriter) -> None:
+        from ctxcore.cli.import_findings import with_findings
         from ctxcore.store.rows import prepare
 
         batch = self.batch
         if not batch:
             return
-        res = writer.add(prepare(batch, [self.source] * len(batch), self.store.diagnose))
+        sources = [self.source] * len(batch)
+        if self.findings is None:
+            rows = prepare(batch, sources, self.store.diagnose)
+        else:
+            rows = with_findings(prepare(batch, sources, False), self._found(batch))
+        res = writer.add(rows)
         problems = [
             f"trace_id {tid!r} is already stored (from {src}) with different content"
             for _, tid, src in res.conflicts
@@ -338,6 +362,16 @@ class _StoreSink:
         self.added += res.added
         self.pending += len(batch)
         self.batch, self.size = [], 0
+
+    def _found(self, batch: list[tuple[Trace, bytes]]) -> list[Diagnosed]:
+        """The child's findings of the batch's traces, in order (an error if it stopped)."""
+        from ctxcore.cli.import_findings import FindingsStopped
+
+        assert self.findings is not None
+        try:
+            return [self.findings.take(trace.trace_id) for trace, _ in batch]
+        except FindingsStopped as exc:
+            raise self._error(str(exc)) from exc
 
     def _error(self, what: str, hint: str = "") -> InputError:
         kept = (
@@ -406,6 +440,7 @@ def cli_import(args: argparse.Namespace) -> int:
         run.described()
         print(f"imported {run.count} trace(s) from {src} -> {out}")
         return run.rc
+    from ctxcore.cli.import_findings import findings_job
     from ctxcore.store.engines import open_store
 
     db = getattr(args, "db", None) or str(settings.db_path())
@@ -421,7 +456,8 @@ def cli_import(args: argparse.Namespace) -> int:
             ) from exc
     else:
         with store:
-            added = _StoreSink(store, str(src)).run(traces)
+            job = findings_job(sources, args, run.redact)
+            added = _StoreSink(store, str(src), job).run(traces)
         run.described()
         n = run.count
         print(f"imported {n} trace(s) from {src} into {db}: {added} new, {n - added} already there")
