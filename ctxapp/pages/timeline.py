@@ -184,6 +184,10 @@ LOST_CONFIG = {
 VIEWS = ["Packets", "Partition usage", "Cost and cache"]
 
 
+#: the layout Streamlit gives a chart drawn with ``selection_mode="points"``
+SELECTING = {"clickmode": "event+select", "hovermode": "closest", "dragmode": "pan"}
+
+
 @dataclass(frozen=True)
 class _Grid:
     """The packet chart of one session, kind filter and grouping, as the page draws it."""
@@ -204,6 +208,9 @@ def _grid(sid: str, kinds: list[str], grouped: bool) -> _Grid:
         fig = figures.timeline_heatmap(
             shown, f"Packets across the turns of {sid}", group_by_kind=grouped, legend=False
         )
+        # what Streamlit sets on a chart that selects points, set here: left to Streamlit,
+        # its change had plotly take the whole chart in again after drawing it
+        fig.update_layout(SELECTING)
         return _Grid(
             fig,
             len({str(r["packet_id"]) for r in shown}),

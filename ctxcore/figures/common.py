@@ -68,6 +68,30 @@ def esc(text: object, limit: int = 300) -> str:
     return html.escape(s, quote=True)
 
 
+#: the advance widths of DejaVu Sans (what "sans-serif" is on Debian, and wider than Arial or
+#: Helvetica) for the printable ASCII characters " " to "~", in thousandths of the font size
+_ASCII_WIDTHS = (
+    318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337, 636, 636,
+    636, 636, 636, 636, 636, 636, 636, 636, 337, 337, 838, 838, 838, 531, 1000, 684, 686, 698,
+    770, 632, 575, 775, 752, 295, 295, 656, 557, 863, 748, 787, 603, 787, 695, 635, 611, 732,
+    684, 989, 685, 611, 685, 390, 337, 390, 838, 500, 500, 613, 635, 550, 635, 615, 352, 635,
+    634, 278, 278, 579, 278, 974, 634, 612, 635, 635, 411, 521, 392, 634, 592, 818, 592, 592,
+    525, 636, 337, 636, 838,
+)  # fmt: skip
+
+
+def text_px(text: str, size: float) -> float:
+    """The width in pixels, at most, of ``text`` (escaped for plotly: its entities count as
+    the character they stand for) drawn in a sans-serif font of ``size`` px: a character
+    outside ASCII counts 1.25 em, wider than a CJK one or an emoji. A figure that places its
+    labels itself (no ``automargin``) sizes its margins by it."""
+    widths = 0
+    for ch in html.unescape(text):
+        code = ord(ch) - 32
+        widths += _ASCII_WIDTHS[code] if 0 <= code < len(_ASCII_WIDTHS) else 1250
+    return widths * size / 1000
+
+
 def partition_color(name: str, i: int) -> str:
     """A partition's colour; a partition of no preset's takes the ``i``-th spare one."""
     return PARTITION_COLORS.get(name, _OTHER_COLORS[i % len(_OTHER_COLORS)])

@@ -18,6 +18,7 @@ from ctxcore.figures.common import (
     empty_figure,
     esc,
     legend_marker,
+    text_px,
 )
 
 #: a timeline with more rows than this also labels the turns under its last row
@@ -139,19 +140,31 @@ def cell_hover(grid: Mapping[str, Any] | go.Heatmap, i: int, j: int) -> str:
 
 
 def _add_turns_below(fig: go.Figure, turns: Sequence[int]) -> None:
-    """The turns again under the last rows, where a long chart is read (an invisible trace on
-    a second x axis at the bottom)."""
+    """The turns again under the last rows, where a long chart is read (a trace of no points
+    on a second x axis at the bottom: its turns make the axis' categories; an invisible
+    marker a turn drew 500 nodes in the browser)."""
     fig.add_trace(
         go.Scatter(
             x=[str(t) for t in turns],
-            y=[fig.data[0].y[-1]] * len(turns),
+            y=[None] * len(turns),
             xaxis="x2",
-            mode="markers",
-            marker={"opacity": 0},
+            mode="lines",
             hoverinfo="skip",
             showlegend=False,
         )
     )
+
+
+def _add_row_lines(fig: go.Figure, packets: int, turns: int) -> None:
+    """A white line between the rows, all in one path over the grid, for a grid drawn
+    without gaps: plotly paints a gapless grid of even columns as one pixel a cell, scaled
+    (its "fast" image), where a gap had it fill every cell's rectangle into a canvas of the
+    chart's size and encode that as a PNG (~0.4 s of a 500-turn open, docs/design.md, the
+    Timeline). Positions on a category axis are the categories' indices."""
+    if packets < 2:
+        return
+    path = "".join(f"M-0.5,{i + 0.5}H{turns - 0.5}" for i in range(packets - 1))
+    fig.add_shape(type="path", path=path, xref="x", yref="y", line={"color": "white", "width": 1})
 
 
 def _add_gaps(fig: go.Figure, turns: Sequence[int], tall: bool) -> None:
@@ -183,11 +196,28 @@ def _add_gaps(fig: go.Figure, turns: Sequence[int], tall: bool) -> None:
         )
 
 
-def _timeline_layout(title: str, packets: int, turns: int, legend: bool) -> dict[str, Any]:
+#: the rows' labels' font size, and the pixels between a label and the grid (the tick
+#: labels' standoff and the 8 px pad of Streamlit's theme) with a few to spare
+_LABEL_PX = 11
+_LABEL_PAD = 24
+
+
+def label_margin(labels: Sequence[str]) -> int:
+    """The left margin that holds the longest of the rows' ``labels`` whole: placed from
+    their measured width, where plotly's ``automargin`` measured every label in the browser
+    and drew the chart a second time with the margin it found (docs/design.md, the
+    Timeline)."""
+    return _LABEL_PAD + int(max((text_px(x, _LABEL_PX) for x in labels), default=0) + 0.999)
+
+
+def _timeline_layout(title: str, labels: Sequence[str], turns: int, legend: bool) -> dict[str, Any]:
     """The grid's layout: the title at the very top (the "turn" axis title under it would
     otherwise run into a long session id at 1024 px) and the legend, where there is one, on
     lines of its own under it (beside the title, it wrapped over it in a half-width chart);
-    22 px a row keeps ~190 labels apart."""
+    22 px a row keeps ~190 labels apart. The left margin is fixed from the rows' labels'
+    width (``label_margin``), not grown in the browser; the turns' axes keep their automatic
+    margins (their labels fit the margins given: nothing to redraw)."""
+    packets = len(labels)
     tall = packets > _TALL_ROWS
     height = timeline_height(packets) + (_TIMELINE_LEGEND if legend else 0)
     return {
@@ -200,7 +230,7 @@ def _timeline_layout(title: str, packets: int, turns: int, legend: bool) -> dict
         },
         "height": height,
         "margin": {
-            "l": 10,
+            "l": label_margin(labels),
             "r": 10,
             "t": 95 + (_TIMELINE_LEGEND if legend else 0),
             "b": 90 if tall else 60,
@@ -216,7 +246,8 @@ def _timeline_layout(title: str, packets: int, turns: int, legend: bool) -> dict
             "range": [packets - 0.5, -0.5],  # the first packet on top
             "type": "category",
             "dtick": 1,
-            "tickfont": {"size": 11},
+            "tickfont": {"size": _LABEL_PX},
+            "automargin": False,
         },
         "legend": {
             "orientation": "h",
@@ -264,19 +295,21 @@ def timeline_heatmap(
     turns = sorted({int(r["turn"]) for r in rows})
     packets, kinds = _row_order(rows, group_by_kind)
     z, custom = _cells(rows, packets, turns, order, group_by_kind)
+    labels = _labels(packets, kinds, group_by_kind)
+    gapped = len(turns) <= GAPPED_TURNS
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=[str(t) for t in turns],
-            y=_labels(packets, kinds, group_by_kind),
+            y=labels,
             zmin=0,
             zmax=len(order),
             colorscale=banded_scale([colors[s] for s in order]),
             customdata=custom,
             hovertemplate=CELL_HOVER,
             hoverongaps=False,
-            xgap=1 if len(turns) <= GAPPED_TURNS else 0,
-            ygap=1,
+            xgap=1 if gapped else 0,
+            ygap=1 if gapped else 0,
             showscale=False,
         )
     )
@@ -285,8 +318,10 @@ def timeline_heatmap(
     tall = len(packets) > _TALL_ROWS
     if tall:
         _add_turns_below(fig, turns)
+    if not gapped:
+        _add_row_lines(fig, len(packets), len(turns))
     _add_gaps(fig, turns, tall)
-    fig.update_layout(**_timeline_layout(title, len(packets), len(turns), legend))
+    fig.update_layout(**_timeline_layout(title, labels, len(turns), legend))
     if tall:
         fig.update_layout(xaxis2=_TURNS_BELOW)
     return fig
