@@ -44,7 +44,6 @@ from ctxcore.store.codec import (
     is_shared,
     join_parts,
     pack_json,
-    pack_parts,
     pack_shared,
     part_ids,
     unpack_json,
@@ -690,15 +689,9 @@ class RowBatch:
         """The batch's parts of shared traces, one row each."""
         if not self._parts:
             return None
-        datas = list(self._parts.values())
-        offsets = np.zeros(len(datas) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, datas), np.int64, len(datas)), out=offsets[1:])
-        # one buffer for all the JSON: pa.array copies bytes objects one by one, slowly
-        data = pa.Array.from_buffers(
-            _BIN, len(datas), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(datas))]
-        )
         return pa.Table.from_arrays(
-            [pa.array(list(self._parts), _STR), data], schema=_SCHEMAS["parts"]
+            [pa.array(list(self._parts), _STR), _binaries(list(self._parts.values()))],
+            schema=_SCHEMAS["parts"],
         )
 
     def tables(self) -> dict[str, pa.Table]:
@@ -876,59 +869,85 @@ def new_parts(
     transaction (``texts``) nor the process (``memory``) stored: packed together in packs
     of up to PACK_BYTES (``PART_TABLES``). Those parts join ``texts`` (under the id's
     bytes, apart from the 16-byte text digests), to be remembered when the transaction
-    commits. Shared by both engines."""
+    commits. Shared by both engines. Only the ids become Python objects: the parts' JSON
+    goes from the batch's Arrow buffer into the packs."""
     table = prep.tables.get("parts")
     if table is None:
         return {}
-    new: list[tuple[str, bytes]] = []
-    pids, datas = table.column("pid").to_pylist(), table.column("data").to_pylist()
-    for pid, data in zip(pids, datas, strict=True):
-        key = pid.encode()
-        if key not in texts and memory(key) is None:
-            texts[key] = 0
-            new.append((pid, data))
-    return packed_parts(new)
+    keys: list[bytes] = table.column("pid").cast(pa.binary()).to_pylist()
+    new = [k for k, key in enumerate(keys) if key not in texts and memory(key) is None]
+    texts.update(dict.fromkeys([keys[k] for k in new], 0))
+    return _packs(table.take(new)) if new else {}
 
 
 def packed_parts(new: Sequence[tuple[str, bytes]]) -> dict[str, pa.Table]:
     """The rows of ``PART_TABLES`` that store parts (id, JSON), packed together in order,
     up to PACK_BYTES a pack."""
-    groups: list[list[tuple[str, bytes]]] = []
+    if not new:
+        return {}
+    pids = pa.array([p for p, _ in new], _STR)
+    return _packs(pa.Table.from_arrays([pids, _binaries([d for _, d in new])], ["pid", "data"]))
+
+
+def _binaries(datas: Sequence[bytes]) -> pa.Array:
+    """A large_binary array over one joined buffer (``pa.array`` copies bytes objects one
+    by one, slowly)."""
+    offsets = np.zeros(len(datas) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, datas), np.int64, len(datas)), out=offsets[1:])
+    return pa.Array.from_buffers(
+        _BIN, len(datas), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(datas))]
+    )
+
+
+def _pack_bounds(sizes: Sequence[int]) -> list[int]:
+    """Where each pack starts among parts of these sizes, taken in order: a part that
+    would take a pack past PACK_BYTES starts the next one."""
+    bounds: list[int] = []
     size = PACK_BYTES
-    for item in new:
-        if size + len(item[1]) > PACK_BYTES:
-            groups.append([])
+    for k, n in enumerate(sizes):
+        if size + n > PACK_BYTES:
+            bounds.append(k)
             size = 0
-        groups[-1].append(item)
-        size += len(item[1])
-    return _packed_parts(groups) if groups else {}
+        size += n
+    return bounds
 
 
-def _packed_parts(groups: list[list[tuple[str, bytes]]]) -> dict[str, pa.Table]:
-    """``new_parts``' rows for groups of (id, JSON), a pack each."""
-    places: dict[str, list[Any]] = {"pid": [], "pack": [], "start": [], "size": []}
-    blobs: list[bytes] = []
-    names: list[str] = []
-    sizes: list[int] = []
-    for group in groups:
-        blob, starts = pack_parts([d for _, d in group])
-        name = content_hash(blob)
-        places["pid"] += [p for p, _ in group]
-        places["pack"] += [name] * len(group)
-        places["start"] += starts
-        places["size"] += [len(d) for _, d in group]
-        blobs.append(blob)
-        names.append(name)
-        sizes.append(sum(len(d) for _, d in group))
-    data, which, number = blob_parts(blobs)
+def _packs(table: pa.Table) -> dict[str, pa.Table]:
+    """``PART_TABLES``' rows for parts (a table of ``pid`` and ``data``, at least one
+    row), packed together in order, up to PACK_BYTES a pack: each pack is the parts'
+    stretch of the data buffer, compressed (``codec.pack_json``)."""
+    data = table.column("data").combine_chunks().cast(_BIN)
+    offsets = np.frombuffer(data.buffers()[1], np.int64)[data.offset : data.offset + len(data) + 1]
+    values = data.buffers()[2]
+    sizes = np.diff(offsets)
+    bounds = _pack_bounds(sizes.tolist())
+    ends = [*bounds[1:], len(sizes)]
+    blobs = [
+        pack_json(values[offsets[a] : offsets[b]].to_pybytes())
+        for a, b in zip(bounds, ends, strict=True)
+    ]
+    names = pa.array([content_hash(b) for b in blobs], _STR)
+    counts = np.diff(np.append(bounds, len(sizes)))
+    group = np.repeat(np.arange(len(bounds), dtype=np.int64), counts)
+    first = offsets[:-1][np.asarray(bounds, np.int64)]
+    pack_sizes = pa.array(offsets[ends] - first, _I64)
+    pieces, which, number = blob_parts(blobs)
     return {
-        "shared_parts": pa.table(places, schema=PART_TABLES["shared_parts"]),
+        "shared_parts": pa.Table.from_arrays(
+            [
+                table.column("pid").combine_chunks().cast(_STR),
+                names.take(pa.array(group)),
+                pa.array(offsets[:-1] - np.repeat(first, counts), _I64),
+                pa.array(sizes, _I64),
+            ],
+            schema=PART_TABLES["shared_parts"],
+        ),
         "part_packs": pa.Table.from_arrays(
             [
-                pa.array(names, _STR).take(pa.array(which)),
+                names.take(pa.array(which)),
                 pa.array(number, _I32),
-                pa.array(sizes, _I64).take(pa.array(which)),
-                data,
+                pack_sizes.take(pa.array(which)),
+                pieces,
             ],
             schema=PART_TABLES["part_packs"],
         ),
