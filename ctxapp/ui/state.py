@@ -219,6 +219,36 @@ def _warm_figures() -> None:
     for fig in figs:
         pio.to_json(fig, validate=False)
     views.decisions_frame(trace.result.decisions).to_json()
+    _warm_timeline(trace)
+
+
+#: a grid the size of none but shaped like a long session's: more rows than a short chart
+#: has (the turns labelled below too), more turns than keep their gaps, one turn missing
+_WARM_ROWS, _WARM_TURNS = 30, 110
+
+
+def _warm_timeline(trace: Trace) -> None:
+    """One-time costs of a first Timeline open, paid at start-up (docs/design.md, "The
+    app"): its modules (the page imports the ledger and the cost tables, which Inspect and
+    Traces do not), the code version its cost summaries are checked against, and a small
+    grid and cost chart made as a long session's are (plotly imports the validators of
+    each property on first use); what stays is the session's own reads and figures."""
+    import plotly.io as pio
+
+    from ctxapp.ui import costs, ledger  # noqa: F401 - imported for the page
+    from ctxcore import figures
+    from ctxcore.costing import summarize
+
+    summary_version()
+    rows = [
+        {"turn": t, "packet_id": f"warm:{k}", "kind": "tool_result", "status": status,
+         "reason": "FITS", "tokens_after": k}
+        for t in range(_WARM_TURNS + 1) if t != 1
+        for k, status in enumerate(figures.STATUS_ORDER * (_WARM_ROWS // 6))
+    ]  # fmt: skip
+    calls = cost_calls([summarize(trace)], prices())
+    for fig in (figures.timeline_heatmap(rows, legend=False), figures.turns_figure(calls)):
+        pio.to_json(fig.to_dict(), validate=False)
 
 
 #: the Traces page's first page and the trace pickers' recent list (``recent_trace_rows``),
