@@ -24,7 +24,7 @@ import os
 import socket
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -41,12 +41,13 @@ def is_stdout(target: str | Path) -> bool:
 
 def write_output(
     target: str | Path,
-    chunks: Iterable[str],
+    chunks: Iterable[str] | Iterable[bytes],
     *,
     stdout: TextIO | None = None,
     mode: int | None = None,
 ) -> None:
-    """Write the text ``chunks`` to ``target`` as the module docstring says.
+    """Write the text ``chunks`` (``str``, or ``bytes`` that are UTF-8 already) to
+    ``target`` as the module docstring says.
 
     ``stdout`` is where ``-`` writes (``sys.stdout`` at call time by default); ``mode`` sets
     the permission bits of a file created or replaced here (else a replaced file keeps its
@@ -77,14 +78,22 @@ def write_output(
         raise InputError(f"{path}: not a file, device, FIFO or socket; nothing was written")
 
 
-def _atomic(path: Path, chunks: Iterable[str], mode: int | None, *, shown: Path) -> None:
+def _utf8(chunks: Iterable[str] | Iterable[bytes]) -> Iterator[bytes]:
+    """The chunks as UTF-8 (a ``str`` encoded, as a text file would)."""
+    for chunk in chunks:
+        yield chunk if type(chunk) is bytes else chunk.encode("utf-8")  # type: ignore[union-attr]
+
+
+def _atomic(
+    path: Path, chunks: Iterable[str] | Iterable[bytes], mode: int | None, *, shown: Path
+) -> None:
     """Whole or nothing: a full disk, a read-only folder or a failing ``chunks`` leaves no
     empty or half-written file behind, and a watcher never sees a partial one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            for chunk in chunks:
+        with open(tmp, "wb") as fh:
+            for chunk in _utf8(chunks):
                 fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
@@ -102,37 +111,37 @@ def _atomic(path: Path, chunks: Iterable[str], mode: int | None, *, shown: Path)
         raise
 
 
-def _in_place(path: Path, chunks: Iterable[str], *, shown: Path) -> None:
+def _in_place(path: Path, chunks: Iterable[str] | Iterable[bytes], *, shown: Path) -> None:
     # No O_CREAT and no O_TRUNC: the node exists and stays what it is (a rename would have
     # replaced it); a FIFO's open waits for its reader, as a shell's ``>`` does.
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise InputError(f"{shown}: cannot write ({exc.strerror})") from exc
-    with open(fd, "w", encoding="utf-8", newline="\n", closefd=True) as fh:
+    with open(fd, "wb", closefd=True) as fh:
         try:
-            for chunk in chunks:
+            for chunk in _utf8(chunks):
                 fh.write(chunk)
             fh.flush()
         except OSError as exc:
             raise InputError(f"{shown}: cannot write ({exc.strerror})") from exc
 
 
-def _to_socket(path: Path, chunks: Iterable[str], *, shown: Path) -> None:
+def _to_socket(path: Path, chunks: Iterable[str] | Iterable[bytes], *, shown: Path) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         try:
             sock.connect(str(path))
-            for chunk in chunks:
-                sock.sendall(chunk.encode("utf-8"))
+            for chunk in _utf8(chunks):
+                sock.sendall(chunk)
         except OSError as exc:
             why = exc.strerror or str(exc)
             raise InputError(f"{shown}: cannot write to this socket ({why})") from exc
 
 
-def _to_stream(out: TextIO, chunks: Iterable[str]) -> None:
+def _to_stream(out: TextIO, chunks: Iterable[str] | Iterable[bytes]) -> None:
     try:
         for chunk in chunks:
-            out.write(chunk)
+            out.write(chunk.decode("utf-8") if type(chunk) is bytes else chunk)  # type: ignore[arg-type]
         out.flush()
     except BrokenPipeError:
         # the reader went away (``| head``): what it wanted it has; Python would otherwise

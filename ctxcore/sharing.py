@@ -310,6 +310,16 @@ _ADAPTERS: dict[type, TypeAdapter[Any]] = {
     m: TypeAdapter(list[m])  # type: ignore[valid-type]
     for m in (Message, Packet, ToolDef, Decision)
 }
+#: The fields a shared line writes itself (items as part ids, texts as pieces), by the
+#: object holding them: left out of pydantic's one dump of the trace, put back in place.
+_OWN: dict[str, dict[str, bool]] = {
+    name: {**dict.fromkeys(LIST_FIELDS[name], True), **dict.fromkeys(TEXT_FIELDS[name], False)}
+    for name in LIST_FIELDS
+}
+_EXCLUDE = {name: set(fields) for name, fields in _OWN.items()}
+_TRACE_JSON = Trace.__pydantic_serializer__
+_NO_LIST: tuple[list[Any], list[str]] = ([], [])
+_NO_TEXT: tuple[str, list[tuple[str, int]], bytes] = ("", [], b"[]")
 
 
 class ShareWriter:
@@ -317,8 +327,10 @@ class ShareWriter:
 
     Only new content is serialized: an item the writer wrote before is known by identity
     (objects shared between a session's calls; a list whose first items are the previous
-    call's is checked at C speed) or, failing that, by the hash of its JSON; a text is the
-    previous call's pieces of that session and field that it starts with, plus the rest."""
+    call's is checked at C speed, and its ids' JSON is the previous call's plus the new
+    ones) or, failing that, by the hash of its JSON; a text is the previous call's pieces
+    of that session and field that it starts with, plus the rest. The rest of a trace is
+    one pydantic dump (docs/design.md, "Shared traces")."""
 
     def __init__(self) -> None:
         self.written: set[str] = set()
@@ -327,18 +339,28 @@ class ShareWriter:
         self.known: dict[int, tuple[weakref.ref[Any], str]] = {}
         #: (session, field) -> the last list written there and its part ids
         self.lists: dict[tuple[str, str], tuple[list[Any], list[str]]] = {}
-        #: (session, field) -> the last text written there and its pieces (id, length)
-        self.texts: dict[tuple[str, str], tuple[str, list[tuple[str, int]]]] = {}
+        #: (session, field) -> the last text written there, its pieces (id, length) and
+        #: their JSON
+        self.texts: dict[tuple[str, str], tuple[str, list[tuple[str, int]], bytes]] = {}
         #: the sessions those two hold, least recent first (at most MAX_SESSIONS)
         self.sessions: dict[str, None] = {}
 
     def line(self, trace: Trace) -> str:
         """One shared line (with its newline) for ``trace``."""
+        return self.line_bytes(trace).decode("utf-8", "surrogatepass")
+
+    def line_bytes(self, trace: Trace) -> bytes:
+        """``line`` as UTF-8 bytes (what a file gets: the parts are bytes already)."""
         self._session(trace.session_id)
-        new: dict[str, str] = {}
-        body = _dump_fields(trace, lambda name, value: self._field(trace, name, value, new))
-        parts = ",".join(f'"{pid}":{data}' for pid, data in new.items())
-        return f'{{"share":"{SHARE_SCHEMA}","parts":{{{parts}}},"trace":{body}}}\n'
+        new: dict[str, bytes] = {}
+        body = self._body(trace, new)
+        out = [b'{"share":"', SHARE_SCHEMA.encode(), b'","parts":{']
+        sep = b'"'
+        for pid, data in new.items():
+            out += (sep, pid.encode(), b'":', data)
+            sep = b',"'
+        out += (b'},"trace":', body, b"}\n")
+        return b"".join(out)
 
     def _session(self, session: str) -> None:
         """``session`` is the most recent; the lists and texts of the least recent one
@@ -356,52 +378,88 @@ class ShareWriter:
         for t in traces:
             yield self.line(t)
 
-    def _field(self, trace: Trace, name: str, value: Any, new: dict[str, str]) -> str | None:
-        """The JSON of ``input`` or ``result`` with parts, or None for any other field."""
-        if name not in LIST_FIELDS or value is None:
-            return None
-        lists, texts = LIST_FIELDS[name], TEXT_FIELDS[name]
+    def byte_lines(self, traces: Iterator[Trace]) -> Iterator[bytes]:
+        for t in traces:
+            yield self.line_bytes(t)
 
-        def sub(field: str, v: Any) -> str | None:
-            key = (trace.session_id, f"{name}.{field}")
-            if field in lists and v is not None:
-                return self._list(key, v, new)
-            if field in texts and len(v) >= MIN_SHARED_TEXT:
-                return self._pieces(key, v, new)
-            return None
+    def _body(self, trace: Trace, new: dict[str, bytes]) -> bytes:
+        """The trace's JSON with parts: pydantic dumps it once without the fields holding
+        parts (``_OWN``), and those are put back at their places in ``input`` and
+        ``result``, in field order (the order their new parts are defined in)."""
+        dumped = _TRACE_JSON.to_json(trace, by_alias=True, exclude_none=False, exclude=_EXCLUDE)
+        out: list[bytes] = []
+        sep = b"{"
+        for key, raw in _OBJECT.decode(dumped).items():
+            out += (sep, _encode(key), b":")
+            sep = b","
+            value = getattr(trace, key) if key in _OWN else None
+            out.append(raw if value is None else self._object(trace, key, value, raw, new))
+        out.append(b"}" if out else b"{}")
+        return b"".join(out)
 
-        return _dump_fields(value, sub)
+    def _object(
+        self, trace: Trace, name: str, model: BaseModel, raw: bytes, new: dict[str, bytes]
+    ) -> bytes:
+        """``input``'s or ``result``'s JSON: ``raw`` (pydantic's, without the fields of
+        ``_OWN[name]``) with those fields written as parts, each in its place."""
+        dumped = _OBJECT.decode(raw)
+        out: list[Any] = []
+        sep = b"{"
+        for field, key, head, kind in _fields(type(model), name):
+            if kind is None:
+                data = dumped.pop(key, None)
+                if data is None:
+                    continue
+            else:
+                value = getattr(model, field)
+                where = (trace.session_id, f"{name}.{field}")
+                if kind:
+                    data = b"null" if value is None else self._list(where, value, new)
+                elif len(value) >= MIN_SHARED_TEXT:
+                    data = self._pieces(where, value, new)
+                else:
+                    data = _str_json(value)
+            out += (sep, head, data)
+            sep = b","
+        for key, data in dumped.items():  # any the model's fields do not name
+            out += (sep, _encode(key), b":", data)
+            sep = b","
+        out.append(b"}" if out else b"{}")
+        return b"".join(out)
 
-    def _add(self, data: bytes, new: dict[str, str]) -> str:
+    def _add(self, data: bytes, new: dict[str, bytes]) -> str:
         """The id of the part whose JSON is ``data``; new to the file, it goes in ``new``."""
         pid = part_id(data)
         if pid not in self.written:
             self.written.add(pid)
-            new[pid] = data.decode("utf-8", "surrogatepass")
+            new[pid] = data
         return pid
 
-    def _list(self, key: tuple[str, str], items: list[Any], new: dict[str, str]) -> str:
-        prev, prev_ids = self.lists.get(key, ([], []))
-        n = len(prev)
-        if len(items) >= n and all(map(is_, items[:n], prev)):
-            ids = prev_ids[:]
-        else:
-            ids = []
+    def _list(self, key: tuple[str, str], items: list[Any], new: dict[str, bytes]) -> bytes:
+        """The JSON list of ``items``' part ids. The items that are the previous list's at
+        the same place (found at C speed: a call's list is the previous call's, but for the
+        item a call marks and the new ones at the end) keep their ids; the others are known
+        by identity or serialized."""
+        prev, prev_ids = self.lists.get(key, _NO_LIST)
+        n = min(len(prev), len(items))
+        ids = prev_ids[:n] + [""] * (len(items) - n)
+        same = list(map(is_, items[:n], prev))
+        other = [k for k in _falses(same)]
+        other += range(n, len(items))
         unknown: list[int] = []
-        for k in range(len(ids), len(items)):
+        for k in other:
             hit = self.known.get(id(items[k]))
             if hit is not None and hit[0]() is items[k]:
-                ids.append(hit[1])
+                ids[k] = hit[1]
             else:
-                ids.append("")
                 unknown.append(k)
         if unknown:
             self._serialize([items[k] for k in unknown], unknown, ids, new)
         self.lists[key] = (items, ids)
-        return "[" + ",".join(f'"{pid}"' for pid in ids) + "]"
+        return b'["' + '","'.join(ids).encode() + b'"]' if ids else b"[]"
 
     def _serialize(
-        self, objs: list[Any], where: list[int], ids: list[str], new: dict[str, str]
+        self, objs: list[Any], where: list[int], ids: list[str], new: dict[str, bytes]
     ) -> None:
         """Part ids of items not known yet: their JSON (all at once), hashed."""
         kind = type(objs[0])
@@ -429,19 +487,55 @@ class ShareWriter:
         except TypeError:
             pass  # not weakly referable (a plain value): known by its content only
 
-    def _pieces(self, key: tuple[str, str], text: str, new: dict[str, str]) -> str:
+    def _pieces(self, key: tuple[str, str], text: str, new: dict[str, bytes]) -> bytes:
         """The ids of ``text``'s pieces: the previous text's of this session and field that
         it starts with, then the rest as one new piece."""
-        prev, prev_pieces = self.texts.get(key, ("", []))
+        prev, prev_pieces, rendered = self.texts.get(key, _NO_TEXT)
         if text.startswith(prev):  # the usual case: one comparison of the whole
             pieces = prev_pieces[:]
             pos = len(prev)
         else:
             pieces, pos = _common_pieces(text, prev, prev_pieces)
+            rendered = _ids_json([pid for pid, _ in pieces])
         if pos < len(text) or not pieces:
-            pieces.append((self._add(_str_json(text[pos:]), new), len(text) - pos))
-        self.texts[key] = (text, pieces)
-        return "[" + ",".join(f'"{pid}"' for pid, _ in pieces) + "]"
+            pid = self._add(_str_json(text[pos:]), new)
+            pieces.append((pid, len(text) - pos))
+            tail = b'"' + pid.encode() + b'"]'
+            rendered = rendered[:-1] + b"," + tail if len(pieces) > 1 else b"[" + tail
+        self.texts[key] = (text, pieces, rendered)
+        return rendered
+
+
+def _falses(flags: list[bool]) -> Iterator[int]:
+    """Where ``flags`` is False (each found by ``list.index``, at C speed)."""
+    k = -1
+    while True:
+        try:
+            k = flags.index(False, k + 1)
+        except ValueError:
+            return
+        yield k
+
+
+_PLANS: dict[type, list[tuple[str, str, bytes, bool | None]]] = {}
+
+
+def _fields(model: type[BaseModel], name: str) -> list[tuple[str, str, bytes, bool | None]]:
+    """``model``'s fields in order, each as (field, JSON key, ``"key":``, whether the
+    writer writes it as a list of parts (True), as a text's pieces (False), or not (None))."""
+    plan = _PLANS.get(model)
+    if plan is None:
+        own = _OWN[name]
+        plan = _PLANS[model] = [
+            (field, key, _encode(key) + b":", own.get(field))
+            for field, info in model.model_fields.items()
+            for key in [info.alias or field]
+        ]
+    return plan
+
+
+def _ids_json(ids: list[str]) -> bytes:
+    return ("[" + ",".join(f'"{pid}"' for pid in ids) + "]").encode()
 
 
 def _common_pieces(
@@ -473,36 +567,16 @@ def _str_json(text: str) -> bytes:
     return _STR_ADAPTER.dump_json(text)
 
 
-def _dump_fields(model: BaseModel, special: Any) -> str:
-    """``model``'s JSON (as ``Trace.to_json`` writes it), field by field in its order:
-    ``special(name, value)`` gives a field's JSON or None, and the runs of other fields
-    are dumped by pydantic together."""
-    fields = type(model).model_fields
-    out: list[str] = []
-    run: set[str] = set()
-
-    def flush() -> None:
-        if run:
-            text = model.model_dump_json(include=run, by_alias=True)
-            out.append(text[1:-1])
-            run.clear()
-
-    for name, info in fields.items():
-        value = getattr(model, name)
-        data = special(name, value)
-        if data is None:
-            run.add(name)
-            continue
-        flush()
-        out.append(f'"{info.alias or name}":{data}')
-    flush()
-    return "{" + ",".join(o for o in out if o) + "}"
-
-
 def whole_lines(traces: Iterator[Trace]) -> Iterator[str]:
     """Each trace whole, as ``ctxscope.trace/1`` has always been written."""
     for t in traces:
         yield t.to_json() + "\n"
+
+
+def whole_byte_lines(traces: Iterator[Trace]) -> Iterator[bytes]:
+    """``whole_lines`` as UTF-8 bytes, straight from the serializer."""
+    for t in traces:
+        yield t.to_json_bytes() + b"\n"
 
 
 __all__ = [
@@ -515,5 +589,6 @@ __all__ = [
     "expand_lines",
     "is_shared",
     "part_id",
+    "whole_byte_lines",
     "whole_lines",
 ]

@@ -605,6 +605,39 @@ def get_backend(name: str) -> CountingBackend:
     return backend
 
 
+_preloading: set[str] = set()
+_preload_lock = threading.Lock()
+
+
+def preload(name: str) -> None:
+    """Start loading the backend of the encoding ``name`` on a thread, beside the caller's
+    work (a session log's reader: docs/design.md, "Capture, import, export, redaction"):
+    toktok's vocabulary first, whose build releases the GIL, then tiktoken's and the
+    self-check. A counter asking for it meanwhile waits for the load (``get_backend``'s
+    lock); a load that fails is tried again, and said, by the counter that asks."""
+    if name not in ENCODINGS or name in _backends:
+        return
+    with _preload_lock:  # not the backends' lock: the load holds that one
+        if name in _preloading:
+            return
+        _preloading.add(name)
+    threading.Thread(target=_preload, args=(name,), name=f"load-{name}", daemon=True).start()
+
+
+def _preload(name: str) -> None:
+    try:
+        import toktok
+
+        if name in TOKTOK_VERIFIED.get(str(toktok.__version__), ()):
+            toktok._encoding(name)  # cached by toktok; ``_load_toktok`` finds it built
+    except Exception:  # noqa: S110 - get_backend says why, when a counter asks
+        pass
+    try:
+        get_backend(name)
+    except TokenizerError:
+        pass  # the counter that asks says why
+
+
 def backend_label(name: str) -> str:
     """Which backend counts ``name`` and, if it is tiktoken, why the fast one does not."""
     label = get_backend(name).label

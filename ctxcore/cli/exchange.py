@@ -46,19 +46,30 @@ LISTED = 3
 #: buffers out of its heaps, whose freed gaps stay in memory
 #: (docs/design.md, "Capture, import, export, redaction").
 MMAP_BYTES = 1024 * 1024
+#: ``import -o`` keeps a call's prompt on the heap: buffers from this size are mapped, and up
+#: to ``OUTPUT_TRIM_BYTES`` of freed heap top stay with the process (glibc's
+#: M_TRIM_THRESHOLD). A long session's prompt (1-2 MB as UCS-4 text) is then made in the
+#: memory the previous call's freed, not in fresh pages faulted in one by one (0.6 s of
+#: system time on a 40 MB log, for 7 % more peak memory).
+OUTPUT_MMAP_BYTES = 4 * 1024 * 1024
+OUTPUT_TRIM_BYTES = 32 * 1024 * 1024
 _M_MMAP_THRESHOLD = -3  # malloc.h
+_M_TRIM_THRESHOLD = -1
 
 
-def big_buffers_mapped() -> bool:
-    """Have the C allocator map big buffers for themselves (``MMAP_BYTES``); False where it
-    is not glibc's (macOS, Windows, musl), which is left as it is."""
+def big_buffers_mapped(threshold: int = MMAP_BYTES, keep: int | None = None) -> bool:
+    """Have the C allocator map buffers of ``threshold`` bytes or more for themselves
+    (``MMAP_BYTES``), and keep up to ``keep`` bytes of freed heap top if given; False where
+    it is not glibc's (macOS, Windows, musl), which is left as it is."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_BYTES))
+    if keep is not None and not mallopt(_M_TRIM_THRESHOLD, keep):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
 
 
 class _SourceTally:
@@ -412,7 +423,10 @@ def cli_import(args: argparse.Namespace) -> int:
     """``ctxscope import PATH... [--from FORMAT] [--window N] [--model M] [--db PATH] [-o F]``."""
     if args.window is not None and args.window <= 0:
         raise InputError(f"--window {args.window}: a context window is a positive token count")
-    big_buffers_mapped()
+    if args.output:
+        big_buffers_mapped(OUTPUT_MMAP_BYTES, OUTPUT_TRIM_BYTES)
+    else:
+        big_buffers_mapped()
     sources = import_sources(list(args.paths))
     run = _Import(sources, args)
     stream = run.traces()

@@ -41,7 +41,7 @@ from ctxcore.loading import (
 )
 from ctxcore.models import Trace
 from ctxcore.output import write_output
-from ctxcore.sharing import PartTable, ShareWriter, is_shared, whole_lines
+from ctxcore.sharing import PartTable, ShareWriter, is_shared, whole_byte_lines, whole_lines
 
 #: A format's name, or ``auto`` (``registry.NAMES`` lists them).
 Format = registry.FormatName
@@ -482,8 +482,10 @@ def jsonl_lines(traces: Iterable[Trace], *, shared: bool = False) -> Iterator[st
 def write_jsonl(traces: Iterable[Trace], path: Path | str, *, shared: bool = False) -> None:
     """Write traces as JSONL to ``path`` (``ctxcore.output.write_output``: a file whole or
     not at all, so a watcher sees whole files; a device or FIFO in place; ``-`` is stdout),
-    each trace whole or ``shared`` (docs/design.md, "Shared traces")."""
-    write_output(path, jsonl_lines(traces, shared=shared))
+    each trace whole or ``shared`` (docs/design.md, "Shared traces"); the lines are made as
+    UTF-8 bytes, as the serializers make them."""
+    lines = ShareWriter().byte_lines(iter(traces)) if shared else whole_byte_lines(iter(traces))
+    write_output(path, lines)
 
 
 __all__ = [

@@ -77,7 +77,7 @@ from ctxcore.models import (
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
 from ctxcore.pipeline.recorded import AFTER_QUERY, REPLACED
 from ctxcore.settings import MAX_CONTENT_CHARS, MAX_INT32, MAX_TOKENS
-from ctxcore.tokens import TokenCounter, get_counter
+from ctxcore.tokens import TokenCounter, get_counter, preload
 
 #: What an imported decision says (the same words as ``derive``'s).
 KEPT_TEXT = "present in the imported prompt (imports keep everything they saw)"
@@ -529,6 +529,7 @@ class CallTraces:
         self.builder = Builder(name=builder, version=_ctxcore_version)
         self._contexts: dict[str, _Context] = {}
         self._configs: dict[tuple[str, int | None, int | None], Config] = {}
+        self._tokenizers: set[str] = set()
         #: tokens counted (each message once) and tokens in all calls' prompts
         self.tokens_counted = 0
         self.tokens_in_calls = 0
@@ -541,6 +542,9 @@ class CallTraces:
             ctx = self._contexts[call.session_id] = _Context()
         ctx.stitch(call.context)
         tok = tokenizer_for_model(call.model)
+        if tok not in self._tokenizers:  # loaded beside the reading, by the time it counts
+            self._tokenizers.add(tok)
+            preload(tok)
         items = list(ctx.items)
         comp = call.compaction
         summarize = comp is not None and comp is not ctx.compacted_by
