@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -53,6 +54,34 @@ _ADAPTERS: dict[type, TypeAdapter[Any]] = {
     m: TypeAdapter(list[m])  # type: ignore[valid-type]
     for m in (Message, Packet, ToolDef, Decision)
 }
+
+
+#: by the object's field ("" for the trace): its keys that may hold parts, True for a list
+#: field (``LIST_FIELDS``), False for a text (``TEXT_FIELDS``); the trace's own are the
+#: objects that hold them
+_SPECIAL: dict[str, dict[str, bool]] = {
+    "": dict.fromkeys(LIST_FIELDS, True),
+    **{
+        name: {**dict.fromkeys(TEXT_FIELDS.get(name, ()), False), **dict.fromkeys(fields, True)}
+        for name, fields in LIST_FIELDS.items()
+    },
+}
+#: an object's first key and colon (``{"key":``), and any other's (``,"key":``), by key
+_FIRST: dict[str, bytes] = {}
+_NEXT: dict[str, bytes] = {}
+#: the first byte of a JSON object (an item must be one)
+_OPEN = frozenset(b"{")
+_first_byte = itemgetter(0)
+
+
+def _head(heads: dict[str, bytes], key: str) -> bytes:
+    """A key's head in an object (``_FIRST`` or ``_NEXT``), made and kept the first time
+    (a trace names the same few hundred keys, the cache stays small; a key never seen
+    before is written as msgspec writes it)."""
+    head = (b"{" if heads is _FIRST else b",") + _encode(key) + b":"
+    if len(heads) < 4096:
+        heads[key] = head
+    return head
 
 
 def part_id(data: bytes) -> str:
@@ -84,6 +113,18 @@ class _Parts:
             got = self.refs[pid] = b'"%d"' % len(self.data)
             self.data[pid] = data
         return got
+
+    def refs_of(self, pids: Sequence[str], datas: Sequence[bytes]) -> list[bytes]:
+        """``ref`` of each part of a list, in order (one loop, not a call a part)."""
+        refs, data = self.refs, self.data
+        out: list[bytes] = []
+        for pid, item in zip(pids, datas, strict=True):
+            got = refs.get(pid)
+            if got is None:
+                got = refs[pid] = b'"%d"' % len(data)
+                data[pid] = item
+            out.append(got)
+        return out
 
 
 class _NotShareable(Exception):
@@ -205,26 +246,36 @@ class Splitter:
         parts: _Parts,
     ) -> None:
         """An object's JSON into ``body`` (items and long texts as ids) and ``whole`` (as
-        ``sharing.PartTable`` rebuilds it); ``name`` is its field ("" for the trace)."""
-        lists, texts = LIST_FIELDS.get(name, ()), TEXT_FIELDS.get(name, ())
-        sep = b"{"
+        ``sharing.PartTable`` rebuilds it); ``name`` is its field ("" for the trace). A key
+        that can hold no part (``_SPECIAL``) is copied as it is, its head written once."""
+        special = _SPECIAL[name]
+        heads = _FIRST
         for key, value in obj.items():
-            head = sep + _encode(key) + b":"
+            head = heads.get(key) or _head(heads, key)
+            heads = _NEXT
             body.append(head)
             whole.append(head)
-            sep = b","
+            if key not in special:
+                data = bytes(value)
+                body.append(data)
+                whole.append(data)
+                continue
             data = bytes(value)
             first = data[:1]
-            if not name and key in LIST_FIELDS and first == b"{":
-                self._object(_OBJECT.decode(data), key, session, body, whole, parts)
-            elif key in lists and data == b"[]" and f"{name}.{key}" in self._given:
+            if not name:  # an object that holds lists and texts, or else a plain value
+                if first == b"{":
+                    self._object(_OBJECT.decode(data), key, session, body, whole, parts)
+                else:
+                    body.append(data)
+                    whole.append(data)
+            elif special[key] and data == b"[]" and f"{name}.{key}" in self._given:
                 field = f"{name}.{key}"
                 self._model_items(self._given[field], (session, field), body, whole, parts)
-            elif key in lists and first == b"[":
+            elif special[key] and first == b"[":
                 self._items(data, (session, f"{name}.{key}"), body, whole, parts)
-            elif key in texts and first == b"[":
+            elif not special[key] and first == b"[":
                 raise _NotShareable  # a list here would be read as part ids
-            elif key in texts and first == b'"' and len(data) >= MIN_SHARED_TEXT:
+            elif not special[key] and first == b'"' and len(data) >= MIN_SHARED_TEXT:
                 self._text(data, (session, f"{name}.{key}"), body, whole, parts)
             else:
                 body.append(data)
@@ -243,8 +294,8 @@ class Splitter:
     ) -> None:
         """A list field: each item a part (an item at the same place of the session's last
         trace, with the same bytes, keeps its id unhashed)."""
-        items = [bytes(r) for r in _LIST.decode(data)]
-        if not all(i[:1] == b"{" for i in items):
+        items = list(map(bytes, _LIST.decode(data)))
+        if not _OPEN.issuperset(map(_first_byte, items)):
             raise _NotShareable  # a string item would be read as a part id
         prev, prev_ids = self.lists.get(key, ([], []))
         n = len(prev)
@@ -256,7 +307,7 @@ class Splitter:
                 for k, item in enumerate(items)
             ]
         self.lists[key] = (items, ids)
-        refs = [parts.ref(p, i) for p, i in zip(ids, items, strict=True)]
+        refs = parts.refs_of(ids, items)
         body.append(b"[" + b",".join(refs) + b"]")
         whole.append(b"[" + b",".join(items) + b"]")
 
