@@ -103,6 +103,11 @@ class Texts:
     older: dict[bytes, int] = field(default_factory=dict)
 
     def get(self, key: bytes) -> int | None:
+        # the lock guards a move between generations; a lookup is one dict read (atomic),
+        # and a key a move hides for that instant is stored again, as another process's is
+        cid = self.texts.get(key)
+        if cid is not None or key not in self.older:
+            return cid
         with self.lock:
             cid = self.texts.get(key)
             if cid is None:

@@ -12,7 +12,6 @@ and skips or reports it; its other rows are left out.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -21,10 +20,9 @@ import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from ctxcore.models import Trace
-from ctxcore.store import pgparts
+from ctxcore.store import pgcopy, pgparts
 from ctxcore.store.codec import is_shared, join_parts, part_ids, read_parts, unpack_json
 from ctxcore.store.pgconn import Texts
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
@@ -45,44 +43,11 @@ CHILD_TABLES = (
     "cost_parts",
 )
 
-_CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-
-
-def _pg_array(values: list[str] | None) -> str | None:
-    """A list of strings as a PostgreSQL array literal."""
-    if values is None:
-        return None
-    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-    return "{" + ",".join(quoted) + "}"
-
-
-def _for_csv(table: pa.Table) -> pa.Table:
-    """Columns CSV cannot carry as they are, as PostgreSQL's text forms: lists as array
-    literals, bytes as ``\\x`` hex."""
-    for i, f in enumerate(table.schema):
-        if pa.types.is_list(f.type) or pa.types.is_large_list(f.type):
-            col = pa.array([_pg_array(v) for v in table.column(i).to_pylist()], pa.string())
-        elif pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
-            col = pa.array(
-                [None if b is None else "\\x" + b.hex() for b in table.column(i).to_pylist()],
-                pa.string(),
-            )
-        else:
-            continue
-        table = table.set_column(i, f.name, col)
-    return table
-
 
 def copy_table(con: psycopg.Connection, name: str, table: pa.Table) -> None:
-    """Append Arrow rows to a table with one ``COPY`` (CSV written by Arrow: quoted strings,
-    an empty unquoted field for NULL)."""
-    if not table.num_rows:
-        return
-    buf = io.BytesIO()
-    pacsv.write_csv(_for_csv(table), buf, _CSV)
-    cols = ", ".join(f'"{c}"' for c in table.schema.names)
-    with con.cursor().copy(f"COPY {name} ({cols}) FROM STDIN (FORMAT csv)") as cp:
-        cp.write(buf.getbuffer())
+    """Append Arrow rows to a table with one binary ``COPY`` (``pgcopy``: the server parses
+    no text, the rows are built by Arrow's kernels)."""
+    pgcopy.copy_binary(con, name, table)
 
 
 def packed(con: psycopg.Connection, tseqs: Sequence[int]) -> dict[int, bytes]:
@@ -299,15 +264,17 @@ def _nul_reason(where: str) -> str:
     )
 
 
-def plan_and_insert(
+def plan_insert(
     con: psycopg.Connection, memory: Texts, prep: RowTables, texts: dict[bytes, int]
-) -> InsertResult:
-    """Insert the new traces of ``prep`` in the caller's transaction; which were new,
-    skipped, conflicting or refused (a NUL character in a text: ``refuse_nul``). ``texts``
-    (digest -> cid) gets the packet texts stored, for the caller to ``Texts.remember`` once
-    its transaction commits."""
+) -> tuple[InsertResult, dict[str, pa.Table]]:
+    """Settle which traces of ``prep`` are new and insert their ``traces`` rows in the
+    caller's transaction (the ids are then theirs: ``_insert_traces``); which were new,
+    skipped, conflicting or refused (a NUL character in a text: ``refuse_nul``), and the
+    rows of the other tables, for ``copy_children``. ``texts`` (digest -> cid) gets the
+    packet texts and parts stored, for the caller to ``Texts.remember`` once its
+    transaction commits."""
     if not prep.ids:
-        return InsertResult(0, 0, [], prep.rejected)
+        return InsertResult(0, 0, [], prep.rejected), {}
     nul = refuse_nul(prep)
     rejected = prep.rejected
     if nul:
@@ -317,24 +284,30 @@ def plan_and_insert(
     known = _stored(con, [t for k, t in enumerate(prep.ids) if k not in nul])
     ks = [k for k in range(len(prep.ids)) if k not in nul]
     keep, skipped, conflicts = _sort_out(con, prep, known, ks)
-    if keep:
-        tseqs = _reserve(con, "trace_tseq", len(keep))
-        tables = _numbered(prep, keep, tseqs)
-        pgparts.place(con, tables)
-        went_in = _insert_traces(con, tables.pop("traces"))
-        lost = [i for i, k in enumerate(keep) if prep.ids[k] not in went_in]
-        if lost:  # another writer stored these ids meanwhile: as if they had been stored
-            gone = [keep[i] for i in lost]
-            _, more, clash = _sort_out(con, prep, _stored(con, [prep.ids[k] for k in gone]), gone)
-            skipped, conflicts = skipped + more, sorted(conflicts + clash)
-            keep = [k for k in keep if prep.ids[k] in went_in]
-            _drop(tables, tseqs[lost])
-        _assign_texts(con, memory, prep, tables, texts)
-        tables.update(new_parts(prep, texts, memory.get))
-        for name in CHILD_TABLES:
-            if name in tables:
-                copy_table(con, name, tables[name])
-    return InsertResult(len(keep), skipped, conflicts, rejected)
+    if not keep:
+        return InsertResult(0, skipped, conflicts, rejected), {}
+    tseqs = _reserve(con, "trace_tseq", len(keep))
+    tables = _numbered(prep, keep, tseqs)
+    pgparts.place(con, tables)
+    went_in = _insert_traces(con, tables.pop("traces"))
+    lost = [i for i, k in enumerate(keep) if prep.ids[k] not in went_in]
+    if lost:  # another writer stored these ids meanwhile: as if they had been stored
+        gone = [keep[i] for i in lost]
+        _, more, clash = _sort_out(con, prep, _stored(con, [prep.ids[k] for k in gone]), gone)
+        skipped, conflicts = skipped + more, sorted(conflicts + clash)
+        keep = [k for k in keep if prep.ids[k] in went_in]
+        _drop(tables, tseqs[lost])
+    _assign_texts(con, memory, prep, tables, texts)
+    tables.update(new_parts(prep, texts, memory.get))
+    return InsertResult(len(keep), skipped, conflicts, rejected), tables
+
+
+def copy_children(con: psycopg.Connection, tables: dict[str, pa.Table]) -> None:
+    """Copy the rows ``plan_insert`` left for the tables other than ``traces``, in the
+    caller's transaction, one ``COPY`` a table (``CHILD_TABLES``' order)."""
+    for name in CHILD_TABLES:
+        if name in tables:
+            copy_table(con, name, tables[name])
 
 
 def _drop(tables: dict[str, pa.Table], tseqs: np.ndarray) -> None:
@@ -431,10 +404,11 @@ def set_file_offsets(con: psycopg.Connection, offs: Sequence[FileOffset]) -> Non
 
 __all__ = [
     "CHILD_TABLES",
+    "copy_children",
     "copy_table",
     "insert_errors",
     "packed",
-    "plan_and_insert",
+    "plan_insert",
     "refuse_nul",
     "same_as_stored",
     "set_file_offsets",

@@ -1,19 +1,24 @@
 """The PostgreSQL engine's bulk writer: ingest's transactions, one after another, each on one
 connection of the store's pool (docs/design.md, "Store").
 
-Each ``add`` sends its batch at once (``pginserts.plan_and_insert``: ``COPY`` of every
-table), inside the open transaction; errors and file offsets go in at the commit, with the
-traces they came with. Any failure rolls the transaction back and is one ``StoreError``; a
-server that went away meanwhile leaves nothing of the transaction stored, and running the
-ingest again stores what was lost, once (trace ids are unique). Several writers, in several
-processes, write at once: the server orders them. It implements ``protocol.BulkWriter``,
-through the loop both engines share (``batching.TransactionLoop``).
+Each ``add`` settles at once which traces of its batch are new and inserts their ``traces``
+rows (``pginserts.plan_insert``: the ids are then this transaction's), and returns; a thread
+of the writer copies the batch's other rows (``pginserts.copy_children``: most of the bytes
+and of the server's work) while the caller prepares the next batch, and the next ``add`` or
+the commit waits for it first (psycopg lets go of the GIL while the server works). Errors and
+file offsets go in at the commit, with the traces they came with. Any failure rolls the
+transaction back and is one ``StoreError``; a server that went away meanwhile leaves nothing
+of the transaction stored, and running the ingest again stores what was lost, once (trace
+ids are unique). Several writers, in several processes, write at once: the server orders
+them. It implements ``protocol.BulkWriter``, through the loop both engines share
+(``batching.TransactionLoop``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -41,6 +46,9 @@ class PgBulkWriter(TransactionLoop):
         self._con: psycopg.Connection | None = None
         self._release: Callable[[], None] | None = None
         self._texts: dict[bytes, int] = {}
+        #: the thread that copies a batch's rows, and the batch it is copying
+        self._sender = ThreadPoolExecutor(1, thread_name_prefix="ctxscope-pg-copy")
+        self._sending: Future[None] | None = None
 
     @property
     def in_transaction(self) -> bool:
@@ -62,13 +70,26 @@ class PgBulkWriter(TransactionLoop):
             raise RuntimeError("no transaction is open")
         return self._con
 
+    def _sent(self) -> None:
+        """Wait until the batch being copied is in; its failure is raised here."""
+        sending, self._sending = self._sending, None
+        if sending is not None:
+            sending.result()
+
     def _tx_add(self, rows: RowTables) -> InsertResult:
-        """Every table of the batch at once (``pginserts.plan_and_insert``)."""
-        return pginserts.plan_and_insert(self._open_con(), self._store.texts, rows, self._texts)
+        """The batch's ``traces`` rows now, its other rows by the sender's thread (see the
+        module's docstring), after the previous batch's."""
+        self._sent()
+        con = self._open_con()
+        result, tables = pginserts.plan_insert(con, self._store.texts, rows, self._texts)
+        if tables:
+            self._sending = self._sender.submit(pginserts.copy_children, con, tables)
+        return result
 
     def _tx_commit(
         self, errors: Sequence[tuple[str, int, str]], offsets: Sequence[FileOffset]
     ) -> list[IngestErrorRow]:
+        self._sent()
         con = self._open_con()
         written = pginserts.insert_errors(con, errors)
         pginserts.set_file_offsets(con, offsets)
@@ -76,7 +97,10 @@ class PgBulkWriter(TransactionLoop):
         return written
 
     def _tx_stop(self) -> None:
-        """Nothing runs beside the transaction: each ``add`` is sent whole."""
+        """Wait for the batch being copied: the rollback needs the connection (its failure
+        is left unsaid: the error on its way up, if any, says more)."""
+        with contextlib.suppress(Exception):
+            self._sent()
 
     def _tx_rollback(self) -> None:
         with contextlib.suppress(psycopg.Error):
@@ -89,6 +113,13 @@ class PgBulkWriter(TransactionLoop):
         self._texts = {}
         if release is not None:
             release()
+
+    def close(self) -> None:
+        """Abort what is not committed and stop the sender's thread."""
+        try:
+            super().close()
+        finally:
+            self._sender.shutdown()
 
     def _fault(self, exc: BaseException) -> StoreError | None:
         return fault(self._store.url, exc) if isinstance(exc, psycopg.Error) else None

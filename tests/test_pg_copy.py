@@ -1,0 +1,198 @@
+"""The team store's bulk writes (docs/design.md, "Store", the PostgreSQL engine): Arrow rows
+sent by binary ``COPY`` (``store/pgcopy.py``) come back as they were, every column type and
+NULL, an ingested batch's rows as ``rows.prepare`` made them; the bulk writer copies a
+batch's rows on its own thread while the caller goes on, and a failure there is the
+transaction's; migration 6 finds shared parts by a hash index.
+
+On the session's throwaway server (tests/pg_cluster.py); no mock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from helpers_store import make_trace
+
+from ctxcore.errors import StoreError
+from ctxcore.models import Trace
+from ctxcore.store import pgcopy, pginserts, pgschema
+from ctxcore.store.engines import open_store
+from ctxcore.store.pgconn import Texts
+from ctxcore.store.rows import prepare
+
+_ODD_TEXTS = ['a "quoted", {braced}', "back\\slash", "", "line\nbreak\ttab", "é 中 🙂", "NULL"]
+
+
+def _every_type() -> pa.Table:
+    """One column per type the store's tables hold, with NULLs, edges and texts that a text
+    format has to quote."""
+    return pa.table(
+        {
+            "big": pa.array([1, None, -(2**63), 2**63 - 1], pa.int64()),
+            "num": pa.array([3, -(2**31), None, 2**31 - 1], pa.int32()),
+            "real": pa.array([1.5, None, float("inf"), -0.0], pa.float64()),
+            "flag": pa.array([True, None, False, True]),
+            "at": pa.array(
+                [
+                    datetime(2026, 1, 2, 3, 4, 5, 6),
+                    None,
+                    datetime(1970, 1, 1),
+                    datetime(1999, 12, 31, 23, 59, 59, 999_999),
+                ],
+                pa.timestamp("us"),
+            ),  # fmt: skip
+            "txt": pa.array([_ODD_TEXTS[0], None, _ODD_TEXTS[4], ""], pa.string()),
+            "raw": pa.array([b"\x00\xff\\x00", None, b"", bytes(range(256))], pa.large_binary()),
+            "tags": pa.array([_ODD_TEXTS, [], None, ["one", None, "two"]], pa.list_(pa.string())),
+        }
+    )
+
+
+def test_every_column_type_comes_back_as_copied(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    table = _every_type()
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(
+            'CREATE TABLE t (big BIGINT, num INTEGER, "real" DOUBLE PRECISION, flag BOOLEAN, '
+            'at TIMESTAMP, txt TEXT COLLATE "C", raw BYTEA, tags TEXT[] COLLATE "C")'
+        )
+        pgcopy.copy_binary(con, "t", table)
+        pgcopy.copy_binary(con, "t", table.slice(1, 2))  # a slice: its own offsets
+        got = con.execute("SELECT * FROM t").fetchall()
+    rows = table.to_pylist()
+    want = [tuple(r.values()) for r in rows + rows[1:3]]
+    assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in got] == want
+
+
+def test_a_value_the_column_cannot_hold_is_refused(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TABLE t (n INTEGER, s TEXT)")
+        con.execute("CREATE TABLE u (n NUMERIC)")
+        pgcopy.copy_binary(con, "t", pa.table({"n": pa.array([7], pa.int64())}))
+        assert con.execute("SELECT n FROM t").fetchall() == [(7,)]
+        with pytest.raises(pa.ArrowInvalid):
+            pgcopy.copy_binary(con, "t", pa.table({"n": pa.array([2**40], pa.int64())}))
+        with pytest.raises(ValueError, match="column 'n'.*'numeric'"):
+            pgcopy.copy_binary(con, "u", pa.table({"n": pa.array([1])}))
+        assert con.execute("SELECT count(*) FROM t").fetchone() == (1,)
+
+
+def _stored(con: psycopg.Connection, table: str, cols: list[str]) -> list[tuple[Any, ...]]:
+    order = ", ".join(c for c in ("tseq", "cid", "ord", "part", "pid", "pack") if c in cols)
+    got = con.execute(f"SELECT {', '.join(cols)} FROM {table} ORDER BY {order}").fetchall()
+    return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in got]
+
+
+def test_an_ingested_batch_is_stored_as_its_arrow_rows(pg_server: Any) -> None:
+    """Every table of a prepared batch of shared traces, row for row and column for column
+    (the numbering is the store's: compared after ``plan_insert`` numbered them)."""
+    url = pg_server.new_database()
+    traces = [make_trace(i, n_packets=4, session_id=f"s{i % 3}", tags=["a,b", 'q"'])
+              for i in range(12)]  # fmt: skip
+    prep = prepare([(t, t.to_json().encode()) for t in traces], ["f.jsonl"] * 12, True)
+    open_store(url).close()
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("BEGIN")
+        result, tables = pginserts.plan_insert(con, Texts(), prep, {})
+        pginserts.copy_children(con, tables)
+        con.execute("COMMIT")
+        assert result.added == 12 and set(tables) >= {"decisions", "contents", "trace_parts"}
+        for name, table in tables.items():
+            want = sorted(tuple(r.values()) for r in table.to_pylist())
+            assert sorted(_stored(con, name, table.schema.names)) == want, name
+
+
+def _blocking_contents(url: str) -> psycopg.Connection:
+    """A session that holds ``contents`` locked (a COPY into it waits) until it commits."""
+    con = psycopg.connect(url, autocommit=True)
+    con.execute("BEGIN")
+    con.execute("LOCK TABLE contents IN SHARE MODE")
+    return con
+
+
+def test_add_returns_while_its_rows_are_copied_and_commit_waits_for_them(
+    pg_server: Any,
+) -> None:
+    url = pg_server.new_database()
+    traces = [make_trace(i, session_id="s") for i in range(20)]
+    prep = prepare([(t, t.to_json().encode()) for t in traces], [None] * 20, True)
+    with open_store(url) as store:
+        locker = _blocking_contents(url)
+        writer = store.bulk_writer()
+        try:
+            start = time.monotonic()
+            threading.Timer(4.0, locker.execute, ["COMMIT"]).start()
+            assert writer.add(prep).added == 20  # while a COPY waits on the lock
+            assert time.monotonic() - start < 3.0
+            writer.commit()
+            assert time.monotonic() - start >= 4.0  # the commit waited for the copy
+        finally:
+            writer.close()
+            locker.close()
+        assert store.count() == 20
+        assert [p.trace_id for p in store.traces_packed([traces[3].trace_id])] == [
+            traces[3].trace_id
+        ]
+        assert len(store.decisions(traces[3].trace_id)) == 5
+
+
+def test_a_copy_that_fails_on_the_writers_thread_fails_the_transaction(
+    pg_server: Any,
+) -> None:
+    url = pg_server.new_database()
+    traces = [make_trace(i, session_id="s") for i in range(6)]
+    with open_store(url) as store:
+        with psycopg.connect(url, autocommit=True) as con:  # a row it refuses
+            con.execute("ALTER TABLE partitions ADD CONSTRAINT no_task CHECK (name <> '[Task]')")
+        prep = prepare([(t, t.to_json().encode()) for t in traces], [None] * 6, True)
+        writer = store.bulk_writer()
+        try:
+            assert writer.add(prep).added == 6
+            with pytest.raises(StoreError, match="no_task"):
+                writer.commit()
+            assert not writer.in_transaction and store.count() == 0
+            with psycopg.connect(url, autocommit=True) as con:
+                con.execute("ALTER TABLE partitions DROP CONSTRAINT no_task")
+            again = prepare([(t, t.to_json().encode()) for t in traces], [None] * 6, True)
+            assert writer.add(again).added == 6  # the writer goes on with a new one
+            writer.commit()
+        finally:
+            writer.close()
+        assert store.count() == 6 and len(store.decisions(traces[0].trace_id)) == 5
+
+
+def test_shared_parts_are_found_by_a_hash_index(pg_server: Any) -> None:
+    """Migration 6: the index of ``pid`` is a hash, a store of migration 5 gets it and its
+    traces read back the same, and a trace's parts are read through it."""
+    url = pg_server.new_database()
+    with psycopg.connect(url, autocommit=True) as con:
+        pgschema.apply(con, upto=5)
+    traces: list[Trace] = [make_trace(i, session_id="s") for i in range(40)]
+    with psycopg.connect(url, autocommit=True) as con:  # stored by migration 5's schema
+        con.execute("BEGIN")
+        prep = prepare([(t, t.to_json().encode()) for t in traces], [None] * 40, True)
+        pginserts.copy_children(con, pginserts.plan_insert(con, Texts(), prep, {})[1])
+        con.execute("COMMIT")
+        before = pginserts.trace_json(con, traces[7].trace_id)
+    with open_store(url) as store:
+        assert [p.json() for p in store.traces_packed([traces[7].trace_id])] == [before]
+    with psycopg.connect(url, autocommit=True) as con:
+        (method,) = con.execute(
+            "SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
+            "WHERE c.relname = 'shared_parts_pid'"
+        ).fetchone() or ("",)
+        assert method == "hash"
+        pids = [r[0] for r in con.execute("SELECT pid FROM shared_parts LIMIT 5").fetchall()]
+        con.execute("SET enable_seqscan = off")
+        plan = con.execute(
+            "EXPLAIN SELECT pid, pack, start, size FROM shared_parts WHERE pid = ANY(%s)", [pids]
+        ).fetchall()
+        assert any("shared_parts_pid" in r[0] for r in plan)
+        assert pginserts.trace_json(con, traces[7].trace_id) == before
