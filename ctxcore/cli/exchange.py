@@ -10,15 +10,16 @@ import hashlib
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import chain
+from operator import is_
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxcore import settings
 from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
-from ctxcore.formats.accounting import LABELS, describe_trace, imported_counts
+from ctxcore.formats.accounting import LABELS, describe_trace, source_counts
 from ctxcore.formats.load import iter_traces, jsonl_lines, load_file, write_jsonl
-from ctxcore.models import Trace
+from ctxcore.models import Message, Trace
 from ctxcore.output import STDOUT, is_stdout, write_output
 
 if TYPE_CHECKING:
@@ -72,6 +73,52 @@ def big_buffers_mapped(threshold: int = MMAP_BYTES, keep: int | None = None) -> 
     return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
 
 
+class _Reached:
+    """``accounting.imported_counts`` of each trace, made from the previous trace of its
+    session when its messages start with that one's (the same objects, as a session log's
+    importer shares them between calls): only the new messages are looked at, where
+    every call of a long session would walk its whole context again."""
+
+    def __init__(self) -> None:
+        #: session -> the last trace's messages, their source message ids and their sums
+        #: (system parts, tool calls, media, thinking, compactions, replaced tool results)
+        self.last: dict[str, tuple[list[Message], set[str], list[int]]] = {}
+
+    def counts(self, trace: Trace) -> dict[str, int]:
+        messages = (trace.result.messages if trace.result is not None else None) or []
+        prev, sources, sums = self.last.get(trace.session_id, ([], set(), []))
+        n = len(prev)
+        if n and len(messages) >= n and all(map(is_, messages[:n], prev)):
+            sources, sums = set(sources), list(sums)
+        else:
+            sources, sums, n = set(), [0] * 6, 0
+        for m in messages[n:]:
+            mid = m.id or ""
+            if mid.startswith("msg-"):
+                sources.add(mid.split(".")[0])
+            meta = m.metadata
+            sums[0] += m.role in ("system", "developer")
+            sums[1] += len(meta.get("tool_calls") or [])
+            sums[2] += len(meta.get("media") or [])
+            sums[3] += len(meta.get("thinking") or [])
+            sums[4] += bool(meta.get("compaction"))
+            sums[5] += bool(meta.get("replaced_by")) and m.role == "tool"
+        self.last[trace.session_id] = (messages, sources, sums)
+        results = sum(1 for p in trace.input.packets if p.kind == "tool_result")
+        return source_counts(
+            {
+                "messages": len(sources),
+                "system_parts": sums[0],
+                "tool_calls": sums[1],
+                "tool_results": results + sums[5],
+                "tools": len(trace.input.tools),
+                "media": sums[2],
+                "thinking": sums[3],
+                "compactions": sums[4],
+            }
+        )
+
+
 class _SourceTally:
     """What one source file held against what reached its traces, per category: the
     format's accounting (``metadata.import.source``) beside ``imported_counts``, for each
@@ -92,6 +139,7 @@ class _SourceTally:
         self.lost_calls = 0
         self.as_text = 0
         self.as_text_first: str | None = None
+        self.counted = _Reached()
 
     def add(self, trace: Trace) -> None:
         self.traces += 1
@@ -99,7 +147,7 @@ class _SourceTally:
         if not isinstance(meta, dict) or not isinstance(meta.get("source"), dict):
             return  # ctxscope's own traces: nothing was converted
         self.formats[str(meta.get("format"))] = None
-        got = imported_counts(trace)
+        got = self.counted.counts(trace)
         held = self.held.setdefault(trace.session_id, dict.fromkeys(LABELS, 0))
         reached = self.reached.setdefault(trace.session_id, dict.fromkeys(LABELS, 0))
         short = False

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import is_
 from typing import Any
 
 from ctxcore import __version__ as _ctxcore_version
@@ -94,6 +95,8 @@ _PARTITION = {
 #: New texts are counted together once this many characters (or calls) are waiting.
 BATCH_CHARS = 2_000_000
 BATCH_CALLS = 256
+#: Sessions whose last prompt is kept to render the next call's from (``CallTraces``).
+PROMPTS_KEPT = 8
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -530,6 +533,9 @@ class CallTraces:
         self._contexts: dict[str, _Context] = {}
         self._configs: dict[tuple[str, int | None, int | None], Config] = {}
         self._tokenizers: set[str] = set()
+        #: session -> its last call's items, tools' JSON and prompt (the most recent
+        #: PROMPTS_KEPT sessions)
+        self._prompts: dict[str, tuple[list[_Item], str, str]] = {}
         #: tokens counted (each message once) and tokens in all calls' prompts
         self.tokens_counted = 0
         self.tokens_in_calls = 0
@@ -641,7 +647,7 @@ class CallTraces:
         )
         warns.extend(_call_warnings(call, used, counter.name))
         result = finish(
-            prompt=_prompt(items, g.tools_json),
+            prompt=self._prompt(call.session_id, items, g.tools_json),
             messages=[it.flat for it in items],
             decisions=decisions,
             partitions=partitions,
@@ -666,6 +672,33 @@ class CallTraces:
                 "outcome": _outcome(call),
             }
         )
+
+    def _prompt(self, session: str, items: list[_Item], tools_json: str) -> str:
+        """The call's rendered prompt (``_prompt``). A call whose items are the session's
+        previous call's and more (the same objects), with the same tools, renders as that
+        call's prompt and the new items' blocks: one copy of it, not a join of every block
+        again (a long session's prompt is megabytes, and a join re-encodes each block)."""
+        last = self._prompts.pop(session, None)
+        prompt: str | None = None
+        if last is not None:
+            prev, prev_tools, prev_prompt = last
+            n = len(prev)
+            if (
+                n
+                and len(items) >= n
+                and prev_tools == tools_json
+                and all(map(is_, items[:n], prev))
+            ):
+                if len(items) == n:
+                    prompt = prev_prompt
+                elif not (_in_run(prev[-1]) and _in_run(items[n])):
+                    prompt = prev_prompt + "\n\n" + _prompt(items[n:], "")
+        if prompt is None:
+            prompt = _prompt(items, tools_json)
+        self._prompts[session] = (items, tools_json, prompt)
+        if len(self._prompts) > PROMPTS_KEPT:
+            del self._prompts[next(iter(self._prompts))]
+        return prompt
 
     def _decisions(
         self,
@@ -1032,6 +1065,11 @@ def _block(it: _Item) -> str | None:
         return None
     it.block = f"[{it.flat.role}]\n{it.flat.content}"
     return it.block
+
+
+def _in_run(it: _Item) -> bool:
+    """Whether an item's message joins its neighbours' in one block (``_prompt``)."""
+    return it.flat.role in ("system", "developer")
 
 
 def _prompt(items: list[_Item], tools_json: str) -> str:
