@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxcore import settings
-from ctxcore.cli.app import app_folder
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
 from ctxcore.formats.accounting import LABELS, describe_trace, source_counts
 from ctxcore.formats.load import iter_traces, jsonl_lines, load_file, write_jsonl
@@ -509,6 +508,8 @@ def cli_import(args: argparse.Namespace) -> int:
     try:
         store = open_store(db)
     except StoreLockedError as exc:
+        from ctxcore.cli.app import app_folder
+
         # Only a running app's folder is a safe detour: it ingests what lands there.
         folder = app_folder(Path(db))
         if folder is None:

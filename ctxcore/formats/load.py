@@ -26,9 +26,6 @@ from typing import Any, cast
 from ctxcore.errors import CtxscopeError, ImportFormatError, InputError
 from ctxcore.formats import registry
 from ctxcore.formats.derive import with_window
-from ctxcore.formats.otlp import traces_from_exports, traces_from_protobuf
-from ctxcore.formats.otlp_proto import SUFFIXES as PROTOBUF_SUFFIXES
-from ctxcore.formats.otlp_proto import looks_binary, read_protobuf
 from ctxcore.formats.sessions import sniff
 from ctxcore.loading import (
     GZIP_ERRORS,
@@ -172,6 +169,9 @@ def _matches_none(data: Any, where: str, fallback: registry.Format, exc: Excepti
 def _maybe_protobuf(p: Path) -> bool:
     """Whether a file may be OTLP protobuf, by its name or its first bytes: only then is it
     read whole (as protobuf is); a text file is streamed by ``iter_values``."""
+    from ctxcore.formats.otlp_proto import SUFFIXES as PROTOBUF_SUFFIXES
+    from ctxcore.formats.otlp_proto import looks_binary
+
     if p.name.lower().removesuffix(".gz").endswith(PROTOBUF_SUFFIXES):
         return True
     try:
@@ -266,6 +266,10 @@ def iter_traces(
     if log is not None:
         yield from _session_log(p, log, mtime, window, model)
         return
+    # here, not at the top: a session log (the usual import) needs no OpenTelemetry reader
+    from ctxcore.formats.otlp import traces_from_protobuf
+    from ctxcore.formats.otlp_proto import read_protobuf
+
     raw = read_protobuf(p) if fmt in (registry.AUTO, "otlp") and _maybe_protobuf(p) else None
     if raw is not None:
         traces = traces_from_protobuf(raw, str(p), session_id=session, default_now=mtime)
@@ -353,6 +357,8 @@ def _refuse_text(p: Path) -> None:
         return  # JSONL: each bad line is that line's error
     head = _head(p)
     start = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    from ctxcore.formats.otlp_proto import looks_binary
+
     if not start or looks_binary(start):
         return
     _refuse_binary(p, head)
@@ -430,6 +436,8 @@ class _File:
                 # An OpenTelemetry file exporter writes one export per line (traces and logs
                 # may share the file): read them as one, so that log records join their
                 # spans and turns are numbered across the whole file.
+                from ctxcore.formats.otlp import traces_from_exports
+
                 yield from traces_from_exports(
                     whole, where=str(self.p), session_id=self.session, default_now=self.mtime
                 )
