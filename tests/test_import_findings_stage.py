@@ -127,7 +127,7 @@ def test_the_child_holds_at_most_AHEAD_and_gives_every_trace_in_order(
 
 
 def test_a_bad_line_mid_file_is_said_once_and_the_rest_keep_their_findings(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A session log's bad line is noted in the call it broke; a trace file's is said, once
     (the child reads it too, silently), and the traces after it are stored: both with the
@@ -144,7 +144,7 @@ def test_a_bad_line_mid_file_is_said_once_and_the_rest_keep_their_findings(
     for src, rc in ((log, 0), (file, 1)):
         db = tmp_path / f"{src.stem}.duckdb"
         assert main(["import", str(src), "--db", str(db)]) == rc
-        err = capsys.readouterr().err
+        err = capfd.readouterr().err
         said = [x for x in err.splitlines() if x.startswith("ctxscope import: error:")]
         assert len(said) == rc, err
         if rc:
@@ -177,7 +177,7 @@ def test_a_conflict_names_the_trace_and_ends_the_child(
 
 
 def test_a_killed_child_is_an_error_in_one_line_and_nothing_is_stored(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     take = FindingsProcess.take
 
@@ -190,7 +190,7 @@ def test_a_killed_child_is_an_error_in_one_line_and_nothing_is_stored(
     monkeypatch.setattr(FindingsProcess, "take", killed_first)
     db = tmp_path / "s.duckdb"
     assert main(["import", str(LOG), "--db", str(db)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert "the findings process stopped (exit code -9)" in err[0]
     assert "nothing was stored" in err[0]
