@@ -68,33 +68,28 @@ def esc(text: object, limit: int = 300) -> str:
     return html.escape(s, quote=True)
 
 
-#: the advance widths of DejaVu Sans (what "sans-serif" is on Debian, and wider than Arial or
-#: Helvetica) for the printable ASCII characters " " to "~", in thousandths of the font size,
-#: rounded up
+#: the advance widths of Arial's metrics (Liberation Sans and Arimo share them: the
+#: "sans-serif" Chromium draws on Windows and Linux; Helvetica's are alike) for the printable
+#: ASCII characters " " to "~", in thousandths of the font size, rounded up
 _ASCII_WIDTHS = (
-    318, 401, 460, 838, 637, 951, 780, 275, 391, 391, 500, 838, 318, 361, 318, 337, 637, 637,
-    637, 637, 637, 637, 637, 637, 637, 637, 337, 337, 838, 838, 838, 531, 1000, 685, 687, 699,
-    771, 632, 576, 775, 752, 295, 295, 656, 558, 863, 749, 788, 604, 788, 695, 635, 611, 732,
-    685, 989, 686, 611, 686, 391, 337, 391, 838, 500, 500, 613, 635, 550, 635, 616, 353, 635,
-    634, 278, 278, 580, 278, 975, 634, 612, 635, 635, 412, 521, 393, 634, 592, 818, 592, 592,
-    525, 637, 337, 637, 838,
+    278, 278, 355, 557, 557, 890, 667, 191, 334, 334, 390, 584, 278, 334, 278, 278, 557, 557,
+    557, 557, 557, 557, 557, 557, 557, 557, 278, 278, 584, 584, 584, 557, 1016, 667, 667, 723,
+    723, 667, 611, 778, 723, 278, 500, 667, 557, 834, 723, 778, 667, 778, 723, 667, 611, 723,
+    667, 944, 667, 667, 611, 278, 278, 278, 470, 557, 334, 557, 557, 500, 557, 557, 278, 557,
+    557, 223, 223, 500, 223, 834, 557, 557, 557, 557, 334, 500, 278, 557, 500, 723, 500, 500,
+    500, 334, 260, 334, 584,
 )  # fmt: skip
-#: DejaVu Sans' kerning pairs that draw two characters wider apart, in the same thousandths
-_WIDER_PAIRS = {
-    "-G": 37, "-J": 56, "-O": 28, "-Q": 37, "-o": 19, "AA": 28, "LA": 23, "O-": 28, "Q-": 28,
-    "SA": 19, "o-": 19,
-}  # fmt: skip
 
 
 def text_px(text: str, size: float) -> float:
-    """The width in pixels, at most, of ``text`` (escaped for plotly: its entities count as
-    the character they stand for) drawn in a sans-serif font of ``size`` px: a character
-    outside ASCII counts 1.25 em, wider than a CJK one or an emoji. A figure that places its
-    labels itself (no ``automargin``) sizes its margins by it. A kerning pair that moves its
-    characters apart counts too, and each character 1/64 px more, what a renderer's
-    fixed-point advance (26.6) may round up."""
+    """The width in pixels of ``text`` (escaped for plotly: its entities count as the
+    character they stand for) drawn in a sans-serif font of Arial's metrics at ``size`` px,
+    at most: a character outside ASCII counts 1.25 em, wider than a CJK one or an emoji, and
+    each character 1/64 px more, what a renderer's fixed-point advance (26.6) may round up.
+    A figure that places its labels itself sizes its margins by it (a wider font, DejaVu
+    Sans where it is the default, is left to plotly's ``automargin``)."""
     shown = html.unescape(text)
-    widths = sum(_WIDER_PAIRS.get(shown[i : i + 2], 0) for i in range(len(shown) - 1))
+    widths = 0
     for ch in shown:
         code = ord(ch) - 32
         widths += _ASCII_WIDTHS[code] if 0 <= code < len(_ASCII_WIDTHS) else 1250

@@ -204,9 +204,10 @@ _LABEL_PAD = 24
 
 def label_margin(labels: Sequence[str]) -> int:
     """The left margin that holds the longest of the rows' ``labels`` whole: placed from
-    their measured width, where plotly's ``automargin`` measured every label in the browser
-    and drew the chart a second time with the margin it found (docs/design.md, the
-    Timeline)."""
+    their width (``text_px``), where plotly's ``automargin`` alone started from a narrow
+    margin, measured every label in the browser and drew the chart a second time with the
+    margin it found (docs/design.md, the Timeline). ``automargin`` stays on: it grows the
+    margin only for a font wider than Arial's metrics."""
     return _LABEL_PAD + int(max((text_px(x, _LABEL_PX) for x in labels), default=0) + 0.999)
 
 
@@ -214,9 +215,9 @@ def _timeline_layout(title: str, labels: Sequence[str], turns: int, legend: bool
     """The grid's layout: the title at the very top (the "turn" axis title under it would
     otherwise run into a long session id at 1024 px) and the legend, where there is one, on
     lines of its own under it (beside the title, it wrapped over it in a half-width chart);
-    22 px a row keeps ~190 labels apart. The left margin is fixed from the rows' labels'
-    width (``label_margin``), not grown in the browser; the turns' axes keep their automatic
-    margins (their labels fit the margins given: nothing to redraw)."""
+    22 px a row keeps ~190 labels apart. The left margin holds the rows' labels
+    (``label_margin``) and the others the turns' labels, so plotly's automatic margins find
+    nothing to grow and the chart is drawn once."""
     packets = len(labels)
     tall = packets > _TALL_ROWS
     height = timeline_height(packets) + (_TIMELINE_LEGEND if legend else 0)
@@ -247,7 +248,6 @@ def _timeline_layout(title: str, labels: Sequence[str], turns: int, legend: bool
             "type": "category",
             "dtick": 1,
             "tickfont": {"size": _LABEL_PX},
-            "automargin": False,
         },
         "legend": {
             "orientation": "h",
