@@ -7,9 +7,11 @@ ORACLE_VENV ?= .oracle-venv
 ORACLE_STAMP := $(ORACLE_VENV)/.installed
 ORACLE_LC_VENV ?= .oracle-langchain
 ORACLE_LC_STAMP := $(ORACLE_LC_VENV)/.installed
+PEER_CCL_VENV ?= .peer-ccl
+PEER_CCL_STAMP := $(PEER_CCL_VENV)/.installed
 PORT ?= 8501
 
-.PHONY: install app test test-fast lint format bench oracle golden browser postgresql demo clean
+.PHONY: install app test test-fast lint format bench oracle peers golden browser postgresql demo clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +32,13 @@ $(ORACLE_LC_STAMP): scripts/setup_oracle_langchain.sh
 	touch $(ORACLE_LC_STAMP)
 
 oracle: $(ORACLE_STAMP) $(ORACLE_LC_STAMP)
+
+# claude-code-log from PyPI in a venv of its own: the peer bench/bench_share.py times.
+$(PEER_CCL_STAMP): scripts/setup_peer_ccl.sh
+	bash scripts/setup_peer_ccl.sh $(PEER_CCL_VENV)
+	touch $(PEER_CCL_STAMP)
+
+peers: $(PEER_CCL_STAMP)
 
 # Debian's Chromium for the Playwright tests (root on a fresh machine; skipped quietly otherwise).
 browser:
@@ -75,4 +84,4 @@ demo: $(STAMP)
 	$(PY) -m ctxcore demo
 
 clean:
-	rm -rf $(VENV) $(ORACLE_VENV) $(ORACLE_LC_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(ORACLE_VENV) $(ORACLE_LC_VENV) $(PEER_CCL_VENV) .pytest_cache .mypy_cache .ruff_cache

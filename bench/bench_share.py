@@ -9,7 +9,8 @@ its own: ``ctxscope import LOG -o FILE`` (the shared form, docs/design.md "Share
 ``ctxscope import LOG --whole -o FILE`` (each trace whole, what ``import -o`` wrote before the
 shared form), reading each file back (``load_file``: every trace expanded and validated), and
 ``claude-code-log LOG -o FILE.html`` side by side when it is installed (``--ccl`` names it,
-else it is looked up on the PATH). Prints a table: wall time, CPU time (user + system, the
+else ``.peer-ccl/bin/claude-code-log``, which ``make peers`` installs, else the PATH; without
+it a note says so). Prints a table: wall time, CPU time (user + system, the
 child's), throughput on the log's size, the output's size against the log's, peak memory.
 Targets (issue 34): the shared output at most twice the log's size, at least 30 MB/s end to
 end.
@@ -120,9 +121,15 @@ def _child(args: list[str]) -> dict[str, Any]:
     return {"wall": wall, "cpu": float(cpu), "peak_mb": int(peak) / 1024, "out": proc.stdout}
 
 
+#: Where ``make peers`` installs claude-code-log (scripts/setup_peer_ccl.sh).
+PEER_CCL = ROOT / ".peer-ccl" / "bin" / "claude-code-log"
+
+
 def _ccl(given: str | None) -> str | None:
     if given:
         return given
+    if PEER_CCL.exists():
+        return str(PEER_CCL)
     return shutil.which("claude-code-log")
 
 
@@ -184,6 +191,16 @@ def table(log: Path, rows: list[tuple[str, dict[str, Any]]]) -> str:
         if k == 0:
             out.append("  ".join("-" * w for w in widths))
     shared = dict(rows)["import -o (shared)"]
+    peer = dict(rows).get("claude-code-log (HTML)")
+    if peer is not None:
+        out.append(
+            f"peer: claude-code-log takes {peer['wall'] / shared['wall']:.2f}x our wall time and "
+            f"{peer['cpu'] / max(shared['cpu'], 1e-9):.2f}x our CPU time on this log"
+        )
+    else:
+        out.append(
+            "peer: claude-code-log is not installed (make peers, or --ccl PATH): not compared"
+        )
     ratio = shared["size"] / (mb * 1e6)
     rate = mb / shared["wall"]
     out.append(

@@ -1,0 +1,160 @@
+"""``ctxscope import -o``'s fast path (issue 34; docs/design.md, "Shared traces" and
+"Capture, import, export, redaction"): what it makes incrementally is what the whole
+computation makes, on every session log of the fixtures.
+
+- a call's prompt rendered from its session's previous one is ``render_prompt`` of its messages;
+- the tally's counts made from the previous trace of a session are ``imported_counts``;
+- a file written as bytes (``write_jsonl``) reads back as each trace's ``to_json``;
+- the tokenizer's load starts on a thread and is what ``get_backend`` then returns.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxcore.cli.exchange import _Reached, big_buffers_mapped
+from ctxcore.formats.accounting import imported_counts
+from ctxcore.formats.derive import tools_text
+from ctxcore.formats.load import iter_traces, jsonl_lines, write_jsonl
+from ctxcore.formats.sessions.calls import CallTraces, _Item, _prompt
+from ctxcore.models import Message
+from ctxcore.pipeline.recorded import render_prompt
+from ctxcore.sharing import PartTable
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "imports"
+LOGS = sorted(
+    p
+    for kind in ("claude-code", "codex", "pi", "gemini-cli", "openhands")
+    for p in (FIXTURES / kind).glob("*")
+    if p.is_file()
+)
+
+
+def test_the_fixtures_hold_session_logs() -> None:
+    assert len(LOGS) >= 12
+    assert {p.parent.name for p in LOGS} >= {"claude-code", "codex", "pi"}
+
+
+@pytest.mark.parametrize("src", LOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_each_prompt_is_its_messages_rendered(src: Path) -> None:
+    """``CallTraces._prompt`` renders a call from the previous call of its session; the
+    prompt must be what its messages render to, whatever path made it."""
+    traces = list(iter_traces(src))
+    assert traces
+    for t in traces:
+        assert t.result is not None and t.result.messages is not None
+        tools = tools_text(t.input.tools) if t.input.tools else ""
+        assert t.result.prompt == render_prompt(t.result.messages, tools), t.trace_id
+
+
+@pytest.mark.parametrize("src", LOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_tallys_counts_are_imported_counts(src: Path) -> None:
+    reached = _Reached()
+    traces = list(iter_traces(src))
+    for t in traces:
+        assert reached.counts(t) == imported_counts(t), t.trace_id
+
+
+def test_most_logs_take_the_incremental_paths() -> None:
+    """A session's later call starts with its earlier one (the paths the two tests above
+    check are taken), in most fixture logs."""
+    several = [p for p in LOGS if len({t.session_id for t in iter_traces(p)}) < _calls(p)]
+    assert len(several) >= len(LOGS) // 2
+
+
+def _calls(path: Path) -> int:
+    return sum(1 for _ in iter_traces(path))
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "whole"])
+def test_a_file_written_as_bytes_reads_back_as_each_traces_json(
+    shared: bool, tmp_path: Path
+) -> None:
+    src = FIXTURES / "claude-code" / "ccviewer-task-sidechain-session.jsonl"
+    traces = list(iter_traces(src))
+    out = tmp_path / "out.jsonl"
+    write_jsonl(iter(traces), out, shared=shared)
+    data = out.read_bytes()
+    # the text lines (``ctxscope export --shared``, ``-o -``) are the same lines
+    assert data == "".join(jsonl_lines(traces, shared=shared)).encode()
+    table = PartTable()
+    lines = data.splitlines()
+    assert len(lines) == len(traces)
+    for n, (raw, t) in enumerate(zip(lines, traces, strict=True), 1):
+        got = json.loads(table.expand(raw, f"line {n}"))
+        want = json.loads(t.to_json())
+        got["result"]["timings"] = want["result"]["timings"] = {}
+        assert got == want
+
+
+def test_the_tokenizer_loads_on_a_thread_and_is_the_backend(tmp_path: Path) -> None:
+    """In a fresh interpreter: ``preload`` returns at once, its thread builds the backend,
+    and ``get_backend`` then returns that one (not a second load)."""
+    code = """
+import threading, time
+from ctxcore import tokens
+t0 = time.perf_counter()
+tokens.preload("cl100k_base")
+tokens.preload("cl100k_base")  # a second call starts no second load
+started = time.perf_counter() - t0
+loads = [t for t in threading.enumerate() if t.name == "load-cl100k_base"]
+assert len(loads) == 1, loads
+loads[0].join()
+assert "cl100k_base" in tokens._backends
+backend = tokens._backends["cl100k_base"]
+assert tokens.get_backend("cl100k_base") is backend
+assert tokens.get_counter("cl100k_base").count("hello world") == 2
+tokens.preload("no-such-encoding")  # not one ctxscope ships: nothing to load
+assert not [t for t in threading.enumerate() if t.name.startswith("load-no-such")]
+print(started)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout) < 0.5  # it returned before the load (~0.4 s of CPU) was done
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_output_allocator_settings_take() -> None:
+    assert big_buffers_mapped(4 * 1024 * 1024, 32 * 1024 * 1024)
+    assert big_buffers_mapped()  # and back to the import's default
+
+
+def _items(*roles: str) -> list[_Item]:
+    """Items of a session's context whose messages have these roles (what ``_prompt`` reads)."""
+    return [
+        _Item(entry=None, kind="history", item_id=f"m{k}", packet=None, flat=m)  # type: ignore[arg-type]
+        for k, role in enumerate(roles)
+        for m in [Message(role=role, content=f"{role} text {k}", id=f"m{k}")]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        (("user", "assistant"), ("tool", "user")),
+        (("user", "system"), ("developer", "user")),  # a system run across the two calls
+        (("system",), ("system", "user")),
+        (("user", "developer"), ("assistant",)),
+        (("user",), ()),
+    ],
+)
+def test_a_prompt_made_from_the_previous_calls_is_the_whole_render(
+    first: tuple[str, ...], then: tuple[str, ...]
+) -> None:
+    """The session's next call renders as a render of all its items, where a run of
+    system/developer messages spans the two calls too (then it is one block)."""
+    items = _items(*first, *then)
+    old, new = items[: len(first)], items
+    made = CallTraces(fmt="claude-code", builder="import/claude-code")
+    assert made._prompt("s", old, "") == _prompt(old, "")
+    assert made._prompt("s", new, "") == _prompt(new, "")
+    # other tools: the whole render again
+    assert made._prompt("s", new, '[{"name":"t"}]') == _prompt(new, '[{"name":"t"}]')
