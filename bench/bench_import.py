@@ -334,14 +334,17 @@ def measure(path: Path) -> dict[str, Any]:
     }
 
 
-#: Runs its arguments as a child and reports the child's peak RSS (``RUSAGE_CHILDREN`` of
-#: this wrapper holds that child's only).
+#: Runs its arguments as a child and reports the child's peak RSS and CPU time
+#: (``RUSAGE_CHILDREN`` of this wrapper holds that child's only, with the processes it
+#: waited for: ``import --db``'s findings process; the peak is the largest one's).
 _PEAK = """
 import resource, subprocess, sys
 p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 sys.stdout.write(p.stdout)
 sys.stderr.write(p.stderr)
-print(f"@@peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr)
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(f"@@cpu {r.ru_utime} {r.ru_stime}", file=sys.stderr)
+print(f"@@peak {r.ru_maxrss}", file=sys.stderr)
 sys.exit(p.returncode)
 """
 
@@ -352,18 +355,23 @@ def run_cli(path: Path, how: str, work: Path) -> dict[str, Any]:
     args = [sys.executable, "-m", "ctxcore", "import", str(path)]
     target = work / ("traces.jsonl" if how == "jsonl" else "bench.duckdb")
     args += ["-o", str(target)] if how == "jsonl" else ["--db", str(target)]
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", _PEAK, *args], capture_output=True, text=True, cwd=ROOT
     )
     wall = time.perf_counter() - t0
     err, _, peak = proc.stderr.rpartition("@@peak ")
+    err, _, cpu = err.rpartition("@@cpu ")
     if proc.returncode != 0:
         raise SystemExit(f"ctxscope import failed ({proc.returncode}): {err[-2000:]}")
     line = next(x for x in proc.stdout.splitlines() if x.startswith("imported "))
     out = {
         "how": how,
         "wall_s": wall,
+        "user_s": float(cpu.split()[0]),
+        "sys_s": float(cpu.split()[1]),
+        "load": (load, os.getloadavg()[0]),
         "peak_mb": int(peak) / 1024,
         "traces": int(line.split()[1]),
         "written": target.stat().st_size,
@@ -482,7 +490,13 @@ def _cli_rows(cli: dict[str, Any] | None, mb: float) -> list[tuple[str, str, str
             "",
         ),
         (
-            "  peak memory (its process)",
+            "  CPU (its processes), load",
+            f"{cli['user_s']:.1f} s user + {cli['sys_s']:.1f} s sys, "
+            f"load {cli['load'][0]:.1f} -> {cli['load'][1]:.1f}",
+            "",
+        ),
+        (
+            "  peak memory (its largest process)",
             f"{cli['peak_mb']:,.0f} MB",
             f"<= {TARGET_PEAK_MB:,.0f} MB {'ok' if ok else 'MISSED'}",
         ),
