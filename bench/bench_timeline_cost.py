@@ -189,6 +189,10 @@ class Open:
     cost: float
     busy: float
     script: float
+    #: CPU seconds to the page settled: Chromium's processes together (its own count), and
+    #: the server's (/proc): what a loaded machine's waits do not add to
+    browser_cpu: float = 0.0
+    server_cpu: float = 0.0
 
     @property
     def cost_from_url(self) -> float:
@@ -202,9 +206,22 @@ def main_thread(cdp: Any) -> tuple[float, float]:
     return float(got["TaskDuration"]), float(got["ScriptDuration"])
 
 
-def open_timeline(page: Any, cdp: Any, url: str) -> Open:
+def chromium_cpu(browser_cdp: Any) -> float:
+    """CPU seconds Chromium's processes have run (``SystemInfo.getProcessInfo``)."""
+    info = browser_cdp.send("SystemInfo.getProcessInfo")["processInfo"]
+    return float(sum(p["cpuTime"] for p in info))
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has run, its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_timeline(page: Any, cdp: Any, url: str, cpu: Callable[[], tuple[float, float]]) -> Open:
     """Open the Timeline by its URL (it opens on its packets), then its "Cost and cache"
-    view."""
+    view; ``cpu`` reads (Chromium's, the server's) CPU seconds."""
+    cpu0 = cpu()
     t0 = time.perf_counter()
     before = runs(page)
     page.goto(url, wait_until="domcontentloaded")
@@ -213,13 +230,14 @@ def open_timeline(page: Any, cdp: Any, url: str) -> Open:
     wait_runs(page, before, WAIT_MS)
     settle(page, WAIT_MS)
     settled = time.perf_counter() - t0
+    cpu1 = cpu()
     busy, script = main_thread(cdp)
     t0 = time.perf_counter()
     page.get_by_role("tab", name="Cost and cache").click()
     page.locator(".st-key-tl_cost_chart .main-svg").first.wait_for(timeout=WAIT_MS)
     cost = time.perf_counter() - t0
     settle(page, WAIT_MS)
-    return Open(drawn, settled, cost, busy, script)
+    return Open(drawn, settled, cost, busy, script, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
 
 
 #: the Timeline's page script through AppTest in a fresh process: cold, then warm runs, on
@@ -283,6 +301,20 @@ def ask_diagnostics(page: Any) -> float:
     return time.perf_counter() - t0
 
 
+#: what the cold open covers, printed under the table
+COLD = (
+    "Cold: the Timeline's first open in a fresh server (`streamlit run`, started and healthy), "
+    "right after the app's root page (Traces) was opened once in the same browser: the JS "
+    "bundles are cached and the app's own imports, the store and the start-up warm-up "
+    "(state._warm_up: the first reads of Traces and Inspect, the figures' imports and "
+    "validators, the Timeline's modules) are under way or done; the open pays this session's "
+    "first reads (its statuses, partitions, list and cost summaries), its packet chart built "
+    "and sent, and whatever of the warm-up is still running. Warm: the same URL opened again "
+    "(a new script run, its data and figure cached in the server, the page rebuilt by the "
+    "browser)."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", type=int, default=500)
@@ -313,10 +345,15 @@ def main(argv: list[str] | None = None) -> int:
             page = new_page(browser)
             cdp = page.context.new_cdp_session(page)
             cdp.send("Performance.enable")
+            browser_cdp = browser.new_browser_cdp_session()
+
+            def cpu() -> tuple[float, float]:
+                return chromium_cpu(browser_cdp), process_cpu(server.proc.pid)
+
             goto(page, server.url)  # the JS bundles, once
             url = f"{server.url}/timeline?session={quote(SESSION)}"
             for _ in range(args.repeat + 1):
-                opens.append(open_timeline(page, cdp, url))
+                opens.append(open_timeline(page, cdp, url, cpu))
                 assert exceptions_text(page) == []
             asked = ask_diagnostics(page)
             settle(page, WAIT_MS)
@@ -336,12 +373,16 @@ def main(argv: list[str] | None = None) -> int:
         ("Timeline by URL, cold: the packet chart drawn", "1.5 s", first.packets),
         ("Timeline by URL, cold: the page settled", "", first.settled),
         ("  the browser's main thread busy, to settled", "", first.busy),
+        ("  CPU to settled: Chromium's processes", "", first.browser_cpu),
+        ("  CPU to settled: the server", "", first.server_cpu),
         ("  then Cost and cache clicked: the cost chart drawn", "1.5 s", first.cost),
         ("Timeline by URL, warm: the packet chart drawn (median)", "1.5 s",
          med(lambda o: o.packets)),
         ("Timeline by URL, warm: the page settled (median)", "", med(lambda o: o.settled)),
         ("  the browser's main thread busy, to settled (median)", "", med(lambda o: o.busy)),
         ("    of which script (median)", "", med(lambda o: o.script)),
+        ("  CPU to settled: Chromium's processes (median)", "", med(lambda o: o.browser_cpu)),
+        ("  CPU to settled: the server (median)", "", med(lambda o: o.server_cpu)),
         ("  then Cost and cache clicked: the cost chart drawn", "1.5 s", med(lambda o: o.cost)),
         ("  the cost chart drawn, from the URL (median)", "", med(lambda o: o.cost_from_url)),
         ("Diagnostics asked for: their chart drawn", "", asked),
@@ -359,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         "(script finished, no stale elements); the cost chart from the click on its view; the "
         "diagnostics from the click on their button."
     )
+    print(COLD)
     return 0
 
 
