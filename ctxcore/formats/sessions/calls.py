@@ -692,7 +692,7 @@ class CallTraces:
                 if len(items) == n:
                     prompt = prev_prompt
                 elif not (_in_run(prev[-1]) and _in_run(items[n])):
-                    prompt = prev_prompt + "\n\n" + _prompt(items[n:], "")
+                    prompt = "\n\n".join((prev_prompt, _prompt(items[n:], "")))  # one copy
         if prompt is None:
             prompt = _prompt(items, tools_json)
         self._prompts[session] = (items, tools_json, prompt)
