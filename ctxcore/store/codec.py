@@ -57,7 +57,7 @@ def _unpack(blob: bytes, size: int) -> bytes:
 def pack_shared(body: bytes, ids: Sequence[str]) -> bytes:
     """A shared trace as stored: the ids (hex) of the parts it names, each once, then its
     packed body."""
-    head = b"".join(bytes.fromhex(i) for i in ids)
+    head = bytes.fromhex("".join(ids))  # one call, not one an id
     return SHARED + _U32.pack(len(ids)) + head + _U32.pack(len(body)) + pack_json(body)
 
 
