@@ -406,6 +406,7 @@ class ShareWriter:
         out: list[Any] = []
         sep = b"{"
         for field, key, head, kind in _fields(type(model), name):
+            data: bytes | msgspec.Raw | None
             if kind is None:
                 data = dumped.pop(key, None)
                 if data is None:
