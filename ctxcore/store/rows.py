@@ -485,6 +485,12 @@ class RowBatch:
             ix = self._texts[text] = len(self._texts)
         return ix
 
+    def _cids(self, texts: Sequence[str | None]) -> list[int | None]:
+        """The batch's index of each text (``_cid``), in one comprehension: a new text
+        gets the next index (``setdefault`` is given it before it adds the text)."""
+        known = self._texts
+        return [None if t is None else known.setdefault(t, len(known)) for t in texts]
+
     def add_parts(self, parts: Mapping[str, bytes]) -> None:
         """The parts a shared trace names, each once per batch."""
         self._parts.update(parts)
@@ -577,11 +583,7 @@ class RowBatch:
         d["partition"] += [x.partition for x in decs]
         d["budget_left"] += [x.budget_left for x in decs]
         d["must_keep"] += must
-        texts = self._texts  # a text's index: the next one when it is new
-        d["cid"] += [
-            None if t is None else texts.setdefault(t, len(texts))
-            for t in _decision_texts(trace, decs, pkts)
-        ]
+        d["cid"] += self._cids(_decision_texts(trace, decs, pkts))
         return tally
 
     def _partitions(self, tid: str, tseq: int, partitions: Sequence[PartitionLike]) -> None:
