@@ -209,7 +209,7 @@ def _grid(sid: str, kinds: list[str], grouped: bool) -> _Grid:
             shown, f"Packets across the turns of {sid}", group_by_kind=grouped, legend=False
         )
         # what Streamlit sets on a chart that selects points, set here: left to Streamlit,
-        # its change had plotly take the whole chart in again after drawing it
+        # it came after the first draw, and a new click mode has plotly draw the chart again
         fig.update_layout(SELECTING)
         return _Grid(
             fig,
