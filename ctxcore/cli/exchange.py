@@ -487,10 +487,9 @@ def cli_import(args: argparse.Namespace) -> int:
     """``ctxscope import PATH... [--from FORMAT] [--window N] [--model M] [--db PATH] [-o F]``."""
     if args.window is not None and args.window <= 0:
         raise InputError(f"--window {args.window}: a context window is a positive token count")
-    if args.output:
-        big_buffers_mapped(OUTPUT_MMAP_BYTES, OUTPUT_TRIM_BYTES)
-    else:
-        big_buffers_mapped()
+    # --db too: its process keeps a call's trace JSON and prompt the way -o does, and 32 MB
+    # of freed heap kept saved 0.9 s of its 2.5 s of system time on the 40 MB log
+    big_buffers_mapped(OUTPUT_MMAP_BYTES, OUTPUT_TRIM_BYTES)
     sources = import_sources(list(args.paths))
     run = _Import(sources, args)
     stream = run.traces()
