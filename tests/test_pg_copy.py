@@ -2,7 +2,7 @@
 sent by binary ``COPY`` (``store/pgcopy.py``) come back as they were, every column type and
 NULL, an ingested batch's rows as ``rows.prepare`` made them; the bulk writer copies a
 batch's rows on its own thread while the caller goes on, and a failure there is the
-transaction's; migration 6 finds shared parts by a hash index.
+transaction's.
 
 On the session's throwaway server (tests/pg_cluster.py); no mock.
 """
@@ -20,8 +20,7 @@ import pytest
 from helpers_store import make_trace
 
 from ctxcore.errors import StoreError
-from ctxcore.models import Trace
-from ctxcore.store import pgcopy, pginserts, pgschema
+from ctxcore.store import pgcopy, pginserts
 from ctxcore.store.engines import open_store
 from ctxcore.store.pgconn import Texts
 from ctxcore.store.rows import prepare
@@ -100,10 +99,12 @@ def test_an_ingested_batch_is_stored_as_its_arrow_rows(pg_server: Any) -> None:
     open_store(url).close()
     with psycopg.connect(url, autocommit=True) as con:
         con.execute("BEGIN")
-        result, tables = pginserts.plan_insert(con, Texts(), prep, {})
-        pginserts.copy_children(con, tables)
+        memory, texts = Texts(), dict[bytes, int]()
+        result, tables = pginserts.plan_insert(con, memory, prep, texts)
+        pginserts.copy_children(con, memory, prep, tables, texts)
         con.execute("COMMIT")
-        assert result.added == 12 and set(tables) >= {"decisions", "contents", "trace_parts"}
+        assert result.added == 12
+        assert set(tables) >= {"decisions", "contents", "trace_parts", "shared_parts"}
         for name, table in tables.items():
             want = sorted(tuple(r.values()) for r in table.to_pylist())
             assert sorted(_stored(con, name, table.schema.names)) == want, name
@@ -166,33 +167,3 @@ def test_a_copy_that_fails_on_the_writers_thread_fails_the_transaction(
         finally:
             writer.close()
         assert store.count() == 6 and len(store.decisions(traces[0].trace_id)) == 5
-
-
-def test_shared_parts_are_found_by_a_hash_index(pg_server: Any) -> None:
-    """Migration 6: the index of ``pid`` is a hash, a store of migration 5 gets it and its
-    traces read back the same, and a trace's parts are read through it."""
-    url = pg_server.new_database()
-    with psycopg.connect(url, autocommit=True) as con:
-        pgschema.apply(con, upto=5)
-    traces: list[Trace] = [make_trace(i, session_id="s") for i in range(40)]
-    with psycopg.connect(url, autocommit=True) as con:  # stored by migration 5's schema
-        con.execute("BEGIN")
-        prep = prepare([(t, t.to_json().encode()) for t in traces], [None] * 40, True)
-        pginserts.copy_children(con, pginserts.plan_insert(con, Texts(), prep, {})[1])
-        con.execute("COMMIT")
-        before = pginserts.trace_json(con, traces[7].trace_id)
-    with open_store(url) as store:
-        assert [p.json() for p in store.traces_packed([traces[7].trace_id])] == [before]
-    with psycopg.connect(url, autocommit=True) as con:
-        (method,) = con.execute(
-            "SELECT am.amname FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
-            "WHERE c.relname = 'shared_parts_pid'"
-        ).fetchone() or ("",)
-        assert method == "hash"
-        pids = [r[0] for r in con.execute("SELECT pid FROM shared_parts LIMIT 5").fetchall()]
-        con.execute("SET enable_seqscan = off")
-        plan = con.execute(
-            "EXPLAIN SELECT pid, pack, start, size FROM shared_parts WHERE pid = ANY(%s)", [pids]
-        ).fetchall()
-        assert any("shared_parts_pid" in r[0] for r in plan)
-        assert pginserts.trace_json(con, traces[7].trace_id) == before

@@ -271,8 +271,8 @@ def plan_insert(
     caller's transaction (the ids are then theirs: ``_insert_traces``); which were new,
     skipped, conflicting or refused (a NUL character in a text: ``refuse_nul``), and the
     rows of the other tables, for ``copy_children``. ``texts`` (digest -> cid) gets the
-    packet texts and parts stored, for the caller to ``Texts.remember`` once its
-    transaction commits."""
+    packet texts stored (and ``copy_children`` the parts), for the caller to
+    ``Texts.remember`` once its transaction commits."""
     if not prep.ids:
         return InsertResult(0, 0, [], prep.rejected), {}
     nul = refuse_nul(prep)
@@ -298,13 +298,21 @@ def plan_insert(
         keep = [k for k in keep if prep.ids[k] in went_in]
         _drop(tables, tseqs[lost])
     _assign_texts(con, memory, prep, tables, texts)
-    tables.update(new_parts(prep, texts, memory.get))
     return InsertResult(len(keep), skipped, conflicts, rejected), tables
 
 
-def copy_children(con: psycopg.Connection, tables: dict[str, pa.Table]) -> None:
-    """Copy the rows ``plan_insert`` left for the tables other than ``traces``, in the
-    caller's transaction, one ``COPY`` a table (``CHILD_TABLES``' order)."""
+def copy_children(
+    con: psycopg.Connection,
+    memory: Texts,
+    prep: RowTables,
+    tables: dict[str, pa.Table],
+    texts: dict[bytes, int],
+) -> None:
+    """Copy the rows ``plan_insert`` left for the tables other than ``traces``, and the
+    packs of ``prep``'s parts that neither ``texts`` (which gets them) nor ``memory`` holds
+    (``rows.new_parts``, packed here), in the caller's transaction, one ``COPY`` a table
+    (``CHILD_TABLES``' order)."""
+    tables.update(new_parts(prep, texts, memory.get))
     for name in CHILD_TABLES:
         if name in tables:
             copy_table(con, name, tables[name])

@@ -289,22 +289,12 @@ def m005_cost_parts(con: psycopg.Connection) -> None:
     )
 
 
-def m006_parts_by_hash(con: psycopg.Connection) -> None:
-    """``shared_parts`` found by a hash index of ``pid`` rather than a btree: a part's id is
-    a random digest, so each new part's btree entry went to a page of its own across the
-    whole index (most of the server's time copying a batch of new parts), where a hash
-    entry costs a bucket's page; reads ask for ids by ``= ANY`` (a bitmap scan)."""
-    con.execute("DROP INDEX shared_parts_pid")
-    con.execute("CREATE INDEX shared_parts_pid ON shared_parts USING hash (pid)")
-
-
 MIGRATIONS: tuple[Step, ...] = (
     Step(1, "base", m001_base),
     Step(2, "tokens", m002_tokens),
     Step(3, "partitions", m003_partitions),
     Step(4, "shared_parts", m004_shared_parts),
     Step(5, "cost_parts", m005_cost_parts),
-    Step(6, "parts_by_hash", m006_parts_by_hash),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -81,9 +81,11 @@ class PgBulkWriter(TransactionLoop):
         module's docstring), after the previous batch's."""
         self._sent()
         con = self._open_con()
-        result, tables = pginserts.plan_insert(con, self._store.texts, rows, self._texts)
-        if tables:
-            self._sending = self._sender.submit(pginserts.copy_children, con, tables)
+        memory, texts = self._store.texts, self._texts
+        result, tables = pginserts.plan_insert(con, memory, rows, texts)
+        if tables:  # the parts are packed there too (``texts`` is the sender's until it is done)
+            send = pginserts.copy_children
+            self._sending = self._sender.submit(send, con, memory, rows, tables, texts)
         return result
 
     def _tx_commit(
