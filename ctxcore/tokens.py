@@ -605,7 +605,7 @@ def get_backend(name: str) -> CountingBackend:
     return backend
 
 
-_preloading: set[str] = set()
+_preloading: dict[str, threading.Thread] = {}
 _preload_lock = threading.Lock()
 
 
@@ -620,8 +620,16 @@ def preload(name: str) -> None:
     with _preload_lock:  # not the backends' lock: the load holds that one
         if name in _preloading:
             return
-        _preloading.add(name)
-    threading.Thread(target=_preload, args=(name,), name=f"load-{name}", daemon=True).start()
+        thread = _preloading[name] = threading.Thread(
+            target=_preload, args=(name,), name=f"load-{name}", daemon=True
+        )
+    thread.start()
+
+
+def loading(name: str) -> bool:
+    """Whether ``preload`` is loading ``name`` still (a counter asking now would wait)."""
+    thread = _preloading.get(name)
+    return thread is not None and thread.is_alive()
 
 
 def _preload(name: str) -> None:

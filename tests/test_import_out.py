@@ -105,7 +105,9 @@ tokens.preload("cl100k_base")  # a second call starts no second load
 started = time.perf_counter() - t0
 loads = [t for t in threading.enumerate() if t.name == "load-cl100k_base"]
 assert len(loads) == 1, loads
+assert tokens.loading("cl100k_base") and not tokens.loading("o200k_base")
 loads[0].join()
+assert not tokens.loading("cl100k_base")  # a session log's reader counts from now on
 assert "cl100k_base" in tokens._backends
 backend = tokens._backends["cl100k_base"]
 assert tokens.get_backend("cl100k_base") is backend

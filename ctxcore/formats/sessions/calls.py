@@ -78,7 +78,7 @@ from ctxcore.models import (
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
 from ctxcore.pipeline.recorded import AFTER_QUERY, REPLACED
 from ctxcore.settings import MAX_CONTENT_CHARS, MAX_INT32, MAX_TOKENS
-from ctxcore.tokens import TokenCounter, get_counter, preload
+from ctxcore.tokens import TokenCounter, get_counter, loading, preload
 
 #: What an imported decision says (the same words as ``derive``'s).
 KEPT_TEXT = "present in the imported prompt (imports keep everything they saw)"
@@ -577,7 +577,9 @@ class CallTraces:
 
     def traces(self, calls: Iterable[Call]) -> Iterator[Trace]:
         """The traces of ``calls`` (in order). New texts are counted in batches, on the
-        counting threads, while the next batch of calls is read from the log."""
+        counting threads, while the next batch of calls is read from the log; while a
+        tokenizer is still loading (``tokens.preload``) the log is read on, and the batch
+        grows, rather than wait for it."""
         batch: list[_Prepared] = []
         todo: dict[str, list[_Item]] = {}
         chars = 0
@@ -588,7 +590,7 @@ class CallTraces:
             if fresh:
                 todo.setdefault(prep.tok, []).extend(fresh)
                 chars += sum(len(it.entry.content) for it in fresh)
-            if chars >= BATCH_CHARS or len(batch) >= BATCH_CALLS:
+            if (chars >= BATCH_CHARS or len(batch) >= BATCH_CALLS) and not any(map(loading, todo)):
                 started = _start_counting(todo)
                 if waiting is not None:
                     yield from self._finish_batch(*waiting)
