@@ -63,9 +63,10 @@ def test_every_column_type_comes_back_as_copied(pg_server: Any) -> None:
         )
         pgcopy.copy_binary(con, "t", table)
         pgcopy.copy_binary(con, "t", table.slice(1, 2))  # a slice: its own offsets
+        pgcopy.copy_binary(con, "t", pa.concat_tables([table.slice(3), table]))  # chunks
         got = con.execute("SELECT * FROM t").fetchall()
     rows = table.to_pylist()
-    want = [tuple(r.values()) for r in rows + rows[1:3]]
+    want = [tuple(r.values()) for r in rows + rows[1:3] + rows[3:] + rows]
     assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in got] == want
 
 
