@@ -159,8 +159,8 @@ def _add_row_lines(fig: go.Figure, packets: int, turns: int) -> None:
     """A white line between the rows, all in one path over the grid, for a grid drawn
     without gaps: plotly paints a gapless grid of even columns as one pixel a cell, scaled
     (its "fast" image), where a gap had it fill every cell's rectangle into a canvas of the
-    chart's size and encode that as a PNG (~0.4 s of a 500-turn open, docs/design.md, the
-    Timeline). Positions on a category axis are the categories' indices."""
+    chart's size and encode that as a PNG (~0.4 s of a 500-turn open; docs/design.md,
+    "The app"). Positions on a category axis are the categories' indices."""
     if packets < 2:
         return
     path = "".join(f"M-0.5,{i + 0.5}H{turns - 0.5}" for i in range(packets - 1))
@@ -206,7 +206,7 @@ def label_margin(labels: Sequence[str]) -> int:
     """The left margin that holds the longest of the rows' ``labels`` whole: placed from
     their width (``text_px``), where plotly's ``automargin`` alone started from a narrow
     margin, measured every label in the browser and drew the chart a second time with the
-    margin it found (docs/design.md, the Timeline). ``automargin`` stays on: it grows the
+    margin it found (docs/design.md, "The app"). ``automargin`` stays on: it grows the
     margin only for a font wider than Arial's metrics."""
     return _LABEL_PAD + int(max((text_px(x, _LABEL_PX) for x in labels), default=0) + 0.999)
 
