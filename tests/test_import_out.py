@@ -94,15 +94,14 @@ def test_a_file_written_as_bytes_reads_back_as_each_traces_json(
 
 
 def test_the_tokenizer_loads_on_a_thread_and_is_the_backend(tmp_path: Path) -> None:
-    """In a fresh interpreter: ``preload`` returns at once, its thread builds the backend,
-    and ``get_backend`` then returns that one (not a second load)."""
+    """In a fresh interpreter: ``preload`` returns while its thread is still loading
+    (``loading``), the thread builds the backend, and ``get_backend`` then returns that one
+    (not a second load)."""
     code = """
-import threading, time
+import threading
 from ctxcore import tokens
-t0 = time.perf_counter()
 tokens.preload("cl100k_base")
 tokens.preload("cl100k_base")  # a second call starts no second load
-started = time.perf_counter() - t0
 loads = [t for t in threading.enumerate() if t.name == "load-cl100k_base"]
 assert len(loads) == 1, loads
 assert tokens.loading("cl100k_base") and not tokens.loading("o200k_base")
@@ -114,13 +113,11 @@ assert tokens.get_backend("cl100k_base") is backend
 assert tokens.get_counter("cl100k_base").count("hello world") == 2
 tokens.preload("no-such-encoding")  # not one ctxscope ships: nothing to load
 assert not [t for t in threading.enumerate() if t.name.startswith("load-no-such")]
-print(started)
 """
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    assert float(proc.stdout) < 0.5  # it returned before the load (~0.4 s of CPU) was done
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
