@@ -388,7 +388,8 @@ class _StoreSink:
         try:
             return self._run(traces)
         finally:
-            self.findings.close()
+            if self.findings is not None:
+                self.findings.close()
 
     def _run(self, traces: Iterable[Trace]) -> int:
         with self.store.bulk_writer() as writer:
@@ -422,10 +423,11 @@ class _StoreSink:
         if not batch:
             return
         sources = [self.source] * len(batch)
-        if self.findings is None:
+        found = self._found(batch)
+        if found is None:
             rows = prepare(batch, sources, self.store.diagnose)
         else:
-            rows = with_findings(prepare(batch, sources, False), self._found(batch))
+            rows = with_findings(prepare(batch, sources, False), found)
         res = writer.add(rows)
         problems = [
             f"trace_id {tid!r} is already stored (from {src}) with different content"
@@ -438,15 +440,25 @@ class _StoreSink:
         self.pending += len(batch)
         self.batch, self.size = [], 0
 
-    def _found(self, batch: list[tuple[Trace, bytes]]) -> list[Diagnosed]:
-        """The child's findings of the batch's traces, in order (an error if it stopped)."""
+    def _found(self, batch: list[tuple[Trace, bytes]]) -> list[Diagnosed] | None:
+        """The child's findings of the batch's traces, in order; None where this process
+        computes them: without a child, or once it stopped or read other traces than this
+        process (said in a note; from this batch on, ``prepare`` diagnoses)."""
         from ctxcore.cli.import_findings import FindingsStopped
 
-        assert self.findings is not None
+        if self.findings is None:
+            return None
         try:
             return [self.findings.take(trace.trace_id) for trace, _ in batch]
         except FindingsStopped as exc:
-            raise self._error(str(exc)) from exc
+            print(
+                f"note: {self.source}: {exc}; the findings of trace_id "
+                f"{batch[0][0].trace_id!r} and after are computed in this process",
+                file=sys.stderr,
+            )
+            self.findings.close()
+            self.findings = None
+            return None
 
     def _error(self, what: str, hint: str = "") -> InputError:
         kept = (

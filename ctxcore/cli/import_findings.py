@@ -13,17 +13,23 @@ The child sends one message per trace down a pipe: (trace_id, findings, fingerpr
 error). This process drains the pipe as it reads (``FindingsProcess.poll``) and holds at
 most ``AHEAD`` traces' findings; beyond that the child waits on the pipe, so memory stays
 bounded whichever side is faster. A trace whose detectors raised carries that error and is
-rejected as ``prepare`` rejects a trace it cannot build; a child that dies is an error in
-one line (``FindingsStopped``) once its findings are needed, never a hang (the pipe's
-other end closes with it).
+rejected as ``prepare`` rejects a trace it cannot build; what the detectors log (a trace
+they skip) is sent with its trace and logged here, as one process would have. A child
+that dies, or that reads other traces than this process (a log written to while it is
+imported), ends the split: this process says so in a note and computes the remaining
+findings itself, as an import of a small file does (``worth_a_child``: the child's start
+costs more than it saves below ``CHILD_FROM_BYTES``, and a source that is not a regular
+file cannot be read twice); never a hang (the pipe's other end closes with the child).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import multiprocessing
 import os
+import stat
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,10 +48,17 @@ if TYPE_CHECKING:
 AHEAD = 1000
 #: seconds between looks at the child while its next trace's findings are awaited
 POLL = 0.2
+#: the sources' size from which the findings get a process of their own: below it, the
+#: child's start (its interpreter and imports, ~0.5 s of CPU) costs more than it saves
+CHILD_FROM_BYTES = 4 << 20
 
 #: what the child sends per trace: trace_id, findings, the detectors' fingerprint (None:
-#: not diagnosed), the error of a trace whose detectors raised (None: none)
-Diagnosed = tuple[str, list[Finding], str | None, str | None]
+#: not diagnosed), the error of a trace whose detectors raised (None: none), and what the
+#: detectors logged about it (``ctxscope.store`` warnings, logged again by this process)
+Diagnosed = tuple[str, list[Finding], str | None, str | None, list[str]]
+
+#: the logger ``rows.diagnose_trace`` says a skipped trace on
+_STORE_LOG = "ctxscope.store"
 
 
 class FindingsStopped(Exception):
@@ -64,16 +77,34 @@ class FindingsJob:
     redact: bool
 
 
+class _Said(logging.Handler):
+    """What the detectors log while one trace is diagnosed (the child's output goes
+    nowhere: ``FindingsProcess`` logs it again)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.said.append(record.getMessage())
+
+
 def _diagnosed(trace: Trace) -> Diagnosed:
     """One trace's findings as ``prepare`` computes them, or the error its detectors
-    raised (``rows.unexpected``: ``prepare`` rejects such a trace with it)."""
+    raised (``rows.unexpected``: ``prepare`` rejects such a trace with it), with what they
+    logged about it."""
     from ctxcore.store.rows import diagnose_trace, unexpected
 
+    said = _Said()
+    logger = logging.getLogger(_STORE_LOG)
+    logger.addHandler(said)
     try:
         found, fingerprint = diagnose_trace(trace, b"")
     except Exception as exc:
-        return trace.trace_id, [], None, unexpected(exc)
-    return trace.trace_id, found, fingerprint, None
+        return trace.trace_id, [], None, unexpected(exc), said.said
+    finally:
+        logger.removeHandler(said)
+    return trace.trace_id, found, fingerprint, None, said.said
 
 
 def _child(job: FindingsJob, conn: Connection) -> None:
@@ -141,6 +172,8 @@ class FindingsProcess:
             raise FindingsStopped(
                 f"the findings process read trace_id {got[0]!r} where this import read {trace_id!r}"
             )
+        for said in got[4]:
+            logging.getLogger(_STORE_LOG).warning("%s", said)
         return got
 
     def _receive(self) -> None:
@@ -185,7 +218,7 @@ def with_findings(rows: RowTables, found: Sequence[Diagnosed]) -> RowTables:
     worst: list[str | None] = []
     made_by: list[str | None] = []
     for tseq, pos in enumerate(rows.positions):
-        tid, findings, fingerprint, error = found[pos]
+        tid, findings, fingerprint, error, _ = found[pos]
         if error is not None:
             rows.rejected.append((pos, error))
         counts.append(len(findings))
@@ -209,8 +242,30 @@ def with_findings(rows: RowTables, found: Sequence[Diagnosed]) -> RowTables:
     return rows
 
 
-def findings_job(sources: Sequence[Path], args: argparse.Namespace, redact: bool) -> FindingsJob:
-    """The child's job for an import of ``sources`` with ``args`` (``cli_import``'s)."""
+def worth_a_child(sources: Sequence[Path]) -> bool:
+    """Whether an import of ``sources`` computes its findings in a child: every source a
+    regular file (read twice: a pipe or a device can be read once) and together at least
+    ``CHILD_FROM_BYTES``."""
+    total = 0
+    for p in sources:
+        try:
+            st = p.stat()
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        total += st.st_size
+    return total >= CHILD_FROM_BYTES
+
+
+def findings_job(
+    sources: Sequence[Path], args: argparse.Namespace, redact: bool
+) -> FindingsJob | None:
+    """The child's job for an import of ``sources`` with ``args`` (``cli_import``'s), or
+    None where the findings are better computed in the import's own process
+    (``worth_a_child``)."""
+    if not worth_a_child(sources):
+        return None
     return FindingsJob(
         [str(p) for p in sources], args.input_format, args.window, args.model, redact
     )
@@ -218,9 +273,11 @@ def findings_job(sources: Sequence[Path], args: argparse.Namespace, redact: bool
 
 __all__ = [
     "AHEAD",
+    "CHILD_FROM_BYTES",
     "FindingsJob",
     "FindingsProcess",
     "FindingsStopped",
     "findings_job",
     "with_findings",
+    "worth_a_child",
 ]
