@@ -27,6 +27,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import duckdb
 
 from ctxcore import settings
+from ctxcore.diagnostics import fingerprint
 from ctxcore.errors import InputError
 from ctxcore.models import Trace
 from ctxcore.store import inserts
@@ -119,6 +120,8 @@ class TraceStore(SqlReads):
         self.diagnose = diagnose
         self.read_only = read_only
         self._db = Database(self.path, read_only=read_only)
+        # where ``_stale`` goes on from (below every tseq at first; 0 once none are left)
+        self._stale_after = 2**62
 
     def reopen_if_invalidated(self) -> bool:
         """Open the file again if DuckDB has given up on this connection (after a fatal
@@ -204,7 +207,8 @@ class TraceStore(SqlReads):
 
     @_reading
     def diagnose_pending(self, max_traces: int = 200) -> int:
-        """Compute findings for traces stored with ``diagnose=False``; returns how many
+        """Compute findings for traces stored with ``diagnose=False``, then for traces
+        whose findings and cost summaries other code made (``_stale``); returns how many
         were diagnosed (0 when none wait)."""
         if self.read_only:
             return 0
@@ -213,6 +217,8 @@ class TraceStore(SqlReads):
             "SELECT tseq, json_bytes FROM traces WHERE n_findings IS NULL ORDER BY tseq LIMIT ?",
             [int(max_traces)],
         ).fetchall()
+        if len(rows) < max_traces:
+            rows += self._stale(cur, max_traces - len(rows))
         if not rows:
             return 0
         blobs = inserts.packed(cur, [int(r[0]) for r in rows])
@@ -232,6 +238,23 @@ class TraceStore(SqlReads):
                 [[n, sev, by, tseq] for tseq, n, sev, by in updates],
             )
         return len(updates)
+
+    def _stale(self, cur: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` traces diagnosed by other code than this process's (an upgrade),
+        newest first: their findings and cost summaries are made again while the watcher
+        idles, so that the pages read them instead of computing them on every fresh
+        server's first open (docs/design.md, "Findings stored with the code that made
+        them"). Each trace is taken once per process (a cursor on ``tseq``); a trace whose
+        diagnosis failed (``diagnosed_with`` NULL) is not taken again."""
+        if self._stale_after == 0:
+            return []
+        rows = cur.execute(
+            "SELECT tseq, json_bytes FROM traces WHERE diagnosed_with <> ? AND tseq < ? "
+            "ORDER BY tseq DESC LIMIT ?",
+            [fingerprint(), self._stale_after, int(limit)],
+        ).fetchall()
+        self._stale_after = int(rows[-1][0]) if len(rows) == limit else 0
+        return rows
 
     @_reading
     def traces_json(self, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
