@@ -257,6 +257,9 @@ class PendingCounts:
             raise self._error
         return self._counts
 
+    def ready(self) -> bool:
+        return not any(th.is_alive() for th in self._threads)
+
 
 def count_batch(enc: Any, texts: Sequence[str]) -> list[int]:
     """Exact token counts of many texts, as ``encode_ordinary`` counts each one.
@@ -274,6 +277,11 @@ class Pending(Protocol):
     """Counts being made for a batch; ``result()`` waits for them, in the batch's order."""
 
     def result(self) -> list[int]: ...
+
+    def ready(self) -> bool:
+        """Whether ``result()`` would return without waiting for other work (a batch too
+        small for threads, counted by ``result()`` itself, is ready)."""
+        ...
 
 
 class CountingBackend(Protocol):
@@ -319,6 +327,9 @@ class _Done:
     def result(self) -> list[int]:
         return self._counts
 
+    def ready(self) -> bool:
+        return True
+
 
 class _Background:
     """``fn(texts, threads)`` run on one background thread when the batch is large enough
@@ -354,6 +365,9 @@ class _Background:
             raise self._error
         assert self._counts is not None
         return self._counts
+
+    def ready(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
 
 
 def _as_tiktoken_reads(text: str) -> str:
@@ -586,8 +600,23 @@ def _load_toktok(name: str, enc: Any) -> ToktokBackend | str:
     return ToktokBackend(tok, enc, version)
 
 
+#: Where exact counts are made while not in this process (``count_elsewhere``): the
+#: backend of each encoding name, from ``counting.CountingProcess.backend``.
+_elsewhere: Callable[[str], CountingBackend] | None = None
+
+
+def count_elsewhere(backend_of: Callable[[str], CountingBackend] | None) -> None:
+    """Have exact counts made by ``backend_of(name)`` (another process's backend: the same
+    counts, docs/design.md "Capture, import, export, redaction") until called with None."""
+    global _elsewhere
+    _elsewhere = backend_of
+
+
 def get_backend(name: str) -> CountingBackend:
-    """The backend that counts the exact encoding ``name`` in this process (loaded once)."""
+    """The backend that counts the exact encoding ``name`` in this process (loaded once),
+    or the one of ``count_elsewhere`` while it is set."""
+    if _elsewhere is not None and name in ENCODINGS:
+        return _elsewhere(name)
     backend = _backends.get(name)
     if backend is not None:
         return backend
@@ -617,6 +646,9 @@ def preload(name: str) -> None:
     lock); a load that fails is tried again, and said, by the counter that asks."""
     if name not in ENCODINGS or name in _backends:
         return
+    if _elsewhere is not None:  # the other process starts loading it
+        _elsewhere(name)
+        return
     with _preload_lock:  # not the backends' lock: the load holds that one
         if name in _preloading:
             return
@@ -627,7 +659,10 @@ def preload(name: str) -> None:
 
 
 def loading(name: str) -> bool:
-    """Whether ``preload`` is loading ``name`` still (a counter asking now would wait)."""
+    """Whether ``preload`` is loading ``name`` still (a counter asking now would wait; a
+    counting process is asked at once, and loads before it answers)."""
+    if _elsewhere is not None:
+        return False
     thread = _preloading.get(name)
     return thread is not None and thread.is_alive()
 
@@ -728,24 +763,20 @@ class TokenCounter:
 
         For an exact tokenizer the uncached texts are counted on threads while the caller
         goes on (``CountingBackend.start``); estimators count when the result is asked."""
+        return self.count_many_pending(texts).result
+
+    def count_many_pending(self, texts: Sequence[str]) -> Pending:
+        """``count_many_started`` as a ``Pending``: ``result()`` waits for the counts,
+        ``ready()`` says whether it would (a reader goes on reading while it would)."""
         cache = self._cache
         if self._fn is not None:
-            return lambda: self.count_many(texts)
+            return _Later(self.count_many, texts)
         # with nothing cached there is nothing to look up: counting starts at once and the
         # texts are hashed meanwhile (a text given twice is then counted twice, alike)
         todo = list(texts) if not cache else [t for t in dict.fromkeys(texts) if t not in cache]
         if not todo:
-            return lambda: self.count_many(texts)
-        pending = get_backend(self.name).start(todo, COUNT_THREADS)
-
-        def wait() -> list[int]:
-            got = dict(zip(todo, pending.result(), strict=True))
-            with self._lock:
-                self._keep(got)
-                self.misses += len(got)
-            return self._answer(texts, got, cache)
-
-        return wait
+            return _Later(self.count_many, texts)
+        return _Cached(self, texts, todo, cache, get_backend(self.name).start(todo, COUNT_THREADS))
 
     def count(self, text: str) -> int:
         hit = self._cache.get(text)
@@ -853,6 +884,51 @@ class TokenCounter:
             else:
                 hi = mid - 1
         return text[:lo]
+
+
+class _Later:
+    """Counts made when asked (``fn(texts)`` by ``result()``): ready at once."""
+
+    def __init__(self, fn: Callable[[Sequence[str]], list[int]], texts: Sequence[str]) -> None:
+        self._fn = fn
+        self._texts = texts
+
+    def result(self) -> list[int]:
+        return self._fn(self._texts)
+
+    def ready(self) -> bool:
+        return True
+
+
+class _Cached:
+    """A ``TokenCounter``'s counts of ``texts`` while the backend counts ``todo`` (the ones
+    not cached): kept in the cache when they come, each text answered from them or from
+    ``cache`` (``TokenCounter._answer``)."""
+
+    def __init__(
+        self,
+        counter: TokenCounter,
+        texts: Sequence[str],
+        todo: list[str],
+        cache: dict[str, int],
+        pending: Pending,
+    ) -> None:
+        self._counter = counter
+        self._texts = texts
+        self._todo = todo
+        self._cache = cache
+        self._pending = pending
+
+    def result(self) -> list[int]:
+        counter = self._counter
+        got = dict(zip(self._todo, self._pending.result(), strict=True))
+        with counter._lock:
+            counter._keep(got)
+            counter.misses += len(got)
+        return counter._answer(self._texts, got, self._cache)
+
+    def ready(self) -> bool:
+        return self._pending.ready()
 
 
 def _line_start(text: str, start: int) -> int:

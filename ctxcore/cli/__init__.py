@@ -1024,11 +1024,24 @@ def _team_redaction(args: argparse.Namespace) -> Iterator[None]:
             os.environ[settings.ENV_REDACT_ON_INGEST] = before
 
 
+def _counts_beside(args: argparse.Namespace) -> bool:
+    """Whether this command's exact counts are made in a counting process started now,
+    before its own imports (``import -o`` of a long log: ``ctxcore.counting``)."""
+    if args.command != "import" or not getattr(args, "output", None):
+        return False
+    from ctxcore.counting import worth_it
+
+    return worth_it(list(args.paths))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
         with _team_redaction(args):
-            rc: int = args.func(args)
+            from ctxcore.counting import counting_beside
+
+            with counting_beside(_counts_beside(args)):
+                rc: int = args.func(args)
         return rc
     except CtxscopeError as exc:
         print(f"ctxscope {args.command}: error: {exc}", file=sys.stderr)

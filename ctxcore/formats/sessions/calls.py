@@ -28,7 +28,8 @@ whose agent compacts before it overflows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import is_
@@ -78,7 +79,7 @@ from ctxcore.models import (
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
 from ctxcore.pipeline.recorded import AFTER_QUERY, REPLACED
 from ctxcore.settings import MAX_CONTENT_CHARS, MAX_INT32, MAX_TOKENS
-from ctxcore.tokens import TokenCounter, get_counter, loading, preload
+from ctxcore.tokens import Pending, TokenCounter, get_counter, loading, preload
 
 #: What an imported decision says (the same words as ``derive``'s).
 KEPT_TEXT = "present in the imported prompt (imports keep everything they saw)"
@@ -95,6 +96,9 @@ _PARTITION = {
 #: New texts are counted together once this many characters (or calls) are waiting.
 BATCH_CHARS = 2_000_000
 BATCH_CALLS = 256
+#: Batches whose counts may be awaited at once: the log is read on while the counts of the
+#: oldest are not back, up to this many (then its counts are waited for).
+AHEAD = 32
 #: Sessions whose last prompt is kept to render the next call's from (``CallTraces``).
 PROMPTS_KEPT = 8
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -406,21 +410,22 @@ class _Prepared:
 
 @dataclass(eq=False)
 class _Counting:
-    """Texts of one tokenizer being counted; ``wait`` gives their counts in order."""
+    """Texts of one tokenizer being counted; ``pending.result()`` gives their counts in
+    order."""
 
     counter: TokenCounter
     items: list[_Item]
-    wait: Callable[[], list[int]]
+    pending: Pending
 
 
 def _start_counting(todo: dict[str, list[_Item]]) -> list[_Counting]:
-    """Start counting the new items' texts (``TokenCounter.count_many_started``: the
-    counting backend's threads, while the caller goes on reading the log)."""
+    """Start counting the new items' texts (``TokenCounter.count_many_pending``: the
+    counting backend's threads or process, while the caller goes on reading the log)."""
     out = []
     for tok, items in todo.items():
         counter = get_counter(tok)
-        wait = counter.count_many_started([it.entry.content for it in items])
-        out.append(_Counting(counter, items, wait))
+        pending = counter.count_many_pending([it.entry.content for it in items])
+        out.append(_Counting(counter, items, pending))
     return out
 
 
@@ -577,13 +582,14 @@ class CallTraces:
 
     def traces(self, calls: Iterable[Call]) -> Iterator[Trace]:
         """The traces of ``calls`` (in order). New texts are counted in batches, on the
-        counting threads, while the next batch of calls is read from the log; while a
-        tokenizer is still loading (``tokens.preload``) the log is read on, and the batch
-        grows, rather than wait for it."""
+        counting threads or process, while the next batches of calls are read from the
+        log: a batch's traces are made once its counts are back, or once ``AHEAD``
+        batches wait; while a tokenizer is still loading in this process
+        (``tokens.preload``) the log is read on, and the batch grows, rather than wait."""
         batch: list[_Prepared] = []
         todo: dict[str, list[_Item]] = {}
         chars = 0
-        waiting: tuple[list[_Prepared], list[_Counting]] | None = None
+        waiting: deque[tuple[list[_Prepared], list[_Counting]]] = deque()
         for call in calls:
             prep, fresh = self._prepare(call)
             batch.append(prep)
@@ -591,19 +597,19 @@ class CallTraces:
                 todo.setdefault(prep.tok, []).extend(fresh)
                 chars += sum(len(it.entry.content) for it in fresh)
             if (chars >= BATCH_CHARS or len(batch) >= BATCH_CALLS) and not any(map(loading, todo)):
-                started = _start_counting(todo)
-                if waiting is not None:
-                    yield from self._finish_batch(*waiting)
-                waiting = (batch, started)
+                waiting.append((batch, _start_counting(todo)))
                 batch, todo, chars = [], {}, 0
-        started = _start_counting(todo)
-        if waiting is not None:
-            yield from self._finish_batch(*waiting)
-        yield from self._finish_batch(batch, started)
+                while len(waiting) > AHEAD or (
+                    len(waiting) > 1 and all(c.pending.ready() for c in waiting[0][1])
+                ):
+                    yield from self._finish_batch(*waiting.popleft())
+        waiting.append((batch, _start_counting(todo)))
+        while waiting:
+            yield from self._finish_batch(*waiting.popleft())
 
     def _finish_batch(self, batch: list[_Prepared], started: list[_Counting]) -> Iterator[Trace]:
         for c in started:
-            for it, n in zip(c.items, c.wait(), strict=True):
+            for it, n in zip(c.items, c.pending.result(), strict=True):
                 it.tokens[c.counter.name] = n
                 self.tokens_counted += n
         for prep in batch:

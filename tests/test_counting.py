@@ -1,0 +1,245 @@
+"""The counting process beside ``ctxscope import -o`` (``ctxcore/counting.py``; docs/design.md,
+"Capture, import, export, redaction"): its counts are this process's backend's, an import
+through it writes what one without it writes, a process that stops is an error naming it
+(nothing written), and neither Ctrl-C nor a killed importer leaves it running."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxcore import counting, tokens
+from ctxcore.cli import main
+from ctxcore.errors import TokenizerError
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "imports"
+sys.path.insert(0, str(ROOT / "bench"))
+
+#: texts a pipe could get wrong: empty, non-ASCII, lone surrogates, special-token text,
+#: a code point toktok and tiktoken class differently, a long one
+TEXTS = [
+    *tokens.SELF_CHECK_SAMPLE,
+    "x" * 300_000 + " end",
+    "ok \u088f odd letter",
+    "",
+    "after an empty one",
+]
+
+
+@pytest.fixture
+def proc() -> object:
+    p = counting.CountingProcess.start()
+    yield p
+    p.kill()
+
+
+@pytest.mark.parametrize("name", tokens.ENCODINGS)
+def test_its_counts_are_this_processs_backends(proc: counting.CountingProcess, name: str) -> None:
+    here = tokens.get_backend(name).start(TEXTS, 1).result()
+    answer = proc.backend(name).start(TEXTS, 1)
+    assert answer.result() == here
+    assert answer.ready()
+    # answers come in order, also when the later one is asked for first
+    a = proc.backend(name).start(TEXTS[:3], 1)
+    b = proc.backend(name).start(TEXTS[3:6], 1)
+    assert b.result() == here[3:6]
+    assert a.result() == here[:3]
+
+
+def test_a_counter_counts_through_it_while_it_is_set(proc: counting.CountingProcess) -> None:
+    """``tokens.count_elsewhere``: a fresh counter's misses go to the process, and the cache
+    answers repeats as ever."""
+    counter = tokens.TokenCounter("cl100k_base")
+    sent: list[int] = []
+    real_ask = proc.ask
+
+    def ask(name: str, texts: list[str]) -> int:
+        sent.append(len(texts))
+        return real_ask(name, texts)
+
+    proc.ask = ask  # type: ignore[method-assign]
+    tokens.count_elsewhere(proc.backend)
+    try:
+        got = counter.count_many_pending(TEXTS).result()
+        again = counter.count_many(TEXTS)
+        assert not tokens.loading("cl100k_base")
+    finally:
+        tokens.count_elsewhere(None)
+    assert sent == [len(TEXTS)]
+    want = tokens.get_backend("cl100k_base").start(TEXTS, 1).result()
+    assert got == again == want
+
+
+def test_a_tokenizer_that_cannot_load_there_is_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")
+    p = counting.CountingProcess.start()
+    try:
+        with pytest.raises(TokenizerError, match="TIKTOKEN_CACHE_DIR is set to an empty"):
+            p.backend("o200k_base").start(["a text"], 1).result()
+    finally:
+        p.kill()
+
+
+def _import(src: Path, out: Path, *extra: str) -> int:
+    return main(["import", str(src), *extra, "-o", str(out)])
+
+
+def _no_timings(data: bytes) -> bytes:
+    """A file's bytes without the stage timings (wall time, never the same twice)."""
+    return re.sub(rb'"timings":\{[^}]*\}', b"", data)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        FIXTURES / "claude-code" / "ccviewer-task-sidechain-session.jsonl",
+        next(iter(sorted((FIXTURES / "codex").glob("*")))),
+    ],
+    ids=lambda p: p.parent.name,
+)
+@pytest.mark.parametrize("whole", [False, True], ids=["shared", "whole"])
+def test_an_import_through_it_writes_what_one_without_it_writes(
+    src: Path, whole: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = ("--whole",) if whole else ()
+    assert not counting.worth_it([str(src)])  # a fixture is counted here by default
+    assert _import(src, tmp_path / "here.jsonl", *extra) == 0
+    started: list[counting.CountingProcess] = []
+    real_start = counting.CountingProcess.start
+
+    def start() -> counting.CountingProcess:
+        started.append(real_start())
+        return started[-1]
+
+    monkeypatch.setattr(counting, "MIN_BYTES", 0)
+    monkeypatch.setattr(counting.CountingProcess, "start", staticmethod(start))
+    monkeypatch.setattr(tokens, "_counters", {})  # nothing cached: every count goes there
+    asked: list[int] = []
+    real_answer = counting.CountingProcess.answer
+
+    def answer(self: counting.CountingProcess, number: int) -> list[int]:
+        asked.append(number)
+        return real_answer(self, number)
+
+    monkeypatch.setattr(counting.CountingProcess, "answer", answer)
+    assert _import(src, tmp_path / "there.jsonl", *extra) == 0
+    assert len(started) == 1 and started[0].proc.poll() == 0  # it ran, and ended
+    assert asked
+    assert tokens._elsewhere is None
+    here = (tmp_path / "here.jsonl").read_bytes()
+    assert _no_timings((tmp_path / "there.jsonl").read_bytes()) == _no_timings(here)
+
+
+def test_a_counting_process_that_dies_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = FIXTURES / "claude-code" / "ccviewer-task-sidechain-session.jsonl"
+    real_start = counting.CountingProcess.start
+    pids: list[int] = []
+
+    def start() -> counting.CountingProcess:
+        p = real_start()
+        pids.append(p.proc.pid)
+        p.proc.kill()
+        return p
+
+    monkeypatch.setattr(counting, "MIN_BYTES", 0)
+    monkeypatch.setattr(counting.CountingProcess, "start", staticmethod(start))
+    monkeypatch.setattr(tokens, "_counters", {})
+    out = tmp_path / "out.jsonl"
+    assert _import(src, out) == 2
+    err = capsys.readouterr().err
+    assert f"the token-counting process (pid {pids[0]}) stopped (exit code -9)" in err
+    assert not out.exists() and not list(tmp_path.iterdir())
+    assert tokens._elsewhere is None
+
+
+def _long_log(tmp_path: Path) -> Path:
+    from bench_import import build
+
+    log = tmp_path / "long.jsonl"
+    build(log, 400, 3.0, 150_000)
+    assert log.stat().st_size >= counting.MIN_BYTES
+    return log
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":  # exited; its new parent reaps it
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the importer: the other process is in a group of its own, as a
+    terminal's Ctrl-C would find it) ends the import and kills it; an importer killed
+    outright leaves it to see its requests end, and it exits."""
+    log = _long_log(tmp_path)
+    out = tmp_path / "out.jsonl"
+    importer = subprocess.Popen(
+        [sys.executable, "-m", "ctxcore", "import", str(log), "-o", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        end = time.monotonic() + 30
+        kids: list[int] = []
+        while not kids and time.monotonic() < end and importer.poll() is None:
+            kids = _children(importer.pid)
+            time.sleep(0.01)
+        assert kids, "the importer started no counting process"
+        importer.send_signal(how)
+        importer.wait(timeout=30)
+        assert all(_gone(pid) for pid in kids)
+    finally:
+        if importer.poll() is None:
+            importer.kill()
+            importer.wait()
+    if how == signal.SIGINT:
+        assert importer.returncode == 130, importer.stderr.read() if importer.stderr else ""
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["long.jsonl"]
+
+
+def test_only_a_long_import_gets_one(tmp_path: Path) -> None:
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b"x" * (counting.MIN_BYTES - 1))
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"x" * counting.MIN_BYTES)
+    assert not counting.worth_it([str(small)])
+    assert counting.worth_it([str(big)])
+    assert counting.worth_it([str(small), str(small)])
+    assert counting.worth_it([str(tmp_path)])
+    assert not counting.worth_it([str(tmp_path / "missing.jsonl")])
+    os.remove(big)
