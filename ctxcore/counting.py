@@ -18,7 +18,8 @@ for the other process to read) and ``result()`` reads the counts back. A process
 (killed, crashed, its tokenizer failing to load) is the count's error, naming it; a count is
 never made up. Ctrl-C stops the command and this process kills the other; the other process
 is in a process group of its own (a terminal's Ctrl-C reaches the importer only) and stops
-by itself when the importer goes away (its requests end).
+by itself when the importer goes away (its requests end); at the end of an import it is
+killed, its answers all taken.
 
 The wire, both ways little-endian: a request is ``C``, the encoding's name (1 byte of length,
 then ASCII), the number of texts (u32), their UTF-8 byte lengths (u32 each) and the bytes
@@ -54,8 +55,9 @@ _HEAD = struct.Struct("<cI")
 class CountingProcess:
     """The other process and this side of its pipes (see the module's docstring).
 
-    ``backend(name)`` is the ``CountingBackend`` that counts ``name`` there; ``close()`` ends
-    it (its requests end, it exits), ``kill()`` stops it at once. Made with ``start()``."""
+    ``backend(name)`` is the ``CountingBackend`` that counts ``name`` there; ``close()`` and
+    ``kill()`` stop it at once (its answers taken, it has nothing left to do; its exit
+    would free the tokenizer's tables one object at a time). Made with ``start()``."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
@@ -207,15 +209,8 @@ class CountingProcess:
             self._out.close()
 
     def close(self) -> None:
-        """End the requests and wait for the other process to exit (killed if it has not
-        within a few seconds)."""
-        self._sending.put(None)
-        self._sender.join(timeout=5)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        self._close_pipes()
+        """End it once its answers are all taken (``kill``: 0.1 s sooner than its exit)."""
+        self.kill()
 
     def kill(self) -> None:
         """Stop the other process now and reap it."""

@@ -131,7 +131,7 @@ def test_an_import_through_it_writes_what_one_without_it_writes(
 
     monkeypatch.setattr(counting.CountingProcess, "answer", answer)
     assert _import(src, tmp_path / "there.jsonl", *extra) == 0
-    assert len(started) == 1 and started[0].proc.poll() == 0  # it ran, and ended
+    assert len(started) == 1 and started[0].proc.poll() is not None  # it ran, and ended
     assert asked
     assert tokens._elsewhere is None
     here = (tmp_path / "here.jsonl").read_bytes()

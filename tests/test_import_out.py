@@ -157,3 +157,38 @@ def test_a_prompt_made_from_the_previous_calls_is_the_whole_render(
     assert made._prompt("s", new, "") == _prompt(new, "")
     # other tools: the whole render again
     assert made._prompt("s", new, '[{"name":"t"}]') == _prompt(new, '[{"name":"t"}]')
+
+
+def test_a_long_import_o_imports_no_tokenizer_numpy_nor_the_presets_stages(
+    tmp_path: Path,
+) -> None:
+    """``import -o`` of a long log counts in the counting process (``ctxcore.counting``) and
+    resolves each call's config with ``pipeline.ctxscope_config``: its own process imports
+    neither tokenizer, nor numpy, nor the ``ctxscope`` preset's stages (~0.6 s of CPU
+    together, docs/design.md "Capture, import, export, redaction")."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_import import build
+
+    log = tmp_path / "long.jsonl"
+    build(log, 400, 3.0, 150_000)
+    code = (
+        "import sys\n"
+        "from ctxcore.cli import main\n"
+        "rc = main(['import', sys.argv[1], '-o', sys.argv[2]])\n"
+        "heavy = ('numpy', 'tiktoken', 'toktok', 'ctxcore.pipeline.ctxscope',\n"
+        "         'ctxcore.pipeline.select', 'ctxcore.pipeline.gather')\n"
+        "print(rc, sorted(m for m in sys.modules if m in heavy))\n"
+        "print('ctxcore.pipeline.ctxscope_config' in sys.modules)\n"
+    )
+    out = tmp_path / "out.jsonl"
+    got = subprocess.run(
+        [sys.executable, "-c", code, str(log), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    rc_line, config_line = got.stdout.strip().splitlines()[-2:]
+    assert rc_line == "0 []", got.stderr[-2000:]
+    assert config_line == "True"
+    assert sum(1 for _ in iter_traces(out)) > 10

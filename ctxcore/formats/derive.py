@@ -24,7 +24,7 @@ from ctxcore.models import (
     TokenUsage,
     Trace,
 )
-from ctxcore.pipeline import resolve_config
+from ctxcore.pipeline.ctxscope_config import resolve as resolve_ctxscope
 
 # the derivation is the recorded preset's (docs/design.md, "recorded"); re-exported here
 from ctxcore.pipeline.recorded import (
@@ -95,8 +95,9 @@ def stable_id(*parts: Any) -> str:
 
 
 def import_config(input: CapturedInput, tokenizer: str) -> Config:
-    """The ``ctxscope`` preset's config, resolved for this input."""
-    return resolve_config(Config(preset="ctxscope", tokenizer=tokenizer), input)
+    """The ``ctxscope`` preset's config, resolved for this input (without importing the
+    preset's stages: an import never runs them)."""
+    return resolve_ctxscope(Config(preset="ctxscope", tokenizer=tokenizer), input)
 
 
 def reported_prompt_tokens(usage: dict[str, int]) -> int | None:

@@ -51,7 +51,6 @@ from ctxcore.pipeline.signals import SIGNALS, weighted
 from ctxcore.summarize import FILE_KINDS, REPO_MAP_KINDS, TOOL_KINDS
 from ctxcore.tokens import TokenCounter
 
-RUNGS: tuple[str, ...] = ("noise", "history", "tool_results", "files", "repo_map", "recent")
 RUNG_KINDS: dict[str, frozenset[str]] = {
     "tool_results": TOOL_KINDS,
     "files": FILE_KINDS,
