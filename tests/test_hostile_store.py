@@ -205,7 +205,7 @@ def test_an_unexpected_exception_on_one_line_is_that_lines_error(
     """The safety net: whatever raises while one line is decoded, validated, turned into
     rows or diagnosed becomes that line's error row, never the file's or the batch's."""
     from ctxcore import diagnostics
-    from ctxcore.store import rows, workers
+    from ctxcore.store import workers
 
     real_diagnose, real_decode = diagnostics.diagnose, fastdecode.decode
 
@@ -219,7 +219,7 @@ def test_an_unexpected_exception_on_one_line_is_that_lines_error(
             raise MemoryError("a decoder's bug")
         return real_decode(raw)
 
-    monkeypatch.setattr(rows.diagnostics, "diagnose", diagnose)
+    monkeypatch.setattr(diagnostics, "diagnose", diagnose)
     monkeypatch.setattr(workers.fastdecode, "decode", decode)
     good = [make_trace(i).to_json().encode() for i in range(6)]
     for diag, line, why in ((True, 2, "ZeroDivisionError: a detector's bug"),

@@ -36,7 +36,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctxcore import diagnostics
 from ctxcore.cache import PromptReader
 from ctxcore.costing import encode_summary, summarize, summary_version
 from ctxcore.errors import CtxscopeError
@@ -416,6 +415,10 @@ def diagnose_trace(trace: TraceLike, raw: bytes) -> tuple[list[Finding], str | N
     counterfactual fix search; Inspect adds fixes on demand), and the fingerprint of the
     code that computed them (None when the detectors could not take the trace: it is
     stored without findings, and nobody takes that for its findings)."""
+    # imported here: a store that defers diagnostics (a team writer, ingest's workers)
+    # never loads the detectors (~0.2 s of every such process's start)
+    from ctxcore import diagnostics
+
     full = trace if isinstance(trace, Trace) else Trace.model_validate_json(raw)
     try:
         found = diagnostics.diagnose(full, options=diagnostics.INGEST_OPTIONS)
