@@ -495,6 +495,15 @@ def import_sources(specs: list[str]) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
+def _first_trace(stream: Iterator[Trace], sources: list[Path]) -> Iterator[Trace]:
+    """``stream`` with its first trace read before anything is opened: an import of nothing
+    touches nothing (an error says so)."""
+    first = next(stream, None)
+    if first is None:
+        raise InputError(f"nothing imported: all {len(sources)} file(s) failed (see above)")
+    return chain([first], stream)
+
+
 def cli_import(args: argparse.Namespace) -> int:
     """``ctxscope import PATH... [--from FORMAT] [--window N] [--model M] [--db PATH] [-o F]``."""
     if args.window is not None and args.window <= 0:
@@ -505,31 +514,28 @@ def cli_import(args: argparse.Namespace) -> int:
     sources = import_sources(list(args.paths))
     run = _Import(sources, args)
     stream = run.traces()
-    # the first trace before anything is opened: an import of nothing touches nothing
-    first = next(stream, None)
-    if first is None:
-        raise InputError(f"nothing imported: all {len(sources)} file(s) failed (see above)")
-    traces = chain([first], stream)
     src = sources[0] if len(sources) == 1 else Path(f"{len(sources)} files")
     if args.output:
-        if is_stdout(args.output):
-            # the traces are the standard output: everything said about them goes to stderr
-            real = sys.stdout
-            with contextlib.redirect_stdout(sys.stderr):
-                write_output(
-                    STDOUT,
-                    jsonl_lines(traces, shared=not getattr(args, "whole", False)),
-                    stdout=real,
-                )
-                run.described()
-                print(f"imported {run.count} trace(s) from {src} -> standard output")
-            return run.rc
-        out = Path(args.output)
-        with _few_collections():
+        with _few_collections():  # from the first trace: reading ahead makes objects too
+            traces = _first_trace(stream, sources)
+            if is_stdout(args.output):
+                # the traces are the standard output: everything said about them goes to stderr
+                real = sys.stdout
+                with contextlib.redirect_stdout(sys.stderr):
+                    write_output(
+                        STDOUT,
+                        jsonl_lines(traces, shared=not getattr(args, "whole", False)),
+                        stdout=real,
+                    )
+                    run.described()
+                    print(f"imported {run.count} trace(s) from {src} -> standard output")
+                return run.rc
+            out = Path(args.output)
             write_jsonl(traces, out, shared=not getattr(args, "whole", False))
         run.described()
         print(f"imported {run.count} trace(s) from {src} -> {out}")
         return run.rc
+    traces = _first_trace(stream, sources)
     from ctxcore.cli.import_findings import findings_job
     from ctxcore.store.engines import open_store
 
