@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from helpers_store import make_trace
 
@@ -168,3 +169,62 @@ def test_a_copy_that_fails_on_the_writers_thread_fails_the_transaction(
         finally:
             writer.close()
         assert store.count() == 6 and len(store.decisions(traces[0].trace_id)) == 5
+
+
+def test_a_sequences_values_are_reserved_new_distinct_and_ascending(pg_server: Any) -> None:
+    """``_reserve`` takes one array of values: as many as asked, each new, ascending, also
+    while another session takes some of the same sequence; none when none is asked."""
+    url = pg_server.new_database()
+    with psycopg.connect(url, autocommit=True) as con, psycopg.connect(url) as other:
+        con.execute("CREATE SEQUENCE s")
+        first = pginserts._reserve(con, "s", 5)
+        assert first.dtype == "int64" and first.tolist() == [1, 2, 3, 4, 5]
+        taken = other.execute("SELECT nextval('s')").fetchone()
+        more = pginserts._reserve(con, "s", 3000)
+        assert taken == (6,) and len(set(more.tolist())) == 3000
+        assert more.tolist() == sorted(more.tolist()) and more.min() == 7
+        assert pginserts._reserve(con, "s", 0).tolist() == []
+        assert con.execute("SELECT nextval('s')").fetchone() == (3007,)
+
+
+def test_a_batchs_part_places_go_in_in_the_order_of_their_ids(pg_server: Any) -> None:
+    """``copy_children`` copies ``shared_parts`` sorted by ``pid`` (their index then takes
+    them page after page), the rows themselves as ``new_parts`` made them."""
+    url = pg_server.new_database()
+    traces = [make_trace(i, n_packets=6, session_id=f"s{i % 4}") for i in range(16)]
+    prep = prepare([(t, t.to_json().encode()) for t in traces], ["f.jsonl"] * 16, False)
+    open_store(url).close()
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("BEGIN")
+        memory, texts = Texts(), dict[bytes, int]()
+        _, tables = pginserts.plan_insert(con, memory, prep, texts)
+        pginserts.copy_children(con, memory, prep, tables, texts)
+        con.execute("COMMIT")
+        made = tables["shared_parts"].column("pid").to_pylist()
+        assert len(made) > 50 and made == sorted(made)
+        got = [r[0] for r in con.execute("SELECT pid FROM shared_parts ORDER BY ctid")]
+        assert got == made
+        cols = tables["shared_parts"].schema.names
+        want = sorted(tuple(r.values()) for r in tables["shared_parts"].to_pylist())
+        assert sorted(_stored(con, "shared_parts", cols)) == want
+
+
+@pytest.mark.parametrize(
+    ("values", "typ", "nul"),
+    [
+        (["a", "b c", None, ""], pa.string(), False),
+        (["a", "b\x00c", None], pa.string(), True),
+        (["x" * 10, "\x00"], pa.large_string(), True),
+        ([["a", "b"], None, ["c\x00"]], pa.list_(pa.string()), True),
+        ([["a", "b"], [], None], pa.list_(pa.string()), False),
+    ],
+)
+def test_a_column_without_a_zero_byte_is_not_searched_for_nul(
+    values: list[Any], typ: pa.DataType, nul: bool
+) -> None:
+    """``refuse_nul``'s first look: no 0 byte in a column's data, no NUL in any of its
+    texts; a NUL anywhere, in a slice of it too, is seen."""
+    col = pa.chunked_array([pa.array(values, typ)])
+    texts = pc.list_flatten(col) if pa.types.is_list(typ) else col
+    assert pginserts._may_hold_nul(texts) is nul
+    assert pginserts._may_hold_nul(pa.chunked_array([texts.combine_chunks().slice(1)])) is nul

@@ -167,7 +167,7 @@ def _reserve(con: psycopg.Connection, sequence: str, n: int) -> np.ndarray:
         .execute(f"SELECT array_agg(nextval('{sequence}')) FROM generate_series(1, %s)", [int(n)])
         .fetchone()
     )
-    return np.sort(np.array(row[0] if row else [], np.int64))
+    return np.sort(np.array(row[0] if row is not None and n else [], np.int64))
 
 
 def _numbered(prep: RowTables, keep: list[int], tseqs: np.ndarray) -> dict[str, pa.Table]:
