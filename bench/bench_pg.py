@@ -19,6 +19,13 @@ docs/design.md, "Store"); with ``--fill ingest``, by more writers. Phase 3: the 
 on it (median of 11, wall and CPU time of this process and of the server's processes): the
 Traces page's first page, a session's Timeline (``session_statuses``), one trace
 (``get_trace`` and its decisions). The machine's load average is printed beside each figure.
+
+``--stages N`` prints instead where a team writer's CPU a trace goes, stage by stage, in
+this one process on N traces (redaction on, as a team store has it; batches of 500): the
+redaction scan, the decode, ``rows.prepare``, ``plan_insert`` (its ``traces`` rows' COPY
+inside), ``new_parts`` and each table's COPY, with the CPU of the server's process that
+serves the writer's connection in each step (from /proc: a local server only), and the rows
+a trace puts in each table.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -382,6 +390,88 @@ def phase3(url: str, have: int, server: ServerCpu) -> None:
         print(f"  {what:45s} {ms:8.1f} ms (this process's CPU {cpu:.1f} ms{srv})", flush=True)
 
 
+class _Stages:
+    """CPU seconds by stage: this process's, and the server backend's of one connection
+    (read from /proc when the server is local; None otherwise)."""
+
+    def __init__(self, backend: int | None) -> None:
+        self.backend = backend if backend and Path(f"/proc/{backend}/stat").exists() else None
+        self.writer: dict[str, float] = {}
+        self.server: dict[str, float] = {}
+        self.rows: dict[str, int] = {}
+
+    def _server_now(self) -> float:
+        if self.backend is None:
+            return 0.0
+        fields = Path(f"/proc/{self.backend}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def timed(self, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, its CPU and the server's added to ``stage``'s."""
+        cpu, srv = time.process_time(), self._server_now()
+        out = fn(*args)
+        self.writer[stage] = self.writer.get(stage, 0.0) + time.process_time() - cpu
+        self.server[stage] = self.server.get(stage, 0.0) + self._server_now() - srv
+        return out
+
+    def print(self, n: int) -> None:
+        local = self.backend is not None
+        print(
+            f"where a team writer's CPU goes, ms a trace ({n:,} traces of the bench's template, "
+            f"in one process; server: its connection's backend) [{load()}]"
+        )
+        print(f"  {'stage':50s} {'writer':>8s} {'server':>8s}")
+        for stage, secs in self.writer.items():
+            srv = f"{self.server[stage] / n * 1000:8.3f}" if local else f"{'-':>8s}"
+            print(f"  {stage:50s} {secs / n * 1000:8.3f} {srv}")
+        total = sum(self.server.values()) / n * 1000 if local else None
+        print(f"  {'total':50s} {sum(self.writer.values()) / n * 1000:8.3f} "
+              f"{'-' if total is None else f'{total:8.3f}'}")  # fmt: skip
+        per = ", ".join(f"{t} {k / n:.2f}" for t, k in self.rows.items())
+        print(f"  rows a trace: {per}", flush=True)
+
+
+def _each(fn: Callable[[bytes], Any], lines: list[bytes]) -> list[Any]:
+    return [fn(line) for line in lines]
+
+
+def stages(url: str, work: Path, n: int, tpl: str) -> None:
+    """A team writer's stages, timed one by one on ``n`` traces (see the module's docstring):
+    the calls ``ctxscope ingest``'s processes make, here in one process and in order, in
+    one transaction on one connection."""
+    from ctxcore.formats.redact import may_hold_secret
+    from ctxcore.store import fastdecode, pgcopy, pginserts, rows
+    from ctxcore.store.pgconn import Texts
+
+    lines = write_files(work, 0, 1, n, tpl)[0].read_bytes().split(b"\n")[:-1]
+    memory, texts = Texts(), dict[bytes, int]()
+    with psycopg.connect(url, autocommit=True) as con:
+        row = con.execute("SELECT pg_backend_pid()").fetchone()
+        st = _Stages(int(row[0]) if row else None)
+        st.rows["traces"] = n
+        con.execute("BEGIN")
+        for i in range(0, n, 500):
+            batch = lines[i : i + 500]
+            st.timed("redaction scan (may_hold_secret)", _each, may_hold_secret, batch)
+            views = st.timed("decode (fastdecode)", _each, fastdecode.decode, batch)
+            items = list(zip(views, batch, strict=True))
+            prep = st.timed("rows.prepare (split, pack, rows)", rows.prepare, items,
+                            ["bench"] * len(items), False)  # fmt: skip
+            _, tables = st.timed("plan_insert (ids, numbering, traces rows, texts)",
+                                 pginserts.plan_insert, con, memory, prep, texts)  # fmt: skip
+            # what copy_children does, a step at a time
+            tables.update(st.timed("new_parts (the new parts packed)", rows.new_parts, prep,
+                                   texts, memory.get))  # fmt: skip
+            if "shared_parts" in tables:
+                tables["shared_parts"] = tables["shared_parts"].sort_by("pid")
+            for name in pginserts.CHILD_TABLES:
+                if name in tables:
+                    st.timed(f"COPY {name}", pgcopy.copy_binary, con, name, tables[name])
+                    st.rows[name] = st.rows.get(name, 0) + tables[name].num_rows
+        st.timed("COMMIT", con.execute, "COMMIT")
+    st.print(n)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", help="a postgresql:// URL (default: a throwaway cluster)")
@@ -399,6 +489,10 @@ def main() -> None:
         "--every", type=int, default=0, help="also run the queries each time the clone filler "
         "has added this many traces (figures along the way on a slow machine)"
     )  # fmt: skip
+    ap.add_argument(
+        "--stages", type=int, default=0,
+        help="only print where a team writer's CPU a trace goes, stage by stage, on this many",
+    )  # fmt: skip
     args = ap.parse_args()
     tpl = template(args.packets)
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
@@ -410,6 +504,9 @@ def main() -> None:
             url, data = cluster.new_database(), cluster.data
         server = ServerCpu(data)
         open_store(url).close()  # migrated before the writers start
+        if args.stages:
+            stages(url, Path(tmp), args.stages, tpl)
+            return
         have, together = phase1(url, Path(tmp), args, tpl, server)
         alone = ""
         if args.single:
