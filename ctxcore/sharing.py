@@ -34,6 +34,7 @@ import hashlib
 import mmap
 import os
 import re
+import threading
 import weakref
 from collections.abc import Iterator
 from operator import is_
@@ -320,6 +321,28 @@ _EXCLUDE = {name: set(fields) for name, fields in _OWN.items()}
 _TRACE_JSON = Trace.__pydantic_serializer__
 _NO_LIST: tuple[list[Any], list[str]] = ([], [])
 _NO_TEXT: tuple[str, list[tuple[str, int]], bytes] = ("", [], b"[]")
+#: Texts made by appending to another (``grew``): id -> (the text, its head); the most
+#: recent ``GREW_KEPT``, each let go when a writer takes it.
+_GREW: dict[int, tuple[str, str]] = {}
+_GREW_LOCK = threading.Lock()
+GREW_KEPT = 4
+
+
+def grew(text: str, head: str) -> None:
+    """Say that ``text`` was made as ``head`` and more: a ``ShareWriter`` writing it after
+    ``head`` (a session's prompt, megabytes, grows each call) then knows that it starts
+    with ``head`` without comparing the two."""
+    with _GREW_LOCK:
+        _GREW[id(text)] = (text, head)
+        while len(_GREW) > GREW_KEPT:
+            del _GREW[next(iter(_GREW))]
+
+
+def _grown_from(text: str, head: str) -> bool:
+    """Whether ``grew`` said ``text`` was made from ``head`` (that word is then let go)."""
+    with _GREW_LOCK:
+        said = _GREW.pop(id(text), None)
+    return said is not None and said[0] is text and said[1] is head
 
 
 class ShareWriter:
@@ -492,7 +515,8 @@ class ShareWriter:
         """The ids of ``text``'s pieces: the previous text's of this session and field that
         it starts with, then the rest as one new piece."""
         prev, prev_pieces, rendered = self.texts.get(key, _NO_TEXT)
-        if text.startswith(prev):  # the usual case: one comparison of the whole
+        # the usual case: made from the previous text (``grew``), or one comparison
+        if text is prev or _grown_from(text, prev) or text.startswith(prev):
             pieces = prev_pieces[:]
             pos = len(prev)
         else:
@@ -588,6 +612,7 @@ __all__ = [
     "may_hold_shared",
     "ShareWriter",
     "expand_lines",
+    "grew",
     "is_shared",
     "part_id",
     "whole_byte_lines",

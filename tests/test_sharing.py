@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from ctxcore import sharing
 from ctxcore.cli import main
 from ctxcore.errors import InputError
 from ctxcore.formats.load import iter_traces, load_file, write_jsonl
 from ctxcore.models import Trace
-from ctxcore.sharing import MARKER, PartTable, ShareWriter, is_shared
+from ctxcore.sharing import MARKER, PartTable, ShareWriter, grew, is_shared
 from ctxcore.store import TraceStore
 from ctxcore.store.ingest import PART_TABLES, ingest_paths
 
@@ -475,6 +476,36 @@ def test_a_text_that_leaves_the_previous_one_part_way_names_the_pieces_they_shar
     assert ids[3][1] in new_parts and ids[0][0] not in new_parts
     table = PartTable()
     assert [table.expand(ln.encode()).decode() for ln in lines] == [t.to_json() for t in traces]
+
+
+def test_a_text_said_to_grow_from_the_previous_one_is_written_as_one_compared() -> None:
+    """``sharing.grew``: a text said to be made from the previous one is written as when the
+    writer compares them, taken once; a word about another head is not trusted."""
+    base = load_file(CLAUDE)[0]
+    assert base.result is not None
+    head = "H" * 2000
+    grown = "\n\n".join((head, "new " * 300))
+    other = "X" * 2500
+
+    def lines(said: bool, about: str) -> list[str]:
+        first = "".join(["H"] * 2000)  # equal to head, not the same object
+        texts = [first, grown if about == "grown" else other]
+        if said:
+            grew(texts[1], first if about == "grown" else head)
+        writer = ShareWriter()
+        out = [
+            writer.line(
+                base.model_copy(update={"result": base.result.model_copy(update={"prompt": t})})
+            )
+            for t in texts
+        ]
+        assert id(texts[1]) not in sharing._GREW  # taken (or, when not its head, let go)
+        return out
+
+    for about in ("grown", "other"):
+        assert lines(True, about) == lines(False, about)
+    ids = [json.loads(ln)["trace"]["result"]["prompt"] for ln in lines(True, "grown")]
+    assert ids[1][:1] == ids[0] and len(ids[1]) == 2
 
 
 def test_a_shared_line_nested_past_the_parser_is_its_own_error(tmp_path: Path) -> None:

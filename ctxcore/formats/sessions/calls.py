@@ -79,6 +79,7 @@ from ctxcore.models import (
 from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
 from ctxcore.pipeline.recorded import AFTER_QUERY, REPLACED
 from ctxcore.settings import MAX_CONTENT_CHARS, MAX_INT32, MAX_TOKENS
+from ctxcore.sharing import grew
 from ctxcore.tokens import Pending, TokenCounter, get_counter, loading, preload
 
 #: What an imported decision says (the same words as ``derive``'s).
@@ -701,6 +702,7 @@ class CallTraces:
                     prompt = prev_prompt
                 elif not (_in_run(prev[-1]) and _in_run(items[n])):
                     prompt = "\n\n".join((prev_prompt, _prompt(items[n:], "")))  # one copy
+                    grew(prompt, prev_prompt)  # the writer need not compare them
         if prompt is None:
             prompt = _prompt(items, tools_json)
         self._prompts[session] = (items, tools_json, prompt)
