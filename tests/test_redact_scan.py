@@ -267,3 +267,32 @@ def test_a_line_that_is_not_utf8_keeps_its_error() -> None:
     run.line(7, bad)
     assert run.items == [] and len(run.errors) == 1
     assert run.errors[0][1] == 7 and "invalid UTF-8 at byte" in run.errors[0][2]
+
+
+def _escapes_read(line: str) -> str:
+    """Every JSON escape of ``line`` read by one regex, one match at a time, left to right:
+    what ``json_strings`` must give."""
+
+    def read(m: re.Match[str]) -> str:
+        g = m.group(1)
+        plain = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+        return chr(int(g[1:], 16)) if len(g) == 5 else plain.get(g, g)
+
+    return re.sub(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})', read, line)
+
+
+def test_json_strings_reads_every_escape_as_the_regex_does() -> None:
+    """The scan's reading of escapes, split at the backslashes, against the regex that reads
+    them one by one: escaped backslashes before escapes, a last backslash alone, ``\\u``
+    with too few or wrong digits, escapes that are none; random texts and real JSON."""
+    rng = random.Random(35)
+    alphabet = ["\\", "\\", '"', "n", "t", "u", "0", "4", "a", "b", "f", "F", "r", "/", "x",
+                "\0", "é", " ", "D", "8"]  # fmt: skip
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+             for _ in range(20_000)]  # fmt: skip
+    for value in ["a\\b", 'x\n\t"/\\\\n', "\\u00e9", "\u2028\\\\u", "😀 é \ud83d", "\\u12",
+                  "\\u12g4", {"k\\": ["\\\\\\", "\b\f\r"]}]:  # fmt: skip
+        texts += [json.dumps(value), json.dumps(value, ensure_ascii=False)]
+    for text in texts:
+        assert redact.json_strings(text) == _escapes_read(text), text
+    assert redact.json_strings('{"a":"q\\\\\\"t\\u0041\\x"}') == '{"a":"q\\"tA\\x"}'

@@ -396,12 +396,37 @@ def _unescape(m: re.Match[str]) -> str:
     return _ESCAPED[g] if len(g) == 1 else chr(int(g[1:], 16))
 
 
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+
+
 def json_strings(line: str) -> str:
     """A JSON text with its escapes read: every string it holds (keys included) stands in
-    it character for character, between the JSON's quotes and punctuation."""
+    it character for character, between the JSON's quotes and punctuation.
+
+    What ``_ESCAPE.sub(_unescape, line)`` gives, read between the backslashes: each piece
+    after one starts with what it escapes (an empty piece: the backslash was escaped, and
+    the piece after it is plain text); what is no escape stays as written. (The regex's
+    callback, a call per escape, cost ~3x.)"""
     if "\\" not in line:
         return line
-    return _ESCAPE.sub(_unescape, line)
+    pieces = line.split("\\")
+    out = [pieces[0]]
+    k, n = 1, len(pieces)
+    while k < n:
+        piece = pieces[k]
+        k += 1
+        if not piece:  # an escaped backslash, or a last one alone
+            out.append("\\")
+            if k < n:
+                out.append(pieces[k])
+                k += 1
+        elif (char := _ESCAPED.get(piece[0])) is not None:
+            out += (char, piece[1:])
+        elif piece[0] == "u" and _HEX4.fullmatch(piece, 1, 5):
+            out += (chr(int(piece[1:5], 16)), piece[5:])
+        else:  # no escape: as written
+            out += ("\\", piece)
+    return "".join(out)
 
 
 class _Literals:
