@@ -38,7 +38,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -281,19 +281,41 @@ def counting_beside(wanted: bool) -> Iterator[CountingProcess | None]:
     proc.close()
 
 
-def worth_it(paths: Sequence[str]) -> bool:
-    """Whether an import of ``paths`` is long enough for a counting process (``MIN_BYTES``
-    of regular files together, or a folder, whose files are not looked at here)."""
+def worth_it(paths: Sequence[str], fmt: str = "auto") -> bool:
+    """Whether an import of ``paths`` (``--from fmt``) is worth a counting process: session
+    logs (their importer counts a batch of calls' new texts at once, and reads on while they
+    are counted) of ``MIN_BYTES`` or more together. Other formats count each trace's texts
+    before the next is made: a request to the other process each (~0.1-0.2 ms), which
+    thousands of small traces would pay many times over."""
+    from ctxcore.formats.sessions import LOG_FORMATS, sniff
+
+    if fmt != "auto" and fmt not in LOG_FORMATS:
+        return False
     total = 0
+    first: str | None = None
     for p in paths:
+        if os.path.isdir(p):
+            return any(_is_log(f, fmt, sniff) for f in _logs_below(p))
         try:
-            st = os.stat(p)
+            total += os.stat(p).st_size
         except OSError:
             continue
-        if os.path.isdir(p):
-            return True
-        total += st.st_size
-    return total >= MIN_BYTES
+        first = first or p
+    return total >= MIN_BYTES and first is not None and _is_log(first, fmt, sniff)
+
+
+def _is_log(path: str, fmt: str, sniff: Callable[[str], str | None]) -> bool:
+    return fmt != "auto" or sniff(path) is not None
+
+
+def _logs_below(folder: str) -> Iterator[str]:
+    """The first JSONL file below ``folder`` (in name order), if any."""
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".jsonl") and not name.startswith("."):
+                yield os.path.join(root, name)
+                return
 
 
 def _widen(pipe: IO[bytes]) -> None:

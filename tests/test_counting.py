@@ -5,7 +5,6 @@ through it writes what one without it writes, a process that stops is an error n
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -232,14 +231,25 @@ def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: 
     assert [p.name for p in tmp_path.iterdir()] == ["long.jsonl"]
 
 
-def test_only_a_long_import_gets_one(tmp_path: Path) -> None:
-    small = tmp_path / "small.jsonl"
-    small.write_bytes(b"x" * (counting.MIN_BYTES - 1))
-    big = tmp_path / "big.jsonl"
-    big.write_bytes(b"x" * counting.MIN_BYTES)
+def test_only_a_long_session_log_gets_one(tmp_path: Path) -> None:
+    """A counting process for session logs of ``MIN_BYTES`` or more: other formats count
+    each trace before the next is made, a request to the other process each."""
+    log = (FIXTURES / "claude-code" / "ccviewer-task-sidechain-session.jsonl").read_bytes()
+    request = next(iter(sorted((FIXTURES / "openai-chat").glob("*.json")))).read_bytes()
+    small, big = tmp_path / "small.jsonl", tmp_path / "logs" / "big.jsonl"
+    big.parent.mkdir()
+    small.write_bytes(log)
+    big.write_bytes(log + b"\n" * counting.MIN_BYTES)
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    (requests / "big.json").write_bytes(request + b" " * counting.MIN_BYTES)
+    assert len(log) < counting.MIN_BYTES
     assert not counting.worth_it([str(small)])
     assert counting.worth_it([str(big)])
-    assert counting.worth_it([str(small), str(small)])
-    assert counting.worth_it([str(tmp_path)])
+    assert counting.worth_it([str(small)] * (counting.MIN_BYTES // len(log) + 1))
+    assert counting.worth_it([str(big.parent)])  # a folder holding a session log
+    assert not counting.worth_it([str(requests)])
+    assert not counting.worth_it([str(requests / "big.json")])
+    assert counting.worth_it([str(requests / "big.json")], "codex")  # as --from says
+    assert not counting.worth_it([str(big)], "openai")
     assert not counting.worth_it([str(tmp_path / "missing.jsonl")])
-    os.remove(big)

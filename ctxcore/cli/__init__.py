@@ -1031,7 +1031,7 @@ def _counts_beside(args: argparse.Namespace) -> bool:
         return False
     from ctxcore.counting import worth_it
 
-    return worth_it(list(args.paths))
+    return worth_it(list(args.paths), args.input_format)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
