@@ -257,7 +257,10 @@ def test_timeline_heatmap_colours_each_status(trace: Trace) -> None:
     ]
     fig = figures.timeline_heatmap(rows)
     heat = fig.data[0]
-    assert list(heat.y) == ["a", "b"] and list(heat.x) == ["1", "2"]
+    assert list(fig.layout.yaxis.ticktext) == ["a", "b"] and list(heat.x) == ["1", "2"]
+    # each row's category is its head (the hover's first lines), its tick its label
+    assert list(fig.layout.yaxis.tickvals) == list(heat.y)
+    assert [figures.timeline_row(heat, x) for x in ("a", "b")] == [0, 1]
     assert heat.z[1][0] is None  # b was not a candidate at turn 1
     n = len(figures.STATUS_ORDER)
 
@@ -351,7 +354,7 @@ def test_every_turn_of_a_long_session_keeps_a_visible_column(turns: int) -> None
 def test_timeline_marks_gaps_and_groups_rows_by_kind() -> None:
     rows = [_row(16, "tool:a", "tool"), _row(16, "msg-1", "history"), _row(37, "tool:b", "tool")]
     fig = figures.timeline_heatmap(rows)
-    assert list(fig.data[0].y) == ["tool:a", "msg-1", "tool:b"]
+    assert list(fig.layout.yaxis.ticktext) == ["tool:a", "msg-1", "tool:b"]
     gaps = [a.text for a in fig.layout.annotations]
     assert gaps == ["gap: 20 turn(s)"], gaps
     assert len(fig.layout.shapes) == 1 and fig.layout.shapes[0].x0 == 0.5
@@ -361,7 +364,11 @@ def test_timeline_marks_gaps_and_groups_rows_by_kind() -> None:
     assert legend.yref == title.yref == "container" and legend.yanchor == title.yanchor == "top"
     assert title.y == 1 and 0.8 < legend.y < 1
     grouped = figures.timeline_heatmap(rows, group_by_kind=True)
-    assert list(grouped.data[0].y) == ["history · msg-1", "tool · tool:a", "tool · tool:b"]
+    assert list(grouped.layout.yaxis.ticktext) == [
+        "history · msg-1",
+        "tool · tool:a",
+        "tool · tool:b",
+    ]
     # consecutive turns: no gap drawn
     assert not figures.timeline_heatmap([_row(1, "a", "x"), _row(2, "a", "x")]).layout.shapes
 
@@ -406,16 +413,16 @@ def test_timeline_diff_colours_what_changed_and_pales_what_did_not() -> None:
     order = list(figures.DIFF_COLORS)
 
     def cell(turn: int, pid: str) -> tuple[float | None, str]:
-        i, j = list(grid.y).index(pid), list(grid.x).index(str(turn))
+        i, j = figures.timeline_row(grid, pid), list(grid.x).index(str(turn))
         return grid.z[i][j], figures.cell_hover(grid, i, j)
 
-    assert cell(1, "a")[0] == order.index(figures.UNCHANGED) + 0.5
+    assert cell(1, "a")[0] == order.index(figures.UNCHANGED)
     z, hover = cell(1, "b")
-    assert z == order.index("dropped") + 0.5 and "kept → dropped" in hover
+    assert z == order.index("dropped") and "kept → dropped" in hover
     z, hover = cell(2, "d")  # a candidate after only
-    assert z == order.index("kept") + 0.5 and "not a candidate → kept" in hover
+    assert z == order.index("kept") and "not a candidate → kept" in hover
     z, hover = cell(2, "c")  # a candidate before only
-    assert z == order.index(figures.GONE) + 0.5 and "kept → not a candidate" in hover
+    assert z == order.index(figures.GONE) and "kept → not a candidate" in hover
     assert cell(1, "c")[0] is None  # not a candidate on either side: blank
     assert [d.name for d in fig.data[1:]] == order  # the legend names every colour
 

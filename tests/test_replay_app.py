@@ -131,11 +131,11 @@ def test_a_smaller_budget_shows_the_turns_that_changed_and_opens_compare(
     # the difference grid colours that cell by its status after and says before -> after
     (diff,) = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     grid = diff["data"][0]
-    i, j = grid["y"].index("tool:call_7"), grid["x"].index("11")
+    i, j = figures.timeline_row(grid, "tool:call_7"), grid["x"].index("11")
     after = figures.cell_hover(grid, i, j)
     assert "kept → " in after, after
     status = after.split("kept → ")[1].split(" ·")[0]
-    assert status != "kept" and grid["z"][i][j] == list(figures.DIFF_COLORS).index(status) + 0.5
+    assert status != "kept" and grid["z"][i][j] == list(figures.DIFF_COLORS).index(status)
     at.selectbox(key="rp_turn").set_value(11).run()
     at.button(key="rp_open").click().run()
     assert not at.exception, [e.value for e in at.exception]

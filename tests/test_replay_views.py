@@ -54,9 +54,9 @@ def test_status_rows_draw_the_difference_grid_of_the_lost_packets(
     assert status["before_id"][(11, "tool:call_7")] == "kept"
     assert status["after_id"][(11, "tool:call_7")] == "dropped"
     grid = figures.timeline_diff(rows["before_id"], rows["after_id"]).to_plotly_json()["data"][0]
-    i = list(grid["y"]).index("tool:call_7")
+    i = figures.timeline_row(grid, "tool:call_7")
     j = list(grid["x"]).index("11")
-    assert grid["z"][i][j] == list(figures.DIFF_COLORS).index("dropped") + 0.5
+    assert grid["z"][i][j] == list(figures.DIFF_COLORS).index("dropped")
     assert "kept → dropped" in figures.cell_hover(grid, i, j)
 
 

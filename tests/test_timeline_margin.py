@@ -62,7 +62,7 @@ def test_the_chart_margin_holds_its_longest_label(grouped: bool) -> None:
         for pid in LABELS
     ]  # fmt: skip
     fig = figures.timeline_heatmap(rows, group_by_kind=grouped, legend=False)
-    labels = list(fig.data[0].y)
+    labels = list(fig.layout.yaxis.ticktext)  # what the rows' ticks show
     assert fig.layout.yaxis.automargin is None  # the template's: on, for a wider font
     longest = max(_measured(x) for x in labels)
     assert fig.layout.margin.l == label_margin(labels) >= longest + PAD

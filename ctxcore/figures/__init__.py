@@ -83,6 +83,7 @@ from ctxcore.figures.timeline import (
     timeline_diff,
     timeline_heatmap,
     timeline_height,
+    timeline_row,
 )
 
 __all__ = [
@@ -135,6 +136,7 @@ __all__ = [
     "timeline_diff",
     "timeline_heatmap",
     "timeline_height",
+    "timeline_row",
     "tokenizer_drift",
     "turn_figures",
     "turns_figure",

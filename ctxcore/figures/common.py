@@ -218,7 +218,8 @@ def legend_marker(name: str, color: str, symbol: str = "square") -> go.Scatter:
 
 def banded_scale(colors: Sequence[str]) -> list[list[Any]]:
     """A heatmap colour scale of ``len(colors)`` flat bands: the value ``k + 0.5`` (for ``zmin``
-    0, ``zmax`` the band count) takes ``colors[k]``, and no band edge decides a colour."""
+    0, ``zmax`` the band count; or the value ``k`` for ``zmin`` -0.5, ``zmax`` the band count
+    less 0.5) takes ``colors[k]``, and no band edge decides a colour."""
     n = len(colors)
     scale: list[list[Any]] = []
     for k, color in enumerate(colors):

@@ -51,14 +51,15 @@ def _row_order(
     return packets, kinds
 
 
-#: a cell's hover (``timeline_heatmap``): its row (the packet, with its whole id where the
-#: row's label is cut short), turn and kind, its status, reason and tokens. The cell's own
-#: values are its ``customdata``; the row and turn are the chart's, so the browser receives
-#: ~40 characters a cell where one hover text a cell was ~150 (6.4 MB of JSON for a
-#: 500-turn session)
+#: a cell's hover (``timeline_heatmap``): its row's head (``_heads``: the packet, with its
+#: whole id where the row's label cuts it short, and its kind), the turn, then the cell's own
+#: status, reason and tokens. The row and turn are the chart's (a row's head is its category
+#: on the y axis, its tick showing the label alone), the rest the cell's ``customdata``, so
+#: the browser receives ~25 characters a cell where one hover text a cell was ~150 (6.4 MB of
+#: JSON for a 500-turn session) and the kind and id in each cell's values ~40 (1.9 MB)
 CELL_HOVER = (
-    "<b>%{y}</b>%{customdata[0]}<br>turn %{x} · %{customdata[1]}"
-    "<br>%{customdata[2]} · %{customdata[3]} · %{customdata[4]:,} tokens<extra></extra>"
+    "%{y} · turn %{x}<br>%{customdata[0]} · %{customdata[1]} · %{customdata[2]:,} tokens"
+    "<extra></extra>"
 )
 #: the most turns whose columns keep a 1 px gap between them: ~260 px of cells at 1024 px
 #: leave a 500-turn column half a pixel, which the gap blanked whole (an empty chart)
@@ -75,31 +76,42 @@ def _labels(packets: Sequence[str], kinds: Mapping[str, str], group_by_kind: boo
     return [esc(p, _LABEL_ID) for p in packets]
 
 
+def _heads(
+    packets: Sequence[str], labels: Sequence[str], kinds: Mapping[str, str], group_by_kind: bool
+) -> list[str]:
+    """Each row's head, what a hover over any of its cells starts with: its label in bold, the
+    whole packet id under it where the label cuts it, and the packet's kind. It is the row's
+    category on the y axis (the row's tick shows its label: ``_timeline_layout``), so the
+    hover reads it once a row where each cell carried the id and kind among its values."""
+    cut = _GROUPED_ID if group_by_kind else _LABEL_ID
+    return [
+        f"<b>{label}</b>{f'<br>{esc(p, 120)}' if len(p) > cut else ''}<br>{esc(kinds[p])}"
+        for p, label in zip(packets, labels, strict=True)
+    ]
+
+
 def _cells(
     rows: Sequence[Mapping[str, Any]],
     packets: Sequence[str],
     turns: Sequence[int],
     order: Sequence[str],
-    group_by_kind: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The grid's values (the centre of the status's colour band, so that the band edges
-    never decide the colour) and each cell's hover values (``CELL_HOVER``: the whole packet
-    id where the row's label cuts it, kind, status, reason, tokens), a row a packet and a
-    column a turn; blank (``None``) where a packet was not a candidate. Object arrays,
-    which plotly takes whole where it walks nested lists value by value; each distinct text
-    is escaped once and alike cells share their values (a long session repeats its packet
-    ids, kinds and reasons, and a kept packet its tokens). Not a typed array (plotly's
-    base64 ``bdata``): float32 takes 5.3 characters a cell where a list of numbers and nulls
-    takes ~4.4, and a blank cell needs NaN (an integer type has no gap)."""
+    """The grid's values (the index of the status's colour band: ``zmin`` -0.5 puts each at
+    its band's centre, so that the band edges never decide the colour) and each cell's hover
+    values (``CELL_HOVER``: status, reason, tokens), a row a packet and a column a turn; blank
+    (``None``) where a packet was not a candidate. Object arrays, which plotly takes whole
+    where it walks nested lists value by value; each distinct text is escaped once and alike
+    cells share their values (a long session repeats its reasons, and a kept packet its
+    tokens). Not a typed array (plotly's base64 ``bdata``): float32 takes 5.3 characters a
+    cell where a list of small integers and nulls takes ~2.2, and a blank cell needs NaN (an
+    integer type has no gap)."""
     code = {s: i for i, s in enumerate(order)}
     pidx = {p: i for i, p in enumerate(packets)}
     tidx = {t: i for i, t in enumerate(turns)}
-    cut = _GROUPED_ID if group_by_kind else _LABEL_ID
-    whole = {p: f"<br>{esc(p, 120)}" if len(p) > cut else "" for p in packets}
     z = np.full((len(packets), len(turns)), None, dtype=object)
     custom = np.full((len(packets), len(turns)), None, dtype=object)
     shown: dict[object, str] = {}
-    alike: dict[tuple[str, str, str, str, int], list[str | int]] = {}
+    alike: dict[tuple[str, str, int], list[str | int]] = {}
 
     def once(text: object) -> str:
         got = shown.get(text)
@@ -108,17 +120,10 @@ def _cells(
         return got
 
     for r in rows:
-        pid = str(r["packet_id"])
-        i, j = pidx[pid], tidx[int(r["turn"])]
+        i, j = pidx[str(r["packet_id"])], tidx[int(r["turn"])]
         status = str(r["status"])
-        z[i, j] = code.get(status, len(order) - 1) + 0.5
-        values = (
-            whole[pid],
-            once(r.get("kind", "")),
-            once(status),
-            once(r.get("reason", "")),
-            int(r.get("tokens_after") or 0),
-        )
+        z[i, j] = code.get(status, len(order) - 1)
+        values = (once(status), once(r.get("reason", "")), int(r.get("tokens_after") or 0))
         # alike cells share one list: plotly and Streamlit deep-copy the grid, and a copy
         # takes each shared object once
         custom[i, j] = alike.setdefault(values, list(values))
@@ -132,11 +137,16 @@ def cell_hover(grid: Mapping[str, Any] | go.Heatmap, i: int, j: int) -> str:
     values = grid["customdata"][i][j]
     if values is None:
         return ""
-    head, kind, status, reason, tokens = values
-    return (
-        f"<b>{grid['y'][i]}</b>{head}<br>turn {grid['x'][j]} · {kind}"
-        f"<br>{status} · {reason} · {int(tokens):,} tokens"
-    )
+    status, reason, tokens = values
+    return f"{grid['y'][i]} · turn {grid['x'][j]}<br>{status} · {reason} · {int(tokens):,} tokens"
+
+
+def timeline_row(grid: Mapping[str, Any] | go.Heatmap, label: str) -> int:
+    """The index of the row of a ``timeline_heatmap``'s grid whose tick shows ``label`` (an
+    escaped packet id, or "kind · id" grouped by kind): its head (``_heads``) starts with
+    it in bold."""
+    bold = f"<b>{label}</b>"
+    return next(i for i, head in enumerate(grid["y"]) if str(head).startswith(f"{bold}<br>"))
 
 
 def _add_turns_below(fig: go.Figure, turns: Sequence[int]) -> None:
@@ -211,13 +221,16 @@ def label_margin(labels: Sequence[str]) -> int:
     return _LABEL_PAD + int(max((text_px(x, _LABEL_PX) for x in labels), default=0) + 0.999)
 
 
-def _timeline_layout(title: str, labels: Sequence[str], turns: int, legend: bool) -> dict[str, Any]:
+def _timeline_layout(
+    title: str, labels: Sequence[str], heads: Sequence[str], turns: int, legend: bool
+) -> dict[str, Any]:
     """The grid's layout: the title at the very top (the "turn" axis title under it would
     otherwise run into a long session id at 1024 px) and the legend, where there is one, on
     lines of its own under it (beside the title, it wrapped over it in a half-width chart);
     22 px a row keeps ~190 labels apart. The left margin holds the rows' labels
     (``label_margin``) and the others the turns' labels, so plotly's automatic margins find
-    nothing to grow and the chart is drawn once."""
+    nothing to grow and the chart is drawn once. A row's category is its head (``_heads``),
+    its tick its label."""
     packets = len(labels)
     tall = packets > _TALL_ROWS
     height = timeline_height(packets) + (_TIMELINE_LEGEND if legend else 0)
@@ -246,7 +259,9 @@ def _timeline_layout(title: str, labels: Sequence[str], turns: int, legend: bool
         "yaxis": {
             "range": [packets - 0.5, -0.5],  # the first packet on top
             "type": "category",
-            "dtick": 1,
+            "tickmode": "array",
+            "tickvals": list(heads),
+            "ticktext": list(labels),
             "tickfont": {"size": _LABEL_PX},
         },
         "legend": {
@@ -294,16 +309,17 @@ def timeline_heatmap(
     order = tuple(colors)
     turns = sorted({int(r["turn"]) for r in rows})
     packets, kinds = _row_order(rows, group_by_kind)
-    z, custom = _cells(rows, packets, turns, order, group_by_kind)
+    z, custom = _cells(rows, packets, turns, order)
     labels = _labels(packets, kinds, group_by_kind)
+    heads = _heads(packets, labels, kinds, group_by_kind)
     gapped = len(turns) <= GAPPED_TURNS
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=[str(t) for t in turns],
-            y=labels,
-            zmin=0,
-            zmax=len(order),
+            y=heads,
+            zmin=-0.5,
+            zmax=len(order) - 0.5,
             colorscale=banded_scale([colors[s] for s in order]),
             customdata=custom,
             hovertemplate=CELL_HOVER,
@@ -321,7 +337,7 @@ def timeline_heatmap(
     if not gapped:
         _add_row_lines(fig, len(packets), len(turns))
     _add_gaps(fig, turns, tall)
-    fig.update_layout(**_timeline_layout(title, labels, len(turns), legend))
+    fig.update_layout(**_timeline_layout(title, labels, heads, len(turns), legend))
     if tall:
         fig.update_layout(xaxis2=_TURNS_BELOW)
     return fig

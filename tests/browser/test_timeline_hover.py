@@ -1,6 +1,7 @@
 """In Chromium: the Timeline's packet chart fills each cell's hover from the cell's values and
 one template (``figures.CELL_HOVER``, issue 32 Speed): the hover Plotly draws is the text
-``figures.cell_hover`` says, and a blank cell has none."""
+``figures.cell_hover`` says, and a blank cell has none. A row's category is its hover's head
+(label, whole id, kind), its tick the label alone."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ SESSION = "swe-pytest-7571-hello-agents"
 _GRID_JS = """
 () => {
   const d = document.querySelector('.st-key-tl_heatmap .js-plotly-plot').data[0];
-  return {x: d.x, y: d.y, customdata: d.customdata, hovertemplate: d.hovertemplate};
+  const ticks = [...document.querySelectorAll('.st-key-tl_heatmap .ytick text')];
+  return {x: d.x, y: d.y, customdata: d.customdata, hovertemplate: d.hovertemplate,
+          ticks: ticks.map(t => t.textContent)};
 }
 """
 _HOVER_JS = """
@@ -50,6 +53,10 @@ def test_a_cell_hover_is_its_values_in_the_template(tab) -> None:
     chart.scroll_into_view_if_needed()
     grid = page.evaluate(_GRID_JS)
     assert grid["hovertemplate"] == figures.CELL_HOVER
+    # each row's tick shows its label, not its hover's head (the y category)
+    assert len(grid["ticks"]) == len(grid["y"])
+    for i, tick in enumerate(grid["ticks"]):
+        assert figures.timeline_row(grid, html.escape(tick)) == i
     box = page.locator(".st-key-tl_heatmap .nsewdrag").first.bounding_box()
     assert box is not None
     i = 0  # the top row, on screen however tall the chart
