@@ -38,7 +38,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -260,16 +260,28 @@ class _Answer:
 
 
 @contextlib.contextmanager
-def counting_beside(wanted: bool) -> Iterator[CountingProcess | None]:
-    """While the block runs, exact counts are made in a ``CountingProcess`` if ``wanted``
-    (``tokens.count_elsewhere``); the process ends with the block, killed if the block
-    raised (Ctrl-C included)."""
-    if not wanted:
+def counting_beside(paths: Sequence[str], fmt: str = "auto") -> Iterator[CountingProcess | None]:
+    """While the block runs, an import of ``paths`` (``--from fmt``) that is worth it
+    (``worth_it``) has its exact counts made in a ``CountingProcess``
+    (``tokens.count_elsewhere``). The process is started before the session readers are
+    imported to tell whether the files are session logs (they are most of the command's
+    imports), and killed if they are not; it ends with the block, killed at once if the
+    block raised (Ctrl-C included)."""
+    proc = CountingProcess.start() if _long(paths, fmt) else None
+    if proc is not None:
+        try:
+            logs = _session_logs(paths, fmt)
+        except BaseException:
+            proc.kill()
+            raise
+        if not logs:
+            proc.kill()
+            proc = None
+    if proc is None:
         yield None
         return
     from ctxcore import tokens
 
-    proc = CountingProcess.start()
     tokens.count_elsewhere(proc.backend)
     try:
         yield proc
@@ -284,28 +296,45 @@ def counting_beside(wanted: bool) -> Iterator[CountingProcess | None]:
 def worth_it(paths: Sequence[str], fmt: str = "auto") -> bool:
     """Whether an import of ``paths`` (``--from fmt``) is worth a counting process: session
     logs (their importer counts a batch of calls' new texts at once, and reads on while they
-    are counted) of ``MIN_BYTES`` or more together. Other formats count each trace's texts
-    before the next is made: a request to the other process each (~0.1-0.2 ms), which
-    thousands of small traces would pay many times over."""
-    from ctxcore.formats.sessions import LOG_FORMATS, sniff
+    are counted) of ``MIN_BYTES`` or more together, or a folder holding one. Other formats
+    count each trace's texts before the next is made: a request to the other process each
+    (~0.1-0.2 ms), which thousands of small traces would pay many times over."""
+    return _long(paths, fmt) and _session_logs(paths, fmt)
 
-    if fmt != "auto" and fmt not in LOG_FORMATS:
+
+#: the formats whose importer counts in batches (``formats.sessions.LOG_FORMATS``, said
+#: here so that telling needs no import)
+_LOG_FORMATS = ("claude-code", "codex", "pi")
+
+
+def _long(paths: Sequence[str], fmt: str) -> bool:
+    """``MIN_BYTES`` of files or more, or a folder, in a format that may be a session log."""
+    if fmt != "auto" and fmt not in _LOG_FORMATS:
         return False
     total = 0
-    first: str | None = None
     for p in paths:
         if os.path.isdir(p):
-            return any(_is_log(f, fmt, sniff) for f in _logs_below(p))
+            return True
         try:
             total += os.stat(p).st_size
         except OSError:
             continue
-        first = first or p
-    return total >= MIN_BYTES and first is not None and _is_log(first, fmt, sniff)
+    return total >= MIN_BYTES
 
 
-def _is_log(path: str, fmt: str, sniff: Callable[[str], str | None]) -> bool:
-    return fmt != "auto" or sniff(path) is not None
+def _session_logs(paths: Sequence[str], fmt: str) -> bool:
+    """Whether ``paths`` are session logs: as ``--from`` says, else the first file (a
+    folder's first JSONL file) sniffed as one (``formats.sessions.sniff``)."""
+    if fmt != "auto":
+        return fmt in _LOG_FORMATS
+    from ctxcore.formats.sessions import sniff
+
+    for p in paths:
+        if os.path.isdir(p):
+            return any(sniff(f) is not None for f in _logs_below(p))
+        if os.path.isfile(p):
+            return sniff(p) is not None
+    return False
 
 
 def _logs_below(folder: str) -> Iterator[str]:

@@ -253,3 +253,27 @@ def test_only_a_long_session_log_gets_one(tmp_path: Path) -> None:
     assert counting.worth_it([str(requests / "big.json")], "codex")  # as --from says
     assert not counting.worth_it([str(big)], "openai")
     assert not counting.worth_it([str(tmp_path / "missing.jsonl")])
+    from ctxcore.formats.sessions import LOG_FORMATS
+
+    assert counting._LOG_FORMATS == LOG_FORMATS
+
+
+def test_a_long_import_of_no_session_log_keeps_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process starts before the sniff can tell (its imports are most of the
+    command's); a file that is no session log then has it killed, and counts here."""
+    request = next(iter(sorted((FIXTURES / "openai-chat").glob("*.json")))).read_bytes()
+    big = tmp_path / "big.json"
+    big.write_bytes(request + b" " * counting.MIN_BYTES)
+    started: list[counting.CountingProcess] = []
+    real_start = counting.CountingProcess.start
+
+    def start() -> counting.CountingProcess:
+        started.append(real_start())
+        return started[-1]
+
+    monkeypatch.setattr(counting.CountingProcess, "start", staticmethod(start))
+    with counting.counting_beside([str(big)]) as proc:
+        assert proc is None and tokens._elsewhere is None
+    assert len(started) == 1 and started[0].proc.poll() is not None

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -1024,24 +1024,21 @@ def _team_redaction(args: argparse.Namespace) -> Iterator[None]:
             os.environ[settings.ENV_REDACT_ON_INGEST] = before
 
 
-def _counts_beside(args: argparse.Namespace) -> bool:
-    """Whether this command's exact counts are made in a counting process started now,
-    before its own imports (``import -o`` of a long log: ``ctxcore.counting``)."""
+def _counting_beside(args: argparse.Namespace) -> AbstractContextManager[object]:
+    """Where this command's exact counts are made: ``import -o`` of a long session log
+    starts a counting process now, before its own imports (``ctxcore.counting``)."""
     if args.command != "import" or not getattr(args, "output", None):
-        return False
-    from ctxcore.counting import worth_it
+        return nullcontext()
+    from ctxcore.counting import counting_beside
 
-    return worth_it(list(args.paths), args.input_format)
+    return counting_beside(list(args.paths), args.input_format)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
-        with _team_redaction(args):
-            from ctxcore.counting import counting_beside
-
-            with counting_beside(_counts_beside(args)):
-                rc: int = args.func(args)
+        with _team_redaction(args), _counting_beside(args):
+            rc: int = args.func(args)
         return rc
     except CtxscopeError as exc:
         print(f"ctxscope {args.command}: error: {exc}", file=sys.stderr)
