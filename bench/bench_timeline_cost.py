@@ -21,7 +21,9 @@ for (the button, until their chart is drawn); the page script alone through AppT
 fresh process (wall and CPU seconds, cold and warm, on the packets and on the cost view:
 the server's share, which a loaded machine's browser figures blur); and, in this process,
 the parts: loading the 500 traces from the store, ``session_costs`` and
-``diagnose_session`` over them. Prints a table with the load beside it; exits 0 whatever
+``diagnose_session`` over them; and Streamlit's plotly chart code alone, the browser's
+share of a cold open (an ``import()`` of its module in a fresh browser context, then again
+in a new page of that context). Prints a table with the load beside it; exits 0 whatever
 the numbers (the machine is shared; targets are for reading).
 
     .venv/bin/python bench/bench_timeline_cost.py [--turns 500] [--repeat 3]
@@ -303,16 +305,43 @@ def ask_diagnostics(page: Any) -> float:
 
 #: what the cold open covers, printed under the table
 COLD = (
-    "Cold: the Timeline's first open in a fresh server (`streamlit run`, started and healthy), "
-    "right after the app's root page (Traces) was opened once in the same browser: the JS "
-    "bundles are cached and the app's own imports, the store and the start-up warm-up "
-    "(state._warm_up: the first reads of Traces and Inspect, the figures' imports and "
-    "validators, the Timeline's modules) are under way or done; the open pays this session's "
-    "first reads (its statuses, partitions, list and cost summaries), its packet chart built "
-    "and sent, and whatever of the warm-up is still running. Warm: the same URL opened again "
-    "(a new script run, its data and figure cached in the server, the page rebuilt by the "
-    "browser)."
+    "Cold: the Timeline's first open in a fresh server (`streamlit run`, started and healthy) "
+    "and a fresh browser context (Playwright's new context: its HTTP and code caches empty, "
+    "held in memory), right after the app's root page (Traces) was opened once in it: the "
+    "app's main bundles are cached, Streamlit's plotly chart code is not (Traces draws no "
+    "chart), so the open fetches, compiles and runs it (the two 'chart code' rows: that "
+    "alone, in a fresh context and then again); the app's own imports, the store and the "
+    "start-up warm-up (state._warm_up: the first reads of Traces and Inspect, the figures' "
+    "imports and validators, the Timeline's modules) are under way or done; the open pays "
+    "this session's first reads (its statuses, partitions, list and cost summaries), its "
+    "packet chart built and sent, and whatever of the warm-up is still running. Warm: the "
+    "same URL opened again (a new script run, its data and figure cached in the server, the "
+    "page rebuilt by the browser, the chart code from the context's caches)."
 )
+
+#: the time an ``import()`` of a module takes in the page, milliseconds
+_IMPORT_JS = (
+    "async (u) => { const t = performance.now(); await import(u); return performance.now() - t; }"
+)
+
+
+def chart_code(browser: Any, url: str) -> tuple[float, float]:
+    """Streamlit's plotly chart code alone: seconds to fetch, compile and run it (an
+    ``import()`` of its module) in a fresh context after the app's root page, then again
+    in a new document of that context (its caches warm)."""
+    import streamlit
+
+    static = Path(streamlit.__file__).parent / "static" / "static" / "js"
+    (name,) = [p.name for p in static.glob("PlotlyChart.*.js")]
+    page = new_page(browser)
+    try:
+        goto(page, url)
+        fresh = float(page.evaluate(_IMPORT_JS, f"./static/js/{name}")) / 1000
+        goto(page, url)
+        again = float(page.evaluate(_IMPORT_JS, f"./static/js/{name}")) / 1000
+    finally:
+        page.context.close()
+    return fresh, again
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(db, work / "traces", work, {"CTXSCOPE_NO_WATCH": "1"})
     opens: list[Open] = []
     asked = 0.0
+    code = (0.0, 0.0)
     try:
         with launch_browser() as browser:
             page = new_page(browser)
@@ -358,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             asked = ask_diagnostics(page)
             settle(page, WAIT_MS)
             assert exceptions_text(page) == []
+            code = chart_code(browser, server.url)
     finally:
         server.stop()
     print(f"\nstore: one session of {args.turns} turns with usage, built in {built:.1f} s")
@@ -386,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         ("  then Cost and cache clicked: the cost chart drawn", "1.5 s", med(lambda o: o.cost)),
         ("  the cost chart drawn, from the URL (median)", "", med(lambda o: o.cost_from_url)),
         ("Diagnostics asked for: their chart drawn", "", asked),
+        ("The chart code alone, a fresh context: fetched, compiled, run", "", code[0]),
+        ("  again, a new page of that context (its caches warm)", "", code[1]),
     ]  # fmt: skip
     rows += [(f"  in process: {name}", "", seconds) for name, seconds in inproc.items()]
     for name, target, seconds in rows:
