@@ -7,8 +7,11 @@ parts' bytes joined would pass PACK_BYTES."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import psycopg
@@ -229,3 +232,30 @@ def test_texts_seen_by_two_batches_are_stored_once(
         == len(distinct)
         < sum(len(t.input.packets) for t in first + second)
     )
+
+
+def test_a_team_writer_that_defers_diagnostics_never_imports_the_detectors(
+    tmp_path: Path, pg_server: Any
+) -> None:
+    """A team writer that defers diagnostics (and ingest's workers and fork server) builds
+    and ingests its rows without loading ``ctxcore.diagnostics`` (~0.2 s of each such
+    process's start); diagnosing a trace loads it there."""
+    traces = [make_trace(i, n_packets=3, session_id="s") for i in range(4)]
+    src = tmp_path / "t.jsonl"
+    src.write_text("".join(t.to_json() + "\n" for t in traces), encoding="utf-8")
+    script = (
+        "import sys\n"
+        "from ctxcore.store import rows, workers\n"
+        "from ctxcore.store.engines import open_store\n"
+        "from ctxcore.store.ingest import ingest_paths\n"
+        f"with open_store({pg_server.new_database()!r}, diagnose=False) as store:\n"
+        f"    counts = ingest_paths(store, [{str(src)!r}])\n"
+        "print(counts.traces_added, 'ctxcore.diagnostics' in sys.modules)\n"
+        "t = rows.Trace.model_validate_json(open(sys.argv[1], 'rb').readline())\n"
+        "found, version = rows.diagnose_trace(t, t.to_json_bytes())\n"
+        "print(version is not None, 'ctxcore.diagnostics' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(src)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["4", "False", "True", "True"]
