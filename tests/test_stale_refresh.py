@@ -1,7 +1,6 @@
 """A local store brings findings and cost summaries made by other code (an upgrade) up to date
 while the watcher idles: ``TraceStore.diagnose_pending`` takes them after the undiagnosed
-traces, newest first, each once per process (docs/design.md, "Findings stored with the code
-that made them")."""
+traces, newest first, each once per process (docs/design.md, "Diagnostics")."""
 
 from __future__ import annotations
 

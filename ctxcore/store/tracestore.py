@@ -243,8 +243,7 @@ class TraceStore(SqlReads):
         """Up to ``limit`` traces diagnosed by other code than this process's (an upgrade),
         newest first: their findings and cost summaries are made again while the watcher
         idles, so that the pages read them instead of computing them on every fresh
-        server's first open (docs/design.md, "Findings stored with the code that made
-        them"). Each trace is taken once per process (a cursor on ``tseq``); a trace whose
+        server's first open (docs/design.md, "Diagnostics"). Each trace is taken once per process (a cursor on ``tseq``); a trace whose
         diagnosis failed (``diagnosed_with`` NULL) is not taken again."""
         if self._stale_after == 0:
             return []
