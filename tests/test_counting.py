@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ctxcore import counting, tokens
+from ctxcore.cli import counting_beside as beside
 from ctxcore.cli import main
 from ctxcore.errors import TokenizerError
 
@@ -109,7 +110,7 @@ def test_an_import_through_it_writes_what_one_without_it_writes(
     src: Path, whole: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     extra = ("--whole",) if whole else ()
-    assert not counting.worth_it([str(src)])  # a fixture is counted here by default
+    assert not beside.worth_it([str(src)])  # a fixture is counted here by default
     assert _import(src, tmp_path / "here.jsonl", *extra) == 0
     started: list[counting.CountingProcess] = []
     real_start = counting.CountingProcess.start
@@ -118,7 +119,7 @@ def test_an_import_through_it_writes_what_one_without_it_writes(
         started.append(real_start())
         return started[-1]
 
-    monkeypatch.setattr(counting, "MIN_BYTES", 0)
+    monkeypatch.setattr(beside, "MIN_BYTES", 0)
     monkeypatch.setattr(counting.CountingProcess, "start", staticmethod(start))
     monkeypatch.setattr(tokens, "_counters", {})  # nothing cached: every count goes there
     asked: list[int] = []
@@ -150,7 +151,7 @@ def test_a_counting_process_that_dies_is_an_error_naming_it(
         p.proc.kill()
         return p
 
-    monkeypatch.setattr(counting, "MIN_BYTES", 0)
+    monkeypatch.setattr(beside, "MIN_BYTES", 0)
     monkeypatch.setattr(counting.CountingProcess, "start", staticmethod(start))
     monkeypatch.setattr(tokens, "_counters", {})
     out = tmp_path / "out.jsonl"
@@ -166,7 +167,7 @@ def _long_log(tmp_path: Path) -> Path:
 
     log = tmp_path / "long.jsonl"
     build(log, 400, 3.0, 150_000)
-    assert log.stat().st_size >= counting.MIN_BYTES
+    assert log.stat().st_size >= beside.MIN_BYTES
     return log
 
 
@@ -239,23 +240,23 @@ def test_only_a_long_session_log_gets_one(tmp_path: Path) -> None:
     small, big = tmp_path / "small.jsonl", tmp_path / "logs" / "big.jsonl"
     big.parent.mkdir()
     small.write_bytes(log)
-    big.write_bytes(log + b"\n" * counting.MIN_BYTES)
+    big.write_bytes(log + b"\n" * beside.MIN_BYTES)
     requests = tmp_path / "requests"
     requests.mkdir()
-    (requests / "big.json").write_bytes(request + b" " * counting.MIN_BYTES)
-    assert len(log) < counting.MIN_BYTES
-    assert not counting.worth_it([str(small)])
-    assert counting.worth_it([str(big)])
-    assert counting.worth_it([str(small)] * (counting.MIN_BYTES // len(log) + 1))
-    assert counting.worth_it([str(big.parent)])  # a folder holding a session log
-    assert not counting.worth_it([str(requests)])
-    assert not counting.worth_it([str(requests / "big.json")])
-    assert counting.worth_it([str(requests / "big.json")], "codex")  # as --from says
-    assert not counting.worth_it([str(big)], "openai")
-    assert not counting.worth_it([str(tmp_path / "missing.jsonl")])
+    (requests / "big.json").write_bytes(request + b" " * beside.MIN_BYTES)
+    assert len(log) < beside.MIN_BYTES
+    assert not beside.worth_it([str(small)])
+    assert beside.worth_it([str(big)])
+    assert beside.worth_it([str(small)] * (beside.MIN_BYTES // len(log) + 1))
+    assert beside.worth_it([str(big.parent)])  # a folder holding a session log
+    assert not beside.worth_it([str(requests)])
+    assert not beside.worth_it([str(requests / "big.json")])
+    assert beside.worth_it([str(requests / "big.json")], "codex")  # as --from says
+    assert not beside.worth_it([str(big)], "openai")
+    assert not beside.worth_it([str(tmp_path / "missing.jsonl")])
     from ctxcore.formats.sessions import LOG_FORMATS
 
-    assert counting._LOG_FORMATS == LOG_FORMATS
+    assert beside._LOG_FORMATS == LOG_FORMATS
 
 
 def test_a_long_import_of_no_session_log_keeps_no_process(
@@ -265,7 +266,7 @@ def test_a_long_import_of_no_session_log_keeps_no_process(
     command's); a file that is no session log then has it killed, and counts here."""
     request = next(iter(sorted((FIXTURES / "openai-chat").glob("*.json")))).read_bytes()
     big = tmp_path / "big.json"
-    big.write_bytes(request + b" " * counting.MIN_BYTES)
+    big.write_bytes(request + b" " * beside.MIN_BYTES)
     started: list[counting.CountingProcess] = []
     real_start = counting.CountingProcess.start
 
@@ -274,6 +275,6 @@ def test_a_long_import_of_no_session_log_keeps_no_process(
         return started[-1]
 
     monkeypatch.setattr(counting.CountingProcess, "start", staticmethod(start))
-    with counting.counting_beside([str(big)]) as proc:
+    with beside.counting_beside([str(big)]) as proc:
         assert proc is None and tokens._elsewhere is None
     assert len(started) == 1 and started[0].proc.poll() is not None

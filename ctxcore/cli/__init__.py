@@ -1029,7 +1029,7 @@ def _counting_beside(args: argparse.Namespace) -> AbstractContextManager[object]
     starts a counting process now, before its own imports (``ctxcore.counting``)."""
     if args.command != "import" or not getattr(args, "output", None):
         return nullcontext()
-    from ctxcore.counting import counting_beside
+    from ctxcore.cli.counting_beside import counting_beside
 
     return counting_beside(list(args.paths), args.input_format)
 
