@@ -1,7 +1,5 @@
 """``python -m ctxcore`` is the ``ctxscope`` command."""
 
-import sys
+from ctxcore.cli import run
 
-from ctxcore.cli import main
-
-sys.exit(main())
+run()

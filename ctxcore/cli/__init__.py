@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from ctxcore import __version__, settings
 from ctxcore.errors import CtxscopeError, InputError
@@ -1035,7 +1035,10 @@ def _counting_beside(args: argparse.Namespace) -> AbstractContextManager[object]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    return _run(make_parser().parse_args(argv))
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         with _team_redaction(args), _counting_beside(args):
             rc: int = args.func(args)
@@ -1047,5 +1050,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> NoReturn:
+    """The ``ctxscope`` command (and ``python -m ctxcore``): ``main``, then the process's
+    exit. ``import -o`` leaves millions of objects (a long log's prompts) for the
+    interpreter to free one by one at exit, ~0.1 s of a 1.5 s import: once its output is
+    written and closed, the standard streams flushed and no other thread runs, it ends at
+    once (``os._exit``; docs/design.md, "Capture, import, export, redaction")."""
+    args = make_parser().parse_args()
+    rc = _run(args)
+    if _ends_at_once(args):
+        os._exit(rc)
+    sys.exit(rc)
+
+
+def _ends_at_once(args: argparse.Namespace) -> bool:
+    """Whether the command may skip the interpreter's teardown: an ``import -o`` that
+    leaves nothing behind (no thread, nothing at exit to run) and whose standard streams
+    flushed (a closed pipe is left to the normal exit, which reports it)."""
+    import atexit
+    import threading
+
+    if args.command != "import" or not getattr(args, "output", None):
+        return False
+    if threading.active_count() > 1 or atexit._ncallbacks():
+        return False
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()
