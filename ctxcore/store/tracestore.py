@@ -27,7 +27,6 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import duckdb
 
 from ctxcore import settings
-from ctxcore.diagnostics import fingerprint
 from ctxcore.errors import InputError
 from ctxcore.models import Trace
 from ctxcore.store import inserts
@@ -243,10 +242,13 @@ class TraceStore(SqlReads):
         """Up to ``limit`` traces diagnosed by other code than this process's (an upgrade),
         newest first: their findings and cost summaries are made again while the watcher
         idles, so that the pages read them instead of computing them on every fresh
-        server's first open (docs/design.md, "Diagnostics"). Each trace is taken once per process (a cursor on ``tseq``); a trace whose
-        diagnosis failed (``diagnosed_with`` NULL) is not taken again."""
+        server's first open (docs/design.md, "Diagnostics"). Each trace is taken once per
+        process (a cursor on ``tseq``); a trace whose diagnosis failed (``diagnosed_with``
+        NULL) is not taken again."""
         if self._stale_after == 0:
             return []
+        from ctxcore.diagnostics import fingerprint  # not at start: a deferring writer needs none
+
         rows = cur.execute(
             "SELECT tseq, json_bytes FROM traces WHERE diagnosed_with <> ? AND tseq < ? "
             "ORDER BY tseq DESC LIMIT ?",
