@@ -423,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     rows += [(f"  in process: {name}", "", seconds) for name, seconds in inproc.items()]
     for name, target, seconds in rows:
         print(f"{name:<60} {target:>7} {seconds * 1000:>7.0f}ms")
+    each = " / ".join(f"{o.packets:.2f}" for o in warm)
+    print(f"each warm open, the packet chart drawn (s, in order): {each}")
     print(f"{'the server alone (AppTest)':<60} {'wall / CPU':>17}")
     for name, figures_ in _script_rows(script):
         print(f"  {name:<58} {figures_:>17}")
