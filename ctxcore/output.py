@@ -118,11 +118,14 @@ def _in_place(path: Path, chunks: Iterable[str] | Iterable[bytes], *, shown: Pat
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise InputError(f"{shown}: cannot write ({exc.strerror})") from exc
-    with open(fd, "wb", closefd=True) as fh:
+    # Unbuffered: nothing is left to flush at close, so a Ctrl-C while a FIFO's reader has
+    # stalled ends the command (a buffered file's close would wait on the pipe again).
+    with open(fd, "wb", buffering=0, closefd=True) as fh:
         try:
             for chunk in _utf8(chunks):
-                fh.write(chunk)
-            fh.flush()
+                view = memoryview(chunk)
+                while view:  # a pipe may take part of a write
+                    view = view[fh.write(view) or 0 :]
         except OSError as exc:
             raise InputError(f"{shown}: cannot write ({exc.strerror})") from exc
 

@@ -209,16 +209,9 @@ def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: 
     lands while it runs, however loaded the machine (a file of this size is imported in
     less time than a loaded machine may take to notice the other process)."""
     log = _long_log(tmp_path)
-    if how == signal.SIGINT:  # a long import (Ctrl-C into a stalled FIFO waits on the write)
-        from bench_import import build
-
-        build(log, 4000, 3.0, 150_000)
-        out = tmp_path / "out.jsonl"
-        reader = os.open(log, os.O_RDONLY)
-    else:
-        out = tmp_path / "out.fifo"
-        os.mkfifo(out)
-        reader = os.open(out, os.O_RDONLY | os.O_NONBLOCK)  # held open, never read
+    out = tmp_path / "out.fifo"
+    os.mkfifo(out)
+    reader = os.open(out, os.O_RDONLY | os.O_NONBLOCK)  # held open, never read
     importer = subprocess.Popen(
         [sys.executable, "-m", "ctxcore", "import", str(log), "-o", str(out)],
         cwd=ROOT,
@@ -241,12 +234,12 @@ def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: 
         if importer.poll() is None:
             importer.kill()
             importer.wait()
-    if how == signal.SIGINT:  # 130, or ended by the signal itself (a shell says 130 too)
+    if how == signal.SIGINT:  # 130, or ended by SIGINT itself: seen ~1 run in 10 under load,
+        # cause not found (no traceback); a shell reports both as 130
         assert importer.returncode in (130, -signal.SIGINT), (
             importer.stderr.read() if importer.stderr else ""
         )
-    left = ["long.jsonl"] if how == signal.SIGINT else ["long.jsonl", "out.fifo"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.jsonl", "out.fifo"]
 
 
 def test_only_a_long_session_log_gets_one(tmp_path: Path) -> None:
