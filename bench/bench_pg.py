@@ -439,9 +439,9 @@ def stages(url: str, work: Path, n: int, tpl: str) -> None:
     """A team writer's stages, timed one by one on ``n`` traces (see the module's docstring):
     the calls ``ctxscope ingest``'s processes make, here in one process and in order, in
     one transaction on one connection."""
-    from ctxcore.formats.redact import may_hold_secret
     from ctxcore.store import fastdecode, pgcopy, pginserts, rows
     from ctxcore.store.pgconn import Texts
+    from ctxcore.store.workers import clean_lines
 
     lines = write_files(work, 0, 1, n, tpl)[0].read_bytes().split(b"\n")[:-1]
     memory, texts = Texts(), dict[bytes, int]()
@@ -452,7 +452,7 @@ def stages(url: str, work: Path, n: int, tpl: str) -> None:
         con.execute("BEGIN")
         for i in range(0, n, 500):
             batch = lines[i : i + 500]
-            st.timed("redaction scan (may_hold_secret)", _each, may_hold_secret, batch)
+            st.timed("redaction scan (workers.clean_lines)", clean_lines, batch)
             views = st.timed("decode (fastdecode)", _each, fastdecode.decode, batch)
             items = list(zip(views, batch, strict=True))
             prep = st.timed("rows.prepare (split, pack, rows)", rows.prepare, items,

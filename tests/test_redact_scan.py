@@ -29,8 +29,10 @@ from ctxcore.formats.redact import (
 )
 from ctxcore.models import CapturedInput, Config, Message, Packet, Trace
 from ctxcore.pipeline import build_trace
-from ctxcore.store import fastdecode
-from ctxcore.store.workers import FileRun
+from ctxcore.store import fastdecode, workers
+from ctxcore.store.codec import unpack_json
+from ctxcore.store.rows import RowTables, batch_blob
+from ctxcore.store.workers import SCAN_LINES, FileRun, _prepare_chunk, clean_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 RNG = random.Random(35)
@@ -296,3 +298,95 @@ def test_json_strings_reads_every_escape_as_the_regex_does() -> None:
     for text in texts:
         assert redact.json_strings(text) == _escapes_read(text), text
     assert redact.json_strings('{"a":"q\\\\\\"t\\u0041\\x"}') == '{"a":"q\\"tA\\x"}'
+
+
+def _group_lines() -> list[bytes]:
+    """Lines as a file holds them: clean traces, and among them secrets and near-secrets
+    (mutants), written every way ``_serializations`` writes, a BOM, spaces around a line,
+    an empty line, one not UTF-8, one that is no JSON, one ending in a backslash."""
+    rng = random.Random(44)
+    texts = EXAMPLES + rng.sample(TEXTS[len(EXAMPLES) :], 150)
+    lines: list[bytes] = []
+    for i, text in enumerate(texts):
+        try:
+            trace = _trace(text, i)
+        except ValueError:
+            continue
+        lines.append(rng.choice(_serializations(trace)).encode())
+    clean = [_trace(line, i).to_json().encode() for i, line in enumerate(corpus_lines(60))]
+    odd = [b"\xef\xbb\xbf" + clean[0], b"  " + clean[1] + b" \r", b"",
+           clean[2].replace(b"the log", b"\xe9 log"), b"{not json", b'{"a": "x\\']  # fmt: skip
+    out = clean * 4 + odd
+    for line in lines:  # each among clean ones, at every place of a group
+        out.insert(rng.randrange(len(out) + 1), line)
+    return out
+
+
+def test_a_group_of_lines_is_clean_only_where_each_line_is() -> None:
+    """``clean_lines`` (the check read a group of lines at a time) gives each line's own
+    answer, whatever the line and wherever it falls in its group."""
+    lines = _group_lines()
+    assert sum(not may_hold_secret(r) for r in lines) > 200  # most groups are read at once
+    for size in (1, 2, 7, SCAN_LINES, 3 * SCAN_LINES + 1):
+        for at in range(0, len(lines), size * 5):
+            raws = lines[at : at + size * 5]
+            assert clean_lines(raws) == [not may_hold_secret(r) for r in raws], (size, at)
+
+
+def test_ingest_reads_a_clean_group_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group of clean lines costs one read of the check, not one a line."""
+    calls: list[int] = []
+
+    def counted(raw: bytes | str) -> bool:
+        calls.append(len(raw))
+        return may_hold_secret(raw)
+
+    monkeypatch.setattr(workers, "may_hold_secret", counted)
+    lines = [_trace(f"clean {i}", 1).to_json().encode() for i in range(2 * SCAN_LINES)]
+    run = FileRun("f.jsonl", fast=True, redact=True)
+    run.read_lines(0, lines)
+    assert len(run.items) == 2 * SCAN_LINES and len(calls) == 2
+    assert [raw for _, raw in run.items] == lines
+
+
+def test_a_secret_in_one_line_of_a_group_is_redacted_and_the_rest_kept() -> None:
+    """``FileRun.read_lines`` with redaction on (ingest's lines, a chunk at a time): the one
+    line with a secret is redacted, its group's other lines are stored as they were
+    written, and a bad line in the group is that line's error alone."""
+    secret = TABLE[0][2]
+    clean = [_trace(f"nothing here {i}", 1).to_json().encode() for i in range(SCAN_LINES)]
+    dirty = _trace(f"ANTHROPIC_API_KEY={secret}", 1)
+    lines = clean[:5] + [dirty.to_json().encode()] + clean[5:9] + [b'{"trace_id": 1'] + clean[9:]
+    run = FileRun("f.jsonl", fast=True, redact=True)
+    run.read_lines(10, lines)
+    assert [(n, "JSON" in m or "json" in m) for _, n, m in run.errors] == [(21, True)]
+    assert run.lines == [n for n in range(11, 11 + len(lines)) if n != 21]
+    raws = [raw for _, raw in run.items]
+    assert raws[:5] + raws[6:] == clean
+    red, raw = run.items[5]
+    assert isinstance(red, Trace) and red.to_json() == walk_trace(dirty)[0].to_json()
+    assert secret not in raw.decode() and set(red.redactions) == {"anthropic_key"}
+    for view, _ in run.items[:5] + run.items[6:]:
+        assert not isinstance(view, Trace)  # the fast decoder's: no redaction walk
+
+
+def test_a_worker_chunk_redacts_its_one_secret() -> None:
+    """A worker's chunk (``_prepare_chunk``, lines given as bytes) reads its lines the same
+    way: the rows hold the redacted trace and every other one as written."""
+    secret = TABLE[0][2]
+    clean = [_trace(f"plain {i}", 1).model_copy(update={"trace_id": f"t-{i}"})
+             for i in range(SCAN_LINES + 3)]  # fmt: skip
+    dirty = _trace(f"ANTHROPIC_API_KEY={secret}", 1).model_copy(update={"trace_id": "t-x"})
+    traces = clean[:8] + [dirty] + clean[8:]
+    payload = b"".join(t.to_json().encode() + b"\n" for t in traces) + b"\xff\n"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CTXSCOPE_REDACT_ON_INGEST", "1")
+        chunk = _prepare_chunk("f.jsonl", payload, False, None)
+    assert [n for _, n, _ in chunk.errors] == [len(traces) + 1] and chunk.lines == list(
+        range(1, len(traces) + 1)
+    )
+    assert isinstance(chunk.rows, RowTables) and chunk.rows.ids == [t.trace_id for t in traces]
+    sizes = chunk.rows.tables["traces"].column("json_bytes").to_pylist()
+    stored = [unpack_json(batch_blob(chunk.rows, k), n) for k, n in enumerate(sizes)]
+    assert stored[8] == walk_trace(dirty)[0].to_json().encode() and secret.encode() not in stored[8]
+    assert stored[:8] + stored[9:] == [t.to_json().encode() for t in clean]

@@ -358,8 +358,7 @@ class _Ingest:
                 if submit is not None:
                     submit(block, first)
                 else:
-                    for lineno, raw in enumerate(block.split(b"\n")[:-1], first + 1):
-                        run.line(lineno, raw)
+                    run.read_lines(first, block.split(b"\n")[:-1])
                 del block  # not kept alive while the rows are inserted
                 _long_lines(run, state)
                 if each_block is not None:

@@ -26,7 +26,7 @@ import shutil
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +53,9 @@ HELP_WHILE_POOL_STARTS = True
 MAX_MESSAGE_CHARS = 2000
 #: The spill folders of ingest runs: ``ctxscope-ingest-<pid of the run>-<random>``.
 SPILL_PREFIX = "ctxscope-ingest-"
+#: Lines the redaction check reads together (``clean_lines``): what a call of the check
+#: costs beyond its bytes, shared by this many lines (docs/design.md, "Ingest and the watcher").
+SCAN_LINES = 16
 
 
 def clip(message: str) -> str:
@@ -60,6 +63,26 @@ def clip(message: str) -> str:
     if len(message) <= MAX_MESSAGE_CHARS:
         return message
     return message[: MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def clean_lines(raws: Sequence[bytes]) -> list[bool]:
+    """For each line, is it clean: can no redaction rule match it (``may_hold_secret``)?
+    Read ``SCAN_LINES`` lines at a time, joined by newlines: every string of each line
+    stands in the joined text as it does in the line (a newline starts no escape), so a
+    group no rule can match holds no line a rule can match; the lines of any other group
+    are read one by one. A line over MAX_LINE_BYTES is not read (it is refused unread)."""
+    out: list[bool] = []
+    for at in range(0, len(raws), SCAN_LINES):
+        group = raws[at : at + SCAN_LINES]
+        if (
+            len(group) > 1
+            and sum(map(len, group)) <= MAX_LINE_BYTES
+            and not may_hold_secret(b"\n".join(group))
+        ):
+            out += [True] * len(group)
+        else:
+            out += [len(raw) <= MAX_LINE_BYTES and not may_hold_secret(raw) for raw in group]
+    return out
 
 
 def unlisted_errors(more: int) -> str:
@@ -122,15 +145,27 @@ class FileRun:
         self.items.append((trace, raw))
         self.lines.append(lineno)
 
-    def line(self, lineno: int, raw: bytes) -> None:
-        """Parse one line of a .jsonl file (numbered ``lineno``). Any exception on the
-        way (decode, validate, redact) is this line's error, never the file's."""
+    def read_lines(self, first: int, raws: Sequence[bytes]) -> None:
+        """Parse lines numbered from ``first`` + 1 on, each as ``line`` does; when ingest
+        redacts, the redaction check reads them a group at a time (``clean_lines``)."""
+        if not self.redact:
+            for lineno, raw in enumerate(raws, first + 1):
+                self.line(lineno, raw)
+            return
+        for lineno, raw, clean in zip(range(first + 1, first + 1 + len(raws)), raws,
+                                      clean_lines(raws), strict=True):  # fmt: skip
+            self.line(lineno, raw, clean)
+
+    def line(self, lineno: int, raw: bytes, clean: bool | None = None) -> None:
+        """Parse one line of a .jsonl file (numbered ``lineno``; ``clean``: the redaction
+        check's answer for it, when known). Any exception on the way (decode, validate,
+        redact) is this line's error, never the file's."""
         try:
-            self._line(lineno, raw)
+            self._line(lineno, raw, clean)
         except Exception as exc:
             self.error(lineno, unexpected(exc))
 
-    def _line(self, lineno: int, raw: bytes) -> None:
+    def _line(self, lineno: int, raw: bytes, clean: bool | None) -> None:
         if raw[:3] == UTF8_BOM:  # a file's first line, as Windows tools write it
             raw = raw[3:]
         if raw[:1].isspace() or raw[-1:].isspace():  # (strip copies the line)
@@ -146,9 +181,14 @@ class FileRun:
             except InputError as exc:
                 self.error(lineno, str(exc))
                 return
+            clean = None  # its parts were not in the line: read the whole trace
         # A line in which no redaction rule can match passes through as it is: one read of
-        # it (docs/design.md, "Capture, import, export, redaction") instead of a walk.
-        clean = self.redact and not may_hold_secret(raw)
+        # it (docs/design.md, "Capture, import, export, redaction") instead of a walk. (The
+        # BOM and spaces cut off above only took characters out of what ``clean`` read.)
+        if clean is None:
+            clean = self.redact and not may_hold_secret(raw)
+        else:
+            clean = self.redact and clean
         if self.fast and (clean or not self.redact):
             view = fastdecode.decode(raw)  # strict JSON: NaN and Infinity are refused
             if view is not None:
@@ -318,8 +358,7 @@ def _parse_range(run: FileRun, start: int, length: int, tail: bytes) -> int:
     with open_regular(run.key) as f:
         state = ReadState(0, 0, b"")
         for first, block in LineBlocks(RangeReader(f, start, length), state, _RANGE_READ_BYTES):
-            for lineno, raw in enumerate(block.split(b"\n")[:-1], first + 1):
-                run.line(lineno, raw)
+            run.read_lines(first, block.split(b"\n")[:-1])
             del block
     if state.offset != length or state.rest or state.tail != tail[-FP_BYTES:]:
         raise InputError(f"{run.key} changed while it was being read; ingest it again")
@@ -338,8 +377,7 @@ def _prepare_chunk(
     run = FileRun(key, fast=not diagnose)
     if isinstance(payload, bytes):
         lines = payload.split(b"\n")[:-1]
-        for lineno, raw in enumerate(lines, 1):
-            run.line(lineno, raw)
+        run.read_lines(0, lines)
         n_lines = len(lines)
         del lines
     else:
