@@ -228,3 +228,54 @@ def test_a_column_without_a_zero_byte_is_not_searched_for_nul(
     texts = pc.list_flatten(col) if pa.types.is_list(typ) else col
     assert pginserts._may_hold_nul(texts) is nul
     assert pginserts._may_hold_nul(pa.chunked_array([texts.combine_chunks().slice(1)])) is nul
+
+
+def test_an_id_another_writer_holds_is_waited_for_and_its_rows_left_out(
+    pg_server: Any,
+) -> None:
+    """Two transactions insert one trace id: the second waits in ``plan_insert`` for the
+    first, then skips that trace (same content) and copies only its other trace's rows;
+    every stored ``traces`` row is its id's row of ``trace_ids``."""
+    url = pg_server.new_database()
+    open_store(url).close()
+    t1, t2, t3 = (make_trace(i, n_packets=3, session_id="s") for i in range(3))
+    first = prepare([(t, t.to_json().encode()) for t in (t1, t3)], ["a.jsonl"] * 2, False)
+    second = prepare([(t, t.to_json().encode()) for t in (t2, t1)], ["b.jsonl"] * 2, False)
+    got: list[Any] = []
+    with psycopg.connect(url, autocommit=True) as a, psycopg.connect(url, autocommit=True) as b:
+        a.execute("BEGIN")
+        memory, texts = Texts(), dict[bytes, int]()
+        pginserts.copy_children(a, memory, first, pginserts.plan_insert(a, memory, first, texts)[1],
+                                texts)  # fmt: skip
+
+        def other() -> None:
+            b.execute("BEGIN")
+            mem, txt = Texts(), dict[bytes, int]()
+            result, tables = pginserts.plan_insert(b, mem, second, txt)
+            pginserts.copy_children(b, mem, second, tables, txt)
+            b.execute("COMMIT")
+            got.append(result)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        waiting = (0,)
+        for _ in range(500):  # until the second transaction waits on the first's lock
+            waiting = a.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchone() or (0,)
+            if waiting[0]:
+                break
+            time.sleep(0.01)
+        a.execute("COMMIT")
+        thread.join(timeout=60)
+        assert waiting[0] == 1 and len(got) == 1
+        assert (got[0].added, got[0].skipped, got[0].conflicts) == (1, 1, [])
+        rows = a.execute(
+            "SELECT t.trace_id, t.tseq = i.tseq, t.source_file, (SELECT count(*) FROM decisions "
+            "d WHERE d.tseq = t.tseq) FROM traces t JOIN trace_ids i USING (trace_id) "
+            "ORDER BY t.trace_id"
+        ).fetchall()
+        assert rows == [(t1.trace_id, True, "a.jsonl", 3), (t2.trace_id, True, "b.jsonl", 3),
+                        (t3.trace_id, True, "a.jsonl", 3)]  # fmt: skip
+        assert a.execute("SELECT count(*) FROM trace_ids").fetchone() == (3,)

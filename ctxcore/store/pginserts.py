@@ -192,25 +192,23 @@ def _numbered(prep: RowTables, keep: list[int], tseqs: np.ndarray) -> dict[str, 
 
 def _insert_traces(con: psycopg.Connection, table: pa.Table) -> set[str]:
     """Insert the ``traces`` rows, skipping ids another writer stored meanwhile (waiting
-    for its transaction when it is still open); the ids that went in."""
-    con.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS stage_traces "
-        "(LIKE traces INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
-    )
-    con.execute("TRUNCATE stage_traces")
-    copy_table(con, "stage_traces", table)
-    cols = ", ".join(f'"{c}"' for c in table.schema.names)
+    for its transaction when it is still open); the ids that went in. The ids go into
+    ``trace_ids`` first (two arrays, in id order), then the rows of those that went in
+    with one ``COPY`` (staged in a temporary table and copied over, the server wrote each
+    row twice: docs/design.md, "Store")."""
+    ids = table.column("trace_id").to_pylist()
     # the ids are unique through trace_ids (traces is partitioned: pgparts)
     rows = con.execute(
-        "INSERT INTO trace_ids (trace_id, tseq) SELECT trace_id, tseq FROM stage_traces "
-        "ORDER BY trace_id ON CONFLICT (trace_id) DO NOTHING RETURNING trace_id"
+        "INSERT INTO trace_ids (trace_id, tseq) SELECT i, s FROM unnest(%s::text[], "
+        '%s::bigint[]) AS u (i, s) ORDER BY i COLLATE "C" ON CONFLICT (trace_id) DO NOTHING '
+        "RETURNING trace_id",
+        [ids, table.column("tseq").to_pylist()],
     ).fetchall()
-    went_in = [r[0] for r in rows]
-    con.execute(
-        f"INSERT INTO traces ({cols}) SELECT {cols} FROM stage_traces WHERE trace_id = ANY(%s)",
-        [went_in],
-    )
-    return set(went_in)
+    went_in = {r[0] for r in rows}
+    if len(went_in) < len(ids):
+        table = table.filter(pa.array([i in went_in for i in ids], pa.bool_()))
+    copy_table(con, "traces", table)
+    return went_in
 
 
 def _may_hold_nul(texts: pa.ChunkedArray | pa.Array) -> bool:
