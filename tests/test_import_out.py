@@ -22,8 +22,8 @@ from ctxcore.formats.accounting import imported_counts
 from ctxcore.formats.derive import tools_text
 from ctxcore.formats.load import iter_traces, jsonl_lines, write_jsonl
 from ctxcore.formats.sessions.calls import CallTraces, _Item, _prompt
-from ctxcore.models import Message
-from ctxcore.pipeline.recorded import render_prompt
+from ctxcore.models import Message, Packet, Trace
+from ctxcore.pipeline.recorded import AFTER_QUERY, render_prompt
 from ctxcore.sharing import PartTable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,3 +192,27 @@ def test_a_long_import_o_imports_no_tokenizer_numpy_nor_the_presets_stages(
     assert rc_line == "0 []", got.stderr[-2000:]
     assert config_line == "True"
     assert sum(1 for _ in iter_traces(out)) > 10
+
+
+def _marked(t: Trace) -> list[Packet | Message]:
+    """The parts of a trace's input marked as the first after the query."""
+    parts: list[Packet | Message] = [*t.input.packets, *t.input.history]
+    return [p for p in parts if p.metadata.get(AFTER_QUERY)]
+
+
+def test_the_part_after_the_query_is_one_object_for_the_calls_of_a_turn() -> None:
+    """The calls of one turn share their query, so the part after it is marked the same in
+    each: it is made once (``_Item.after_query``), and the shared writer knows it by
+    identity instead of serializing and hashing it again each call."""
+    shared = 0
+    for src in LOGS:
+        last: dict[str, Packet | Message] = {}
+        for t in iter_traces(src):
+            for part in _marked(t):
+                key = f"{t.session_id}/{type(part).__name__}"
+                before = last.get(key)
+                if before is not None and before.model_dump() == part.model_dump():
+                    assert part is before, (src.name, t.trace_id, key)
+                    shared += 1
+                last[key] = part
+    assert shared >= 20

@@ -304,6 +304,9 @@ class _Item:
     decision: Decision | None = None
     task_key: tuple[Any, ...] = ()
     task: Decision | None = None
+    #: its part marked as the first after the query (``_mark_parts``), made once: the calls
+    #: of one turn share it, so the writer knows it by identity and does not write it again
+    after_query: Packet | Message | None = None
 
 
 class _Context:
@@ -502,14 +505,25 @@ def _mark_parts(
         marks.setdefault(conv[0], {})[REPLACED] = [it.item_id for it in comp._items]
     for k, extra in marks.items():
         it = prep.items[k]
+        only_after = extra.keys() == {AFTER_QUERY}
         if it.packet is not None:
             pos = next(i for i, p in enumerate(packets) if p is it.packet)
+            if only_after and isinstance(it.after_query, Packet):
+                packets[pos] = it.after_query
+                continue
             meta = {**it.packet.metadata, **extra}
             packets[pos] = it.packet.model_copy(update={"metadata": meta})
+            if only_after:
+                it.after_query = packets[pos]
         elif it.entry.history is not None:
             pos = next(i for i, m in enumerate(history) if m is it.entry.history)
+            if only_after and isinstance(it.after_query, Message):
+                history[pos] = it.after_query
+                continue
             meta = {**it.entry.history.metadata, **extra}
             history[pos] = it.entry.history.model_copy(update={"metadata": meta})
+            if only_after:
+                it.after_query = history[pos]
 
 
 def _call_warnings(call: Call, used: int, tokenizer: str) -> list[str]:
