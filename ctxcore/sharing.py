@@ -46,6 +46,7 @@ from pydantic import BaseModel, TypeAdapter
 from ctxcore.errors import InputError
 from ctxcore.loading import GZIP_ERRORS, iter_lines, open_stream, too_deep
 from ctxcore.models import Decision, Message, Packet, ToolDef, Trace
+from ctxcore.settings import MAX_LINE_BYTES
 
 SHARE_SCHEMA = "ctxscope.share/1"
 #: The start of a shared line as ctxscope writes it; ``is_shared`` also takes whitespace.
@@ -65,6 +66,10 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
 MIN_SHARED_TEXT = 512
 #: Sessions whose last lists and texts the writer keeps (the most recent ones).
 MAX_SESSIONS = 32
+#: Bytes a ``PartTable`` spends on a part beside its id's and JSON's characters: the two
+#: objects' headers and the dict's slot (measured: 135 bytes a part for a million parts
+#: of a few bytes under 16-character ids).
+PART_OVERHEAD = 112
 
 
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
@@ -103,8 +108,12 @@ class PartTable:
 
     def __init__(self) -> None:
         self.parts: dict[str, bytes] = {}
-        #: bytes of part JSON held (``store.ingest`` keeps tables of watched files)
+        #: bytes the parts take in memory, their ids and the table's own per part included
+        #: (``PartTables`` keeps tables of watched files up to a size: a file of millions
+        #: of tiny parts holds far more than its parts' JSON)
         self.size = 0
+        #: bytes the trace being made may still take (``_trace``)
+        self._left = 0
 
     def expand(self, raw: bytes, where: str = "") -> bytes:
         """The whole trace's JSON bytes of a shared line (its parts are now known), or
@@ -116,9 +125,9 @@ class PartTable:
         try:
             env = _ENVELOPE.decode(raw.removeprefix(b"\xef\xbb\xbf"))
         except msgspec.ValidationError as exc:
-            raise InputError(f"{_at(where)}a shared trace line: {exc}") from exc
+            raise InputError(f"{_at(where)}{_envelope_error(str(exc))}") from exc
         except msgspec.DecodeError as exc:
-            raise InputError(f"{_at(where)}malformed JSON ({exc})") from exc
+            raise InputError(f"{_at(where)}{_malformed(str(exc))}") from exc
         except RecursionError:  # nested past the decoder's stack: that line's error
             raise too_deep(where) from None
         if env.share != SHARE_SCHEMA:
@@ -144,17 +153,21 @@ class PartTable:
             return
 
     def _define(self, parts: dict[str, msgspec.Raw], where: str) -> None:
+        """A line's parts, all or none: a line that defines an id again with other bytes
+        defines none of its parts (it contradicts the file: nothing of it is trusted)."""
+        new: dict[str, bytes] = {}
         for pid, value in parts.items():
             data = bytes(value)
             old = self.parts.get(pid)
             if old is None:
-                self.parts[pid] = data
-                self.size += len(data)
+                new[pid] = data
             elif old != data:
                 raise InputError(
                     f"{_at(where)}field 'parts.{pid}': the part {pid!r} was defined on an "
                     "earlier line with other content; a part's id names one content"
                 )
+        self.parts.update(new)
+        self.size += sum(len(pid) + len(data) + PART_OVERHEAD for pid, data in new.items())
 
     def _part(self, pid: str, where: str, field: str) -> bytes:
         data = self.parts.get(pid)
@@ -163,6 +176,13 @@ class PartTable:
                 f"{_at(where)}field {field!r}: the part {pid!r} is not defined on this line "
                 "or an earlier one of this file (a shared trace names only parts its file "
                 "defined before it: the line that defines it is missing, cut off or later)"
+            )
+        self._left -= len(data)
+        if self._left < 0:  # a line naming one big part again and again: refused unmade
+            raise InputError(
+                f"{_at(where)}field {field!r}: the whole trace would be over "
+                f"{MAX_LINE_BYTES:,} bytes, the limit for one trace line (the parts it "
+                "names, with what it holds itself)"
             )
         return data
 
@@ -173,6 +193,9 @@ class PartTable:
             top = _OBJECT.decode(body)
         except msgspec.MsgspecError as exc:
             raise InputError(f"{_at(where)}field 'trace': a trace must be a JSON object") from exc
+        # what the whole line may take besides this line's own bytes: as a whole line, no
+        # more than MAX_LINE_BYTES (the parts a line names are counted as they are named)
+        self._left = MAX_LINE_BYTES - len(body)
         out: list[Any] = []
         self._fields(top, out, where, "")
         return b"".join(out)
@@ -211,8 +234,10 @@ class PartTable:
         try:
             ids = _IDS.decode(body)
         except msgspec.MsgspecError as exc:
+            m = _TYPE_ERROR.fullmatch(str(exc).replace("`$[", "`$.["))
+            at, got = (f"{field}{m[3]}", f", not {_a(m[2])}") if m else (field, "")
             raise InputError(
-                f"{_at(where)}field {field!r}: a shared text is a list of part ids"
+                f"{_at(where)}field {at!r}: a shared text is a list of part ids (strings){got}"
             ) from exc
         pieces = []
         for i, pid in enumerate(ids):
@@ -228,6 +253,51 @@ class PartTable:
 
 def _at(where: str) -> str:
     return f"{where}: " if where else ""
+
+
+_TYPE_ERROR = re.compile(r"Expected `(.*)`, got `(.*)` - at `\$\.(.*)`")
+_FIELD_ERROR = re.compile(r"Object (missing required|contains unknown) field `(.*)`")
+_FIELDS = "a shared line is an object of 'share', 'parts' and 'trace'"
+
+
+def _envelope_error(why: str) -> str:
+    """The decoder's word on a shared line's envelope, as the one line that names the field
+    (``field 'parts': expected an object, not an array``)."""
+    m = _TYPE_ERROR.fullmatch(why)
+    if m is not None:
+        want, got, field = m.groups()
+        return f"field {field!r}: expected {_a(want)}, not {_a(got)} ({_FIELDS})"
+    m = _FIELD_ERROR.fullmatch(why)
+    if m is not None:
+        kind, field = m.groups()
+        said = "missing" if kind == "missing required" else "unknown"
+        return f"field {field!r}: {said} ({_FIELDS})"
+    return f"a shared trace line: {why}"
+
+
+#: the decoder's names of JSON's kinds of value, as the messages say them
+_KINDS = {"str": "a string", "int": "a number", "float": "a number", "bool": "true or false"}
+
+
+def _a(kind: str) -> str:
+    return _KINDS.get(kind) or (f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}")
+
+
+_SURROGATE = re.compile(
+    r".*(?:unexpected end of hex escape|invalid utf-16 surrogate pair) (\(byte \d+\))"
+)
+
+
+def _malformed(why: str) -> str:
+    """A shared line that is not JSON: the decoder's reason, a lone surrogate said as one
+    (the whole-line reader refuses it as no valid string)."""
+    m = _SURROGATE.fullmatch(why)
+    if m is not None:
+        return (
+            f"malformed JSON {m[1]}: a \\u escape of half a UTF-16 surrogate pair without its "
+            "other half (a lone surrogate), which is no character a text can hold"
+        )
+    return f"malformed JSON ({why})"
 
 
 def expand_lines(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes | InputError]]:

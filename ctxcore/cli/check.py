@@ -26,15 +26,17 @@ from typing import Any, TextIO
 from ctxcore.diagnostics.context import SEVERITY_RANK, SessionFolds
 from ctxcore.errors import InputError
 from ctxcore.loading import (
+    GZIP_ERRORS,
     decode_line,
     input_from_obj,
     iter_lines,
+    open_stream,
     parse_json,
     read_text,
     trace_from_obj,
 )
 from ctxcore.models import Config, Trace
-from ctxcore.sharing import PartTable
+from ctxcore.sharing import PartTable, is_shared
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,10 @@ def load_checked(paths: list[str], errors: list[InputError] | None = None) -> li
         if path.is_dir():
             raise InputError(f"{path}: is a folder; pass the trace files (e.g. {path}/*.jsonl)")
         stem = path.name
-        if path.name.removesuffix(".gz").endswith(".jsonl"):
+        if path.name.removesuffix(".gz").endswith(".jsonl") or _starts_shared(path):
             # streamed: a huge file, or a huge line, costs one error, not all the memory;
-            # a shared line is expanded with the parts of the lines before it
+            # a shared line is expanded with the parts of the lines before it (a file that
+            # starts with one is JSON lines whatever its name: docs/design.md, "Shared traces")
             table = PartTable()
             for lineno, raw in iter_lines(path):
                 if not raw.strip():
@@ -109,6 +112,16 @@ def load_checked(paths: list[str], errors: list[InputError] | None = None) -> li
                 default_id = f"{stem}[{i}]" if isinstance(data, list) else stem
                 record(name, obj, None, where, default_id)
     return out
+
+
+def _starts_shared(path: Path) -> bool:
+    """Whether a file's first line is a shared trace line (read as JSON lines whatever the
+    file's name; one that cannot be read is left to the reader to say why)."""
+    try:
+        with open_stream(path) as f:
+            return is_shared(f.read(64))
+    except (OSError, InputError, *GZIP_ERRORS):
+        return False
 
 
 def format_finding(where: str, trace_id: str, f: Any) -> str:
