@@ -390,3 +390,40 @@ def test_a_worker_chunk_redacts_its_one_secret() -> None:
     stored = [unpack_json(batch_blob(chunk.rows, k), n) for k, n in enumerate(sizes)]
     assert stored[8] == walk_trace(dirty)[0].to_json().encode() and secret.encode() not in stored[8]
     assert stored[:8] + stored[9:] == [t.to_json().encode() for t in clean]
+
+
+def _pieces_around(text: str, i: int) -> Trace:
+    """A clean-looking trace whose packets hold ``text`` cut at ``i`` and at ``i + 7``:
+    pieces of a secret in lines before it, so a check that read each piece only once
+    without keeping what each literal of a rule's needs is would lose the secret."""
+    cuts = [text[:i], text[i:], text[: i + 7], text[i + 7 :]]
+    return _trace("".join("{" + c + "}" for c in cuts), i)
+
+
+def test_a_secret_of_each_rule_is_found_in_any_line_of_a_group() -> None:
+    """Every rule's secrets (the redaction tests'), in any line of a group whose other lines
+    repeat the pieces around it and around its cuts: ``clean_lines`` says that line may hold
+    a secret, and ``may_hold_secret`` answers what reading the whole text line by line
+    (``_escapes_read`` and the needs) answers, on the group as on each line."""
+    assert not any(redact._PIECE.decode() in lit.lower() for lit, _ in redact._LITERALS.keys)
+    kinds: set[str] = set()
+    for n, (name, template, secret) in enumerate(SECRETS + TABLE):
+        text = template.format(s=secret)
+        if not redact_text(text)[1]:
+            continue
+        kinds.add(name)
+        dirty = [s.encode() for s in _serializations(_trace(text, n))]
+        for at in (0, 5, SCAN_LINES - 1):
+            others = [
+                _pieces_around(text, (at * 13 + k * 5) % max(len(text) - 7, 1)).to_json().encode()
+                for k in range(SCAN_LINES - 1)
+            ]
+            line = dirty[(n + at) % len(dirty)]
+            group = others[:at] + [line] + others[at:]
+            assert not clean_lines(group)[at], (name, at)
+            joined = b"\n".join(group)
+            text_read = _escapes_read(joined.decode())
+            low = text_read.lower()
+            assert may_hold_secret(joined) == redact._LITERALS.any_alternative(text_read, low)
+            assert may_hold_secret(joined)
+    assert kinds == {rule.name for rule in RULES}

@@ -509,13 +509,22 @@ class _Literals:
 
 
 _LITERALS = _Literals([rule_needs(r) for r in RULES])
+#: where ``may_hold_secret`` cuts a text into pieces it reads once each (no literal holds it)
+_PIECE = b"{"
 
 
 def may_hold_secret(raw: bytes | str) -> bool:
     """Can ``redact_trace`` find anything in the trace whose JSON is ``raw``? False only
     when no rule can match any string of it: read once (its escapes read, lowered once),
     each rule's needs (``_NEEDS``) looked up in it; a match of a rule inside any one string
-    is a match of its needs in the whole text, which holds every string as it is."""
+    is a match of its needs in the whole text, which holds every string as it is.
+
+    A piece between two ``{`` that came before is not read again (``_PIECE``): no literal of
+    the needs holds a ``{`` and no escape reads past one, so each literal the text holds is
+    inside a piece, and the pieces kept, each once, joined by ``{``, hold the same literals
+    and no other (the answer is the same; lines of a group share many pieces)."""
+    if isinstance(raw, bytes):
+        raw = _PIECE.join(dict.fromkeys(raw.split(_PIECE)))
     try:
         line = raw if isinstance(raw, str) else raw.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:  # not a trace's JSON: whoever reads it words the error
