@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
+from json.encoder import encode_basestring as _json_str  # json.dumps' own, ensure_ascii=False
 from typing import Any
 
 from ctxcore import __version__ as _ctxcore_version
@@ -89,8 +90,13 @@ def tokenizer_for_model(model: str | None) -> str:
 
 
 def stable_id(*parts: Any) -> str:
-    """A deterministic trace id: re-importing the same request is a no-op in the store."""
-    blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+    """A deterministic trace id: re-importing the same request is a no-op in the store.
+    The hash of ``parts``' JSON; strings only (an importer's call: builder, session, key)
+    are written as ``json.dumps`` writes them without its encoder's set-up."""
+    if all(type(p) is str for p in parts):
+        blob = "[" + ", ".join(map(_json_str, parts)) + "]"
+    else:
+        blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
 
 
