@@ -112,8 +112,8 @@ class PartTable:
         #: (``PartTables`` keeps tables of watched files up to a size: a file of millions
         #: of tiny parts holds far more than its parts' JSON)
         self.size = 0
-        #: bytes the trace being made may still take (``_trace``)
-        self._left = 0
+        #: the longest part's JSON (``_trace``: a trace of few pieces is not measured)
+        self.biggest = 0
 
     def expand(self, raw: bytes, where: str = "") -> bytes:
         """The whole trace's JSON bytes of a shared line (its parts are now known), or
@@ -166,8 +166,11 @@ class PartTable:
                     f"{_at(where)}field 'parts.{pid}': the part {pid!r} was defined on an "
                     "earlier line with other content; a part's id names one content"
                 )
-        self.parts.update(new)
-        self.size += sum(len(pid) + len(data) + PART_OVERHEAD for pid, data in new.items())
+        if new:
+            self.parts.update(new)
+            sizes = list(map(len, new.values()))
+            self.size += sum(sizes) + sum(map(len, new)) + PART_OVERHEAD * len(new)
+            self.biggest = max(self.biggest, *sizes)
 
     def _part(self, pid: str, where: str, field: str) -> bytes:
         data = self.parts.get(pid)
@@ -176,13 +179,6 @@ class PartTable:
                 f"{_at(where)}field {field!r}: the part {pid!r} is not defined on this line "
                 "or an earlier one of this file (a shared trace names only parts its file "
                 "defined before it: the line that defines it is missing, cut off or later)"
-            )
-        self._left -= len(data)
-        if self._left < 0:  # a line naming one big part again and again: refused unmade
-            raise InputError(
-                f"{_at(where)}field {field!r}: the whole trace would be over "
-                f"{MAX_LINE_BYTES:,} bytes, the limit for one trace line (the parts it "
-                "names, with what it holds itself)"
             )
         return data
 
@@ -193,12 +189,30 @@ class PartTable:
             top = _OBJECT.decode(body)
         except msgspec.MsgspecError as exc:
             raise InputError(f"{_at(where)}field 'trace': a trace must be a JSON object") from exc
-        # what the whole line may take besides this line's own bytes: as a whole line, no
-        # more than MAX_LINE_BYTES (the parts a line names are counted as they are named)
-        self._left = MAX_LINE_BYTES - len(body)
         out: list[Any] = []
         self._fields(top, out, where, "")
+        # As a whole line, no more than MAX_LINE_BYTES: a line naming one big part again
+        # and again is refused before it is joined (``out`` holds the parts, not copies;
+        # they are measured only when as many of the longest part could pass the limit).
+        if len(out) * self.biggest + len(body) > MAX_LINE_BYTES:
+            if sum(map(len, out)) > MAX_LINE_BYTES:
+                raise self._too_big(top, where)
         return b"".join(out)
+
+    def _too_big(self, top: dict[str, msgspec.Raw], where: str) -> InputError:
+        """The error of a trace that passes MAX_LINE_BYTES, naming the field in which it
+        does (each made again alone: the rare path)."""
+        total = 0
+        for key, value in top.items():
+            nested = key in LIST_FIELDS and bytes(memoryview(value)[:1]) == b"{"
+            inner = _OBJECT.decode(value) if nested else {}
+            for name, fields in [(key, {k: v}) for k, v in inner.items()] or [("", {key: value})]:
+                out: list[Any] = []
+                self._fields(fields, out, where, name)
+                total += sum(map(len, out))
+                if total > MAX_LINE_BYTES:
+                    return _too_big(where, f"{name}.{next(iter(fields))}" if name else key)
+        return _too_big(where, "trace")
 
     def _fields(self, obj: dict[str, msgspec.Raw], out: list[Any], where: str, name: str) -> None:
         """An object's JSON into ``out``: ``input``'s and ``result``'s items and texts put
@@ -240,6 +254,7 @@ class PartTable:
                 f"{_at(where)}field {at!r}: a shared text is a list of part ids (strings){got}"
             ) from exc
         pieces = []
+        size = 0
         for i, pid in enumerate(ids):
             data = self._part(pid, where, f"{field}[{i}]")
             if data[:1] != b'"':
@@ -247,12 +262,22 @@ class PartTable:
                     f"{_at(where)}field '{field}[{i}]': the part {pid!r} is not a string, "
                     "and a text is made of strings"
                 )
+            size += len(data)
+            if size > MAX_LINE_BYTES:  # before each piece is copied out of its quotes
+                raise _too_big(where, field)
             pieces.append(data[1:-1])
         return b'"' + b"".join(pieces) + b'"'
 
 
 def _at(where: str) -> str:
     return f"{where}: " if where else ""
+
+
+def _too_big(where: str, field: str) -> InputError:
+    return InputError(
+        f"{_at(where)}field {field!r}: the whole trace would be over {MAX_LINE_BYTES:,} "
+        "bytes, the limit for one trace line (the parts it names, with what it holds itself)"
+    )
 
 
 _TYPE_ERROR = re.compile(r"Expected `(.*)`, got `(.*)` - at `\$\.(.*)`")
