@@ -1,9 +1,11 @@
-"""How the store packs a trace's JSON: zstd, through Arrow's codec, whole or shared.
+"""How the store packs a trace's JSON: zstd, whole or shared.
 
 Apart from ``rows`` (which imports the detectors, numpy and the Arrow tables) so that a
 process that only unpacks stored traces (a replay worker, ``records.PackedTrace.json``)
 loads Arrow's codec and little else of the store. Every engine keeps the JSON packed so:
-the rows it is given (``rows.prepare``) hold it packed (docs/design.md, "Store").
+the rows it is given (``rows.prepare``) hold it packed (docs/design.md, "Store"). A frame is
+packed by ``zstandard``'s compressor, made once a thread (Arrow's codec sets one up a call,
+~22 us); any zstd reader unpacks it, Arrow's codec here.
 
 A stored trace is in one of two forms (``trace_parts`` holds either):
 
@@ -24,10 +26,12 @@ byte for byte the JSON that was stored.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import cast
 
 import pyarrow as pa
+import zstandard
 
 from ctxcore.errors import StoreError
 
@@ -45,9 +49,19 @@ _U32 = struct.Struct("<I")
 _ENVELOPE = b'{"share":"ctxscope.share/1","trace":'
 
 
+#: zstd's level: Arrow's codec's default, which packed every store so far
+LEVEL = 1
+_LOCAL = threading.local()
+
+
 def pack_json(raw: bytes) -> bytes:
-    """A trace's UTF-8 JSON, packed as the store keeps it."""
-    return cast(bytes, pa.compress(raw, codec=CODEC, asbytes=True))
+    """A trace's UTF-8 JSON, packed as the store keeps it: one zstd frame (with its size),
+    by this thread's compressor (a compressor is not shared between threads)."""
+    try:
+        compressor = _LOCAL.zstd
+    except AttributeError:
+        compressor = _LOCAL.zstd = zstandard.ZstdCompressor(level=LEVEL)
+    return cast(bytes, compressor.compress(raw))
 
 
 def _unpack(blob: bytes, size: int) -> bytes:
