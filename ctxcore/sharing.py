@@ -52,6 +52,10 @@ SHARE_SCHEMA = "ctxscope.share/1"
 #: The start of a shared line as ctxscope writes it; ``is_shared`` also takes whitespace.
 MARKER = b'{"share":'
 _SHARED = re.compile(rb'\s*\{\s*"share"\s*:')
+#: A shared line whose keys were sorted (``jq -S``, ``sort_keys``) starts with ``parts``;
+#: it is one when it names the schema (as a JSON string: never inside another string).
+_SORTED = re.compile(rb'\s*\{\s*"parts"\s*:')
+SCHEMA_JSON = b'"ctxscope.share/1"'
 #: Fields whose items may be part ids, by the object that holds them.
 LIST_FIELDS: dict[str, tuple[str, ...]] = {
     "input": ("history", "packets", "tools"),
@@ -92,10 +96,13 @@ _encode = msgspec.json.encode
 
 
 def is_shared(raw: bytes) -> bool:
-    """Whether a line is a shared trace (its first key is ``share``)."""
+    """Whether a line is a shared trace: its first key is ``share``, or (its keys sorted)
+    ``parts``, in a line that names the schema."""
     if raw[:3] == b"\xef\xbb\xbf":
         raw = raw[3:]
-    return raw.startswith(MARKER) or _SHARED.match(raw) is not None
+    if raw.startswith(MARKER) or _SHARED.match(raw) is not None:
+        return True
+    return _SORTED.match(raw) is not None and SCHEMA_JSON in raw
 
 
 def part_id(raw: bytes) -> str:
@@ -342,16 +349,16 @@ def expand_lines(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, byte
 def may_hold_shared(path: str, gz: bool, end: int | None = None) -> bool:
     """Whether a file may hold shared lines (before byte ``end``, if given): then its lines
     are read in order with one part table, never split among worker processes. A plain
-    file is searched for ``MARKER``, a .gz in its first MiB (a shared file's first line is
-    one)."""
+    file is searched for ``SCHEMA_JSON`` (every shared line holds it, whatever the order of
+    its keys), a .gz in its first MiB (a shared file's first line is one)."""
     try:
         with open_stream(path) as f:
             if gz:
-                return MARKER in f.read(1024 * 1024)
+                return SCHEMA_JSON in f.read(1024 * 1024)
             if os.fstat(f.fileno()).st_size == 0:
                 return False
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return mm.find(MARKER, 0, len(mm) if end is None else end) >= 0
+                return mm.find(SCHEMA_JSON, 0, len(mm) if end is None else end) >= 0
     except (OSError, ValueError, *GZIP_ERRORS):
         return False  # the reader says why
 

@@ -456,3 +456,30 @@ def test_a_shared_parts_script_is_escaped_in_the_html_report(
     text = html.read_text()
     assert "<script>alert(1)" not in text and "<img src=x>" not in text
     assert "alert(1)" in text
+
+
+def test_a_file_whose_keys_were_sorted_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`jq -S` (or sort_keys) puts `parts` before `share`: every reader still takes the
+    lines as shared, and ingest reads the file in order rather than split among workers."""
+    import ctxcore.store.ingest as ingest_mod
+    from ctxcore.store.ingest import ingest_paths
+
+    sidechain = CLAUDE.parent / "ccviewer-task-sidechain-session.jsonl"
+    traces = load_file(sidechain)
+    w = ShareWriter()
+    lines = [json.dumps(json.loads(w.line(t)), sort_keys=True).encode() for t in traces]
+    assert all(ln.startswith(b'{"parts": {') for ln in lines)
+    path = _write(tmp_path / "sorted.jsonl", lines)
+    assert _read(path) == (traces, [])
+    assert main(["check", str(path)]) == 0
+    assert f"{len(traces)} trace(s)" in capsys.readouterr().err
+    for name in ("POOL_MIN_BYTES", "SMALL_FILE_BYTES"):
+        monkeypatch.setattr(ingest_mod, name, 0)
+    for name in ("CHUNK_BYTES", "POOL_CHUNK_BYTES"):
+        monkeypatch.setattr(ingest_mod, name, 20_000)
+    with TraceStore(tmp_path / "s.duckdb", diagnose=False) as s:
+        c = ingest_paths(s, [path], workers=2)
+        assert c.traces_added == len(traces) and not c.error_rows, c.error_rows[:1]
+        assert [s.get_trace(t.trace_id) for t in traces] == traces
