@@ -82,12 +82,7 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
     parts: dict[str, msgspec.Raw] = {}
 
 
-class _PartsOnly(msgspec.Struct):
-    parts: dict[str, msgspec.Raw] = {}
-
-
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
-_PARTS_ONLY = msgspec.json.Decoder(_PartsOnly)
 _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _IDS = msgspec.json.Decoder(list[str])
@@ -150,10 +145,12 @@ class PartTable:
         lines before its offset); a line that is not shared, or not JSON, defines none."""
         if not is_shared(raw):
             return
-        try:
-            env = _PARTS_ONLY.decode(raw.removeprefix(b"\xef\xbb\xbf"))
+        try:  # the envelope as ``expand`` reads it: a line it refuses before its parts
+            env = _ENVELOPE.decode(raw.removeprefix(b"\xef\xbb\xbf"))
         except (msgspec.MsgspecError, RecursionError):
             return  # read past before: its error was said then
+        if env.share != SHARE_SCHEMA:
+            return
         try:
             self._define(env.parts, where)
         except InputError:

@@ -483,3 +483,30 @@ def test_a_file_whose_keys_were_sorted_reads_the_same(
         c = ingest_paths(s, [path], workers=2)
         assert c.traces_added == len(traces) and not c.error_rows, c.error_rows[:1]
         assert [s.get_trace(t.trace_id) for t in traces] == traces
+
+
+def test_a_resumed_read_learns_the_parts_a_first_read_defined_and_no_others(
+    session: tuple[list[Trace], list[bytes]], tmp_path: Path
+) -> None:
+    """An ingest resuming a file without its table learns the parts of the lines before
+    its offset again: exactly those a reading of every line defined, bad lines included
+    (a line with an unknown key, or another schema, defines none either way)."""
+    traces, lines = session
+    bad = _ten_bad(lines)
+    extra = _env(lines[0])
+    extra["parts"] = {"extra": "x"}
+    extra["unknown"] = 1
+    other = _env(lines[0])
+    other["parts"] = {"other": "x"}
+    other["share"] = "ctxscope.share/2"
+    body = [lines[0], *bad, _line(extra), _line(other), *lines[1:]]
+    path = _write(tmp_path / "resume.jsonl", body)
+    read = PartTable()
+    for n, raw in enumerate(body, 1):
+        try:
+            read.expand(raw, f"line {n}")
+        except InputError:
+            pass
+    learnt = PartTables().get(str(path), 1, path.stat().st_size, gz=False)
+    assert learnt.parts == read.parts and learnt.size == read.size
+    assert "extra" not in learnt.parts and "other" not in learnt.parts
