@@ -473,8 +473,9 @@ def test_a_file_whose_keys_were_sorted_reads_the_same(
     assert all(ln.startswith(b'{"parts": {') for ln in lines)
     path = _write(tmp_path / "sorted.jsonl", lines)
     assert _read(path) == (traces, [])
-    assert main(["check", str(path)]) == 0
-    assert f"{len(traces)} trace(s)" in capsys.readouterr().err
+    for name in (path, _write(tmp_path / "sorted.json", lines)):
+        assert main(["check", str(name)]) == 0
+        assert f"{len(traces)} trace(s)" in capsys.readouterr().err
     for name in ("POOL_MIN_BYTES", "SMALL_FILE_BYTES"):
         monkeypatch.setattr(ingest_mod, name, 0)
     for name in ("CHUNK_BYTES", "POOL_CHUNK_BYTES"):

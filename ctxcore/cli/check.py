@@ -115,11 +115,12 @@ def load_checked(paths: list[str], errors: list[InputError] | None = None) -> li
 
 
 def _starts_shared(path: Path) -> bool:
-    """Whether a file's first line is a shared trace line (read as JSON lines whatever the
-    file's name; one that cannot be read is left to the reader to say why)."""
+    """Whether a file's first line (its first MiB) is a shared trace line, in either order
+    of its keys: the file is read as JSON lines whatever its name (one that cannot be read
+    is left to the reader to say why)."""
     try:
         with open_stream(path) as f:
-            return is_shared(f.read(64))
+            return is_shared(f.read(1024 * 1024).split(b"\n", 1)[0])
     except (OSError, InputError, *GZIP_ERRORS):
         return False
 
