@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any, Protocol
 
 import numpy as np
@@ -428,6 +429,10 @@ def diagnose_trace(trace: TraceLike, raw: bytes) -> tuple[list[Finding], str | N
     return found, diagnostics.fingerprint()
 
 
+#: a tally's counts before its decisions (copied: ``dict.fromkeys`` over the enum is slower)
+_NO_COUNTS: dict[str, int] = dict.fromkeys(Status, 0)
+
+
 @dataclass
 class _Tally:
     """What a trace's decisions add up to, for its ``traces`` row."""
@@ -478,6 +483,8 @@ class RowBatch:
         self._reader = _prompt_reader()
         #: the parts the batch's shared traces name (JSON by id)
         self._parts: dict[str, bytes] = {}
+        #: each built trace's decisions since the last ``_flush_decisions``
+        self._decs: list[Sequence[DecisionLike]] = []
 
     def _cid(self, text: str | None) -> int | None:
         """The batch's index of a packet text."""
@@ -561,7 +568,7 @@ class RowBatch:
             for x, pk in zip(decs, pkts, strict=True)
         ]
         statuses = [x.status for x in decs]
-        tally = _Tally(dict.fromkeys(Status, 0), n_packets=n)
+        tally = _Tally(dict(_NO_COUNTS), n_packets=n)
         for st, k in Counter(statuses).items():
             tally.counts[st] += k
         tally.lost = sum(1 for m, st in zip(must, statuses, strict=True) if m and st in _LOST)
@@ -570,6 +577,22 @@ class RowBatch:
         d["tseq"] += [tseq] * n
         d["trace_id"] += [trace.trace_id] * n
         d["ord"] += range(n)
+        # Status/Reason are StrEnums (or their plain values, from fastdecode): Arrow
+        # stores either as the string.
+        d["status"] += statuses
+        d["must_keep"] += must
+        d["cid"] += self._cids(_decision_texts(trace, decs, pkts))
+        self._decs.append(decs)  # the decisions' own fields: read a batch at a time
+        return tally
+
+    def _flush_decisions(self) -> None:
+        """The decision rows' own fields, of the decisions queued since the last flush: a
+        comprehension a column for the batch, not one a trace (kept in the rows' order)."""
+        if not self._decs:
+            return
+        decs = list(chain.from_iterable(self._decs))
+        self._decs = []
+        d = self.cols["decisions"]
         d["packet_id"] += [x.packet_id for x in decs]
         d["kind"] += [x.kind for x in decs]
         d["tokens_before"] += [x.tokens_before for x in decs]
@@ -578,16 +601,10 @@ class RowBatch:
         d["recency"] += [x.recency for x in decs]
         d["score"] += [x.score for x in decs]
         d["rank"] += [x.rank for x in decs]
-        # Status/Reason are StrEnums (or their plain values, from fastdecode): Arrow
-        # stores either as the string.
-        d["status"] += statuses
         d["reason"] += [x.reason for x in decs]
         d["reason_text"] += [x.reason_text for x in decs]
         d["partition"] += [x.partition for x in decs]
         d["budget_left"] += [x.budget_left for x in decs]
-        d["must_keep"] += must
-        d["cid"] += self._cids(_decision_texts(trace, decs, pkts))
-        return tally
 
     def _partitions(self, tid: str, tseq: int, partitions: Sequence[PartitionLike]) -> None:
         """Queue a built trace's partition rows."""
@@ -604,6 +621,7 @@ class RowBatch:
     def _packets(self, trace: TraceLike, tseq: int) -> _Tally:
         """A captured input without a result: a decision row per packet (no status), so that
         its packets are still searchable."""
+        self._flush_decisions()  # the rows before this trace's, in order
         d = self.cols["decisions"]
         for i, pkt in enumerate(trace.input.packets):
             for c in _DECISION_COLS:
@@ -612,7 +630,7 @@ class RowBatch:
             d["packet_id"][-1], d["kind"][-1] = pkt.id, pkt.kind
             d["tokens_before"][-1], d["relevance"][-1] = pkt.tokens, pkt.relevance
             d["must_keep"][-1], d["cid"][-1] = pkt.must_keep, self._cid(pkt.content)
-        return _Tally(dict.fromkeys(Status, 0), n_packets=len(trace.input.packets))
+        return _Tally(dict(_NO_COUNTS), n_packets=len(trace.input.packets))
 
     @staticmethod
     def _trace_values(trace: TraceLike, tseq: int, tally: _Tally) -> dict[str, Any]:
@@ -705,6 +723,7 @@ class RowBatch:
         )
 
     def tables(self) -> dict[str, pa.Table]:
+        self._flush_decisions()
         out: dict[str, pa.Table] = {}
         for name, table in (("contents", self._contents()), ("parts", self._parts_table())):
             if table is not None:

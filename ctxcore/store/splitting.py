@@ -99,6 +99,14 @@ class Split:
     parts: dict[str, bytes]
 
 
+#: the body's name of its k-th part (``"k"``), made once for the first few thousand
+_REFS = [b'"%d"' % k for k in range(4096)]
+
+
+def _ref(k: int) -> bytes:
+    return _REFS[k] if k < len(_REFS) else b'"%d"' % k
+
+
 class _Parts:
     """The parts one trace names, in order of first use, and how its body names each."""
 
@@ -110,7 +118,7 @@ class _Parts:
         """The body's name of a part (its place, as a JSON string), added if new."""
         got = self.refs.get(pid)
         if got is None:
-            got = self.refs[pid] = b'"%d"' % len(self.data)
+            got = self.refs[pid] = _ref(len(self.data))
             self.data[pid] = data
         return got
 
@@ -121,7 +129,7 @@ class _Parts:
         for pid, item in zip(pids, datas, strict=True):
             got = refs.get(pid)
             if got is None:
-                got = refs[pid] = b'"%d"' % len(data)
+                got = refs[pid] = _ref(len(data))
                 data[pid] = item
             out.append(got)
         return out
