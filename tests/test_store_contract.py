@@ -144,6 +144,35 @@ def test_add_traces_is_idempotent_and_refuses_other_content(
     assert store.count() == len(recorded)  # nothing of that call, not even the new one
 
 
+def _timed_again(t: Trace) -> Trace:
+    """``t`` built again: the same trace, its stage timings measured anew."""
+    assert t.result is not None
+    timings = {stage: ms + 1.5 for stage, ms in t.result.timings.items()} or {"gather": 2.5}
+    return t.model_copy(update={"result": t.result.model_copy(update={"timings": timings})})
+
+
+@covers("Store.add_traces", "BulkWriter.add")
+def test_a_trace_given_twice_in_one_batch_is_stored_once_whatever_its_timings(
+    store: Store, recorded: list[Trace]
+) -> None:
+    """A file holding a log's import twice (``import -o a.jsonl`` then ``>> a.jsonl``) gives
+    each trace twice in one batch, its stage timings measured anew: the second is skipped
+    as it would be were the first stored already; other content is still refused."""
+    first, second = recorded[0], recorded[1]
+    again = _timed_again(first)
+    assert again.to_json() != first.to_json()
+    assert store.add_traces([first, second, again], source="twice.jsonl") == 2
+    assert store.get_trace(first.trace_id) == first
+    with store.bulk_writer() as w:
+        res = w.add(rows_of([recorded[2], _timed_again(recorded[2]), recorded[3]]))
+        assert (res.added, res.skipped, res.conflicts) == (2, 1, [])
+        other = recorded[4].model_copy(update={"turn": recorded[4].turn + 100})
+        clash = w.add(rows_of([recorded[4], other]))
+        assert (clash.added, clash.skipped) == (1, 0)
+        assert [(i, tid) for i, tid, _ in clash.conflicts] == [(1, recorded[4].trace_id)]
+    assert store.count() == 5
+
+
 @covers("Store.list_traces")
 def test_list_traces_filters_sorts_and_pages_as_python_would(store: Store) -> None:
     traces = [

@@ -19,22 +19,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctxcore.models import Trace
 from ctxcore.store import codec
 from ctxcore.store.codec import unpack_json
 from ctxcore.store.duck import STREAM_ROWS, Shared, first
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
 from ctxcore.store.rows import _F64, _I64, _STR, _TS, RowTables, batch_blob, new_parts, utc_naive
+from ctxcore.store.sameness import same_trace
 
 #: trace_id -> (content digest, source file) of traces stored or inserted
 Known = dict[str, tuple[str, str | None]]
-
-
-def _comparable(trace: Trace) -> str:
-    """A trace's canonical JSON without its stage timings."""
-    if trace.result is not None and trace.result.timings:
-        trace = trace.model_copy(update={"result": trace.result.model_copy(update={"timings": {}})})
-    return trace.to_json()
 
 
 def _pieces(res: duckdb.DuckDBPyConnection) -> dict[Any, bytes]:
@@ -106,20 +99,10 @@ def trace_json(cur: duckdb.DuckDBPyConnection, trace_id: str) -> bytes | None:
 
 
 def same_as_stored(cur: duckdb.DuckDBPyConnection, trace_id: str, raw: bytes) -> bool:
-    """Is ``raw`` the stored trace, written differently (spacing, key order, another codec's
-    digest)? Compared as canonical JSON: model equality alone would call ``1`` and ``1.0``
-    (or ``true``) in metadata the same. The stage timings are left out: they are
-    measurements, and building or importing the same input twice differs there."""
+    """Is ``raw`` the trace stored as ``trace_id``, written differently or built again
+    (``sameness.same_trace``)? False when ``cur`` sees none."""
     stored = trace_json(cur, trace_id)
-    if stored is None:  # added earlier in this very batch: compare is not worth it
-        return False
-    if stored == raw:
-        return True
-    try:
-        new = Trace.model_validate_json(raw)
-    except ValueError:
-        return False
-    return _comparable(Trace.model_validate_json(stored)) == _comparable(new)
+    return stored is not None and same_trace(stored, raw)
 
 
 def _stored(cur: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> Known:
@@ -190,11 +173,19 @@ def plan_insert(
     skipped = 0
     conflicts: list[tuple[int, str, str]] = []
     sizes = prep.tables["traces"].column("json_bytes")
+
+    def raw(k: int) -> bytes:
+        return unpack_json(batch_blob(prep, k), sizes[k].as_py())
+
+    given: dict[str, int] = {}  # trace id -> where the batch gave it first
     for k, (tid, digest) in enumerate(zip(prep.ids, prep.digests, strict=True)):
         prev = known.get(tid)
         if prev is not None:
-            if prev[0] == digest or same_as_stored(
-                cur, tid, unpack_json(batch_blob(prep, k), sizes[k].as_py())
+            first = given.get(tid)
+            if prev[0] == digest or (
+                same_trace(raw(first), raw(k))
+                if first is not None
+                else same_as_stored(cur, tid, raw(k))
             ):
                 skipped += 1
             else:
@@ -202,6 +193,7 @@ def plan_insert(
                 conflicts.append((where, tid, prev[1] or "an earlier insert"))
             continue
         keep.append(k)
+        given[tid] = k
         known[tid] = (digest, prep.sources[k])
         if pending is not None:
             pending[tid] = known[tid]

@@ -21,12 +21,12 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctxcore.models import Trace
 from ctxcore.store import pgcopy, pgparts
 from ctxcore.store.codec import is_shared, join_parts, part_ids, read_parts, unpack_json
 from ctxcore.store.pgconn import Texts
 from ctxcore.store.records import FileOffset, IngestErrorRow, InsertResult
 from ctxcore.store.rows import _I64, RowTables, batch_blob, new_parts, utc_naive
+from ctxcore.store.sameness import same_trace
 
 #: trace_id -> (content digest, source file) of traces stored or inserted
 Known = dict[str, tuple[str, str | None]]
@@ -96,26 +96,11 @@ def trace_json(con: psycopg.Connection, trace_id: str) -> bytes | None:
     return unpack_json(packed(con, [int(row[0])])[int(row[0])], int(row[1]))
 
 
-def _comparable(trace: Trace) -> str:
-    """A trace's canonical JSON without its stage timings."""
-    if trace.result is not None and trace.result.timings:
-        trace = trace.model_copy(update={"result": trace.result.model_copy(update={"timings": {}})})
-    return trace.to_json()
-
-
 def same_as_stored(con: psycopg.Connection, trace_id: str, raw: bytes) -> bool:
-    """Is ``raw`` the stored trace, written differently? Compared as canonical JSON without
-    the stage timings, as the DuckDB engine compares (``inserts.same_as_stored``)."""
+    """Is ``raw`` the trace stored as ``trace_id``, written differently or built again
+    (``sameness.same_trace``, as the DuckDB engine asks)? False when none is stored."""
     stored = trace_json(con, trace_id)
-    if stored is None:  # added earlier in this very batch
-        return False
-    if stored == raw:
-        return True
-    try:
-        new = Trace.model_validate_json(raw)
-    except ValueError:
-        return False
-    return _comparable(Trace.model_validate_json(stored)) == _comparable(new)
+    return stored is not None and same_trace(stored, raw)
 
 
 def _stored(con: psycopg.Connection, ids: Sequence[str]) -> Known:
@@ -145,13 +130,20 @@ def _sort_out(
     keep: list[int] = []
     skipped = 0
     conflicts: list[tuple[int, str, str]] = []
+    given: dict[str, int] = {}  # trace id -> where the batch gave it first
     for k in ks:
         tid, digest = prep.ids[k], prep.digests[k]
         prev = known.get(tid)
+        first = given.get(tid)
         if prev is None:
             keep.append(k)
+            given[tid] = k
             known[tid] = (digest, prep.sources[k])
-        elif prev[0] == digest or same_as_stored(con, tid, _batch_raw(prep, k)):
+        elif prev[0] == digest or (
+            same_trace(_batch_raw(prep, first), _batch_raw(prep, k))
+            if first is not None
+            else same_as_stored(con, tid, _batch_raw(prep, k))
+        ):
             skipped += 1
         else:
             where = prep.positions[k] if prep.positions else k
