@@ -146,6 +146,11 @@ MAX_INT32 = 2**31 - 1
 #: Error rows recorded (and printed) per file and ingest run; the rest are counted in one
 #: more row.
 MAX_ERRORS_PER_FILE = 1000
+#: Bytes of the shared parts of one file held while it is read (``sharing.PartTable``: any
+#: later line may name any of them). Past it, a line that defines parts is refused (one
+#: error line each); lines naming only parts already held are read. A shared file of a
+#: 170 MB session log holds ~0.3 GB of parts.
+MAX_SHARED_PARTS_BYTES = 2 * 1024**3
 
 #: name -> (value as the README writes it, what it limits). The README's table says the same.
 LIMITS: dict[str, tuple[str, str]] = {
@@ -156,6 +161,7 @@ LIMITS: dict[str, tuple[str, str]] = {
     "MAX_TOKENS": ("2^40", "token counts, budgets and windows"),
     "MAX_INT32": ("2^31 - 1", "turns, ranks and item counts (other integers: 64-bit)"),
     "MAX_ERRORS_PER_FILE": ("1,000", "error rows stored and printed per file and run"),
+    "MAX_SHARED_PARTS_BYTES": ("2 GiB", "the shared parts of one file held while it is read"),
 }
 
 # --------------------------------------------------------------------------- names
@@ -222,6 +228,7 @@ __all__ = [
     "MAX_INT32",
     "MAX_JSON_DEPTH",
     "MAX_LINE_BYTES",
+    "MAX_SHARED_PARTS_BYTES",
     "MAX_TOKENS",
     "PRESET_NAMES",
     "SORT_KEYS",

@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel, TypeAdapter
 
+from ctxcore import settings
 from ctxcore.errors import InputError
 from ctxcore.loading import GZIP_ERRORS, iter_lines, open_stream, too_deep
 from ctxcore.models import Decision, Message, Packet, ToolDef, Trace
@@ -171,9 +172,19 @@ class PartTable:
                     "earlier line with other content; a part's id names one content"
                 )
         if new:
-            self.parts.update(new)
             sizes = list(map(len, new.values()))
-            self.size += sum(sizes) + sum(map(len, new)) + PART_OVERHEAD * len(new)
+            size = self.size + sum(sizes) + sum(map(len, new)) + PART_OVERHEAD * len(new)
+            if size > settings.MAX_SHARED_PARTS_BYTES:
+                raise InputError(
+                    f"{_at(where)}field 'parts': this line's parts would take the file's "
+                    f"shared parts past {settings.LIMITS['MAX_SHARED_PARTS_BYTES'][0]} "
+                    "(MAX_SHARED_PARTS_BYTES), all held while the file is read; its trace is "
+                    "not read, and later lines that define parts are refused the same way "
+                    "(write it again from its source in parts, or each trace whole: "
+                    "ctxscope import LOG --whole -o FILE)"
+                )
+            self.parts.update(new)
+            self.size = size
             self.biggest = max(self.biggest, *sizes)
 
     def _part(self, pid: str, where: str, field: str) -> bytes:

@@ -1055,7 +1055,7 @@ def _limit_value(text: str) -> int:
     if "^" in words[0]:
         base, exp = words[0].split("^")
         return int(base) ** int(exp) - (int(words[2]) if len(words) > 2 else 0)
-    scale = {"MiB": 2**20, "M": 2**20}.get(words[1] if len(words) > 1 else "", 1)
+    scale = {"GiB": 2**30, "MiB": 2**20, "M": 2**20}.get(words[1] if len(words) > 1 else "", 1)
     return int(words[0]) * scale
 
 

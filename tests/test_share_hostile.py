@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from ctxcore import settings
 from ctxcore.cli import main
 from ctxcore.errors import InputError
 from ctxcore.formats.load import load_file
@@ -240,6 +241,28 @@ def test_millions_of_tiny_parts_are_read_and_held_at_their_size(
     held = PartTables()
     held.keep(str(path), 1, len(line) + 1, table)
     assert held.tables == {}
+
+
+def test_a_files_parts_are_held_up_to_a_limit_and_a_line_past_it_is_its_error(
+    session: tuple[list[Trace], list[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any later line may name any part, so a file's parts are all held while it is read:
+    up to MAX_SHARED_PARTS_BYTES. A line whose parts would pass it is that line's error
+    (its parts not kept); a line naming only parts held is still read."""
+    traces, lines = session
+    first = PartTable()
+    first.expand(lines[0])
+    monkeypatch.setattr(settings, "MAX_SHARED_PARTS_BYTES", first.size + 10)
+    path = _write(tmp_path / "big.jsonl", [lines[0], lines[1], lines[0]])
+    got, errors = _read(path)
+    assert got == [traces[0], traces[0]]
+    [error] = errors
+    assert error.startswith(f"{path}:2: field 'parts': ") and "MAX_SHARED_PARTS_BYTES" in error
+    table = PartTable()
+    table.expand(lines[0])
+    with pytest.raises(InputError, match="MAX_SHARED_PARTS_BYTES"):
+        table.expand(lines[1], "big.jsonl:2")
+    assert table.size == first.size and table.parts == first.parts
 
 
 def test_nesting_past_the_parser_in_a_trace_or_an_item_is_that_lines_error(
