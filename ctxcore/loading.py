@@ -373,9 +373,9 @@ def decode_line(raw: bytes, where: str) -> str:
 
 def holds_shared(text: str) -> bool:
     """Whether a file holds shared trace lines (one of its lines starts one)."""
-    from ctxcore.sharing import is_shared
+    from ctxcore.sharing import starts_shared
 
-    return any(is_shared(ln[:64].encode()) for ln in text.splitlines() if ln.startswith("{"))
+    return any(starts_shared(ln) for ln in text.splitlines() if ln.startswith("{"))
 
 
 def shared_traces(text: str, p: Path) -> list[Trace]:

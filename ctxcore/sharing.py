@@ -57,6 +57,7 @@ _SHARED = re.compile(rb'\s*\{\s*"share"\s*:')
 #: it is one when it names the schema (as a JSON string: never inside another string).
 _SORTED = re.compile(rb'\s*\{\s*"parts"\s*:')
 SCHEMA_JSON = b'"ctxscope.share/1"'
+SHARE_SCHEMA_TEXT = SCHEMA_JSON.decode()
 #: Fields whose items may be part ids, by the object that holds them.
 LIST_FIELDS: dict[str, tuple[str, ...]] = {
     "input": ("history", "packets", "tools"),
@@ -99,6 +100,17 @@ def is_shared(raw: bytes) -> bool:
     if raw.startswith(MARKER) or _SHARED.match(raw) is not None:
         return True
     return _SORTED.match(raw) is not None and SCHEMA_JSON in raw
+
+
+def starts_shared(text: str) -> bool:
+    """``is_shared`` for a decoded text (a one-document file, a line): its start, and for
+    its sorted-keys form the schema anywhere in it (without encoding all of it)."""
+    head = text[:64].encode("utf-8", "surrogatepass")
+    if is_shared(head):
+        return True
+    return (
+        _SORTED.match(head.removeprefix(b"\xef\xbb\xbf")) is not None and SHARE_SCHEMA_TEXT in text
+    )
 
 
 def part_id(raw: bytes) -> str:

@@ -20,6 +20,7 @@ from ctxcore import settings
 from ctxcore.cli import main
 from ctxcore.errors import InputError
 from ctxcore.formats.load import load_file
+from ctxcore.loading import holds_shared
 from ctxcore.models import Trace
 from ctxcore.settings import MAX_LINE_BYTES
 from ctxcore.sharing import PartTable, PartTables, ShareWriter
@@ -507,6 +508,22 @@ def test_a_file_whose_keys_were_sorted_reads_the_same(
         c = ingest_paths(s, [path], workers=2)
         assert c.traces_added == len(traces) and not c.error_rows, c.error_rows[:1]
         assert [s.get_trace(t.trace_id) for t in traces] == traces
+
+
+def test_a_one_line_sorted_keys_file_named_json_is_one_shared_trace(
+    session: tuple[list[Trace], list[bytes]], tmp_path: Path
+) -> None:
+    """A single sorted-keys shared line saved as ``.json`` (one document) is read as the
+    trace it names by every reader of one document, not only ``check``: its schema is found
+    past the first bytes (``sharing.starts_shared``)."""
+    traces, lines = session
+    line = json.dumps(json.loads(lines[0]), sort_keys=True)
+    assert line.startswith('{"parts": {') and '"ctxscope.share/1"' not in line[:64]
+    path = tmp_path / "one.json"
+    path.write_text(line + "\n", encoding="utf-8")
+    assert _read(path) == ([traces[0]], [])
+    assert holds_shared(line)
+    assert not holds_shared(line.replace("ctxscope.share/1", "ctxscope.other/1"))
 
 
 def test_a_resumed_read_learns_the_parts_a_first_read_defined_and_no_others(

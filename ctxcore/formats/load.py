@@ -38,7 +38,13 @@ from ctxcore.loading import (
 )
 from ctxcore.models import Trace
 from ctxcore.output import write_output
-from ctxcore.sharing import PartTable, ShareWriter, is_shared, whole_byte_lines, whole_lines
+from ctxcore.sharing import (
+    PartTable,
+    ShareWriter,
+    starts_shared,
+    whole_byte_lines,
+    whole_lines,
+)
 
 #: A format's name, or ``auto`` (``registry.NAMES`` lists them).
 Format = registry.FormatName
@@ -212,7 +218,7 @@ def iter_values(p: Path) -> tuple[bool, Iterator[tuple[str, Any]]]:
     if not jsonl:
         lines.close()
         text = read_text(p)
-        if is_shared(text[:64].encode("utf-8", "surrogatepass")):  # one shared trace
+        if starts_shared(text):  # one shared trace
             text = PartTable().expand(text.encode("utf-8", "surrogatepass"), str(p)).decode()
         return False, iter([(str(p), parse_json(text, str(p)))])
 
