@@ -93,15 +93,20 @@ def connect_fault(url: str, exc: BaseException) -> StoreError:
     if "ctxscope_reader" in what or not isinstance(exc, psycopg.OperationalError):
         return fault(url, exc)  # the app's role (pgaccess.as_reader), or not a connection's
     if any(w in what for w in _LOGIN_REFUSED):
-        todo = (
-            "check the user and password in the URL (or ~/.pgpass), and that the server "
-            "lets this user in from this machine (pg_hba.conf)"
+        why, todo = (
+            "the server refused the login",
+            (
+                "check the user and password in the URL (or ~/.pgpass), and that the server "
+                "lets this user in from this machine (pg_hba.conf)"
+            ),
         )
     elif _NO_DATABASE in what and "does not exist" in what:
+        why = "no such database"
         todo = "create it (createdb --owner USER NAME) or fix the URL's database"
     else:
+        why = "the server is not reachable"
         todo = "check the host and port in the URL, and that the server is running"
-    return StoreError(f"{where}: cannot connect ({what}); {todo}")
+    return StoreError(f"{where}: cannot connect: {why} ({what}); {todo}")
 
 
 def connect(url: str, *, read_only: bool) -> psycopg.Connection:
