@@ -8,9 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import app_support as data
+import psycopg
 import pytest
 
 from ctxcore.cli import main
+from ctxcore.models import Packet
+from ctxcore.store import pgschema
 
 PASSWORD_USER = "newuser_pw"
 
@@ -58,3 +62,42 @@ def test_a_missing_database_or_a_closed_port_says_what_to_do(
     line = _error(capsys, ["ingest", "/nonexistent", "--db", closed])
     assert "127.0.0.1:1/postgres" in line and "Connection refused" in line
     assert "check the host and port" in line and "went away" not in line
+
+
+def _trace_file(tmp_path: Path, secret: str = "") -> Path:
+    """One real trace in a .jsonl file; with ``secret``, a packet holding it."""
+    [t] = data.session("newuser", 1)
+    if secret:
+        env = Packet(id="env", kind="file", content=f"OPENAI_API_KEY={secret}")
+        t = t.model_copy(
+            update={"input": t.input.model_copy(update={"packets": [*t.input.packets, env]})}
+        )
+    path = tmp_path / "one.jsonl"
+    path.write_text(t.to_json() + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_store_a_newer_ctxscope_migrated_is_neither_written_nor_read(
+    pg_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(pg_server.new_database())
+    assert main(["migrate", "--db", url]) == 0
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(
+            "INSERT INTO schema_migrations VALUES (%s, 'from the future', now())",
+            [pgschema.LATEST + 1],
+        )
+    capsys.readouterr()
+    path = _trace_file(tmp_path)
+    for argv in (
+        ["ingest", str(path), "--db", url],
+        ["export", "--session", "newuser", "--db", url],
+        ["migrate", "--db", url],
+        ["token", "add", "eve", "--db", url],
+    ):
+        line = _error(capsys, argv)
+        assert f"schema version {pgschema.LATEST + 1}, made by a newer ctxscope" in line, line
+        assert "upgrade ctxscope" in line
+    with psycopg.connect(url) as con:
+        row = con.execute("SELECT count(*) FROM trace_ids").fetchone()
+    assert row == (0,)

@@ -84,10 +84,13 @@ def _owner(url: str) -> psycopg.Connection:
     """A connection of the store's owner to a store at the latest schema."""
     con = connect(url, read_only=False)
     try:
-        have = pgschema.applied(con)
+        have = pgschema.known(con, shown(url))
     except psycopg.Error as exc:
         con.close()
         raise fault(url, exc) from exc
+    except StoreError:
+        con.close()
+        raise
     if have < pgschema.LATEST:
         con.close()
         raise StoreError(

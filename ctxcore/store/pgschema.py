@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 import psycopg
 
+from ctxcore.errors import StoreError
 from ctxcore.store import pgparts
 
 Migration = Callable[[psycopg.Connection], None]
@@ -314,6 +315,20 @@ def applied(con: psycopg.Connection) -> int:
     return int(got[0]) if got else 0
 
 
+def known(con: psycopg.Connection, where: str) -> int:
+    """The latest version applied (``applied``); a ``StoreError`` when a newer ctxscope
+    migrated the store past what this one knows: its writes and reads would not be what that
+    schema holds (``where`` names the store in the message)."""
+    have = applied(con)
+    if have > LATEST:
+        raise StoreError(
+            f"{where} is at schema version {have}, made by a newer ctxscope; this one knows "
+            f"versions up to {LATEST}, so it neither reads nor writes it: upgrade ctxscope on "
+            "this machine (pip install -U ctxscope)"
+        )
+    return have
+
+
 def apply(con: psycopg.Connection, upto: int | None = None) -> list[int]:
     """Run every pending migration (up to ``upto``), each in its own transaction under the
     migrations' advisory lock; the versions this call applied. ``con`` is in autocommit."""
@@ -338,4 +353,4 @@ def apply(con: psycopg.Connection, upto: int | None = None) -> list[int]:
     return ran
 
 
-__all__ = ["LATEST", "MIGRATIONS", "Step", "applied", "apply"]
+__all__ = ["LATEST", "MIGRATIONS", "Step", "applied", "apply", "known"]

@@ -91,8 +91,8 @@ class PgStore(SqlReads):
 
     def _check_schema(self, con: psycopg.Connection) -> None:
         """Bring the schema up to date; read-only, refuse an out-of-date one."""
+        have = pgschema.known(con, shown(self.url))
         if self.read_only:
-            have = pgschema.applied(con)
             if have < pgschema.LATEST:
                 raise StoreError(
                     f"{shown(self.url)} is at schema version {have}, this ctxscope needs "
@@ -348,6 +348,7 @@ def migrate_server(url: str) -> list[str]:
 
     con = connect(url, read_only=False)
     try:
+        pgschema.known(con, shown(url))
         ran = set(pgschema.apply(con))
         try:
             grant_reader(con)
