@@ -15,8 +15,10 @@ import pytest
 from ctxcore.cli import main
 from ctxcore.models import Packet
 from ctxcore.store import pgschema
+from ctxcore.store.engines import read_store
 
 PASSWORD_USER = "newuser_pw"
+SECRET = "sk-proj-" + "Q7x2Lm9Pz4Kd8Rt1Vb6Nc3Hj5Wf0Ys2Ue7Ga9Io4" * 2
 
 
 def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -101,3 +103,36 @@ def test_a_store_a_newer_ctxscope_migrated_is_neither_written_nor_read(
     with psycopg.connect(url) as con:
         row = con.execute("SELECT count(*) FROM trace_ids").fetchone()
     assert row == (0,)
+
+
+def _stored_packet(url: str, trace_id: str) -> str:
+    with read_store(url) as store:
+        got = store.get_trace(trace_id)
+    assert got is not None
+    return next(p.content for p in got.input.packets if p.id == "env")
+
+
+def test_a_move_into_a_team_store_redacts_unless_no_redact(
+    pg_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A DuckDB file keeps secrets by default; moving it into a team store redacts them as
+    ingest into it does, every table included (the packet texts of ``contents`` are plain)."""
+    path = _trace_file(tmp_path, secret=SECRET)
+    file = tmp_path / "local.duckdb"
+    assert main(["ingest", str(path), "--db", str(file)]) == 0
+    [tid] = [t for t in read_trace_ids(file)]
+    redacted, kept = pg_server.new_database(), pg_server.new_database()
+    assert main(["migrate", "--db", redacted, "--move", str(file)]) == 0
+    assert SECRET not in _stored_packet(redacted, tid)
+    assert "OPENAI_API_KEY=" in _stored_packet(redacted, tid)
+    with psycopg.connect(redacted) as con:
+        texts = con.execute("SELECT string_agg(text, '') FROM contents").fetchone()
+    assert texts is not None and SECRET[:20] not in (texts[0] or "")
+    assert main(["migrate", "--db", kept, "--move", str(file), "--no-redact"]) == 0
+    assert SECRET in _stored_packet(kept, tid)
+    capsys.readouterr()
+
+
+def read_trace_ids(file: Path) -> list[str]:
+    with read_store(file) as store:
+        return [tid for _, traces in store.session_listing() for tid, _ in traces]

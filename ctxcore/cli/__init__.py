@@ -840,6 +840,7 @@ def _add_migrate(sub: _Subcommands) -> None:
         metavar="FILE",
         help="a DuckDB store file whose traces are moved into --db once it is up to date",
     )
+    _no_redact(m)
 
 
 def _add_token(sub: _Subcommands) -> None:
@@ -1001,7 +1002,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 #: the commands that write what they read into a store (and take --no-redact)
-_WRITERS = frozenset({"ingest", "watch", "import", "proxy", "run", "collect"})
+_WRITERS = frozenset({"ingest", "watch", "import", "proxy", "run", "collect", "migrate"})
 
 
 @contextmanager

@@ -49,11 +49,15 @@ def _move(source: str, db: str) -> int:
         )
     if Path(source).resolve() == Path(db).resolve():
         raise InputError(f"--move {source}: that is the --db store itself")
+    from ctxcore import settings
+
     with open_store(source, read_only=True) as src, open_store(db) as dst:
         moved = move_traces(
             src,
             dst,
             origin=source,
+            # into a team store, on unless --no-redact (cli._team_redaction), as ingest's
+            redact=settings.redact_on_ingest(),
             progress=lambda done, total: print(
                 f"\r{done:,}/{total:,} traces", end="", file=sys.stderr, flush=True
             ),

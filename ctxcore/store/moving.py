@@ -7,7 +7,8 @@ as stored), and written by the target's bulk writer as ingest writes, a transact
 ``COMMIT_EVERY`` traces. The target's conflict rule holds: a trace it already has is skipped
 (running the move again stores only what is missing: a move cut short goes on), one it holds
 with other content is reported, never overwritten. The traces' source (``source_file``)
-becomes the moved file.
+becomes the moved file. With ``redact`` (into a team store, by default) each trace's secrets
+are masked before it is written, as ingest into it masks them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ctxcore.errors import InputError
+from ctxcore.formats.redact import redact_trace
 from ctxcore.models import Trace
 from ctxcore.store.protocol import BulkWriter, Store
 from ctxcore.store.rows import prepare
@@ -41,17 +43,25 @@ def trace_ids(source: Store) -> list[str]:
     return [tid for _, traces in source.session_listing() for tid, _ in traces]
 
 
-def _batch(writer: BulkWriter, got: list[tuple[str, bytes]], origin: str, out: Moved) -> None:
-    """Write one batch of (trace id, JSON) into the open transaction of ``writer``."""
+def _batch(
+    writer: BulkWriter, got: list[tuple[str, bytes]], origin: str, out: Moved, redact: bool
+) -> None:
+    """Write one batch of (trace id, JSON) into the open transaction of ``writer``, each
+    trace's secrets masked first with ``redact``."""
     items: list[tuple[Trace, bytes]] = []
     for tid, raw in got:
         try:
-            items.append((Trace.model_validate_json(raw), raw))
+            trace = Trace.model_validate_json(raw)
         except ValueError as exc:
             raise InputError(
                 f"{origin}: trace_id {tid!r} is stored there in a form this version cannot "
                 f"read ({str(exc).splitlines()[0]}); nothing of this batch was moved"
             ) from exc
+        if redact:
+            trace, found = redact_trace(trace, raw)
+            if found:  # what is stored is the redacted trace, and nothing else
+                raw = trace.to_json_bytes()
+        items.append((trace, raw))
     res = writer.add(prepare(items, [origin] * len(items)))
     out.added += res.added
     out.skipped += res.skipped
@@ -64,16 +74,17 @@ def move_traces(
     target: Store,
     *,
     origin: str,
+    redact: bool,
     progress: Callable[[int, int], None] | None = None,
 ) -> Moved:
     """Copy every trace of ``source`` into ``target`` (see the module's docstring);
-    ``origin`` names the source in the target's rows and in messages, ``progress`` is told
-    (traces done, traces in all) after each batch."""
+    ``origin`` names the source in the target's rows and in messages, ``redact`` masks each
+    trace's secrets, ``progress`` is told (traces done, traces in all) after each batch."""
     ids = trace_ids(source)
     out = Moved()
     with target.bulk_writer() as writer:
         for i in range(0, len(ids), BATCH):
-            _batch(writer, source.traces_json(ids[i : i + BATCH]), origin, out)
+            _batch(writer, source.traces_json(ids[i : i + BATCH]), origin, out, redact)
             done = min(i + BATCH, len(ids))
             if done % COMMIT_EVERY == 0:
                 writer.commit()
