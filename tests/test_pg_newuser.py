@@ -136,3 +136,31 @@ def test_a_move_into_a_team_store_redacts_unless_no_redact(
 def read_trace_ids(file: Path) -> list[str]:
     with read_store(file) as store:
         return [tid for _, traces in store.session_listing() for tid, _ in traces]
+
+
+def test_every_relation_a_new_store_has_is_the_one_migrate_checks(pg_server: Any) -> None:
+    url = str(pg_server.new_database())
+    assert main(["migrate", "--db", url]) == 0
+    with psycopg.connect(url) as con:
+        rows = con.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'S') "
+            "AND NOT c.relispartition"
+        ).fetchall()
+        assert sorted(r[0] for r in rows) == sorted(pgschema.RELATIONS)
+        assert pgschema.missing(con) == []
+
+
+def test_a_table_dropped_by_hand_is_named_with_what_to_do(
+    pg_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = str(pg_server.new_database())
+    assert main(["migrate", "--db", url]) == 0
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("DROP TABLE decisions CASCADE")
+    capsys.readouterr()
+    line = _error(capsys, ["migrate", "--db", url])
+    assert "recorded as up to date but lacks decisions" in line
+    assert "restore the database from a backup" in line
+    line = _error(capsys, ["ingest", str(_trace_file(tmp_path)), "--db", url])
+    assert 'relation "decisions" does not exist' in line and "dropped or altered by hand" in line

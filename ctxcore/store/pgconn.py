@@ -43,6 +43,14 @@ def shown(url: str) -> str:
     return f"postgresql://{who}{host}:{port}/{db}"
 
 
+#: what to do with a store whose tables are not what its migrations made
+CHANGED_BY_HAND = (
+    "the store's tables are not what its migrations made (one was dropped or altered by "
+    "hand): restore the database from a backup, or make a new one (`ctxscope migrate --db "
+    "NEW_URL`) and ingest the trace files into it"
+)
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
@@ -65,6 +73,8 @@ def fault(url: str, exc: BaseException) -> StoreError:
             "session holds them (a migration, say): nothing of the transaction was stored, run "
             "it again once that session has finished"
         )
+    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
+        return StoreError(f"{where}: {what}; {CHANGED_BY_HAND}")
     if "ctxscope_reader" in what:  # the app's role (pgaccess.as_reader)
         return StoreError(
             f"{where}: cannot read as the role ctxscope_reader ({what}); run `ctxscope "
@@ -157,4 +167,13 @@ class Texts:
             self.older, self.texts = self.texts, {}
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "POOL_MAX", "Texts", "connect", "connect_fault", "fault", "shown"]
+__all__ = [
+    "CHANGED_BY_HAND",
+    "CONNECT_TIMEOUT_S",
+    "POOL_MAX",
+    "Texts",
+    "connect",
+    "connect_fault",
+    "fault",
+    "shown",
+]

@@ -300,6 +300,13 @@ MIGRATIONS: tuple[Step, ...] = (
 
 LATEST = MIGRATIONS[-1].version
 
+#: the tables and sequences the migrations up to LATEST leave (not the months' partitions)
+RELATIONS = (
+    "content_cid", "contents", "cost_parts", "ctxscope_tokens", "decisions", "file_offsets",
+    "findings", "ingest_errors", "part_packs", "partitions", "schema_migrations",
+    "shared_parts", "trace_ids", "trace_parts", "trace_tseq", "traces",
+)  # fmt: skip
+
 _TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
     "name TEXT NOT NULL, applied_at TIMESTAMP NOT NULL)"
@@ -313,6 +320,16 @@ def applied(con: psycopg.Connection) -> int:
         return 0
     got = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
     return int(got[0]) if got else 0
+
+
+def missing(con: psycopg.Connection) -> list[str]:
+    """The tables and sequences of ``RELATIONS`` the database lacks (dropped by hand: the
+    migrations that made them are recorded as run, so none makes them again)."""
+    rows = con.execute(
+        "SELECT r FROM unnest(%s::text[]) AS r WHERE to_regclass(quote_ident(r)) IS NULL",
+        [list(RELATIONS)],
+    ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def known(con: psycopg.Connection, where: str) -> int:
@@ -353,4 +370,4 @@ def apply(con: psycopg.Connection, upto: int | None = None) -> list[int]:
     return ran
 
 
-__all__ = ["LATEST", "MIGRATIONS", "Step", "applied", "apply", "known"]
+__all__ = ["LATEST", "MIGRATIONS", "RELATIONS", "Step", "applied", "apply", "known", "missing"]

@@ -22,7 +22,15 @@ from psycopg_pool import ConnectionPool
 from ctxcore.errors import InputError, StoreError
 from ctxcore.models import Trace
 from ctxcore.store import pginserts, pgschema
-from ctxcore.store.pgconn import CONNECT_TIMEOUT_S, POOL_MAX, Texts, connect, fault, shown
+from ctxcore.store.pgconn import (
+    CHANGED_BY_HAND,
+    CONNECT_TIMEOUT_S,
+    POOL_MAX,
+    Texts,
+    connect,
+    fault,
+    shown,
+)
 from ctxcore.store.pgwriter import PgBulkWriter
 from ctxcore.store.records import (
     PackedTrace,
@@ -350,6 +358,12 @@ def migrate_server(url: str) -> list[str]:
     try:
         pgschema.known(con, shown(url))
         ran = set(pgschema.apply(con))
+        gone = pgschema.missing(con)
+        if gone:
+            raise StoreError(
+                f"{shown(url)}: the schema is recorded as up to date but lacks "
+                f"{', '.join(gone)}; {CHANGED_BY_HAND}"
+            )
         try:
             grant_reader(con)
         except psycopg.errors.InsufficientPrivilege as exc:
