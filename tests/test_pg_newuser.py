@@ -52,6 +52,9 @@ def test_a_wrong_password_says_to_check_it_not_that_the_server_went_away(
     assert "password authentication failed" in line
     assert "check the user and password" in line
     assert "went away" not in line and "wrong" not in line.split("error:", 1)[1]
+    # no password at all (none in the URL, no ~/.pgpass entry): the same advice
+    line = _error(capsys, ["migrate", "--db", pg_server.url(user=password_user)])
+    assert "no password supplied" in line and "check the user and password" in line
 
 
 def test_a_missing_database_or_a_closed_port_says_what_to_do(

@@ -90,7 +90,12 @@ def fault(url: str, exc: BaseException) -> StoreError:
 
 
 #: what libpq says when it refused a login, and when the URL's database is not there
-_LOGIN_REFUSED = ("password authentication failed", "no pg_hba.conf entry", 'role "')
+_LOGIN_REFUSED = (
+    "password authentication failed",
+    "no password supplied",
+    "no pg_hba.conf entry",
+    'role "',
+)
 _NO_DATABASE = 'database "'
 
 
