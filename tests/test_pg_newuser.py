@@ -5,6 +5,7 @@ throwaway cluster of ``tests/pg_cluster.py``, ``ctxscope`` commands, real traces
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from ctxcore.cli import main
 from ctxcore.models import Packet
-from ctxcore.store import pgschema
+from ctxcore.store import pgaccess, pgschema
 from ctxcore.store.engines import read_store
 
 PASSWORD_USER = "newuser_pw"
@@ -167,3 +168,77 @@ def test_a_table_dropped_by_hand_is_named_with_what_to_do(
     assert "restore the database from a backup" in line
     line = _error(capsys, ["ingest", str(_trace_file(tmp_path)), "--db", url])
     assert 'relation "decisions" does not exist' in line and "dropped or altered by hand" in line
+
+
+def test_owners_making_the_reader_role_at_once_take_turns(pg_server: Any) -> None:
+    """Two `ctxscope migrate` at once (two services starting, say): their grants to the
+    reader role ran together and one failed 'tuple concurrently updated' (40 of 90 here)."""
+    url = str(pg_server.new_database())
+    assert main(["migrate", "--db", url]) == 0
+    failed: list[str] = []
+    for _ in range(5):
+        cons = [psycopg.connect(url, autocommit=True) for _ in range(6)]
+        start = threading.Barrier(len(cons))
+
+        def grant(con: psycopg.Connection, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                pgaccess.grant_reader(con)
+            except psycopg.Error as exc:
+                failed.append(str(exc))
+
+        threads = [threading.Thread(target=grant, args=(c,)) for c in cons]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for c in cons:
+            c.close()
+    assert failed == []
+
+
+def test_owners_of_two_stores_making_the_server_s_reader_role_at_once(pg_server: Any) -> None:
+    """The role is one for the whole server: owners of two stores migrating at once both
+    found it missing and one failed (role "ctxscope_reader" already exists, or the unique
+    index of pg_authid). The role is dropped for the test and granted again after it."""
+
+    def every_database() -> list[str]:
+        with pg_server.admin() as con:
+            rows = con.execute(
+                "SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate"
+            ).fetchall()
+        return [pg_server.url(r[0]) for r in rows]
+
+    stores = [str(pg_server.new_database()) for _ in range(4)]
+    for url in stores:
+        assert main(["migrate", "--db", url]) == 0
+    failed: list[str] = []
+    try:
+        for _ in range(3):
+            for url in every_database():
+                with psycopg.connect(url, autocommit=True) as con:
+                    con.execute(f"DROP OWNED BY {pgaccess.READER_ROLE}")
+            with pg_server.admin() as con:
+                con.execute(f"DROP ROLE {pgaccess.READER_ROLE}")
+            cons = [psycopg.connect(url, autocommit=True) for url in stores]
+            start = threading.Barrier(len(cons))
+
+            def grant(con: psycopg.Connection, start: threading.Barrier = start) -> None:
+                start.wait()
+                try:
+                    pgaccess.grant_reader(con)
+                except psycopg.Error as exc:
+                    failed.append(str(exc))
+
+            threads = [threading.Thread(target=grant, args=(c,)) for c in cons]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for c in cons:
+                c.close()
+    finally:
+        for url in every_database():
+            with psycopg.connect(url, autocommit=True) as con:
+                pgaccess.grant_reader(con)
+    assert failed == []

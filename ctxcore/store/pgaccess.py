@@ -47,12 +47,21 @@ def as_reader(url: str) -> str:
 def grant_reader(con: psycopg.Connection) -> None:
     """Make the role ``ctxscope_reader`` when missing, let it read every table of the store
     (those later migrations make too) and nothing else, and make the connecting user a member
-    (so its URL may read as it). ``con`` is the store owner's, in autocommit."""
+    (so its URL may read as it). ``con`` is the store owner's, in autocommit. Owners doing
+    this at once (two ``ctxscope migrate``) take turns on the migrations' advisory lock:
+    the server refuses grants on one object from two transactions at once ("tuple
+    concurrently updated"); the role, one for the whole server, is made by whichever of two
+    stores' owners comes first (the other's attempt, in a savepoint, finds it there)."""
     role = sql.Identifier(READER_ROLE)
     with con.transaction():
+        con.execute("SELECT pg_advisory_xact_lock(%s)", [pgschema.LOCK_KEY])
         exists = con.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [READER_ROLE])
         if exists.fetchone() is None:
-            con.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(role))
+            try:
+                with con.transaction():
+                    con.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(role))
+            except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+                pass  # another database's owner made it meanwhile
         db = con.execute("SELECT current_database()").fetchone()
         assert db is not None
         con.execute(
