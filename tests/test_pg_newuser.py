@@ -242,3 +242,15 @@ def test_owners_of_two_stores_making_the_server_s_reader_role_at_once(pg_server:
             with psycopg.connect(url, autocommit=True) as con:
                 pgaccess.grant_reader(con)
     assert failed == []
+
+
+def test_a_url_with_one_slash_is_refused_not_made_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``postgresql:/ann:s3cret@host/db`` was a DuckDB path: ingest made the folders
+    ``postgresql:/ann:s3cret@host`` and its error quoted the password."""
+    monkeypatch.chdir(tmp_path)
+    path = _trace_file(tmp_path)
+    line = _error(capsys, ["ingest", str(path), "--db", "postgresql:/ann:s3cret@dbhost/team"])
+    assert "s3cret" not in line and "postgresql://" in line and "two slashes" in line
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("postgres")]

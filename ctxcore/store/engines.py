@@ -25,6 +25,9 @@ from ctxcore.store.protocol import Store
 Note = Callable[[str], None]
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: a PostgreSQL URL mistyped (``postgresql:/user:pw@host/db``): a DuckDB path otherwise,
+#: whose folders, named after the URL and its password, would be made
+_MISTYPED = re.compile(r"^(postgres(?:ql)?):(?!//)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,13 @@ ENGINES: list[Engine] = [DUCKDB, POSTGRESQL]
 def engine_for(target: str | Path) -> Engine:
     """The engine that takes ``target``; ``StoreError`` naming the known ones when none does."""
     value = str(target)
+    typo = _MISTYPED.match(value)
+    if typo:
+        raise StoreError(
+            f"--db {typo[1]}:…: not a URL (a team store's starts with postgresql://, two "
+            "slashes, e.g. postgresql://user@host:5432/database), and not taken as a file "
+            "path; fix --db (or CTXSCOPE_DB)"
+        )
     for engine in ENGINES:
         if engine.claims(value):
             return engine
