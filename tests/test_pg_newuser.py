@@ -244,6 +244,18 @@ def test_owners_of_two_stores_making_the_server_s_reader_role_at_once(pg_server:
     assert failed == []
 
 
+@pytest.mark.parametrize("command", ["ingest", "export", "proxy", "app", "migrate"])
+def test_help_shows_ctxscope_db_without_its_password(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CTXSCOPE_DB", "postgresql://ann:s3cret@dbhost:5432/team?password=s3cret")
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "postgresql://ann@dbhost:5432/team" in out and "s3cret" not in out
+
+
 def test_a_url_with_one_slash_is_refused_not_made_a_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -183,6 +183,15 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     option listed by its current spellings only: its old ones still parse, and the
     command's epilog says so (``_renamed``)."""
 
+    def _expand_help(self, action: argparse.Action) -> str:
+        """An option's help with its default, a URL's password left out: ``--db``'s default
+        is ``$CTXSCOPE_DB``, which may be a team store's URL holding one."""
+        import re
+
+        text = super()._expand_help(action)
+        text = re.sub(r"(://[^/?#@:\s]*):[^/?#@\s]*@", r"\1@", text)
+        return re.sub(r"([?&]password=)[^&\s]*", r"\1…", text)
+
     def _format_action_invocation(self, action: argparse.Action) -> str:
         old: tuple[str, ...] = getattr(action, _OLD, ())
         if old:
