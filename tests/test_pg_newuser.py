@@ -266,3 +266,18 @@ def test_a_url_with_one_slash_is_refused_not_made_a_folder(
     line = _error(capsys, ["ingest", str(path), "--db", "postgresql:/ann:s3cret@dbhost/team"])
     assert "s3cret" not in line and "postgresql://" in line and "two slashes" in line
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("postgres")]
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("postgresql://ann:s3cret@[::1/team", "IPv6 host address"),
+        ("postgresql://ann:s3cret@127.0.0.1:notaport/team", "the URL is not one libpq takes"),
+        ("postgresql://ann:s3cret@127.0.0.1:5432/team?sslmode=bogus", "fix it: postgresql://"),
+    ],
+)
+def test_a_url_libpq_cannot_read_is_said_without_its_password(
+    url: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _error(capsys, ["migrate", "--db", url])
+    assert said in line and "s3cret" not in line, line

@@ -9,6 +9,7 @@ connection.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -51,9 +52,15 @@ CHANGED_BY_HAND = (
 )
 
 
+#: a URL's password, in libpq's words that quote a URL it could not read
+_PASSWORD = re.compile(r"(://[^/?#@:\s\"]*):[^/?#@\s\"]*@")
+
+
 def _first_line(exc: BaseException) -> str:
+    """The first line of what the server or libpq said, any URL in it without its password
+    (libpq quotes a URL it cannot parse whole)."""
     lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    return _PASSWORD.sub(r"\1@", lines[0]) if lines else type(exc).__name__
 
 
 def fault(url: str, exc: BaseException) -> StoreError:
@@ -107,13 +114,14 @@ def connect_fault(url: str, exc: BaseException) -> StoreError:
     what = _first_line(exc)
     if "ctxscope_reader" in what or not isinstance(exc, psycopg.OperationalError):
         return fault(url, exc)  # the app's role (pgaccess.as_reader), or not a connection's
-    if any(w in what for w in _LOGIN_REFUSED):
-        why, todo = (
-            "the server refused the login",
-            (
-                "check the user and password in the URL (or ~/.pgpass), and that the server "
-                "lets this user in from this machine (pg_hba.conf)"
-            ),
+    if what.startswith(("connection is bad", "invalid connection option", 'missing "="')):
+        why = "the URL is not one libpq takes"
+        todo = "fix it: postgresql://user@host:port/database, options after ?name=value&…"
+    elif any(w in what for w in _LOGIN_REFUSED):
+        why = "the server refused the login"
+        todo = (
+            "check the user and password in the URL (or ~/.pgpass), and that the server "
+            "lets this user in from this machine (pg_hba.conf)"
         )
     elif _NO_DATABASE in what and "does not exist" in what:
         why = "no such database"
