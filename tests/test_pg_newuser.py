@@ -281,3 +281,17 @@ def test_a_url_libpq_cannot_read_is_said_without_its_password(
 ) -> None:
     line = _error(capsys, ["migrate", "--db", url])
     assert said in line and "s3cret" not in line, line
+
+
+def test_a_team_app_on_the_network_refuses_one_token_for_every_browser(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CTXSCOPE_TOKEN opens every session of a team store's app (for scripts): with a host
+    the network reaches, every browser got in as that token's holder, asked for nothing."""
+    url = "postgresql://ann@127.0.0.1:1/team"
+    monkeypatch.setenv("CTXSCOPE_TOKEN", "ctxs_alices")
+    line = _error(capsys, ["app", "--db", url, "--host", "0.0.0.0", "--port", "1"])
+    assert "every browser on the network" in line and "unset CTXSCOPE_TOKEN" in line
+    monkeypatch.delenv("CTXSCOPE_TOKEN")
+    line = _error(capsys, ["app", "--db", url, "--host", "0.0.0.0", "--token", "ctxs_x"])
+    assert "every browser on the network" in line

@@ -282,6 +282,15 @@ def cmd_app(args: argparse.Namespace) -> int:
             f"pass --token SECRET (or set {settings.ENV_TOKEN}) and open the URL with "
             "?token=SECRET, or keep the default --host 127.0.0.1"
         )
+    if team and token and not is_loopback(args.host):
+        # a team store's token opens every session it is given to: from the environment,
+        # every browser that reaches --host would get in as its holder, with no token
+        raise InputError(
+            f"--host {args.host} with {settings.ENV_TOKEN} (or --token) on a team store lets "
+            "every browser on the network in as that token's holder, asking none for theirs; "
+            f"unset {settings.ENV_TOKEN} (each person gives their own token), or keep the "
+            "default --host 127.0.0.1"
+        )
     env = _store_env(args, team)
     if token:
         env[settings.ENV_TOKEN] = token
