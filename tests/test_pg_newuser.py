@@ -12,9 +12,10 @@ from typing import Any
 import app_support as data
 import psycopg
 import pytest
+from helpers_store import make_trace
 
 from ctxcore.cli import main
-from ctxcore.models import Packet
+from ctxcore.models import Packet, Trace
 from ctxcore.store import pgaccess, pgschema
 from ctxcore.store.engines import read_store
 
@@ -295,3 +296,34 @@ def test_a_team_app_on_the_network_refuses_one_token_for_every_browser(
     monkeypatch.delenv("CTXSCOPE_TOKEN")
     line = _error(capsys, ["app", "--db", url, "--host", "0.0.0.0", "--token", "ctxs_x"])
     assert "every browser on the network" in line
+
+
+def _with_query(t: Trace, query: str) -> Trace:
+    return t.model_copy(update={"input": t.input.model_copy(update={"query": query})})
+
+
+def test_hostile_lines_into_a_team_store_cost_their_line_only(
+    pg_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With redaction on (a team store's default) every hostile line is its own error and
+    the good lines around it, one holding a secret, are stored (redacted)."""
+    good = [make_trace(i).to_json() for i in range(4)]
+    secret = make_trace(9).to_json().replace('"metadata":{}', f'"metadata":{{"k":"{SECRET}"}}', 1)
+    hostile = [
+        make_trace(5).to_json().replace('"metadata":{}', '"metadata":{"x":"cut \\ud83d"}', 1),
+        make_trace(6).to_json().replace('"session_id":"', '"session_id":"a\\u0000', 1),
+        _with_query(make_trace(7), "y" * 11_000_000).to_json(),  # past the field's limit
+    ]
+    path = tmp_path / "hostile.jsonl"
+    lines = [good[0], hostile[0], good[1], hostile[1], secret, hostile[2], good[2], good[3]]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    url = str(pg_server.new_database())
+    assert main(["ingest", str(path), "--db", url]) == 1
+    out = capsys.readouterr().out
+    assert "ingested 5 new traces" in out and "3 errors" in out, out
+    for n in (2, 4, 6):
+        assert f"{path}:{n}: " in out
+    with read_store(url) as store:
+        assert store.count() == 5 and len(store.ingest_errors()) == 3
+        kept = store.get_trace(make_trace(9).trace_id)
+    assert kept is not None and SECRET not in kept.to_json()
