@@ -327,3 +327,17 @@ def test_hostile_lines_into_a_team_store_cost_their_line_only(
         assert store.count() == 5 and len(store.ingest_errors()) == 3
         kept = store.get_trace(make_trace(9).trace_id)
     assert kept is not None and SECRET not in kept.to_json()
+
+
+def test_an_owner_without_createrole_is_told_what_ran_and_what_to_do(
+    pg_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's first owner was made without CREATEROLE: migrate ran every migration,
+    then failed on the reader role, and its line did not say the migrations had run."""
+    with pg_server.admin() as con:
+        con.execute("CREATE ROLE plain_owner LOGIN")
+        con.execute("CREATE DATABASE plain_owned OWNER plain_owner")
+    url = pg_server.url("plain_owned", user="plain_owner")
+    line = _error(capsys, ["migrate", "--db", url])
+    assert "ran migrations 1 base, 2 tokens" in line, line
+    assert "a user with CREATEROLE" in line

@@ -367,10 +367,15 @@ def migrate_server(url: str) -> list[str]:
         try:
             grant_reader(con)
         except psycopg.errors.InsufficientPrivilege as exc:
+            done = ", ".join(
+                f"{s.version} {s.name}" for s in pgschema.MIGRATIONS if s.version in ran
+            )
+            said = f"ran migrations {done}" if done else "no migration was pending"
             raise StoreError(
-                f"{shown(url)}: the schema is up to date, but this user may not make the "
-                f"app's read-only role {READER_ROLE} ({str(exc).strip().splitlines()[0]}); "
-                "run `ctxscope migrate` once as a user with CREATEROLE"
+                f"{shown(url)}: the schema is up to date ({said}), but this user may not "
+                f"make the app's read-only role {READER_ROLE} "
+                f"({str(exc).strip().splitlines()[0]}); run `ctxscope migrate` once as a user "
+                "with CREATEROLE"
             ) from exc
     except psycopg.Error as exc:
         raise fault(url, exc) from exc
