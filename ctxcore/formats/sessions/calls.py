@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import is_
-from typing import Any
+from typing import Any, TypeVar
 
 from ctxcore import __version__ as _ctxcore_version
 from ctxcore.errors import ImportFormatError
@@ -487,6 +487,10 @@ def _gather(prep: _Prepared, counter: TokenCounter) -> _Gathered:
     )
 
 
+#: a part of a call's input that ``_mark_parts`` may mark (a packet or a history message)
+_P = TypeVar("_P", Packet, Message)
+
+
 def _mark_parts(
     prep: _Prepared, query_at: int | None, history: list[Message], packets: list[Packet]
 ) -> None:
@@ -505,25 +509,23 @@ def _mark_parts(
         marks.setdefault(conv[0], {})[REPLACED] = [it.item_id for it in comp._items]
     for k, extra in marks.items():
         it = prep.items[k]
-        only_after = extra.keys() == {AFTER_QUERY}
         if it.packet is not None:
             pos = next(i for i, p in enumerate(packets) if p is it.packet)
-            if only_after and isinstance(it.after_query, Packet):
-                packets[pos] = it.after_query
-                continue
-            meta = {**it.packet.metadata, **extra}
-            packets[pos] = it.packet.model_copy(update={"metadata": meta})
-            if only_after:
-                it.after_query = packets[pos]
+            packets[pos] = _marked(it, it.packet, extra)
         elif it.entry.history is not None:
             pos = next(i for i, m in enumerate(history) if m is it.entry.history)
-            if only_after and isinstance(it.after_query, Message):
-                history[pos] = it.after_query
-                continue
-            meta = {**it.entry.history.metadata, **extra}
-            history[pos] = it.entry.history.model_copy(update={"metadata": meta})
-            if only_after:
-                it.after_query = history[pos]
+            history[pos] = _marked(it, it.entry.history, extra)
+
+
+def _marked(it: _Item, part: _P, extra: dict[str, Any]) -> _P:
+    """``part`` (``it``'s packet or history message) with ``extra`` in its metadata. Marked
+    only as the first after the query, it is made once per item (``_Item.after_query``)."""
+    if extra.keys() == {AFTER_QUERY} and type(it.after_query) is type(part):
+        return it.after_query
+    copy = part.model_copy(update={"metadata": {**part.metadata, **extra}})
+    if extra.keys() == {AFTER_QUERY}:
+        it.after_query = copy
+    return copy
 
 
 def _call_warnings(call: Call, used: int, tokenizer: str) -> list[str]:
