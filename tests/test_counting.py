@@ -212,8 +212,8 @@ def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: 
     out = tmp_path / "out.fifo"
     os.mkfifo(out)
     reader = os.open(out, os.O_RDONLY | os.O_NONBLOCK)  # held open, never read
-    importer = subprocess.Popen(
-        [sys.executable, "-m", "ctxcore", "import", str(log), "-o", str(out)],
+    importer = subprocess.Popen(  # -X faulthandler: a hang's stacks on SIGABRT (below)
+        [sys.executable, "-X", "faulthandler", "-m", "ctxcore", "import", str(log), "-o", str(out)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -227,7 +227,13 @@ def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: 
         assert kids, "the importer started no counting process"
         assert importer.poll() is None, "the import ended before it was stopped"
         importer.send_signal(how)
-        importer.wait(timeout=30)
+        try:
+            importer.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # where it hangs: every thread's stack
+            importer.send_signal(signal.SIGABRT)
+            _, err = importer.communicate(timeout=30)
+            stacks = err.decode(errors="replace")
+            raise AssertionError(f"the import did not end:\n{stacks}") from None
         assert all(_gone(pid) for pid in kids)
     finally:
         os.close(reader)
