@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from ctxcore.threads import helper_thread
+
 #: How big the pipes are asked to be (Linux ``F_SETPIPE_SZ``; the system's cap applies).
 PIPE_BYTES = 1024 * 1024
 _F_SETPIPE_SZ = 1031
@@ -64,7 +66,7 @@ class CountingProcess:
         #: requests waiting for the sending thread (bytes; None ends it)
         self._sending: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._send_error: BaseException | None = None
-        self._sender = threading.Thread(target=self._send, name="ctxscope-count-send", daemon=True)
+        self._sender = helper_thread(self._send, "ctxscope-count-send", daemon=True)
         self._sender.start()
         #: answers read and not yet taken, by request number; the next request's number and
         #: the next answer's

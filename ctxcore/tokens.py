@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from ctxcore.errors import TokenizerError
 from ctxcore.settings import DEFAULT_ENCODING, ENCODINGS
+from ctxcore.threads import helper_thread
 
 _DATA = Path(__file__).parent / "data" / "encodings"
 _BLOB = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
@@ -226,9 +227,7 @@ class PendingCounts:
         bounds.append(len(texts))
         self._runs = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
         self._next = itertools.count()  # next() on it is atomic: threads take runs from it
-        self._threads = [
-            threading.Thread(target=self._work, name="ctxscope-count") for _ in range(k) if k > 1
-        ]
+        self._threads = [helper_thread(self._work, "ctxscope-count") for _ in range(k) if k > 1]
         for th in self._threads:
             th.start()
         self._done = False
@@ -347,7 +346,7 @@ class _Background:
         self._thread: threading.Thread | None = None
         if sum(map(len, self._texts)) >= _PARALLEL_CHARS:
             self._threads = threads
-            self._thread = threading.Thread(target=self._work, name="ctxscope-count")
+            self._thread = helper_thread(self._work, "ctxscope-count")
             self._thread.start()
 
     def _work(self) -> None:
@@ -652,8 +651,8 @@ def preload(name: str) -> None:
     with _preload_lock:  # not the backends' lock: the load holds that one
         if name in _preloading:
             return
-        thread = _preloading[name] = threading.Thread(
-            target=_preload, args=(name,), name=f"load-{name}", daemon=True
+        thread = _preloading[name] = helper_thread(
+            lambda: _preload(name), f"load-{name}", daemon=True
         )
     thread.start()
 

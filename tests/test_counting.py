@@ -10,12 +10,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from ctxcore import counting, tokens
+from ctxcore import counting, threads, tokens
 from ctxcore.cli import counting_beside as beside
 from ctxcore.cli import main
 from ctxcore.errors import TokenizerError
@@ -40,6 +41,38 @@ def proc() -> object:
     p = counting.CountingProcess.start()
     yield p
     p.kill()
+
+
+def _blocked(thread: threading.Thread) -> set[int]:
+    """The signals ``thread`` blocks (Linux's /proc: its SigBlk mask)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    mask = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.M).group(1), 16)  # type: ignore[union-attr]
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_helper_threads_leave_ctrl_c_to_the_main_thread(
+    proc: counting.CountingProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop signal that lands on a helper thread leaves the main thread in a write it may
+    never end (an output FIFO whose reader stalled: CI saw Ctrl-C hang an import): the
+    sending thread and the counting threads block SIGINT and SIGTERM (``ctxcore.threads``),
+    so the kernel gives them to the main thread."""
+    assert {signal.SIGINT, signal.SIGTERM} <= _blocked(proc._sender)
+    assert signal.SIGINT not in _blocked(threading.main_thread())
+    masks: list[set[int]] = []
+    real = threads.leave_signals_to_main
+
+    def leave() -> None:
+        real()
+        masks.append(_blocked(threading.current_thread()))
+
+    monkeypatch.setattr(threads, "leave_signals_to_main", leave)
+    backend = tokens.get_backend(tokens.ENCODINGS[0])
+    backend.start(["a few words " * 2000] * 64, 2).result()  # on two threads
+    backend.start(["a few words"], 2).result()  # on the caller's: nothing blocked here
+    assert masks and all({signal.SIGINT, signal.SIGTERM} <= m for m in masks)
+    assert signal.SIGINT not in _blocked(threading.main_thread())
 
 
 @pytest.mark.parametrize("name", tokens.ENCODINGS)
@@ -229,11 +262,18 @@ def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: 
         importer.send_signal(how)
         try:
             importer.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # where it hangs: every thread's stack
+        except subprocess.TimeoutExpired:  # where it hangs: its signal masks, every stack
+            masks = [
+                ln
+                for ln in Path(f"/proc/{importer.pid}/status").read_text().splitlines()
+                if ln.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))
+            ]
+            own = Path("/proc/thread-self/status").read_text()
+            masks.append("this test's " + re.findall(r"SigBlk:.*", own)[0])
             importer.send_signal(signal.SIGABRT)
             _, err = importer.communicate(timeout=30)
             stacks = err.decode(errors="replace")
-            raise AssertionError(f"the import did not end:\n{stacks}") from None
+            raise AssertionError(f"the import did not end: {masks}\n{stacks}") from None
         assert all(_gone(pid) for pid in kids)
     finally:
         os.close(reader)
