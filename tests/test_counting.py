@@ -232,6 +232,14 @@ def _gone(pid: int, within: float = 10.0) -> bool:
     return False
 
 
+def _as_in_a_terminal() -> None:
+    """The importer's SIGINT as a terminal's foreground job has it. This suite may run as a
+    background job of a non-interactive shell (``make test &``, ``nohup``), which ignores
+    SIGINT; a process started so keeps ignoring it, rightly, and Ctrl-C would not stop it
+    (CI: the import went on writing into the stalled FIFO, ``SigIgn`` holding SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
 def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: Path) -> None:
@@ -250,6 +258,7 @@ def test_no_counting_process_outlives_the_import(how: signal.Signals, tmp_path: 
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        preexec_fn=_as_in_a_terminal,
     )
     try:
         end = time.monotonic() + 30
