@@ -171,6 +171,30 @@ def test_a_table_dropped_by_hand_is_named_with_what_to_do(
     assert 'relation "decisions" does not exist' in line and "dropped or altered by hand" in line
 
 
+def _grant_at_once(urls: list[str]) -> list[str]:
+    """``grant_reader`` on a connection to each of ``urls``, all released at once; the
+    errors they raised."""
+    cons = [psycopg.connect(url, autocommit=True) for url in urls]
+    start = threading.Barrier(len(cons))
+    failed: list[str] = []
+
+    def grant(con: psycopg.Connection) -> None:
+        start.wait()
+        try:
+            pgaccess.grant_reader(con)
+        except psycopg.Error as exc:
+            failed.append(str(exc))
+
+    threads = [threading.Thread(target=grant, args=(c,)) for c in cons]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in cons:
+        c.close()
+    return failed
+
+
 def test_owners_making_the_reader_role_at_once_take_turns(pg_server: Any) -> None:
     """Two `ctxscope migrate` at once (two services starting, say): their grants to the
     reader role ran together and one failed 'tuple concurrently updated' (40 of 90 here)."""
@@ -178,23 +202,7 @@ def test_owners_making_the_reader_role_at_once_take_turns(pg_server: Any) -> Non
     assert main(["migrate", "--db", url]) == 0
     failed: list[str] = []
     for _ in range(5):
-        cons = [psycopg.connect(url, autocommit=True) for _ in range(6)]
-        start = threading.Barrier(len(cons))
-
-        def grant(con: psycopg.Connection, start: threading.Barrier = start) -> None:
-            start.wait()
-            try:
-                pgaccess.grant_reader(con)
-            except psycopg.Error as exc:
-                failed.append(str(exc))
-
-        threads = [threading.Thread(target=grant, args=(c,)) for c in cons]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for c in cons:
-            c.close()
+        failed += _grant_at_once([url] * 6)
     assert failed == []
 
 
@@ -221,23 +229,7 @@ def test_owners_of_two_stores_making_the_server_s_reader_role_at_once(pg_server:
                     con.execute(f"DROP OWNED BY {pgaccess.READER_ROLE}")
             with pg_server.admin() as con:
                 con.execute(f"DROP ROLE {pgaccess.READER_ROLE}")
-            cons = [psycopg.connect(url, autocommit=True) for url in stores]
-            start = threading.Barrier(len(cons))
-
-            def grant(con: psycopg.Connection, start: threading.Barrier = start) -> None:
-                start.wait()
-                try:
-                    pgaccess.grant_reader(con)
-                except psycopg.Error as exc:
-                    failed.append(str(exc))
-
-            threads = [threading.Thread(target=grant, args=(c,)) for c in cons]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            for c in cons:
-                c.close()
+            failed += _grant_at_once(stores)
     finally:
         for url in every_database():
             with psycopg.connect(url, autocommit=True) as con:
