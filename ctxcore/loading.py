@@ -87,9 +87,9 @@ def parse_json(text: str, where: str = "") -> Any:
     try:
         return _JSON.decode(text.removeprefix("\ufeff"))
     except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{_where(where)}malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from exc
+        # one line (a JSONL line, whose number ``where`` holds): its column only
+        at = f"line {exc.lineno} column {exc.colno}" if "\n" in text else f"column {exc.colno}"
+        raise InputError(f"{_where(where)}malformed JSON at {at}: {exc.msg}") from exc
     except ValueError as exc:
         raise InputError(f"{_where(where)}{exc}") from exc
     except RecursionError as exc:

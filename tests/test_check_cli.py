@@ -125,7 +125,7 @@ def test_fail_on_sets_the_threshold(corpus: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ('{"schema": "ctxscope.trace/1", "trace_id": ', "malformed JSON at line 1"),
+        ('{"schema": "ctxscope.trace/1", "trace_id": ', "malformed JSON at column 44"),
         ('{"schema": "ctxscope.trace/9", "trace_id": "x"}', "unsupported schema"),
     ],
 )
@@ -147,15 +147,16 @@ def test_missing_file_and_folder_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
     assert "is a folder" in capsys.readouterr().err
 
 
-def test_bad_line_in_jsonl_names_the_line(
+def test_bad_line_in_jsonl_names_the_line_and_the_others_are_checked(
     corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     f = tmp_path / "mixed.jsonl"
-    f.write_text(trace(corpus, "a", 20_000).to_json() + "\n{oops\n", encoding="utf-8")
+    a = trace(corpus, "a", 2500, must_keep=True).to_json()
+    f.write_text(a + "\n{oops\n", encoding="utf-8")
     assert main(["check", str(f)]) == 2
     captured = capsys.readouterr()
-    assert captured.out == ""  # nothing printed before all files were read
-    assert f"{f}:2: malformed JSON" in captured.err
+    assert f"{f}:a: error must_have_lost: " in captured.out  # line 1 is checked
+    assert f"ctxscope check: error: {f}:2: malformed JSON at column 2" in captured.err
 
 
 def test_gzip_and_lists_are_read(

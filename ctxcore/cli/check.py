@@ -7,22 +7,28 @@ cross-turn detectors see the earlier turns; they read them once for the whole se
 (``SessionFolds``, as ``diagnose_session`` does) when the session's traces come in turn
 order, so a long session costs its length, not its length squared. Every finding is printed
 on one line, ``file:trace_id: severity detector: message (fix: …) [packet ids]``; the exit
-code is 0 when no finding reaches ``--fail-on``, 1 when some do, and 2 on bad input (one
-line on stderr, printed by ``ctxcore.cli``). All files are read and validated before
-anything is printed, so a bad file never leaves half a report. JSONL is streamed line by
-line and a JSON document is refused past MAX_DOCUMENT_BYTES (``ctxcore.loading``), so a
-huge or hostile file costs one error line, not the machine's memory.
+code is 0 when no finding reaches ``--fail-on``, 1 when some do, and 2 on bad input. A
+file that cannot be read at all (missing, a folder, a JSON document that does not parse or
+is one trace that cannot be read) is one line on stderr, printed by ``ctxcore.cli``, before
+anything is checked. A line or item that cannot be read is that line's error
+(``cli.bad_lines``: said on stderr with its file and line), the others are checked and
+reported in full, and the code is 2: the gate did not see everything. All files are read
+before anything is printed. JSONL is streamed line by line and a JSON document is refused
+past MAX_DOCUMENT_BYTES (``ctxcore.loading``), so a huge or hostile file costs one error
+line, not the machine's memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import is_
 from pathlib import Path
 from typing import Any, TextIO
 
+from ctxcore.cli.bad_lines import BadLines
 from ctxcore.diagnostics.context import SEVERITY_RANK, SessionFolds
 from ctxcore.errors import InputError
 from ctxcore.loading import (
@@ -57,14 +63,22 @@ def _to_trace(obj: Any, where: str, default_id: str) -> Trace:
     return build_trace(inp, Config(), trace_id=default_id, session_id=default_id)
 
 
-def load_checked(paths: list[str], errors: list[InputError] | None = None) -> list[Checked]:
+def load_checked(
+    paths: list[str], errors: Callable[[str, InputError], None] | None = None
+) -> list[Checked]:
     """The traces of ``paths``, in order. A bad line or item raises, or, when ``errors`` is
-    given, is appended there (its message names the file and line) and the rest is read:
-    ``ctxscope replay`` reports it as that turn's error and replays the others. A file that
-    cannot be read at all (missing, a folder, too big) always raises."""
+    given, goes to it with its file's name as given (its message names the file and line)
+    and the rest is read: ``ctxscope check`` says it and checks the others, ``ctxscope
+    replay`` reports it as that turn's error and replays the others. A file that cannot be
+    read at all (missing, a folder, too big, a document that is one bad trace) always
+    raises."""
     out: list[Checked] = []
 
-    def record(name: str, obj: Any, raw: bytes | None, where: str, default_id: str) -> None:
+    def record(
+        name: str, obj: Any, raw: bytes | None, where: str, default_id: str, alone: bool = False
+    ) -> None:
+        """One line's or item's trace; a file that is one document (``alone``) is read whole
+        or not at all."""
         try:
             if isinstance(obj, InputError):
                 raise obj
@@ -72,9 +86,9 @@ def load_checked(paths: list[str], errors: list[InputError] | None = None) -> li
                 obj = parse_json(decode_line(raw, where), where)
             out.append(Checked(name, _to_trace(obj, where, default_id)))
         except InputError as exc:
-            if errors is None:
+            if errors is None or alone:
                 raise
-            errors.append(exc)
+            errors(name, exc)
 
     for name in paths:
         path = Path(name)
@@ -110,7 +124,7 @@ def load_checked(paths: list[str], errors: list[InputError] | None = None) -> li
             for i, obj in enumerate(items):
                 where = f"{path}[{i}]" if isinstance(data, list) else str(path)
                 default_id = f"{stem}[{i}]" if isinstance(data, list) else stem
-                record(name, obj, None, where, default_id)
+                record(name, obj, None, where, default_id, alone=not isinstance(data, list))
     return out
 
 
@@ -167,7 +181,9 @@ def run_check(
         raise InputError(f"--fail-on {fail_on!r}: choose one of info, warning, error")
     price_table(Path(prices) if prices else None)  # a bad price file: one line, before all
     options = DiagnosticsOptions(prices=prices)
-    checked = [Checked(c.where, ensure_built(c.trace)) for c in load_checked(paths)]
+    bad = BadLines("check", err)
+    checked = [Checked(c.where, ensure_built(c.trace)) for c in load_checked(paths, bad.add)]
+    bad.finish()
     by_session: dict[str, list[Trace]] = {}
     for c in checked:
         by_session.setdefault(c.trace.session_id, []).append(c.trace)
@@ -185,10 +201,10 @@ def run_check(
     print(
         f"ctxscope check: {len(checked)} trace(s): {counts['error']} error(s), "
         f"{counts['warning']} warning(s), {counts['info']} info; "
-        f"{failing} at or above {fail_on}",
+        f"{failing} at or above {fail_on}{bad.summary()}",
         file=err,
     )
-    return 1 if failing else 0
+    return 2 if bad.total else 1 if failing else 0
 
 
 def cli_check(args: argparse.Namespace) -> int:

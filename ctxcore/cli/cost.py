@@ -21,10 +21,12 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ctxcore import settings
+from ctxcore.cli.bad_lines import BadLines
 from ctxcore.cost import PriceTable, price_table
 from ctxcore.costing import (
     CallCost,
@@ -62,13 +64,16 @@ COLUMNS = (
 # --------------------------------------------------------------------------- reading
 
 
-def _from_paths(paths: list[str]) -> Iterator[Trace]:
+def _from_paths(paths: list[str], bad: BadLines) -> Iterator[Trace]:
+    """The files' traces; a line that cannot be read goes to ``bad`` (its error names the
+    file and line), and the lines after it are read."""
     from ctxcore.formats.load import iter_traces
 
     for name in paths:
         if Path(name).is_dir():
             raise InputError(f"{name}: is a folder; pass the files (e.g. {name}/*.jsonl)")
-        yield from iter_traces(name)
+        yield from iter_traces(name, skipped=partial(bad.add, name))
+    bad.finish()
 
 
 def _root(session_id: str) -> str:
@@ -328,6 +333,8 @@ def cli_cost(args: argparse.Namespace) -> int:
     _check_given(args)
     prices = price_table(Path(args.prices) if args.prices else None)
     if args.paths:
-        return run_cost(_from_paths(list(args.paths)), prices, bool(args.json))
+        bad = BadLines("cost")
+        rc = run_cost(_from_paths(list(args.paths), bad), prices, bool(args.json))
+        return 1 if bad.total else rc
     db = args.db or str(settings.db_path())
     return run_store_cost(db, args.session, prices, bool(args.json))

@@ -127,13 +127,25 @@ def _sessions(store: Store, tag: str | None, findings: bool = True) -> Iterator[
 
 def _from_files(paths: list[str]) -> tuple[list[Trace], list[TurnError]]:
     """The traces of the files, and one error per line or item that could not be read
-    (named by file and line): the rest is replayed, as a store's unreadable trace is."""
+    (named by file and line): the rest is replayed, as a store's unreadable trace is. The
+    first ``MAX_ERRORS_PER_FILE`` of a file are kept, the rest counted in one more."""
     from ctxcore.cli.check import load_checked
+    from ctxcore.settings import MAX_ERRORS_PER_FILE
 
-    bad: list[InputError] = []
-    traces = [c.trace for c in load_checked(paths, errors=bad)]
+    bad: list[InputError | str] = []
+    per_file: dict[str, int] = {}
+
+    def said(name: str, exc: InputError) -> None:
+        n = per_file[name] = per_file.get(name, 0) + 1
+        if n <= MAX_ERRORS_PER_FILE:
+            bad.append(exc)
+
+    traces = [c.trace for c in load_checked(paths, errors=said)]
     if not traces and bad:
         raise InputError(f"no trace could be read; the first error: {bad[0]}")
+    for name, n in per_file.items():
+        if n > MAX_ERRORS_PER_FILE:
+            bad.append(f"{name}: {n - MAX_ERRORS_PER_FILE:,} more bad lines not listed")
     return traces, [
         TurnError(session_id="", turn=-1, trace_id="", side="read", message=str(e)) for e in bad
     ]
