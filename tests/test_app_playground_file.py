@@ -92,7 +92,7 @@ def test_a_tuned_config_file_loads_into_the_knobs(
     ("body", "words"),
     [
         (b'{"max_tokens": "lots"}', ["bad.json", "max_tokens"]),
-        (b'{"max_tokens": 4000,', ["bad.json", "line 1"]),
+        (b'{"max_tokens": 4000,', ["bad.json", "malformed JSON at column"]),
         (b"[1, 2]", ["bad.json", "JSON object"]),
         (b'{"preset": "ctxscope", "min_relevance": 7}', ["bad.json", "min_relevance"]),
         (b"\xff\xfe not utf-8", ["bad.json", "UTF-8"]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gzip
+import io
 import json
 import os
 import subprocess
@@ -154,7 +155,9 @@ def test_build_check_import_and_ingest_give_the_same_error(tmp_path: Path, case:
     jsonl, doc = tmp_path / "one.jsonl", tmp_path / "one.json"
     jsonl.write_bytes(raw + b"\n")
     doc.write_bytes(raw)
-    checked = _error_of(lambda: run_check([str(jsonl)]))
+    said = io.StringIO()
+    assert run_check([str(jsonl)], err=said) == 2  # a line it could not read: said, bad input
+    checked = said.getvalue().splitlines()[0].removeprefix("ctxscope check: error: ")
     built = _error_of(lambda: load_input_or_trace(doc))
     imported = _error_of(lambda: load_file(doc, "trace"))
     assert checked == f"{jsonl}:1: {ingested}"
