@@ -30,7 +30,6 @@ all the calls that hold it) and by content.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import re
@@ -42,6 +41,7 @@ from typing import Any
 
 import msgspec
 from pydantic import BaseModel, TypeAdapter
+from xxhash import xxh3_64_hexdigest
 
 from ctxcore import settings
 from ctxcore.errors import InputError
@@ -114,8 +114,9 @@ def starts_shared(text: str) -> bool:
 
 
 def part_id(raw: bytes) -> str:
-    """The id ctxscope gives a part: a hash of its JSON bytes."""
-    return hashlib.blake2b(raw, digest_size=8).hexdigest()
+    """The id ctxscope gives a part: a hash of its JSON bytes (XXH3, 64 bits, as hex: the
+    hash ``import -o`` spends least on; docs/design.md, "Shared traces")."""
+    return xxh3_64_hexdigest(raw)
 
 
 class PartTable:
