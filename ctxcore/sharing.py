@@ -430,9 +430,10 @@ class PartTables:
 # --------------------------------------------------------------------------- writing
 
 
-_ADAPTERS: dict[type, TypeAdapter[Any]] = {
-    m: TypeAdapter(list[m])  # type: ignore[valid-type]
-    for m in (Message, Packet, ToolDef, Decision)
+#: The serializers of the items a shared line names by id (each model's own: one call an
+#: item, its JSON as ``Model.model_dump_json`` writes it).
+_SERIALIZERS: dict[type, Any] = {
+    m: m.__pydantic_serializer__ for m in (Message, Packet, ToolDef, Decision)
 }
 #: The fields a shared line writes itself (items as part ids, texts as pieces), by the
 #: object holding them: left out of pydantic's one dump of the trace, put back in place.
@@ -608,11 +609,11 @@ class ShareWriter:
     def _serialize(
         self, objs: list[Any], where: list[int], ids: list[str], new: dict[str, bytes]
     ) -> None:
-        """Part ids of items not known yet: their JSON (all at once), hashed."""
+        """Part ids of items not known yet: their JSON (one serializer call each), hashed."""
         kind = type(objs[0])
-        adapter = _ADAPTERS.get(kind)
-        if adapter is not None and all(type(o) is kind for o in objs):
-            raws = list(map(bytes, _LIST.decode(adapter.dump_json(objs))))
+        serializer = _SERIALIZERS.get(kind)
+        if serializer is not None and all(type(o) is kind for o in objs):
+            raws = list(map(serializer.to_json, objs))
         else:
             raws = [_model_json(o).encode("utf-8", "surrogatepass") for o in objs]
         for k, obj, data in zip(where, objs, raws, strict=True):
@@ -708,11 +709,12 @@ def _model_json(obj: Any) -> str:
 
 
 _STR_ADAPTER: TypeAdapter[str] = TypeAdapter(str)
+_STR_JSON = _STR_ADAPTER.serializer.to_json
 
 
 def _str_json(text: str) -> bytes:
     """A string's JSON as the models write it (pydantic's escaping)."""
-    return _STR_ADAPTER.dump_json(text)
+    return _STR_JSON(text)
 
 
 def whole_lines(traces: Iterator[Trace]) -> Iterator[str]:
