@@ -19,7 +19,7 @@ from ctxcore import settings
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
 from ctxcore.formats.accounting import LABELS, describe_trace, source_counts
 from ctxcore.formats.load import iter_traces, jsonl_lines, load_file, write_jsonl
-from ctxcore.models import Message, Trace
+from ctxcore.models import Message, Packet, Trace
 from ctxcore.output import STDOUT, is_stdout, write_output
 
 if TYPE_CHECKING:
@@ -99,14 +99,15 @@ class _Reached:
         #: session -> the last trace's messages, their source message ids and their sums
         #: (system parts, tool calls, media, thinking, compactions, replaced tool results)
         self.last: dict[str, tuple[list[Message], set[str], list[int]]] = {}
+        #: session -> the last trace's packets and how many of them are tool results
+        self.packets: dict[str, tuple[list[Packet], int]] = {}
 
     def counts(self, trace: Trace) -> dict[str, int]:
         messages = (trace.result.messages if trace.result is not None else None) or []
         prev, sources, sums = self.last.get(trace.session_id, ([], set(), []))
         n = len(prev)
-        if n and len(messages) >= n and all(map(is_, messages[:n], prev)):
-            sources, sums = set(sources), list(sums)
-        else:
+        # the previous trace's set and sums go on (only this trace's are needed next)
+        if not (n and len(messages) >= n and all(map(is_, messages[:n], prev))):
             sources, sums, n = set(), [0] * 6, 0
         for m in messages[n:]:
             mid = m.id or ""
@@ -120,7 +121,7 @@ class _Reached:
             sums[4] += bool(meta.get("compaction"))
             sums[5] += bool(meta.get("replaced_by")) and m.role == "tool"
         self.last[trace.session_id] = (messages, sources, sums)
-        results = sum(1 for p in trace.input.packets if p.kind == "tool_result")
+        results = self._results(trace.session_id, trace.input.packets)
         return source_counts(
             {
                 "messages": len(sources),
@@ -133,6 +134,17 @@ class _Reached:
                 "compactions": sums[4],
             }
         )
+
+    def _results(self, session: str, packets: list[Packet]) -> int:
+        """How many of ``packets`` are tool results: the previous trace's count and the new
+        ones', when they start with its packets (the same objects)."""
+        prev, results = self.packets.get(session, ([], 0))
+        n = len(prev)
+        if not (n and len(packets) >= n and all(map(is_, packets[:n], prev))):
+            results, n = 0, 0
+        results += sum(1 for p in packets[n:] if p.kind == "tool_result")
+        self.packets[session] = (packets, results)
+        return results
 
 
 class _SourceTally:

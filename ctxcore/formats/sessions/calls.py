@@ -28,6 +28,7 @@ whose agent compacts before it overflows.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -412,6 +413,71 @@ class _Prepared:
     summarize: bool
 
 
+class _Lists:
+    """What a call's trace lists item by item (history, packets, flat messages, system
+    texts, the conversation items and their places, their decisions while ``key`` holds),
+    kept for the session's next call: a call whose items start with the previous call's
+    (the same objects: an item never changes) adds its new items' only, where each call
+    of a long session would walk its whole context again. The lists are handed out as
+    copies: the previous call's trace keeps its own."""
+
+    def __init__(self) -> None:
+        self.items: list[_Item] = []
+        self.history: list[Message] = []
+        self.packets: list[Packet] = []
+        self.flat: list[Message] = []
+        self.system: list[str] = []
+        #: positions in ``items`` of the conversation items, and those items
+        self.conv_at: list[int] = []
+        self.conv: list[_Item] = []
+        #: position in ``items`` -> its place in ``history``, in ``packets`` (or -1)
+        self.in_history: list[int] = []
+        self.in_packets: list[int] = []
+        #: the ids of the conversation's must-keep packets
+        self.must: list[str] = []
+        #: the conversation items' decisions made with ``key`` (``_decisions``)
+        self.key: tuple[Any, ...] | None = None
+        self.decisions: list[Decision] = []
+        self.decided = 0
+
+    def update(self, items: list[_Item]) -> None:
+        n = len(self.items)
+        if not (n and len(items) >= n and all(map(is_, items[:n], self.items))):
+            self.__init__()  # type: ignore[misc]
+            n = 0
+        for k in range(n, len(items)):
+            it = items[k]
+            hist = it.entry.history
+            self.in_history.append(len(self.history) if hist is not None else -1)
+            if hist is not None:
+                self.history.append(hist)
+            self.in_packets.append(len(self.packets) if it.packet is not None else -1)
+            if it.packet is not None:
+                self.packets.append(it.packet)
+            self.flat.append(it.flat)
+            if it.kind == "system":
+                self.system.append(it.entry.content)
+            else:
+                self.conv_at.append(k)
+                self.conv.append(it)
+                if it.packet is not None and it.packet.must_keep:
+                    self.must.append(it.item_id)
+        self.items = items
+
+    def conv_decisions(self, key: tuple[Any, ...], decide: Any) -> list[Decision]:
+        """The conversation items' decisions with ``key``: ``decide(it)`` for an item
+        without one made with it (all of them when the key changed)."""
+        if self.key != key:
+            self.key, self.decisions, self.decided = key, [], 0
+        for it in self.conv[self.decided :]:
+            if it.key != key:
+                decide(it)
+            if it.decision is not None:
+                self.decisions.append(it.decision)
+        self.decided = len(self.conv)
+        return self.decisions
+
+
 @dataclass(eq=False)
 class _Counting:
     """Texts of one tokenizer being counted; ``pending.result()`` gives their counts in
@@ -450,19 +516,19 @@ class _Gathered:
     source: str | None
 
 
-def _gather(prep: _Prepared, counter: TokenCounter) -> _Gathered:
+def _gather(prep: _Prepared, counter: TokenCounter, lists: _Lists) -> _Gathered:
     """The call's input (the last user message as the query, the rest as history and
     packets) and its counts; a window the log does not give comes from the model table."""
     call, items = prep.call, prep.items
     last = _sums(items, prep.tok, counter)
     query_at = last[S_LAST_USER] if last[S_LAST_USER] >= 0 else None
-    history = [it.entry.history for it in items if it.entry.history is not None]
+    history = lists.history[:]
     query = ""
     if query_at is not None:
         query = history.pop(items[query_at].sums[S_HIST] - 1).content
-    packets = [it.packet for it in items if it.packet is not None]
-    _mark_parts(prep, query_at, history, packets)
-    system = "\n\n".join(it.entry.content for it in items if it.kind == "system")
+    packets = lists.packets[:]
+    _mark_parts(prep, query_at, history, packets, lists)
+    system = "\n\n".join(lists.system)
     window, source = call.window, call.window_source
     if window is None and known_window(call.model) is not None:
         window = known_window(call.model)
@@ -492,29 +558,35 @@ _P = TypeVar("_P", Packet, Message)
 
 
 def _mark_parts(
-    prep: _Prepared, query_at: int | None, history: list[Message], packets: list[Packet]
+    prep: _Prepared,
+    query_at: int | None,
+    history: list[Message],
+    packets: list[Packet],
+    lists: _Lists,
 ) -> None:
     """Mark, in this call's input only (the parts are shared by the session's calls), what
     the recorded preset needs to rebuild the call (docs/design.md, "recorded"): the first
     part after the query (``AFTER_QUERY``) and, in the first call after a compaction, the
     ids it replaced (``REPLACED``, on the call's first conversation part)."""
-    conv = [k for k, it in enumerate(prep.items) if it.kind != "system" and k != query_at]
+    conv = lists.conv_at  # the conversation items' places, the query's among them
     marks: dict[int, dict[str, Any]] = {}
     if query_at is not None:
-        after = next((k for k in conv if k > query_at), None)
-        if after is not None:
-            marks.setdefault(after, {})[AFTER_QUERY] = True
+        after = bisect_right(conv, query_at)
+        if after < len(conv):
+            marks.setdefault(conv[after], {})[AFTER_QUERY] = True
     comp = prep.call.compaction
-    if prep.summarize and comp is not None and comp._items and conv:
-        marks.setdefault(conv[0], {})[REPLACED] = [it.item_id for it in comp._items]
+    first = next((k for k in conv[:2] if k != query_at), None)
+    if prep.summarize and comp is not None and comp._items and first is not None:
+        marks.setdefault(first, {})[REPLACED] = [it.item_id for it in comp._items]
+    # the query left ``history``: the messages after it moved up one place
+    popped = lists.in_history[query_at] if query_at is not None else len(history) + 1
     for k, extra in marks.items():
         it = prep.items[k]
         if it.packet is not None:
-            pos = next(i for i, p in enumerate(packets) if p is it.packet)
-            packets[pos] = _marked(it, it.packet, extra)
+            packets[lists.in_packets[k]] = _marked(it, it.packet, extra)
         elif it.entry.history is not None:
-            pos = next(i for i, m in enumerate(history) if m is it.entry.history)
-            history[pos] = _marked(it, it.entry.history, extra)
+            pos = lists.in_history[k]
+            history[pos - (pos > popped)] = _marked(it, it.entry.history, extra)
 
 
 def _marked(it: _Item, part: _P, extra: dict[str, Any]) -> _P:
@@ -558,6 +630,8 @@ class CallTraces:
         #: session -> its last call's items, tools' JSON and prompt (the most recent
         #: PROMPTS_KEPT sessions)
         self._prompts: dict[str, tuple[list[_Item], str, str]] = {}
+        #: session -> its last call's lists (the most recent PROMPTS_KEPT sessions)
+        self._lists: dict[str, _Lists] = {}
         #: tokens counted (each message once) and tokens in all calls' prompts
         self.tokens_counted = 0
         self.tokens_in_calls = 0
@@ -645,14 +719,16 @@ class CallTraces:
         call, items, tok = prep.call, prep.items, prep.tok
         timer = Timer()
         counter = get_counter(tok)
+        lists = self._lists_of(call.session_id, items)
         with timer.stage("gather"):
-            g = _gather(prep, counter)
+            g = _gather(prep, counter, lists)
         used = g.instr + g.tools_n + g.last[S_CONV] + g.overhead
         reserve = g.inp.output_reserve or 0
         window, available, warns = window_warnings(g.window, used, reserve)
         with timer.stage("select"):
             decisions, partitions, must = self._decisions(
                 prep,
+                lists,
                 g.last,
                 g.query_at,
                 bool(g.system),
@@ -673,7 +749,7 @@ class CallTraces:
         warns.extend(_call_warnings(call, used, counter.name))
         result = finish(
             prompt=self._prompt(call.session_id, items, g.tools_json),
-            messages=[it.flat for it in items],
+            messages=lists.flat[:],
             decisions=decisions,
             partitions=partitions,
             totals=totals,
@@ -697,6 +773,15 @@ class CallTraces:
                 "outcome": _outcome(call),
             }
         )
+
+    def _lists_of(self, session: str, items: list[_Item]) -> _Lists:
+        """The session's ``_Lists``, made up to date with this call's ``items``."""
+        lists = self._lists.pop(session, None) or _Lists()
+        lists.update(items)
+        self._lists[session] = lists
+        if len(self._lists) > PROMPTS_KEPT:
+            del self._lists[next(iter(self._lists))]
+        return lists
 
     def _prompt(self, session: str, items: list[_Item], tools_json: str) -> str:
         """The call's rendered prompt (``_prompt``). A call whose items are the session's
@@ -729,6 +814,7 @@ class CallTraces:
     def _decisions(
         self,
         prep: _Prepared,
+        lists: _Lists,
         last: tuple[int, ...],
         query_at: int | None,
         has_system: bool,
@@ -756,17 +842,17 @@ class CallTraces:
             head.extend(_summarized(call.compaction, len(head), left, tok))
         rank0 = len(head)
         key = (rank0, left, tok)
-        conv = [it for it in items if it.kind != "system"]
-        for it in conv:
-            if it.key != key:
-                s, n = it.sums, it.tokens[tok]
-                rank = rank0 + s[S_ITEMS] - 1
-                it.decision = _kept(it.item_id, it.kind, rank, n, left - s[S_CONV], it.entry.notes)
-                it.key = key
-        out = head + [it.decision for it in conv if it.decision is not None]
+
+        def decide(it: _Item) -> None:
+            s, n = it.sums, it.tokens[tok]
+            rank = rank0 + s[S_ITEMS] - 1
+            it.decision = _kept(it.item_id, it.kind, rank, n, left - s[S_CONV], it.entry.notes)
+            it.key = key
+
+        out = head + lists.conv_decisions(key, decide)
         must = [INSTRUCTIONS_ID] if has_system else []
         if last[S_SYS_N]:
-            must += [it.item_id for it in conv if it.packet is not None and it.packet.must_keep]
+            must += lists.must
         must.append(TASK_ID)
         q = 0
         if query_at is not None:
