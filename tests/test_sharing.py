@@ -522,3 +522,23 @@ def test_a_shared_line_nested_past_the_parser_is_its_own_error(tmp_path: Path) -
     [error] = counts.error_rows
     assert error.line == len(lines) + 1 and "nested too deeply" in error.message
     assert "bug" not in error.message
+
+
+def test_a_part_is_named_by_the_xxh3_of_its_json_bytes_whoever_writes_it() -> None:
+    """design.md: a part's id is XXH3-64 of its JSON bytes as the line holds them (16 hex
+    digits), so two writers name the same content alike."""
+    import msgspec
+    import xxhash
+
+    traces = list(iter_traces(SIDECHAIN))
+    one = [ShareWriter().line_bytes(t) for t in traces[:1]]
+    both = ShareWriter()
+    lines = [both.line_bytes(t) for t in traces]
+    assert lines[0] == one[0]  # a second writer writes the first line alike
+    checked = 0
+    for line in lines:
+        parts = msgspec.json.decode(line, type=dict[str, msgspec.Raw])["parts"]
+        for pid, raw in msgspec.json.decode(parts, type=dict[str, msgspec.Raw]).items():
+            assert len(pid) == 16 and pid == xxhash.xxh3_64_hexdigest(bytes(raw))
+            checked += 1
+    assert checked > 50
