@@ -46,7 +46,7 @@ from xxhash import xxh3_64_hexdigest
 from ctxcore import settings
 from ctxcore.errors import InputError
 from ctxcore.loading import GZIP_ERRORS, iter_lines, open_stream, too_deep
-from ctxcore.models import Decision, Message, Packet, ToolDef, Trace
+from ctxcore.models import Config, Decision, Message, Packet, ToolDef, Trace
 from ctxcore.settings import MAX_LINE_BYTES
 
 SHARE_SCHEMA = "ctxscope.share/1"
@@ -443,6 +443,12 @@ _OWN: dict[str, dict[str, bool]] = {
 }
 _EXCLUDE = {name: set(fields) for name, fields in _OWN.items()}
 _TRACE_JSON = Trace.__pydantic_serializer__
+_CONFIG_JSON = Config.__pydantic_serializer__
+#: ``config`` is left out of the trace's dump and put back after this key (its JSON is
+#: the same object's, call after call: ``ShareWriter._config_json``)
+_TRACE_KEYS = [info.alias or name for name, info in Trace.model_fields.items()]
+_BEFORE_CONFIG = _TRACE_KEYS[_TRACE_KEYS.index("config") - 1]
+_EXCLUDE_CONFIG: dict[str, Any] = {**_EXCLUDE, "config": True}
 _NO_LIST: tuple[list[Any], list[str]] = ([], [])
 _NO_TEXT: tuple[str, list[tuple[str, int]], bytes] = ("", [], b"[]")
 #: Texts made by appending to another (``grew``): id -> (the text, its head); the most
@@ -491,6 +497,8 @@ class ShareWriter:
         self.texts: dict[tuple[str, str], tuple[str, list[tuple[str, int]], bytes]] = {}
         #: the sessions those two hold, least recent first (at most MAX_SESSIONS)
         self.sessions: dict[str, None] = {}
+        #: the last config written and its JSON
+        self.config: tuple[Config | None, bytes] = (None, b"")
 
     def line(self, trace: Trace) -> str:
         """One shared line (with its newline) for ``trace``."""
@@ -533,7 +541,9 @@ class ShareWriter:
         """The trace's JSON with parts: pydantic dumps it once without the fields holding
         parts (``_OWN``), and those are put back at their places in ``input`` and
         ``result``, in field order (the order their new parts are defined in)."""
-        dumped = _TRACE_JSON.to_json(trace, by_alias=True, exclude_none=False, exclude=_EXCLUDE)
+        dumped = _TRACE_JSON.to_json(
+            trace, by_alias=True, exclude_none=False, exclude=_EXCLUDE_CONFIG
+        )
         out: list[bytes] = []
         sep = b"{"
         for key, raw in _OBJECT.decode(dumped).items():
@@ -541,8 +551,16 @@ class ShareWriter:
             sep = b","
             value = getattr(trace, key) if key in _OWN else None
             out.append(raw if value is None else self._object(trace, key, value, raw, new))
+            if key == _BEFORE_CONFIG:
+                out += (b',"config":', self._config_json(trace.config))
         out.append(b"}" if out else b"{}")
         return b"".join(out)
+
+    def _config_json(self, config: Config) -> bytes:
+        """The config's JSON: a session's calls share one object, dumped once."""
+        if self.config[0] is not config:
+            self.config = (config, _CONFIG_JSON.to_json(config, by_alias=True))
+        return self.config[1]
 
     def _object(
         self, trace: Trace, name: str, model: BaseModel, raw: bytes, new: dict[str, bytes]

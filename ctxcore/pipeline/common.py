@@ -73,35 +73,55 @@ class Timer:
             self.timings[name] = round(self.timings.get(name, 0.0) + ms, 3)
 
 
+class ReportLists:
+    """A report's lists, added to decision by decision in prompt order (``add``): what
+    ``make_report`` makes of a build's decisions, and what a session log's importer keeps of
+    the decisions its calls share (``formats.sessions.calls``)."""
+
+    __slots__ = ("included", "summarized", "dropped", "reasons")
+
+    def __init__(self) -> None:
+        self.included: list[str] = []
+        self.summarized: list[str] = []
+        self.dropped: list[str] = []
+        #: (packet id, reason) of each decision with a reason, in order
+        self.reasons: list[tuple[str, str]] = []
+
+    def add(self, decisions: list[Decision]) -> None:
+        included, summarized, dropped = self.included, self.summarized, self.dropped
+        reasons = self.reasons
+        kept, truncated, summ = Status.KEPT, Status.TRUNCATED, Status.SUMMARIZED
+        for d in decisions:  # one pass: this runs on every build of 1,000+ decisions
+            v = d.__dict__
+            status = v["status"]
+            pid = v["packet_id"]
+            if status == kept or status == truncated:
+                included.append(pid)
+            elif status == summ:
+                summarized.append(pid)
+            else:  # dropped, filtered, not rendered
+                dropped.append(pid)
+            if status != kept or v["notes"]:
+                reasons.append((pid, v["reason_text"]))
+
+    def report(self, budget: int, used: int, must_keep_ids: list[str]) -> Report:
+        return Report(
+            budget=budget,
+            used=used,
+            mustKeep=must_keep_ids,
+            included=self.included,
+            summarized=self.summarized,
+            dropped=self.dropped,
+            reasons=dict(self.reasons),  # a packet id given twice: its first place, last reason
+        )
+
+
 def make_report(
     decisions: list[Decision], budget: int, used: int, must_keep_ids: list[str]
 ) -> Report:
-    included: list[str] = []
-    summarized: list[str] = []
-    dropped: list[str] = []
-    reasons: dict[str, str] = {}
-    kept, truncated, summ = Status.KEPT, Status.TRUNCATED, Status.SUMMARIZED
-    for d in decisions:  # one pass: this runs on every build of 1,000+ decisions
-        v = d.__dict__
-        status = v["status"]
-        pid = v["packet_id"]
-        if status == kept or status == truncated:
-            included.append(pid)
-        elif status == summ:
-            summarized.append(pid)
-        else:  # dropped, filtered, not rendered
-            dropped.append(pid)
-        if status != kept or v["notes"]:
-            reasons[pid] = v["reason_text"]
-    return Report(
-        budget=budget,
-        used=used,
-        mustKeep=must_keep_ids,
-        included=included,
-        summarized=summarized,
-        dropped=dropped,
-        reasons=reasons,
-    )
+    lists = ReportLists()
+    lists.add(decisions)
+    return lists.report(budget, used, must_keep_ids)
 
 
 def make_partitions(
@@ -129,9 +149,13 @@ def finish(
     warnings: list[str],
     timer: Timer,
     messages: list[Message] | None = None,
+    report: Report | None = None,
 ) -> BuildResult:
+    """The build's result; its report made of the decisions unless ``report`` is given
+    (made by the caller from the same decisions, as ``make_report`` would)."""
     with timer.stage("report"):
-        report = make_report(decisions, totals.available, totals.used, must_keep_ids)
+        if report is None:
+            report = make_report(decisions, totals.available, totals.used, must_keep_ids)
     return BuildResult(
         prompt=prompt,
         messages=messages,

@@ -70,6 +70,7 @@ from ctxcore.models import (
     Packet,
     PartitionUsage,
     Reason,
+    Report,
     Status,
     ToolDef,
     Totals,
@@ -77,7 +78,7 @@ from ctxcore.models import (
     check_free_json,
     unvalidated,
 )
-from ctxcore.pipeline.common import INSTRUCTIONS_ID, Timer, finish
+from ctxcore.pipeline.common import INSTRUCTIONS_ID, ReportLists, Timer, finish, make_report
 from ctxcore.pipeline.recorded import AFTER_QUERY, REPLACED
 from ctxcore.settings import MAX_CONTENT_CHARS, MAX_INT32, MAX_TOKENS
 from ctxcore.sharing import grew
@@ -435,10 +436,18 @@ class _Lists:
         self.in_packets: list[int] = []
         #: the ids of the conversation's must-keep packets
         self.must: list[str] = []
-        #: the conversation items' decisions made with ``key`` (``_decisions``)
+        #: the conversation items' decisions made with ``key`` (``_decisions``), what they
+        #: add to a report (``None`` once one is neither kept nor truncated: then the
+        #: report is made whole) and how many reasons come before each
         self.key: tuple[Any, ...] | None = None
         self.decisions: list[Decision] = []
         self.decided = 0
+        self.report: ReportLists | None = ReportLists()
+        self.reasons_before: list[int] = []
+        #: the last call's decisions: how many came before these, and which of these the
+        #: task's decision replaced (``report``)
+        self.head = 0
+        self.task_at: int | None = None
 
     def update(self, items: list[_Item]) -> None:
         n = len(self.items)
@@ -469,13 +478,45 @@ class _Lists:
         without one made with it (all of them when the key changed)."""
         if self.key != key:
             self.key, self.decisions, self.decided = key, [], 0
+            self.report, self.reasons_before = ReportLists(), []
         for it in self.conv[self.decided :]:
             if it.key != key:
                 decide(it)
             if it.decision is not None:
                 self.decisions.append(it.decision)
+                if self.report is not None:
+                    self.reasons_before.append(len(self.report.reasons))
+                    self.report.add([it.decision])
+                    if self.report.summarized or self.report.dropped:
+                        self.report = None
         self.decided = len(self.conv)
         return self.decisions
+
+    def report_of(
+        self, decisions: list[Decision], budget: int, used: int, must: list[str]
+    ) -> Report:
+        """``make_report`` of the call's ``decisions``: the head's, then the conversation's
+        kept from the calls before (the task's in place of the one it replaced), then the
+        rest's."""
+        h, m, t = self.head, len(self.decisions), self.task_at
+        mid = self.report
+        if mid is None or len(decisions) < h + m:
+            return make_report(decisions, budget, used, must)
+        out = ReportLists()
+        out.add(decisions[:h])
+        if t is None:
+            out.included += mid.included
+            out.reasons += mid.reasons
+        else:
+            k = self.reasons_before[t]
+            end = self.reasons_before[t + 1] if t + 1 < m else len(mid.reasons)
+            out.included += mid.included[:t]
+            out.reasons += mid.reasons[:k]
+            out.add(decisions[h + t : h + t + 1])
+            out.included += mid.included[t + 1 :]
+            out.reasons += mid.reasons[end:]
+        out.add(decisions[h + m :])
+        return out.report(budget, used, must)
 
 
 @dataclass(eq=False)
@@ -756,6 +797,7 @@ class CallTraces:
             must_keep_ids=must,
             warnings=warns,
             timer=timer,
+            report=lists.report_of(decisions, available, used, must),
         )
         self.tokens_in_calls += used
         return _trace(
@@ -850,6 +892,7 @@ class CallTraces:
             it.key = key
 
         out = head + lists.conv_decisions(key, decide)
+        lists.head, lists.task_at = len(head), None
         must = [INSTRUCTIONS_ID] if has_system else []
         if last[S_SYS_N]:
             must += lists.must
@@ -863,6 +906,7 @@ class CallTraces:
                 it.task = _kept(TASK_ID, "task", rank, q, left - s[S_CONV], it.entry.notes)
                 it.task_key = key
             out[rank0 + s[S_ITEMS] - 1] = it.task
+            lists.task_at = s[S_ITEMS] - 1
         else:  # no user message: an empty task, as derive has one
             out.append(_kept(TASK_ID, "task", len(out), 0, left - last[S_CONV]))
         note = [
