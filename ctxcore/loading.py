@@ -322,6 +322,15 @@ def read_text(path: str | Path, limit: int = MAX_DOCUMENT_BYTES) -> str:
     return decode_utf8(raw, str(p))
 
 
+def too_long(limit: int = MAX_LINE_BYTES) -> str:
+    """The error of a line over the limit (the same words whether or not it has ended, so
+    that a line reported while still being written is not reported again)."""
+    return (
+        f"the line is over {limit:,} bytes, the limit for one line; it was skipped unread: "
+        "capture slices or summaries of big tool outputs"
+    )
+
+
 def iter_lines(path: str | Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
     """(line number, bytes) of every line of a file (gunzipped on the fly), streamed: memory
     holds one line at most. A line longer than ``limit`` is refused while it is read."""

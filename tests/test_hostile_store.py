@@ -28,9 +28,9 @@ from helpers_store import make_trace, write_jsonl
 from ctxcore import models as m
 from ctxcore import settings
 from ctxcore.errors import CtxscopeError, InputError, StoreError, StoreLockedError
+from ctxcore.loading import too_long
 from ctxcore.store import TraceStore, fastdecode
 from ctxcore.store.ingest import ingest_paths
-from ctxcore.store.readers import too_long
 from ctxcore.store.watch import Watcher
 
 ROOT = Path(__file__).resolve().parent.parent

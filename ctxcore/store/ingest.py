@@ -33,11 +33,11 @@ from types import TracebackType
 
 from ctxcore import sharing
 from ctxcore.errors import InputError, StoreError
-from ctxcore.loading import open_regular
+from ctxcore.loading import open_regular, too_long
 from ctxcore.settings import MAX_DOCUMENT_BYTES
 from ctxcore.store import readers
 from ctxcore.store.protocol import Store
-from ctxcore.store.readers import SUFFIXES, ReadState, find_files, too_long
+from ctxcore.store.readers import SUFFIXES, ReadState, find_files
 from ctxcore.store.records import FileOffset, IngestCounts, IngestErrorRow
 from ctxcore.store.rows import RowTables, prepare
 from ctxcore.store.workers import (

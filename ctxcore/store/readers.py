@@ -45,15 +45,6 @@ _SKIP_BYTES = 8 * 1024 * 1024
 _WINDOW = 64 * 1024
 
 
-def too_long(limit: int = MAX_LINE_BYTES) -> str:
-    """The error of a line over the limit (the same words whether or not it has ended, so
-    that a line reported while still being written is not reported again)."""
-    return (
-        f"the line is over {limit:,} bytes, the limit for one line; it was skipped unread: "
-        "capture slices or summaries of big tool outputs"
-    )
-
-
 def is_app_note(path: str | Path) -> bool:
     """The note a running ``ctxscope app`` leaves beside its store (``<store>.app.json``,
     ``ctxcore/cli/app.py``): a store usually sits in the folder the app watches, and the

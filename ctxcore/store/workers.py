@@ -38,13 +38,20 @@ from pydantic import ValidationError
 from ctxcore import settings
 from ctxcore.errors import InputError
 from ctxcore.formats.redact import may_hold_secret, redact_trace
-from ctxcore.loading import UTF8_BOM, explain_errors, open_regular, parse_json, trace_from_obj
+from ctxcore.loading import (
+    UTF8_BOM,
+    explain_errors,
+    open_regular,
+    parse_json,
+    too_long,
+    trace_from_obj,
+)
 from ctxcore.models import Trace
 from ctxcore.processes import die_with, worker_context
 from ctxcore.settings import MAX_ERRORS_PER_FILE, MAX_LINE_BYTES
 from ctxcore.sharing import PartTable, is_shared
 from ctxcore.store import fastdecode
-from ctxcore.store.readers import FP_BYTES, LineBlocks, RangeReader, ReadState, too_long
+from ctxcore.store.readers import FP_BYTES, LineBlocks, RangeReader, ReadState
 from ctxcore.store.rows import RowTables, TraceLike, prepare, unexpected
 
 #: parse chunks in the ingesting process while the workers start (they import for ~0.3 s)

@@ -2,8 +2,9 @@
 
 A session log can be hundreds of megabytes and a line can be cut (the agent was killed while
 writing) or corrupt. Lines are read from the file (gunzipped when it ends in ``.gz``) and
-parsed with msgspec, one by one, so memory holds one line at a time; a line that is not JSON
-becomes an error naming ``file:line`` and the reader goes on with the next one. Each line
+parsed with msgspec, one by one, so memory holds one line at a time (at most
+``MAX_LINE_BYTES``: a longer one is that line's error, skipped unread); a line that is not
+JSON becomes an error naming ``file:line`` and the reader goes on with the next one. Each line
 knows where it starts, so a reader that let go of a line can read it again
 (``values_at``).
 """
@@ -21,10 +22,13 @@ from typing import Any
 import msgspec
 
 from ctxcore.errors import InputError
-from ctxcore.loading import too_deep, without_bom
+from ctxcore.loading import too_deep, too_long, without_bom
+from ctxcore.settings import MAX_LINE_BYTES
 
 #: How many bytes of a file ``first_values`` reads to tell its format.
 SNIFF_BYTES = 256 * 1024
+#: How many bytes ``read_lines`` reads at a time.
+BLOCK_BYTES = 1024 * 1024
 _decoder = msgspec.json.Decoder()
 
 
@@ -48,36 +52,83 @@ def _open(path: Path) -> io.BufferedIOBase:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
-def _parse(raw: bytes, where: str) -> LogLine | Any:
+def _parse(raw: bytes, label: str, n: int = 0) -> LogLine | Any:
     """A line's value, or a ``LogLine`` saying why it has none (a byte order mark that starts
-    it is skipped; nesting past the parser's stack is ``too_deep``, that line's error)."""
+    it is skipped; nesting past the parser's stack is ``too_deep``, that line's error).
+    ``label`` and ``n`` name it (``label:n``; ``n`` 0: ``label`` alone)."""
     try:
         return _decoder.decode(without_bom(raw))
     except msgspec.DecodeError as exc:
-        return LogLine(0, None, f"{where}: not a JSON line ({exc})")
+        return LogLine(0, None, f"{_where(label, n)}: not a JSON line ({exc})")
     except RecursionError:
-        return LogLine(0, None, str(too_deep(where)))
+        return LogLine(0, None, str(too_deep(_where(label, n))))
+
+
+def _where(label: str, n: int) -> str:
+    return f"{label}:{n}" if n else label
 
 
 def read_lines(path: Path, name: str | None = None) -> Iterator[LogLine]:
-    """Every non-empty line of ``path``, parsed (``name`` labels errors; default the path)."""
+    """Every non-empty line of ``path``, parsed (``name`` labels errors; default the path).
+    A line over ``MAX_LINE_BYTES`` is that line's error, skipped to its end unread."""
     label = name or str(path)
     n = 0
     offset = 0
     with _open(path) as fh:
         try:
-            for n, raw in enumerate(fh, start=1):
-                at, offset = offset, offset + len(raw)
+            for raw, length in _split(fh, MAX_LINE_BYTES):
+                n += 1
+                at, offset = offset, offset + length
+                if raw is None:
+                    yield LogLine(n, None, f"{label}:{n}: {too_long(MAX_LINE_BYTES)}", at)
+                    continue
                 # blank, as ``not raw.strip()`` says, without copying a line of megabytes
                 if not raw or raw.isspace():
                     continue
-                value = _parse(raw, f"{label}:{n}")
+                value = _parse(raw, label, n)
                 if isinstance(value, LogLine):
                     yield LogLine(n, None, value.error, at)
                 else:
                     yield LogLine(n, value, None, at)
         except (OSError, EOFError) as exc:  # a cut or corrupt gzip stream
             raise InputError(f"{label}: cannot read past line {n} ({exc})") from exc
+
+
+def _split(fh: io.BufferedIOBase, limit: int) -> Iterator[tuple[bytes | None, int]]:
+    """The file's lines, read up to ``BLOCK_BYTES`` at a time (``read1``: a cut .gz gives
+    what it holds before the cut, then its error) and cut where ``bytes.find`` finds
+    their ends (a buffered reader's line iteration looks at every byte in Python's C loop,
+    ~2 % of an ``import -o``): each without its newline, and its length with it. A line
+    over ``limit`` bytes is ``None``, its bytes let go as they come."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        block = fh.read1(BLOCK_BYTES)
+        if not block:
+            break
+        start = 0
+        while True:
+            end = block.find(b"\n", start)
+            if end < 0:
+                break
+            size += end - start
+            if size > limit:
+                yield None, size + 1
+            elif parts:
+                parts.append(block[start:end])
+                yield b"".join(parts), size + 1
+            else:
+                yield block[start:end], size + 1
+            parts, size = [], 0
+            start = end + 1
+        if start < len(block):
+            size += len(block) - start
+            if size <= limit:
+                parts.append(block[start:])
+            else:
+                parts = []  # over the limit: counted, not kept
+    if size:
+        yield (b"".join(parts) if size <= limit else None), size
 
 
 def values_at(path: Path, offsets: Iterable[int]) -> dict[int, Any]:
