@@ -71,6 +71,13 @@ def test_a_missing_database_or_a_closed_port_says_what_to_do(
     assert "check the host and port" in line and "went away" not in line
 
 
+def _migrated(pg_server: Any) -> str:
+    """A new database of the test server, migrated: its URL."""
+    url = str(pg_server.new_database())
+    assert main(["migrate", "--db", url]) == 0
+    return url
+
+
 def _trace_file(tmp_path: Path, secret: str = "") -> Path:
     """One real trace in a .jsonl file; with ``secret``, a packet holding it."""
     [t] = data.session("newuser", 1)
@@ -87,8 +94,7 @@ def _trace_file(tmp_path: Path, secret: str = "") -> Path:
 def test_a_store_a_newer_ctxscope_migrated_is_neither_written_nor_read(
     pg_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = str(pg_server.new_database())
-    assert main(["migrate", "--db", url]) == 0
+    url = _migrated(pg_server)
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(
             "INSERT INTO schema_migrations VALUES (%s, 'from the future', now())",
@@ -144,8 +150,7 @@ def read_trace_ids(file: Path) -> list[str]:
 
 
 def test_every_relation_a_new_store_has_is_the_one_migrate_checks(pg_server: Any) -> None:
-    url = str(pg_server.new_database())
-    assert main(["migrate", "--db", url]) == 0
+    url = _migrated(pg_server)
     with psycopg.connect(url) as con:
         rows = con.execute(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -159,8 +164,7 @@ def test_every_relation_a_new_store_has_is_the_one_migrate_checks(pg_server: Any
 def test_a_table_dropped_by_hand_is_named_with_what_to_do(
     pg_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = str(pg_server.new_database())
-    assert main(["migrate", "--db", url]) == 0
+    url = _migrated(pg_server)
     with psycopg.connect(url, autocommit=True) as con:
         con.execute("DROP TABLE decisions CASCADE")
     capsys.readouterr()
@@ -198,8 +202,7 @@ def _grant_at_once(urls: list[str]) -> list[str]:
 def test_owners_making_the_reader_role_at_once_take_turns(pg_server: Any) -> None:
     """Two `ctxscope migrate` at once (two services starting, say): their grants to the
     reader role ran together and one failed 'tuple concurrently updated' (40 of 90 here)."""
-    url = str(pg_server.new_database())
-    assert main(["migrate", "--db", url]) == 0
+    url = _migrated(pg_server)
     failed: list[str] = []
     for _ in range(5):
         failed += _grant_at_once([url] * 6)

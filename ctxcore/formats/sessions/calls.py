@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import is_
@@ -449,12 +449,14 @@ class _Lists:
         self.head = 0
         self.task_at: int | None = None
 
-    def update(self, items: list[_Item]) -> None:
+    def continues(self, items: list[_Item]) -> bool:
+        """Whether ``items`` start with the items these lists were made of."""
         n = len(self.items)
-        if not (n and len(items) >= n and all(map(is_, items[:n], self.items))):
-            self.__init__()  # type: ignore[misc]
-            n = 0
-        for k in range(n, len(items)):
+        return bool(n) and len(items) >= n and all(map(is_, items[:n], self.items))
+
+    def update(self, items: list[_Item]) -> None:
+        """Add the items after those these lists were made of (``continues``)."""
+        for k in range(len(self.items), len(items)):
             it = items[k]
             hist = it.entry.history
             self.in_history.append(len(self.history) if hist is not None else -1)
@@ -473,7 +475,9 @@ class _Lists:
                     self.must.append(it.item_id)
         self.items = items
 
-    def conv_decisions(self, key: tuple[Any, ...], decide: Any) -> list[Decision]:
+    def conv_decisions(
+        self, key: tuple[Any, ...], decide: Callable[[_Item], None]
+    ) -> list[Decision]:
         """The conversation items' decisions with ``key``: ``decide(it)`` for an item
         without one made with it (all of them when the key changed)."""
         if self.key != key:
@@ -818,7 +822,9 @@ class CallTraces:
 
     def _lists_of(self, session: str, items: list[_Item]) -> _Lists:
         """The session's ``_Lists``, made up to date with this call's ``items``."""
-        lists = self._lists.pop(session, None) or _Lists()
+        lists = self._lists.pop(session, None)
+        if lists is None or not lists.continues(items):
+            lists = _Lists()
         lists.update(items)
         self._lists[session] = lists
         if len(self._lists) > PROMPTS_KEPT:
