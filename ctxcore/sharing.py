@@ -35,8 +35,9 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterator
-from operator import is_
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from operator import eq, is_
 from typing import Any
 
 import msgspec
@@ -46,18 +47,23 @@ from xxhash import xxh3_64_hexdigest
 from ctxcore import settings
 from ctxcore.errors import InputError
 from ctxcore.loading import GZIP_ERRORS, iter_lines, open_stream, too_deep
-from ctxcore.models import Config, Decision, Message, Packet, ToolDef, Trace
+from ctxcore.models import Config, Decision, Message, Packet, Report, ToolDef, Trace
 from ctxcore.settings import MAX_LINE_BYTES
 
-SHARE_SCHEMA = "ctxscope.share/1"
+#: The shared form ctxscope writes, /1 with runs of list parts; the reader takes both
+#: (docs/design.md, "Shared traces").
+SHARE_SCHEMA = "ctxscope.share/2"
+SHARE_SCHEMAS = ("ctxscope.share/1", SHARE_SCHEMA)
 #: The start of a shared line as ctxscope writes it; ``is_shared`` also takes whitespace.
 MARKER = b'{"share":'
 _SHARED = re.compile(rb'\s*\{\s*"share"\s*:')
 #: A shared line whose keys were sorted (``jq -S``, ``sort_keys``) starts with ``parts``;
 #: it is one when it names the schema (as a JSON string: never inside another string).
 _SORTED = re.compile(rb'\s*\{\s*"parts"\s*:')
-SCHEMA_JSON = b'"ctxscope.share/1"'
-SHARE_SCHEMA_TEXT = SCHEMA_JSON.decode()
+#: What every shared line holds, as a JSON string: the schema's name up to its version
+#: (``_names_schema`` checks the version and the closing quote).
+SCHEMA_HEAD = b'"ctxscope.share/'
+_TAILS = tuple(s.encode().removeprefix(SCHEMA_HEAD[1:]) + b'"' for s in SHARE_SCHEMAS)
 #: Fields whose items may be part ids, by the object that holds them.
 LIST_FIELDS: dict[str, tuple[str, ...]] = {
     "input": ("history", "packets", "tools"),
@@ -68,8 +74,20 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "input": ("query", "system_instructions"),
     "result": ("prompt",),
 }
+#: ``result.report``'s lists (of packet ids), which a /2 line may write with runs.
+REPORT_LISTS = ("mustKeep", "included", "summarized", "dropped")
 #: A text shorter than this is written as it is, not as parts.
 MIN_SHARED_TEXT = 512
+#: A list shorter than this is written as it is, not as a list part.
+MIN_RUN = 16
+#: List parts a run may go through (a list part whose runs name list parts, ...), and the
+#: depth at which the writer starts a session's list afresh (its whole items again).
+MAX_RUN_DEPTH = 160
+RUN_DEPTH = 128
+#: Items a list may hold once its runs are read, and the items of expanded list parts a
+#: ``PartTable`` keeps for the next line's runs (the least recent let go first).
+MAX_LIST_ITEMS = 1 << 22
+RUN_CACHE_ITEMS = 1 << 22
 #: Sessions whose last lists and texts the writer keeps (the most recent ones).
 MAX_SESSIONS = 32
 #: Bytes a ``PartTable`` spends on a part beside its id's and JSON's characters: the two
@@ -89,6 +107,7 @@ _OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _IDS = msgspec.json.Decoder(list[str])
 _STR = msgspec.json.Decoder(str)
+_RUN = msgspec.json.Decoder(list[Any])
 _encode = msgspec.json.encode
 
 
@@ -99,7 +118,7 @@ def is_shared(raw: bytes) -> bool:
         raw = raw[3:]
     if raw.startswith(MARKER) or _SHARED.match(raw) is not None:
         return True
-    return _SORTED.match(raw) is not None and SCHEMA_JSON in raw
+    return _SORTED.match(raw) is not None and names_schema(raw)
 
 
 def starts_shared(text: str) -> bool:
@@ -108,9 +127,24 @@ def starts_shared(text: str) -> bool:
     head = text[:64].encode("utf-8", "surrogatepass")
     if is_shared(head):
         return True
-    return (
-        _SORTED.match(head.removeprefix(b"\xef\xbb\xbf")) is not None and SHARE_SCHEMA_TEXT in text
+    return _SORTED.match(head.removeprefix(b"\xef\xbb\xbf")) is not None and any(
+        f'"{schema}"' in text for schema in SHARE_SCHEMAS
     )
+
+
+def names_schema(buf: bytes | mmap.mmap, end: int | None = None) -> bool:
+    """Whether ``buf`` (before ``end``) holds a shared schema's name as a JSON string,
+    ``"ctxscope.share/1"`` or ``/2``: one search for what they start with, each hit's
+    version and closing quote then checked (inside another string the quotes are escaped,
+    so a whole trace holds it only as the value of such a string)."""
+    stop = len(buf) if end is None else end
+    at = buf.find(SCHEMA_HEAD, 0, stop)
+    while at >= 0:
+        tail = at + len(SCHEMA_HEAD)
+        if tail + 2 <= stop and buf[tail : tail + 2] in _TAILS:
+            return True
+        at = buf.find(SCHEMA_HEAD, tail, stop)
+    return False
 
 
 def part_id(raw: bytes) -> str:
@@ -130,6 +164,12 @@ class PartTable:
         self.size = 0
         #: the longest part's JSON (``_trace``: a trace of few pieces is not measured)
         self.biggest = 0
+        #: whether the line being read may hold runs (a /2 line)
+        self.runs = False
+        #: list part id -> its items, runs read (the most recent, at most
+        #: RUN_CACHE_ITEMS items: a session's next line runs through its last lists)
+        self.lists: dict[str, tuple[Any, ...]] = {}
+        self.list_items = 0
 
     def expand(self, raw: bytes, where: str = "") -> bytes:
         """The whole trace's JSON bytes of a shared line (its parts are now known), or
@@ -146,12 +186,14 @@ class PartTable:
             raise InputError(f"{_at(where)}{_malformed(str(exc))}") from exc
         except RecursionError:  # nested past the decoder's stack: that line's error
             raise too_deep(where) from None
-        if env.share != SHARE_SCHEMA:
+        if env.share not in SHARE_SCHEMAS:
             raise InputError(
-                f"{_at(where)}field 'share': {env.share!r} is not {SHARE_SCHEMA!r}, the shared "
-                "form this ctxscope reads; upgrade ctxscope"
+                f"{_at(where)}field 'share': {env.share!r} is not "
+                f"{' or '.join(map(repr, SHARE_SCHEMAS))}, the shared forms this ctxscope "
+                "reads; upgrade ctxscope"
             )
         self._define(env.parts, where)
+        self.runs = env.share != SHARE_SCHEMAS[0]
         return self._trace(bytes(env.trace), where)
 
     def learn(self, raw: bytes, where: str = "") -> None:
@@ -163,7 +205,7 @@ class PartTable:
             env = _ENVELOPE.decode(raw.removeprefix(b"\xef\xbb\xbf"))
         except (msgspec.MsgspecError, RecursionError):
             return  # read past before: its error was said then
-        if env.share != SHARE_SCHEMA:
+        if env.share not in SHARE_SCHEMAS:
             return
         try:
             self._define(env.parts, where)
@@ -246,6 +288,7 @@ class PartTable:
         """An object's JSON into ``out``: ``input``'s and ``result``'s items and texts put
         back (``name`` is the object's field; "" for the trace itself)."""
         lists, texts = LIST_FIELDS.get(name, ()), TEXT_FIELDS.get(name, ())
+        values = REPORT_LISTS if name == "result.report" else ()
         sep = b"{"
         for key, value in obj.items():
             out += (sep, _encode(key), b":")
@@ -257,37 +300,123 @@ class PartTable:
                 self._items(value, out, where, f"{name}.{key}")
             elif key in texts and first == b"[":
                 out.append(self._text(value, where, f"{name}.{key}"))
+            elif self.runs and name == "result" and key == "report" and first == b"{":
+                self._fields(_OBJECT.decode(value), out, where, "result.report")
+            elif key in values and first == b"[":
+                self._values(value, out, where, f"{name}.{key}")
             else:
                 out.append(value)
         out.append(b"}" if obj else b"{}")
 
     def _items(self, body: msgspec.Raw, out: list[Any], where: str, field: str) -> None:
         sep = b"["
-        for i, item in enumerate(_LIST.decode(body)):
+        items, ran = self._flat(body, where, field)
+        for i, item in enumerate(items):
             out.append(sep)
             sep = b","
             if bytes(memoryview(item)[:1]) == b'"':
-                out.append(self._part(_STR.decode(item), where, f"{field}[{i}]"))
+                out.append(self._part(_STR.decode(item), where, _nth(field, i, ran)))
             else:
                 out.append(item)
         out.append(b"]" if sep == b"," else b"[]")
 
+    def _values(self, body: msgspec.Raw, out: list[Any], where: str, field: str) -> None:
+        """A list of plain values (the report's packet ids) with its runs read."""
+        out += (b"[", b",".join(self._flat(body, where, field)[0]), b"]")
+
+    def _flat(
+        self, body: msgspec.Raw | bytes, where: str, field: str
+    ) -> tuple[Sequence[Any], bool]:
+        """A list's items, each run (a /2 line's ``[id]`` or ``[id, n]``: all or the first
+        n items of the list part ``id``) replaced by the items it names; and whether it
+        had runs."""
+        items = _LIST.decode(body)
+        if not self.runs:
+            return items, False
+        if len(items) == 1 and bytes(memoryview(items[0])[:1]) == b"[":
+            return self._run(items[0], where, f"{field}[0]", 1), True  # the usual: one run
+        flat: list[Any] = []
+        ran = False
+        for i, item in enumerate(items):
+            if bytes(memoryview(item)[:1]) == b"[":
+                flat += self._run(item, where, f"{field}[{i}]", 1)
+                ran = True
+                if len(flat) > MAX_LIST_ITEMS:
+                    raise _too_long(where, field)
+            else:
+                flat.append(item)
+        return flat, ran
+
+    def _run(self, item: Any, where: str, field: str, depth: int) -> tuple[Any, ...]:
+        """The items a run names: all or the first n of a list part's, its runs read."""
+        try:
+            run = _RUN.decode(item)
+        except msgspec.MsgspecError:
+            run = None
+        if not run or len(run) > 2 or not isinstance(run[0], str) or not _count(run[1:]):
+            raise InputError(
+                f"{_at(where)}field {field!r}: a list's item that is a list is a run, "
+                "[list part id] or [list part id, how many of its items], not "
+                f"{bytes(item)[:80].decode('utf-8', 'replace')}"
+            )
+        pid = run[0]
+        items = self._list_part(pid, where, field, depth)
+        if len(run) == 1:
+            return items
+        if run[1] > len(items):
+            raise InputError(
+                f"{_at(where)}field {field!r}: the run takes {run[1]:,} items of the list part "
+                f"{pid!r}, which holds {len(items):,}"
+            )
+        return items[: run[1]]
+
+    def _list_part(self, pid: str, where: str, field: str, depth: int) -> tuple[Any, ...]:
+        """A list part's items, its own runs read (kept for the next line's runs)."""
+        held = self.lists.pop(pid, None)
+        if held is not None:
+            self.lists[pid] = held  # the most recent now
+            return held
+        if depth > MAX_RUN_DEPTH:
+            raise InputError(
+                f"{_at(where)}field {field!r}: its runs go through more than "
+                f"{MAX_RUN_DEPTH} list parts, each naming the next (the most a reader follows)"
+            )
+        data = self._part(pid, where, field)
+        if data[:1] != b"[":
+            raise InputError(
+                f"{_at(where)}field {field!r}: the part {pid!r} is not a list, and a run "
+                "names a list part"
+            )
+        flat: list[Any] = []
+        for item in _LIST.decode(data):
+            if bytes(memoryview(item)[:1]) == b"[":
+                flat += self._run(item, where, f"{field} (list part {pid!r})", depth + 1)
+                if len(flat) > MAX_LIST_ITEMS:
+                    raise _too_long(where, field)
+            else:
+                flat.append(item)
+        items = tuple(flat)
+        self.lists[pid] = items
+        self.list_items += len(items)
+        while self.list_items > RUN_CACHE_ITEMS and len(self.lists) > 1:
+            self.list_items -= len(self.lists.pop(next(iter(self.lists))))
+        return items
+
     def _text(self, body: msgspec.Raw, where: str, field: str) -> bytes:
+        ran = False
         try:
             ids = _IDS.decode(body)
         except msgspec.MsgspecError as exc:
-            m = _TYPE_ERROR.fullmatch(str(exc).replace("`$[", "`$.["))
-            at, got = (f"{field}{m[3]}", f", not {_a(m[2])}") if m else (field, "")
-            raise InputError(
-                f"{_at(where)}field {at!r}: a shared text is a list of part ids (strings){got}"
-            ) from exc
+            if not self.runs:
+                raise _not_pieces(where, field, exc) from exc
+            ids, ran = self._piece_ids(body, where, field)  # its pieces: what its runs name
         pieces = []
         size = 0
         for i, pid in enumerate(ids):
             data = self._part(pid, where, f"{field}[{i}]")
             if data[:1] != b'"':
                 raise InputError(
-                    f"{_at(where)}field '{field}[{i}]': the part {pid!r} is not a string, "
+                    f"{_at(where)}field {_nth(field, i, ran)!r}: the part {pid!r} is not a string, "
                     "and a text is made of strings"
                 )
             size += len(data)
@@ -295,6 +424,43 @@ class PartTable:
                 raise _too_big(where, field)
             pieces.append(data[1:-1])
         return b'"' + b"".join(pieces) + b'"'
+
+    def _piece_ids(self, body: msgspec.Raw, where: str, field: str) -> tuple[list[str], bool]:
+        """The piece ids of a text written with runs (each item a string)."""
+        ids = []
+        items, ran = self._flat(body, where, field)
+        for i, item in enumerate(items):
+            try:
+                ids.append(_STR.decode(item))
+            except msgspec.MsgspecError as exc:
+                raise _not_pieces(where, _nth(field, i, ran), exc) from exc
+        return ids, ran
+
+
+def _nth(field: str, i: int, ran: bool) -> str:
+    """The name of a list's i-th item: ``field[i]``, or with its runs read, which one."""
+    return f"{field} (item {i} with its runs read)" if ran else f"{field}[{i}]"
+
+
+def _count(rest: list[Any]) -> bool:
+    """Whether a run's rest is nothing or a count (a whole number, not true or false)."""
+    return not rest or (type(rest[0]) is int and rest[0] >= 0)
+
+
+def _not_pieces(where: str, field: str, exc: Exception) -> InputError:
+    """A text's pieces that are not all part ids: the field of the first that is not."""
+    m = _EXPECTED.fullmatch(str(exc).replace("`$[", "`$.["))
+    at, got = (f"{field}{m[3] or ''}", f", not {_a(m[2])}") if m else (field, "")
+    return InputError(
+        f"{_at(where)}field {at!r}: a shared text is a list of part ids (strings){got}"
+    )
+
+
+def _too_long(where: str, field: str) -> InputError:
+    return InputError(
+        f"{_at(where)}field {field!r}: with its runs read, the list holds more than "
+        f"{MAX_LIST_ITEMS:,} items (the most a list of one trace may)"
+    )
 
 
 def _at(where: str) -> str:
@@ -309,6 +475,7 @@ def _too_big(where: str, field: str) -> InputError:
 
 
 _TYPE_ERROR = re.compile(r"Expected `(.*)`, got `(.*)` - at `\$\.(.*)`")
+_EXPECTED = re.compile(r"Expected `(.*?)`, got `(.*?)`(?: - at `\$\.(.*)`)?")
 _FIELD_ERROR = re.compile(r"Object (missing required|contains unknown) field `(.*)`")
 _FIELDS = "a shared line is an object of 'share', 'parts' and 'trace'"
 
@@ -370,16 +537,16 @@ def expand_lines(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, byte
 def may_hold_shared(path: str, gz: bool, end: int | None = None) -> bool:
     """Whether a file may hold shared lines (before byte ``end``, if given): then its lines
     are read in order with one part table, never split among worker processes. A plain
-    file is searched for ``SCHEMA_JSON`` (every shared line holds it, whatever the order of
-    its keys), a .gz in its first MiB (a shared file's first line is one)."""
+    file is searched for a schema's name (``names_schema``: every shared line holds it,
+    whatever the order of its keys), a .gz in its first MiB (a shared file's first line is one)."""
     try:
         with open_stream(path) as f:
             if gz:
-                return SCHEMA_JSON in f.read(1024 * 1024)
+                return names_schema(f.read(1024 * 1024))
             if os.fstat(f.fileno()).st_size == 0:
                 return False
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return mm.find(SCHEMA_JSON, 0, len(mm) if end is None else end) >= 0
+                return names_schema(mm, end)
     except (OSError, ValueError, *GZIP_ERRORS):
         return False  # the reader says why
 
@@ -450,7 +617,9 @@ _TRACE_KEYS = [info.alias or name for name, info in Trace.model_fields.items()]
 _BEFORE_CONFIG = _TRACE_KEYS[_TRACE_KEYS.index("config") - 1]
 _EXCLUDE_CONFIG: dict[str, Any] = {**_EXCLUDE, "config": True}
 _NO_LIST: tuple[list[Any], list[str]] = ([], [])
-_NO_TEXT: tuple[str, list[tuple[str, int]], bytes] = ("", [], b"[]")
+_NO_TEXT: tuple[str, list[tuple[str, int]]] = ("", [])
+#: the report's lists, each with the field a writer keeps its chain under
+_REPORT_KEYS = [(name, f"result.report.{name}") for name in REPORT_LISTS]
 #: Texts made by appending to another (``grew``): id -> (the text, its head); the most
 #: recent ``GREW_KEPT``, each let go when a writer takes it.
 _GREW: dict[int, tuple[str, str]] = {}
@@ -492,10 +661,13 @@ class ShareWriter:
         self.known: dict[int, tuple[weakref.ref[Any], str]] = {}
         #: (session, field) -> the last list written there and its part ids
         self.lists: dict[tuple[str, str], tuple[list[Any], list[str]]] = {}
-        #: (session, field) -> the last text written there, its pieces (id, length) and
-        #: their JSON
-        self.texts: dict[tuple[str, str], tuple[str, list[tuple[str, int]], bytes]] = {}
-        #: the sessions those two hold, least recent first (at most MAX_SESSIONS)
+        #: (session, field) -> the last text written there and its pieces (id, length)
+        self.texts: dict[tuple[str, str], tuple[str, list[tuple[str, int]]]] = {}
+        #: (session, field) -> the list part of the last list written there when it was
+        #: written as one (long enough): its id, length, depth of runs and the field's
+        #: JSON that names it
+        self.chains: dict[tuple[str, str], tuple[str, int, int, bytes]] = {}
+        #: the sessions those three hold, least recent first (at most MAX_SESSIONS)
         self.sessions: dict[str, None] = {}
         #: the last config written and its JSON
         self.config: tuple[Config | None, bytes] = (None, b"")
@@ -525,7 +697,7 @@ class ShareWriter:
         if len(self.sessions) > MAX_SESSIONS:
             old = next(iter(self.sessions))
             del self.sessions[old]
-            for table in (self.lists, self.texts):
+            for table in (self.lists, self.texts, self.chains):
                 for key in [k for k in table if k[0] == old]:
                     del table[key]
 
@@ -576,6 +748,8 @@ class ShareWriter:
                 data = dumped.pop(key, None)
                 if data is None:
                     continue
+                if key == "report" and name == "result":
+                    data = self._report(trace.session_id, getattr(model, field), data, new)
             else:
                 value = getattr(model, field)
                 where = (trace.session_id, f"{name}.{field}")
@@ -622,7 +796,70 @@ class ShareWriter:
         if unknown:
             self._serialize([items[k] for k in unknown], unknown, ids, new)
         self.lists[key] = (items, ids)
-        return b'["' + '","'.join(ids).encode() + b'"]' if ids else b"[]"
+        try:
+            kept = same.index(False)  # the items the previous list's run gives
+        except ValueError:
+            kept = n
+        return self._chain(key, len(ids), kept, lambda i: _ids_items(ids[i:]), new)
+
+    def _chain(
+        self,
+        key: tuple[str, str],
+        n: int,
+        kept: int,
+        items_json: Callable[[int], bytes],
+        new: dict[str, bytes],
+    ) -> bytes:
+        """A list field's JSON, its ``n`` items written by ``items_json(from)`` (their JSON,
+        comma-separated). A long list is a list part, named by a run: its first ``kept``
+        items (the previous list's of ``key``) a run of the previous list part, the rest
+        written; a session's list then costs what it adds, not its length each call."""
+        if n < MIN_RUN:
+            self.chains.pop(key, None)
+            return b"[" + items_json(0) + b"]"
+        prev = self.chains.get(key)
+        if prev is not None and kept == prev[1] == n:
+            return prev[3]  # the same list again
+        if prev is not None and kept >= MIN_RUN and prev[2] < RUN_DEPTH:
+            count = b"" if kept == prev[1] else b"," + str(kept).encode()
+            rest = b"," + items_json(kept) if n > kept else b""
+            body = b'[["' + prev[0].encode() + b'"' + count + b"]" + rest + b"]"
+            depth = prev[2] + 1
+        else:
+            body, depth = b"[" + items_json(0) + b"]", 1
+        lid = self._add(body, new)
+        named = b'[["' + lid.encode() + b'"]]'
+        self.chains[key] = (lid, n, depth, named)
+        return named
+
+    def _report(self, session: str, report: Report, raw: bytes, new: dict[str, bytes]) -> bytes:
+        """The report's JSON (pydantic's, ``raw``), its long lists of packet ids written as
+        list parts (``_chain``): a session's report lists every packet it kept, each call."""
+        chains = self.chains
+        long = []
+        for name, field in _REPORT_KEYS:
+            now = getattr(report, name)
+            key = (session, field)
+            if len(now) >= MIN_RUN or key in chains:
+                long.append((name, key, now))
+        if not long:
+            return raw  # as pydantic wrote it
+        obj: dict[str, Any] = _OBJECT.decode(raw)
+        for name, key, now in long:
+            before = self.lists.get(key, _NO_LIST)[0]
+            self.lists[key] = (now, _NO_LIST[1])
+            if now[: len(before)] == before:  # the usual call: the previous list and more
+                kept = len(before)
+            else:
+                kept = _common(now, before)
+            obj[name] = self._chain(key, len(now), kept, partial(_strs_json, now), new)
+        out: list[Any] = []
+        sep = b"{"
+        for name, data in obj.items():
+            out += (sep, _encode(name), b":", data)
+            sep = b","
+        out.append(b"}" if out else b"{}")
+        return b"".join(out)
 
     def _serialize(
         self, objs: list[Any], where: list[int], ids: list[str], new: dict[str, bytes]
@@ -654,23 +891,23 @@ class ShareWriter:
             pass  # not weakly referable (a plain value): known by its content only
 
     def _pieces(self, key: tuple[str, str], text: str, new: dict[str, bytes]) -> bytes:
-        """The ids of ``text``'s pieces: the previous text's of this session and field that
-        it starts with, then the rest as one new piece."""
-        prev, prev_pieces, rendered = self.texts.get(key, _NO_TEXT)
+        """The ids of ``text``'s pieces (``_chain``): the previous text's of this session and
+        field that it starts with, then the rest as one new piece."""
+        prev, prev_pieces = self.texts.get(key, _NO_TEXT)
         # the usual case: made from the previous text (``grew``), or one comparison
         if text is prev or _grown_from(text, prev) or text.startswith(prev):
             pieces = prev_pieces[:]
             pos = len(prev)
         else:
             pieces, pos = _common_pieces(text, prev, prev_pieces)
-            rendered = _ids_json([pid for pid, _ in pieces])
+        kept = len(pieces)
         if pos < len(text) or not pieces:
             pid = self._add(_str_json(text[pos:]), new)
             pieces.append((pid, len(text) - pos))
-            tail = b'"' + pid.encode() + b'"]'
-            rendered = rendered[:-1] + b"," + tail if len(pieces) > 1 else b"[" + tail
-        self.texts[key] = (text, pieces, rendered)
-        return rendered
+        self.texts[key] = (text, pieces)
+        return self._chain(
+            key, len(pieces), kept, lambda i: _ids_items([pid for pid, _ in pieces[i:]]), new
+        )
 
 
 def _falses(flags: list[bool]) -> Iterator[int]:
@@ -701,8 +938,23 @@ def _fields(model: type[BaseModel], name: str) -> list[tuple[str, str, bytes, bo
     return plan
 
 
-def _ids_json(ids: list[str]) -> bytes:
-    return ("[" + ",".join(f'"{pid}"' for pid in ids) + "]").encode()
+def _ids_items(ids: list[str]) -> bytes:
+    """Part ids as a JSON list's items (no brackets)."""
+    return ('"' + '","'.join(ids) + '"').encode() if ids else b""
+
+
+def _strs_json(values: list[str], start: int) -> bytes:
+    """Strings from ``start`` as a JSON list's items (no brackets), as pydantic writes them."""
+    return b",".join(map(_str_json, values[start:]))
+
+
+def _common(now: list[Any], before: list[Any]) -> int:
+    """How many items ``now`` starts with that ``before`` has at the same places."""
+    same = list(map(eq, now, before))
+    try:
+        return same.index(False)
+    except ValueError:
+        return len(same)
 
 
 def _common_pieces(

@@ -23,7 +23,7 @@ from ctxcore.formats.load import load_file
 from ctxcore.loading import holds_shared
 from ctxcore.models import Trace
 from ctxcore.settings import MAX_LINE_BYTES
-from ctxcore.sharing import PartTable, PartTables, ShareWriter
+from ctxcore.sharing import SHARE_SCHEMA, PartTable, PartTables, ShareWriter
 from ctxcore.store import TraceStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -518,12 +518,12 @@ def test_a_one_line_sorted_keys_file_named_json_is_one_shared_trace(
     past the first bytes (``sharing.starts_shared``)."""
     traces, lines = session
     line = json.dumps(json.loads(lines[0]), sort_keys=True)
-    assert line.startswith('{"parts": {') and '"ctxscope.share/1"' not in line[:64]
+    assert line.startswith('{"parts": {') and f'"{SHARE_SCHEMA}"' not in line[:64]
     path = tmp_path / "one.json"
     path.write_text(line + "\n", encoding="utf-8")
     assert _read(path) == ([traces[0]], [])
     assert holds_shared(line)
-    assert not holds_shared(line.replace("ctxscope.share/1", "ctxscope.other/1"))
+    assert not holds_shared(line.replace(SHARE_SCHEMA, "ctxscope.other/1"))
 
 
 def test_a_resumed_read_learns_the_parts_a_first_read_defined_and_no_others(
@@ -539,7 +539,7 @@ def test_a_resumed_read_learns_the_parts_a_first_read_defined_and_no_others(
     extra["unknown"] = 1
     other = _env(lines[0])
     other["parts"] = {"other": "x"}
-    other["share"] = "ctxscope.share/2"
+    other["share"] = "ctxscope.share/9"
     body = [lines[0], *bad, _line(extra), _line(other), *lines[1:]]
     path = _write(tmp_path / "resume.jsonl", body)
     read = PartTable()
