@@ -57,9 +57,10 @@ SHARE_SCHEMAS = ("ctxscope.share/1", SHARE_SCHEMA)
 #: The start of a shared line as ctxscope writes it; ``is_shared`` also takes whitespace.
 MARKER = b'{"share":'
 _SHARED = re.compile(rb'\s*\{\s*"share"\s*:')
-#: A shared line whose keys were sorted (``jq -S``, ``sort_keys``) starts with ``parts``;
+#: A shared line whose keys were sorted (``jq -S``, ``sort_keys``) starts with ``made`` or
+#: ``parts``;
 #: it is one when it names the schema (as a JSON string: never inside another string).
-_SORTED = re.compile(rb'\s*\{\s*"parts"\s*:')
+_SORTED = re.compile(rb'\s*\{\s*"(?:made|parts)"\s*:')
 #: What every shared line holds, as a JSON string: the schema's name up to its version
 #: (``_names_schema`` checks the version and the closing quote).
 SCHEMA_HEAD = b'"ctxscope.share/'
@@ -79,7 +80,7 @@ REPORT_LISTS = ("mustKeep", "included", "summarized", "dropped")
 #: A text shorter than this is written as it is, not as parts.
 MIN_SHARED_TEXT = 512
 #: A list shorter than this is written as it is, not as a list part.
-MIN_RUN = 16
+MIN_RUN = 64
 #: List parts a run may go through (a list part whose runs name list parts, ...), and the
 #: depth at which the writer starts a session's list afresh (its whole items again).
 MAX_RUN_DEPTH = 160
@@ -100,6 +101,7 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
     share: str
     trace: msgspec.Raw
     parts: dict[str, msgspec.Raw] = {}
+    made: dict[str, msgspec.Raw] = {}
 
 
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
@@ -108,6 +110,7 @@ _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _IDS = msgspec.json.Decoder(list[str])
 _STR = msgspec.json.Decoder(str)
 _RUN = msgspec.json.Decoder(list[Any])
+_MADE = msgspec.json.Decoder(tuple[dict[str, msgspec.Raw], str])
 _encode = msgspec.json.encode
 
 
@@ -192,7 +195,7 @@ class PartTable:
                 f"{' or '.join(map(repr, SHARE_SCHEMAS))}, the shared forms this ctxscope "
                 "reads; upgrade ctxscope"
             )
-        self._define(env.parts, where)
+        self._define(env.parts, where, _made(env, where))
         self.runs = env.share != SHARE_SCHEMAS[0]
         return self._trace(bytes(env.trace), where)
 
@@ -208,24 +211,21 @@ class PartTable:
         if env.share not in SHARE_SCHEMAS:
             return
         try:
-            self._define(env.parts, where)
+            self._define(env.parts, where, _made(env, where))
         except InputError:
             return
 
-    def _define(self, parts: dict[str, msgspec.Raw], where: str) -> None:
+    def _define(
+        self, parts: dict[str, msgspec.Raw], where: str, made: dict[str, msgspec.Raw]
+    ) -> None:
         """A line's parts, all or none: a line that defines an id again with other bytes
-        defines none of its parts (it contradicts the file: nothing of it is trusted)."""
+        defines none of its parts (it contradicts the file: nothing of it is trusted).
+        A made part (``made``) is defined by its bytes, made from the parts before it."""
         new: dict[str, bytes] = {}
         for pid, value in parts.items():
-            data = bytes(value)
-            old = self.parts.get(pid)
-            if old is None:
-                new[pid] = data
-            elif old != data:
-                raise InputError(
-                    f"{_at(where)}field 'parts.{pid}': the part {pid!r} was defined on an "
-                    "earlier line with other content; a part's id names one content"
-                )
+            self._new(pid, bytes(value), new, where, "parts")
+        for pid, value in made.items():
+            self._new(pid, self._make(pid, value, new, where), new, where, "made")
         if new:
             sizes = list(map(len, new.values()))
             size = self.size + sum(sizes) + sum(map(len, new)) + PART_OVERHEAD * len(new)
@@ -241,6 +241,44 @@ class PartTable:
             self.parts.update(new)
             self.size = size
             self.biggest = max(self.biggest, *sizes)
+
+    def _new(self, pid: str, data: bytes, new: dict[str, bytes], where: str, key: str) -> None:
+        old = new.get(pid) or self.parts.get(pid)
+        if old is None:
+            new[pid] = data
+        elif old != data:
+            raise InputError(
+                f"{_at(where)}field '{key}.{pid}': the part {pid!r} was defined on an "
+                "earlier line with other content; a part's id names one content"
+            )
+
+    def _make(self, pid: str, value: msgspec.Raw, new: dict[str, bytes], where: str) -> bytes:
+        """A made part's bytes: ``[object, key]`` is ``object`` whose ``key`` holds, instead
+        of its text, the id of the string part that holds it (a text that several items
+        hold is written once)."""
+        field = f"made.{pid}"
+        try:
+            obj, key = _MADE.decode(value)
+            raw = obj[key]
+            text = _STR.decode(raw)
+        except (msgspec.MsgspecError, KeyError) as exc:
+            raise InputError(
+                f"{_at(where)}field {field!r}: a made part is [an object, the key of its "
+                "field that names a string part by id]"
+            ) from exc
+        data = new.get(text) or self.parts.get(text)
+        if data is None or data[:1] != b'"':
+            raise InputError(
+                f"{_at(where)}field '{field}[0].{key}': the part {text!r} is "
+                + ("not a string" if data else "not defined on this line or an earlier one")
+            )
+        out: list[Any] = []
+        sep = b"{"
+        for name, item in obj.items():
+            out += (sep, _encode(name), b":", data if name == key else item)
+            sep = b","
+        out.append(b"}")
+        return b"".join(out)
 
     def _part(self, pid: str, where: str, field: str) -> bytes:
         data = self.parts.get(pid)
@@ -442,6 +480,13 @@ def _nth(field: str, i: int, ran: bool) -> str:
     return f"{field} (item {i} with its runs read)" if ran else f"{field}[{i}]"
 
 
+def _made(env: _Envelope, where: str) -> dict[str, msgspec.Raw]:
+    """A line's made parts; a /1 line has none (that form did not have them)."""
+    if env.made and env.share == SHARE_SCHEMAS[0]:
+        raise InputError(f"{_at(where)}field 'made': unknown in {SHARE_SCHEMAS[0]!r} ({_FIELDS})")
+    return env.made
+
+
 def _count(rest: list[Any]) -> bool:
     """Whether a run's rest is nothing or a count (a whole number, not true or false)."""
     return not rest or (type(rest[0]) is int and rest[0] >= 0)
@@ -477,7 +522,7 @@ def _too_big(where: str, field: str) -> InputError:
 _TYPE_ERROR = re.compile(r"Expected `(.*)`, got `(.*)` - at `\$\.(.*)`")
 _EXPECTED = re.compile(r"Expected `(.*?)`, got `(.*?)`(?: - at `\$\.(.*)`)?")
 _FIELD_ERROR = re.compile(r"Object (missing required|contains unknown) field `(.*)`")
-_FIELDS = "a shared line is an object of 'share', 'parts' and 'trace'"
+_FIELDS = "a shared line is an object of 'share', 'parts', 'made' (from /2) and 'trace'"
 
 
 def _envelope_error(why: str) -> str:
@@ -620,28 +665,30 @@ _NO_LIST: tuple[list[Any], list[str]] = ([], [])
 _NO_TEXT: tuple[str, list[tuple[str, int]]] = ("", [])
 #: the report's lists, each with the field a writer keeps its chain under
 _REPORT_KEYS = [(name, f"result.report.{name}") for name in REPORT_LISTS]
-#: Texts made by appending to another (``grew``): id -> (the text, its head); the most
-#: recent ``GREW_KEPT``, each let go when a writer takes it.
-_GREW: dict[int, tuple[str, str]] = {}
+#: Texts made by appending to another (``grew``): id -> (the text, its head, the pieces
+#: appended); the most recent ``GREW_KEPT``, each let go when a writer takes it.
+_GREW: dict[int, tuple[str, str, list[str]]] = {}
 _GREW_LOCK = threading.Lock()
 GREW_KEPT = 4
 
 
-def grew(text: str, head: str) -> None:
-    """Say that ``text`` was made as ``head`` and more: a ``ShareWriter`` writing it after
-    ``head`` (a session's prompt, megabytes, grows each call) then knows that it starts
-    with ``head`` without comparing the two."""
+def grew(text: str, head: str, pieces: list[str] | None = None) -> None:
+    """Say that ``text`` was made as ``head`` and more (``pieces``, joined, if given): a
+    ``ShareWriter`` writing it after ``head`` (a session's prompt, megabytes, grows each
+    call) then knows that it starts with ``head`` without comparing the two, and names a
+    piece that is an item's long text by that text's part."""
     with _GREW_LOCK:
-        _GREW[id(text)] = (text, head)
+        _GREW[id(text)] = (text, head, pieces or [])
         while len(_GREW) > GREW_KEPT:
             del _GREW[next(iter(_GREW))]
 
 
-def _grown_from(text: str, head: str) -> bool:
-    """Whether ``grew`` said ``text`` was made from ``head`` (that word is then let go)."""
+def _said_of(text: str) -> tuple[str, list[str]] | None:
+    """What ``grew`` said ``text`` was made of: its head and the pieces after it (that
+    word is then let go), or None if it said nothing of it."""
     with _GREW_LOCK:
         said = _GREW.pop(id(text), None)
-    return said is not None and said[0] is text and said[1] is head
+    return (said[1], said[2]) if said is not None and said[0] is text else None
 
 
 class ShareWriter:
@@ -671,6 +718,13 @@ class ShareWriter:
         self.sessions: dict[str, None] = {}
         #: the last config written and its JSON
         self.config: tuple[Config | None, bytes] = (None, b"")
+        #: id(text) -> (the text, its string part's id): the long texts of the items
+        #: written lately (at most MAX_HELD_CHARS characters, the least recent let go),
+        #: so that another item or a prompt holding the same string names that part
+        self.held: dict[int, tuple[str, str]] = {}
+        self.held_chars = 0
+        #: the made parts of the line being written
+        self.made: dict[str, bytes] = {}
 
     def line(self, trace: Trace) -> str:
         """One shared line (with its newline) for ``trace``."""
@@ -680,12 +734,19 @@ class ShareWriter:
         """``line`` as UTF-8 bytes (what a file gets: the parts are bytes already)."""
         self._session(trace.session_id)
         new: dict[str, bytes] = {}
+        self.made = {}
         body = self._body(trace, new)
         out = [b'{"share":"', SHARE_SCHEMA.encode(), b'","parts":{']
         sep = b'"'
         for pid, data in new.items():
             out += (sep, pid.encode(), b'":', data)
             sep = b',"'
+        if self.made:
+            out.append(b'},"made":{')
+            sep = b'"'
+            for pid, data in self.made.items():
+                out += (sep, pid.encode(), b'":', data)
+                sep = b',"'
         out += (b'},"trace":', body, b"}\n")
         return b"".join(out)
 
@@ -742,9 +803,15 @@ class ShareWriter:
         dumped = _OBJECT.decode(raw)
         out: list[Any] = []
         sep = b"{"
+        first: dict[str, bytes] = {}
+        messages = getattr(model, "messages", None) if name == "result" else None
+        if messages is not None:  # before the prompt, which names their long texts
+            first["messages"] = self._list((trace.session_id, "result.messages"), messages, new)
         for field, key, head, kind in _fields(type(model), name):
             data: bytes | msgspec.Raw | None
-            if kind is None:
+            if field in first:
+                data = first[field]
+            elif kind is None:
                 data = dumped.pop(key, None)
                 if data is None:
                     continue
@@ -868,6 +935,15 @@ class ShareWriter:
         kind = type(objs[0])
         serializer = _SERIALIZERS.get(kind)
         if serializer is not None and all(type(o) is kind for o in objs):
+            if kind in _TEXT_ITEMS:  # a long text is a part, the item a made part
+                for k, obj in zip(where, objs, strict=True):
+                    if len(obj.content) >= MIN_SHARED_TEXT:
+                        pid = self._made(obj, serializer, new)
+                    else:
+                        pid = self._add(serializer.to_json(obj), new)
+                    ids[k] = pid
+                    self._know(obj, pid)
+                return
             raws = list(map(serializer.to_json, objs))
         else:
             raws = [_model_json(o).encode("utf-8", "surrogatepass") for o in objs]
@@ -875,6 +951,39 @@ class ShareWriter:
             pid = self._add(data, new)
             ids[k] = pid
             self._know(obj, pid)
+
+    def _made(self, obj: Message | Packet, serializer: Any, new: dict[str, bytes]) -> str:
+        """The id of a made part for an item with a long text: ``[the item with its text's
+        part id in place of the text, "content"]`` (the text written once, as a part,
+        whichever items and prompts hold it)."""
+        tid = self._text(obj.content, new)
+        rest = serializer.to_json(obj, exclude=_CONTENT)
+        # the text's place: before the key that follows it (only strings come before it,
+        # and a string holds no unescaped quote, so the first such key is that one)
+        at = rest.find(_AFTER_CONTENT[type(obj)])
+        if at < 0:
+            raise ValueError(f"no {_AFTER_CONTENT[type(obj)]!r} in {type(obj).__name__}'s JSON")
+        made = b"".join(
+            (b"[", rest[:at], b',"content":"', tid.encode(), b'"', rest[at:], b',"content"]')
+        )
+        mid = part_id(made)
+        if mid not in self.written:
+            self.written.add(mid)
+            self.made[mid] = made
+        return mid
+
+    def _text(self, text: str, new: dict[str, bytes]) -> str:
+        """The id of the string part holding ``text`` (known by identity when written
+        lately, as each history item's text is again its message's and its prompt's)."""
+        hit = self.held.get(id(text))
+        if hit is not None and hit[0] is text:
+            return hit[1]
+        tid = self._add(_str_json(text), new)
+        self.held[id(text)] = (text, tid)
+        self.held_chars += len(text)
+        while self.held_chars > MAX_HELD_CHARS and len(self.held) > 1:
+            self.held_chars -= len(self.held.pop(next(iter(self.held)))[0])
+        return tid
 
     def _know(self, obj: Any, pid: str) -> None:
         """Remember ``obj`` by identity for as long as it lives."""
@@ -894,13 +1003,20 @@ class ShareWriter:
         """The ids of ``text``'s pieces (``_chain``): the previous text's of this session and
         field that it starts with, then the rest as one new piece."""
         prev, prev_pieces = self.texts.get(key, _NO_TEXT)
+        said = _said_of(text)
+        tail: list[str] = []
         # the usual case: made from the previous text (``grew``), or one comparison
-        if text is prev or _grown_from(text, prev) or text.startswith(prev):
-            pieces = prev_pieces[:]
-            pos = len(prev)
+        if said is not None and said[0] is prev:
+            pieces, pos, tail = prev_pieces[:], len(prev), said[1]
+        elif said is not None and not said[0]:  # made whole, of these pieces
+            pieces, pos, tail = [], 0, said[1]
+        elif text is prev or text.startswith(prev):
+            pieces, pos = prev_pieces[:], len(prev)
         else:
             pieces, pos = _common_pieces(text, prev, prev_pieces)
         kept = len(pieces)
+        if tail and sum(map(len, tail)) == len(text) - pos:
+            pos = self._said(tail, pos, pieces, new)
         if pos < len(text) or not pieces:
             pid = self._add(_str_json(text[pos:]), new)
             pieces.append((pid, len(text) - pos))
@@ -908,6 +1024,32 @@ class ShareWriter:
         return self._chain(
             key, len(pieces), kept, lambda i: _ids_items([pid for pid, _ in pieces[i:]]), new
         )
+
+    def _said(
+        self, said: list[str], pos: int, pieces: list[tuple[str, int]], new: dict[str, bytes]
+    ) -> int:
+        """A text's new end as ``grew`` said it was made: each long piece as its string
+        part (an item's text, the same part as the item's: ``_text``), the pieces between
+        joined as one; where the text's end then is."""
+        between: list[str] = []
+        for piece in said:
+            if len(piece) < MIN_SHARED_TEXT:
+                between.append(piece)
+                continue
+            if between:
+                pos = self._piece("".join(between), pos, pieces, new)
+                between = []
+            pieces.append((self._text(piece, new), len(piece)))
+            pos += len(piece)
+        if between:
+            pos = self._piece("".join(between), pos, pieces, new)
+        return pos
+
+    def _piece(
+        self, text: str, pos: int, pieces: list[tuple[str, int]], new: dict[str, bytes]
+    ) -> int:
+        pieces.append((self._add(_str_json(text), new), len(text)))
+        return pos + len(text)
 
 
 def _falses(flags: list[bool]) -> Iterator[int]:
@@ -922,6 +1064,25 @@ def _falses(flags: list[bool]) -> Iterator[int]:
 
 
 _PLANS: dict[type, list[tuple[str, str, bytes, bool | None]]] = {}
+#: items whose long ``content`` a shared line writes as a string part of its own
+_TEXT_ITEMS = (Message, Packet)
+_CONTENT = {"content"}
+
+
+def _after_content(model: type[BaseModel]) -> bytes:
+    """``,"key":`` of the field after ``content`` in ``model``'s JSON, where every field
+    before ``content`` is a string (``ShareWriter._made`` puts the text back before it)."""
+    names = list(model.model_fields)
+    at = names.index("content")
+    if not all(model.model_fields[n].annotation is str for n in names[:at]):
+        raise TypeError(f"{model.__name__}: a field before 'content' is not a string")
+    info = model.model_fields[names[at + 1]]
+    return b"," + _encode(info.alias or names[at + 1]) + b":"
+
+
+_AFTER_CONTENT = {m: _after_content(m) for m in _TEXT_ITEMS}
+#: characters of texts a ``ShareWriter`` keeps to know them by identity
+MAX_HELD_CHARS = 64 * 1024 * 1024
 
 
 def _fields(model: type[BaseModel], name: str) -> list[tuple[str, str, bytes, bool | None]]:

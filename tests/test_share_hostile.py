@@ -122,6 +122,7 @@ def test_a_line_that_is_no_shared_line_is_its_own_error_naming_the_field(
     traces, lines = session
     env = _env(lines[1])
     env["parts"] = {}  # (defined by the line before, as it wrote them)
+    env.pop("made", None)
     edit(env)
     path = _with_extra(tmp_path, lines, _line(env), at=3)
     got, errors = _read(path)
@@ -155,10 +156,10 @@ def test_ids_are_any_strings_not_hex_or_a_megabyte_long(
     names = iter(['not hex: ü " \\', "x" * 1_000_000, "", "0"])
     rename = {pid: next(names, pid) for pid in env["parts"]}
     env["parts"] = {rename[pid]: v for pid, v in env["parts"].items()}
-    text = json.dumps(env["trace"])
+    text = json.dumps([env["trace"], env.get("made", {})])  # made parts name parts too
     for old, new in rename.items():
         text = text.replace(json.dumps(old), json.dumps(new))
-    env["trace"] = json.loads(text)
+    env["trace"], env["made"] = json.loads(text)
     got, errors = _read(_write(tmp_path / "ids.jsonl", [_line(env)]))
     assert errors == [] and got == traces[:1]
 
@@ -494,7 +495,7 @@ def test_a_file_whose_keys_were_sorted_reads_the_same(
     traces = load_file(sidechain)
     w = ShareWriter()
     lines = [json.dumps(json.loads(w.line(t)), sort_keys=True).encode() for t in traces]
-    assert all(ln.startswith(b'{"parts": {') for ln in lines)
+    assert all(ln.startswith((b'{"made": {', b'{"parts": {')) for ln in lines)
     path = _write(tmp_path / "sorted.jsonl", lines)
     assert _read(path) == (traces, [])
     for name in (path, _write(tmp_path / "sorted.json", lines)):
@@ -518,7 +519,7 @@ def test_a_one_line_sorted_keys_file_named_json_is_one_shared_trace(
     past the first bytes (``sharing.starts_shared``)."""
     traces, lines = session
     line = json.dumps(json.loads(lines[0]), sort_keys=True)
-    assert line.startswith('{"parts": {') and f'"{SHARE_SCHEMA}"' not in line[:64]
+    assert line.startswith(('{"made": {', '{"parts": {')) and f'"{SHARE_SCHEMA}"' not in line[:64]
     path = tmp_path / "one.json"
     path.write_text(line + "\n", encoding="utf-8")
     assert _read(path) == ([traces[0]], [])

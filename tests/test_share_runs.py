@@ -161,10 +161,13 @@ def test_a_reader_with_a_small_run_cache_reads_the_same(
     assert len(table.lists) == 1
 
 
-def test_fixture_sessions_read_the_same_through_every_reader(tmp_path: Path) -> None:
-    """``import -o`` of a real session log (claude-code-log's fixture with a sidechain,
-    long enough for runs) reads back, through the file loader, ``check`` and ingest, as
-    the traces ``--whole`` wrote."""
+def test_fixture_sessions_read_the_same_through_every_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import -o`` of a real session log (claude-code-log's fixture with a sidechain;
+    runs from 4 items, so that its lists are written as runs) reads back as the traces
+    ``--whole`` wrote."""
+    monkeypatch.setattr(sharing, "MIN_RUN", 4)
     shared, whole = tmp_path / "s.jsonl", tmp_path / "w.jsonl"
     assert main(["import", str(SIDECHAIN), "-o", str(shared)]) == 0
     assert main(["import", str(SIDECHAIN), "--whole", "-o", str(whole)]) == 0
@@ -187,6 +190,7 @@ def test_a_one_line_without_runs_reads_as_before_and_a_run_in_it_is_an_error(
     whole trace it makes is refused by the trace's reader, never read as a run."""
     _, traces = uncompacted
     monkeypatch.setattr(sharing, "MIN_RUN", 10**9)
+    monkeypatch.setattr(sharing, "MIN_SHARED_TEXT", 10**9)  # no made parts either
     old = [ln.replace(SHARE_SCHEMA.encode(), ONE.encode(), 1) for ln in _lines(traces[:40])]
     assert _expand(old) == _whole(traces[:40])
     table = PartTable()
@@ -326,3 +330,22 @@ def test_a_resumed_read_learns_list_parts_and_reads_on(
     offset = sum(map(len, lines[:100]))
     table = PartTables().get(str(path), 1, offset, gz=False)
     assert _expand(lines[100:], table) == _whole(traces[100:])
+
+
+def test_a_file_an_earlier_version_wrote_in_the_first_form_reads_the_same() -> None:
+    """``ctxscope.share/1`` as stop 45's ctxscope wrote it (tests/fixtures/shared), from a
+    public session log: every line reads, to the traces this version imports from that log
+    (but for the time each build took), and a file this version writes of them is smaller
+    (runs and made parts) and reads the same."""
+    old = ROOT / "tests" / "fixtures" / "shared" / "sidechain.share1.jsonl"
+    assert all(ln.startswith(f'{{"share":"{ONE}"'.encode()) for ln in old.read_bytes().splitlines())
+    read = [_no_timings(t) for t in load_file(old)]
+    assert read == [_no_timings(t) for t in iter_traces(SIDECHAIN)]
+    again = b"".join(_lines(list(iter_traces(SIDECHAIN))))
+    assert len(again) < old.stat().st_size
+    assert [_no_timings(Trace.model_validate_json(x)) for x in _expand(again.splitlines())] == read
+
+
+def _no_timings(t: Trace) -> Trace:
+    assert t.result is not None
+    return t.model_copy(update={"result": t.result.model_copy(update={"timings": {}})})

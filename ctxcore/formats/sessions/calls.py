@@ -849,11 +849,17 @@ class CallTraces:
             ):
                 if len(items) == n:
                     prompt = prev_prompt
+                elif not any(map(_in_run, items[n - 1 :])):  # a block for each new item
+                    pieces = [p for it in items[n:] for p in (_head(it), it.flat.content)]
+                    prompt = "".join((prev_prompt, *pieces))  # one copy
+                    grew(prompt, prev_prompt, pieces)  # the writer need not compare them
                 elif not (_in_run(prev[-1]) and _in_run(items[n])):
                     prompt = "\n\n".join((prev_prompt, _prompt(items[n:], "")))  # one copy
-                    grew(prompt, prev_prompt)  # the writer need not compare them
+                    grew(prompt, prev_prompt)
         if prompt is None:
-            prompt = _prompt(items, tools_json)
+            pieces = _prompt_pieces(items, tools_json)
+            prompt = "".join(pieces)
+            grew(prompt, "", pieces)  # made whole: the writer names the items' texts in it
         self._prompts[session] = (items, tools_json, prompt)
         if len(self._prompts) > PROMPTS_KEPT:
             del self._prompts[next(iter(self._prompts))]
@@ -1229,6 +1235,12 @@ def _block(it: _Item) -> str | None:
     return it.block
 
 
+def _head(it: _Item) -> str:
+    """What comes before an item's text in the rendered prompt, after the one before it:
+    ``_prompt`` joins ``_block``s with a blank line."""
+    return f"\n\n[{it.flat.role}]\n"
+
+
 def _in_run(it: _Item) -> bool:
     """Whether an item's message joins its neighbours' in one block (``_prompt``)."""
     return it.flat.role in ("system", "developer")
@@ -1257,6 +1269,30 @@ def _prompt(items: list[_Item], tools_json: str) -> str:
     if tools_json:
         blocks.insert(0, f"[tools]\n{tools_json}")
     return "\n\n".join(b for b in blocks if b is not None)
+
+
+def _prompt_pieces(items: list[_Item], tools_json: str) -> list[str]:
+    """``_prompt`` as the pieces it joins: each item's text is a piece of its own (the
+    item's own string, which the shared writer knows as its part), the lines around them
+    the pieces between."""
+    out: list[str] = [f"[tools]\n{tools_json}"] if tools_json else []
+    sep = "\n\n" if out else ""
+    k = 0
+    while k < len(items):
+        if not _in_run(items[k]):
+            flat = items[k].flat
+            out += (f"{sep}[{flat.role}]\n", flat.content)
+            k += 1
+        else:  # a run of system/developer messages: one block
+            j = k + 1
+            while j < len(items) and _in_run(items[j]):
+                j += 1
+            run = [x.flat for x in items[k:j]]
+            label = "/".join(dict.fromkeys(m.role for m in run))
+            out.append(f"{sep}[{label}]\n" + "\n\n".join(m.content for m in run))
+            k = j
+        sep = "\n\n"
+    return out
 
 
 def _summarized(comp: Compaction, rank: int, left: int, tok: str) -> list[Decision]:
