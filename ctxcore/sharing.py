@@ -348,36 +348,49 @@ class PartTable:
 
     def _items(self, body: msgspec.Raw, out: list[Any], where: str, field: str) -> None:
         sep = b"["
+        parts = self.parts
         items, ran = self._flat(body, where, field)
         for i, item in enumerate(items):
             out.append(sep)
             sep = b","
-            if bytes(memoryview(item)[:1]) == b'"':
-                out.append(self._part(_STR.decode(item), where, _nth(field, i, ran)))
+            if type(item) is str:  # a part's id
+                data = parts.get(item)
+                out.append(self._part(item, where, _nth(field, i, ran)) if data is None else data)
             else:
                 out.append(item)
         out.append(b"]" if sep == b"," else b"[]")
 
     def _values(self, body: msgspec.Raw, out: list[Any], where: str, field: str) -> None:
-        """A list of plain values (the report's packet ids) with its runs read."""
-        out += (b"[", b",".join(self._flat(body, where, field)[0]), b"]")
+        """A list of plain values (the report's packet ids) with its runs read: a string
+        written again as the models write it (so as ctxscope wrote it)."""
+        items = self._flat(body, where, field)[0]
+        raws = [_str_json(x) if type(x) is str else x for x in items]
+        out += (b"[", b",".join(raws), b"]")
 
     def _flat(
         self, body: msgspec.Raw | bytes, where: str, field: str
     ) -> tuple[Sequence[Any], bool]:
-        """A list's items, each run (a /2 line's ``[id]`` or ``[id, n]``: all or the first
-        n items of the list part ``id``) replaced by the items it names; and whether it
-        had runs."""
+        """A list's items, each string decoded (an id), each run (a /2 line's ``[id]`` or
+        ``[id, n]``: all or the first n items of the list part ``id``) replaced by the
+        items it names, anything else as its JSON; and whether it had runs."""
         items = _LIST.decode(body)
-        if not self.runs:
-            return items, False
-        if len(items) == 1 and bytes(memoryview(items[0])[:1]) == b"[":
+        if self.runs and len(items) == 1 and bytes(memoryview(items[0])[:1]) == b"[":
             return self._run(items[0], where, f"{field}[0]", 1), True  # the usual: one run
+        return self._elements(items, where, field, 0)
+
+    def _elements(
+        self, items: list[msgspec.Raw], where: str, field: str, depth: int
+    ) -> tuple[list[Any], bool]:
+        """``items`` read (``_flat``); ``depth`` list parts deep (0: the line's own)."""
         flat: list[Any] = []
         ran = False
         for i, item in enumerate(items):
-            if bytes(memoryview(item)[:1]) == b"[":
-                flat += self._run(item, where, f"{field}[{i}]", 1)
+            first = bytes(memoryview(item)[:1])
+            if first == b'"':
+                flat.append(_STR.decode(item))
+            elif first == b"[" and self.runs:
+                at = f"{field}[{i}]" if not depth else field
+                flat += self._run(item, where, at, depth + 1)
                 ran = True
                 if len(flat) > MAX_LIST_ITEMS:
                     raise _too_long(where, field)
@@ -409,7 +422,8 @@ class PartTable:
         return items[: run[1]]
 
     def _list_part(self, pid: str, where: str, field: str, depth: int) -> tuple[Any, ...]:
-        """A list part's items, its own runs read (kept for the next line's runs)."""
+        """A list part's items, read as ``_flat`` reads a list (kept for the next line's
+        runs: a session's lists are read from its last line's, not again)."""
         held = self.lists.pop(pid, None)
         if held is not None:
             self.lists[pid] = held  # the most recent now
@@ -425,14 +439,7 @@ class PartTable:
                 f"{_at(where)}field {field!r}: the part {pid!r} is not a list, and a run "
                 "names a list part"
             )
-        flat: list[Any] = []
-        for item in _LIST.decode(data):
-            if bytes(memoryview(item)[:1]) == b"[":
-                flat += self._run(item, where, f"{field} (list part {pid!r})", depth + 1)
-                if len(flat) > MAX_LIST_ITEMS:
-                    raise _too_long(where, field)
-            else:
-                flat.append(item)
+        flat = self._elements(_LIST.decode(data), where, f"{field} (list part {pid!r})", depth)[0]
         items = tuple(flat)
         self.lists[pid] = items
         self.list_items += len(items)
@@ -450,8 +457,9 @@ class PartTable:
             ids, ran = self._piece_ids(body, where, field)  # its pieces: what its runs name
         pieces = []
         size = 0
+        parts = self.parts
         for i, pid in enumerate(ids):
-            data = self._part(pid, where, f"{field}[{i}]")
+            data = parts.get(pid) or self._part(pid, where, _nth(field, i, ran))
             if data[:1] != b'"':
                 raise InputError(
                     f"{_at(where)}field {_nth(field, i, ran)!r}: the part {pid!r} is not a string, "
@@ -465,14 +473,14 @@ class PartTable:
 
     def _piece_ids(self, body: msgspec.Raw, where: str, field: str) -> tuple[list[str], bool]:
         """The piece ids of a text written with runs (each item a string)."""
-        ids = []
         items, ran = self._flat(body, where, field)
         for i, item in enumerate(items):
-            try:
-                ids.append(_STR.decode(item))
-            except msgspec.MsgspecError as exc:
-                raise _not_pieces(where, _nth(field, i, ran), exc) from exc
-        return ids, ran
+            if type(item) is not str:
+                try:
+                    _STR.decode(item)
+                except msgspec.MsgspecError as exc:
+                    raise _not_pieces(where, _nth(field, i, ran), exc) from exc
+        return list(items), ran
 
 
 def _nth(field: str, i: int, ran: bool) -> str:
