@@ -404,17 +404,26 @@ class TraceView:
         return d is not None and d.status in IN_PROMPT
 
     def role(self, packet_id: str) -> str | None:
-        """The history role behind a builder history id, if it is one."""
+        """The history role behind a builder history id, if it is one: the first message
+        with that id, or for a builder's own history id the last with that id's text
+        (each looked up in a table made once: a decision each would scan the history, and
+        a session's traces grow with it)."""
         if not packet_id.startswith(HISTORY_ID + ":"):
-            for m in self.input.history:
-                if m.id == packet_id:
-                    return m.role
-            return None
+            return self._roles_by_id.get(packet_id)
         text = self.contents.get(packet_id)
-        for m in reversed(self.input.history):
-            if m.content == text:
-                return m.role
-        return None
+        return None if text is None else self._roles_by_text.get(text)
+
+    @cached_property
+    def _roles_by_id(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for m in self.input.history:
+            if m.id is not None:
+                out.setdefault(m.id, m.role)
+        return out
+
+    @cached_property
+    def _roles_by_text(self) -> dict[str, str]:
+        return {m.content: m.role for m in self.input.history}
 
     @cached_property
     def normalized_prompt(self) -> str:

@@ -91,10 +91,14 @@ def stale_or_repeated(v: TraceView) -> list[Finding]:
     groups: dict[int, list[int]] = {}
     for i in range(len(ids)):
         groups.setdefault(root(i), []).append(i)
+    least: dict[int, float] = {}  # each group's lowest pair (one pass, not one a group)
+    for i, _, s in pairs:
+        r = root(i)
+        least[r] = min(least.get(r, s), s)
     for r, members in groups.items():
         if len(members) < 2:
             continue
-        sim = min(s for i, _, s in pairs if root(i) == r)
+        sim = least[r]
         gids = [ids[k] for k in members]
         toks = [v.by_id[g].tokens_after for g in gids]
         identical = len({normalized_ws(v.content(g)) for g in gids}) == 1
