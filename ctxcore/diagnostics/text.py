@@ -550,8 +550,9 @@ class _SessionPairs:
         out, reps = _first_copies(sets)
         # position held -> index in ``sets`` of its first copy
         at = {self.position(sets[i]): i for i in reps}
+        held = set(at)  # a set: intersecting one walks the smaller side, a dict all of it
         for p, j in at.items():
-            for q in self.mates[p].intersection(at):
+            for q in self.mates[p].intersection(held):
                 sim = self._similar(q, p)
                 if sim is not None:
                     i = at[q]
