@@ -184,17 +184,14 @@ class PartTable:
         try:
             env = _ENVELOPE.decode(raw.removeprefix(b"\xef\xbb\xbf"))
         except msgspec.ValidationError as exc:
-            raise InputError(f"{_at(where)}{_envelope_error(str(exc))}") from exc
+            # a later form may add keys: its version is what to say, not the key
+            raise InputError(f"{_at(where)}{_newer(raw) or _envelope_error(str(exc))}") from exc
         except msgspec.DecodeError as exc:
             raise InputError(f"{_at(where)}{_malformed(str(exc))}") from exc
         except RecursionError:  # nested past the decoder's stack: that line's error
             raise too_deep(where) from None
         if env.share not in SHARE_SCHEMAS:
-            raise InputError(
-                f"{_at(where)}field 'share': {env.share!r} is not "
-                f"{' or '.join(map(repr, SHARE_SCHEMAS))}, the shared forms this ctxscope "
-                "reads; upgrade ctxscope"
-            )
+            raise InputError(f"{_at(where)}{_not_read(env.share)}")
         self._define(env.parts, where, _made(env, where))
         self.runs = env.share != SHARE_SCHEMAS[0]
         return self._trace(bytes(env.trace), where)
@@ -486,6 +483,30 @@ class PartTable:
 def _nth(field: str, i: int, ran: bool) -> str:
     """The name of a list's i-th item: ``field[i]``, or with its runs read, which one."""
     return f"{field} (item {i} with its runs read)" if ran else f"{field}[{i}]"
+
+
+def _not_read(share: str) -> str:
+    return (
+        f"field 'share': {share!r} is not {' or '.join(map(repr, SHARE_SCHEMAS))}, the "
+        "shared forms this ctxscope reads; upgrade ctxscope"
+    )
+
+
+class _Version(msgspec.Struct):
+    share: str
+
+
+_VERSION = msgspec.json.Decoder(_Version)
+
+
+def _newer(raw: bytes) -> str | None:
+    """The error of a line of a shared form this ctxscope does not read (whatever else
+    its envelope holds), or None."""
+    try:
+        share = _VERSION.decode(raw.removeprefix(b"\xef\xbb\xbf")).share
+    except msgspec.MsgspecError:
+        return None
+    return _not_read(share) if share not in SHARE_SCHEMAS else None
 
 
 def _made(env: _Envelope, where: str) -> dict[str, msgspec.Raw]:
