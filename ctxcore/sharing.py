@@ -160,7 +160,10 @@ class PartTable:
     """The parts of one file read so far, by id; ``expand`` reads the next line."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, bytes] = {}
+        #: a part's JSON; a made part as (its JSON before its text, its text's part id,
+        #: after it): held so, never joined, a line of a few bytes naming a long text
+        #: again and again holds no copy of it
+        self.parts: dict[str, bytes | _Made] = {}
         #: bytes the parts take in memory, their ids and the table's own per part included
         #: (``PartTables`` keeps tables of watched files up to a size: a file of millions
         #: of tiny parts holds far more than its parts' JSON)
@@ -218,13 +221,13 @@ class PartTable:
         """A line's parts, all or none: a line that defines an id again with other bytes
         defines none of its parts (it contradicts the file: nothing of it is trusted).
         A made part (``made``) is defined by its bytes, made from the parts before it."""
-        new: dict[str, bytes] = {}
+        new: dict[str, bytes | _Made] = {}
         for pid, value in parts.items():
             self._new(pid, bytes(value), new, where, "parts")
         for pid, value in made.items():
             self._new(pid, self._make(pid, value, new, where), new, where, "made")
         if new:
-            sizes = list(map(len, new.values()))
+            sizes = list(map(_held, new.values()))
             size = self.size + sum(sizes) + sum(map(len, new)) + PART_OVERHEAD * len(new)
             if size > settings.MAX_SHARED_PARTS_BYTES:
                 raise InputError(
@@ -239,20 +242,31 @@ class PartTable:
             self.size = size
             self.biggest = max(self.biggest, *sizes)
 
-    def _new(self, pid: str, data: bytes, new: dict[str, bytes], where: str, key: str) -> None:
+    def _new(
+        self, pid: str, data: bytes | _Made, new: dict[str, bytes | _Made], where: str, key: str
+    ) -> None:
         old = new.get(pid) or self.parts.get(pid)
         if old is None:
             new[pid] = data
-        elif old != data:
+        elif old != data and self._bytes(old, new) != self._bytes(data, new):
             raise InputError(
                 f"{_at(where)}field '{key}.{pid}': the part {pid!r} was defined on an "
                 "earlier line with other content; a part's id names one content"
             )
 
-    def _make(self, pid: str, value: msgspec.Raw, new: dict[str, bytes], where: str) -> bytes:
-        """A made part's bytes: ``[object, key]`` is ``object`` whose ``key`` holds, instead
-        of its text, the id of the string part that holds it (a text that several items
-        hold is written once)."""
+    def _bytes(self, data: bytes | _Made, new: dict[str, bytes | _Made]) -> bytes:
+        """A part's JSON, a made part's joined (only to compare two definitions of one id)."""
+        if isinstance(data, bytes):
+            return data
+        text = new.get(data[1]) or self.parts[data[1]]
+        return data[0] + self._bytes(text, new) + data[2]
+
+    def _make(
+        self, pid: str, value: msgspec.Raw, new: dict[str, bytes | _Made], where: str
+    ) -> _Made:
+        """A made part: ``[object, key]`` is ``object`` whose ``key`` holds, instead of its
+        text, the id of the string part that holds it (a text that several items hold is
+        written once); held as its JSON before and after the text, and the text's id."""
         field = f"made.{pid}"
         try:
             obj, key = _MADE.decode(value)
@@ -264,20 +278,26 @@ class PartTable:
                 "field that names a string part by id]"
             ) from exc
         data = new.get(text) or self.parts.get(text)
-        if data is None or data[:1] != b'"':
+        if not isinstance(data, bytes) or data[:1] != b'"':
             raise InputError(
                 f"{_at(where)}field '{field}[0].{key}': the part {text!r} is "
                 + ("not a string" if data else "not defined on this line or an earlier one")
             )
-        out: list[Any] = []
+        before: list[Any] = []
+        after: list[Any] = []
+        out = before
         sep = b"{"
         for name, item in obj.items():
-            out += (sep, _encode(name), b":", data if name == key else item)
+            out += (sep, _encode(name), b":")
+            if name == key:
+                out = after
+            else:
+                out.append(item)
             sep = b","
-        out.append(b"}")
-        return b"".join(out)
+        after.append(b"}")
+        return (b"".join(before), text, b"".join(after))
 
-    def _part(self, pid: str, where: str, field: str) -> bytes:
+    def _part(self, pid: str, where: str, field: str) -> bytes | _Made:
         data = self.parts.get(pid)
         if data is None:
             raise InputError(
@@ -351,8 +371,11 @@ class PartTable:
             out.append(sep)
             sep = b","
             if type(item) is str:  # a part's id
-                data = parts.get(item)
-                out.append(self._part(item, where, _nth(field, i, ran)) if data is None else data)
+                data = parts.get(item) or self._part(item, where, _nth(field, i, ran))
+                if type(data) is tuple:  # a made part: its text in place
+                    out += (data[0], parts[data[1]], data[2])
+                else:
+                    out.append(data)
             else:
                 out.append(item)
         out.append(b"]" if sep == b"," else b"[]")
@@ -431,7 +454,7 @@ class PartTable:
                 f"{MAX_RUN_DEPTH} list parts, each naming the next (the most a reader follows)"
             )
         data = self._part(pid, where, field)
-        if data[:1] != b"[":
+        if not isinstance(data, bytes) or data[:1] != b"[":
             raise InputError(
                 f"{_at(where)}field {field!r}: the part {pid!r} is not a list, and a run "
                 "names a list part"
@@ -457,7 +480,7 @@ class PartTable:
         parts = self.parts
         for i, pid in enumerate(ids):
             data = parts.get(pid) or self._part(pid, where, _nth(field, i, ran))
-            if data[:1] != b'"':
+            if not isinstance(data, bytes) or data[:1] != b'"':
                 raise InputError(
                     f"{_at(where)}field {_nth(field, i, ran)!r}: the part {pid!r} is not a string, "
                     "and a text is made of strings"
@@ -483,6 +506,16 @@ class PartTable:
 def _nth(field: str, i: int, ran: bool) -> str:
     """The name of a list's i-th item: ``field[i]``, or with its runs read, which one."""
     return f"{field} (item {i} with its runs read)" if ran else f"{field}[{i}]"
+
+
+#: a made part as a ``PartTable`` holds it: its JSON before its text, the text's part id,
+#: its JSON after it
+_Made = tuple[bytes, str, bytes]
+
+
+def _held(data: bytes | _Made) -> int:
+    """Bytes a part's JSON takes in a table (a made part: its own, not its text's)."""
+    return len(data) if isinstance(data, bytes) else len(data[0]) + len(data[1]) + len(data[2])
 
 
 def _not_read(share: str) -> str:

@@ -22,7 +22,7 @@ from ctxcore.cli.exchange import _Reached, big_buffers_mapped
 from ctxcore.formats.accounting import imported_counts
 from ctxcore.formats.derive import tools_text
 from ctxcore.formats.load import iter_traces, jsonl_lines, write_jsonl
-from ctxcore.formats.sessions.calls import CallTraces, _Item, _prompt
+from ctxcore.formats.sessions.calls import CallTraces, _Item
 from ctxcore.models import Message, Packet, Trace
 from ctxcore.pipeline.recorded import AFTER_QUERY, render_prompt
 from ctxcore.sharing import PartTable
@@ -161,10 +161,15 @@ def test_a_prompt_made_from_the_previous_calls_is_the_whole_render(
     items = _items(*first, *then)
     old, new = items[: len(first)], items
     made = CallTraces(fmt="claude-code", builder="import/claude-code")
-    assert made._prompt("s", old, "") == _prompt(old, "")
-    assert made._prompt("s", new, "") == _prompt(new, "")
+    assert made._prompt("s", old, "") == _rendered(old, "")
+    assert made._prompt("s", new, "") == _rendered(new, "")
     # other tools: the whole render again
-    assert made._prompt("s", new, '[{"name":"t"}]') == _prompt(new, '[{"name":"t"}]')
+    assert made._prompt("s", new, '[{"name":"t"}]') == _rendered(new, '[{"name":"t"}]')
+
+
+def _rendered(items: list[_Item], tools: str) -> str:
+    """The items' prompt as ``derive.render_prompt`` renders their messages."""
+    return render_prompt([it.flat for it in items], tools)
 
 
 def test_a_long_import_o_imports_no_tokenizer_numpy_nor_the_presets_stages(

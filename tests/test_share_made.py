@@ -160,3 +160,23 @@ def test_made_parts_are_no_part_of_the_first_form() -> None:
     env["share"] = SHARE_SCHEMAS[0]
     with pytest.raises(InputError, match=r"^f:1: field 'made': unknown in 'ctxscope.share/1'"):
         PartTable().expand(json.dumps(env).encode(), "f:1")
+
+
+def test_made_parts_hold_no_copy_of_their_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A made part is held as the JSON around its text, never joined with it: a line of a
+    few hundred kilobytes naming one 1 MB text in 10,000 made parts takes about its own
+    size in the table, not 10 GB, and a trace naming them all is refused by the trace's
+    size limit before its pieces are joined."""
+    from ctxcore import sharing
+
+    table = PartTable()
+    table.expand(_line({"big": "x" * 1_000_000}, {}, []), "f:1")
+    made = {f"m{k}": [{"role": "user", "content": "big"}, "content"] for k in range(10_000)}
+    before = table.size
+    table.expand(_line({}, made, []), "f:2")
+    assert table.size - before < 2_000_000
+    monkeypatch.setattr(sharing, "MAX_LINE_BYTES", 50_000_000)
+    with pytest.raises(InputError, match="f:3: field 'input.history'"):
+        table.expand(_line({}, {}, [f"m{k}" for k in range(100)]), "f:3")
+    got = json.loads(table.expand(_line({}, {}, ["m1", "m2"]), "f:4"))
+    assert got["input"]["history"] == [{"role": "user", "content": "x" * 1_000_000}] * 2

@@ -159,7 +159,7 @@ def unpack_json(blob: bytes, size: int) -> bytes:
 
         body, parts = _body_and_parts(blob)
         table = PartTable()
-        table.parts = parts
+        table.parts.update(parts)
         out = table.expand(_ENVELOPE + body + b"}")
         if len(out) != size:
             raise ValueError(f"a shared trace expands to {len(out):,} bytes, not {size:,}")

@@ -294,8 +294,6 @@ class _Item:
     flat: Message
     #: the (id, name) of the tool call this result answers
     answered: tuple[str, str] | None = None
-    #: its block of the rendered prompt (``[role]`` and its text)
-    block: str | None = None
     #: tokenizer name -> tokens; ``pending`` is the tokenizer it is being counted with
     tokens: dict[str, int] = field(default_factory=dict)
     pending: str = ""
@@ -832,7 +830,7 @@ class CallTraces:
         return lists
 
     def _prompt(self, session: str, items: list[_Item], tools_json: str) -> str:
-        """The call's rendered prompt (``_prompt``). A call whose items are the session's
+        """The call's rendered prompt (``_prompt_pieces``). A call whose items are the session's
         previous call's and more (the same objects), with the same tools, renders as that
         call's prompt and the new items' blocks: one copy of it, not a join of every block
         again (a long session's prompt is megabytes, and a join re-encodes each block)."""
@@ -849,13 +847,10 @@ class CallTraces:
             ):
                 if len(items) == n:
                     prompt = prev_prompt
-                elif not any(map(_in_run, items[n - 1 :])):  # a block for each new item
-                    pieces = [p for it in items[n:] for p in (_head(it), it.flat.content)]
+                elif not (_in_run(prev[-1]) and _in_run(items[n])):  # no block runs across
+                    pieces = _prompt_pieces(items[n:], "", "\n\n")
                     prompt = "".join((prev_prompt, *pieces))  # one copy
                     grew(prompt, prev_prompt, pieces)  # the writer need not compare them
-                elif not (_in_run(prev[-1]) and _in_run(items[n])):
-                    prompt = "\n\n".join((prev_prompt, _prompt(items[n:], "")))  # one copy
-                    grew(prompt, prev_prompt)
         if prompt is None:
             pieces = _prompt_pieces(items, tools_json)
             prompt = "".join(pieces)
@@ -1226,57 +1221,19 @@ def _kept(
     )
 
 
-def _block(it: _Item) -> str | None:
-    """An item's block of the rendered prompt (None for a system/developer message: those
-    are joined with their neighbours into one block)."""
-    if it.flat.role in ("system", "developer"):
-        return None
-    it.block = f"[{it.flat.role}]\n{it.flat.content}"
-    return it.block
-
-
-def _head(it: _Item) -> str:
-    """What comes before an item's text in the rendered prompt, after the one before it:
-    ``_prompt`` joins ``_block``s with a blank line."""
-    return f"\n\n[{it.flat.role}]\n"
-
-
 def _in_run(it: _Item) -> bool:
-    """Whether an item's message joins its neighbours' in one block (``_prompt``)."""
+    """Whether an item's message joins its neighbours' in one block (``_prompt_pieces``)."""
     return it.flat.role in ("system", "developer")
 
 
-def _prompt(items: list[_Item], tools_json: str) -> str:
-    """``derive.render_prompt`` of the items' flat messages, with each message's block made
-    once (the calls of a session render the same messages again and again)."""
-    blocks = [it.block if it.block is not None else _block(it) for it in items]
-    if None in blocks:  # runs of system/developer messages make one block each
-        joined: list[str | None] = []
-        k = 0
-        while k < len(items):
-            if blocks[k] is not None:
-                joined.append(blocks[k])
-                k += 1
-                continue
-            j = k + 1
-            while j < len(items) and blocks[j] is None:
-                j += 1
-            run = [x.flat for x in items[k:j]]
-            label = "/".join(dict.fromkeys(m.role for m in run))
-            joined.append(f"[{label}]\n" + "\n\n".join(m.content for m in run))
-            k = j
-        blocks = joined
-    if tools_json:
-        blocks.insert(0, f"[tools]\n{tools_json}")
-    return "\n\n".join(b for b in blocks if b is not None)
-
-
-def _prompt_pieces(items: list[_Item], tools_json: str) -> list[str]:
-    """``_prompt`` as the pieces it joins: each item's text is a piece of its own (the
-    item's own string, which the shared writer knows as its part), the lines around them
-    the pieces between."""
-    out: list[str] = [f"[tools]\n{tools_json}"] if tools_json else []
-    sep = "\n\n" if out else ""
+def _prompt_pieces(items: list[_Item], tools_json: str, sep: str = "") -> list[str]:
+    """The pieces of the items' rendered prompt (``derive.render_prompt`` of their flat
+    messages: blocks ``[role]`` and text, a blank line between, a run of system/developer
+    messages one block), ``sep`` before the first: each item's text is a piece of its own
+    (the item's own string, which the shared writer knows as its part), the lines around
+    them the pieces between."""
+    out: list[str] = [f"{sep}[tools]\n{tools_json}"] if tools_json else []
+    sep = "\n\n" if out else sep
     k = 0
     while k < len(items):
         if not _in_run(items[k]):
