@@ -46,6 +46,9 @@ from ctxcore.threads import helper_thread
 
 #: How big the pipes are asked to be (Linux ``F_SETPIPE_SZ``; the system's cap applies).
 PIPE_BYTES = 1024 * 1024
+#: How long ``kill`` waits for the sending thread to end (it ends at once: its pipe's reader
+#: is gone), so that a stuck write cannot hold the command's exit.
+SENDER_JOIN_S = 5.0
 _F_SETPIPE_SZ = 1031
 _U32 = struct.Struct("<I")
 _HEAD = struct.Struct("<cI")
@@ -212,11 +215,15 @@ class CountingProcess:
         self.kill()
 
     def kill(self) -> None:
-        """Stop the other process now and reap it."""
+        """Stop the other process now and reap it, and end the sending thread (its pipe's
+        reader is gone: a write it is in fails at once). No thread is then left behind:
+        ``import -o`` ends without the interpreter's teardown only when none is (``cli.run``)."""
         with contextlib.suppress(OSError):
             self.proc.kill()
         self.proc.wait()
         self._sending.put(None)
+        if self._sender is not threading.current_thread():
+            self._sender.join(timeout=SENDER_JOIN_S)
         self._close_pipes()
 
     def _close_pipes(self) -> None:

@@ -24,6 +24,7 @@ import os
 import socket
 import stat
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -32,6 +33,9 @@ from ctxcore.errors import InputError
 
 #: the spelling of standard output on every ``-o``
 STDOUT = "-"
+#: A file written whole or nothing goes to the disk this many bytes at a time while it is
+#: written (``_Syncer``), so that its last fsync waits for the last part only.
+SYNC_BYTES = 8 * 1024 * 1024
 
 
 def is_stdout(target: str | Path) -> bool:
@@ -92,10 +96,18 @@ def _atomic(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
+        with open(tmp, "wb") as fh, _Syncer(fh.fileno()) as syncer:
+            written = 0
+            due = SYNC_BYTES
             for chunk in _utf8(chunks):
                 fh.write(chunk)
+                written += len(chunk)
+                if written >= due:
+                    fh.flush()
+                    syncer.sync()
+                    due = written + SYNC_BYTES
             fh.flush()
+            syncer.close()
             os.fsync(fh.fileno())
             if mode is not None:
                 os.fchmod(fh.fileno(), mode)
@@ -109,6 +121,62 @@ def _atomic(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class _Syncer:
+    """Hands a file being written to the disk in the background: ``sync`` wakes a thread
+    that runs ``fdatasync`` (without the GIL) while the writer goes on, so that the writer's
+    own fsync at the end has only the last part left to wait for (the kernel would
+    otherwise hold a 30 MB output in memory until then). Its thread starts at the first
+    ``sync`` and is gone once ``close`` returns; an error it met is raised by ``close``
+    (the file's next fsync would not report it again)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.wanted = threading.Event()
+        self.stopping = False
+        self.error: OSError | None = None
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Syncer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def sync(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="ctxscope-sync", daemon=True)
+            self.thread.start()
+        self.wanted.set()
+
+    def close(self) -> None:
+        """Wait for the thread's last sync and end it; raise what it met."""
+        self._stop()
+        if self.error is not None:
+            raise self.error
+
+    def _stop(self) -> None:
+        if self.thread is not None:
+            self.stopping = True
+            self.wanted.set()
+            self.thread.join()
+            self.thread = None
+
+    def _run(self) -> None:
+        sync = getattr(os, "fdatasync", os.fsync)
+        while True:
+            self.wanted.wait()
+            self.wanted.clear()
+            if self.stopping:
+                return
+            try:
+                sync(self.fd)
+            except OSError as exc:
+                self.error = exc
+                return
 
 
 def _in_place(path: Path, chunks: Iterable[str] | Iterable[bytes], *, shown: Path) -> None:

@@ -11,7 +11,6 @@ import hashlib
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import chain
-from operator import is_
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,8 +105,10 @@ class _Reached:
         messages = (trace.result.messages if trace.result is not None else None) or []
         prev, sources, sums = self.last.get(trace.session_id, ([], set(), []))
         n = len(prev)
-        # the previous trace's set and sums go on (only this trace's are needed next)
-        if not (n and len(messages) >= n and all(map(is_, messages[:n], prev))):
+        # the previous trace's set and sums go on (only this trace's are needed next) when
+        # its messages start this one's: the same objects, found at C speed (a list
+        # comparison tries identity first; an equal message would count alike)
+        if not (n and len(messages) >= n and messages[:n] == prev):
             sources, sums, n = set(), [0] * 6, 0
         for m in messages[n:]:
             mid = m.id or ""
@@ -140,7 +141,7 @@ class _Reached:
         ones', when they start with its packets (the same objects)."""
         prev, results = self.packets.get(session, ([], 0))
         n = len(prev)
-        if not (n and len(packets) >= n and all(map(is_, packets[:n], prev))):
+        if not (n and len(packets) >= n and packets[:n] == prev):  # as ``counts``
             results, n = 0, 0
         results += sum(1 for p in packets[n:] if p.kind == "tool_result")
         self.packets[session] = (packets, results)

@@ -33,7 +33,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from operator import is_
 from typing import Any, TypeVar
 
 from ctxcore import __version__ as _ctxcore_version
@@ -448,9 +447,10 @@ class _Lists:
         self.task_at: int | None = None
 
     def continues(self, items: list[_Item]) -> bool:
-        """Whether ``items`` start with the items these lists were made of."""
+        """Whether ``items`` start with the items these lists were made of (the same objects:
+        an ``_Item`` equals itself only, and a list comparison tries identity first, in C)."""
         n = len(self.items)
-        return bool(n) and len(items) >= n and all(map(is_, items[:n], self.items))
+        return bool(n) and len(items) >= n and items[:n] == self.items
 
     def update(self, items: list[_Item]) -> None:
         """Add the items after those these lists were made of (``continues``)."""
@@ -843,7 +843,7 @@ class CallTraces:
                 n
                 and len(items) >= n
                 and prev_tools == tools_json
-                and all(map(is_, items[:n], prev))
+                and items[:n] == prev  # the same objects (``_Lists.continues``)
             ):
                 if len(items) == n:
                     prompt = prev_prompt
