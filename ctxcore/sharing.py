@@ -929,6 +929,10 @@ class ShareWriter:
             kept = same.index(False)  # the items the previous list's run gives
         except ValueError:
             kept = n
+        if kept < n and ids[kept] == prev_ids[kept]:
+            # not the same objects but the same content (a part id is its JSON's hash):
+            # traces read back from a store or a file, each its own objects, still run on
+            kept = _common(ids, prev_ids)
         return self._chain(key, len(ids), kept, lambda i: _ids_items(ids[i:]), new)
 
     def _chain(

@@ -24,6 +24,7 @@ from ctxcore.output import STDOUT, is_stdout, write_output
 if TYPE_CHECKING:
     from ctxcore.cli.import_findings import Diagnosed, FindingsJob, FindingsProcess
     from ctxcore.formats.redact_memo import Redactor
+    from ctxcore.store.objects import SharedTraces
     from ctxcore.store.protocol import BulkWriter, Store
 
 
@@ -590,32 +591,63 @@ def cli_import(args: argparse.Namespace) -> int:
     return run.rc
 
 
-def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:
-    from ctxcore.store.engines import read_store
+#: A session's traces are read from a store together (``_session_pages``), so that what
+#: they share is read once, up to this many tokens of context (``used``) at a time: each
+#: comes back whole, and a long session's trace holds its whole context.
+EXPORT_TOKENS = 1_000_000
+
+
+def _session_pages(store: Store, session: str) -> Iterator[list[Trace]]:
+    """A stored session's traces, in turn order, read a few at a time (``EXPORT_TOKENS``;
+    at least one), each part they name made once (``store.objects.SharedTraces``: the
+    items are the same objects from one trace to the next, as an importer's are)."""
+    from ctxcore.store.objects import SharedTraces
     from ctxcore.store.records import TraceFilter
 
+    objects = SharedTraces()
+
+    offset = 0
+    while True:
+        page = store.list_traces(
+            TraceFilter(session_id=session),
+            sort="turn",
+            descending=False,
+            limit=200,
+            offset=offset,
+        )
+        ids: list[str] = []
+        tokens = 0
+        for row in page.rows:
+            if ids and tokens + max(row.used, 0) > EXPORT_TOKENS:
+                yield _traces(store, ids, objects)
+                ids, tokens = [], 0
+            ids.append(row.trace_id)
+            tokens += max(row.used, 0)
+        if ids:
+            yield _traces(store, ids, objects)
+        offset += len(page.rows)
+        if not page.rows or offset >= page.total:
+            return
+
+
+def _traces(store: Store, ids: list[str], objects: SharedTraces) -> list[Trace]:
+    return [objects.trace(p) for p in store.traces_packed(ids)]
+
+
+def _note(why: str) -> None:
+    print(f"note: {why}", file=sys.stderr)
+
+
+def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trace]:
+    from ctxcore.store.engines import read_store
+
     # a store another process writes (the app) is read from a copy (docs/design.md, "Store")
-    with read_store(db, note=lambda why: print(f"note: {why}", file=sys.stderr)) as store:
+    with read_store(db, note=_note) as store:
         if trace_id:
             t = store.get_trace(trace_id)
             return [t] if t is not None else []
-        out: list[Trace] = []
-        offset = 0
-        while True:
-            page = store.list_traces(
-                TraceFilter(session_id=session),
-                sort="turn",
-                descending=False,
-                limit=200,
-                offset=offset,
-            )
-            for row in page.rows:
-                t = store.get_trace(row.trace_id)
-                if t is not None:
-                    out.append(t)
-            offset += len(page.rows)
-            if not page.rows or offset >= page.total:
-                return out
+        assert session is not None
+        return [t for page in _session_pages(store, session) for t in page]
 
 
 def _from_folder(folder: Path, trace_id: str | None, session: str | None) -> list[Trace]:
@@ -674,6 +706,13 @@ def cli_export(args: argparse.Namespace) -> int:
     if bool(args.trace_id) == bool(args.session):
         raise InputError("give exactly one of TRACE_ID or --session ID")
     db = getattr(args, "db", None) or str(settings.db_path())
+    shared = getattr(args, "shared", False)
+    if shared and args.format != "json":
+        raise InputError(f"--shared writes JSON lines; it does not go with --format {args.format}")
+    if shared and args.session:
+        done = _export_session_shared(db, args)
+        if done is not None:
+            return done
     traces, where, unread = find_traces(db, args.trace_id, args.session)
     if not traces:
         what = f"trace {args.trace_id!r}" if args.trace_id else f"session {args.session!r}"
@@ -686,9 +725,6 @@ def cli_export(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     if not args.no_redact:
         traces, counts = redact_all(traces)
-    shared = getattr(args, "shared", False)
-    if shared and args.format != "json":
-        raise InputError(f"--shared writes JSON lines; it does not go with --format {args.format}")
     if shared:
         text = "".join(jsonl_lines(traces, shared=True))
     elif args.format == "json":
@@ -702,6 +738,11 @@ def cli_export(args: argparse.Namespace) -> int:
         print(f"exported {len(traces)} trace(s) as {args.format} -> {args.output}", file=sys.stderr)
     else:
         write_output(STDOUT, [text])
+    _said_redacted(args, counts)
+    return 0
+
+
+def _said_redacted(args: argparse.Namespace, counts: dict[str, int]) -> None:
     if counts:
         detail = ", ".join(f"{k}: {v}" for k, v in counts.items())
         print(
@@ -712,4 +753,48 @@ def cli_export(args: argparse.Namespace) -> int:
         print(
             "warning: not redacted (--no-redact); check for secrets before sharing", file=sys.stderr
         )
+
+
+def _export_session_shared(db: str, args: argparse.Namespace) -> int | None:
+    """``export --session ID --shared`` from a store, streamed: the session's traces read
+    ``EXPORT_PAGE`` at a time (what they share read once), redacted and written as shared
+    lines as they come, so that neither the traces nor the output are held whole (a long
+    session's export took minutes and gigabytes). None when the store cannot be read or
+    does not hold the session: ``find_traces`` then looks elsewhere, and says so."""
+    from ctxcore.formats.redact_memo import Redactor
+    from ctxcore.formats.share import redact_all
+    from ctxcore.sharing import ShareWriter
+    from ctxcore.store.engines import read_store
+
+    counts: dict[str, int] = {}
+    written = 0
+    try:
+        with read_store(db, note=_note) as store:
+            pages = _session_pages(store, args.session)
+            first = next(pages, None)
+            if not first:
+                return None
+
+            def lines() -> Iterator[bytes]:
+                nonlocal written
+                writer = ShareWriter()
+                redactor = Redactor()  # a session's texts read by the rules once
+                for page in chain([first], pages):
+                    if not args.no_redact:
+                        page, got = redact_all(page, redactor)
+                        for k, v in got.items():
+                            counts[k] = counts.get(k, 0) + v
+                    for trace in page:
+                        written += 1
+                        yield writer.line_bytes(trace)
+
+            to_file = bool(args.output) and not is_stdout(args.output)
+            write_output(args.output if to_file else STDOUT, lines())
+    except StoreError:
+        if written:
+            raise
+        return None
+    if to_file:
+        print(f"exported {written} trace(s) as json -> {args.output}", file=sys.stderr)
+    _said_redacted(args, dict(sorted(counts.items())))
     return 0

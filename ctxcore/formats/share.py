@@ -39,18 +39,23 @@ from ctxcore.diagnostics.counterfactual import Counterfactual, counterfactuals, 
 from ctxcore.errors import InputError
 from ctxcore.formats.load import SNAPSHOT_FORMAT
 from ctxcore.formats.otlp import DECISION_FIELDS, DECISION_PREFIX, JSON_FIELDS, RESULT_JSON_FIELDS
-from ctxcore.formats.redact import redact_trace
+from ctxcore.formats.redact_memo import Redactor
 from ctxcore.models import BuildResult, CapturedInput, Finding, Message, Trace, utc_iso
 
 # --------------------------------------------------------------------------- redaction
 
 
-def redact_all(traces: Iterable[Trace]) -> tuple[list[Trace], dict[str, int]]:
-    """Redacted copies of ``traces`` and the total count of secrets by type."""
+def redact_all(
+    traces: Iterable[Trace], redactor: Redactor | None = None
+) -> tuple[list[Trace], dict[str, int]]:
+    """Redacted copies of ``traces`` and the total count of secrets by type: what
+    ``redact_trace`` gives each, each text of a session read by the rules once (a
+    ``Redactor``'s memory; pass one to keep it across calls)."""
+    memo = redactor if redactor is not None else Redactor()
     out: list[Trace] = []
     total: dict[str, int] = {}
     for t in traces:
-        red, counts = redact_trace(t)
+        red, counts = memo.trace(t)
         out.append(red)
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
