@@ -64,7 +64,7 @@ def test_the_streamed_file_reads_back_as_the_snapshot_and_says_the_same(
     reads: list[list[str]] = []
     real = exchange._traces
 
-    def recorded(store: object, ids: list[str], objects: object) -> list[Trace]:
+    def recorded(store: object, ids: list[str], objects: object) -> list[tuple[Trace, object]]:
         reads.append(ids)
         return real(store, ids, objects)  # type: ignore[arg-type]
 

@@ -4,6 +4,7 @@ every trace that names it, within a bounded memory."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 
 from ctxcore.cli import main
 from ctxcore.formats.load import iter_traces
+from ctxcore.formats.redact import redact_trace
+from ctxcore.formats.redact_memo import Redactor
 from ctxcore.models import Trace
 from ctxcore.store import objects
 from ctxcore.store.engines import open_store
@@ -113,3 +116,55 @@ def test_the_item_models_are_the_shared_lists_models() -> None:
 
     fields = {f for fs in LIST_FIELDS.values() for f in fs}
     assert set(objects.ITEM_MODELS) == fields
+
+
+#: documented example secrets (AWS's, and GitHub's token format)
+AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+
+
+def _with_secrets(log: Path, out: Path) -> None:
+    """The log with secrets in a tool's output (an item of many calls), in a user's prompt
+    (an item, the query and the prompt's text) and in the log's working folder (each call's
+    metadata, outside every part)."""
+    lines = log.read_text(encoding="utf-8").splitlines()
+    result = next(i for i, ln in enumerate(lines) if '"tool_result"' in ln and i > 20)
+    prompt = next(
+        i
+        for i, ln in enumerate(lines)
+        if i > len(lines) // 2 and '"type": "user"' in ln and '"tool_result"' not in ln
+    )
+    for k in range(len(lines)):
+        obj = json.loads(lines[k])
+        if k == result:
+            for block in obj["message"]["content"]:
+                if block.get("type") == "tool_result":
+                    block["content"] = f"AWS_SECRET_ACCESS_KEY={AWS}"
+        if k == prompt:
+            obj["message"]["content"] = f"use GITHUB_TOKEN={GITHUB} to push"
+        if k > len(lines) * 3 // 4 and "cwd" in obj:
+            obj["cwd"] = f"/work/{GITHUB}"
+        lines[k] = json.dumps(obj)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_read_redacted_it_gives_what_redact_trace_gives(log: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.jsonl"
+    _with_secrets(log, secret)
+    db = tmp_path / "s.duckdb"
+    assert main(["import", str(secret), "--db", str(db), "--no-redact"]) == 0
+    reader = SharedTraces(redactor=Redactor())
+    found: dict[str, int] = {}
+    with open_store(db, read_only=True) as store:
+        ids = _ids(store)
+        for packed in store.traces_packed(ids):
+            got, counts = reader.read(packed)
+            want, want_counts = redact_trace(Trace.model_validate_json(packed.json()))
+            assert got == want, packed.trace_id
+            assert got.to_json() == want.to_json() and counts == want_counts
+            for k, v in counts.items():
+                found[k] = found.get(k, 0) + v
+    assert set(found) >= {"aws_secret_access_key", "github_token"}
+    late = reader.trace(packed)
+    assert AWS not in late.to_json() and GITHUB not in late.to_json()
+    assert late.redactions  # its record says what was masked

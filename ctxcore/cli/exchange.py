@@ -597,14 +597,17 @@ def cli_import(args: argparse.Namespace) -> int:
 EXPORT_TOKENS = 1_000_000
 
 
-def _session_pages(store: Store, session: str) -> Iterator[list[Trace]]:
+def _session_pages(
+    store: Store, session: str, redactor: Redactor | None = None
+) -> Iterator[list[tuple[Trace, dict[str, int]]]]:
     """A stored session's traces, in turn order, read a few at a time (``EXPORT_TOKENS``;
     at least one), each part they name made once (``store.objects.SharedTraces``: the
-    items are the same objects from one trace to the next, as an importer's are)."""
+    items are the same objects from one trace to the next, as an importer's are); with a
+    redactor, each redacted (and the secrets found), each part's secrets looked for once."""
     from ctxcore.store.objects import SharedTraces
     from ctxcore.store.records import TraceFilter
 
-    objects = SharedTraces()
+    objects = SharedTraces(redactor=redactor)
 
     offset = 0
     while True:
@@ -630,8 +633,10 @@ def _session_pages(store: Store, session: str) -> Iterator[list[Trace]]:
             return
 
 
-def _traces(store: Store, ids: list[str], objects: SharedTraces) -> list[Trace]:
-    return [objects.trace(p) for p in store.traces_packed(ids)]
+def _traces(
+    store: Store, ids: list[str], objects: SharedTraces
+) -> list[tuple[Trace, dict[str, int]]]:
+    return [objects.read(p) for p in store.traces_packed(ids)]
 
 
 def _note(why: str) -> None:
@@ -647,7 +652,7 @@ def _from_store(db: str, trace_id: str | None, session: str | None) -> list[Trac
             t = store.get_trace(trace_id)
             return [t] if t is not None else []
         assert session is not None
-        return [t for page in _session_pages(store, session) for t in page]
+        return [t for page in _session_pages(store, session) for t, _ in page]
 
 
 def _from_folder(folder: Path, trace_id: str | None, session: str | None) -> list[Trace]:
@@ -762,7 +767,6 @@ def _export_session_shared(db: str, args: argparse.Namespace) -> int | None:
     session's export took minutes and gigabytes). None when the store cannot be read or
     does not hold the session: ``find_traces`` then looks elsewhere, and says so."""
     from ctxcore.formats.redact_memo import Redactor
-    from ctxcore.formats.share import redact_all
     from ctxcore.sharing import ShareWriter
     from ctxcore.store.engines import read_store
 
@@ -770,7 +774,9 @@ def _export_session_shared(db: str, args: argparse.Namespace) -> int | None:
     written = 0
     try:
         with read_store(db, note=_note) as store:
-            pages = _session_pages(store, args.session)
+            # a session's texts read by the rules once
+            redactor = None if args.no_redact else Redactor()
+            pages = _session_pages(store, args.session, redactor)
             first = next(pages, None)
             if not first:
                 return None
@@ -778,13 +784,10 @@ def _export_session_shared(db: str, args: argparse.Namespace) -> int | None:
             def lines() -> Iterator[bytes]:
                 nonlocal written
                 writer = ShareWriter()
-                redactor = Redactor()  # a session's texts read by the rules once
                 for page in chain([first], pages):
-                    if not args.no_redact:
-                        page, got = redact_all(page, redactor)
+                    for trace, got in page:
                         for k, v in got.items():
                             counts[k] = counts.get(k, 0) + v
-                    for trace in page:
                         written += 1
                         yield writer.line_bytes(trace)
 
