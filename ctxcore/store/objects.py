@@ -21,6 +21,7 @@ walk, so the result and the counts are the same.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -46,6 +47,18 @@ ITEM_MODELS: dict[str, type[BaseModel]] = {
 MAX_KEPT_BYTES = 256 * 1024 * 1024
 _DECODE = msgspec.json.Decoder()
 _STR = msgspec.json.Decoder(str)
+
+
+def _fields(
+    data: dict[str, Any], table: dict[str, tuple[str, ...]]
+) -> Iterator[tuple[dict[str, Any], str, Any]]:
+    """Each field of ``table`` the trace ``data`` holds: the object holding it, its name and
+    its value."""
+    for name, fields in table.items():
+        obj = data.get(name)
+        if isinstance(obj, dict):
+            for field in fields:
+                yield obj, field, obj.get(field)
 
 
 class SharedTraces:
@@ -75,30 +88,20 @@ class SharedTraces:
         body, parts = _body_and_parts(blob)  # the body names the k-th part "k"
         data = _DECODE.decode(body)
         counts: dict[str, int] = {}
-        for name, fields in LIST_FIELDS.items():
-            obj = data.get(name)
-            if not isinstance(obj, dict):
-                continue
-            for field in fields:
-                items = obj.get(field)
-                if isinstance(items, list):
-                    model = ITEM_MODELS[field]
-                    obj[field] = [
-                        self._item(ids[int(k)], parts[k], model, counts)
-                        if type(k) is str
-                        else self._walk(k, counts)
-                        for k in items
-                    ]
-        for name, fields in TEXT_FIELDS.items():
-            obj = data.get(name)
-            if not isinstance(obj, dict):
-                continue
-            for field in fields:
-                text = obj.get(field)
-                if isinstance(text, list):
-                    text = "".join(self._part(ids[int(k)], parts[k], str)[0] for k in text)
-                if isinstance(text, str):
-                    obj[field] = self._text(text, counts)
+        for obj, field, items in _fields(data, LIST_FIELDS):
+            if isinstance(items, list):
+                model = ITEM_MODELS[field]
+                obj[field] = [
+                    self._item(ids[int(k)], parts[k], model, counts)
+                    if type(k) is str
+                    else self._walk(k, counts)
+                    for k in items
+                ]
+        for obj, field, text in _fields(data, TEXT_FIELDS):
+            if isinstance(text, list):
+                text = "".join(self._part(ids[int(k)], parts[k], str)[0] for k in text)
+            if isinstance(text, str):
+                obj[field] = self._text(text, counts)
         if self.redactor is None:
             return Trace.model_validate(data), {}
         # as ``redact_trace``: its own record of redactions is not read, and gains the
