@@ -594,7 +594,7 @@ def cli_import(args: argparse.Namespace) -> int:
 #: A session's traces are read from a store together (``_session_pages``), so that what
 #: they share is read once, up to this many tokens of context (``used``) at a time: each
 #: comes back whole, and a long session's trace holds its whole context.
-EXPORT_TOKENS = 1_000_000
+EXPORT_TOKENS = 4_000_000
 
 
 def _session_pages(
