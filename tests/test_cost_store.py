@@ -18,6 +18,7 @@ from ctxcore.cli import main
 from ctxcore.formats.load import iter_traces
 from ctxcore.models import Trace
 from ctxcore.store.engines import open_store
+from ctxcore.store.records import PackedTrace
 from ctxcore.store.tracestore import TraceStore
 
 CC = Path(__file__).resolve().parent / "fixtures" / "imports" / "claude-code"
@@ -48,20 +49,21 @@ def db(tmp_path: Path) -> Path:
 
 
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ids of the traces the store is asked for from now on (one by one or many)."""
+    """The ids of the traces the store is asked for from now on (one by one or many:
+    ``traces_json`` reads through ``traces_packed``)."""
     read: list[str] = []
-    one, many = TraceStore.get_trace, TraceStore.traces_json
+    one, many = TraceStore.get_trace, TraceStore.traces_packed
 
     def get_trace(self: TraceStore, trace_id: str) -> Trace | None:
         read.append(trace_id)
         return one(self, trace_id)
 
-    def traces_json(self: TraceStore, trace_ids: Sequence[str]) -> list[tuple[str, bytes]]:
+    def traces_packed(self: TraceStore, trace_ids: Sequence[str]) -> list[PackedTrace]:
         read.extend(trace_ids)
         return many(self, trace_ids)
 
     monkeypatch.setattr(TraceStore, "get_trace", get_trace)
-    monkeypatch.setattr(TraceStore, "traces_json", traces_json)
+    monkeypatch.setattr(TraceStore, "traces_packed", traces_packed)
     return read
 
 

@@ -95,16 +95,21 @@ def _listing(store: Store, db: str, session: str | None) -> Listing:
     return listing
 
 
-#: traces read from the store in one query (their JSON held at once)
-LOAD_BATCH = 200
+#: traces read from the store in one query (their parts' JSON held at once: a long
+#: session's trace holds its whole context)
+LOAD_BATCH = 50
 
 
 def _loaded(store: Store, trace_ids: list[str]) -> Iterator[Trace]:
     """The stored traces of ``trace_ids`` that exist, in order, read ``LOAD_BATCH`` at a
-    time (one query each: ``Store.traces_json``)."""
+    time (one query each: ``Store.traces_packed``), each part they name made once
+    (``store.objects.SharedTraces``: a session's calls share their context's objects)."""
+    from ctxcore.store.objects import SharedTraces
+
+    objects = SharedTraces()
     for start in range(0, len(trace_ids), LOAD_BATCH):
-        for _, raw in store.traces_json(trace_ids[start : start + LOAD_BATCH]):
-            yield Trace.model_validate_json(raw)
+        for packed in store.traces_packed(trace_ids[start : start + LOAD_BATCH]):
+            yield objects.trace(packed)
 
 
 def _from_store(store: Store, listing: Listing, session: str | None) -> Iterator[Trace]:
