@@ -156,6 +156,19 @@ def part_id(raw: bytes) -> str:
     return xxh3_64_hexdigest(raw)
 
 
+def line_pieces(raw: bytes) -> list[bytes]:
+    """The JSON values a shared line brings: its trace's body, and each part and made part
+    it defines. Every string of the whole trace lies in one of these or in one an earlier
+    line of its file brought (a part is put in whole; a list part's items, a made part's
+    object and its text are parts; a list of plain values is written again, its strings'
+    content the same). A line that is not a shared envelope is its own one piece."""
+    try:
+        env = _ENVELOPE.decode(raw.removeprefix(b"\xef\xbb\xbf"))
+    except (msgspec.MsgspecError, RecursionError):
+        return [raw]
+    return [bytes(env.trace), *map(bytes, env.parts.values()), *map(bytes, env.made.values())]
+
+
 class PartTable:
     """The parts of one file read so far, by id; ``expand`` reads the next line."""
 
@@ -176,12 +189,16 @@ class PartTable:
         #: RUN_CACHE_ITEMS items: a session's next line runs through its last lists)
         self.lists: dict[str, tuple[Any, ...]] = {}
         self.list_items = 0
+        #: whether every part defined so far came on a line its reader cleared (no
+        #: redaction rule can match it: ingest's ``FileRun.shared_clean``)
+        self.cleared = True
 
-    def expand(self, raw: bytes, where: str = "") -> bytes:
+    def expand(self, raw: bytes, where: str = "", cleared: bool = False) -> bytes:
         """The whole trace's JSON bytes of a shared line (its parts are now known), or
         ``raw`` itself when it is not one. A part named and not defined on this line or an
         earlier one, or an envelope that is not one, is an ``InputError`` naming ``where``
-        (``file:line``) and the field."""
+        (``file:line``) and the field. ``cleared``: the caller found no secret in what the
+        line brings (else a part it defines makes the table not ``cleared``)."""
         if not is_shared(raw):
             return raw
         try:
@@ -195,7 +212,7 @@ class PartTable:
             raise too_deep(where) from None
         if env.share not in SHARE_SCHEMAS:
             raise InputError(f"{_at(where)}{_not_read(env.share)}")
-        self._define(env.parts, where, _made(env, where))
+        self._define(env.parts, where, _made(env, where), cleared)
         self.runs = env.share != SHARE_SCHEMAS[0]
         return self._trace(bytes(env.trace), where)
 
@@ -216,7 +233,11 @@ class PartTable:
             return
 
     def _define(
-        self, parts: dict[str, msgspec.Raw], where: str, made: dict[str, msgspec.Raw]
+        self,
+        parts: dict[str, msgspec.Raw],
+        where: str,
+        made: dict[str, msgspec.Raw],
+        cleared: bool = False,
     ) -> None:
         """A line's parts, all or none: a line that defines an id again with other bytes
         defines none of its parts (it contradicts the file: nothing of it is trusted).
@@ -241,6 +262,7 @@ class PartTable:
             self.parts.update(new)
             self.size = size
             self.biggest = max(self.biggest, *sizes)
+            self.cleared = self.cleared and cleared
 
     def _new(
         self, pid: str, data: bytes | _Made, new: dict[str, bytes | _Made], where: str, key: str
@@ -1236,6 +1258,7 @@ __all__ = [
     "expand_lines",
     "grew",
     "is_shared",
+    "line_pieces",
     "part_id",
     "whole_byte_lines",
     "whole_lines",

@@ -197,6 +197,11 @@ class Redactor:
             self._chars += len(text)
         return got
 
+    def clean_json(self, raw: bytes) -> bool:
+        """Whether ``redact_text`` finds nothing in any string of the JSON value ``raw``
+        (keys included), each string read once however many values hold it."""
+        return self._clean(raw, 0)
+
     def _clean(self, raw: bytes, depth: int) -> bool:
         """Whether no string of the JSON value ``raw`` (keys included) holds a secret. A
         value whose bytes were found clean before (a session's earlier messages, packets

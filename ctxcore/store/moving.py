@@ -8,7 +8,8 @@ as stored), and written by the target's bulk writer as ingest writes, a transact
 (running the move again stores only what is missing: a move cut short goes on), one it holds
 with other content is reported, never overwritten. The traces' source (``source_file``)
 becomes the moved file. With ``redact`` (into a team store, by default) each trace's secrets
-are masked before it is written, as ingest into it masks them.
+are masked before it is written, as ingest into it masks them: a session's traces repeat
+their texts, which the rules read once each (``Redactor``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ctxcore.errors import InputError
-from ctxcore.formats.redact import redact_trace
+from ctxcore.formats.redact import may_hold_secret
+from ctxcore.formats.redact_memo import Redactor
 from ctxcore.models import Trace
 from ctxcore.store.protocol import BulkWriter, Store
 from ctxcore.store.rows import prepare
@@ -44,10 +46,14 @@ def trace_ids(source: Store) -> list[str]:
 
 
 def _batch(
-    writer: BulkWriter, got: list[tuple[str, bytes]], origin: str, out: Moved, redact: bool
+    writer: BulkWriter,
+    got: list[tuple[str, bytes]],
+    origin: str,
+    out: Moved,
+    redactor: Redactor | None,
 ) -> None:
     """Write one batch of (trace id, JSON) into the open transaction of ``writer``, each
-    trace's secrets masked first with ``redact``."""
+    trace's secrets masked first by ``redactor`` (as ``redact_trace`` masks them)."""
     items: list[tuple[Trace, bytes]] = []
     for tid, raw in got:
         try:
@@ -57,8 +63,8 @@ def _batch(
                 f"{origin}: trace_id {tid!r} is stored there in a form this version cannot "
                 f"read ({str(exc).splitlines()[0]}); nothing of this batch was moved"
             ) from exc
-        if redact:
-            trace, found = redact_trace(trace, raw)
+        if redactor is not None and may_hold_secret(raw):
+            trace, found = redactor.trace(trace)
             if found:  # what is stored is the redacted trace, and nothing else
                 raw = trace.to_json_bytes()
         items.append((trace, raw))
@@ -82,9 +88,10 @@ def move_traces(
     trace's secrets, ``progress`` is told (traces done, traces in all) after each batch."""
     ids = trace_ids(source)
     out = Moved()
+    redactor = Redactor() if redact else None
     with target.bulk_writer() as writer:
         for i in range(0, len(ids), BATCH):
-            _batch(writer, source.traces_json(ids[i : i + BATCH]), origin, out, redact)
+            _batch(writer, source.traces_json(ids[i : i + BATCH]), origin, out, redactor)
             done = min(i + BATCH, len(ids))
             if done % COMMIT_EVERY == 0:
                 writer.commit()

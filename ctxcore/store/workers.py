@@ -37,7 +37,8 @@ from pydantic import ValidationError
 
 from ctxcore import settings
 from ctxcore.errors import InputError
-from ctxcore.formats.redact import may_hold_secret, redact_trace
+from ctxcore.formats.redact import may_hold_secret
+from ctxcore.formats.redact_memo import Redactor
 from ctxcore.loading import (
     UTF8_BOM,
     explain_errors,
@@ -49,7 +50,7 @@ from ctxcore.loading import (
 from ctxcore.models import Trace
 from ctxcore.processes import die_with, worker_context
 from ctxcore.settings import MAX_ERRORS_PER_FILE, MAX_LINE_BYTES
-from ctxcore.sharing import PartTable, is_shared
+from ctxcore.sharing import PartTable, is_shared, line_pieces
 from ctxcore.store import fastdecode
 from ctxcore.store.readers import FP_BYTES, LineBlocks, RangeReader, ReadState
 from ctxcore.store.rows import RowTables, TraceLike, prepare, unexpected
@@ -116,6 +117,8 @@ class FileRun:
     first_unlisted: int = 0
     #: the parts of the file's shared lines read so far (docs/design.md, "Shared traces")
     parts: PartTable = field(default_factory=PartTable)
+    #: what redacts a line's trace: a session's traces repeat their texts, each read once
+    redactor: Redactor = field(default_factory=Redactor)
 
     def error(self, lineno: int, message: str) -> None:
         """An error on line ``lineno``; past MAX_ERRORS_PER_FILE it is only counted."""
@@ -146,11 +149,28 @@ class FileRun:
         """Keep a validated trace and its JSON; redacted first when ingest redacts, unless
         ``clean`` (``may_hold_secret`` said no rule can match its line)."""
         if self.redact and not clean:
-            trace, found = redact_trace(trace, raw)
+            trace, found = self.redactor.trace(trace)
             if found:  # what is stored is the redacted trace, and nothing else
                 raw = trace.to_json_bytes()
         self.items.append((trace, raw))
         self.lines.append(lineno)
+
+    def shared_clean(self, line: bytes, clean: bool | None) -> bool:
+        """Whether no rule can match the whole trace of a shared line, read from what the
+        line brings (``clean``: the redaction check's answer for the line, when known),
+        never from the whole trace: a session's call repeats the parts of the calls
+        before, cleared when their lines brought them (``sharing.line_pieces``; the table
+        knows whether all were, ``PartTable.cleared``). A piece the check cannot clear is
+        read by the rules (once per text). After a part held a secret, or one came in
+        unread, every later trace of the file is redacted whole."""
+        if not self.parts.cleared:
+            return False
+        if clean or (clean is None and not may_hold_secret(line)):
+            return True
+        return all(
+            not may_hold_secret(piece) or self.redactor.clean_json(piece)
+            for piece in line_pieces(line)
+        )
 
     def read_lines(self, first: int, raws: Sequence[bytes]) -> None:
         """Parse lines numbered from ``first`` + 1 on, each as ``line`` does; when ingest
@@ -183,12 +203,12 @@ class FileRun:
             self.error(lineno, too_long())
             return
         if raw[:1] == b"{" and is_shared(raw):
+            clean = self.shared_clean(raw, clean) if self.redact else None
             try:
-                raw = self.parts.expand(raw)  # the whole trace's JSON
+                raw = self.parts.expand(raw, cleared=bool(clean))  # the whole trace's JSON
             except InputError as exc:
                 self.error(lineno, str(exc))
                 return
-            clean = None  # its parts were not in the line: read the whole trace
         # A line in which no redaction rule can match passes through as it is: one read of
         # it (docs/design.md, "Capture, import, export, redaction") instead of a walk. (The
         # BOM and spaces cut off above only took characters out of what ``clean`` read.)
