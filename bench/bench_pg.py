@@ -26,6 +26,12 @@ redaction scan, the decode, ``rows.prepare``, ``plan_insert`` (its ``traces`` ro
 inside), ``new_parts`` and each table's COPY, with the CPU of the server's process that
 serves the writer's connection in each step (from /proc: a local server only), and the rows
 a trace puts in each table.
+
+``--session MB`` prints instead the rate on a real agent's session: bench_import's long
+Claude Code session of MB megabytes (the fixtures' real lines and corpus tool output, auto-
+compacted at 150,000 tokens), written by ``ctxscope import -o`` as shared lines (a call's
+line brings only what is new), then one ``ctxscope ingest`` of them into a fresh database:
+with redaction on (a team store's default) and with ``--no-redact``.
 """
 
 from __future__ import annotations
@@ -166,7 +172,33 @@ def write_files(folder: Path, first: int, writers: int, per: int, tpl: str) -> l
     return files
 
 
-def run_writers(url: str, files: list[Path]) -> tuple[float, float]:
+def session_rates(url_of: Callable[[], str], work: Path, mb: float, server: ServerCpu) -> None:
+    """``--session``: one ingest of an imported long session, redacted and not."""
+    from bench_import import build
+
+    log, shared = work / "session.jsonl", work / "session-shared.jsonl"
+    built = build(log, int(100 * mb), mb, 150_000)
+    subprocess.run([sys.executable, "-m", "ctxcore", "import", str(log), "-o", str(shared)],
+                   check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # fmt: skip
+    n = sum(1 for _ in shared.open("rb"))
+    size = shared.stat().st_size
+    print(f"a Claude Code session log of {built['bytes'] / 1e6:.1f} MB ({built['events']:,} "
+          f"events, {built['compactions']} compactions): {n:,} calls, written shared in "
+          f"{size / 1e6:.1f} MB ({size / n / 1000:.1f} KB a call) [{load()}]")  # fmt: skip
+    for what, extra in (
+        ("redacted (a team store's default)", []),
+        ("--no-redact", ["--no-redact"]),
+    ):
+        url = url_of()
+        open_store(url).close()
+        srv0 = server.seconds()
+        secs, cpu = run_writers(url, [shared], extra)
+        srv1 = server.seconds()
+        srv = None if srv0 is None or srv1 is None else srv1 - srv0
+        print(f"  {_rate(f'one ingest, {what}', n, secs, cpu, srv)} [{load()}]", flush=True)
+
+
+def run_writers(url: str, files: list[Path], extra: list[str] | None = None) -> tuple[float, float]:
     """Every file ingested by a process of its own, all at once; the seconds it took, and
     the writers' CPU seconds (their processes' and their workers')."""
     start = time.perf_counter()
@@ -175,7 +207,7 @@ def run_writers(url: str, files: list[Path]) -> tuple[float, float]:
         procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "ctxcore", "ingest", str(f), "--db", url,
-                 "--defer-diagnostics"],
+                 "--defer-diagnostics", *(extra or [])],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -493,6 +525,10 @@ def main() -> None:
         "--stages", type=int, default=0,
         help="only print where a team writer's CPU a trace goes, stage by stage, on this many",
     )  # fmt: skip
+    ap.add_argument(
+        "--session", type=float, default=0, metavar="MB",
+        help="only print the rate on an imported real-shaped session log of this many MB",
+    )  # fmt: skip
     args = ap.parse_args()
     tpl = template(args.packets)
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
@@ -503,6 +539,11 @@ def main() -> None:
             cluster = stack.enter_context(running())
             url, data = cluster.new_database(), cluster.data
         server = ServerCpu(data)
+        if args.session:
+            if args.db is not None:
+                raise SystemExit("--session makes databases of its own: run it without --db")
+            session_rates(cluster.new_database, Path(tmp), args.session, server)
+            return
         open_store(url).close()  # migrated before the writers start
         if args.stages:
             stages(url, Path(tmp), args.stages, tpl)
