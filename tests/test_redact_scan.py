@@ -349,6 +349,32 @@ def test_ingest_reads_a_clean_group_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [raw for _, raw in run.items] == lines
 
 
+def test_after_a_group_with_a_secret_the_next_is_read_line_by_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A group that may hold a secret is read again line by line, and so is the group
+    after it; a group whose lines were all clean brings back the reads of a whole group
+    (a log where a rule's word comes every few lines is not read twice)."""
+    calls: list[int] = []
+
+    def counted(raw: bytes | str) -> bool:
+        calls.append(len(raw))
+        return may_hold_secret(raw)
+
+    monkeypatch.setattr(workers, "may_hold_secret", counted)
+    clean = [_trace(f"clean {i}", 1).to_json().encode() for i in range(SCAN_LINES)]
+    dirty = _trace(f"ANTHROPIC_API_KEY={TABLE[0][2]}", 1).to_json().encode()
+    lines = [dirty, *clean[1:]] + [*clean[:-1], dirty] + clean + clean
+    want = [not may_hold_secret(r) for r in lines]
+    assert clean_lines(lines) == want
+    n = SCAN_LINES
+    # group 1 together then line by line; group 2 line by line (no secret-free group
+    # came between); group 3 line by line (group 2 held one); group 4 together again
+    assert len(calls) == 1 + n + n + n + 1
+    assert calls[0] == sum(map(len, lines[:n])) + n - 1
+    assert calls[-1] == sum(map(len, lines[3 * n :])) + n - 1
+
+
 def test_a_secret_in_one_line_of_a_group_is_redacted_and_the_rest_kept() -> None:
     """``FileRun.read_lines`` with redaction on (ingest's lines, a chunk at a time): the one
     line with a secret is redacted, its group's other lines are stored as they were

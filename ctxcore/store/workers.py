@@ -78,18 +78,25 @@ def clean_lines(raws: Sequence[bytes]) -> list[bool]:
     Read ``SCAN_LINES`` lines at a time, joined by newlines: every string of each line
     stands in the joined text as it does in the line (a newline starts no escape), so a
     group no rule can match holds no line a rule can match; the lines of any other group
-    are read one by one. A line over MAX_LINE_BYTES is not read (it is refused unread)."""
+    are read one by one. After such a group the next is read line by line, and groups come
+    back after one whose lines were all clean: in a session's log a word a rule's guard
+    names comes every few lines, and each group would be read twice. A line over
+    MAX_LINE_BYTES is not read (it is refused unread)."""
     out: list[bool] = []
+    together = True
     for at in range(0, len(raws), SCAN_LINES):
         group = raws[at : at + SCAN_LINES]
         if (
-            len(group) > 1
+            together
+            and len(group) > 1
             and sum(map(len, group)) <= MAX_LINE_BYTES
             and not may_hold_secret(b"\n".join(group))
         ):
             out += [True] * len(group)
-        else:
-            out += [len(raw) <= MAX_LINE_BYTES and not may_hold_secret(raw) for raw in group]
+            continue
+        answers = [len(raw) <= MAX_LINE_BYTES and not may_hold_secret(raw) for raw in group]
+        out += answers
+        together = all(answers)
     return out
 
 
