@@ -190,15 +190,19 @@ class PartTable:
         self.lists: dict[str, tuple[Any, ...]] = {}
         self.list_items = 0
         #: whether every part defined so far came on a line its reader cleared (no
-        #: redaction rule can match it: ingest's ``FileRun.shared_clean``)
+        #: redaction rule can match it: ingest's ``FileRun.shared_clean``), and on a
+        #: line its reader found plain (``store.fastdecode.plain``)
         self.cleared = True
+        self.plain = True
 
-    def expand(self, raw: bytes, where: str = "", cleared: bool = False) -> bytes:
+    def expand(
+        self, raw: bytes, where: str = "", cleared: bool = False, plain: bool = False
+    ) -> bytes:
         """The whole trace's JSON bytes of a shared line (its parts are now known), or
         ``raw`` itself when it is not one. A part named and not defined on this line or an
         earlier one, or an envelope that is not one, is an ``InputError`` naming ``where``
-        (``file:line``) and the field. ``cleared``: the caller found no secret in what the
-        line brings (else a part it defines makes the table not ``cleared``)."""
+        (``file:line``) and the field. ``cleared``, ``plain``: what the caller found of the
+        line (else a part it defines makes the table not ``cleared``, not ``plain``)."""
         if not is_shared(raw):
             return raw
         try:
@@ -212,7 +216,7 @@ class PartTable:
             raise too_deep(where) from None
         if env.share not in SHARE_SCHEMAS:
             raise InputError(f"{_at(where)}{_not_read(env.share)}")
-        self._define(env.parts, where, _made(env, where), cleared)
+        self._define(env.parts, where, _made(env, where), cleared, plain)
         self.runs = env.share != SHARE_SCHEMAS[0]
         return self._trace(bytes(env.trace), where)
 
@@ -238,6 +242,7 @@ class PartTable:
         where: str,
         made: dict[str, msgspec.Raw],
         cleared: bool = False,
+        plain: bool = False,
     ) -> None:
         """A line's parts, all or none: a line that defines an id again with other bytes
         defines none of its parts (it contradicts the file: nothing of it is trusted).
@@ -263,6 +268,7 @@ class PartTable:
             self.size = size
             self.biggest = max(self.biggest, *sizes)
             self.cleared = self.cleared and cleared
+            self.plain = self.plain and plain
 
     def _new(
         self, pid: str, data: bytes | _Made, new: dict[str, bytes | _Made], where: str, key: str

@@ -214,3 +214,27 @@ def test_a_move_redacts_each_trace_as_redact_trace_does(tmp_path: Path) -> None:
         t: Trace.model_validate_json(r) for t, r in want.items()
     }
     assert all(SECRET not in r.decode() for r in got.values())
+
+
+@pytest.mark.parametrize("redact", [False, True])
+def test_a_part_the_fast_decoder_must_not_take_sends_later_traces_to_pydantic(
+    tmp_path: Path, redact: bool
+) -> None:
+    """The fast decoder's patterns are read on what a line brings too: a part with a
+    surrogate escape sends every trace naming it to pydantic, including later lines whose
+    own bytes hold no escape (the table is no longer ``plain``)."""
+    lines = _session(tmp_path, None)
+    control = FileRun("f.jsonl", fast=True, redact=redact)
+    control.read_lines(0, lines)
+    assert not any(isinstance(t, Trace) for t, _ in control.items)
+    first = lines[0]
+    at = first.index(b"Please analyze")
+    lines[0] = first[:at] + b"Please \\ud83d\\ude00 analyze" + first[at + len(b"Please analyze") :]
+    assert all(b"\\ud83d" not in x for x in lines[1:])
+    run = FileRun("f.jsonl", fast=True, redact=redact)
+    got = _ingested(run, lines)
+    assert run.parts.plain is False
+    named = [k for k, raw in enumerate(got) if "\U0001f600".encode() in raw or b"\\ud83d" in raw]
+    assert len(named) == len(lines)  # every call repeats the first message
+    assert all(isinstance(t, Trace) for t, _ in run.items)
+    assert got == [raw for _, raw in expand_lines(enumerate(lines, 1))]

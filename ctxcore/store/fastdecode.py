@@ -333,10 +333,19 @@ def _post(t: Any) -> bool:
     return True
 
 
-def decode(raw: bytes) -> Any | None:
+def plain(raw: bytes) -> bool:
+    """Whether ``raw`` holds neither pattern that sends a line to pydantic (a timestamp
+    with seven or more digits of fraction, a surrogate escape). Each lies inside one JSON
+    string, so a shared line's trace is plain when the line and every earlier line that
+    brought a part are (``sharing.PartTable.plain``)."""
+    return _LONG_FRACTION.search(raw) is None and _SURROGATE_ESCAPE.search(raw) is None
+
+
+def decode(raw: bytes, checked: bool = False) -> Any | None:
     """A trace struct (same attribute names as ``models.Trace``), or ``None`` when the
-    fast path does not accept the line; then validate it with pydantic."""
-    if _LONG_FRACTION.search(raw) or _SURROGATE_ESCAPE.search(raw):
+    fast path does not accept the line; then validate it with pydantic. ``checked``: the
+    caller knows the line is ``plain``."""
+    if not checked and not plain(raw):
         return None
     try:
         t = _DECODER.decode(raw)

@@ -209,10 +209,13 @@ class FileRun:
         if len(raw) > MAX_LINE_BYTES:
             self.error(lineno, too_long())
             return
+        checked = False  # the fast decoder's patterns: read on the whole trace
         if raw[:1] == b"{" and is_shared(raw):
             clean = self.shared_clean(raw, clean) if self.redact else None
-            try:
-                raw = self.parts.expand(raw, cleared=bool(clean))  # the whole trace's JSON
+            plain = fastdecode.plain(raw)
+            checked = plain and self.parts.plain  # (the table's before this line's parts)
+            try:  # the whole trace's JSON
+                raw = self.parts.expand(raw, cleared=bool(clean), plain=plain)
             except InputError as exc:
                 self.error(lineno, str(exc))
                 return
@@ -224,7 +227,7 @@ class FileRun:
         else:
             clean = self.redact and clean
         if self.fast and (clean or not self.redact):
-            view = fastdecode.decode(raw)  # strict JSON: NaN and Infinity are refused
+            view = fastdecode.decode(raw, checked)  # strict JSON: NaN, Infinity refused
             if view is not None:
                 self.items.append((view, raw))
                 self.lines.append(lineno)
