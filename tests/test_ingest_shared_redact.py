@@ -238,3 +238,20 @@ def test_a_part_the_fast_decoder_must_not_take_sends_later_traces_to_pydantic(
     assert len(named) == len(lines)  # every call repeats the first message
     assert all(isinstance(t, Trace) for t, _ in run.items)
     assert got == [raw for _, raw in expand_lines(enumerate(lines, 1))]
+
+
+def test_a_part_nested_too_deep_is_its_lines_error_as_without_redaction(tmp_path: Path) -> None:
+    """A hostile part nested past the decoder's stack, holding a word the check reads on:
+    the line's error is the one the table gives without redaction (what and where), not
+    an unexpected exception."""
+    lines = _session(tmp_path, None)
+    deep = b"[" * 20000 + b'"password=hunter2"' + b"]" * 20000
+    at = lines[0].index(b'{"role":"user"')
+    bad = lines[0][: at + 1] + b'"zz":' + deep + b"," + lines[0][at + 1 :]
+    errors = []
+    for redact in (False, True):
+        run = FileRun("f.jsonl", fast=True, redact=redact)
+        run.read_lines(0, [bad])
+        errors.append(run.errors)
+    assert errors[0] == errors[1] and len(errors[0]) == 1
+    assert "nested too deeply" in errors[1][0][2] and "bug" not in errors[1][0][2]

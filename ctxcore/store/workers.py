@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import msgspec
 import pyarrow as pa
 from pydantic import ValidationError
 
@@ -174,10 +175,13 @@ class FileRun:
             return False
         if clean or (clean is None and not may_hold_secret(line)):
             return True
-        return all(
-            not may_hold_secret(piece) or self.redactor.clean_json(piece)
-            for piece in line_pieces(line)
-        )
+        try:
+            return all(
+                not may_hold_secret(piece) or self.redactor.clean_json(piece)
+                for piece in line_pieces(line)
+            )
+        except (msgspec.MsgspecError, RecursionError):
+            return False  # a line the table refuses: it says why
 
     def read_lines(self, first: int, raws: Sequence[bytes]) -> None:
         """Parse lines numbered from ``first`` + 1 on, each as ``line`` does; when ingest
