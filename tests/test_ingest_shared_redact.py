@@ -249,8 +249,8 @@ def test_a_part_nested_too_deep_is_its_lines_error_as_without_redaction(tmp_path
     at = lines[0].index(b'{"role":"user"')
     bad = lines[0][: at + 1] + b'"zz":' + deep + b"," + lines[0][at + 1 :]
     errors = []
-    for redact in (False, True):
-        run = FileRun("f.jsonl", fast=True, redact=redact)
+    for redacting in (False, True):
+        run = FileRun("f.jsonl", fast=True, redact=redacting)
         run.read_lines(0, [bad])
         errors.append(run.errors)
     assert errors[0] == errors[1] and len(errors[0]) == 1
