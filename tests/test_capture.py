@@ -154,3 +154,40 @@ def test_two_unsafe_ids_that_clean_alike_get_two_files(tmp_path: Path) -> None:
 def test_a_file_name_with_a_path_is_refused(tmp_path: Path, file_name: str) -> None:
     with pytest.raises(InputError, match="plain file name"):
         Recorder(tmp_path, session_id="s", file_name=file_name)
+
+
+def test_a_recorded_session_is_redacted_as_redact_trace_does_reading_each_text_once(
+    tmp_path: Path,
+) -> None:
+    """``Recorder(redact=True)`` over a session whose calls repeat their history, a secret
+    in the first message: every line is ``redact_trace``'s, and the rules read a text
+    once, not once a call."""
+    from ctxcore.formats import redact_memo
+    from ctxcore.formats.redact import redact_trace
+    from ctxcore.models import Message
+
+    secret = "sk-proj-" + "Ab3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3"
+    history = [Message(role="user", content=f"the key is OPENAI_API_KEY={secret}")]
+    traces = []
+    for i in range(6):
+        history = [*history, Message(role="assistant", content=f"answer {i}: the password rule")]
+        t = make_trace(i)
+        traces.append(
+            t.model_copy(update={"input": t.input.model_copy(update={"history": history})})
+        )
+    reads: list[str] = []
+    real = redact_memo.redact_text
+
+    def counted(text: str) -> tuple[str, dict[str, int]]:
+        reads.append(text)
+        return real(text)
+
+    rec = Recorder(tmp_path, session_id="r", redact=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redact_memo, "redact_text", counted)
+        for t in traces:
+            assert rec.record(t) is not None
+    lines = (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines == [redact_trace(t)[0].to_json() for t in traces]
+    assert all(secret not in x for x in lines)
+    assert reads.count(history[0].content) == 1 and len(reads) == len(set(reads))

@@ -46,10 +46,19 @@ def _as_config(value: Config | dict[str, Any] | None) -> Config | None:
     return config_from_obj(value, "config")
 
 
-def _default_redactor(trace: Trace) -> Trace:
-    from ctxcore.formats.redact import redact_trace
+def _default_redactor() -> Redactor:
+    """``redact_trace`` through a memory of the recorder's texts: a session's calls repeat
+    their history, which the rules then read once (``formats.redact_memo``)."""
+    from ctxcore.formats.redact_memo import Redactor as Memory
 
-    return redact_trace(trace)[0]
+    memory = Memory()
+    lock = threading.Lock()  # the memory is not for two threads at once
+
+    def redact(trace: Trace) -> Trace:
+        with lock:
+            return memory.trace(trace)[0]
+
+    return redact
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@+=-]+")
@@ -93,7 +102,7 @@ class Recorder:
             )
         self.path = self.traces_dir / self.file_name
         self.tags = list(tags or [])
-        self._redact: Redactor | None = _default_redactor if redact is True else (redact or None)
+        self._redact: Redactor | None = _default_redactor() if redact is True else (redact or None)
         self._lock = threading.Lock()
         self._turn = 0
         self.written = 0
