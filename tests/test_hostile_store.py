@@ -217,10 +217,10 @@ def test_an_unexpected_exception_on_one_line_is_that_lines_error(
             raise ZeroDivisionError("a detector's bug")
         return real_diagnose(trace, **kw)
 
-    def decode(raw: bytes) -> Any:
+    def decode(raw: bytes, checked: bool = False) -> Any:
         if b'"t000004"' in raw:
             raise MemoryError("a decoder's bug")
-        return real_decode(raw)
+        return real_decode(raw, checked)
 
     monkeypatch.setattr(diagnostics, "diagnose", diagnose)
     monkeypatch.setattr(workers.fastdecode, "decode", decode)
