@@ -255,3 +255,35 @@ def test_a_part_nested_too_deep_is_its_lines_error_as_without_redaction(tmp_path
         errors.append(run.errors)
     assert errors[0] == errors[1] and len(errors[0]) == 1
     assert "nested too deeply" in errors[1][0][2] and "bug" not in errors[1][0][2]
+
+
+def test_a_move_writes_at_most_move_bytes_of_json_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long session's calls each hold their whole context: the move prepares them a few
+    at a time (by their JSON's size, known before they are unpacked), every one moved, the
+    same as stored."""
+    from ctxcore.store import moving
+
+    lines = _session(tmp_path, None)
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    kept, moved = tmp_path / "kept.duckdb", tmp_path / "moved.duckdb"
+    assert main(["ingest", str(src), "--db", str(kept), "--defer-diagnostics"]) == 0
+    whole = [raw for _, raw in expand_lines(enumerate(lines, 1))]
+    monkeypatch.setattr(moving, "MOVE_BYTES", 2 * max(map(len, whole)))
+    sizes: list[int] = []
+    real = moving.prepare
+
+    def counted(items: Any, sources: Any) -> Any:
+        sizes.append(sum(len(raw) for _, raw in items))
+        return real(items, sources)
+
+    monkeypatch.setattr(moving, "prepare", counted)
+    with TraceStore(kept, read_only=True) as source, TraceStore(moved) as target:
+        out = moving.move_traces(source, target, origin=str(kept), redact=False)
+    assert out.added == len(lines) and len(sizes) > 2
+    assert max(sizes) <= moving.MOVE_BYTES and sum(sizes) == sum(map(len, whole))
+    with TraceStore(kept, read_only=True) as a, TraceStore(moved, read_only=True) as b:
+        ids = [Trace.model_validate_json(raw).trace_id for raw in whole]
+        assert b.traces_json(ids) == a.traces_json(ids)
