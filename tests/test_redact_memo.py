@@ -413,3 +413,39 @@ def test_a_list_going_on_from_a_clean_one_has_only_its_new_items_read(
     numbers = [*items, 12]
     assert red._trace_clean(line(numbers))
     assert not red._trace_clean(line([*items, 123, SECRETS[3]]))
+
+
+def test_a_long_text_is_first_read_by_the_check_and_redacted_as_redact_text_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``redact_memo._read``: a text of CHECK_MIN characters or more goes to the rules only
+    when ``may_hold_secret`` says one may match. Every secret of the redaction tests (and
+    each near-secret), at the start, middle and end of long texts, among escapes, quotes
+    and non-ASCII, is redacted as ``redact_text`` redacts it; a long text with a guard's
+    word and no secret is not read by the rules."""
+    from test_redact import SECRETS as FORMATS
+    from test_redaction_table import NOT_SECRETS, TABLE
+
+    filler = (ROOT / "corpus" / "d01_pytest_reportingdemo_44_failures.rst").read_text()
+    texts = [t.format(s=s) for _, t, s in [*FORMATS, *TABLE]] + NOT_SECRETS
+    odd = ['a "quoted" \\ backslash\t', "naïve café ☃ ", "\x00\x1f control ", "\n\n"]
+    cases = []
+    for i, text in enumerate(texts):
+        pad = filler[(i * 997) % 20000 :][: redact_memo.CHECK_MIN] + odd[i % len(odd)]
+        cases += [text + pad, pad + text, pad + text + "\n" + pad]
+    assert all(len(c) >= redact_memo.CHECK_MIN for c in cases)
+    for case in cases:
+        assert redact_memo._read(case) == redact_text(case), case[:80]
+    assert sum(bool(redact_text(c)[1]) for c in cases) >= 3 * len(FORMATS)
+    read: list[str] = []
+    real = redact_memo.redact_text
+
+    def counted(text: str) -> tuple[str, dict[str, int]]:
+        read.append(text)
+        return real(text)
+
+    monkeypatch.setattr(redact_memo, "redact_text", counted)
+    clean = filler[:5000] + "\nthe token count and the secret of a good test\n"
+    assert redact_memo._read(clean) == (clean, {}) and read == []
+    short = "the token count"
+    assert redact_memo._read(short) == (short, {}) and read == [short]
