@@ -162,7 +162,8 @@ def test_a_recorded_session_is_redacted_as_redact_trace_does_reading_each_text_o
     """``Recorder(redact=True)`` over a session whose calls repeat their history, a secret
     in the first message: every line is ``redact_trace``'s, and the rules read a text
     once, not once a call."""
-    from ctxcore.formats import redact_memo
+    from test_redact_memo import rule_reads
+
     from ctxcore.formats.redact import redact_trace
     from ctxcore.models import Message
 
@@ -175,16 +176,9 @@ def test_a_recorded_session_is_redacted_as_redact_trace_does_reading_each_text_o
         traces.append(
             t.model_copy(update={"input": t.input.model_copy(update={"history": history})})
         )
-    reads: list[str] = []
-    real = redact_memo.redact_text
-
-    def counted(text: str) -> tuple[str, dict[str, int]]:
-        reads.append(text)
-        return real(text)
-
     rec = Recorder(tmp_path, session_id="r", redact=True)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(redact_memo, "redact_text", counted)
+        reads = rule_reads(mp)
         for t in traces:
             assert rec.record(t) is not None
     lines = (tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()

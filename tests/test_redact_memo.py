@@ -38,6 +38,19 @@ SECRETS = {
 }
 
 
+def rule_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts the redaction rules read through ``redact_memo`` from now on, in order."""
+    read: list[str] = []
+    real = redact_memo.redact_text
+
+    def counted(text: str) -> tuple[str, dict[str, int]]:
+        read.append(text)
+        return real(text)
+
+    monkeypatch.setattr(redact_memo, "redact_text", counted)
+    return read
+
+
 def session_calls(
     n: int, extra: dict[int, str] | None = None
 ) -> list[tuple[CallRecord, bytes, bytes]]:
@@ -251,14 +264,7 @@ def test_an_import_with_redaction_reads_each_text_once_and_redacts_new_secrets(
     src = tmp_path / "leak.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     plain = list(iter_traces(src))
-    read: list[str] = []
-    real = redact_memo.redact_text
-
-    def counted(text: str) -> tuple[str, dict[str, int]]:
-        read.append(text)
-        return real(text)
-
-    monkeypatch.setattr(redact_memo, "redact_text", counted)
+    read = rule_reads(monkeypatch)
     monkeypatch.setenv("CTXSCOPE_REDACT_ON_INGEST", "1")
     out = tmp_path / "out.jsonl"
     assert main(["import", str(src), "-o", str(out)]) == 0
@@ -437,14 +443,7 @@ def test_a_long_text_is_first_read_by_the_check_and_redacted_as_redact_text_does
     for case in cases:
         assert redact_memo._read(case) == redact_text(case), case[:80]
     assert sum(bool(redact_text(c)[1]) for c in cases) >= 3 * len(FORMATS)
-    read: list[str] = []
-    real = redact_memo.redact_text
-
-    def counted(text: str) -> tuple[str, dict[str, int]]:
-        read.append(text)
-        return real(text)
-
-    monkeypatch.setattr(redact_memo, "redact_text", counted)
+    read = rule_reads(monkeypatch)
     clean = filler[:5000] + "\nthe token count and the secret of a good test\n"
     assert redact_memo._read(clean) == (clean, {}) and read == []
     short = "the token count"
